@@ -1,0 +1,192 @@
+"""A1: end-to-end benchmark of the Transformer LM (forward, backward, optimizer step).
+
+    python -m cs336_systems.benchmark --size small --context 256 --mode train-step --out rec.json
+
+Builds a randomly initialised model (a named size or explicit dimensions), makes a random batch,
+runs ``--warmup`` untimed steps, then times ``--steps`` steps. Every phase (forward, backward,
+optimizer) is timed on its own with ``timeit.default_timer`` and a device synchronisation at both
+ends, so the record holds per-phase samples as well as their mean and standard deviation.
+
+Modes: ``forward`` (inference, under ``torch.no_grad``), ``forward-backward`` (loss and
+gradients) and ``train-step`` (forward, backward and an AdamW step). ``--precision bf16`` runs the
+forward pass and the loss under ``torch.autocast(dtype=torch.bfloat16)``; parameters, gradients
+and optimizer state stay fp32. An allocation failure is a result: the record says ``oom``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import resource
+import sys
+import traceback
+from dataclasses import asdict
+
+import torch
+
+from cs336_systems.models import ATTENTION_BACKENDS, MODEL_SIZES, ModelSize, build_model, get_size, random_batch
+from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.timing import (PhaseTimer, call_counting_oom, free_device_memory, peak_memory_bytes,
+                                  reset_peak_memory, summarize)
+
+MODES = ("forward", "forward-backward", "train-step")
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
+PHASES = {"forward": ("forward",), "forward-backward": ("forward", "backward"),
+          "train-step": ("forward", "backward", "optimizer")}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.benchmark", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    model = p.add_argument_group("model (a named size, or all four explicit dimensions)")
+    model.add_argument("--size", choices=list(MODEL_SIZES), help="a row of the size table")
+    model.add_argument("--d-model", type=int, help="model width (with --d-ff, --num-layers, --num-heads)")
+    model.add_argument("--d-ff", type=int, help="feed-forward width")
+    model.add_argument("--num-layers", type=int, help="number of Transformer blocks")
+    model.add_argument("--num-heads", type=int, help="attention heads (must divide --d-model)")
+    model.add_argument("--vocab-size", type=int, default=10_000, help="vocabulary size")
+    run = p.add_argument_group("what to run")
+    run.add_argument("--context", type=int, required=True, help="context length (tokens per sequence)")
+    run.add_argument("--batch", type=int, default=4, help="sequences per batch")
+    run.add_argument("--mode", choices=MODES, default="forward-backward",
+                     help="forward only (no_grad), forward+backward, or a full training step with AdamW")
+    run.add_argument("--warmup", type=int, default=5, help="untimed steps before timing")
+    run.add_argument("--steps", type=int, default=10, help="timed steps")
+    run.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
+                     help="fp32, or bf16 autocast around forward and loss (fp32 master weights)")
+    run.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
+    run.add_argument("--attention", choices=list(ATTENTION_BACKENDS), default="naive", help="attention back end")
+    run.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                     help="torch device, e.g. cuda, cuda:1, cpu")
+    run.add_argument("--memory-limit-gb", type=float,
+                     help="cap this process's memory to emulate a smaller device (CUDA: a fraction of "
+                          "the card; CPU: the address space grows by at most this much)")
+    p.add_argument("--out", required=True, help="where the JSON record goes")
+    args = p.parse_args(argv)
+
+    dims = [args.d_model, args.d_ff, args.num_layers, args.num_heads]
+    if args.size is None and None in dims:
+        p.error("give --size, or all of --d-model --d-ff --num-layers --num-heads")
+    if args.size is not None and any(d is not None for d in dims):
+        p.error("--size and explicit dimensions exclude each other")
+    for name in ("context", "batch", "steps", "vocab_size"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0:
+        p.error("--warmup must be 0 or more")
+    if args.size is None:
+        if min(dims) < 1 or args.d_model % args.num_heads:
+            p.error("dimensions must be positive and --num-heads must divide --d-model")
+    try:
+        torch.device(args.device)
+    except RuntimeError as exc:
+        p.error(f"--device: {exc}")
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: CUDA is not available on this machine (try --device cpu)")
+    return args
+
+
+def model_size(args: argparse.Namespace) -> ModelSize:
+    if args.size is not None:
+        return get_size(args.size)
+    return ModelSize(args.d_model, args.d_ff, args.num_layers, args.num_heads)
+
+
+def limit_memory(device: torch.device, gigabytes: float) -> None:
+    """Make allocations beyond ``gigabytes`` fail, as they would on a smaller device.
+
+    On the CPU this caps the address space; ``lift_memory_limit`` undoes it before the record
+    (and its provenance, which starts subprocesses) is written.
+    """
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, gigabytes * 2**30 / total), device)
+    else:
+        with open("/proc/self/statm") as f:
+            current = int(f.read().split()[0]) * resource.getpagesize()
+        limit = current + int(gigabytes * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+def lift_memory_limit() -> None:
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+
+def benchmark(size: ModelSize, *, context: int, batch: int, mode: str, warmup: int, steps: int,
+              precision: str = "fp32", compile: bool = False, attention: str = "naive",
+              device: str = "cpu", vocab_size: int = 10_000) -> dict:
+    """Time ``warmup + steps`` steps; return per-phase summaries and samples (ms)."""
+    from cs336_basics.nn_utils import cross_entropy
+    from cs336_basics.optimizer import AdamW
+
+    device = torch.device(device)
+    model = build_model(size, context, vocab_size=vocab_size, device=device, attention=attention)
+    runnable = torch.compile(model) if compile else model
+    optimizer = AdamW(model.parameters(), lr=1e-4) if mode == "train-step" else None
+    inputs, targets = random_batch(batch, context, vocab_size=vocab_size, device=device)
+    autocast = (torch.autocast(device.type, dtype=PRECISIONS[precision]) if PRECISIONS[precision]
+                else contextlib.nullcontext())
+    grad_mode = torch.no_grad() if mode == "forward" else contextlib.nullcontext()
+
+    def one_step(timer: PhaseTimer) -> None:
+        with grad_mode:
+            with timer.phase("forward"), autocast:
+                loss = cross_entropy(runnable(inputs), targets)
+        if mode == "forward":
+            return
+        with timer.phase("backward"):
+            loss.backward()
+        if optimizer is not None:
+            with timer.phase("optimizer"):
+                optimizer.step()
+        model.zero_grad(set_to_none=True)
+
+    warm = PhaseTimer(device)
+    for i in range(warmup):
+        one_step(warm)
+    reset_peak_memory(device)
+    timed = PhaseTimer(device)
+    for i in range(steps):
+        one_step(timed)
+        log(f"  step {i + 1}/{steps}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in timed.samples.items()))
+
+    step_samples = [sum(per_phase) for per_phase in zip(*timed.samples.values())]
+    metrics = {phase: summarize(samples) | {"samples": samples} for phase, samples in timed.samples.items()}
+    metrics["step"] = summarize(step_samples) | {"samples": step_samples}
+    metrics["warmup_step_samples"] = [sum(s) for s in zip(*warm.samples.values())]
+    metrics["peak_memory_bytes"] = peak_memory_bytes(device)
+    metrics["parameters"] = sum(p.numel() for p in model.parameters())
+    return metrics
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    size = model_size(args)
+    params = {"size": args.size or "custom", **asdict(size), "vocab_size": args.vocab_size,
+              "context": args.context, "batch": args.batch, "mode": args.mode, "warmup": args.warmup,
+              "steps": args.steps, "precision": args.precision, "compile": args.compile,
+              "attention": args.attention, "device": args.device, "memory_limit_gb": args.memory_limit_gb}
+    log(f"A1 benchmark: {params}")
+    device = torch.device(args.device)
+    if args.memory_limit_gb is not None:
+        limit_memory(device, args.memory_limit_gb)
+    try:
+        status, metrics, message = call_counting_oom(lambda: benchmark(
+            size, context=args.context, batch=args.batch, mode=args.mode, warmup=args.warmup,
+            steps=args.steps, precision=args.precision, compile=args.compile, attention=args.attention,
+            device=args.device, vocab_size=args.vocab_size))
+    except Exception as exc:  # noqa: BLE001 - recorded, and the traceback goes to the log
+        traceback.print_exc()
+        status, metrics, message = "error", {}, f"{type(exc).__name__}: {exc}"
+    finally:
+        free_device_memory(device)
+    if args.memory_limit_gb is not None:
+        lift_memory_limit()
+    write_json_atomic(args.out, make_record("A1", params, status, metrics, reason=message))
+    summary = f"step {metrics['step']['mean']:.2f} ms" if status == "ok" else message
+    log(f"A1 {status}: {summary} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

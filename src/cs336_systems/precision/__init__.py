@@ -1,0 +1,1 @@
+"""Precision experiments: accumulation (A3) and autocast dtypes (A4)."""

@@ -1,0 +1,1 @@
+"""Profiling: NVTX ranges for Nsight Systems."""

@@ -1,0 +1,153 @@
+"""Records: the unit of truth of every experiment.
+
+A record is one JSON object ``{id, params, metrics, status, provenance}``:
+
+- ``id``: the deliverable it belongs to (``"A1"``, ``"A3"``, ...);
+- ``params``: what was asked for (one point of a grid);
+- ``metrics``: what was measured (empty unless ``status == "ok"``);
+- ``status``: ``ok``, ``oom``, ``skipped`` (with ``reason``) or ``error`` (with ``message``);
+- ``provenance``: which machine, software and commit made it, and when.
+
+Records are written atomically (temporary file in the same folder, then ``os.replace``) so a
+killed job never leaves half a record for an aggregate rule to trip over.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("ok", "oom", "skipped", "error")
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(_REPO_ROOT), *args], capture_output=True,
+                             text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def git_state() -> dict[str, Any]:
+    """Commit and dirty flag of the checkout; results/ and writeup/ do not count as dirt.
+
+    ``CS336_GIT_COMMIT`` / ``CS336_GIT_DIRTY`` override, for copies of the tree made without
+    ``.git`` (the lent GPU machines receive such a copy).
+    """
+    if os.environ.get("CS336_GIT_COMMIT"):
+        return {"commit": os.environ["CS336_GIT_COMMIT"],
+                "dirty": os.environ.get("CS336_GIT_DIRTY", "unknown") in ("1", "true", "True")}
+    commit = _git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": "unknown", "dirty": None}
+    status = _git("status", "--porcelain", "--", ".", ":!results", ":!writeup")
+    return {"commit": commit, "dirty": bool(status)}
+
+
+def _driver_version() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+
+
+def provenance() -> dict[str, Any]:
+    """Machine, software versions, commit and UTC time, for the record being written now."""
+    import torch
+
+    info: dict[str, Any] = {
+        **git_state(),
+        "host": socket.gethostname(),
+        "utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+    }
+    try:
+        import triton
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_count"] = torch.cuda.device_count()
+        info["driver"] = _driver_version()
+        info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    else:
+        info["gpu"] = None
+        info["gpu_count"] = 0
+        info["driver"] = None
+    return info
+
+
+def make_record(id: str, params: dict, status: str = "ok", metrics: dict | None = None,
+                reason: str | None = None) -> dict[str, Any]:
+    """Build a record; ``reason`` is required for ``skipped`` and ``error`` (the message)."""
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+    record: dict[str, Any] = {"id": id, "params": params, "metrics": metrics or {},
+                              "status": status, "provenance": provenance()}
+    if status == "skipped":
+        record["reason"] = reason or "no reason given"
+    if status in ("error", "oom") and reason:
+        record["message"] = reason
+    return record
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
+    """Write JSON to ``path`` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False, default=_jsonable)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):          # numpy / torch scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def read_record(path: str | os.PathLike) -> dict[str, Any]:
+    with open(path) as f:
+        record = json.load(f)
+    missing = {"id", "params", "metrics", "status", "provenance"} - record.keys()
+    if missing:
+        raise ValueError(f"{path}: not a record (missing {sorted(missing)})")
+    return record
+
+
+def read_records(paths) -> list[dict[str, Any]]:
+    return [read_record(p) for p in paths]
+
+
+def log(message: str) -> None:
+    """Progress line on stderr (Snakemake sends it to the rule's log file)."""
+    print(message, file=sys.stderr, flush=True)

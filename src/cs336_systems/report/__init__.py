@@ -1,0 +1,1 @@
+"""Tables, figures and the writeup, built from records."""

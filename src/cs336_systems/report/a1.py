@@ -1,0 +1,148 @@
+"""A1 report: the benchmark table (mean ± std per phase), two figures, and the writeup's numbers.
+
+    python -m cs336_systems.report.a1 --records r1.json ... --warmup-records w1.json ... --out-dir DIR
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from cs336_systems.models import MODEL_SIZES
+from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+
+PHASES = ("forward", "backward", "optimizer", "step")
+MODE_ORDER = ("forward", "forward-backward", "train-step")
+
+
+def records_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per record: its grid point, status and per-phase mean / std (ms)."""
+    rows = []
+    for r in records:
+        p, m = r["params"], r["metrics"]
+        row = {k: p[k] for k in ("size", "context", "mode", "precision", "warmup", "steps")}
+        row["status"] = r["status"]
+        for phase in PHASES:
+            row[f"{phase}_mean"] = m.get(phase, {}).get("mean", math.nan)
+            row[f"{phase}_std"] = m.get(phase, {}).get("std", math.nan)
+        row["peak_gib"] = (m.get("peak_memory_bytes") or math.nan) / 2**30
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df["size"] = pd.Categorical(df["size"], [s for s in MODEL_SIZES if s in set(df["size"])], ordered=True)
+    df["mode"] = pd.Categorical(df["mode"], [m for m in MODE_ORDER if m in set(df["mode"])], ordered=True)
+    df["precision"] = pd.Categorical(df["precision"], [p for p in ("fp32", "bf16") if p in set(df["precision"])], ordered=True)
+    return df.sort_values(["size", "mode", "precision", "context", "warmup"]).reset_index(drop=True)
+
+
+def _cell(row: pd.Series, phase: str) -> str:
+    if row["status"] != "ok":
+        return row["status"].upper()
+    mean, std = row[f"{phase}_mean"], row[f"{phase}_std"]
+    return "" if math.isnan(mean) else f"{mean:.2f} ± {std:.2f}"
+
+
+def display_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The table people read: one row per grid point, 'mean ± std' ms per phase, OOM spelled out."""
+    out = df[["size", "context", "mode", "precision"]].astype(str).copy()
+    for phase in PHASES:
+        out[f"{phase} (ms)"] = [_cell(row, phase) for _, row in df.iterrows()]
+    out["peak (GiB)"] = [f"{g:.2f}" if not math.isnan(g) else "" for g in df["peak_gib"]]
+    return out
+
+
+def plot_time_vs_context(df: pd.DataFrame, path: Path) -> None:
+    modes = list(df["mode"].cat.categories)
+    fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 4), squeeze=False, sharey=True)
+    styles = {"fp32": "-", "bf16": "--"}
+    for ax, mode in zip(axes[0], modes):
+        for size in df["size"].cat.categories:
+            for precision, part in df[(df["mode"] == mode) & (df["size"] == size)].groupby("precision"):
+                ok = part[part["status"] == "ok"]
+                line, = ax.plot(ok["context"], ok["step_mean"], styles.get(precision, ":"), marker="o",
+                                label=f"{size} {precision}")
+                failed = part[part["status"] != "ok"]
+                if len(failed):
+                    ax.scatter(failed["context"], [ax.get_ylim()[1]] * len(failed), marker="x", color=line.get_color())
+        ax.set(title=mode, xlabel="context length", xscale="log", yscale="log")
+        ax.set_xticks(sorted(df["context"].unique()), [str(c) for c in sorted(df["context"].unique())])
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("time per step (ms, mean)")
+    axes[0][-1].legend(fontsize=7, ncol=2, title="x: out of memory", title_fontsize=7)
+    save_figure(fig, path)
+
+
+def plot_warmup(records: list[dict], path: Path) -> None:
+    sizes = [s for s in MODEL_SIZES if any(r["params"]["size"] == s for r in records)]
+    fig, axes = plt.subplots(1, max(1, len(sizes)), figsize=(4 * max(1, len(sizes)), 3.6), squeeze=False)
+    for ax, size in zip(axes[0], sizes):
+        for r in sorted((r for r in records if r["params"]["size"] == size), key=lambda r: r["params"]["warmup"]):
+            if r["status"] == "ok":
+                samples = r["metrics"]["step"]["samples"]
+                ax.plot(range(1, len(samples) + 1), samples, marker=".", label=f"{r['params']['warmup']} warm-up")
+        ax.set(title=size, xlabel="timed step", yscale="log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("step time (ms)")
+    save_figure(fig, path)
+
+
+def warmup_summary(records: list[dict]) -> list[dict]:
+    rows = []
+    for r in records:
+        if r["status"] != "ok":
+            continue
+        s = r["metrics"]["step"]
+        rows.append({"size": r["params"]["size"], "warmup": r["params"]["warmup"], "mean": s["mean"], "std": s["std"],
+                     "first": s["samples"][0], "rest_mean": sum(s["samples"][1:]) / max(1, len(s["samples"]) - 1)})
+    return sorted(rows, key=lambda x: (list(MODEL_SIZES).index(x["size"]), x["warmup"]))
+
+
+def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict]) -> dict:
+    """The numbers the A1 section quotes."""
+    ok = df[df["status"] == "ok"]
+    fb = ok[(ok["mode"] == "forward-backward") & (ok["precision"] == "fp32")]
+    # Spread as coefficient of variation (std / mean) of every timed phase of every point.
+    cv = pd.concat([ok["forward_std"] / ok["forward_mean"], ok["backward_std"] / ok["backward_mean"]]).dropna()
+    worst = ok.loc[cv.idxmax()] if len(cv) else None
+    timed = {
+        f"{row['size']}@{row['context']}": {"forward": row["forward_mean"], "backward": row["backward_mean"]}
+        for _, row in fb.iterrows()
+    }
+    failed = df[df["status"] != "ok"]
+    return {
+        "provenance": run_provenance(records + warmup_records),
+        "points": len(df), "ok": int(len(ok)),
+        "not_ok": [f"{r['size']} ctx {r['context']} {r['mode']} {r['precision']}: {r['status']}" for _, r in failed.iterrows()],
+        "fp32_forward_backward": timed,
+        "cv_median": float(cv.median()) if len(cv) else None,
+        "cv_max": float(cv.max()) if len(cv) else None,
+        "cv_max_point": f"{worst['size']} ctx {worst['context']} {worst['mode']} {worst['precision']}" if worst is not None else None,
+        "warmup": warmup_summary(warmup_records),
+        "batch": int(records[0]["params"]["batch"]) if records else None,
+        "warmup_steps": int(records[0]["params"]["warmup"]) if records else None,
+        "steps": int(records[0]["params"]["steps"]) if records else None,
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.a1", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", nargs="+", required=True)
+    p.add_argument("--warmup-records", nargs="*", default=[])
+    p.add_argument("--out-dir", required=True, type=Path)
+    args = p.parse_args(argv)
+    records, warmup_records = load_records(args.records), load_records(args.warmup_records)
+    df = records_frame(records)
+    write_table(display_table(df), args.out_dir)
+    plot_time_vs_context(df, args.out_dir / "time_vs_context.png")
+    plot_warmup(warmup_records, args.out_dir / "warmup.png")
+    write_summary(args.out_dir / "summary.json", summarize(df, records, warmup_records))
+    print(f"A1 report: {len(df)} points ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""What every report step shares: reading records, provenance of a run, saving outputs."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")   # files only, never a window
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from cs336_systems.records import read_record, write_json_atomic  # noqa: E402
+
+
+def load_records(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
+    return [read_record(p) for p in paths]
+
+
+def run_provenance(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which machines, commits and dates a set of records came from (for "this section's run")."""
+    prov = [r["provenance"] for r in records]
+    times = sorted(p["utc"] for p in prov)
+    return {
+        "gpus": sorted({p.get("gpu") or "CPU only" for p in prov}),
+        "hosts": sorted({p["host"] for p in prov}),
+        "commits": sorted({p["commit"][:10] for p in prov}),
+        "dirty": any(p.get("dirty") for p in prov),
+        "torch": sorted({p["torch"] for p in prov}),
+        "first_utc": times[0] if times else None,
+        "last_utc": times[-1] if times else None,
+        "records": len(records),
+        "statuses": {s: sum(r["status"] == s for r in records) for s in ("ok", "oom", "skipped", "error")},
+    }
+
+
+def write_table(df: pd.DataFrame, out_dir: Path, stem: str = "table") -> None:
+    """The same table as CSV (for code) and Markdown (for people)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_dir / f"{stem}.csv", index=False)
+    (out_dir / f"{stem}.md").write_text(df.to_markdown(index=False) + "\n")
+
+
+def save_figure(fig: plt.Figure, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+
+
+def write_summary(path: Path, summary: dict[str, Any]) -> None:
+    write_json_atomic(path, summary)
