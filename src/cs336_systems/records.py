@@ -45,8 +45,9 @@ def git_state() -> dict[str, Any]:
     ``.git`` (the lent GPU machines receive such a copy).
     """
     if os.environ.get("CS336_GIT_COMMIT"):
+        dirty = os.environ.get("CS336_GIT_DIRTY")
         return {"commit": os.environ["CS336_GIT_COMMIT"],
-                "dirty": os.environ.get("CS336_GIT_DIRTY", "unknown") in ("1", "true", "True")}
+                "dirty": None if dirty is None else dirty.lower() in ("1", "true", "yes")}
     commit = _git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": "unknown", "dirty": None}

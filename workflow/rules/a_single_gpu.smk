@@ -1,7 +1,11 @@
 # A: one GPU. A1 end-to-end benchmark (grid + warm-up study), A3 accumulation.
+#
+# GPU jobs declare `resources: gpu=k` and run under `gpu_lease`, which hands the command exactly
+# k free devices (CUDA_VISIBLE_DEVICES), so timing jobs never share a GPU.
 
 A1 = GRID["A1"]
 A1_STUDY = A1["warmup_study"]
+
 
 wildcard_constraints:
     size="|".join(map(re.escape, A1["sizes"] + A1_STUDY["sizes"])),
@@ -9,6 +13,7 @@ wildcard_constraints:
     warmup=r"\d+",
     mode="forward|forward-backward|train-step",
     precision="fp32|bf16",
+
 
 A1_RECORDS = expand(f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
                     size=A1["sizes"], context=A1["contexts"], mode=A1["modes"], precision=A1["precisions"])
@@ -19,37 +24,47 @@ A1_WARMUP_RECORDS = expand(f"{RESULTS}/A1/warmup/{{size}}_ctx{A1_STUDY['context'
 rule A1_benchmark:
     """One point of the A1 grid: a fresh process, its own GPU, one record."""
     input:
-        code("cs336_systems.benchmark"),
+        measuring_code("cs336_systems.benchmark"),
     output:
         f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
     log:
         f"{LOGS}/A1/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.log",
     params:
-        batch=A1["batch"], warmup=A1["warmup"], steps=A1["steps"], attention=A1["attention"], device=GRID["device"],
+        batch=A1["batch"],
+        warmup=A1["warmup"],
+        steps=A1["steps"],
+        attention=A1["attention"],
+        device=GRID["device"],
     resources:
         gpu=1,
     shell:
-        "{LEASE} 1 -- {PY} -m cs336_systems.benchmark --size {wildcards.size} --context {wildcards.context}"
+        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.benchmark --size {wildcards.size} --context {wildcards.context}"
         " --mode {wildcards.mode} --precision {wildcards.precision} --batch {params.batch}"
         " --warmup {params.warmup} --steps {params.steps} --attention {params.attention}"
         " --device {params.device} --out {output} > {log} 2>&1"
 
 
 rule A1_warmup_study:
-    """The same benchmark with 0, 1, 2, ... warm-up steps."""
+    """The same benchmark after 0, 1, 2, ... warm-up steps."""
     input:
-        code("cs336_systems.benchmark"),
+        measuring_code("cs336_systems.benchmark"),
     output:
         f"{RESULTS}/A1/warmup/{{size}}_ctx{{context}}_w{{warmup}}.json",
     log:
         f"{LOGS}/A1/warmup/{{size}}_ctx{{context}}_w{{warmup}}.log",
     params:
-        mode=A1_STUDY["mode"], precision=A1_STUDY["precision"], batch=A1["batch"], steps=A1["steps"],
-        attention=A1["attention"], device=GRID["device"],
+        mode=A1_STUDY["mode"],
+        precision=A1_STUDY["precision"],
+        batch=A1["batch"],
+        steps=A1["steps"],
+        attention=A1["attention"],
+        device=GRID["device"],
     resources:
         gpu=1,
     shell:
-        "{LEASE} 1 -- {PY} -m cs336_systems.benchmark --size {wildcards.size} --context {wildcards.context}"
+        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.benchmark --size {wildcards.size} --context {wildcards.context}"
         " --mode {params.mode} --precision {params.precision} --batch {params.batch}"
         " --warmup {wildcards.warmup} --steps {params.steps} --attention {params.attention}"
         " --device {params.device} --out {output} > {log} 2>&1"
@@ -65,19 +80,22 @@ rule A1_report:
         csv=f"{RESULTS}/A1/table.csv",
         md=report(f"{RESULTS}/A1/table.md", category="A1 benchmark", labels={"item": "table"}),
         summary=f"{RESULTS}/A1/summary.json",
-        contexts=report(f"{RESULTS}/A1/time_vs_context.png", category="A1 benchmark", labels={"item": "time vs context"}),
+        contexts=report(f"{RESULTS}/A1/time_vs_context.png", category="A1 benchmark",
+                        labels={"item": "time vs context"}),
         warmup=report(f"{RESULTS}/A1/warmup.png", category="A1 benchmark", labels={"item": "warm-up effect"}),
     log:
         f"{LOGS}/A1/report.log",
+    params:
+        out_dir=out_dir("csv"),
     shell:
-        "{PY} -m cs336_systems.report.a1 --records {input.records} --warmup-records {input.warmup}"
-        " --out-dir {RESULTS}/A1 > {log} 2>&1"
+        "python -m cs336_systems.report.a1 --records {input.records} --warmup-records {input.warmup}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule A3_accumulation:
-    """Summing 0.01 in fp32 / fp16 / bf16 accumulators (CPU: the arithmetic is the same)."""
+    """Summing 0.01 in fp32 / fp16 / bf16 accumulators (on the CPU: the arithmetic is the same)."""
     input:
-        code("cs336_systems.precision.accumulation"),
+        measuring_code("cs336_systems.precision.accumulation"),
     output:
         f"{RESULTS}/A3/records/accumulation.json",
     log:
@@ -85,10 +103,11 @@ rule A3_accumulation:
     params:
         terms=" ".join(map(str, GRID["A3"]["terms"])),
     shell:
-        "{PY} -m cs336_systems.precision.accumulation --terms {params.terms} --out {output} > {log} 2>&1"
+        "python -m cs336_systems.precision.accumulation --terms {params.terms} --out {output} > {log} 2>&1"
 
 
 rule A3_report:
+    """A3 table, error against number of terms, and the numbers the writeup quotes."""
     input:
         record=rules.A3_accumulation.output,
         code=code("cs336_systems.report.a3"),
@@ -99,5 +118,7 @@ rule A3_report:
         plot=report(f"{RESULTS}/A3/error_vs_terms.png", category="A3 accumulation", labels={"item": "error vs terms"}),
     log:
         f"{LOGS}/A3/report.log",
+    params:
+        out_dir=out_dir("csv"),
     shell:
-        "{PY} -m cs336_systems.report.a3 --record {input.record} --out-dir {RESULTS}/A3 > {log} 2>&1"
+        "python -m cs336_systems.report.a3 --record {input.record} --out-dir {params.out_dir} > {log} 2>&1"

@@ -22,5 +22,5 @@ rule writeup:
         run=RUN,
         preset=PRESET,
     shell:
-        "{PY} -m cs336_systems.report.writeup --run {params.run} --preset {params.preset}"
+        "python -m cs336_systems.report.writeup --run {params.run} --preset {params.preset}"
         " --summaries {input.summaries} --md {output.md} --html {output.html} > {log} 2>&1"

@@ -7,6 +7,7 @@ A bad value stops the workflow with one line that names the key and what is allo
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import jsonschema
 import yaml
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
-RUN_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")   # a folder name, never '.', '..' or a path
 
 
 class ConfigError(ValueError):
@@ -77,16 +78,32 @@ def cuda_visible() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+_BOOLEAN_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _from_command_line(config: dict[str, Any]) -> dict[str, Any]:
+    """Undo Snakemake's guesses for ``--config key=value`` (numbers become numbers, all else strings)."""
+    config = dict(config)
+    if isinstance(config.get("run"), (int, float)):                     # run=2024
+        config["run"] = str(config["run"])
+    flag = config.get("reuse_records")
+    if isinstance(flag, (str, int)) and not isinstance(flag, bool) and str(flag).lower() in _BOOLEAN_WORDS:
+        config["reuse_records"] = _BOOLEAN_WORDS[str(flag).lower()]     # reuse_records=true
+    return config
+
+
 @dataclass(frozen=True)
 class Resolved:
     preset: str          # "full" or "smoke"
     run: str             # folder name under results/
     grid: dict           # the preset's experiment settings
     why: str             # how the preset was chosen, for the first line the user sees
+    reuse_records: bool  # keep records on disk even if the code that made them changed
 
 
 def resolve(config: dict[str, Any]) -> Resolved:
     """Validate ``config`` and pick the preset and run folder."""
+    config = _from_command_line(config)
     validate(config)
     preset = config["preset"]
     if preset == "auto":
@@ -94,6 +111,7 @@ def resolve(config: dict[str, Any]) -> Resolved:
     else:
         why = "chosen in the config"
     run = config.get("run") or preset
-    if set(run) - set(RUN_NAME_CHARS):
-        raise ConfigError(f"config error at run: {run!r} may use only letters, digits, '.', '_' and '-'")
-    return Resolved(preset, run, config["presets"][preset], why)
+    if not RUN_NAME.match(run):
+        raise ConfigError(f"config error at run: {run!r} is not allowed (a folder name: letters, digits, '.', '_', '-',"
+                          " starting with a letter or digit)")
+    return Resolved(preset, run, config["presets"][preset], why, bool(config.get("reuse_records", False)))

@@ -27,7 +27,7 @@ from pathlib import Path
 def gpu_pool() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [d for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+        return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
@@ -76,6 +76,8 @@ def main(argv=None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         p.error("no command given (put it after --)")
+    if args.gpus < 1:
+        p.error(f"--gpus must be at least 1, got {args.gpus}")
     pool = gpu_pool()
     if not pool or os.environ.get("SLURM_JOB_ID"):
         return subprocess.call(command)

@@ -106,7 +106,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
     ok = df[df["status"] == "ok"]
     fb = ok[(ok["mode"] == "forward-backward") & (ok["precision"] == "fp32")]
     # Spread as coefficient of variation (std / mean) of every timed phase of every point.
-    cv = pd.concat([ok["forward_std"] / ok["forward_mean"], ok["backward_std"] / ok["backward_mean"]]).dropna()
+    cv = pd.concat([ok[f"{phase}_std"] / ok[f"{phase}_mean"] for phase in ("forward", "backward", "optimizer")]).dropna()
     worst = ok.loc[cv.idxmax()] if len(cv) else None
     timed = {
         f"{row['size']}@{row['context']}": {"forward": row["forward_mean"], "backward": row["backward_mean"]}

@@ -7,6 +7,7 @@ HTML directly (pandas, base64 PNG) and they arrive as raw HTML blocks, which are
 from __future__ import annotations
 
 import html
+import itertools
 import re
 
 _EMPHASIS = [
@@ -30,6 +31,22 @@ def inline(text: str) -> str:
     return re.sub(r"\x00(\d+)\x00", lambda m: spans[int(m.group(1))], text)
 
 
+def _is_item(line: str) -> bool:
+    return line.lstrip().startswith("- ")
+
+
+def _paragraphs_and_lists(lines: list[str]) -> list[str]:
+    """Consecutive ``- `` lines form a list; the lines between them form paragraphs."""
+    out = []
+    for is_list, group in itertools.groupby(lines, key=_is_item):
+        group = list(group)
+        if is_list:
+            out.append("<ul>" + "".join(f"<li>{inline(line.lstrip()[2:])}</li>" for line in group) + "</ul>")
+        else:
+            out.append(f"<p>{inline(' '.join(line.strip() for line in group))}</p>")
+    return out
+
+
 def to_html(markdown: str) -> str:
     """Convert blocks separated by blank lines; a block that starts with ``<`` is raw HTML."""
     out = []
@@ -43,9 +60,6 @@ def to_html(markdown: str) -> str:
             level = len(m.group(1))
             anchor = re.sub(r"[^a-z0-9]+", "-", m.group(2).lower()).strip("-")
             out.append(f'<h{level} id="{anchor}">{inline(m.group(2))}</h{level}>')
-        elif all(line.lstrip().startswith("- ") for line in block.splitlines()):
-            items = "".join(f"<li>{inline(line.lstrip()[2:])}</li>" for line in block.splitlines())
-            out.append(f"<ul>{items}</ul>")
         else:
-            out.append(f"<p>{inline(' '.join(line.strip() for line in block.splitlines()))}</p>")
+            out.extend(_paragraphs_and_lists(block.splitlines()))
     return "\n".join(out)

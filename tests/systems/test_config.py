@@ -1,0 +1,144 @@
+"""cs336_systems.pipeline.config: schema validation, one-line errors, preset resolution."""
+
+import copy
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cs336_systems.models import MODEL_SIZES
+from cs336_systems.pipeline import config as cfg
+from cs336_systems.pipeline.config import ConfigError, resolve, validate
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def shipped():
+    return yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+def _error(config) -> str:
+    with pytest.raises(ConfigError) as info:
+        resolve(config)
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("config error at ")
+    return msg
+
+
+def test_schema_path_is_the_repo_schema():
+    assert cfg.SCHEMA_PATH == REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def test_shipped_config_validates(shipped):
+    validate(shipped)
+    for preset in ("full", "smoke"):
+        r = resolve({**shipped, "preset": preset})
+        assert (r.preset, r.run, r.why) == (preset, preset, "chosen in the config")
+        assert r.grid == shipped["presets"][preset]
+
+
+def test_allowed_sizes_are_the_size_table():
+    assert cfg.model_size_names() == list(MODEL_SIZES)
+    assert cfg.load_schema()["$defs"]["size"]["enum"] == list(MODEL_SIZES)
+
+
+def test_every_known_size_is_accepted(shipped):
+    c = copy.deepcopy(shipped)
+    c["presets"]["full"]["A1"]["sizes"] = random.sample(list(MODEL_SIZES), len(MODEL_SIZES))
+    validate(c)
+
+
+def test_unknown_size(shipped):
+    c = copy.deepcopy(shipped)
+    c["presets"]["full"]["A1"]["sizes"].append("huge")
+    i = len(c["presets"]["full"]["A1"]["sizes"]) - 1
+    msg = _error(c)
+    assert msg.startswith(f"config error at presets.full.A1.sizes.{i}:")
+    assert "'huge'" in msg
+    for size in MODEL_SIZES:
+        assert size in msg
+
+
+@pytest.mark.parametrize("where", [("smoke", "A1", "warmup"), ("full", "A1", "warmup")])
+def test_negative_warmup(shipped, where):
+    c = copy.deepcopy(shipped)
+    preset, block, key = where
+    c["presets"][preset][block][key] = -random.randint(1, 9)
+    msg = _error(c)
+    assert msg.startswith(f"config error at presets.{preset}.{block}.{key}:")
+    assert "minimum of 0" in msg
+
+
+def test_negative_warmup_in_the_study_list(shipped):
+    c = copy.deepcopy(shipped)
+    c["presets"]["smoke"]["A1"]["warmup_study"]["warmups"] = [0, -2]
+    assert _error(c).startswith("config error at presets.smoke.A1.warmup_study.warmups.1:")
+
+
+def test_misspelled_key(shipped):
+    c = copy.deepcopy(shipped)
+    c["presets"]["smoke"]["A1"]["warmpu"] = c["presets"]["smoke"]["A1"].pop("warmup")
+    msg = _error(c)
+    assert msg.startswith("config error at presets.smoke.A1:")
+    assert "'warmpu'" in msg and "allowed:" in msg and "warmup" in msg.split("allowed:")[1]
+
+
+def test_unknown_top_level_key(shipped):
+    msg = _error({**shipped, "presetz": "smoke"})
+    assert "(top level)" in msg and "'presetz'" in msg and "preset" in msg.split("allowed:")[1]
+
+
+def test_wrong_type(shipped):
+    c = copy.deepcopy(shipped)
+    c["presets"]["full"]["A1"]["batch"] = "4"
+    msg = _error(c)
+    assert msg.startswith("config error at presets.full.A1.batch:")
+    assert "integer" in msg
+
+
+def test_unknown_preset(shipped):
+    msg = _error({**shipped, "preset": "fast"})
+    assert msg.startswith("config error at preset:")
+    assert "'fast'" in msg and all(p in msg for p in ("auto", "full", "smoke"))
+
+
+@pytest.mark.parametrize("run", ["a/b", "my run", "../x", "ü"])
+def test_bad_run_name(shipped, run):
+    msg = _error({**shipped, "preset": "smoke", "run": run})
+    assert msg.startswith("config error at run:") and repr(run) in msg
+
+
+def test_missing_required_block(shipped):
+    c = copy.deepcopy(shipped)
+    del c["presets"]["smoke"]["A3"]
+    msg = _error(c)
+    assert msg.startswith("config error at presets.smoke:") and "A3" in msg
+
+
+@pytest.mark.parametrize("visible,expected", [(False, "smoke"), (True, "full")])
+def test_auto_preset_follows_cuda(shipped, monkeypatch, visible, expected):
+    monkeypatch.setattr(cfg, "cuda_visible", lambda: visible)
+    r = resolve({**shipped, "preset": "auto", "run": ""})
+    assert r.preset == expected and r.run == expected
+    assert r.why.startswith("auto")
+    assert r.grid == shipped["presets"][expected]
+
+
+def test_run_name_is_kept(shipped):
+    name = f"h100-{random.randint(0, 999)}.v2_a"
+    r = resolve({**shipped, "preset": "smoke", "run": name})
+    assert r.run == name and r.preset == "smoke"
+
+
+def test_run_defaults_when_absent(shipped):
+    c = {k: v for k, v in shipped.items() if k != "run"}
+    assert resolve({**c, "preset": "full"}).run == "full"
+    assert resolve({**c, "preset": "full", "run": None}).run == "full"
+
+
+def test_cuda_visible_respects_empty_device_list(monkeypatch):
+    for value in ("", "-1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+        assert cfg.cuda_visible() is False

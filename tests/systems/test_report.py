@@ -1,0 +1,225 @@
+"""The report steps (A1, A3) and the writeup, on synthetic records in a temporary folder."""
+
+import csv
+import json
+import random
+import re
+import statistics
+
+import pytest
+
+from cs336_systems.precision import accumulation
+from cs336_systems.records import make_record, write_json_atomic
+from cs336_systems.report import a1, a3, writeup
+from cs336_systems.report.writeup import SECTIONS
+
+PHASES = {"forward": ["forward"], "forward-backward": ["forward", "backward"],
+          "train-step": ["forward", "backward", "optimizer"]}
+BATCH, WARMUP, STEPS = 3, 2, 5
+
+
+def _summary(samples):
+    return {"mean": statistics.fmean(samples), "std": statistics.stdev(samples), "median": statistics.median(samples),
+            "min": min(samples), "max": max(samples), "n": len(samples), "samples": samples}
+
+
+def a1_record(rng, size, context, mode, precision, *, warmup=WARMUP, status="ok", spread=0.05):
+    params = {"size": size, "context": context, "batch": BATCH, "mode": mode, "warmup": warmup, "steps": STEPS,
+              "precision": precision, "attention": "naive", "device": "cpu"}
+    if status != "ok":
+        return make_record("A1", params, status, reason="OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+    metrics = {}
+    for phase in PHASES[mode]:
+        centre = rng.uniform(1, 50)
+        # The optimizer is kept steady, so the largest spread is in forward or backward whatever
+        # set of phases the coefficient of variation is taken over.
+        s = spread / 10 if phase == "optimizer" else rng.uniform(0.2, 1.0) * spread
+        metrics[phase] = _summary([centre * (1 + s * rng.gauss(0, 1)) for _ in range(STEPS)])
+    step = [sum(metrics[ph]["samples"][i] for ph in PHASES[mode]) for i in range(STEPS)]
+    metrics["step"] = _summary(step)
+    metrics["warmup_step_samples"] = [rng.uniform(50, 100) for _ in range(warmup)]
+    metrics["peak_memory_bytes"] = rng.randint(1, 8) * 2**30
+    metrics["parameters"] = 1234
+    return make_record("A1", params, "ok", metrics)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    rng = random.Random()
+    root = tmp_path_factory.mktemp("report")
+    records = []
+    for size in ("tiny", "small"):
+        for context in (16, 64):
+            for mode in PHASES:
+                precision = rng.choice(["fp32", "bf16"]) if mode != "forward-backward" else "fp32"
+                oom = (size, context, mode) == ("small", 64, "train-step")
+                records.append(a1_record(rng, size, context, mode, precision, status="oom" if oom else "ok"))
+    warmups = [a1_record(rng, "tiny", 16, "forward-backward", "fp32", warmup=w, spread=0.3) for w in (0, 2)]
+    paths = []
+    for i, r in enumerate(records):
+        paths.append(root / "records" / f"r{i}.json")
+        write_json_atomic(paths[-1], r)
+    wpaths = []
+    for i, r in enumerate(warmups):
+        wpaths.append(root / "warmup" / f"w{i}.json")
+        write_json_atomic(wpaths[-1], r)
+    a1_dir = root / "out" / "A1"
+    assert a1.main(["--records", *map(str, paths), "--warmup-records", *map(str, wpaths),
+                    "--out-dir", str(a1_dir)]) == 0
+
+    a3_record = root / "a3" / "accumulation.json"
+    assert accumulation.main(["--terms", "1", "10", "100", "1000", "--out", str(a3_record)]) == 0
+    a3_dir = root / "out" / "A3"
+    assert a3.main(["--record", str(a3_record), "--out-dir", str(a3_dir)]) == 0
+
+    md, html = root / "writeup" / "writeup.md", root / "writeup" / "writeup.html"
+    assert writeup.main(["--run", "testrun", "--preset", "smoke", "--summaries", str(a1_dir / "summary.json"),
+                         str(a3_dir / "summary.json"), "--md", str(md), "--html", str(html)]) == 0
+    return {"records": records, "warmups": warmups, "a1": a1_dir, "a3": a3_dir, "a3_record": a3_record,
+            "md": md, "html": html}
+
+
+def _csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _key(params):
+    return (params["size"], str(params["context"]), params["mode"], params["precision"])
+
+
+def test_a1_outputs_exist(built):
+    for name in ("table.csv", "table.md", "summary.json", "time_vs_context.png", "warmup.png"):
+        assert (built["a1"] / name).stat().st_size > 0, name
+    for png in ("time_vs_context.png", "warmup.png"):
+        assert (built["a1"] / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a1_table_has_one_row_per_record_with_mean_pm_std(built):
+    rows = _csv(built["a1"] / "table.csv")
+    assert len(rows) == len(built["records"])
+    by_key = {(r["size"], r["context"], r["mode"], r["precision"]): r for r in rows}
+    assert len(by_key) == len(rows)
+    for rec in built["records"]:
+        row = by_key[_key(rec["params"])]
+        for phase in ("forward", "backward", "optimizer", "step"):
+            cell = row[f"{phase} (ms)"]
+            if rec["status"] == "oom":
+                assert cell == "OOM"
+            elif phase in rec["metrics"]:
+                m = rec["metrics"][phase]
+                assert cell == f"{m['mean']:.2f} ± {m['std']:.2f}"
+            else:
+                assert cell == ""
+        peak = rec["metrics"].get("peak_memory_bytes")
+        assert row["peak (GiB)"] == (f"{peak / 2**30:.2f}" if peak else "")
+
+
+def test_a1_table_md_matches_csv(built):
+    md = (built["a1"] / "table.md").read_text()
+    rows = _csv(built["a1"] / "table.csv")
+    assert len([line for line in md.splitlines() if line.startswith("|")]) == len(rows) + 2   # header + rule
+    assert md.count("OOM") == 4
+
+
+def test_a1_summary_numbers(built):
+    s = json.loads((built["a1"] / "summary.json").read_text())
+    ok = [r for r in built["records"] if r["status"] == "ok"]
+    assert s["points"] == len(built["records"]) and s["ok"] == len(ok)
+    assert s["not_ok"] == ["small ctx 64 train-step " + next(r["params"]["precision"] for r in built["records"]
+                                                           if r["status"] == "oom") + ": oom"]
+    cvs = [(r["metrics"][ph]["std"] / r["metrics"][ph]["mean"], r) for r in ok
+           for ph in ("forward", "backward", "optimizer") if ph in r["metrics"]]
+    worst_cv, worst = max(cvs, key=lambda x: x[0])
+    assert s["cv_max"] == pytest.approx(worst_cv, rel=1e-12)
+    assert s["cv_median"] == pytest.approx(statistics.median(c for c, _ in cvs), rel=1e-12)
+    p = worst["params"]
+    assert s["cv_max_point"] == f"{p['size']} ctx {p['context']} {p['mode']} {p['precision']}"
+    fb = {f"{r['params']['size']}@{r['params']['context']}": r for r in ok
+          if r["params"]["mode"] == "forward-backward" and r["params"]["precision"] == "fp32"}
+    assert s["fp32_forward_backward"].keys() == fb.keys()
+    for point, r in fb.items():
+        assert s["fp32_forward_backward"][point]["forward"] == pytest.approx(r["metrics"]["forward"]["mean"])
+        assert s["fp32_forward_backward"][point]["backward"] == pytest.approx(r["metrics"]["backward"]["mean"])
+    assert (s["batch"], s["warmup_steps"], s["steps"]) == (BATCH, WARMUP, STEPS)
+    assert [(w["size"], w["warmup"]) for w in s["warmup"]] == [("tiny", 0), ("tiny", 2)]
+    for w, r in zip(s["warmup"], built["warmups"]):
+        samples = r["metrics"]["step"]["samples"]
+        assert w["first"] == samples[0]
+        assert w["rest_mean"] == pytest.approx(statistics.fmean(samples[1:]))
+        assert w["mean"] == pytest.approx(r["metrics"]["step"]["mean"])
+    prov = s["provenance"]
+    assert prov["records"] == len(built["records"]) + len(built["warmups"])
+    assert prov["statuses"] == {"ok": len(ok) + 2, "oom": 1, "skipped": 0, "error": 0}
+
+
+def test_a3_table_and_summary(built):
+    record = json.loads(built["a3_record"].read_text())
+    rows = _csv(built["a3"] / "table.csv")
+    assert len(rows) == len(record["metrics"]["rows"]) == len(accumulation.VARIANTS) * 4
+    for row, want in zip(rows, record["metrics"]["rows"]):
+        assert row["variant"] == want["variant"] and int(row["terms"]) == want["terms"]
+        assert float(row["value"]) == pytest.approx(want["value"], rel=1e-12)
+        assert float(row["abs_error"]) == pytest.approx(abs(want["value"] - want["terms"] / 100), rel=1e-9, abs=1e-15)
+    s = json.loads((built["a3"] / "summary.json").read_text())
+    assert s["course_terms"] == 1000 and s["largest_terms"] == 1000
+    at = {r["variant"]: r for r in record["metrics"]["rows"] if r["terms"] == 1000}
+    assert s["at_course_terms"].keys() == at.keys()
+    for variant, r in at.items():
+        assert s["at_course_terms"][variant]["value"] == r["value"]
+        assert s["at_course_terms"][variant]["abs_error"] == pytest.approx(abs(r["value"] - 10), abs=1e-12)
+    assert (built["a3"] / "error_vs_terms.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_writeup_markdown_sections(built):
+    md = built["md"].read_text()
+    headings = re.findall(r"^## (\w+)\. ", md, flags=re.M)
+    assert headings == list(SECTIONS)
+    s1 = json.loads((built["a1"] / "summary.json").read_text())
+    s3 = json.loads((built["a3"] / "summary.json").read_text())
+    sections = dict(zip(headings, re.split(r"^## \w+\. .*$", md, flags=re.M)[1:]))
+    for ident, body in sections.items():
+        if ident in ("A1", "A3"):
+            assert "Not built yet" not in body
+        else:
+            assert f"*Not built yet: this run has no data for {ident}.*" in body
+    a1_text, a3_text = sections["A1"], sections["A3"]
+    for point, t in s1["fp32_forward_backward"].items():
+        assert f"forward {t['forward']:,.2f} ms, backward {t['backward']:,.2f} ms" in a1_text
+    assert f"{100 * s1['cv_max']:.1f} %" in a1_text
+    assert f"{s1['ok']} of {s1['points']} grid points ran" in a1_text
+    assert "OOM" in a1_text
+    for variant, r in s3["at_course_terms"].items():
+        assert f"`{variant}`: {r['value']:,.6f}" in a3_text
+    assert "run `testrun`" in md and "smoke run" in md
+    # Markdown figures point at the real files, relative to the writeup.
+    for target in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
+        assert (built["md"].parent / target).is_file(), target
+
+
+def test_writeup_html_is_self_contained(built):
+    page = built["html"].read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    srcs = re.findall(r'src="([^"]*)"', page)
+    assert len(srcs) == 3                         # the three figures, inlined
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert not re.search(r"<link\b|@import|url\(", page)
+    assert "<table" in page
+    assert '<h2 id="a1-end-to-end-benchmark">' in page
+    assert "Not built yet: this run has no data for C12." in page
+
+
+def test_writeup_rejects_a_summary_outside_a_deliverable_folder(tmp_path):
+    bad = tmp_path / "Z9" / "summary.json"
+    write_json_atomic(bad, {})
+    with pytest.raises(SystemExit, match="not in a deliverable's folder"):
+        writeup.main(["--run", "x", "--preset", "smoke", "--summaries", str(bad),
+                      "--md", str(tmp_path / "w.md"), "--html", str(tmp_path / "w.html")])
+
+
+def test_writeup_with_no_summaries(tmp_path):
+    assert writeup.main(["--run", "empty", "--preset", "full", "--md", str(tmp_path / "w.md"),
+                         "--html", str(tmp_path / "w.html")]) == 0
+    md = (tmp_path / "w.md").read_text()
+    assert md.count("*Not built yet:") == len(SECTIONS)
+    assert "smoke run" not in md

@@ -1,0 +1,121 @@
+"""cs336_systems.timing: the OOM test, OOM-tolerant calls, summaries and the phase timer."""
+
+import random
+import statistics
+import time
+
+import pytest
+import torch
+
+from cs336_systems.timing import PhaseTimer, call_counting_oom, is_out_of_memory, summarize
+
+
+@pytest.mark.parametrize("exc", [
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    MemoryError(),
+    RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.1 GiB total capacity)"),
+    RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                 "you tried to allocate 9437184 bytes. Error code 12 (Cannot allocate memory)"),
+    RuntimeError("Cannot allocate memory"),
+])
+def test_is_out_of_memory_true(exc):
+    assert is_out_of_memory(exc)
+
+
+@pytest.mark.parametrize("exc", [
+    ValueError("out of memory"),          # right words, wrong type
+    RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"),
+    RuntimeError("CUDA error: device-side assert triggered"),
+    KeyError("memory"),
+    TypeError("x"),
+])
+def test_is_out_of_memory_false(exc):
+    assert not is_out_of_memory(exc)
+
+
+def test_call_counting_oom_passes_metrics_through():
+    metrics = {"x": random.random()}
+    assert call_counting_oom(lambda: metrics) == ("ok", metrics, None)
+
+
+def test_call_counting_oom_turns_oom_into_a_result():
+    detail = f"Tried to allocate {random.randint(1, 99)} GiB"
+
+    def fn():
+        raise torch.OutOfMemoryError(f"CUDA out of memory. {detail}\nsecond line of the message")
+
+    status, metrics, msg = call_counting_oom(fn)
+    assert (status, metrics) == ("oom", {})
+    assert msg.startswith("OutOfMemoryError: ") and detail in msg
+    assert "\n" not in msg and "second line" not in msg
+
+
+def test_call_counting_oom_catches_memory_error():
+    def fn():
+        raise MemoryError("host")
+    assert call_counting_oom(fn)[0] == "oom"
+
+
+@pytest.mark.parametrize("exc", [ValueError("bad"), RuntimeError("shape mismatch"), ZeroDivisionError()])
+def test_call_counting_oom_reraises_other_errors(exc):
+    def fn():
+        raise exc
+    with pytest.raises(type(exc)) as info:
+        call_counting_oom(fn)
+    assert info.value is exc
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 50])
+def test_summarize_matches_statistics(n):
+    samples = [random.uniform(0.1, 100.0) for _ in range(n)]
+    s = summarize(samples)
+    assert s["n"] == n
+    assert s["mean"] == pytest.approx(statistics.mean(samples), rel=1e-12)
+    assert s["median"] == pytest.approx(statistics.median(samples), rel=1e-12)
+    assert s["std"] == pytest.approx(statistics.stdev(samples) if n > 1 else 0.0, rel=1e-12, abs=1e-15)
+    assert s["min"] == min(samples) and s["max"] == max(samples)
+
+
+def test_summarize_closed_form():
+    s = summarize([1.0, 2.0, 3.0, 4.0])
+    assert s["mean"] == 2.5 and s["median"] == 2.5
+    assert s["std"] == pytest.approx((5 / 3) ** 0.5)
+
+
+def test_summarize_rejects_empty():
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_phase_timer_one_sample_per_entry():
+    timer = PhaseTimer("cpu")
+    counts = {"forward": random.randint(1, 5), "backward": random.randint(1, 5), "optimizer": random.randint(0, 3)}
+    for name, k in counts.items():
+        for _ in range(k):
+            with timer.phase(name):
+                pass
+    assert {k: len(v) for k, v in timer.samples.items()} == {k: v for k, v in counts.items() if v}
+    assert all(x >= 0 for v in timer.samples.values() for x in v)
+
+
+def test_phase_timer_keeps_working_after_an_exception_in_a_phase():
+    timer = PhaseTimer("cpu")
+    with pytest.raises(ZeroDivisionError):
+        with timer.phase("bad"):
+            1 / 0
+    with timer.phase("good"):
+        pass
+    assert len(timer.samples["good"]) == 1
+
+
+def test_phase_timer_measures_milliseconds():
+    timer = PhaseTimer("cpu")
+    durations = [0.0, 0.05, 0.2]
+    for d in durations:
+        with timer.phase(f"sleep{d}"):
+            time.sleep(d)
+    got = [timer.samples[f"sleep{d}"][0] for d in durations]
+    # Sleeping d seconds takes at least d*1000 ms; allow generous slack on a busy machine.
+    for d, ms in zip(durations, got):
+        assert d * 1e3 * 0.95 <= ms <= d * 1e3 + 250
+    assert got[0] < got[1] < got[2]

@@ -1,0 +1,26 @@
+# Shared by every rule file: the resolved config, the run's folders, and code dependencies.
+import glob
+import re
+import sys
+
+from cs336_systems.pipeline.config import ConfigError, resolve
+from cs336_systems.pipeline.rule_helpers import code, out_dir
+
+try:
+    CHOSEN = resolve(config)
+except ConfigError as error:
+    sys.exit(f"cs336-systems: {error}")
+
+PRESET, RUN, GRID = CHOSEN.preset, CHOSEN.run, CHOSEN.grid
+RESULTS = f"results/{RUN}"
+LOGS = f"{RESULTS}/logs"
+WRITEUP = f"writeup/{RUN}"
+
+# Code inputs of the rules that measure. With `reuse_records: true`, records already on disk count
+# as fresh whatever the code's age (`ancient`), so tables and the writeup can be rebuilt from
+# committed GPU records on any machine; only missing records are measured.
+measuring_code = (lambda *modules: [ancient(f) for f in code(*modules)]) if CHOSEN.reuse_records else code
+
+print(f"cs336-systems: preset {PRESET} ({CHOSEN.why}); results in {RESULTS}/, writeup in {WRITEUP}/",
+      file=sys.stderr)
+
