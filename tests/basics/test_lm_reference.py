@@ -114,22 +114,26 @@ def test_too_long_sequence_rejected():
         model(torch.zeros(1, CFG["context_length"] + 1, dtype=torch.long))
 
 
-# (d_model, d_ff, num_layers, num_heads) -> expected parameter count at vocab 10_000.
-SIZES = {
-    "small": ((768, 3072, 12, 12), 128_625_408),
-    "medium": ((1024, 4096, 24, 16), 423_183_360),
-    "large": ((1280, 5120, 36, 20), 969_411_840),
-    "xl": ((1600, 6400, 48, 25), 1_998_235_200),
-    "2.7B": ((2560, 10240, 32, 32), 3_406_809_600),
+# Expected parameter counts at vocab 10 000, from the assignment's own table. The dimensions are
+# read from the project's one size table, so the pipeline and this test cannot drift apart.
+EXPECTED_PARAMETERS = {
+    "small": 128_625_408,
+    "medium": 423_183_360,
+    "large": 969_411_840,
+    "xl": 1_998_235_200,
+    "2.7B": 3_406_809_600,
 }
 
 
-@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("size", list(EXPECTED_PARAMETERS))
 def test_parameter_counts_on_meta(size):
-    (d, d_ff, layers, heads), expected = SIZES[size]
-    V = 10_000
-    model = TransformerLM(V, 1024, d, layers, heads, d_ff, 10000.0, device="meta")
+    from cs336_systems.models import MODEL_SIZES, build_model
+
+    dims, V = MODEL_SIZES[size], 10_000
+    d, d_ff, layers = dims.d_model, dims.d_ff, dims.num_layers
+    model = build_model(dims, 1024, vocab_size=V, device="meta")
     count = sum(p.numel() for p in model.parameters())
-    assert count == expected
+    assert count == EXPECTED_PARAMETERS[size]
     assert count == 2 * V * d + layers * (4 * d * d + 3 * d * d_ff + 2 * d) + d
+    assert count == dims.parameter_count(V)
     assert all(p.device.type == "meta" for p in model.parameters())

@@ -55,23 +55,29 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_time_vs_context(df: pd.DataFrame, path: Path) -> None:
+    """One panel per mode; colour = size, line style = precision; failed points as x on the top edge."""
     modes = list(df["mode"].cat.categories)
-    fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 4), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(modes), figsize=(4.5 * len(modes), 4), squeeze=False, sharey=True)
+    colours = {size: f"C{i}" for i, size in enumerate(df["size"].cat.categories)}
     styles = {"fp32": "-", "bf16": "--"}
+    contexts = sorted(df["context"].unique())
+    top = df["step_mean"].max() * 1.5
     for ax, mode in zip(axes[0], modes):
-        for size in df["size"].cat.categories:
-            for precision, part in df[(df["mode"] == mode) & (df["size"] == size)].groupby("precision"):
-                ok = part[part["status"] == "ok"]
-                line, = ax.plot(ok["context"], ok["step_mean"], styles.get(precision, ":"), marker="o",
-                                label=f"{size} {precision}")
-                failed = part[part["status"] != "ok"]
-                if len(failed):
-                    ax.scatter(failed["context"], [ax.get_ylim()[1]] * len(failed), marker="x", color=line.get_color())
-        ax.set(title=mode, xlabel="context length", xscale="log", yscale="log")
-        ax.set_xticks(sorted(df["context"].unique()), [str(c) for c in sorted(df["context"].unique())])
+        for (size, precision), part in df[df["mode"] == mode].groupby(["size", "precision"], observed=True):
+            ok, failed = part[part["status"] == "ok"], part[part["status"] != "ok"]
+            ax.plot(ok["context"], ok["step_mean"], styles.get(precision, ":"), marker="o", color=colours[size],
+                    label=f"{size} {precision}")
+            ax.scatter(failed["context"], [top] * len(failed), marker="x", color=colours[size])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(contexts, [str(c) for c in contexts])
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+        ax.set(title=mode, xlabel="context length")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("time per step (ms, mean)")
-    axes[0][-1].legend(fontsize=7, ncol=2, title="x: out of memory", title_fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8, bbox_to_anchor=(0.5, -0.2),
+               title="size and precision (x on the top edge: out of memory or error)", title_fontsize=8)
     save_figure(fig, path)
 
 
@@ -83,7 +89,7 @@ def plot_warmup(records: list[dict], path: Path) -> None:
             if r["status"] == "ok":
                 samples = r["metrics"]["step"]["samples"]
                 ax.plot(range(1, len(samples) + 1), samples, marker=".", label=f"{r['params']['warmup']} warm-up")
-        ax.set(title=size, xlabel="timed step", yscale="log")
+        ax.set(title=size, xlabel="timed step", ylim=(0, None))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("step time (ms)")
@@ -91,6 +97,8 @@ def plot_warmup(records: list[dict], path: Path) -> None:
 
 
 def warmup_summary(records: list[dict]) -> list[dict]:
+    """Per size and warm-up count: mean, std, first vs later steps, and the mean relative to the
+    longest warm-up of the same size (``vs_longest``: 0.05 = 5 % slower)."""
     rows = []
     for r in records:
         if r["status"] != "ok":
@@ -98,7 +106,13 @@ def warmup_summary(records: list[dict]) -> list[dict]:
         s = r["metrics"]["step"]
         rows.append({"size": r["params"]["size"], "warmup": r["params"]["warmup"], "mean": s["mean"], "std": s["std"],
                      "first": s["samples"][0], "rest_mean": sum(s["samples"][1:]) / max(1, len(s["samples"]) - 1)})
-    return sorted(rows, key=lambda x: (list(MODEL_SIZES).index(x["size"]), x["warmup"]))
+    rows.sort(key=lambda x: (list(MODEL_SIZES).index(x["size"]), x["warmup"]))
+    longest = {row["size"]: row for row in rows}           # sorted: the last row of a size wins
+    for row in rows:
+        row["first_vs_rest"] = row["first"] / row["rest_mean"]
+        row["vs_longest"] = row["mean"] / longest[row["size"]]["mean"] - 1
+        row["std_vs_longest"] = row["std"] / longest[row["size"]]["std"] if longest[row["size"]]["std"] else None
+    return rows
 
 
 def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict]) -> dict:
@@ -113,6 +127,20 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         for _, row in fb.iterrows()
     }
     failed = df[df["status"] != "ok"]
+    cv_by_precision = {
+        precision: float(pd.concat([part[f"{ph}_std"] / part[f"{ph}_mean"] for ph in ("forward", "backward", "optimizer")]
+                                   ).dropna().median())
+        for precision, part in ok.groupby("precision", observed=True)
+    }
+    # How forward time grows from the shortest to the longest context, per size (fp32 forward mode):
+    # a model whose time barely grows is bound by kernel launches, not by arithmetic.
+    fwd = ok[(ok["mode"] == "forward") & (ok["precision"] == "fp32")]
+    growth = {}
+    for size, part in fwd.groupby("size", observed=True):
+        part = part.sort_values("context")
+        if len(part) > 1:
+            growth[size] = {"from": int(part["context"].iloc[0]), "to": int(part["context"].iloc[-1]),
+                            "ratio": float(part["forward_mean"].iloc[-1] / part["forward_mean"].iloc[0])}
     return {
         "provenance": run_provenance(records + warmup_records),
         "points": len(df), "ok": int(len(ok)),
@@ -121,6 +149,9 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "cv_median": float(cv.median()) if len(cv) else None,
         "cv_max": float(cv.max()) if len(cv) else None,
         "cv_max_point": f"{worst['size']} ctx {worst['context']} {worst['mode']} {worst['precision']}" if worst is not None else None,
+        "backward_over_forward_median": float((fb["backward_mean"] / fb["forward_mean"]).median()) if len(fb) else None,
+        "cv_by_precision": cv_by_precision,
+        "forward_growth": growth,
         "warmup": warmup_summary(warmup_records),
         "batch": int(records[0]["params"]["batch"]) if records else None,
         "warmup_steps": int(records[0]["params"]["warmup"]) if records else None,
