@@ -21,6 +21,16 @@ A1_WARMUP_RECORDS = expand(f"{RESULTS}/A1/warmup/{{size}}_ctx{A1_STUDY['context'
                            size=A1_STUDY["sizes"], warmup=A1_STUDY["warmups"])
 
 
+# One benchmark process on its own GPU; both A1 rules run it, with their grid point in params.
+BENCHMARK = (
+    "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+    " python -m cs336_systems.benchmark --size {wildcards.size} --context {wildcards.context}"
+    " --mode {params.mode} --precision {params.precision} --batch {params.batch}"
+    " --warmup {params.warmup} --steps {params.steps} --attention {params.attention}"
+    " --device {params.device} --out {output} > {log} 2>&1"
+)
+
+
 rule A1_benchmark:
     """One point of the A1 grid: a fresh process, its own GPU, one record."""
     input:
@@ -30,19 +40,17 @@ rule A1_benchmark:
     log:
         f"{LOGS}/A1/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.log",
     params:
-        batch=A1["batch"],
+        mode=lambda wildcards: wildcards.mode,
+        precision=lambda wildcards: wildcards.precision,
         warmup=A1["warmup"],
+        batch=A1["batch"],
         steps=A1["steps"],
         attention=A1["attention"],
         device=GRID["device"],
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
-        " python -m cs336_systems.benchmark --size {wildcards.size} --context {wildcards.context}"
-        " --mode {wildcards.mode} --precision {wildcards.precision} --batch {params.batch}"
-        " --warmup {params.warmup} --steps {params.steps} --attention {params.attention}"
-        " --device {params.device} --out {output} > {log} 2>&1"
+        BENCHMARK
 
 
 rule A1_warmup_study:
@@ -56,6 +64,7 @@ rule A1_warmup_study:
     params:
         mode=A1_STUDY["mode"],
         precision=A1_STUDY["precision"],
+        warmup=lambda wildcards: wildcards.warmup,
         batch=A1["batch"],
         steps=A1["steps"],
         attention=A1["attention"],
@@ -63,11 +72,7 @@ rule A1_warmup_study:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
-        " python -m cs336_systems.benchmark --size {wildcards.size} --context {wildcards.context}"
-        " --mode {params.mode} --precision {params.precision} --batch {params.batch}"
-        " --warmup {wildcards.warmup} --steps {params.steps} --attention {params.attention}"
-        " --device {params.device} --out {output} > {log} 2>&1"
+        BENCHMARK
 
 
 rule A1_report:
