@@ -1,0 +1,353 @@
+"""FlashAttention-2 in Triton (B3b, B3c, B4): the forward kernel and a backward without atomics.
+
+Layout: q (batch, Nq, d); k, v (batch, Nk, d); any strides. The launch grid is (tiles, batch).
+
+Forward, one program per query tile: stream key tiles, keep the running max ``m``, denominator
+``l`` and output accumulator in fp32 registers, and write O and the log-sum-exp L (natural log, fp32).
+Backward, two kernels so no two programs write the same memory: one program per *key* tile
+accumulates dK and dV over the query tiles, one program per *query* tile accumulates dQ over the
+key tiles; D = rowsum(dO ∘ O) is computed once before them.
+
+Both walk their tiles in two or three ranges (see ``_tile_ranges`` in the comments below): tiles
+that need no mask at all, the causal diagonal, and a ragged last tile when a length is not a
+multiple of the tile. The mask arithmetic runs only in the last two, and tiles wholly above the
+causal diagonal are never visited. Softmax exponentials use ``exp2`` with log2(e) folded into the
+score scale. Plain pointer arithmetic (no block pointers) keeps the kernels working on the Triton
+of the GPU machines (3.6) and the newer one CI installs (where ``tl.make_block_ptr`` is gone), and
+under ``TRITON_INTERPRET=1`` on a CPU.
+
+Selecting the backward: ``FlashAttentionTriton`` uses these Triton kernels;
+``FlashAttentionTritonPytorchBackward`` has the same Triton forward with the compiled PyTorch
+backward of ``attention.backward``.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from cs336_systems.attention.backward import compiled_flash_backward
+from cs336_systems.attention.inputs import check_inputs
+
+LOG2_E = 1.4426950408889634
+MASKED = -1.0e6      # added to masked scores: exp2 of it is exactly 0, and no inf - inf can occur
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+# --- forward ---------------------------------------------------------------------------------
+
+@triton.jit
+def _mm(a, b, PRECISION: tl.constexpr):
+    """``tl.dot`` with the product precision chosen on the host (see ``_precision``)."""
+    if PRECISION == "upcast":
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b, input_precision=PRECISION)
+
+
+@triton.jit
+def _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, key_lo, key_hi, n_keys,
+                   qk_scale, BLOCK_K: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """Fold key tiles [key_lo, key_hi) into the running (acc, l, m) of one query tile."""
+    for start in range(key_lo, key_hi, BLOCK_K):
+        offs_k = start + tl.arange(0, BLOCK_K)
+        if MASK:
+            in_range = offs_k < n_keys
+            k = tl.load(k_base + offs_k[:, None] * stride_kn + offs_d[None, :], mask=in_range[:, None], other=0.0)
+            v = tl.load(v_base + offs_k[:, None] * stride_vn + offs_d[None, :], mask=in_range[:, None], other=0.0)
+        else:
+            k = tl.load(k_base + offs_k[:, None] * stride_kn + offs_d[None, :])
+            v = tl.load(v_base + offs_k[:, None] * stride_vn + offs_d[None, :])
+        s = _mm(q, tl.trans(k), PRECISION) * qk_scale          # log2 units
+        if MASK:
+            keep = in_range[None, :]
+            if CAUSAL:
+                keep = keep & (offs_q[:, None] >= offs_k[None, :])
+            s = s + tl.where(keep, 0.0, MASKED)
+        m_new = tl.maximum(m, tl.max(s, 1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, PRECISION)
+        m = m_new
+    return acc, l, m
+
+
+@triton.jit
+def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
+                          stride_ob, stride_on, stride_lb, n_queries, n_keys, qk_scale,
+                          D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
+                          PRECISION: tl.constexpr):
+    q_tile, b = tl.program_id(0), tl.program_id(1)
+    q_lo = q_tile * BLOCK_Q
+    offs_q = q_lo + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, D)
+    q_valid = offs_q < n_queries
+    q = tl.load(Q + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :], mask=q_valid[:, None], other=0.0)
+    k_base, v_base = K + b * stride_kb, V + b * stride_vb
+
+    m = tl.full([BLOCK_Q], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_Q], tl.float32)
+    acc = tl.zeros([BLOCK_Q, D], tl.float32)
+    if CAUSAL:
+        # Keys before the tile's first query: every score is visible, no mask. Then the diagonal
+        # keys [q_lo, q_lo + BLOCK_Q), masked; keys after them are never loaded.
+        acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, q_lo,
+                                   n_keys, qk_scale, BLOCK_K, False, True, PRECISION)
+        acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, q_lo,
+                                   tl.minimum(q_lo + BLOCK_Q, n_keys), n_keys, qk_scale, BLOCK_K, True, True, PRECISION)
+    else:
+        full = (n_keys // BLOCK_K) * BLOCK_K
+        acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, full,
+                                   n_keys, qk_scale, BLOCK_K, False, False, PRECISION)
+        acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, full, n_keys,
+                                   n_keys, qk_scale, BLOCK_K, True, False, PRECISION)
+
+    out = acc / l[:, None]
+    tl.store(O + b * stride_ob + offs_q[:, None] * stride_on + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=q_valid[:, None])
+    tl.store(L + b * stride_lb + offs_q, (m + tl.log2(l)) / 1.4426950408889634, mask=q_valid)
+
+
+# --- backward --------------------------------------------------------------------------------
+
+@triton.jit
+def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d, q_lo, q_hi,
+                n_queries, qk_scale, BLOCK_Q: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                PRECISION: tl.constexpr):
+    """Add the contributions of query tiles [q_lo, q_hi) to one key tile's dK and dV (transposed scores)."""
+    for start in range(q_lo, q_hi, BLOCK_Q):
+        offs_q = start + tl.arange(0, BLOCK_Q)
+        if MASK:
+            in_range = offs_q < n_queries
+            q = tl.load(q_base + offs_q[:, None] * stride_qn + offs_d[None, :], mask=in_range[:, None], other=0.0)
+            do = tl.load(do_base + offs_q[:, None] * stride_don + offs_d[None, :], mask=in_range[:, None], other=0.0)
+            lse = tl.load(l_base + offs_q, mask=in_range, other=0.0)
+            delta = tl.load(d_base + offs_q, mask=in_range, other=0.0)
+        else:
+            q = tl.load(q_base + offs_q[:, None] * stride_qn + offs_d[None, :])
+            do = tl.load(do_base + offs_q[:, None] * stride_don + offs_d[None, :])
+            lse = tl.load(l_base + offs_q)
+            delta = tl.load(d_base + offs_q)
+        s_t = _mm(k, tl.trans(q), PRECISION) * qk_scale        # (keys, queries), log2 units
+        p_t = tl.exp2(s_t - lse[None, :] * 1.4426950408889634)
+        if MASK:
+            keep = in_range[None, :]
+            if CAUSAL:
+                keep = keep & (offs_q[None, :] >= offs_k[:, None])
+            p_t = tl.where(keep, p_t, 0.0)
+        dv += _mm(p_t.to(do.dtype), do, PRECISION)
+        dp_t = _mm(v, tl.trans(do), PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += _mm(ds_t.to(q.dtype), q, PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb,
+                       stride_vn, stride_dob, stride_don, stride_lb, stride_dkb, stride_dkn, stride_dvb, stride_dvn,
+                       n_queries, n_keys, scale, qk_scale,
+                       D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
+                       PRECISION: tl.constexpr):
+    k_tile, b = tl.program_id(0), tl.program_id(1)
+    k_lo = k_tile * BLOCK_K
+    offs_k = k_lo + tl.arange(0, BLOCK_K)
+    offs_d = tl.arange(0, D)
+    k_valid = offs_k < n_keys
+    k = tl.load(K + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :], mask=k_valid[:, None], other=0.0)
+    v = tl.load(V + b * stride_vb + offs_k[:, None] * stride_vn + offs_d[None, :], mask=k_valid[:, None], other=0.0)
+    q_base, do_base = Q + b * stride_qb, DO + b * stride_dob
+    l_base, d_base = L + b * stride_lb, DELTA + b * stride_lb
+    dk = tl.zeros([BLOCK_K, D], tl.float32)
+    dv = tl.zeros([BLOCK_K, D], tl.float32)
+    full = (n_queries // BLOCK_Q) * BLOCK_Q
+    if CAUSAL:
+        # Queries before k_lo see none of these keys: skipped. The diagonal [k_lo, k_lo + BLOCK_K) is
+        # masked; later whole tiles are not; a ragged last query tile is masked again.
+        diag_hi = tl.minimum(k_lo + BLOCK_K, n_queries)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             k_lo, diag_hi, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
+        rest_hi = tl.maximum(full, diag_hi)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             diag_hi, rest_hi, n_queries, qk_scale, BLOCK_Q, False, True, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             rest_hi, n_queries, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
+    else:
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             0, full, n_queries, qk_scale, BLOCK_Q, False, False, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             full, n_queries, n_queries, qk_scale, BLOCK_Q, True, False, PRECISION)
+    tl.store(DK + b * stride_dkb + offs_k[:, None] * stride_dkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
+             mask=k_valid[:, None])
+    tl.store(DV + b * stride_dvb + offs_k[:, None] * stride_dvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
+             mask=k_valid[:, None])
+
+
+@triton.jit
+def _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, k_lo, k_hi, n_keys,
+              qk_scale, BLOCK_K: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """Add the contributions of key tiles [k_lo, k_hi) to one query tile's dQ."""
+    for start in range(k_lo, k_hi, BLOCK_K):
+        offs_k = start + tl.arange(0, BLOCK_K)
+        if MASK:
+            in_range = offs_k < n_keys
+            k = tl.load(k_base + offs_k[:, None] * stride_kn + offs_d[None, :], mask=in_range[:, None], other=0.0)
+            v = tl.load(v_base + offs_k[:, None] * stride_vn + offs_d[None, :], mask=in_range[:, None], other=0.0)
+        else:
+            k = tl.load(k_base + offs_k[:, None] * stride_kn + offs_d[None, :])
+            v = tl.load(v_base + offs_k[:, None] * stride_vn + offs_d[None, :])
+        s = _mm(q, tl.trans(k), PRECISION) * qk_scale
+        p = tl.exp2(s - lse[:, None] * 1.4426950408889634)
+        if MASK:
+            keep = in_range[None, :]
+            if CAUSAL:
+                keep = keep & (offs_q[:, None] >= offs_k[None, :])
+            p = tl.where(keep, p, 0.0)
+        dp = _mm(do, tl.trans(v), PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += _mm(ds.to(k.dtype), k, PRECISION)
+    return dq
+
+
+@triton.jit
+def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
+                     stride_dob, stride_don, stride_lb, stride_dqb, stride_dqn, n_queries, n_keys, scale, qk_scale,
+                     D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
+                     PRECISION: tl.constexpr):
+    q_tile, b = tl.program_id(0), tl.program_id(1)
+    q_lo = q_tile * BLOCK_Q
+    offs_q = q_lo + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, D)
+    q_valid = offs_q < n_queries
+    q = tl.load(Q + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :], mask=q_valid[:, None], other=0.0)
+    do = tl.load(DO + b * stride_dob + offs_q[:, None] * stride_don + offs_d[None, :], mask=q_valid[:, None], other=0.0)
+    lse = tl.load(L + b * stride_lb + offs_q, mask=q_valid, other=0.0)
+    delta = tl.load(DELTA + b * stride_lb + offs_q, mask=q_valid, other=0.0)
+    k_base, v_base = K + b * stride_kb, V + b * stride_vb
+    dq = tl.zeros([BLOCK_Q, D], tl.float32)
+    if CAUSAL:
+        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, q_lo, n_keys,
+                       qk_scale, BLOCK_K, False, True, PRECISION)
+        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, q_lo,
+                       tl.minimum(q_lo + BLOCK_Q, n_keys), n_keys, qk_scale, BLOCK_K, True, True, PRECISION)
+    else:
+        full = (n_keys // BLOCK_K) * BLOCK_K
+        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, full, n_keys,
+                       qk_scale, BLOCK_K, False, False, PRECISION)
+        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, full, n_keys,
+                       n_keys, qk_scale, BLOCK_K, True, False, PRECISION)
+    tl.store(DQ + b * stride_dqb + offs_q[:, None] * stride_dqn + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
+             mask=q_valid[:, None])
+
+
+# --- launch ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tiles:
+    """Tile sizes and launch settings. The causal split needs BLOCK_Q to be a multiple of BLOCK_K
+    in the forward and the dQ pass, and BLOCK_K a multiple of BLOCK_Q in the dK/dV pass."""
+    forward_q: int
+    forward_k: int
+    backward: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+def choose_tiles(d: int, dtype: torch.dtype) -> Tiles:
+    if interpreting():
+        return Tiles(forward_q=32, forward_k=16, backward=16, num_warps=1, num_stages=1)  # small: many tiles per test
+    if dtype == torch.float32:
+        return Tiles(forward_q=64, forward_k=32 if d == 128 else 64, backward=32)
+    return Tiles(forward_q=128, forward_k=64, backward=64 if d <= 64 else 32, num_warps=8 if d == 128 else 4,
+                 num_stages=2)
+
+
+def _precision(dtype: torch.dtype) -> str:
+    # fp32 inputs: full-precision products, like torch.matmul's default (TF32 would cost accuracy).
+    if dtype == torch.float32:
+        return "ieee"
+    # Triton's CPU interpreter computes bf16 dot products wrongly (seen with Triton 3.9: garbage of
+    # order 1e10), so there the bf16 tiles are multiplied in fp32. Every rounding to bf16 the GPU
+    # kernel does (P before P·V, dS before dS·K) still happens before the product.
+    if dtype == torch.bfloat16 and interpreting():
+        return "upcast"
+    return "tf32"
+
+
+def _check_device(q: torch.Tensor) -> None:
+    if q.device.type != "cuda" and not interpreting():
+        raise ValueError(f"FlashAttentionTriton needs CUDA tensors (got {q.device}); on a CPU, set "
+                         "TRITON_INTERPRET=1 before importing it to run the kernels in Triton's interpreter")
+
+
+def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool):
+    """Launch the forward kernel; returns (O in q's dtype, L fp32 of shape (batch, Nq))."""
+    batch, n_q, d = q.shape
+    n_k = k.shape[1]
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    tiles = choose_tiles(d, q.dtype)
+    out = torch.empty(batch, n_q, d, dtype=q.dtype, device=q.device)
+    lse = torch.empty(batch, n_q, dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(n_q, tiles.forward_q), batch)
+    _flash_forward_kernel[grid](
+        q, k, v, out, lse, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), lse.stride(0), n_q, n_k, LOG2_E / math.sqrt(d),
+        D=d, BLOCK_Q=tiles.forward_q, BLOCK_K=tiles.forward_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype),
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+    return out, lse
+
+
+def flash_backward_triton(q, k, v, out, grad_out, lse, is_causal: bool):
+    """dQ, dK, dV by recomputation: D = rowsum(dO ∘ O), then the dK/dV and the dQ kernels."""
+    batch, n_q, d = q.shape
+    n_k = k.shape[1]
+    q, k, v, grad_out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, grad_out))
+    tiles = choose_tiles(d, q.dtype)
+    block = tiles.backward
+    delta = (grad_out.float() * out.float()).sum(-1)
+    grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    scale = 1.0 / math.sqrt(d)
+    common = dict(D=d, BLOCK_Q=block, BLOCK_K=block, CAUSAL=is_causal, PRECISION=_precision(q.dtype),
+                  num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+    _flash_dkdv_kernel[(triton.cdiv(n_k, block), batch)](
+        q, k, v, grad_out, lse, delta, grad_k, grad_v, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        v.stride(0), v.stride(1), grad_out.stride(0), grad_out.stride(1), lse.stride(0), grad_k.stride(0),
+        grad_k.stride(1), grad_v.stride(0), grad_v.stride(1), n_q, n_k, scale, scale * LOG2_E, **common)
+    _flash_dq_kernel[(triton.cdiv(n_q, block), batch)](
+        q, k, v, grad_out, lse, delta, grad_q, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        v.stride(0), v.stride(1), grad_out.stride(0), grad_out.stride(1), lse.stride(0), grad_q.stride(0),
+        grad_q.stride(1), n_q, n_k, scale, scale * LOG2_E, **common)
+    return grad_q, grad_k, grad_v
+
+
+class FlashAttentionTriton(torch.autograd.Function):
+    """``FlashAttentionTriton.apply(q, k, v, is_causal=False) -> o``: Triton forward and Triton backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal=False):
+        check_inputs(q, k, v, is_causal)
+        _check_device(q)
+        out, lse = flash_forward_triton(q, k, v, bool(is_causal))
+        ctx.save_for_backward(lse, q, k, v, out)
+        ctx.is_causal = bool(is_causal)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        lse, q, k, v, out = ctx.saved_tensors
+        return (*flash_backward_triton(q, k, v, out, grad_out, lse, ctx.is_causal), None)
+
+
+class FlashAttentionTritonPytorchBackward(FlashAttentionTriton):
+    """The Triton forward with the compiled PyTorch backward (the required B4 path)."""
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        lse, q, k, v, out = ctx.saved_tensors
+        return (*compiled_flash_backward()(q, k, v, out, grad_out, lse, ctx.is_causal), None)
