@@ -5,8 +5,9 @@ tests all read it from here.
 
 Attention back ends follow the protocol of ``cs336_basics.model``: a function
 ``fn(q, k, v, is_causal) -> out`` on tensors of shape ``(..., heads, seq, d_k)``. A back end is
-chosen by name (``ATTENTION_BACKENDS``) and put into a built model with
-``cs336_basics.model.set_attention``, so the model's code never changes between experiments.
+chosen by name (``ATTENTION_BACKENDS``, registered in ``cs336_systems.attention.backends``) and
+given to the model at construction or later with ``cs336_basics.model.set_attention``, so the
+model's code never changes between experiments.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
+
+from cs336_systems.attention import backends as attention_backends
 
 VOCAB_SIZE = 10_000
 ROPE_THETA = 10_000.0
@@ -69,29 +72,9 @@ def random_batch(batch_size: int, context_length: int, *, vocab_size: int = VOCA
 
 # --- attention back ends -------------------------------------------------------------------
 
-def _naive(q, k, v, is_causal=True):
-    from cs336_basics.model import causal_attention
-    return causal_attention(q, k, v, is_causal)
-
-
-def _sdpa(q, k, v, is_causal=True):
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
-
-
-def _nvtx(q, k, v, is_causal=True):
-    from cs336_systems.profiling.annotated_attention import annotated_attention
-    return annotated_attention(q, k, v, is_causal)
-
-
-ATTENTION_BACKENDS: dict[str, Callable] = {
-    "naive": _naive,    # cs336_basics' own attention: scores, masked softmax, matmul
-    "nvtx": _nvtx,      # the same math with NVTX ranges around each of the three steps
-    "sdpa": _sdpa,      # torch.nn.functional.scaled_dot_product_attention (fused kernels)
-}
+ATTENTION_BACKENDS = tuple(attention_backends.BACKENDS)   # naive, nvtx, sdpa, flash
 
 
 def get_attention_backend(name: str) -> Callable:
-    try:
-        return ATTENTION_BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown attention back end {name!r}; known: {', '.join(ATTENTION_BACKENDS)}") from None
+    """The attention function registered as ``name`` (see ``cs336_systems.attention.backends``)."""
+    return attention_backends.load(name)

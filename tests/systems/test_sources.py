@@ -23,14 +23,27 @@ def test_benchmark_sources():
     assert list(got) == sorted(got) and len(set(got)) == len(got)
     for path in ["src/cs336_systems/__init__.py", "src/cs336_systems/benchmark.py", "src/cs336_systems/models.py",
                  "src/cs336_systems/records.py", "src/cs336_systems/timing.py",
-                 "src/cs336_systems/profiling/__init__.py", "src/cs336_systems/profiling/annotated_attention.py",
-                 "cs336-basics/cs336_basics/__init__.py", "cs336-basics/cs336_basics/model.py",
+                 "src/cs336_systems/attention/backends.py", "cs336-basics/cs336_basics/__init__.py", "cs336-basics/cs336_basics/model.py",
                  "cs336-basics/cs336_basics/nn_utils.py", "cs336-basics/cs336_basics/optimizer.py"]:
         assert path in got, path
+    # Attention back ends are loaded by name, so the benchmark alone does not depend on the kernels.
     for path in ["src/cs336_systems/precision/accumulation.py", "src/cs336_systems/precision/__init__.py",
-                 "src/cs336_systems/report/a1.py", "src/cs336_systems/pipeline/config.py"]:
+                 "src/cs336_systems/report/a1.py", "src/cs336_systems/pipeline/config.py",
+                 "src/cs336_systems/attention/flash_triton.py", "src/cs336_systems/profiling/annotated_attention.py"]:
         assert path not in got, path
     assert all((REPO / p).is_file() and not Path(p).is_absolute() for p in got)
+
+
+def test_an_attention_back_end_adds_its_own_sources():
+    from cs336_systems.attention.backends import BACKENDS, module_of
+
+    flash = module_sources("cs336_systems.benchmark", module_of("flash"))
+    assert "src/cs336_systems/attention/flash_triton.py" in flash
+    assert "src/cs336_systems/attention/backward.py" in flash
+    nvtx = module_sources("cs336_systems.benchmark", module_of("nvtx"))
+    assert "src/cs336_systems/profiling/annotated_attention.py" in nvtx
+    assert "src/cs336_systems/attention/flash_triton.py" not in nvtx
+    assert all(module_of(name) for name in BACKENDS)
 
 
 def test_accumulation_sources():

@@ -34,7 +34,7 @@ BENCHMARK = (
 rule A1_benchmark:
     """One point of the A1 grid: a fresh process, its own GPU, one record."""
     input:
-        measuring_code("cs336_systems.benchmark"),
+        measuring_code("cs336_systems.benchmark", attention_module(A1["attention"])),
     output:
         f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
     log:
@@ -56,7 +56,7 @@ rule A1_benchmark:
 rule A1_warmup_study:
     """The same benchmark after 0, 1, 2, ... warm-up steps."""
     input:
-        measuring_code("cs336_systems.benchmark"),
+        measuring_code("cs336_systems.benchmark", attention_module(A1["attention"])),
     output:
         f"{RESULTS}/A1/warmup/{{size}}_ctx{{context}}_w{{warmup}}.json",
     log:

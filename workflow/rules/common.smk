@@ -3,6 +3,7 @@ import glob
 import re
 import sys
 
+from cs336_systems.attention.backends import module_of as attention_module
 from cs336_systems.pipeline.config import ConfigError, resolve
 from cs336_systems.pipeline.rule_helpers import code, out_dir
 
