@@ -1,0 +1,208 @@
+"""B5: FlashAttention benchmark — ours against plain PyTorch attention and PyTorch SDPA's back ends.
+
+    python -m cs336_systems.attention.bench grid --impl ours --dtype bf16 --d 64 --seqs 128 256 --out row.json
+    python -m cs336_systems.attention.bench leaderboard --out leaderboard.json
+
+``grid`` times one implementation at one dtype and head dimension over sequence lengths and the
+three passes (forward, backward, forward+backward), batch 1, causal, with ``triton.testing.do_bench``
+(median of its repetitions). One process covers one such row — compiling and warming a kernel per
+point would dominate the sweep — and writes a JSON list with one record per (sequence, pass); an
+out-of-memory point is recorded as ``oom``, its memory freed, and the row goes on.
+
+``leaderboard`` runs the fixed case: q, k, v (16, 16384, 64) bf16, causal, forward and
+``o.sum().backward()``, do_bench warm-up 1000 ms and rep 10 000 ms, ours under ``torch.compile``
+and both SDPA anchors, in one process so the numbers are comparable.
+
+On a machine without CUDA (the smoke preset) times come from a plain timer loop instead of
+do_bench, the Triton kernels run in the interpreter, and the SDPA anchors are recorded as skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import timeit
+import traceback
+from contextlib import nullcontext
+
+import torch
+
+from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.timing import is_out_of_memory
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PASSES = ("forward", "backward", "forward-backward")
+IMPLS = ("ours", "plain", "plain-compiled", "sdpa-flash", "sdpa-cudnn")
+
+
+def causal_flops(batch: int, seq: int, d: int, which: str) -> float:
+    """Matmul FLOPs of causal attention: QKᵀ and PV forward (2 each of 2·N²·d, halved by the mask),
+    five such products backward (recomputed S, dV, dP, dQ, dK)."""
+    forward = 2 * 2 * batch * seq * seq * d / 2
+    return {"forward": forward, "backward": 2.5 * forward, "forward-backward": 3.5 * forward}[which]
+
+
+def implementation(name: str):
+    """(function of q, k, v -> o, context manager to run it in) for q, k, v of shape (batch, seq, d)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from cs336_systems.attention.flash_triton import FlashAttentionTriton
+    from cs336_systems.attention.reference import plain_attention
+
+    def sdpa(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], is_causal=True)[:, 0]
+
+    if name == "ours":
+        return (lambda q, k, v: FlashAttentionTriton.apply(q, k, v, True)), nullcontext
+    if name == "plain":
+        return (lambda q, k, v: plain_attention(q, k, v, True)), nullcontext
+    if name == "plain-compiled":
+        return torch.compile(lambda q, k, v: plain_attention(q, k, v, True)), nullcontext
+    backend = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}[name]
+    return sdpa, (lambda: sdpa_kernel(backend))
+
+
+def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, grad_to_none=None) -> float:
+    """Median milliseconds of ``fn()``: do_bench on CUDA, a timer loop on the CPU."""
+    if torch.cuda.is_available():
+        import triton.testing
+        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none,
+                                             return_mode="median"))
+    fn()
+    samples = []
+    deadline = timeit.default_timer() + rep_ms / 1e3
+    while not samples or (timeit.default_timer() < deadline and len(samples) < 20):
+        start = timeit.default_timer()
+        fn()
+        samples.append((timeit.default_timer() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def skip_reason(impl: str, device: str, dtype: str = "bf16") -> str | None:
+    if impl.startswith("sdpa-") and device != "cuda":
+        return "PyTorch's flash and cuDNN attention back ends need a CUDA GPU"
+    if impl.startswith("sdpa-") and dtype == "fp32":
+        return f"PyTorch's {impl[5:]} attention back end supports only fp16 and bf16"
+    return None
+
+
+def measure(impl: str, q, k, v, which: str, **bench) -> float:
+    fn, context = implementation(impl)
+    grad = torch.randn_like(q)
+    with context():
+        if which == "forward":
+            with torch.no_grad():
+                return time_ms(lambda: fn(q, k, v), **bench)
+        if which == "backward":
+            out = fn(q, k, v)
+            return time_ms(lambda: out.backward(grad, retain_graph=True), grad_to_none=[q, k, v], **bench)
+        return time_ms(lambda: fn(q, k, v).backward(grad), grad_to_none=[q, k, v], **bench)
+
+
+def grid_row(impl: str, dtype: str, d: int, seqs: list[int], device: str) -> list[dict]:
+    records = []
+    reason = skip_reason(impl, device, dtype)
+    for seq in seqs:
+        for which in PASSES:
+            params = {"impl": impl, "dtype": dtype, "d": d, "seq": seq, "batch": 1, "causal": True, "pass": which,
+                      "device": device}
+            if reason:
+                records.append(make_record("B5", params, "skipped", reason=reason))
+                continue
+            try:
+                q, k, v = (torch.randn(1, seq, d, dtype=DTYPES[dtype], device=device, requires_grad=True)
+                           for _ in range(3))
+                ms = measure(impl, q, k, v, which)
+                flops = causal_flops(1, seq, d, which)
+                records.append(make_record("B5", params, "ok", {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9}))
+                log(f"B5 {impl} {dtype} d={d} seq={seq} {which}: {ms:.3f} ms")
+            except Exception as exc:  # noqa: BLE001 - an OOM is a result; anything else is recorded and logged
+                status = "oom" if is_out_of_memory(exc) else "error"
+                if status == "error":
+                    traceback.print_exc()
+                records.append(make_record("B5", params, status, reason=f"{type(exc).__name__}: {str(exc)[:300]}"))
+                log(f"B5 {impl} {dtype} d={d} seq={seq} {which}: {status}")
+            finally:
+                q = k = v = None
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+    return records
+
+
+LEADERBOARD = {"batch": 16, "seq": 16384, "d": 64, "dtype": "bf16", "causal": True, "warmup_ms": 1000, "rep_ms": 10000}
+
+
+def leaderboard(device: str, shape=None, warmup_ms=None, rep_ms=None) -> list[dict]:
+    """The fixed case for ours (compiled) and the SDPA anchors, forward + o.sum().backward()."""
+    from cs336_systems.attention.flash_triton import FlashAttentionTriton
+
+    case = dict(LEADERBOARD)
+    if shape:
+        case.update(batch=shape[0], seq=shape[1], d=shape[2])
+    case["warmup_ms"] = warmup_ms if warmup_ms is not None else case["warmup_ms"]
+    case["rep_ms"] = rep_ms if rep_ms is not None else case["rep_ms"]
+    records = []
+    for impl in ("ours", "sdpa-cudnn", "sdpa-flash"):
+        params = {**case, "impl": impl, "device": device}
+        reason = skip_reason(impl, device)
+        if reason:
+            records.append(make_record("B5-leaderboard", params, "skipped", reason=reason))
+            continue
+        q, k, v = (torch.randn(case["batch"], case["seq"], case["d"], dtype=DTYPES[case["dtype"]], device=device,
+                               requires_grad=True) for _ in range(3))
+        if impl == "ours":
+            # torch.compile cannot trace into Triton's CPU interpreter, so a smoke run times it eager.
+            params["compiled"] = device == "cuda"
+            fn = torch.compile(FlashAttentionTriton.apply) if params["compiled"] else FlashAttentionTriton.apply
+            context = nullcontext
+            step = lambda: fn(q, k, v, True).sum().backward()  # noqa: E731
+        else:
+            fn, context = implementation(impl)
+            step = lambda: fn(q, k, v).sum().backward()  # noqa: E731
+        try:
+            with context():
+                ms = time_ms(step, warmup_ms=case["warmup_ms"], rep_ms=case["rep_ms"], grad_to_none=[q, k, v])
+            flops = causal_flops(case["batch"], case["seq"], case["d"], "forward-backward")
+            records.append(make_record("B5-leaderboard", params, "ok", {"ms": ms, "tflops": flops / ms / 1e9}))
+            log(f"leaderboard {impl}: {ms:.3f} ms")
+        except Exception as exc:  # noqa: BLE001
+            status = "oom" if is_out_of_memory(exc) else "error"
+            traceback.print_exc()
+            records.append(make_record("B5-leaderboard", params, status, reason=f"{type(exc).__name__}: {exc}"[:400]))
+    return records
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.attention.bench", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("grid", help="one implementation × dtype × head dimension over sequence lengths and passes")
+    g.add_argument("--impl", choices=IMPLS, required=True)
+    g.add_argument("--dtype", choices=list(DTYPES), required=True)
+    g.add_argument("--d", type=int, choices=(16, 32, 64, 128), required=True)
+    g.add_argument("--seqs", type=int, nargs="+", required=True)
+    lb = sub.add_parser("leaderboard", help="the fixed (16, 16384, 64) bf16 causal case, ours vs SDPA")
+    lb.add_argument("--shape", type=int, nargs=3, metavar=("BATCH", "SEQ", "D"), help="override (smoke runs)")
+    lb.add_argument("--warmup-ms", type=float)
+    lb.add_argument("--rep-ms", type=float)
+    for parser in (g, lb):
+        parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+        parser.add_argument("--out", required=True, help="where the JSON list of records goes")
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: CUDA is not available on this machine")
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")    # before the kernels are first imported
+    if args.command == "grid":
+        if min(args.seqs) < 1:
+            p.error("--seqs must be positive")
+        records = grid_row(args.impl, args.dtype, args.d, args.seqs, args.device)
+    else:
+        records = leaderboard(args.device, args.shape, args.warmup_ms, args.rep_ms)
+    write_json_atomic(args.out, records)
+    log(f"wrote {len(records)} records -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
