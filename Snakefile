@@ -7,10 +7,14 @@
 
 
 configfile: "config.yaml"
+# The image each job runs in under `--software-deployment-method apptainer` (README, "Running in
+# Docker"); ignored otherwise. CS336_CONTAINER names another: a .sif file, a registry image.
+container: os.environ.get("CS336_CONTAINER", "docker://cs336-systems:latest")
 
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/a_single_gpu.smk"
+include: "workflow/rules/b_attention.smk"
 include: "workflow/rules/d_writeup.smk"
 
 
