@@ -34,7 +34,9 @@ from cs336_systems.attention.backward import compiled_flash_backward
 from cs336_systems.attention.inputs import check_inputs
 
 LOG2_E = 1.4426950408889634
-MASKED = -1.0e6      # added to masked scores: exp2 of it is exactly 0, and no inf - inf can occur
+# Added to masked scores: exp2 of it is exactly 0, and no inf - inf can occur. A constexpr, because
+# compiled kernels may read only constexpr globals (the interpreter is laxer).
+MASKED = tl.constexpr(-1.0e6)
 
 
 def interpreting() -> bool:
