@@ -167,23 +167,29 @@ def test_full_preset_plans_the_whole_grid(tmp_path):
     grid = list(itertools.product(full["sizes"], full["contexts"], full["modes"], full["precisions"]))
     study = full["warmup_study"]
     points = list(itertools.product(study["sizes"], study["warmups"]))
+    b5 = yaml.safe_load((copy / "config.yaml").read_text())["presets"]["full"]["B5"]
+    rows = list(itertools.product(b5["impls"], b5["dtypes"], b5["head_dims"]))
     stats = job_stats(out)
     assert stats["A1_benchmark"] == len(grid)
     assert stats["A1_warmup_study"] == len(points)
-    assert {k: v for k, v in stats.items() if k not in ("A1_benchmark", "A1_warmup_study")} == \
-        {"A3_accumulation": 1, "A1_report": 1, "A3_report": 1, "writeup": 1, "all": 1}
+    assert stats["B5_grid_row"] == len(rows)
+    assert {k: v for k, v in stats.items() if k not in ("A1_benchmark", "A1_warmup_study", "B5_grid_row")} == \
+        {"A3_accumulation": 1, "A1_report": 1, "A3_report": 1, "B5_leaderboard": 1, "B5_report": 1,
+         "writeup": 1, "all": 1}
     planned = planned_outputs(out)
     assert {p for p in planned if p.startswith("results/dryrun/A1/records/")} == \
         {f"results/dryrun/A1/records/{s}_ctx{c}_{m}_{p}.json" for s, c, m, p in grid}
     assert {p for p in planned if p.startswith("results/dryrun/A1/warmup/")} == \
         {f"results/dryrun/A1/warmup/{s}_ctx{study['context']}_w{w}.json" for s, w in points}
+    assert {p for p in planned if p.startswith("results/dryrun/B5/records/")} == \
+        {f"results/dryrun/B5/records/{i}_{t}_d{d}.json" for i, t, d in rows} | {"results/dryrun/B5/records/leaderboard.json"}
     assert "writeup/dryrun/writeup.html" in planned
     assert not (copy / "results").exists()        # a dry run writes nothing
 
 
-# The one lint we still carry: a software environment per rule. The container image that answers
-# it is the Docker issue's deliverable; when it lands, the global `container:` directive clears this.
-ALLOWED_LINTS = {"Specify a conda environment or container for each rule."}
+# None: the Snakefile's global `container:` directive (the Docker image) gives every rule its
+# software environment, the one lint that was carried until the image existed.
+ALLOWED_LINTS: set[str] = set()
 
 
 def test_lint_is_clean_but_for_the_container(tmp_path):

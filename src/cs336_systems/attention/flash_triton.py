@@ -86,6 +86,8 @@ def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride
                           stride_ob, stride_on, stride_lb, n_queries, n_keys, qk_scale,
                           D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
                           PRECISION: tl.constexpr):
+    # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
+    qk_scale = tl.cast(qk_scale, tl.float32)
     q_tile, b = tl.program_id(0), tl.program_id(1)
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
@@ -157,6 +159,8 @@ def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stri
                        n_queries, n_keys, scale, qk_scale,
                        D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
                        PRECISION: tl.constexpr):
+    # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
+    qk_scale = tl.cast(qk_scale, tl.float32)
     k_tile, b = tl.program_id(0), tl.program_id(1)
     k_lo = k_tile * BLOCK_K
     offs_k = k_lo + tl.arange(0, BLOCK_K)
@@ -222,6 +226,8 @@ def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb,
                      stride_dob, stride_don, stride_lb, stride_dqb, stride_dqn, n_queries, n_keys, scale, qk_scale,
                      D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
                      PRECISION: tl.constexpr):
+    # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
+    qk_scale = tl.cast(qk_scale, tl.float32)
     q_tile, b = tl.program_id(0), tl.program_id(1)
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)

@@ -49,7 +49,8 @@ def wide_table(df: pd.DataFrame) -> pd.DataFrame:
 def plot_speedup(df: pd.DataFrame, path: Path, baseline: str = "plain") -> None:
     """Heat maps of baseline time / our time, per dtype (rows) and pass (columns); grey = not measured."""
     dtypes = sorted(df["dtype"].unique())
-    fig, axes = plt.subplots(len(dtypes), len(PASSES), figsize=(4.6 * len(PASSES), 2.8 * len(dtypes)), squeeze=False)
+    fig, axes = plt.subplots(len(dtypes), len(PASSES), figsize=(4.6 * len(PASSES), 3.4 * len(dtypes)), squeeze=False)
+    fig.subplots_adjust(hspace=0.75, wspace=0.3)
     ok = df[df["status"] == "ok"]
     for row, dtype in enumerate(dtypes):
         for col, which in enumerate(PASSES):
@@ -114,13 +115,16 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         if "ours" in ms and other in ms:
             r = (ms[other] / ms["ours"]).dropna()
             if len(r):
-                best = r.idxmax()
+                best, worst = r.idxmax(), r.idxmin()
                 ratios[other] = {"median": float(r.median()), "max": float(r.max()),
                                  "max_at": dict(zip(["dtype", "d", "seq", "pass"], map(str, best))),
-                                 "min": float(r.min())}
+                                 "min": float(r.min()),
+                                 "min_at": dict(zip(["dtype", "d", "seq", "pass"], map(str, worst)))}
     plain_oom = df[(df["impl"] == "plain") & (df["status"] == "oom")]
     ours_oom = df[(df["impl"] == "ours") & (df["status"] == "oom")]
     board_ms = {row["impl"]: (None if math.isnan(row["ms"]) else row["ms"]) for _, row in board.iterrows()}
+    board_failed = {r["params"]["impl"]: " ".join(f"{r['status']}: {r.get('message', r.get('reason', ''))}".split())[:160]
+                    for r in records if r["id"] == "B5-leaderboard" and r["status"] not in ("ok", "skipped")}
     return {
         "provenance": run_provenance(records),
         "points": int(len(df)), "ok": int(len(ok)),
@@ -130,6 +134,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "ours_first_oom_seq": int(ours_oom["seq"].min()) if len(ours_oom) else None,
         "max_seq": int(df["seq"].max()),
         "leaderboard": board_ms,
+        "leaderboard_failed": board_failed,
         "leaderboard_shape": board["shape"].iloc[0] if len(board) else None,
         "ours_over_cudnn": (board_ms.get("ours") / board_ms["sdpa-cudnn"]
                             if board_ms.get("ours") and board_ms.get("sdpa-cudnn") else None),
