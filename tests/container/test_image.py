@@ -31,13 +31,14 @@ from pathlib import Path
 
 import pytest
 
+from workflow.test_snakemake import make_copy
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("CS336_CONTAINER_CACHE", "/var/tmp/cs336-container-test"))
 SUITE = "bookworm"
 BASE_IMAGE = f"localhost/cs336-debian-base:{SUITE}"
 IMAGE = "localhost/cs336-systems:test"
 IMAGE_UID = 1000                     # the Dockerfile's USER_UID default
-COPIED = ["Snakefile", "config.yaml", "workflow", "writeup/templates", "src", "cs336-basics"]
 BUILD_LIMIT_S = 900
 RUN_LIMIT_S = 600
 WHEEL_PORT = 47336
@@ -230,15 +231,7 @@ def image(podman, base_image, wheel_server):
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory):
     """A copy of the checkout, owned by the image's user, to mount at /work."""
-    dest = tmp_path_factory.mktemp("checkout")
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".snakemake")
-    for rel in COPIED:
-        src, dst = REPO / rel, dest / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=ignore)
-        else:
-            shutil.copy2(src, dst)
+    dest = make_copy(tmp_path_factory.mktemp("checkout"))
     for path in [dest, *dest.rglob("*")]:
         os.lchown(path, IMAGE_UID, IMAGE_UID)
     return dest

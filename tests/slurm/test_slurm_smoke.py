@@ -14,8 +14,6 @@ installs them. Without them the test is skipped, except under CI (``CI=true``), 
 from __future__ import annotations
 
 import importlib.util
-import itertools
-import json
 import os
 import pwd
 import re
@@ -28,9 +26,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from workflow.test_snakemake import SNAKEMAKE, _show, env_for, job_stats, make_copy
+from workflow.test_snakemake import SNAKEMAKE, _show, assert_smoke_outputs, env_for, job_stats, make_copy
 
 pytestmark = pytest.mark.slow
 
@@ -264,15 +261,7 @@ def test_smoke_dag_runs_through_sbatch(slurm, slurm_run):
     assert "preset smoke" in out
     assert elapsed < RUN_LIMIT_S
 
-    for name in ("writeup.md", "writeup.html"):
-        assert (copy / "writeup" / "smoke" / name).stat().st_size > 0
-    grid = yaml.safe_load((copy / "config.yaml").read_text())["presets"]["smoke"]["A1"]
-    records = sorted((copy / "results" / "smoke" / "A1" / "records").glob("*.json"))
-    assert len(records) == len(list(itertools.product(grid["sizes"], grid["contexts"], grid["modes"],
-                                                      grid["precisions"])))
-    for path in records + sorted((copy / "results" / "smoke" / "A1" / "warmup").glob("*.json")):
-        record = json.loads(path.read_text())
-        assert record["status"] == "ok", (path.name, record.get("message"))
+    assert_smoke_outputs(copy)
 
     # Every job of the DAG but `all` (which runs nothing) was one sbatch, and its ID is in the log.
     submitted = dict(re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", out))

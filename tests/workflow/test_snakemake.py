@@ -8,7 +8,6 @@ templates and source list) are the ones that run.
 import itertools
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,19 @@ COPIED = ["Snakefile", "config.yaml", "workflow", "writeup/templates", "src", "c
 SMOKE_LIMIT_S = 600
 
 pytestmark = pytest.mark.skipif(not SNAKEMAKE.exists(), reason=f"no snakemake next to {sys.executable}")
+
+
+def assert_smoke_outputs(copy: Path) -> None:
+    """A finished smoke run in ``copy``: both writeup files, and every A1 grid point's record ok."""
+    for name in ("writeup.md", "writeup.html"):
+        assert (copy / "writeup" / "smoke" / name).stat().st_size > 0
+    grid = yaml.safe_load((copy / "config.yaml").read_text())["presets"]["smoke"]["A1"]
+    records = sorted((copy / "results" / "smoke" / "A1" / "records").glob("*.json"))
+    assert len(records) == len(list(itertools.product(grid["sizes"], grid["contexts"], grid["modes"],
+                                                      grid["precisions"])))
+    for path in records + sorted((copy / "results" / "smoke" / "A1" / "warmup").glob("*.json")):
+        record = json.loads(path.read_text())
+        assert record["status"] == "ok", (path.name, record.get("message"))
 
 
 def make_copy(dest: Path) -> Path:
@@ -110,15 +122,7 @@ def test_smoke_dag_completes(smoke):
     assert elapsed < SMOKE_LIMIT_S
     head = proc.stderr.splitlines()[:3]
     assert any("preset smoke" in line for line in head), head
-    for name in ("writeup.md", "writeup.html"):
-        assert (copy / "writeup" / "smoke" / name).stat().st_size > 0
-    grid = yaml.safe_load((copy / "config.yaml").read_text())["presets"]["smoke"]["A1"]
-    records = sorted((copy / "results" / "smoke" / "A1" / "records").glob("*.json"))
-    assert len(records) == len(list(itertools.product(grid["sizes"], grid["contexts"], grid["modes"],
-                                                      grid["precisions"])))
-    for path in records + sorted((copy / "results" / "smoke" / "A1" / "warmup").glob("*.json")):
-        record = json.loads(path.read_text())
-        assert record["status"] == "ok", (path.name, record.get("message"))
+    assert_smoke_outputs(copy)
     md = (copy / "writeup" / "smoke" / "writeup.md").read_text()
     assert "## A1." in md and "## A3." in md
 
