@@ -32,11 +32,12 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1
 
-# git: records carry the checkout's commit. Python and venv only when the base has no Python
-# (a bare CUDA image); PyTorch's images bring their own.
+# git: records carry the checkout's commit. A C/C++ compiler: Triton builds its kernel launchers
+# with one at run time, and torch.compile's CPU back end emits C++. Python, venv and headers only
+# when the base has no Python (a bare CUDA image); PyTorch's images bring their own.
 RUN apt-get update \
-    && packages="git ca-certificates" \
-    && if ! command -v python3 >/dev/null; then packages="$packages python3 python3-venv"; fi \
+    && packages="git ca-certificates gcc g++ libc6-dev" \
+    && if ! command -v python3 >/dev/null; then packages="$packages python3 python3-venv python3-dev"; fi \
     && apt-get install -y --no-install-recommends $packages \
     && rm -rf /var/lib/apt/lists/*
 

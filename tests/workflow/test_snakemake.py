@@ -176,10 +176,12 @@ def test_full_preset_plans_the_whole_grid(tmp_path):
     stats = job_stats(out)
     assert stats["A1_benchmark"] == len(grid)
     assert stats["A1_warmup_study"] == len(points)
+    b1 = yaml.safe_load((copy / "config.yaml").read_text())["presets"]["full"]["B1"]
     assert stats["B5_grid_row"] == len(rows)
-    assert {k: v for k, v in stats.items() if k not in ("A1_benchmark", "A1_warmup_study", "B5_grid_row")} == \
-        {"A3_accumulation": 1, "A1_report": 1, "A3_report": 1, "B5_leaderboard": 1, "B5_report": 1,
-         "writeup": 1, "all": 1}
+    assert stats["B1_row"] == len(b1["variants"]) * len(b1["head_dims"])
+    assert {k: v for k, v in stats.items() if k not in ("A1_benchmark", "A1_warmup_study", "B5_grid_row", "B1_row")} \
+        == {"A3_accumulation": 1, "A1_report": 1, "A3_report": 1, "B1_report": 1, "B5_leaderboard": 1,
+            "B5_report": 1, "writeup": 1, "all": 1}
     planned = planned_outputs(out)
     assert {p for p in planned if p.startswith("results/dryrun/A1/records/")} == \
         {f"results/dryrun/A1/records/{s}_ctx{c}_{m}_{p}.json" for s, c, m, p in grid}

@@ -1,6 +1,55 @@
-# B: attention. B5 FlashAttention benchmark grid and the leaderboard case.
+# B: attention. B1 / B2(a) plain attention sweep (eager and compiled), B5 FlashAttention benchmark
+# grid and the leaderboard case.
 
+B1 = GRID["B1"]
 B5 = GRID["B5"]
+
+
+rule B1_row:
+    """Plain attention at one head dimension over the sequence lengths (and on until out of memory),
+    eager or compiled: one process, one GPU, a JSON list of records."""
+    input:
+        measuring_code("cs336_systems.attention.sweep"),
+    output:
+        f"{RESULTS}/B1/records/{{variant}}_d{{d}}.json",
+    log:
+        f"{LOGS}/B1/{{variant}}_d{{d}}.log",
+    wildcard_constraints:
+        variant="eager|compiled",
+        d=r"\d+",
+    params:
+        seqs=" ".join(map(str, B1["seqs"])),
+        extend_to=f"--extend-to {B1['extend_to']}" if B1["extend_to"] else "",
+        compile=lambda wildcards: "--compile" if wildcards.variant == "compiled" else "",
+        batch=B1["batch"],
+        iters=B1["iters"],
+        device=GRID["device"],
+    resources:
+        gpu=1,
+    shell:
+        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.attention.sweep --d {wildcards.d} --seqs {params.seqs} {params.extend_to}"
+        " {params.compile} --batch {params.batch} --iters {params.iters} --device {params.device}"
+        " --out {output} > {log} 2>&1"
+
+
+rule B1_report:
+    """B1 table, time and memory plot, the accounting of the smallest out-of-memory case."""
+    input:
+        rows=expand(f"{RESULTS}/B1/records/{{variant}}_d{{d}}.json", variant=B1["variants"], d=B1["head_dims"]),
+        code=code("cs336_systems.report.b1"),
+    output:
+        csv=f"{RESULTS}/B1/table.csv",
+        md=report(f"{RESULTS}/B1/table.md", category="B1 attention sweep", labels={"item": "table"}),
+        summary=f"{RESULTS}/B1/summary.json",
+        plot=report(f"{RESULTS}/B1/time_and_memory.png", category="B1 attention sweep",
+                    labels={"item": "time and memory"}),
+    log:
+        f"{LOGS}/B1/report.log",
+    params:
+        out_dir=out_dir("csv"),
+    shell:
+        "python -m cs336_systems.report.b1 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule B5_grid_row:

@@ -4,6 +4,7 @@
 WRITEUP_SUMMARIES = [
     rules.A1_report.output.summary,
     rules.A3_report.output.summary,
+    rules.B1_report.output.summary,
     rules.B5_report.output.summary,
 ]
 
@@ -12,7 +13,7 @@ rule writeup:
     input:
         summaries=WRITEUP_SUMMARIES,
         figures=[rules.A1_report.output.contexts, rules.A1_report.output.warmup, rules.A3_report.output.plot,
-                 rules.B5_report.output.speedup, rules.B5_report.output.tflops],
+                 rules.B1_report.output.plot, rules.B5_report.output.speedup, rules.B5_report.output.tflops],
         templates=sorted(glob.glob("writeup/templates/**/*.j2", recursive=True)),
         code=code("cs336_systems.report.writeup"),
     output:

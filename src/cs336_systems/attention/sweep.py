@@ -1,0 +1,131 @@
+"""B1 / B2(a): plain PyTorch attention over head dimension × sequence length, eager or compiled.
+
+    python -m cs336_systems.attention.sweep --d 64 --seqs 256 1024 4096 --extend-to 131072 --out row.json
+
+Batch 8, one head (q, k, v of shape (batch, seq, d)), no mask. For each sequence length: warm up,
+time ``--iters`` forward passes, read the memory in use just before backward (what the forward
+saved for it), then time ``--iters`` backward passes, synchronising around each timed loop. With
+``--extend-to`` the sequence keeps doubling past the listed lengths until it runs out of memory
+(or reaches that length), so the first out-of-memory point is always measured. One process per
+row (one d, eager or compiled); every point is its own record in the row's JSON list, and an
+out-of-memory point is recorded as ``oom`` with the memory the accounting below predicts for it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import timeit
+
+import torch
+
+from cs336_systems.attention.reference import plain_attention
+from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.timing import free_device_memory, is_out_of_memory, synchronize
+
+FP32 = 4
+
+
+def attention_memory(batch: int, seq: int, d: int, element_bytes: int = FP32) -> dict[str, int]:
+    """Bytes that plain attention needs, by closed form.
+
+    - ``saved``: what autograd keeps for backward — q, k, v (matmul inputs), the softmax output P
+      (needed by softmax's and by P·V's backward) and the output O: ``4·B·N·d + B·N²`` elements.
+    - ``forward_peak``: ``saved`` plus the scaled scores, alive while softmax makes P (``B·N²``).
+    - ``backward_peak``: ``saved`` plus the gradients dP and dS of two N × N matrices.
+    """
+    vectors, square = 4 * batch * seq * d, batch * seq * seq
+    saved = (vectors + square) * element_bytes
+    return {"saved": saved, "forward_peak": saved + square * element_bytes,
+            "backward_peak": saved + 2 * square * element_bytes}
+
+
+def measure_point(fn, batch: int, seq: int, d: int, iters: int, device: torch.device) -> dict:
+    q, k, v = (torch.randn(batch, seq, d, device=device, requires_grad=True) for _ in range(3))
+    for _ in range(2):                                    # warm-up (and compilation, if compiled)
+        fn(q, k, v).sum().backward()
+    q.grad = k.grad = v.grad = None                       # so the memory reading holds only what forward saves
+    synchronize(device)
+    start = timeit.default_timer()
+    for _ in range(iters):
+        fn(q, k, v)
+    synchronize(device)
+    forward_ms = (timeit.default_timer() - start) * 1e3 / iters
+
+    out = fn(q, k, v)
+    synchronize(device)
+    before_backward = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+    grad = torch.randn_like(out)
+    start = timeit.default_timer()
+    for _ in range(iters):
+        out.backward(grad, retain_graph=True)
+    synchronize(device)
+    backward_ms = (timeit.default_timer() - start) * 1e3 / iters
+    return {"forward_ms": forward_ms, "backward_ms": backward_ms, "memory_before_backward_bytes": before_backward}
+
+
+def sequence_lengths(listed: list[int], extend_to: int | None):
+    """The listed lengths, then doublings of the largest up to ``extend_to``."""
+    yield from sorted(listed)
+    seq = max(listed) * 2
+    while extend_to is not None and seq <= extend_to:
+        yield seq
+        seq *= 2
+
+
+def sweep(d: int, seqs: list[int], *, batch: int, iters: int, compiled: bool, device: str,
+          extend_to: int | None) -> list[dict]:
+    device = torch.device(device)
+    if compiled:
+        # Backward is timed by calling it repeatedly on one graph (retain_graph=True), which a
+        # compiled backward allows only without donated buffers (PyTorch's error message says so).
+        import torch._functorch.config as functorch_config
+        functorch_config.donated_buffer = False
+    fn = torch.compile(plain_attention) if compiled else plain_attention
+    records = []
+    for seq in sequence_lengths(seqs, extend_to):
+        params = {"d": d, "seq": seq, "batch": batch, "iters": iters, "compiled": compiled, "device": str(device),
+                  "extended": seq not in seqs}
+        accounting = attention_memory(batch, seq, d)
+        try:
+            metrics = measure_point(fn, batch, seq, d, iters, device)
+            records.append(make_record("B1", params, "ok", metrics | {"accounting_bytes": accounting}))
+            log(f"B1 d={d} seq={seq} compiled={compiled}: forward {metrics['forward_ms']:.3f} ms, "
+                f"backward {metrics['backward_ms']:.3f} ms")
+        except Exception as exc:  # noqa: BLE001 - an allocation failure is the result we look for
+            if not is_out_of_memory(exc):
+                raise
+            record = make_record("B1", params, "oom", reason=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+            record["metrics"] = {"accounting_bytes": accounting}     # the prediction, set beside the failure
+            records.append(record)
+            log(f"B1 d={d} seq={seq} compiled={compiled}: out of memory")
+            if params["extended"]:
+                break                                    # the extension's job is done
+        finally:
+            free_device_memory(device)
+    return records
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.attention.sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("--d", type=int, required=True, help="head dimension")
+    p.add_argument("--seqs", type=int, nargs="+", required=True, help="sequence lengths")
+    p.add_argument("--extend-to", type=int, help="keep doubling the sequence past the list until OOM or this length")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--iters", type=int, default=100, help="timed forward (and backward) passes per point")
+    p.add_argument("--compile", action="store_true", help="torch.compile the attention function (B2a)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    if min(args.seqs + [args.d, args.batch, args.iters]) < 1:
+        p.error("--d, --seqs, --batch and --iters must be positive")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda: CUDA is not available on this machine")
+    records = sweep(args.d, args.seqs, batch=args.batch, iters=args.iters, compiled=args.compile,
+                    device=args.device, extend_to=args.extend_to)
+    write_json_atomic(args.out, records)
+    log(f"wrote {len(records)} records -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

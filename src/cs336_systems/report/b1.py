@@ -1,0 +1,102 @@
+"""B1 / B2(a) report: plain attention time and memory over d × sequence, eager and compiled, and the
+memory accounting of the smallest out-of-memory case set beside the measurements.
+
+    python -m cs336_systems.report.b1 --rows eager_d16.json ... --out-dir DIR
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from cs336_systems.report.common import run_provenance, save_figure, write_summary, write_table
+
+MIB = 2**20
+
+
+def frame(records: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in records:
+        p, m = r["params"], r["metrics"]
+        acc = m.get("accounting_bytes", {})
+        rows.append({"d": p["d"], "seq": p["seq"], "compiled": p["compiled"], "status": r["status"],
+                     "forward_ms": m.get("forward_ms", math.nan), "backward_ms": m.get("backward_ms", math.nan),
+                     "measured_before_backward_MiB": (m.get("memory_before_backward_bytes") or math.nan) / MIB,
+                     "predicted_saved_MiB": acc.get("saved", math.nan) / MIB,
+                     "predicted_backward_peak_MiB": acc.get("backward_peak", math.nan) / MIB})
+    return pd.DataFrame(rows).sort_values(["compiled", "d", "seq"]).reset_index(drop=True)
+
+
+def plot(df: pd.DataFrame, path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    ok = df[df["status"] == "ok"]
+    for (d, compiled), part in ok.groupby(["d", "compiled"]):
+        style = "--" if compiled else "-"
+        axes[0].plot(part["seq"], part["forward_ms"] + part["backward_ms"], style, marker="o",
+                     label=f"d={d}{' compiled' if compiled else ''}")
+        if not compiled:
+            axes[1].plot(part["seq"], part["measured_before_backward_MiB"], marker="o", label=f"d={d} measured")
+    eager = df[~df["compiled"]].drop_duplicates("seq")
+    axes[1].plot(eager["seq"], eager["predicted_saved_MiB"], "k:", label="predicted (d=16)")
+    for ax, label in zip(axes, ("forward + backward (ms)", "memory before backward (MiB)")):
+        ax.set(xscale="log", yscale="log", xlabel="sequence length", ylabel=label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def summarize(df: pd.DataFrame, records: list[dict]) -> dict:
+    eager = df[~df["compiled"]]
+    oom = eager[eager["status"] == "oom"].sort_values(["seq", "d"])
+    ok = eager[eager["status"] == "ok"]
+    smallest = oom.iloc[0] if len(oom) else None
+    # Accounting check where both exist: measured memory before backward ÷ predicted saved bytes.
+    check = (ok["measured_before_backward_MiB"] / ok["predicted_saved_MiB"]).dropna()
+    both = df[df["status"] == "ok"].pivot_table(index=["d", "seq"], columns="compiled",
+                                                values=["forward_ms", "backward_ms"])
+    speedup = {}
+    for phase in ("forward_ms", "backward_ms"):
+        if (phase, True) in both and (phase, False) in both:
+            ratio = (both[(phase, False)] / both[(phase, True)]).dropna()
+            if len(ratio):
+                speedup[phase] = {"median": float(ratio.median()), "min": float(ratio.min()), "max": float(ratio.max())}
+    largest_ok = ok.sort_values("seq").iloc[-1] if len(ok) else None
+    return {
+        "provenance": run_provenance(records),
+        "points": int(len(df)), "statuses": df["status"].value_counts().to_dict(),
+        "smallest_oom": None if smallest is None else {
+            "d": int(smallest["d"]), "seq": int(smallest["seq"]),
+            "predicted_saved_MiB": float(smallest["predicted_saved_MiB"]),
+            "predicted_backward_peak_MiB": float(smallest["predicted_backward_peak_MiB"])},
+        "largest_ok": None if largest_ok is None else {
+            "d": int(largest_ok["d"]), "seq": int(largest_ok["seq"]),
+            "measured_MiB": float(largest_ok["measured_before_backward_MiB"]),
+            "predicted_MiB": float(largest_ok["predicted_saved_MiB"])},
+        "measured_over_predicted": {"median": float(check.median()), "min": float(check.min()),
+                                    "max": float(check.max())} if len(check) else None,
+        "compiled_speedup": speedup,
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.b1", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", nargs="+", required=True)
+    p.add_argument("--out-dir", required=True, type=Path)
+    args = p.parse_args(argv)
+    records = [r for path in args.rows for r in json.loads(Path(path).read_text())]
+    df = frame(records)
+    shown = df.assign(**{c: df[c].round(3) for c in df.columns if c.endswith(("_ms", "_MiB"))})
+    write_table(shown, args.out_dir)
+    plot(df, args.out_dir / "time_and_memory.png")
+    write_summary(args.out_dir / "summary.json", summarize(df, records))
+    print(f"B1 report: {len(df)} points -> {args.out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

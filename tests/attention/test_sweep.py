@@ -1,0 +1,46 @@
+"""B1 sweep: memory accounting, extension until out of memory, and the report's numbers."""
+import json
+
+import pytest
+import torch
+
+from cs336_systems.attention import sweep
+from cs336_systems.report import b1
+
+
+def test_memory_accounting_closed_form():
+    acc = sweep.attention_memory(batch=8, seq=1024, d=64)
+    assert acc["saved"] == 4 * (4 * 8 * 1024 * 64 + 8 * 1024 * 1024)
+    assert acc["forward_peak"] - acc["saved"] == 4 * 8 * 1024 * 1024
+    assert acc["backward_peak"] - acc["saved"] == 2 * 4 * 8 * 1024 * 1024
+
+
+def test_sequence_lengths_extend_by_doubling():
+    assert list(sweep.sequence_lengths([256, 64], 1024)) == [64, 256, 512, 1024]
+    assert list(sweep.sequence_lengths([64], None)) == [64]
+
+
+def test_extension_stops_at_the_first_out_of_memory(monkeypatch):
+    def fake(fn, batch, seq, d, iters, device):
+        if seq >= 256:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
+        return {"forward_ms": 1.0, "backward_ms": 2.0, "memory_before_backward_bytes": None}
+
+    monkeypatch.setattr(sweep, "measure_point", fake)
+    records = sweep.sweep(16, [64, 256], batch=2, iters=1, compiled=False, device="cpu", extend_to=4096)
+    assert [(r["params"]["seq"], r["status"]) for r in records] == [(64, "ok"), (256, "oom"), (512, "oom")]
+    assert records[1]["metrics"]["accounting_bytes"] == sweep.attention_memory(2, 256, 16)
+
+
+def test_real_points_on_cpu_and_report(tmp_path):
+    eager = sweep.sweep(16, [32, 48], batch=2, iters=2, compiled=False, device="cpu", extend_to=None)
+    assert all(r["status"] == "ok" and r["metrics"]["forward_ms"] > 0 for r in eager)
+    oom = dict(eager[-1], status="oom", params=dict(eager[-1]["params"], seq=96, d=16),
+               metrics={"accounting_bytes": sweep.attention_memory(2, 96, 16)})
+    path = tmp_path / "eager_d16.json"
+    path.write_text(json.dumps(eager + [oom]))
+    assert b1.main(["--rows", str(path), "--out-dir", str(tmp_path / "B1")]) == 0
+    summary = json.loads((tmp_path / "B1" / "summary.json").read_text())
+    assert summary["smallest_oom"]["seq"] == 96
+    assert summary["smallest_oom"]["predicted_saved_MiB"] == pytest.approx(sweep.attention_memory(2, 96, 16)["saved"] / 2**20)
+    assert summary["measured_over_predicted"] is None        # no CUDA memory readings on a CPU
