@@ -142,3 +142,11 @@ def test_cuda_visible_respects_empty_device_list(monkeypatch):
     for value in ("", "-1"):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
         assert cfg.cuda_visible() is False
+
+
+def test_sections_pick_writeup_parts():
+    base = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
+    assert resolve({**base, "preset": "smoke"}).sections is None
+    assert resolve({**base, "preset": "smoke", "sections": "A1,B5"}).sections == ("A1", "B5")
+    with pytest.raises(ConfigError, match="config error at sections"):
+        resolve({**base, "preset": "smoke", "sections": "A1;B5"})

@@ -99,6 +99,7 @@ class Resolved:
     grid: dict           # the preset's experiment settings
     why: str             # how the preset was chosen, for the first line the user sees
     reuse_records: bool  # keep records on disk even if the code that made them changed
+    sections: tuple[str, ...] | None   # the writeup sections to build; None: every one with rules
 
 
 def resolve(config: dict[str, Any]) -> Resolved:
@@ -114,4 +115,6 @@ def resolve(config: dict[str, Any]) -> Resolved:
     if not RUN_NAME.match(run):
         raise ConfigError(f"config error at run: {run!r} is not allowed (a folder name: letters, digits, '.', '_', '-',"
                           " starting with a letter or digit)")
-    return Resolved(preset, run, config["presets"][preset], why, bool(config.get("reuse_records", False)))
+    sections = config.get("sections") or "all"
+    sections = None if sections == "all" else tuple(s.strip() for s in sections.split(",") if s.strip())
+    return Resolved(preset, run, config["presets"][preset], why, bool(config.get("reuse_records", False)), sections)
