@@ -145,10 +145,6 @@ def read_record(path: str | os.PathLike) -> dict[str, Any]:
     return record
 
 
-def read_records(paths) -> list[dict[str, Any]]:
-    return [read_record(p) for p in paths]
-
-
 def log(message: str) -> None:
     """Progress line on stderr (Snakemake sends it to the rule's log file)."""
     print(message, file=sys.stderr, flush=True)

@@ -50,6 +50,8 @@ def _explain(error: jsonschema.ValidationError) -> str:
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
         return f"unknown key {', '.join(map(repr, unknown))} (allowed: {', '.join(allowed)})"
+    if error.validator == "pattern" and error.schema.get("description"):
+        return f"{error.instance!r} is not allowed ({error.schema['description']})"
     if error.validator == "enum":
         return f"{error.instance!r} is not allowed (allowed: {', '.join(map(str, error.validator_value))})"
     return error.message
