@@ -136,13 +136,25 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+def _checked(record: Any, path: str | os.PathLike) -> dict[str, Any]:
+    missing = {"id", "params", "metrics", "status", "provenance"} - (record.keys() if isinstance(record, dict) else set())
+    if not isinstance(record, dict) or missing:
+        raise ValueError(f"{path}: not a record (missing {sorted(missing) if isinstance(record, dict) else 'everything'})")
+    return record
+
+
 def read_record(path: str | os.PathLike) -> dict[str, Any]:
     with open(path) as f:
-        record = json.load(f)
-    missing = {"id", "params", "metrics", "status", "provenance"} - record.keys()
-    if missing:
-        raise ValueError(f"{path}: not a record (missing {sorted(missing)})")
-    return record
+        return _checked(json.load(f), path)
+
+
+def read_record_list(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """A file holding a JSON list of records (one process that measured a whole row of a grid)."""
+    with open(path) as f:
+        records = json.load(f)
+    if not isinstance(records, list):
+        raise ValueError(f"{path}: expected a JSON list of records")
+    return [_checked(r, path) for r in records]
 
 
 def log(message: str) -> None:

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 from cs336_systems.attention import bench
 from cs336_systems.records import make_record
@@ -15,10 +16,15 @@ def test_causal_flops_closed_form():
     assert bench.causal_flops(1, 10, 16, "forward-backward") == 3.5 * bench.causal_flops(1, 10, 16, "forward")
 
 
-def test_grid_row_on_cpu(tmp_path):
+# The benchmark's own device. Asking for "cpu" on a CUDA machine would switch the whole test
+# process to Triton's interpreter (bench sets TRITON_INTERPRET for CPU runs) and spoil later tests.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def test_grid_row(tmp_path):
     out = tmp_path / "row.json"
     assert bench.main(["grid", "--impl", "ours", "--dtype", "fp32", "--d", "16", "--seqs", "20", "33",
-                       "--device", "cpu", "--out", str(out)]) == 0
+                       "--device", DEVICE, "--out", str(out)]) == 0
     records = json.loads(out.read_text())
     assert [(r["params"]["seq"], r["params"]["pass"]) for r in records] == \
         [(s, p) for s in (20, 33) for p in bench.PASSES]

@@ -44,3 +44,13 @@ def test_real_points_on_cpu_and_report(tmp_path):
     assert summary["smallest_oom"]["seq"] == 96
     assert summary["smallest_oom"]["predicted_saved_MiB"] == pytest.approx(sweep.attention_memory(2, 96, 16)["saved"] / 2**20)
     assert summary["measured_over_predicted"] is None        # no CUDA memory readings on a CPU
+
+
+def test_allocator_state_reads_pytorchs_oom_message():
+    message = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of "
+               "139.80 GiB of which 10.96 GiB is free. Including non-PyTorch memory, this process has 128.84 GiB "
+               "memory in use. Of the allocated memory 96.13 GiB is allocated by PyTorch, and 31.99 GiB is reserved")
+    assert b1.allocator_state(message) == pytest.approx(
+        {"capacity_MiB": 139.80 * 1024, "requested_MiB": 32 * 1024, "allocated_MiB": 96.13 * 1024})
+    assert b1.allocator_state("DefaultCPUAllocator: can't allocate memory") == {}
+    assert b1.allocator_state(None) == {}

@@ -1,7 +1,8 @@
-# B: attention. B1 / B2(a) plain attention sweep (eager and compiled), B5 FlashAttention benchmark
-# grid and the leaderboard case.
+# B: attention. B1 / B2(a) plain attention sweep (eager and compiled), B3 / B4 checks of our
+# FlashAttention Functions, B5 FlashAttention benchmark grid and the leaderboard case.
 
 B1 = GRID["B1"]
+B3 = GRID["B3"]
 B5 = GRID["B5"]
 
 
@@ -50,6 +51,64 @@ rule B1_report:
         out_dir=out_dir("csv"),
     shell:
         "python -m cs336_systems.report.b1 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule B2_report:
+    """B2(a): the B1 grid compiled against eager, side by side."""
+    input:
+        rows=rules.B1_report.input.rows,
+        code=code("cs336_systems.report.b2"),
+    output:
+        csv=f"{RESULTS}/B2/table.csv",
+        md=report(f"{RESULTS}/B2/table.md", category="B2 torch.compile", labels={"item": "table"}),
+        summary=f"{RESULTS}/B2/summary.json",
+    log:
+        f"{LOGS}/B2/report.log",
+    params:
+        out_dir=out_dir("csv"),
+    shell:
+        "python -m cs336_systems.report.b2 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule B3_checks:
+    """Our three FlashAttention Functions against float64 attention, and the two backward paths timed."""
+    input:
+        measuring_code("cs336_systems.attention.check"),
+    output:
+        f"{RESULTS}/B3/records/checks.json",
+    log:
+        f"{LOGS}/B3/checks.log",
+    params:
+        shape=" ".join(map(str, B3["shape"])),
+        bench_shape=" ".join(map(str, B3["bench_shape"])),
+        dtypes=" ".join(B3["dtypes"]),
+        device=GRID["device"],
+    resources:
+        gpu=1,
+    shell:
+        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.attention.check --shape {params.shape} --bench-shape {params.bench_shape}"
+        " --dtypes {params.dtypes} --device {params.device} --out {output} > {log} 2>&1"
+
+
+rule B3_B4_report:
+    """B3 error tables and B4 backward timings, each in its own folder for its writeup section."""
+    input:
+        records=rules.B3_checks.output,
+        code=code("cs336_systems.report.flash_checks"),
+    output:
+        b3_md=report(f"{RESULTS}/B3/table.md", category="B3 FlashAttention forward", labels={"item": "errors"}),
+        b3_summary=f"{RESULTS}/B3/summary.json",
+        b4_md=report(f"{RESULTS}/B4/table.md", category="B4 FlashAttention backward", labels={"item": "timings"}),
+        b4_summary=f"{RESULTS}/B4/summary.json",
+    log:
+        f"{LOGS}/B3/report.log",
+    params:
+        b3_dir=out_dir("b3_md"),
+        b4_dir=out_dir("b4_md"),
+    shell:
+        "python -m cs336_systems.report.flash_checks --records {input.records} --b3-dir {params.b3_dir}"
+        " --b4-dir {params.b4_dir} > {log} 2>&1"
 
 
 rule B5_grid_row:

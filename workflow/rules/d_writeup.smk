@@ -8,6 +8,9 @@ SECTION_OUTPUTS = {
     "A1": [rules.A1_report.output.summary, rules.A1_report.output.contexts, rules.A1_report.output.warmup],
     "A3": [rules.A3_report.output.summary, rules.A3_report.output.plot],
     "B1": [rules.B1_report.output.summary, rules.B1_report.output.plot],
+    "B2": [rules.B2_report.output.summary],
+    "B3": [rules.B3_B4_report.output.b3_summary],
+    "B4": [rules.B3_B4_report.output.b4_summary],
     "B5": [rules.B5_report.output.summary, rules.B5_report.output.speedup, rules.B5_report.output.tflops],
 }
 WRITTEN = [ident for ident in SECTION_OUTPUTS if CHOSEN.sections is None or ident in CHOSEN.sections]

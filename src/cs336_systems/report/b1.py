@@ -6,15 +6,15 @@ memory accounting of the smallest out-of-memory case set beside the measurements
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import re
 import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.report.common import run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
 
 MIB = 2**20
 
@@ -50,21 +50,34 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
+_UNITS = {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
+_ALLOCATOR_FIELDS = {
+    "capacity_MiB": r"total capacity of ([\d.]+) (\w+)",
+    "requested_MiB": r"Tried to allocate ([\d.]+) (\w+)",
+    "allocated_MiB": r"([\d.]+) (\w+) is allocated by PyTorch",
+}
+
+
+def allocator_state(message: str | None) -> dict[str, float]:
+    """The numbers in PyTorch's CUDA out-of-memory message (card capacity, the allocation that
+    failed, what tensors held then), so the accounting can be set beside what really happened."""
+    state = {}
+    for key, pattern in _ALLOCATOR_FIELDS.items():
+        match = re.search(pattern, message or "")
+        if match and match.group(2) in _UNITS:
+            state[key] = float(match.group(1)) * _UNITS[match.group(2)]
+    return state
+
+
 def summarize(df: pd.DataFrame, records: list[dict]) -> dict:
     eager = df[~df["compiled"]]
     oom = eager[eager["status"] == "oom"].sort_values(["seq", "d"])
     ok = eager[eager["status"] == "ok"]
     smallest = oom.iloc[0] if len(oom) else None
+    messages = {(r["params"]["d"], r["params"]["seq"]): r.get("message") for r in records
+                if r["status"] == "oom" and not r["params"]["compiled"]}
     # Accounting check where both exist: measured memory before backward ÷ predicted saved bytes.
     check = (ok["measured_before_backward_MiB"] / ok["predicted_saved_MiB"]).dropna()
-    both = df[df["status"] == "ok"].pivot_table(index=["d", "seq"], columns="compiled",
-                                                values=["forward_ms", "backward_ms"])
-    speedup = {}
-    for phase in ("forward_ms", "backward_ms"):
-        if (phase, True) in both and (phase, False) in both:
-            ratio = (both[(phase, False)] / both[(phase, True)]).dropna()
-            if len(ratio):
-                speedup[phase] = {"median": float(ratio.median()), "min": float(ratio.min()), "max": float(ratio.max())}
     largest_ok = ok.sort_values("seq").iloc[-1] if len(ok) else None
     return {
         "provenance": run_provenance(records),
@@ -72,14 +85,14 @@ def summarize(df: pd.DataFrame, records: list[dict]) -> dict:
         "smallest_oom": None if smallest is None else {
             "d": int(smallest["d"]), "seq": int(smallest["seq"]),
             "predicted_saved_MiB": float(smallest["predicted_saved_MiB"]),
-            "predicted_backward_peak_MiB": float(smallest["predicted_backward_peak_MiB"])},
+            "predicted_backward_peak_MiB": float(smallest["predicted_backward_peak_MiB"]),
+            "allocator": allocator_state(messages.get((smallest["d"], smallest["seq"])))},
         "largest_ok": None if largest_ok is None else {
             "d": int(largest_ok["d"]), "seq": int(largest_ok["seq"]),
             "measured_MiB": float(largest_ok["measured_before_backward_MiB"]),
             "predicted_MiB": float(largest_ok["predicted_saved_MiB"])},
         "measured_over_predicted": {"median": float(check.median()), "min": float(check.min()),
                                     "max": float(check.max())} if len(check) else None,
-        "compiled_speedup": speedup,
     }
 
 
@@ -88,7 +101,7 @@ def main(argv=None) -> int:
     p.add_argument("--rows", nargs="+", required=True)
     p.add_argument("--out-dir", required=True, type=Path)
     args = p.parse_args(argv)
-    records = [r for path in args.rows for r in json.loads(Path(path).read_text())]
+    records = load_record_lists(args.rows)
     df = frame(records)
     shown = df.assign(**{c: df[c].round(3) for c in df.columns if c.endswith(("_ms", "_MiB"))})
     write_table(shown, args.out_dir)

@@ -6,7 +6,6 @@ the leaderboard case, and the numbers the writeup quotes.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -15,16 +14,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.report.common import run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
 
 PASSES = ("forward", "backward", "forward-backward")
-
-
-def load_lists(paths) -> list[dict]:
-    records = []
-    for path in paths:
-        records.extend(json.loads(Path(path).read_text()))
-    return records
 
 
 def grid_frame(records: list[dict]) -> pd.DataFrame:
@@ -149,7 +141,7 @@ def main(argv=None) -> int:
     p.add_argument("--leaderboard", required=True)
     p.add_argument("--out-dir", required=True, type=Path)
     args = p.parse_args(argv)
-    records, board_records = load_lists(args.rows), load_lists([args.leaderboard])
+    records, board_records = load_record_lists(args.rows), load_record_lists([args.leaderboard])
     df = grid_frame(records)
     write_table(wide_table(df), args.out_dir)
     board = leaderboard_frame(board_records)

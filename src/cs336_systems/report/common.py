@@ -11,11 +11,16 @@ matplotlib.use("Agg")   # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from cs336_systems.records import read_record, write_json_atomic  # noqa: E402
+from cs336_systems.records import read_record, read_record_list, write_json_atomic  # noqa: E402
 
 
 def load_records(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
     return [read_record(p) for p in paths]
+
+
+def load_record_lists(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
+    """The records of several files that each hold a JSON list of them, in order."""
+    return [record for p in paths for record in read_record_list(p)]
 
 
 def run_provenance(records: list[dict[str, Any]]) -> dict[str, Any]:

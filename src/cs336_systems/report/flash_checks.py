@@ -1,0 +1,92 @@
+"""B3 / B4 report: the error tables of our FlashAttention Functions against float64 (B3 folder) and
+the two backward paths timed side by side (B4 folder), each with the numbers its section quotes.
+
+    python -m cs336_systems.report.flash_checks --records checks.json --b3-dir DIR --b4-dir DIR
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from cs336_systems.report.common import load_record_lists, run_provenance, write_summary, write_table
+
+QUANTITIES = ("o", "lse", "dq", "dk", "dv")
+
+
+def error_table(records: list[dict]) -> pd.DataFrame:
+    """One row per (function, dtype, causal): our error and plain attention's, per quantity."""
+    rows = []
+    for r in records:
+        p = r["params"]
+        row = {"function": p["function"], "dtype": p["dtype"], "causal": p["causal"], "status": r["status"]}
+        for key in QUANTITIES:
+            row[f"{key}_ours"] = r["metrics"]["ours"][key] if r["status"] == "ok" else None
+            row[f"{key}_plain"] = r["metrics"]["plain"][key] if r["status"] == "ok" else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def worst_ratio(errors: pd.DataFrame) -> dict:
+    """Per dtype: the largest ours ÷ plain error ratio over functions, causal settings and quantities
+    (how far from what plain attention in that dtype achieves our worst case is)."""
+    out = {}
+    for dtype, part in errors[errors["status"] == "ok"].groupby("dtype"):
+        worst = None
+        for _, row in part.iterrows():
+            for key in QUANTITIES:
+                ratio = row[f"{key}_ours"] / max(row[f"{key}_plain"], 1e-30)
+                if worst is None or ratio > worst["ratio"]:
+                    worst = {"ratio": float(ratio), "function": row["function"], "causal": bool(row["causal"]),
+                             "quantity": key, "ours": float(row[f"{key}_ours"]), "plain": float(row[f"{key}_plain"])}
+        out[dtype] = worst
+    return out
+
+
+def time_table(records: list[dict]) -> pd.DataFrame:
+    rows = [{"function": r["params"]["function"], "dtype": r["params"]["dtype"],
+             "shape": "×".join(map(str, r["params"]["shape"])), "status": r["status"],
+             "forward_ms": r["metrics"].get("forward_ms"), "backward_ms": r["metrics"].get("backward_ms")}
+            for r in records]
+    return pd.DataFrame(rows)
+
+
+def backward_speedup(times: pd.DataFrame) -> dict:
+    """Per dtype: the compiled PyTorch backward's time ÷ the Triton backward's."""
+    ok = times[times["status"] == "ok"].set_index(["dtype", "function"])["backward_ms"]
+    return {dtype: {"triton_ms": float(ok[(dtype, "triton")]), "pytorch_ms": float(ok[(dtype, "triton-pytorch-backward")]),
+                    "speedup": float(ok[(dtype, "triton-pytorch-backward")] / ok[(dtype, "triton")])}
+            for dtype in sorted({d for d, _ in ok.index})
+            if (dtype, "triton") in ok.index and (dtype, "triton-pytorch-backward") in ok.index}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.flash_checks", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", required=True, help="the JSON list written by cs336_systems.attention.check")
+    p.add_argument("--b3-dir", required=True, type=Path)
+    p.add_argument("--b4-dir", required=True, type=Path)
+    args = p.parse_args(argv)
+    records = load_record_lists([args.records])
+    if not records:
+        p.error(f"{args.records}: no records")
+    errors_records = [r for r in records if r["params"]["kind"] == "error"]
+    time_records = [r for r in records if r["params"]["kind"] == "time"]
+    errors, times = error_table(errors_records), time_table(time_records)
+    write_table(errors, args.b3_dir)
+    write_table(times, args.b4_dir)
+    shape = errors_records[0]["params"]["shape"] if errors_records else None
+    write_summary(args.b3_dir / "summary.json", {
+        "provenance": run_provenance(errors_records), "shape": shape,
+        "statuses": errors["status"].value_counts().to_dict(), "worst_ratio": worst_ratio(errors)})
+    write_summary(args.b4_dir / "summary.json", {
+        "provenance": run_provenance(records), "shape": time_records[0]["params"]["shape"] if time_records else None,
+        "statuses": times["status"].value_counts().to_dict() if len(times) else {},
+        "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors)})
+    print(f"B3/B4 report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
