@@ -12,6 +12,7 @@ SECTION_OUTPUTS = {
     "B3": [rules.B3_B4_report.output.b3_summary],
     "B4": [rules.B3_B4_report.output.b4_summary],
     "B5": [rules.B5_report.output.summary, rules.B5_report.output.speedup, rules.B5_report.output.tflops],
+    "C9": [rules.C9_report.output.summary, rules.C9_report.output.plot],
 }
 WRITTEN = [ident for ident in SECTION_OUTPUTS if CHOSEN.sections is None or ident in CHOSEN.sections]
 

@@ -1,0 +1,77 @@
+"""Accelerator constants the accounting uses, each with where it comes from.
+
+Units: bytes, FLOP/s and bytes/s; GB means 10^9 bytes throughout (as the datasheets and C9 do).
+``link_bandwidth`` is the bandwidth one device's collectives can use in the ring model of
+``parallelism``: a device sends and receives at this rate at the same time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str
+    hbm_bytes: float        # device memory
+    bf16_flops: float       # dense peak, FLOP/s
+    link_bandwidth: float   # bytes/s a device's collectives move (see each constant for its meaning)
+    source: str
+
+
+# TPU v5p with the numbers C9(c) prescribes. W_ici = 2 * 9e10 B/s is the bandwidth of one ICI mesh
+# axis counting both directions of its wrap-around ring, which is how "How to Scale Your Model"
+# (Austin et al., jax-ml.github.io/scaling-book, parts 2 and 5) counts it; the book lists
+# C = 4.59e14 bf16 FLOP/s and 95 GB of HBM per chip.
+TPU_V5P = Accelerator(
+    name="TPU v5p", hbm_bytes=95 * GB, bf16_flops=4.6e14, link_bandwidth=2 * 9e10,
+    source="DELIVERABLES C9(c); How to Scale Your Model (jax-ml.github.io/scaling-book), TPU v5p table",
+)
+
+# H100 SXM5 80 GB (NVIDIA H100 Tensor Core GPU datasheet): 989 TFLOP/s dense bf16 (the datasheet's
+# 1,979 counts 2:4 sparsity), NVLink 4 at 900 GB/s bidirectional = 450 GB/s each way. A ring
+# collective sends and receives at the same time, so the one-way 450 GB/s is its rate.
+H100_SXM = Accelerator(
+    name="H100 SXM", hbm_bytes=80 * GB, bf16_flops=989e12, link_bandwidth=450 * GB,
+    source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 989 TFLOP/s dense bf16, NVLink 900 GB/s",
+)
+
+# H200 SXM (NVIDIA H200 Tensor Core GPU datasheet): the H100's compute and NVLink, 141 GB HBM3e.
+H200_SXM = Accelerator(
+    name="H200 SXM", hbm_bytes=141 * GB, bf16_flops=989e12, link_bandwidth=450 * GB,
+    source="NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e, 989 TFLOP/s dense bf16, NVLink 900 GB/s",
+)
+
+# Between nodes of a DGX H100 system each GPU has its own ConnectX-7 InfiniBand NDR port:
+# 400 Gb/s = 50 GB/s each way (NVIDIA DGX H100 datasheet). Used for the "8-GPU nodes" cluster.
+INFINIBAND_NDR_PER_GPU = 400e9 / 8
+GPUS_PER_DGX_NODE = 8
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Devices of one kind; groups of up to ``devices_per_node`` talk over the fast link."""
+
+    name: str
+    device: Accelerator
+    devices_per_node: int | None       # None: one fast domain however many devices
+    inter_node_bandwidth: float | None = None
+
+    def bandwidth(self, span: int) -> float:
+        """Rate of a collective whose devices lie within ``span`` consecutive device slots.
+
+        Nodes hold consecutive devices, so a group stays inside one node when its span does; else
+        its ring crosses the slower inter-node links, and a ring is as slow as its slowest link.
+        """
+        if self.devices_per_node is None or span <= self.devices_per_node:
+            return self.device.link_bandwidth
+        return self.inter_node_bandwidth
+
+
+# Every GPU on one NVLink fabric (an NVLink Switch System, up to 256 H100s in NVIDIA's DGX SuperPOD),
+# extended here to any size: the best case for communication.
+H100_NVLINK = Cluster("H100, all on NVLink", H100_SXM, devices_per_node=None)
+# The common case: 8-GPU DGX H100 nodes, NVLink inside a node, InfiniBand NDR between nodes.
+H100_DGX_IB = Cluster("H100, 8-GPU NVLink nodes + InfiniBand NDR", H100_SXM,
+                      devices_per_node=GPUS_PER_DGX_NODE, inter_node_bandwidth=INFINIBAND_NDR_PER_GPU)

@@ -1,0 +1,57 @@
+"""The C9 report step and its writeup section, in a temporary folder."""
+
+import csv
+import json
+
+import pytest
+
+from cs336_systems.records import read_record
+from cs336_systems.report import c9, writeup
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("c9")
+    out = root / "C9"
+    assert c9.main(["--out-dir", str(out)]) == 0
+    md, html = root / "writeup.md", root / "writeup.html"
+    assert writeup.main(["--run", "t", "--preset", "smoke", "--summaries", str(out / "summary.json"),
+                         "--md", str(md), "--html", str(html)]) == 0
+    return out, md.read_text(), html.read_text()
+
+
+def test_outputs_and_record(built):
+    out, _, _ = built
+    for name in ("table.csv", "table.md", "scaling.csv", "scaling.md", "scaling_grid.csv", "scaling.png", "summary.json"):
+        assert (out / name).stat().st_size > 0, name
+    record = read_record(out / "records" / "accounting.json")
+    assert record["id"] == "C9" and record["status"] == "ok"
+    assert record["metrics"]["c9"]["a"]["h100s_for_state"] == 44
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["provenance"]["records"] == 1 and summary["provenance"]["statuses"]["ok"] == 1
+    assert summary["b"]["n_fsdp_state_only"] == 38
+    with open(out / "scaling.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 2 * 4             # clusters x models x strategies
+
+
+def test_section_quotes_the_numbers(built):
+    _, md, html = built
+    section = md.split("## C9.")[1].split("## C10.")[0]
+    assert "Not built yet" not in section
+    for text in ("3,517.58 GB", "44 H100s", "17.55 MB per token", "N_FSDP = 46", "319.44 tokens", "20,444 tokens",
+                 "arXiv:1910.02054", "scaling.png"):
+        assert text in section, text
+    assert "<h2>C9. 4D-parallelism accounting</h2>" in html or "C9. 4D-parallelism accounting" in html
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tokens", "-1"], "--tokens must be 0 or more"),
+    (["--tokens", "20000"], "leaves no room"),
+    (["--global-batch", "0"], "--global-batch must be 1 or more"),
+])
+def test_bad_arguments_exit_with_one_line(tmp_path, args, message):
+    with pytest.raises(SystemExit) as exc:
+        c9.main(["--out-dir", str(tmp_path / "out"), *args])
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+    assert not (tmp_path / "out").exists()
