@@ -77,6 +77,13 @@ def test_more_gpus_than_the_pool(env):
     assert "Traceback" not in proc.stderr
 
 
+def test_up_to_leases_what_the_pool_has(env):
+    proc = subprocess.run([*LEASE, "--gpus", "6", "--up-to", "--", *PRINT_DEVICES], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0,1"
+
+
 def test_no_gpus_runs_the_command_unchanged(env):
     env["CUDA_VISIBLE_DEVICES"] = ""
     proc = _lease(1, PRINT_DEVICES, env)

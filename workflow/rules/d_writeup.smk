@@ -12,7 +12,18 @@ SECTION_OUTPUTS = {
     "B3": [rules.B3_B4_report.output.b3_summary],
     "B4": [rules.B3_B4_report.output.b4_summary],
     "B5": [rules.B5_report.output.summary, rules.B5_report.output.speedup, rules.B5_report.output.tflops],
+    "C1": [rules.C1_report.output.summary, rules.C1_report.output.plot],
+    "C2": [rules.DDP_report.output.C2_summary],
+    "C3": [rules.DDP_report.output.C3_summary, rules.DDP_report.output.phases],
+    "C4": [rules.DDP_report.output.C4_summary],
+    "C5": [rules.DDP_report.output.C5_summary],
+    "C6": [rules.DDP_report.output.C6_summary, rules.DDP_report.output.timeline],
+    "C7": [rules.DDP_report.output.C7_summary],
+    "C8": [rules.DDP_report.output.C8_summary, rules.DDP_report.output.model],
     "C9": [rules.C9_report.output.summary, rules.C9_report.output.plot],
+    "C10": [rules.DDP_report.output.C10_summary],
+    "C11": [rules.DDP_report.output.C11_summary],
+    "C12": [rules.DDP_report.output.C12_summary, rules.DDP_report.output.fsdp_timeline],
 }
 WRITTEN = [ident for ident in SECTION_OUTPUTS if CHOSEN.sections is None or ident in CHOSEN.sections]
 

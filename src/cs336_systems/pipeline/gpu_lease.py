@@ -71,6 +71,8 @@ def acquire(count: int, pool: list[str], poll_seconds: float = 1.0) -> tuple[lis
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.pipeline.gpu_lease", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpus", type=int, required=True, help="how many GPUs the command needs")
+    p.add_argument("--up-to", action="store_true",
+                   help="lease as many of the --gpus as this machine has; the command records what it could not run")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -81,6 +83,8 @@ def main(argv=None) -> int:
     pool = gpu_pool()
     if not pool or os.environ.get("SLURM_JOB_ID"):
         return subprocess.call(command)
+    if args.up_to:
+        args.gpus = min(args.gpus, len(pool))
     if args.gpus > len(pool):
         p.error(f"the command needs {args.gpus} GPUs; this machine shows {len(pool)} ({','.join(pool)})")
     devices, locks = acquire(args.gpus, pool)

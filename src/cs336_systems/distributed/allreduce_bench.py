@@ -1,0 +1,125 @@
+"""C1: all-reduce of float32 tensors, timed on every rank of one (backend, world size).
+
+    python -m cs336_systems.distributed.allreduce_bench --backend nccl --world-size 2 \
+        --sizes-mb 1 10 100 1000 --out row.json
+
+Gloo runs on CPU tensors, NCCL on one GPU per rank. Per size: 5 warm-up calls (``--warmup``), then
+``--iters`` timed calls, each between two barriers-by-synchronization; every rank times its own
+calls and the times are gathered to rank 0. A call's time is the slowest rank's (the collective is
+done only when the last rank is), and the record holds the median over calls. Bandwidths in GB/s
+(10⁹ B/s): algorithm bandwidth = bytes / time; bus bandwidth = algbw × 2(n−1)/n, the share of the
+data each link of a ring carries, comparable across world sizes.
+
+A world size the machine cannot host (more ranks than GPUs for NCCL, than cores for Gloo) is written
+as ``skipped`` records with the reason, so the table shows the gap instead of hiding it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import timeit
+
+import torch
+import torch.distributed as dist
+
+from cs336_systems.distributed.launcher import device_for, run_on_ranks
+from cs336_systems.records import log, make_record, write_json_atomic
+
+MB = 10**6
+FP32 = 4
+
+
+def bus_bandwidth(algbw: float, world_size: int) -> float:
+    return algbw * 2 * (world_size - 1) / world_size
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_allreduce(rank: int, world_size: int, backend: str, sizes_mb: list[float], warmup: int,
+                    iters: int) -> list[list[float]] | None:
+    """On each rank: per size, the seconds of each timed call. Rank 0 returns every rank's lists."""
+    device = device_for(rank, backend)
+    per_size = []
+    for size_mb in sizes_mb:
+        tensor = torch.randn(int(size_mb * MB) // FP32, device=device)
+        for _ in range(warmup):
+            dist.all_reduce(tensor)
+        _synchronize(device)
+        times = []
+        for _ in range(iters):
+            dist.barrier()
+            _synchronize(device)
+            start = timeit.default_timer()
+            dist.all_reduce(tensor)
+            _synchronize(device)
+            times.append(timeit.default_timer() - start)
+        per_size.append(times)
+        del tensor
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, per_size)
+    return gathered if rank == 0 else None
+
+
+def capacity(backend: str) -> tuple[int, str]:
+    """How many ranks this machine can host for ``backend``, and what limits it."""
+    if backend == "nccl":
+        return torch.cuda.device_count(), "GPUs"
+    return os.cpu_count() or 1, "CPU cores"
+
+
+def run(backend: str, world_size: int, sizes_mb: list[float], warmup: int, iters: int,
+        timeout_s: float) -> list[dict]:
+    def params(size_mb):
+        return {"backend": backend, "world_size": world_size, "size_mb": size_mb,
+                "device": "cuda" if backend == "nccl" else "cpu", "warmup": warmup, "iters": iters}
+
+    available, unit = capacity(backend)
+    if world_size > available:
+        reason = f"{world_size} ranks need {world_size} {unit}; this machine has {available}"
+        log(f"C1 {backend} x{world_size}: skipped ({reason})")
+        return [make_record("C1", params(s), "skipped", reason=reason) for s in sizes_mb]
+    ranks = run_on_ranks(_time_allreduce, world_size, args=(backend, sizes_mb, warmup, iters),
+                         backend=backend, timeout_s=timeout_s)
+    per_rank = ranks[0]
+    records = []
+    for i, size_mb in enumerate(sizes_mb):
+        # A call is finished when its slowest rank is.
+        call_s = [max(rank_times[i][k] for rank_times in per_rank) for k in range(iters)]
+        seconds = statistics.median(call_s)
+        algbw = size_mb * MB / seconds / 1e9
+        metrics = {"ms": seconds * 1e3, "ms_min": min(call_s) * 1e3, "ms_max": max(call_s) * 1e3,
+                   "algbw_GBps": algbw, "busbw_GBps": bus_bandwidth(algbw, world_size),
+                   "per_rank_median_ms": [statistics.median(t[i]) * 1e3 for t in per_rank]}
+        records.append(make_record("C1", params(size_mb), "ok", metrics))
+        log(f"C1 {backend} x{world_size} {size_mb:g} MB: {seconds * 1e3:.3f} ms, busbw {metrics['busbw_GBps']:.2f} GB/s")
+    return records
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.distributed.allreduce_bench",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=["gloo", "nccl"], required=True)
+    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--sizes-mb", type=float, nargs="+", required=True, help="tensor sizes in MB (10^6 bytes)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--timeout-s", type=float, default=540, help="limit for the whole row")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    if args.world_size < 2:
+        p.error("--world-size must be at least 2 (an all-reduce over one rank moves nothing)")
+    if min(args.sizes_mb) <= 0 or args.iters < 1 or args.warmup < 0:
+        p.error("sizes must be positive, --iters at least 1, --warmup not negative")
+    records = run(args.backend, args.world_size, args.sizes_mb, args.warmup, args.iters, args.timeout_s)
+    write_json_atomic(args.out, records)
+    log(f"wrote {len(records)} records -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""C3–C8, C11, C12: one data-parallel training variant on N ranks, each step split into forward,
+backward, waiting for gradient communication and the optimizer step; memory at the points C11 asks
+about; optionally a trace of one step.
+
+    python -m cs336_systems.distributed.train_bench --variant bucketed-100 --size xl --context 512 \
+        --global-batch 8 --world-size 2 --backend nccl --out record.json [--trace trace.json]
+
+Variants: ``naive`` (one all-reduce per parameter after backward), ``flat`` (one all-reduce of all
+gradients), ``overlap`` (``DDPIndividualParameters``), ``bucketed-<MB>`` (``DDPBucketed``),
+``torch-ddp`` (PyTorch's ``DistributedDataParallel``, the anchor), ``overlap-sharded`` (``overlap``
+with ``ShardedOptimizer``, for C11), ``fsdp`` and ``fsdp-bf16`` (``FSDP``, fp32 or bf16 compute).
+
+How a step is split. On a GPU the phases are CUDA events recorded on the compute stream: forward,
+backward, then ``finish_gradient_synchronization`` — the compute stream waits there for the
+communication still in flight, so that interval is the communication *not* hidden behind backward —
+then the optimizer. Nothing synchronizes the device inside a step (a device-wide synchronize would
+also wait for the communication stream and fold it into "backward"). PyTorch's DDP does its waiting
+inside backward, so its "waiting" phase is ~0 and its backward includes it. On the CPU (Gloo) the
+phases are wall-clock intervals.
+
+Memory (GPU only): bytes allocated after the model is built, just before and just after the last
+step's optimizer step, with parameters, gradients and optimizer state counted from the tensors
+themselves, and the peak above the step's starting point during forward + backward (activations and
+temporaries).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import timeit
+
+import torch
+
+from cs336_systems.distributed.launcher import device_for, run_on_ranks
+from cs336_systems.records import log, make_record, write_json_atomic
+
+VARIANT = re.compile(r"^(naive|flat|overlap|overlap-sharded|torch-ddp|fsdp|fsdp-bf16|bucketed-\d+(\.\d+)?)$")
+COMMUNICATION = re.compile(r"nccl|all_?reduce|allgather|all_gather|reduce_?scatter|broadcast", re.IGNORECASE)
+PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms", "step_ms")
+
+
+class _TorchDDP(torch.nn.parallel.DistributedDataParallel):
+    """PyTorch's DDP behind our wrappers' interface: its all-reduces finish inside backward."""
+
+    def finish_gradient_synchronization(self) -> None:
+        pass
+
+
+def wrap(variant: str, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    if variant == "torch-ddp":
+        return _TorchDDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if variant in ("fsdp", "fsdp-bf16"):
+        from cs336_systems.distributed.fsdp import FSDP
+        return FSDP(model, compute_dtype=torch.bfloat16 if variant == "fsdp-bf16" else None)
+    from cs336_systems.distributed import ddp
+
+    if variant == "naive":
+        return ddp.NaiveDDP(model)
+    if variant == "flat":
+        return ddp.FlatDDP(model)
+    if variant in ("overlap", "overlap-sharded"):
+        return ddp.DDPIndividualParameters(model)
+    if variant.startswith("bucketed-"):
+        return ddp.DDPBucketed(model, bucket_size_mb=float(variant.split("-", 1)[1]))
+    raise ValueError(f"unknown variant {variant!r}")
+
+
+def make_optimizer(variant: str, params):
+    from cs336_basics.optimizer import AdamW
+
+    if variant == "overlap-sharded":
+        from cs336_systems.distributed.sharded_optimizer import ShardedOptimizer
+        return ShardedOptimizer(params, AdamW, lr=1e-4)
+    return AdamW(params, lr=1e-4)
+
+
+def tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def optimizer_state_bytes(optimizer) -> int:
+    inner = getattr(optimizer, "optimizer", optimizer)      # ShardedOptimizer keeps its shard's state inside
+    return sum(tensor_bytes(state.values()) for state in inner.state.values())
+
+
+class StepClock:
+    """Marks between the phases of a step: CUDA events on the compute stream, or wall-clock times."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(timeit.default_timer())
+
+    def between_ms(self, pairs: list[tuple[int, int]]) -> list[float]:
+        """Milliseconds between the given pairs of marks (by index)."""
+        if self.cuda:
+            self.marks[-1].synchronize()
+            return [self.marks[a].elapsed_time(self.marks[b]) for a, b in pairs]
+        return [(self.marks[b] - self.marks[a]) * 1e3 for a, b in pairs]
+
+
+def _train(rank: int, world_size: int, backend: str, cfg: dict) -> dict:
+    from cs336_basics.nn_utils import cross_entropy
+
+    from cs336_systems.models import build_model, get_size, random_batch
+
+    device = device_for(rank, backend)
+    torch.manual_seed(0)
+    model = build_model(get_size(cfg["size"]), cfg["context"], device=device)
+    cuda = device.type == "cuda"
+    memory = {}
+    if cuda:
+        torch.cuda.synchronize(device)
+        memory["after_init"] = torch.cuda.memory_allocated(device)
+    wrapped = wrap(cfg["variant"], model, device)
+    optimizer = make_optimizer(cfg["variant"], wrapped.parameters())
+    torch.manual_seed(1 + rank)                         # each rank its own share of the global batch
+    x, y = random_batch(cfg["global_batch"] // world_size, cfg["context"], device=device)
+
+    steps = []
+    for step in range(cfg["warmup"] + cfg["steps"]):
+        last = step == cfg["warmup"] + cfg["steps"] - 1
+        if hasattr(wrapped, "on_train_batch_start"):
+            wrapped.on_train_batch_start()
+        optimizer.zero_grad(set_to_none=True)
+        if cuda and last:
+            torch.cuda.synchronize(device)
+            start_bytes = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        clock = StepClock(device)
+        clock.mark()
+        loss = cross_entropy(wrapped(x), y)
+        clock.mark()
+        loss.backward()
+        clock.mark()
+        wrapped.finish_gradient_synchronization()
+        clock.mark()
+        if cuda and last:
+            torch.cuda.synchronize(device)
+            memory["forward_backward_peak_above_start"] = torch.cuda.max_memory_allocated(device) - start_bytes
+            memory["before_step"] = torch.cuda.memory_allocated(device)
+            memory["breakdown_before_step"] = {
+                "parameters": tensor_bytes(wrapped.parameters()),
+                "gradients": tensor_bytes(p.grad for p in wrapped.parameters()),
+                "optimizer_state": optimizer_state_bytes(optimizer)}
+        clock.mark()      # the optimizer's interval starts here, after any memory reading above
+        optimizer.step()
+        clock.mark()
+        if cuda and last:
+            torch.cuda.synchronize(device)
+            memory["after_step"] = torch.cuda.memory_allocated(device)
+            memory["breakdown_after_step"] = {
+                "parameters": tensor_bytes(wrapped.parameters()),
+                "gradients": tensor_bytes(p.grad for p in wrapped.parameters()),
+                "optimizer_state": optimizer_state_bytes(optimizer)}
+            memory["peak"] = torch.cuda.max_memory_allocated(device)
+        if step >= cfg["warmup"]:
+            forward, backward, wait, opt = clock.between_ms([(0, 1), (1, 2), (2, 3), (4, 5)])
+            steps.append({"forward_ms": forward, "backward_ms": backward, "comm_wait_ms": wait,
+                          "optimizer_ms": opt, "step_ms": forward + backward + wait + opt})
+    trace = None
+    if cfg.get("trace"):
+        # Every rank steps (its collectives need all of them); rank 0's intervals are kept.
+        trace = _trace_one_step(wrapped, optimizer, x, y, device)
+        trace = trace if rank == 0 else None
+    return {"steps": steps, "memory": memory, "trace": trace,
+            "buckets": len(wrapped.buckets) if hasattr(wrapped, "buckets") else None,
+            "parameter_count": sum(p.numel() for p in model.parameters())}
+
+
+def _trace_one_step(wrapped, optimizer, x, y, device) -> list[dict]:
+    """Kernel (GPU) or operator (CPU) intervals of one training step, as compute / communication
+    lanes: enough to draw whether communication overlaps backward."""
+    from cs336_basics.nn_utils import cross_entropy
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.profiler.record_function("phase:forward"):
+            loss = cross_entropy(wrapped(x), y)
+        with torch.profiler.record_function("phase:backward"):
+            loss.backward()
+        with torch.profiler.record_function("phase:wait"):
+            wrapped.finish_gradient_synchronization()
+        with torch.profiler.record_function("phase:optimizer"):
+            optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return trace_intervals(prof.events(), gpu=device.type == "cuda")
+
+
+def trace_intervals(events, gpu: bool) -> list[dict]:
+    """Reduce profiler events to {lane, name, start_us, end_us}: GPU kernels split by whether they are
+    collectives, or on the CPU the matrix products and the collectives; plus the phase markers."""
+    out = []
+    for e in events:
+        name = e.name
+        start, end = e.time_range.start, e.time_range.end
+        on_gpu = getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+        if name.startswith("phase:") and not on_gpu:
+            out.append({"lane": "phase", "name": name[6:], "start_us": start, "end_us": end})
+        elif gpu and on_gpu:
+            out.append({"lane": "communication" if COMMUNICATION.search(name) else "compute", "name": name[:60],
+                        "start_us": start, "end_us": end})
+        elif not gpu and COMMUNICATION.search(name):
+            out.append({"lane": "communication", "name": name[:60], "start_us": start, "end_us": end})
+        elif not gpu and name in ("aten::mm", "aten::addmm", "aten::bmm"):
+            out.append({"lane": "compute", "name": name, "start_us": start, "end_us": end})
+    t0 = min((i["start_us"] for i in out), default=0)
+    return [dict(i, start_us=i["start_us"] - t0, end_us=i["end_us"] - t0) for i in out]
+
+
+def summarize_ranks(per_rank: list[dict]) -> dict:
+    """Medians over steps of rank 0's phases; the step time of a step is its slowest rank's."""
+    steps0 = per_rank[0]["steps"]
+    metrics = {phase: statistics.median(s[phase] for s in steps0) for phase in PHASES}
+    slowest = [max(r["steps"][i]["step_ms"] for r in per_rank) for i in range(len(steps0))]
+    metrics["step_ms_slowest_rank"] = statistics.median(slowest)
+    metrics["comm_share"] = metrics["comm_wait_ms"] / metrics["step_ms"]
+    metrics["steps"] = [{k: round(v, 4) for k, v in s.items()} for s in steps0]
+    metrics["memory_per_rank"] = [r["memory"] for r in per_rank]
+    metrics["parameter_count"] = per_rank[0]["parameter_count"]
+    metrics["buckets"] = per_rank[0]["buckets"]
+    return metrics
+
+
+def run(cfg: dict, world_size: int, backend: str, timeout_s: float) -> tuple[dict, list | None]:
+    params = {k: cfg[k] for k in ("variant", "size", "context", "global_batch", "warmup", "steps")} | {
+        "world_size": world_size, "backend": backend}
+    available = torch.cuda.device_count() if backend == "nccl" else world_size
+    if available < world_size:
+        reason = f"{world_size} ranks need {world_size} GPUs; this machine has {available}"
+        return make_record("C3", params, "skipped", reason=reason), None
+    if cfg["global_batch"] % world_size:
+        raise SystemExit(f"train_bench: global batch {cfg['global_batch']} does not split over {world_size} ranks")
+    try:
+        per_rank = run_on_ranks(_train, world_size, args=(backend, cfg), backend=backend, timeout_s=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - an OOM on a rank is a result; so is any other failure
+        status = "oom" if "out of memory" in str(exc).lower() else "error"
+        log(f"C3 {cfg['variant']}: {status}\n{exc}")
+        return make_record("C3", params, status, reason=str(exc)[-600:]), None
+    metrics = summarize_ranks(per_rank)
+    log(f"C3 {cfg['variant']}: step {metrics['step_ms']:.2f} ms (forward {metrics['forward_ms']:.2f}, backward "
+        f"{metrics['backward_ms']:.2f}, waiting {metrics['comm_wait_ms']:.2f}, optimizer {metrics['optimizer_ms']:.2f})")
+    return make_record("C3", params, "ok", metrics), per_rank[0]["trace"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.distributed.train_bench",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--variant", required=True, help="naive, flat, overlap, bucketed-<MB>, torch-ddp, "
+                                                    "overlap-sharded, fsdp, fsdp-bf16")
+    p.add_argument("--size", required=True)
+    p.add_argument("--context", type=int, required=True)
+    p.add_argument("--global-batch", type=int, required=True)
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--backend", choices=["gloo", "nccl"], required=True)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--timeout-s", type=float, default=540)
+    p.add_argument("--out", required=True)
+    p.add_argument("--trace", help="also write the compute / communication intervals of one step here")
+    args = p.parse_args(argv)
+    from cs336_systems.models import MODEL_SIZES
+
+    if not VARIANT.match(args.variant):
+        p.error(f"--variant {args.variant!r}: expected one of naive, flat, overlap, bucketed-<MB>, torch-ddp, "
+                "overlap-sharded, fsdp, fsdp-bf16")
+    if args.size not in MODEL_SIZES:
+        p.error(f"--size {args.size!r}: known sizes are {', '.join(MODEL_SIZES)}")
+    if min(args.context, args.global_batch, args.steps, args.world_size) < 1 or args.warmup < 0:
+        p.error("--context, --global-batch, --steps and --world-size must be positive, --warmup not negative")
+    cfg = {"variant": args.variant, "size": args.size, "context": args.context, "global_batch": args.global_batch,
+           "warmup": args.warmup, "steps": args.steps, "trace": bool(args.trace)}
+    record, trace = run(cfg, args.world_size, args.backend, args.timeout_s)
+    write_json_atomic(args.out, record)
+    if args.trace:
+        write_json_atomic(args.trace, {"variant": args.variant, "intervals": trace or []})
+    log(f"wrote {record['status']} record -> {args.out}")
+    return 0 if record["status"] != "error" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
