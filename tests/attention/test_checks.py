@@ -8,9 +8,13 @@ from cs336_systems.attention import check
 from cs336_systems.report import b2, flash_checks
 from cs336_systems.records import make_record
 
+# The checks' own device: asking for "cpu" on a CUDA machine would switch the test process to
+# Triton's interpreter (the CLI sets TRITON_INTERPRET for CPU runs) and spoil later tests.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 def test_errors_of_our_functions_are_at_the_dtypes_rounding():
-    errors = check.max_errors("triton", torch.float32, True, (2, 37, 16), "cpu")
+    errors = check.max_errors("triton", torch.float32, True, (2, 37, 16), DEVICE)
     for quantity in check.QUANTITIES:
         assert errors["ours"][quantity] < 1e-4, quantity
         assert errors["plain"][quantity] < 1e-4, quantity
@@ -25,7 +29,7 @@ def test_a_wrong_backward_shows_up_in_the_errors(monkeypatch):
             return tuple(None if g is None else 0.5 * g for g in FlashAttentionPytorch.backward(ctx, grad_out))
 
     monkeypatch.setattr(check, "function", lambda name: HalfGradients)
-    errors = check.max_errors("pytorch", torch.float32, False, (1, 20, 16), "cpu")["ours"]
+    errors = check.max_errors("pytorch", torch.float32, False, (1, 20, 16), DEVICE)["ours"]
     assert errors["o"] < 1e-5 and errors["lse"] < 1e-5
     assert min(errors["dq"], errors["dk"], errors["dv"]) > 1e-2
 
@@ -33,7 +37,7 @@ def test_a_wrong_backward_shows_up_in_the_errors(monkeypatch):
 def test_cli_records_and_reports(tmp_path):
     out = tmp_path / "checks.json"
     assert check.main(["--shape", "1", "24", "16", "--bench-shape", "1", "32", "16", "--dtypes", "fp32",
-                       "--device", "cpu", "--out", str(out)]) == 0
+                       "--device", DEVICE, "--out", str(out)]) == 0
     records = json.loads(out.read_text())
     assert {(r["params"]["kind"], r["params"]["function"]) for r in records} == \
         {("error", f) for f in check.FUNCTIONS} | {("time", f) for f in check.TIMED}

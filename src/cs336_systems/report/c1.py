@@ -30,11 +30,13 @@ def frame(records: list[dict]) -> pd.DataFrame:
 
 
 def fit_latency_bandwidth(part: pd.DataFrame) -> dict | None:
-    """Least squares of t = o + bytes / w over the sizes measured: o in ms, w in GB/s."""
+    """Least squares of t = o + bytes / w over the sizes measured, in relative error (weights 1/t)
+    so the small sizes that carry o are not drowned by the large ones: o in ms, w in GB/s."""
     ok = part[part["status"] == "ok"]
     if len(ok) < 2:
         return None
-    slope, intercept = np.polyfit(ok["size_mb"] * MB, ok["ms"] / 1e3, 1)
+    seconds = ok["ms"] / 1e3
+    slope, intercept = np.polyfit(ok["size_mb"] * MB, seconds, 1, w=1 / seconds)
     return {"o_ms": float(intercept * 1e3), "w_GBps": float(1 / slope / 1e9) if slope > 0 else None,
             "sizes": int(len(ok))}
 
