@@ -287,7 +287,7 @@ def main(argv=None) -> int:
     if args.trace:
         write_json_atomic(args.trace, {"variant": args.variant, "intervals": trace or []})
     log(f"wrote {record['status']} record -> {args.out}")
-    return 0 if record["status"] != "error" else 1
+    return 0      # an error is a result too: recorded with its message, shown in the report's table
 
 
 if __name__ == "__main__":
