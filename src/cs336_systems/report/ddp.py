@@ -68,22 +68,23 @@ def plot_phases(table: pd.DataFrame, path: Path) -> None:
 
 
 def plot_timelines(traces: dict[str, list[dict]], path: Path) -> None:
-    """One panel per traced variant: phase spans shaded, compute and communication as lanes."""
-    fig, axes = plt.subplots(len(traces) or 1, 1, figsize=(11, 1.8 * max(1, len(traces)) + 0.6), squeeze=False)
-    colors = {"forward": "#dde7f3", "backward": "#f6e3cf", "wait": "#f3d6d6", "optimizer": "#dcefdc"}
+    """One panel per traced variant, three lanes: when the CPU issued each phase, and the GPU's
+    compute and communication kernels (which run later than they are issued)."""
+    fig, axes = plt.subplots(len(traces) or 1, 1, figsize=(11, 2.0 * max(1, len(traces)) + 0.6), squeeze=False)
+    colors = {"forward": "#9ab8dd", "backward": "#e8b27d", "wait": "#e08a8a", "optimizer": "#8cc98c"}
     for ax, (variant, intervals) in zip(axes[:, 0], traces.items()):
         for i in intervals:
-            start, width = i["start_us"] / 1e3, (i["end_us"] - i["start_us"]) / 1e3
+            start, width = i["start_us"] / 1e3, max((i["end_us"] - i["start_us"]) / 1e3, 0.01)
             if i["lane"] == "phase":
-                ax.axvspan(start, start + width, color=colors.get(i["name"], "#eee"), zorder=0)
-                ax.text(start, 2.05, i["name"], fontsize=7, va="bottom")
+                ax.broken_barh([(start, width)], (1.65, 0.7), color=colors.get(i["name"], "#ccc"))
+                ax.text(start + width / 2, 2.0, i["name"], fontsize=7, ha="center", va="center")
             else:
                 y = 1 if i["lane"] == "communication" else 0
-                ax.broken_barh([(start, max(width, 0.01))], (y - 0.35, 0.7),
-                               color="tab:red" if y else "tab:blue", zorder=2)
-        ax.set(yticks=[0, 1], yticklabels=["compute", "communication"], ylim=(-0.6, 2.6), title=variant)
-        ax.title.set_fontsize(9)
+                ax.broken_barh([(start, width)], (y - 0.35, 0.7), color="tab:red" if y else "tab:blue")
+        ax.set(yticks=[0, 1, 2], yticklabels=["compute", "communication", "issued (CPU)"], ylim=(-0.6, 2.6))
+        ax.set_title(variant, fontsize=9)
     axes[-1, 0].set_xlabel("ms since the start of the traced step")
+    fig.tight_layout()
     save_figure(fig, path)
 
 
@@ -152,7 +153,9 @@ def main(argv=None) -> int:
         grad_bytes = records[0]["metrics"]["parameter_count"] * 4
         o_s, w = fit["o_ms"] / 1e3, fit["w_GBps"] * 1e9
         bucketed["predicted_ms"] = [overhead_model(n, grad_bytes, o_s, w) * 1e3 for n in bucketed["buckets"]]
+        backward = bucketed["backward_ms"].median() if len(bucketed) else None
         model_summary = {"o_ms": fit["o_ms"], "w_GBps": fit["w_GBps"], "grad_MB": grad_bytes / 1e6,
+                         "send_all_ms": grad_bytes / w * 1e3, "backward_ms": backward,
                          "optimum": optimal_buckets(grad_bytes, o_s, w)}
         fig, ax = plt.subplots(figsize=(6.5, 4))
         sizes = [b / 4 for b in range(1, 4001)]   # 0.25 MB ... 1 GB
