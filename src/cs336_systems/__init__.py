@@ -5,9 +5,12 @@ kernels, and editing them does not make unrelated pipeline rules stale):
 
 - ``FlashAttentionPytorch``, ``FlashAttentionTriton``: autograd Functions,
   ``.apply(q, k, v, is_causal=False)`` on q (batch, Nq, d) and k, v (batch, Nk, d).
-
-Reserved for the distributed deliverables, not implemented yet: ``DDPIndividualParameters``,
-``DDPBucketed``, ``ShardedOptimizer``, ``FSDP``.
+- ``DDPIndividualParameters(module)``, ``DDPBucketed(module, bucket_size_mb)``: data-parallel
+  wrappers (``forward``, ``finish_gradient_synchronization()``, ``on_train_batch_start()``, ``.module``);
+  the naive and flat variants live beside them in ``cs336_systems.distributed.ddp``.
+- ``ShardedOptimizer(params, optimizer_cls, **kwargs)``: optimizer-state sharding.
+- ``FSDP(module, compute_dtype=None)``: fully sharded data parallelism (``forward``,
+  ``finish_gradient_synchronization()``, ``gather_full_params()``, ``.module``).
 """
 from __future__ import annotations
 
@@ -16,8 +19,12 @@ import importlib
 _PUBLIC = {
     "FlashAttentionPytorch": "cs336_systems.attention.flash_pytorch",
     "FlashAttentionTriton": "cs336_systems.attention.flash_triton",
+    "DDPIndividualParameters": "cs336_systems.distributed.ddp",
+    "DDPBucketed": "cs336_systems.distributed.ddp",
+    "ShardedOptimizer": "cs336_systems.distributed.sharded_optimizer",
+    "FSDP": "cs336_systems.distributed.fsdp",
 }
-_RESERVED = ("DDPIndividualParameters", "DDPBucketed", "ShardedOptimizer", "FSDP")
+_RESERVED: tuple[str, ...] = ()
 
 __all__ = list(_PUBLIC)
 

@@ -55,8 +55,9 @@ def test_a_dead_process_is_reported_not_waited_for():
 
 
 def test_a_rank_that_never_finishes_times_out():
-    with pytest.raises(RankFailed, match="rank 1 failed: no result within 3 s"):
-        run_on_ranks(_rank_one_waits_forever, 2, timeout_s=3)
+    # Generous enough that rank 0 has started and answered even on a loaded machine.
+    with pytest.raises(RankFailed, match=r"no result within 10 s \(ranks still running: \[(0, )?1\]\)"):
+        run_on_ranks(_rank_one_waits_forever, 2, timeout_s=10)
 
 
 def test_bad_arguments_are_refused_up_front():

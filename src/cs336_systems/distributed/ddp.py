@@ -247,7 +247,8 @@ class DDPIndividualParameters(_DataParallel):
 class DDPBucketed(_DataParallel):
     """C7: gradients all-reduced in buckets of at most ``bucket_size_mb`` (see ``plan_buckets``), each
     launched asynchronously from a hook once all its gradients are ready and every earlier bucket has
-    been launched. ``buckets`` lists the parameter names of each bucket, in bucket order."""
+    been launched. ``buckets`` lists the parameter names of each bucket, in bucket order. One backward
+    per step, as for ``DDPIndividualParameters``."""
 
     def __init__(self, module: nn.Module, bucket_size_mb: float):
         super().__init__(module)

@@ -61,7 +61,8 @@ def run_on_ranks(fn: Callable[..., Any], world_size: int, args: tuple = (), *, b
                  timeout_s: float = 300, collective_timeout_s: float = 120) -> list[Any]:
     """Call ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes that share a process
     group; return the values in rank order. ``fn`` and its arguments must be picklable (a module-level
-    function). Raises ``RankFailed`` for the first rank that raised, died or overran ``timeout_s``."""
+    function). Return plain Python values or NumPy arrays, not tensors: torch.multiprocessing sends a
+    tensor as a shared-memory handle that dies with the rank's process. Raises ``RankFailed`` for the first rank that raised, died or overran ``timeout_s``."""
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     if backend not in ("gloo", "nccl"):

@@ -1,0 +1,396 @@
+"""DDP wrappers (C2, C4, C5, C7) on 2 Gloo ranks: training with each wrapper gives the weights of one
+process training on the concatenation of the ranks' batches (mean loss), and of PyTorch's
+DistributedDataParallel in the same ranks; tied, frozen and unused parameters; bucket grouping.
+
+Each scenario runs once per module (spawning ranks costs seconds); the tests read its results.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from cs336_systems.distributed.ddp import (DDPBucketed, DDPIndividualParameters, FlatDDP, NaiveDDP,
+                                           plan_buckets)
+from cs336_systems.distributed.launcher import run_on_ranks
+
+WORLD = 2
+TIGHT = dict(rtol=1e-5, atol=1e-6)
+
+
+# --- the toy model and its data -------------------------------------------------------------------
+
+VOCAB, DIM, SEQ, BATCH = 16, 8, 6, 4          # BATCH sequences per rank
+TOY_LR = 1e-2
+INIT_SEED = 100                               # rank r builds its replica from INIT_SEED + r
+DATA_SEED = 7
+
+
+class ToyLM(nn.Module):
+    """A small LM with each thing the wrappers must handle: an embedding tied to the output head, a
+    frozen layer, a buffer, a branch used only when asked, and a parameter nothing uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.frozen = nn.Linear(DIM, DIM)
+        self.frozen.requires_grad_(False)
+        self.hidden = nn.Linear(DIM, DIM)
+        self.branch = nn.Linear(DIM, DIM)
+        self.norm = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, VOCAB, bias=False)
+        self.head.weight = self.embed.weight                 # tied
+        self.unused = nn.Parameter(torch.randn(3))
+        self.register_buffer("shift", torch.randn(DIM))
+
+    def forward(self, tokens, use_branch=True):
+        h = self.embed(tokens) + self.shift
+        h = h + torch.tanh(self.frozen(h))
+        h = h + torch.tanh(self.hidden(h))
+        if use_branch:
+            h = h + torch.tanh(self.branch(h))
+        return self.head(self.norm(h))
+
+
+def toy_model(rank: int) -> ToyLM:
+    torch.manual_seed(INIT_SEED + rank)
+    return ToyLM()
+
+
+def toy_batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(DATA_SEED * 1000 + step * 10 + rank)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def toy_loss(model, x, y, use_branch):
+    return F.cross_entropy(model(x, use_branch=use_branch).flatten(0, 1), y.flatten())
+
+
+# Which rank runs the branch at each step. Step 1 leaves it unused on every rank; step 2 uses it on
+# rank 0 only, which DDPIndividualParameters does not support (see ddp.py), so it trains on SAME.
+UNUSED_STEP = 1
+SAME = ((True, True), (False, False), (True, True), (True, True))
+MIXED = ((True, True), (False, False), (True, False), (True, True))
+BRANCH = ("branch.weight", "branch.bias")
+
+# Trainable parameters in registration order (the root module's own first): unused 12 B,
+# embed.weight (= head.weight) 512 B, hidden.weight 256 B, hidden.bias 32 B, branch.weight 256 B,
+# branch.bias 32 B, norm.weight 32 B, norm.bias 32 B. Buckets take them in reverse.
+TOY_BUCKET_MB = {"one": 1000.0, "several": 300 / 1024**2, "per-param": 1e-9}
+TOY_EXPECTED_BUCKETS = {
+    "one": [["norm.bias", "norm.weight", "branch.bias", "branch.weight", "hidden.bias", "hidden.weight",
+             "embed.weight", "unused"]],
+    "several": [["norm.bias", "norm.weight", "branch.bias"], ["branch.weight", "hidden.bias"],
+                ["hidden.weight"], ["embed.weight"], ["unused"]],
+    "per-param": [["norm.bias"], ["norm.weight"], ["branch.bias"], ["branch.weight"], ["hidden.bias"],
+                  ["hidden.weight"], ["embed.weight"], ["unused"]],
+}
+
+TOY_VARIANTS = {   # name -> (wrapper factory, branch schedule)
+    "naive": (NaiveDDP, MIXED),
+    "flat": (FlatDDP, MIXED),
+    "individual": (DDPIndividualParameters, SAME),
+    **{f"bucketed-{k}": (lambda m, mb=mb: DDPBucketed(m, bucket_size_mb=mb), MIXED)
+       for k, mb in TOY_BUCKET_MB.items()},
+}
+
+
+class _TorchDDP(DistributedDataParallel):
+    """PyTorch's DDP behind our interface (it synchronizes inside backward)."""
+
+    def finish_gradient_synchronization(self):
+        pass
+
+    def on_train_batch_start(self):
+        pass
+
+
+def _wrap_toy(name, model):
+    if name.startswith("torch-ddp"):
+        return _TorchDDP(model, find_unused_parameters=True)
+    if name == "no-sync":
+        return NaiveDDP(model)
+    return TOY_VARIANTS[name][0](model)
+
+
+def _schedule(name):
+    if name == "torch-ddp-same":
+        return SAME
+    if name in ("torch-ddp", "no-sync"):
+        return MIXED
+    return TOY_VARIANTS[name][1]
+
+
+def _train_toy_variants(rank, world_size, names):
+    """Every variant trains its own replica (initialised differently on each rank) for len(schedule)
+    AdamW steps on this rank's batches; "no-sync" skips the gradient synchronization."""
+    out = {}
+    for name in names:
+        model = toy_model(rank)
+        wrapped = _wrap_toy(name, model)
+        optimizer = torch.optim.AdamW(wrapped.parameters(), lr=TOY_LR)
+        record = {}
+        for step, branch_on in enumerate(_schedule(name)):
+            wrapped.on_train_batch_start()
+            optimizer.zero_grad(set_to_none=True)
+            x, y = toy_batch(step, rank)
+            toy_loss(wrapped, x, y, branch_on[rank]).backward()
+            if name != "no-sync":
+                wrapped.finish_gradient_synchronization()
+            if step == UNUSED_STEP:
+                before = {n: p.detach().clone() for n, p in model.named_parameters() if n in BRANCH}
+                record["branch_grad_none"] = all(p.grad is None for n, p in model.named_parameters()
+                                                 if n in BRANCH)
+            optimizer.step()
+            if step == UNUSED_STEP:
+                record["branch_unchanged"] = all(torch.equal(p, before[n]) for n, p in model.named_parameters()
+                                                 if n in BRANCH)
+        record["state"] = portable(model.state_dict())
+        record["unused_grad_none"] = model.unused.grad is None
+        record["tied"] = model.head.weight is model.embed.weight
+        record["buckets"] = getattr(wrapped, "buckets", None)
+        out[name] = record
+    return out
+
+
+def _train_toy_one_process(schedule):
+    """The reference: rank 0's initial weights, every step on all ranks' batches with the mean loss
+    (one forward over the concatenation when the ranks agree on the branch)."""
+    model = toy_model(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=TOY_LR)
+    for step, branch_on in enumerate(schedule):
+        optimizer.zero_grad(set_to_none=True)
+        batches = [toy_batch(step, r) for r in range(WORLD)]
+        if len(set(branch_on)) == 1:
+            x, y = (torch.cat(t) for t in zip(*batches))
+            loss = toy_loss(model, x, y, branch_on[0])
+        else:
+            loss = sum(toy_loss(model, x, y, on) for (x, y), on in zip(batches, branch_on)) / WORLD
+        loss.backward()
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+ALL_TOY_RUNS = (*TOY_VARIANTS, "torch-ddp", "torch-ddp-same", "no-sync")
+
+
+@pytest.fixture(scope="module")
+def toy_runs():
+    return run_on_ranks(_train_toy_variants, WORLD, args=(ALL_TOY_RUNS,))
+
+
+@pytest.fixture(scope="module")
+def toy_reference():
+    return {schedule: _train_toy_one_process(schedule) for schedule in (SAME, MIXED)}
+
+
+def portable(state: dict) -> dict:
+    """A state dict as numpy arrays: tensors sent back through the launcher's queue would travel as
+    shared-memory handles that die with the rank's process."""
+    return {k: v.detach().numpy().copy() for k, v in state.items()}
+
+
+def as_tensors(state: dict) -> dict:
+    return {k: torch.as_tensor(v) for k, v in state.items()}
+
+
+def assert_states_close(actual, expected, **tolerance):
+    actual, expected = as_tensors(actual), as_tensors(expected)
+    assert actual.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(actual[key], expected[key], **(tolerance or TIGHT), msg=lambda m: f"{key}: {m}")
+
+
+@pytest.mark.parametrize("name", [*TOY_VARIANTS, "torch-ddp", "torch-ddp-same"])
+def test_toy_training_matches_one_process_on_the_whole_batch(toy_runs, toy_reference, name):
+    for rank in range(WORLD):
+        assert_states_close(toy_runs[rank][name]["state"], toy_reference[_schedule(name)])
+
+
+@pytest.mark.parametrize("name", list(TOY_VARIANTS))
+def test_toy_training_matches_pytorch_ddp_in_the_same_ranks(toy_runs, name):
+    anchor = "torch-ddp" if _schedule(name) is MIXED else "torch-ddp-same"
+    for rank in range(WORLD):
+        assert_states_close(toy_runs[rank][name]["state"], toy_runs[rank][anchor]["state"])
+
+
+@pytest.mark.parametrize("name", list(TOY_VARIANTS))
+def test_replicas_end_identical(toy_runs, name):
+    for key, value in as_tensors(toy_runs[0][name]["state"]).items():
+        assert torch.equal(value, torch.as_tensor(toy_runs[1][name]["state"][key])), key
+
+
+@pytest.mark.parametrize("name", list(TOY_VARIANTS))
+def test_frozen_parameters_and_buffers_are_rank_zeros_and_never_change(toy_runs, name):
+    initial = toy_model(0).state_dict()
+    assert not torch.equal(initial["frozen.weight"], toy_model(1).state_dict()["frozen.weight"])  # needs the broadcast
+    for rank in range(WORLD):
+        state = as_tensors(toy_runs[rank][name]["state"])
+        for key in ("frozen.weight", "frozen.bias", "shift"):
+            assert torch.equal(state[key], initial[key]), (rank, key)
+
+
+@pytest.mark.parametrize("name", list(TOY_VARIANTS))
+def test_parameters_without_gradient_keep_none_and_stay_bit_identical(toy_runs, toy_reference, name):
+    reference = toy_reference[_schedule(name)]
+    for rank in range(WORLD):
+        run = toy_runs[rank][name]
+        assert run["unused_grad_none"] and torch.equal(torch.as_tensor(run["state"]["unused"]), reference["unused"])
+        assert run["branch_grad_none"], "a branch no rank used must keep grad None"
+        assert run["branch_unchanged"], "AdamW must skip the unused branch at that step"
+
+
+@pytest.mark.parametrize("name", list(TOY_VARIANTS))
+def test_tied_weights_stay_tied(toy_runs, name):
+    for rank in range(WORLD):
+        run = toy_runs[rank][name]
+        state = as_tensors(run["state"])
+        assert run["tied"] and torch.equal(state["head.weight"], state["embed.weight"])
+
+
+def test_without_synchronization_the_replicas_drift(toy_runs, toy_reference):
+    """The equality tests have teeth: skip the all-reduce and the weights are wrong."""
+    reference = toy_reference[MIXED]
+    for rank in range(WORLD):
+        with pytest.raises(AssertionError):
+            assert_states_close(toy_runs[rank]["no-sync"]["state"], reference)
+    with pytest.raises(AssertionError):
+        assert_states_close(toy_runs[0]["no-sync"]["state"], toy_runs[1]["no-sync"]["state"])
+
+
+@pytest.mark.parametrize("size", list(TOY_BUCKET_MB))
+def test_bucketed_wrapper_groups_parameters_in_reverse_order(toy_runs, size):
+    for rank in range(WORLD):
+        assert toy_runs[rank][f"bucketed-{size}"]["buckets"] == TOY_EXPECTED_BUCKETS[size]
+
+
+# --- bucket planning (no processes needed) ------------------------------------------------------
+
+def _named(*specs):
+    return [(name, nn.Parameter(torch.zeros(numel, dtype=dtype))) for name, numel, dtype in specs]
+
+
+def test_plan_buckets_respects_the_limit_and_gives_a_large_parameter_its_own_bucket():
+    f32 = torch.float32
+    params = _named(("a", 100, f32), ("b", 1000, f32), ("c", 200, f32), ("d", 50, f32), ("e", 10, f32))
+    limit_mb = 1200 / 1024**2                     # 1200 bytes = 300 floats
+    plan = [[n for n, _ in bucket] for bucket in plan_buckets(params, limit_mb)]
+    assert plan == [["e", "d", "c"], ["b"], ["a"]]
+    for bucket in plan_buckets(params, limit_mb):
+        assert len(bucket) == 1 or sum(p.numel() * 4 for _, p in bucket) <= 1200
+
+
+def test_plan_buckets_splits_at_a_change_of_dtype():
+    params = _named(("a", 4, torch.float32), ("b", 4, torch.bfloat16), ("c", 4, torch.bfloat16))
+    assert [[n for n, _ in b] for b in plan_buckets(params, 1.0)] == [["c", "b"], ["a"]]
+
+
+def test_plan_buckets_refuses_a_size_that_is_not_positive():
+    with pytest.raises(ValueError, match="positive"):
+        plan_buckets(_named(("a", 4, torch.float32)), 0)
+
+
+# --- the tiny Transformer LM ----------------------------------------------------------------------
+
+LM_CONTEXT, LM_BATCH, LM_STEPS, LM_LR = 16, 2, 3, 1e-3
+LM_BUCKET_MB = 0.05
+LM_VARIANTS = ("naive", "flat", "individual", "bucketed", "torch-ddp")
+
+
+def lm_model(rank):
+    from cs336_systems.models import build_model, get_size
+
+    torch.manual_seed(INIT_SEED + rank)
+    return build_model(get_size("tiny"), LM_CONTEXT)
+
+
+def lm_batch(step, rank):
+    from cs336_systems.models import VOCAB_SIZE
+
+    g = torch.Generator().manual_seed(DATA_SEED * 1000 + step * 10 + rank)
+    tokens = torch.randint(0, VOCAB_SIZE, (LM_BATCH, LM_CONTEXT + 1), generator=g)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def _wrap_lm(name, model):
+    return {"naive": NaiveDDP, "flat": FlatDDP, "individual": DDPIndividualParameters,
+            "bucketed": lambda m: DDPBucketed(m, bucket_size_mb=LM_BUCKET_MB),
+            "torch-ddp": _TorchDDP}[name](model)
+
+
+def _train_lm_variants(rank, world_size, names):
+    from cs336_basics.nn_utils import cross_entropy
+    from cs336_basics.optimizer import AdamW
+
+    out = {}
+    for name in names:
+        model = lm_model(rank)
+        wrapped = _wrap_lm(name, model)
+        optimizer = AdamW(wrapped.parameters(), lr=LM_LR)
+        in_flight_after_backward = []
+        for step in range(LM_STEPS):
+            wrapped.on_train_batch_start()
+            optimizer.zero_grad(set_to_none=True)
+            x, y = lm_batch(step, rank)
+            cross_entropy(wrapped(x), y).backward()
+            in_flight_after_backward.append(getattr(wrapped, "communications_in_flight", None))
+            wrapped.finish_gradient_synchronization()
+            optimizer.step()
+        out[name] = {"state": portable(model.state_dict()),
+                     "in_flight_after_backward": in_flight_after_backward,
+                     "buckets": getattr(wrapped, "buckets", None)}
+    return out
+
+
+def _train_lm_one_process():
+    from cs336_basics.nn_utils import cross_entropy
+    from cs336_basics.optimizer import AdamW
+
+    model = lm_model(0)
+    optimizer = AdamW(model.parameters(), lr=LM_LR)
+    for step in range(LM_STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        x, y = (torch.cat(t) for t in zip(*(lm_batch(step, r) for r in range(WORLD))))
+        cross_entropy(model(x), y).backward()
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def lm_runs():
+    return run_on_ranks(_train_lm_variants, WORLD, args=(LM_VARIANTS,))
+
+
+@pytest.fixture(scope="module")
+def lm_reference():
+    return _train_lm_one_process()
+
+
+@pytest.mark.parametrize("name", LM_VARIANTS)
+def test_tiny_lm_training_matches_one_process_and_pytorch_ddp(lm_runs, lm_reference, name):
+    reference = lm_reference
+    for rank in range(WORLD):
+        assert_states_close(lm_runs[rank][name]["state"], reference)
+        assert_states_close(lm_runs[rank][name]["state"], lm_runs[rank]["torch-ddp"]["state"])
+
+
+def test_tiny_lm_communication_overlaps_backward(lm_runs):
+    """When backward returns, the overlapping wrappers have already launched every all-reduce."""
+    n_params = len(list(lm_model(0).parameters()))
+    for rank in range(WORLD):
+        assert lm_runs[rank]["individual"]["in_flight_after_backward"] == [n_params] * LM_STEPS
+        buckets = lm_runs[rank]["bucketed"]["buckets"]
+        assert 2 < len(buckets) < n_params
+        assert lm_runs[rank]["bucketed"]["in_flight_after_backward"] == [len(buckets)] * LM_STEPS
+        names = [n for n, _ in lm_model(0).named_parameters()]
+        assert [n for bucket in buckets for n in bucket] == names[::-1]
+
+
+def test_public_names_are_these_classes():
+    import cs336_systems
+    from cs336_systems.distributed.sharded_optimizer import ShardedOptimizer
+
+    assert cs336_systems.DDPIndividualParameters is DDPIndividualParameters
+    assert cs336_systems.DDPBucketed is DDPBucketed
+    assert cs336_systems.ShardedOptimizer is ShardedOptimizer
