@@ -24,7 +24,6 @@ _PUBLIC = {
     "ShardedOptimizer": "cs336_systems.distributed.sharded_optimizer",
     "FSDP": "cs336_systems.distributed.fsdp",
 }
-_RESERVED: tuple[str, ...] = ()
 
 __all__ = list(_PUBLIC)
 
@@ -32,6 +31,4 @@ __all__ = list(_PUBLIC)
 def __getattr__(name: str):
     if name in _PUBLIC:
         return getattr(importlib.import_module(_PUBLIC[name]), name)
-    if name in _RESERVED:
-        raise AttributeError(f"cs336_systems.{name} is part of the planned public API but not implemented yet")
     raise AttributeError(f"module 'cs336_systems' has no attribute {name!r}")
