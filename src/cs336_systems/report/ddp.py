@@ -88,6 +88,23 @@ def plot_timelines(traces: dict[str, list[dict]], path: Path) -> None:
     save_figure(fig, path)
 
 
+def compute_gaps(intervals: list[dict]) -> dict | None:
+    """How long the compute lane sat idle between its first and last kernel (ms), and the longest
+    single gap: the time compute waited, e.g. for a weight still being gathered."""
+    spans = sorted((i["start_us"], i["end_us"]) for i in intervals if i["lane"] == "compute")
+    if not spans:
+        return None
+    idle, longest, long_gaps, reach = 0.0, 0.0, 0, spans[0][1]
+    for start, end in spans[1:]:
+        if start > reach:
+            idle += start - reach
+            longest = max(longest, start - reach)
+            long_gaps += start - reach > 500      # µs: longer than any launch gap, a real wait
+        reach = max(reach, end)
+    return {"span_ms": (reach - spans[0][0]) / 1e3, "idle_ms": idle / 1e3, "longest_gap_ms": longest / 1e3,
+            "gaps_over_half_ms": long_gaps}
+
+
 def _row(table: pd.DataFrame, variant: str) -> dict | None:
     hit = table[(table["variant"] == variant) & (table["status"] == "ok")]
     return None if hit.empty else {k: (None if isinstance(v, float) and math.isnan(v) else v)
@@ -189,7 +206,8 @@ def main(argv=None) -> int:
             v: rows.get(v) for v in ("naive", "flat", "overlap", "torch-ddp")}},
         "C10": {"overlap": rows.get("overlap"), "sharded": rows.get("overlap-sharded")},
         "C11": {"memory": memory},
-        "C12": {"fsdp": rows.get("fsdp"), "fsdp_bf16": rows.get("fsdp-bf16"), "overlap": rows.get("overlap"),
+        "C12": {"compute_gaps": {v: compute_gaps(traces[v]) for v in traces},
+                "fsdp": rows.get("fsdp"), "fsdp_bf16": rows.get("fsdp-bf16"), "overlap": rows.get("overlap"),
                 "torch_ddp": rows.get("torch-ddp"), "memory": memory,
                 "predicted_state_GiB": _fsdp_prediction(setup)},
     }
