@@ -1,0 +1,85 @@
+"""C1 and the data-parallel benchmark on CPU ranks, and the closed forms their reports use."""
+import json
+
+import pandas as pd
+import pytest
+
+from cs336_systems.distributed import allreduce_bench, train_bench
+from cs336_systems.report import c1, ddp
+
+
+def test_bus_bandwidth_is_the_ring_share():
+    assert allreduce_bench.bus_bandwidth(10.0, 2) == pytest.approx(10.0)
+    assert allreduce_bench.bus_bandwidth(10.0, 4) == pytest.approx(15.0)      # 2·3/4
+    assert allreduce_bench.bus_bandwidth(12.0, 6) == pytest.approx(20.0)      # 2·5/6
+
+
+def test_allreduce_row_on_gloo(tmp_path):
+    out = tmp_path / "row.json"
+    assert allreduce_bench.main(["--backend", "gloo", "--world-size", "2", "--sizes-mb", "0.01", "0.1",
+                                 "--warmup", "1", "--iters", "3", "--out", str(out)]) == 0
+    records = json.loads(out.read_text())
+    assert [r["params"]["size_mb"] for r in records] == [0.01, 0.1]
+    for r in records:
+        m = r["metrics"]
+        assert r["status"] == "ok" and len(m["per_rank_median_ms"]) == 2
+        assert m["algbw_GBps"] == pytest.approx(r["params"]["size_mb"] * 1e6 / (m["ms"] / 1e3) / 1e9)
+        assert m["ms_min"] <= m["ms"] <= m["ms_max"]
+
+
+def test_a_world_the_machine_cannot_host_is_skipped(monkeypatch):
+    monkeypatch.setattr(allreduce_bench, "capacity", lambda backend: (2, "GPUs"))
+    records = allreduce_bench.run("nccl", 4, [1, 10], warmup=1, iters=1, timeout_s=10)
+    assert [r["status"] for r in records] == ["skipped", "skipped"]
+    assert records[0]["reason"] == "4 ranks need 4 GPUs; this machine has 2"
+
+
+def test_fit_recovers_latency_and_bandwidth():
+    o_ms, w = 0.25, 5e9
+    sizes = [0.1, 1, 10, 100]
+    part = pd.DataFrame({"size_mb": sizes, "status": "ok", "ms": [o_ms + s * 1e6 / w * 1e3 for s in sizes]})
+    fit = c1.fit_latency_bandwidth(part)
+    assert fit["o_ms"] == pytest.approx(o_ms, rel=1e-6) and fit["w_GBps"] == pytest.approx(5.0, rel=1e-6)
+
+
+def test_optimal_bucket_count_minimises_the_overhead_model():
+    s, o, w = 8e9, 1e-4, 3e11
+    best = ddp.optimal_buckets(s, o, w)
+    brute = min(range(1, 2000), key=lambda n: ddp.overhead_model(n, s, o, w))
+    assert abs(best["n_buckets"] - brute) < 1
+    assert best["overhead_ms"] == pytest.approx(ddp.overhead_model(best["n_buckets"], s, o, w) * 1e3)
+    assert best["bucket_MB"] == pytest.approx(s / best["n_buckets"] / 1e6)
+
+
+def test_compute_gaps_merge_overlapping_kernels():
+    lane = [{"lane": "compute", "start_us": a, "end_us": b} for a, b in [(0, 100), (50, 150), (900, 1000), (1010, 1100)]]
+    lane.append({"lane": "communication", "start_us": 150, "end_us": 900})
+    gaps = ddp.compute_gaps(lane)
+    assert gaps["idle_ms"] == pytest.approx((750 + 10) / 1e3)
+    assert gaps["longest_gap_ms"] == pytest.approx(0.75) and gaps["gaps_over_half_ms"] == 1
+    assert gaps["span_ms"] == pytest.approx(1.1)
+
+
+@pytest.mark.parametrize("variant", ["naive", "bucketed-0.5", "overlap-sharded"])
+def test_training_variant_on_gloo(tmp_path, variant):
+    out, trace = tmp_path / "r.json", tmp_path / "t.json"
+    assert train_bench.main(["--variant", variant, "--size", "tiny", "--context", "16", "--global-batch", "4",
+                             "--backend", "gloo", "--warmup", "1", "--steps", "2", "--out", str(out),
+                             "--trace", str(trace)]) == 0
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok", record.get("message")
+    m = record["metrics"]
+    parts = m["forward_ms"] + m["backward_ms"] + m["comm_wait_ms"] + m["optimizer_ms"]
+    assert len(m["steps"]) == 2 and all(s["step_ms"] == pytest.approx(
+        s["forward_ms"] + s["backward_ms"] + s["comm_wait_ms"] + s["optimizer_ms"], abs=1e-3) for s in m["steps"])
+    assert parts > 0 and m["step_ms_slowest_rank"] >= min(s["step_ms"] for s in m["steps"])
+    assert (m["buckets"] is not None) == variant.startswith("bucketed")
+    lanes = {i["lane"] for i in json.loads(trace.read_text())["intervals"]}
+    assert {"phase", "compute", "communication"} <= lanes
+
+
+def test_bad_variant_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        train_bench.main(["--variant", "zero3", "--size", "tiny", "--context", "16", "--global-batch", "4",
+                          "--backend", "gloo", "--out", "x.json"])
+    assert info.value.code == 2 and "expected one of" in capsys.readouterr().err
