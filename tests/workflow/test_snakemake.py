@@ -180,10 +180,14 @@ def test_full_preset_plans_the_whole_grid(tmp_path):
     assert stats["B5_grid_row"] == len(rows)
     assert stats["B1_row"] == len(b1["variants"]) * len(b1["head_dims"])
     # Every other rule runs once per run (a report, a single measurement, the writeup).
-    once = {k: v for k, v in stats.items() if k not in ("A1_benchmark", "A1_warmup_study", "B5_grid_row", "B1_row")}
+    presets = yaml.safe_load((copy / "config.yaml").read_text())["presets"]["full"]
+    assert stats["C1_row"] == len(presets["C1"]["backends"]) * len(presets["C1"]["world_sizes"])
+    assert stats["DDP_variant"] == len(presets["DDP"]["variants"])
+    once = {k: v for k, v in stats.items()
+            if k not in ("A1_benchmark", "A1_warmup_study", "B5_grid_row", "B1_row", "C1_row", "DDP_variant")}
     assert set(once.values()) == {1}, once
     assert {"A3_accumulation", "A1_report", "A3_report", "B1_report", "B2_report", "B3_checks", "B3_B4_report",
-            "B5_leaderboard", "B5_report", "writeup", "all"} <= set(once)
+            "B5_leaderboard", "B5_report", "C1_report", "DDP_report", "C9_report", "writeup", "all"} <= set(once)
     planned = planned_outputs(out)
     assert {p for p in planned if p.startswith("results/dryrun/A1/records/")} == \
         {f"results/dryrun/A1/records/{s}_ctx{c}_{m}_{p}.json" for s, c, m, p in grid}

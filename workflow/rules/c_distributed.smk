@@ -4,7 +4,8 @@
 
 C1 = GRID["C1"]
 DDP = GRID["DDP"]
-DDP_BACKEND = "nccl" if GRID["device"].startswith("cuda") else "gloo"
+ON_GPUS = GRID["device"].startswith("cuda")
+DDP_BACKEND = "nccl" if ON_GPUS else "gloo"
 TRACED = [v for v in DDP["traced"] if v in DDP["variants"]]
 
 
@@ -25,9 +26,10 @@ rule C1_row:
         warmup=C1["warmup"],
         iters=C1["iters"],
         lease=lambda wildcards: (f"python -m cs336_systems.pipeline.gpu_lease --gpus {wildcards.world} --up-to --"
-                                 if wildcards.backend == "nccl" else ""),
+                                 if wildcards.backend == "nccl" and ON_GPUS else ""),
     resources:
-        gpu=lambda wildcards: int(wildcards.world) if wildcards.backend == "nccl" else 0,
+        # A preset without GPUs still runs its NCCL rows, which record that they were skipped.
+        gpu=lambda wildcards: int(wildcards.world) if wildcards.backend == "nccl" and ON_GPUS else 0,
     shell:
         "{params.lease} python -m cs336_systems.distributed.allreduce_bench --backend {wildcards.backend}"
         " --world-size {wildcards.world} --sizes-mb {params.sizes} --warmup {params.warmup} --iters {params.iters}"
