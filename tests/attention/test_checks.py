@@ -68,3 +68,11 @@ def test_b2_pairs_eager_and_compiled_points(tmp_path):
     assert summary["speedup"]["forward"] == {"median": 2.0, "min": 2.0, "max": 2.0}
     assert summary["fits_only_compiled"] == [{"d": 16, "seq": 128}]
     assert summary["at_longest"]["seq"] == 64
+
+
+def test_a_failing_case_is_recorded_with_its_message():
+    def broken():
+        raise RuntimeError("kernel exploded")
+    record = check._attempt("B3", {"kind": "error", "function": "triton", "dtype": "fp32", "causal": False,
+                                   "device": "cpu"}, broken)
+    assert record["status"] == "error" and record["message"] == "RuntimeError: kernel exploded"

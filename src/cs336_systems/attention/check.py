@@ -115,7 +115,7 @@ def _attempt(ident: str, params: dict, measure) -> dict:
         if status == "error":
             traceback.print_exc()
         log(f"{ident} {params['kind']} {params['function']} {params['dtype']}: {status}")
-        return make_record(ident, params, status, message=f"{type(exc).__name__}: {str(exc)[:300]}")
+        return make_record(ident, params, status, reason=f"{type(exc).__name__}: {str(exc)[:300]}")
     finally:
         if params["device"] == "cuda":
             torch.cuda.empty_cache()
