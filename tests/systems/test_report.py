@@ -223,3 +223,12 @@ def test_writeup_with_no_summaries(tmp_path):
     md = (tmp_path / "w.md").read_text()
     assert md.count("*Not built yet:") == len(SECTIONS)
     assert "smoke run" not in md
+
+
+def test_row_reports_refuse_a_missing_file_in_one_line(tmp_path, capsys):
+    from cs336_systems.report import c1
+
+    with pytest.raises(SystemExit) as info:
+        c1.main(["--rows", str(tmp_path / "missing.json"), "--out-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "missing.json" in err and "Traceback" not in err

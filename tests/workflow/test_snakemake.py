@@ -240,3 +240,15 @@ def test_negative_warmup_in_config_yaml(tmp_path):
     line = _assert_one_line_config_error(proc, "presets.smoke.A1.warmup")
     assert "-1" in line
     assert not (copy / "results").exists()
+
+
+def test_traced_variant_that_is_not_measured(tmp_path):
+    copy = make_copy(tmp_path)
+    config = copy / "config.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["presets"]["smoke"]["DDP"]["traced"] = ["naive", "bucketed-7"]
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = snakemake(copy, "-n", "--config", "preset=smoke")
+    assert proc.returncode != 0
+    assert "DDP.traced names variants that DDP.variants does not run: bucketed-7" in proc.stderr
+    assert "Traceback" not in proc.stderr

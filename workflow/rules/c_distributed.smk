@@ -6,7 +6,10 @@ C1 = GRID["C1"]
 DDP = GRID["DDP"]
 ON_GPUS = GRID["device"].startswith("cuda")
 DDP_BACKEND = "nccl" if ON_GPUS else "gloo"
-TRACED = [v for v in DDP["traced"] if v in DDP["variants"]]
+TRACED = DDP["traced"]
+if set(TRACED) - set(DDP["variants"]):
+    sys.exit(f"cs336-systems: DDP.traced names variants that DDP.variants does not run: "
+             f"{', '.join(sorted(set(TRACED) - set(DDP['variants'])))}")
 
 
 rule C1_row:

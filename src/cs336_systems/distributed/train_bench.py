@@ -85,6 +85,13 @@ def optimizer_state_bytes(optimizer) -> int:
     return sum(tensor_bytes(state.values()) for state in inner.state.values())
 
 
+def memory_by_kind(model: torch.nn.Module, optimizer) -> dict[str, int]:
+    """Bytes of this rank's parameters, gradients and optimizer state, counted from the tensors."""
+    return {"parameters": tensor_bytes(model.parameters()),
+            "gradients": tensor_bytes(p.grad for p in model.parameters()),
+            "optimizer_state": optimizer_state_bytes(optimizer)}
+
+
 class StepClock:
     """Marks between the phases of a step: CUDA events on the compute stream, or wall-clock times."""
 
@@ -148,20 +155,14 @@ def _train(rank: int, world_size: int, backend: str, cfg: dict) -> dict:
             torch.cuda.synchronize(device)
             memory["forward_backward_peak_above_start"] = torch.cuda.max_memory_allocated(device) - start_bytes
             memory["before_step"] = torch.cuda.memory_allocated(device)
-            memory["breakdown_before_step"] = {
-                "parameters": tensor_bytes(wrapped.parameters()),
-                "gradients": tensor_bytes(p.grad for p in wrapped.parameters()),
-                "optimizer_state": optimizer_state_bytes(optimizer)}
+            memory["breakdown_before_step"] = memory_by_kind(wrapped, optimizer)
         clock.mark()      # the optimizer's interval starts here, after any memory reading above
         optimizer.step()
         clock.mark()
         if cuda and last:
             torch.cuda.synchronize(device)
             memory["after_step"] = torch.cuda.memory_allocated(device)
-            memory["breakdown_after_step"] = {
-                "parameters": tensor_bytes(wrapped.parameters()),
-                "gradients": tensor_bytes(p.grad for p in wrapped.parameters()),
-                "optimizer_state": optimizer_state_bytes(optimizer)}
+            memory["breakdown_after_step"] = memory_by_kind(wrapped, optimizer)
             memory["peak"] = torch.cuda.max_memory_allocated(device)
         if step >= cfg["warmup"]:
             forward, backward, wait, opt = clock.between_ms([(0, 1), (1, 2), (2, 3), (4, 5)])

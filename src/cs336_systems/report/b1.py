@@ -5,7 +5,6 @@ memory accounting of the smallest out-of-memory case set beside the measurements
 """
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_summary, write_table
 
 MIB = 2**20
 
@@ -97,17 +96,13 @@ def summarize(df: pd.DataFrame, records: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.b1", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", nargs="+", required=True)
-    p.add_argument("--out-dir", required=True, type=Path)
-    args = p.parse_args(argv)
-    records = load_record_lists(args.rows)
+    records, out_dir = rows_report_args("cs336_systems.report.b1", __doc__, argv)
     df = frame(records)
     shown = df.assign(**{c: df[c].round(3) for c in df.columns if c.endswith(("_ms", "_MiB"))})
-    write_table(shown, args.out_dir)
-    plot(df, args.out_dir / "time_and_memory.png")
-    write_summary(args.out_dir / "summary.json", summarize(df, records))
-    print(f"B1 report: {len(df)} points -> {args.out_dir}", file=sys.stderr)
+    write_table(shown, out_dir)
+    plot(df, out_dir / "time_and_memory.png")
+    write_summary(out_dir / "summary.json", summarize(df, records))
+    print(f"B1 report: {len(df)} points -> {out_dir}", file=sys.stderr)
     return 0
 
 

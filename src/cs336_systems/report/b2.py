@@ -6,14 +6,12 @@ one-GPU profiling work and is not in this report yet.
 """
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
 import pandas as pd
 
 from cs336_systems.report.b1 import frame
-from cs336_systems.report.common import load_record_lists, run_provenance, write_summary, write_table
+from cs336_systems.report.common import rows_report_args, run_provenance, write_summary, write_table
 
 PHASES = ("forward_ms", "backward_ms")
 
@@ -60,15 +58,11 @@ def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.b2", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", nargs="+", required=True, help="B1 record lists, eager and compiled")
-    p.add_argument("--out-dir", required=True, type=Path)
-    args = p.parse_args(argv)
-    records = load_record_lists(args.rows)
+    records, out_dir = rows_report_args("cs336_systems.report.b2", __doc__, argv, rows_help="B1 record lists, eager and compiled")
     table = side_by_side(frame(records))
-    write_table(table.round(3), args.out_dir)
-    write_summary(args.out_dir / "summary.json", summarize(table, records))
-    print(f"B2 report: {len(table)} (d, seq) points -> {args.out_dir}", file=sys.stderr)
+    write_table(table.round(3), out_dir)
+    write_summary(out_dir / "summary.json", summarize(table, records))
+    print(f"B2 report: {len(table)} (d, seq) points -> {out_dir}", file=sys.stderr)
     return 0
 
 

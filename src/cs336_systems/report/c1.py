@@ -6,7 +6,6 @@ t(bytes) = o + bytes / w that C8's overhead model uses.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_summary, write_table
 
 MB = 10**6
 
@@ -55,19 +54,15 @@ def plot(df: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.c1", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", nargs="+", required=True)
-    p.add_argument("--out-dir", required=True, type=Path)
-    args = p.parse_args(argv)
-    records = load_record_lists(args.rows)
+    records, out_dir = rows_report_args("cs336_systems.report.c1", __doc__, argv)
     df = frame(records)
-    write_table(df.round(4), args.out_dir)
-    plot(df, args.out_dir / "allreduce.png")
+    write_table(df.round(4), out_dir)
+    plot(df, out_dir / "allreduce.png")
     fits = {f"{b}_x{w}": fit for (b, w), part in df.groupby(["backend", "world_size"])
             if (fit := fit_latency_bandwidth(part)) is not None}
     ok = df[df["status"] == "ok"]
     largest = ok[ok["size_mb"] == ok["size_mb"].max()] if len(ok) else ok
-    write_summary(args.out_dir / "summary.json", {
+    write_summary(out_dir / "summary.json", {
         "provenance": run_provenance(records),
         "fits": fits,
         "skipped": [{"backend": b, "world_size": int(w), "reason": part["reason"].iloc[0]}
@@ -76,7 +71,7 @@ def main(argv=None) -> int:
                         "ms": float(r.ms), "busbw_GBps": float(r.busbw_GBps)} for r in largest.itertuples()],
         "sizes_mb": sorted(float(s) for s in df["size_mb"].unique()),
     })
-    print(f"C1 report: {len(df)} rows -> {args.out_dir}", file=sys.stderr)
+    print(f"C1 report: {len(df)} rows -> {out_dir}", file=sys.stderr)
     return 0
 
 

@@ -40,6 +40,21 @@ def run_provenance(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def rows_report_args(module: str, doc: str, argv=None, rows_help: str = "JSON lists of records"):
+    """The command line every row-list report shares: ``--rows FILE... --out-dir DIR``. Returns the
+    records and the output folder; a missing or malformed file stops with one line, not a traceback."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0])
+    p.add_argument("--rows", nargs="+", required=True, help=rows_help)
+    p.add_argument("--out-dir", required=True, type=Path)
+    args = p.parse_args(argv)
+    try:
+        return load_record_lists(args.rows), args.out_dir
+    except (OSError, ValueError) as exc:
+        p.error(str(exc))
+
+
 def write_table(df: pd.DataFrame, out_dir: Path, stem: str = "table") -> None:
     """The same table as CSV (for code) and Markdown (for people)."""
     out_dir.mkdir(parents=True, exist_ok=True)
