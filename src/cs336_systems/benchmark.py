@@ -15,7 +15,6 @@ and optimizer state stay fp32. An allocation failure is a result: the record say
 from __future__ import annotations
 
 import argparse
-import contextlib
 import resource
 import sys
 import traceback
@@ -23,15 +22,12 @@ from dataclasses import asdict
 
 import torch
 
-from cs336_systems.models import ATTENTION_BACKENDS, MODEL_SIZES, ModelSize, build_model, get_size, random_batch
+from cs336_systems.models import ATTENTION_BACKENDS, MODEL_SIZES, ModelSize, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import (PhaseTimer, call_counting_oom, free_device_memory, peak_memory_bytes,
                                   reset_peak_memory, summarize)
+from cs336_systems.workload import MODES, PRECISIONS, build_workload
 
-MODES = ("forward", "forward-backward", "train-step")
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
-PHASES = {"forward": ("forward",), "forward-backward": ("forward", "backward"),
-          "train-step": ("forward", "backward", "optimizer")}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -116,38 +112,16 @@ def benchmark(size: ModelSize, *, context: int, batch: int, mode: str, warmup: i
               precision: str = "fp32", compile: bool = False, attention: str = "naive",
               device: str = "cpu", vocab_size: int = 10_000) -> dict:
     """Time ``warmup + steps`` steps; return per-phase summaries and samples (ms)."""
-    from cs336_basics.nn_utils import cross_entropy
-    from cs336_basics.optimizer import AdamW
-
     device = torch.device(device)
-    model = build_model(size, context, vocab_size=vocab_size, device=device, attention=attention)
-    runnable = torch.compile(model) if compile else model
-    optimizer = AdamW(model.parameters(), lr=1e-4) if mode == "train-step" else None
-    inputs, targets = random_batch(batch, context, vocab_size=vocab_size, device=device)
-    autocast = (torch.autocast(device.type, dtype=PRECISIONS[precision]) if PRECISIONS[precision]
-                else contextlib.nullcontext())
-    grad_mode = torch.no_grad() if mode == "forward" else contextlib.nullcontext()
-
-    def one_step(timer: PhaseTimer) -> None:
-        with grad_mode:
-            with timer.phase("forward"), autocast:
-                loss = cross_entropy(runnable(inputs), targets)
-        if mode == "forward":
-            return
-        with timer.phase("backward"):
-            loss.backward()
-        if optimizer is not None:
-            with timer.phase("optimizer"):
-                optimizer.step()
-        model.zero_grad(set_to_none=True)
-
+    workload = build_workload(size, context=context, batch=batch, mode=mode, precision=precision,
+                              compile=compile, attention=attention, device=device, vocab_size=vocab_size)
     warm = PhaseTimer(device)
     for i in range(warmup):
-        one_step(warm)
+        workload.step(warm.phase)
     reset_peak_memory(device)
     timed = PhaseTimer(device)
     for i in range(steps):
-        one_step(timed)
+        workload.step(timed.phase)
         log(f"  step {i + 1}/{steps}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in timed.samples.items()))
 
     step_samples = [sum(per_phase) for per_phase in zip(*timed.samples.values())]
@@ -155,7 +129,7 @@ def benchmark(size: ModelSize, *, context: int, batch: int, mode: str, warmup: i
     metrics["step"] = summarize(step_samples) | {"samples": step_samples}
     metrics["warmup_step_samples"] = [sum(s) for s in zip(*warm.samples.values())]
     metrics["peak_memory_bytes"] = peak_memory_bytes(device)
-    metrics["parameters"] = sum(p.numel() for p in model.parameters())
+    metrics["parameters"] = sum(p.numel() for p in workload.model.parameters())
     return metrics
 
 

@@ -160,15 +160,17 @@ def test_real_allocation_failure_on_cpu_is_an_oom_record(tmp_path):
 
 @pytest.mark.parametrize("mode,changes", [("train-step", True), ("forward-backward", False), ("forward", False)])
 def test_only_train_step_updates_parameters(mode, changes, monkeypatch, tmp_path):
+    from cs336_systems import workload
+
     built = []
-    real_build = bm.build_model
+    real_build = workload.build_model
 
     def spy(*args, **kwargs):
         model = real_build(*args, **kwargs)
         built.append((model, {k: v.detach().clone() for k, v in model.state_dict().items()}))
         return model
 
-    monkeypatch.setattr(bm, "build_model", spy)
+    monkeypatch.setattr(workload, "build_model", spy)
     assert bm.main([*TINY, "--mode", mode, "--out", str(tmp_path / "r.json")]) == 0
     assert _read(tmp_path / "r.json")["status"] == "ok"
     (model, before), = built

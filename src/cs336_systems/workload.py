@@ -1,0 +1,93 @@
+"""One training workload: a model, its random batch, its optimizer, and one step in named phases.
+
+The A1 benchmark, the A2 profiles, the A5 memory snapshots, the A6 checkpointing runs and the B2
+compiled-vs-eager comparison all run this same step, so their numbers describe the same work:
+
+    workload = build_workload(get_size("small"), context=256, batch=4, mode="train-step", device="cuda")
+    workload.step(phase=timer.phase)        # forward, backward and optimizer, each inside phase(name)
+
+``phase`` is any ``name -> context manager``: a timer, an NVTX range, both, or nothing. Modes:
+``forward`` (inference, under ``torch.no_grad``), ``forward-backward`` (loss and gradients) and
+``train-step`` (forward, backward and an AdamW step). ``precision="bf16"`` runs the forward pass
+and the loss under ``torch.autocast(dtype=torch.bfloat16)``; parameters, gradients and optimizer
+state stay fp32.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, ContextManager
+
+import torch
+
+from cs336_systems.models import VOCAB_SIZE, ModelSize, build_model, random_batch
+
+MODES = ("forward", "forward-backward", "train-step")
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
+PHASES = {"forward": ("forward",), "forward-backward": ("forward", "backward"),
+          "train-step": ("forward", "backward", "optimizer")}
+
+Phase = Callable[[str], ContextManager]
+
+
+def no_phase(name: str) -> ContextManager:
+    return contextlib.nullcontext()
+
+
+@dataclass
+class Workload:
+    model: torch.nn.Module          # the model itself (parameters, gradients)
+    runnable: Callable              # what the step calls: the model, or its compiled form
+    optimizer: torch.optim.Optimizer | None
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    mode: str
+    precision: str
+    device: torch.device
+
+    def step(self, phase: Phase = no_phase) -> None:
+        """One step of ``mode``; gradients are cleared at the end so every step starts alike."""
+        from cs336_basics.nn_utils import cross_entropy
+
+        dtype = PRECISIONS[self.precision]
+        autocast = torch.autocast(self.device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+        grad_mode = torch.no_grad() if self.mode == "forward" else contextlib.nullcontext()
+        with grad_mode:
+            with phase("forward"), autocast:
+                loss = cross_entropy(self.runnable(self.inputs), self.targets)
+        if self.mode == "forward":
+            return
+        with phase("backward"):
+            loss.backward()
+        if self.optimizer is not None:
+            with phase("optimizer"):
+                self.optimizer.step()
+        self.model.zero_grad(set_to_none=True)
+
+
+def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, precision: str = "fp32",
+                   compile: bool = False, attention: str = "naive", device: str | torch.device = "cpu",
+                   vocab_size: int = VOCAB_SIZE, checkpoint_group: int | None = None) -> Workload:
+    """A randomly initialised model on ``device`` with a random batch, ready to step.
+
+    ``checkpoint_group=k`` recomputes activations in groups of k consecutive blocks (A6);
+    ``compile`` wraps the whole model in ``torch.compile``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; one of {', '.join(PRECISIONS)}")
+    device = torch.device(device)
+    model = build_model(size, context, vocab_size=vocab_size, device=device, attention=attention)
+    if checkpoint_group is not None:
+        from cs336_systems.memory.checkpointing import checkpoint_blocks
+
+        checkpoint_blocks(model, checkpoint_group)
+    runnable = torch.compile(model) if compile else model
+    optimizer = None
+    if mode == "train-step":
+        from cs336_basics.optimizer import AdamW
+
+        optimizer = AdamW(model.parameters(), lr=1e-4)
+    inputs, targets = random_batch(batch, context, vocab_size=vocab_size, device=device)
+    return Workload(model, runnable, optimizer, inputs, targets, mode, precision, device)
