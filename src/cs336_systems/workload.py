@@ -27,6 +27,8 @@ PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 PHASES = {"forward": ("forward",), "forward-backward": ("forward", "backward"),
           "train-step": ("forward", "backward", "optimizer")}
 
+COMPILE_MODES = ("none", "model", "blocks")
+
 Phase = Callable[[str], ContextManager]
 
 
@@ -66,12 +68,15 @@ class Workload:
 
 
 def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, precision: str = "fp32",
-                   compile: bool = False, attention: str = "naive", device: str | torch.device = "cpu",
+                   compile: bool | str = False, attention: str = "naive", device: str | torch.device = "cpu",
                    vocab_size: int = VOCAB_SIZE, checkpoint_group: int | None = None) -> Workload:
     """A randomly initialised model on ``device`` with a random batch, ready to step.
 
-    ``checkpoint_group=k`` recomputes activations in groups of k consecutive blocks (A6);
-    ``compile`` wraps the whole model in ``torch.compile``.
+    ``checkpoint_group=k`` recomputes activations in groups of k consecutive blocks (A6).
+    ``compile``: ``False``/``"none"`` runs eager; ``True``/``"model"`` wraps the whole model in
+    ``torch.compile``; ``"blocks"`` compiles each Transformer block in place (regional
+    compilation: the blocks share one compiled graph, so compiling costs one block's time
+    instead of the whole unrolled model's, measured at 161 s for xl forward+backward on an H100).
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
@@ -83,7 +88,13 @@ def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, prec
         from cs336_systems.memory.checkpointing import checkpoint_blocks
 
         checkpoint_blocks(model, checkpoint_group)
-    runnable = torch.compile(model) if compile else model
+    compile = {False: "none", True: "model"}.get(compile, compile)
+    if compile not in COMPILE_MODES:
+        raise ValueError(f"unknown compile mode {compile!r}; one of {', '.join(COMPILE_MODES)}")
+    runnable = torch.compile(model) if compile == "model" else model
+    if compile == "blocks":
+        for block in model.layers:
+            block.compile()
     optimizer = None
     if mode == "train-step":
         from cs336_basics.optimizer import AdamW
