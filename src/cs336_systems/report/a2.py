@@ -1,0 +1,255 @@
+"""A2 report: the profile tables answering (a)–(e), a category-share figure, the writeup's numbers.
+
+    python -m cs336_systems.report.a2 --records r1.json ... --out-dir DIR
+
+Every kernel table in a record describes the *first measured instance* of its range (one forward
+pass, one backward pass, one optimizer step, one attention call), so counts read "per step" or
+"per call". Tables written: ``table_a`` (forward time: NVTX vs Python), ``table_b`` (top forward
+kernel), ``table_c`` (non-matmul forward kernels above ``SHARE_THRESHOLD``), ``table_d`` (category
+shares per mode), ``table_e`` (softmax vs the attention matmuls: time and FLOPs), ``failed``.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from cs336_systems.models import MODEL_SIZES
+from cs336_systems.profiling.classify import CATEGORIES, short_name
+from cs336_systems.profiling.flops import attention_flops
+from cs336_systems.profiling.ranges import FINAL, MODE_PHASES, SCORES, SOFTMAX
+from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+
+SHARE_THRESHOLD = 0.01        # (c): a non-matmul kernel with at least this share of forward time
+MODES = tuple(MODE_PHASES)
+
+
+def _point(r: dict) -> str:
+    return f"{r['params']['size']} ctx {r['params']['context']}"
+
+
+def _sorted(records: list[dict]) -> list[dict]:
+    order = list(MODEL_SIZES)
+    return sorted(records, key=lambda r: (order.index(r["params"]["size"]) if r["params"]["size"] in order else 99,
+                                          r["params"]["context"]))
+
+
+def _modes(r: dict) -> dict:
+    return r["metrics"].get("modes", {}) if r["status"] != "error" or r["metrics"] else {}
+
+
+def _ok(r: dict, mode: str) -> dict | None:
+    m = _modes(r).get(mode)
+    return m if m and m["status"] == "ok" else None
+
+
+def _nvtx(m: dict, name: str) -> dict | None:
+    return next((x for x in m.get("ranges", []) if x["range"] == name), None)
+
+
+def merged(tables: list[list[dict]]) -> list[dict]:
+    """Several kernel tables summed by kernel name (and category), largest first."""
+    out: dict[tuple, dict] = {}
+    for table in tables:
+        for row in table:
+            key = (row["name"], row["category"])
+            acc = out.setdefault(key, {"name": row["name"], "category": row["category"], "total_ns": 0.0, "instances": 0})
+            acc["total_ns"] += row["total_ns"]
+            acc["instances"] += row["instances"]
+    return sorted(out.values(), key=lambda r: -r["total_ns"])
+
+
+def category_shares(rows: list[dict]) -> dict[str, float]:
+    total = sum(r["total_ns"] for r in rows)
+    return {c: (sum(r["total_ns"] for r in rows if r["category"] == c) / total if total else math.nan) for c in CATEGORIES}
+
+
+def failed_points(records: list[dict]) -> list[dict]:
+    out = []
+    for r in _sorted(records):
+        modes = _modes(r)
+        if not modes:
+            out.append({"point": _point(r), "mode": "all", "status": r["status"], "message": r.get("message", "")})
+        for mode, m in modes.items():
+            if m["status"] != "ok":
+                out.append({"point": _point(r), "mode": mode, "status": m["status"], "message": m.get("message") or ""})
+    return out
+
+
+def table_a(records: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in _sorted(records):
+        m = _ok(r, "forward")
+        if not m:
+            continue
+        nv = _nvtx(m, "forward")
+        py = m["python_ms"]["forward"]["mean"]
+        rows.append({"point": _point(r), "nvtx_forward_ms": nv["avg_ns"] / 1e6 if nv else math.nan,
+                     "python_forward_ms": py, "nvtx_over_python": (nv["avg_ns"] / 1e6 / py) if nv else math.nan,
+                     "instances": nv["instances"] if nv else 0})
+    return pd.DataFrame(rows)
+
+
+def table_b(records: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in _sorted(records):
+        m = _ok(r, "forward")
+        if not m or not m["tables"].get("forward"):
+            continue
+        fwd = m["tables"]["forward"]
+        top = fwd[0]
+        row = {"point": _point(r), "top_forward_kernel": short_name(top["name"]), "category": top["category"],
+               "calls_per_forward": top["instances"],
+               "share_of_forward": top["total_ns"] / sum(x["total_ns"] for x in fwd), "top_fwd_bwd_kernel": None,
+               "same_top": None}
+        fb = _ok(r, "forward-backward")
+        if fb and fb["tables"].get("forward") and fb["tables"].get("backward"):
+            both = merged([fb["tables"]["forward"], fb["tables"]["backward"]])
+            row["top_fwd_bwd_kernel"] = short_name(both[0]["name"])
+            row["same_top"] = both[0]["name"] == top["name"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table_c(records: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in _sorted(records):
+        m = _ok(r, "forward")
+        if not m or not m["tables"].get("forward"):
+            continue
+        fwd = m["tables"]["forward"]
+        total = sum(x["total_ns"] for x in fwd)
+        for k in fwd:
+            if k["category"] != "GEMM" and k["total_ns"] >= SHARE_THRESHOLD * total:
+                rows.append({"point": _point(r), "kernel": short_name(k["name"]), "category": k["category"],
+                             "share_of_forward": k["total_ns"] / total, "calls_per_forward": k["instances"]})
+    return pd.DataFrame(rows)
+
+
+def table_d(records: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in _sorted(records):
+        for mode in MODES:
+            m = _ok(r, mode)
+            if not m:
+                continue
+            step = merged([m["tables"].get(p, []) for p in MODE_PHASES[mode]])
+            total = sum(x["total_ns"] for x in step)
+            rows.append({"point": _point(r), "mode": mode, "step_kernel_ms": total / 1e6,
+                         **{f"{c}_share": s for c, s in category_shares(step).items()}})
+    return pd.DataFrame(rows)
+
+
+def table_e(records: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in _sorted(records):
+        m = next((_ok(r, mode) for mode in MODES if _ok(r, mode) and _ok(r, mode)["tables"].get(SOFTMAX)), None)
+        if not m:
+            continue
+        p = r["params"]
+        flops = attention_flops(p["batch"], p["num_heads"], p["context"], p["d_model"] // p["num_heads"])
+        t = {name: sum(x["total_ns"] for x in m["tables"].get(name, [])) for name in (SCORES, SOFTMAX, FINAL)}
+        gemm = lambda name: sum(x["total_ns"] for x in m["tables"].get(name, []) if x["category"] == "GEMM")  # noqa: E731
+        rows.append({"point": _point(r), "scores_us": t[SCORES] / 1e3, "scores_matmul_us": gemm(SCORES) / 1e3,
+                     "softmax_us": t[SOFTMAX] / 1e3, "final_matmul_us": t[FINAL] / 1e3,
+                     "final_gemm_us": gemm(FINAL) / 1e3,
+                     "scores_matmul_flops": flops["scores_matmul"], "softmax_flops": flops["softmax"],
+                     "final_matmul_flops": flops["final_matmul"],
+                     "time_softmax_over_matmuls": t[SOFTMAX] / (gemm(SCORES) + gemm(FINAL)) if gemm(SCORES) + gemm(FINAL) else math.nan,
+                     "flops_softmax_over_matmuls": flops["softmax"] / (flops["scores_matmul"] + flops["final_matmul"])})
+    df = pd.DataFrame(rows)
+    if len(df):
+        df["time_ratio_over_flop_ratio"] = df["time_softmax_over_matmuls"] / df["flops_softmax_over_matmuls"]
+    return df
+
+
+def plot_shares(d: pd.DataFrame, path: Path, unit: str) -> None:
+    modes = [m for m in MODES if len(d) and m in set(d["mode"])]
+    fig, axes = plt.subplots(1, max(1, len(modes)), figsize=(4.5 * max(1, len(modes)), 4), squeeze=False, sharey=True)
+    for ax, mode in zip(axes[0], modes):
+        part = d[d["mode"] == mode]
+        bottom = [0.0] * len(part)
+        for i, c in enumerate(CATEGORIES):
+            values = part[f"{c}_share"].fillna(0).tolist()
+            ax.bar(range(len(part)), values, bottom=bottom, color=f"C{i}", label=c)
+            bottom = [b + v for b, v in zip(bottom, values)]
+        ax.set_xticks(range(len(part)), part["point"], rotation=60, ha="right", fontsize=7)
+        ax.set(title=mode, ylim=(0, 1))
+    axes[0][0].set_ylabel(f"share of one step's time ({unit})")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(CATEGORIES), fontsize=8, bbox_to_anchor=(0.5, 1.08))
+    save_figure(fig, path)
+
+
+def _fmt(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.copy()
+    for c in out.columns:
+        if c.endswith("share") or c.endswith("_share") or c == "share_of_forward":
+            out[c] = [f"{100 * v:.1f} %" if isinstance(v, float) and not math.isnan(v) else "" for v in out[c]]
+        elif out[c].dtype.kind == "f":
+            out[c] = [f"{v:.4g}" if not math.isnan(v) else "" for v in out[c]]
+    return out
+
+
+def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
+    sources = sorted({r["metrics"].get("source") for r in records if r["metrics"].get("source")})
+    units = sorted({r["metrics"].get("table_unit") for r in records if r["metrics"].get("table_unit")})
+    d = tables["d"]
+    growth = []
+    for point in (d["point"].unique() if len(d) else []):
+        part = d[d["point"] == point].set_index("mode")
+        if {"forward", "train-step"} <= set(part.index):
+            growth.append({"point": point, **{c: float(part.loc["train-step", f"{c}_share"] - part.loc["forward", f"{c}_share"])
+                                              for c in CATEGORIES},
+                           "gemm_forward": float(part.loc["forward", "GEMM_share"]),
+                           "gemm_train": float(part.loc["train-step", "GEMM_share"])})
+    records_list = lambda df: df.to_dict(orient="records") if len(df) else []  # noqa: E731
+    e = tables["e"]
+    return {
+        "provenance": run_provenance(records),
+        "sources": sources, "table_units": units,
+        "fallback_reasons": sorted({r["metrics"].get("fallback_reason") for r in records if r["metrics"].get("fallback_reason")}),
+        "nsys_versions": sorted({(r["metrics"].get("nsys") or {}).get("version") or "" for r in records} - {""}),
+        "warnings": [w for r in records for w in r["metrics"].get("warnings", [])],
+        "empty_filters": [f"{_point(r)}: {f}" for r in records for f in r["metrics"].get("empty_filters", [])],
+        "points": len(records), "failed": failed_points(records),
+        "batch": records[0]["params"]["batch"] if records else None,
+        "warmup_steps": records[0]["params"]["warmup"] if records else None,
+        "steps": records[0]["params"]["steps"] if records else None,
+        "share_threshold": SHARE_THRESHOLD,
+        "a": records_list(tables["a"]), "b": records_list(tables["b"]), "c": records_list(tables["c"]),
+        "d": records_list(d), "d_growth": growth, "e": records_list(e),
+        "e_median_time_ratio": float(e["time_softmax_over_matmuls"].median()) if len(e) else None,
+        "e_median_flop_ratio": float(e["flops_softmax_over_matmuls"].median()) if len(e) else None,
+        "b_same_top_all": bool(tables["b"]["same_top"].dropna().all()) if len(tables["b"]) and tables["b"]["same_top"].notna().any() else None,
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.a2", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", nargs="+", required=True)
+    p.add_argument("--out-dir", required=True, type=Path)
+    args = p.parse_args(argv)
+    try:
+        records = load_records(args.records)
+    except (OSError, ValueError) as exc:
+        p.error(str(exc))
+    if any(r["id"] != "A2" for r in records):
+        p.error("--records: not all records are A2 records")
+    tables = {"a": table_a(records), "b": table_b(records), "c": table_c(records), "d": table_d(records),
+              "e": table_e(records), "failed": pd.DataFrame(failed_points(records))}
+    for key, df in tables.items():
+        write_table(_fmt(df) if len(df) else pd.DataFrame({"(none)": []}), args.out_dir, f"table_{key}" if key != "failed" else "failed")
+    units = sorted({r["metrics"].get("table_unit") for r in records if r["metrics"].get("table_unit")})
+    plot_shares(tables["d"], args.out_dir / "category_shares.png", ", ".join(units) or "no data")
+    write_summary(args.out_dir / "summary.json", summarize(records, tables))
+    print(f"A2 report: {len(records)} points -> {args.out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The A2 command end to end on the CPU (torch.profiler fallback), its tables, and the report."""
+import copy
+import json
+
+import pytest
+
+from cs336_systems.profiling import profile
+from cs336_systems.profiling.torch_tables import Event, range_table, range_totals
+from cs336_systems.report import a2
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory):
+    out = tmp_path_factory.mktemp("a2") / "tiny_ctx16.json"
+    assert profile.main(["--size", "tiny", "--context", "16", "--batch", "2", "--warmup", "1", "--steps", "2",
+                         "--device", "cpu", "--nsys", "nsys", "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_cpu_run_uses_torch_profiler_for_every_mode(record):
+    m = record["metrics"]
+    assert record["status"] == "ok" and m["source"] == "torch.profiler" and m["fallback_reason"] == "the device is the CPU"
+    assert set(m["modes"]) == {"forward", "forward-backward", "train-step"}
+    layers = record["params"]["num_layers"]
+    for mode, phases in profile.MODE_PHASES.items():
+        d = m["modes"][mode]
+        assert d["status"] == "ok" and set(d["python_ms"]) == {*(p.split()[0] for p in phases), "step"}
+        ranges = {r["range"]: r for r in d["ranges"]}
+        assert "warm-up" not in ranges                       # warm-up ran outside the profiler
+        assert ranges["forward"]["instances"] == 2 and ranges["computing softmax"]["instances"] == 2 * layers
+        for phase in phases:
+            assert d["tables"][phase], (mode, phase)
+    fwd_tables = m["modes"]["forward"]["tables"]
+    assert {r["category"] for r in fwd_tables["computing softmax"]} == {"attention-softmax"}
+    assert any(r["name"] == "aten::bmm" and r["category"] == "GEMM" for r in fwd_tables["computing attention scores"])
+    assert {r["category"] for r in m["modes"]["train-step"]["tables"]["optimizer step"]} == {"optimizer"}
+    # the first forward's operators take no longer than the forward range itself
+    fwd_ns = sum(r["total_ns"] for r in fwd_tables["forward"])
+    assert 0 < fwd_ns <= {r["range"]: r for r in m["modes"]["forward"]["ranges"]}["forward"]["max_ns"]
+
+
+def test_window_attribution_ignores_threads_and_nesting():
+    events = [Event("backward", False, 0, 100, 1), Event("aten::mm", False, 10, 20, 10),
+              Event("aten::mm", False, 30, 50, 20), Event("k_gemm", True, 40, 60, 20),
+              Event("aten::add", False, 120, 130, 10), Event("backward", False, 200, 300, 1)]
+    assert range_table(events, "backward", gpu=False) == [{"name": "aten::mm", "total_ns": 30e3, "instances": 2}]
+    assert range_table(events, "backward", gpu=True) == [{"name": "k_gemm", "total_ns": 20e3, "instances": 1}]
+    total = range_totals(events)[0]
+    assert total["instances"] == 2 and total["total_ns"] == 200e3 and total["med_ns"] == 100e3
+
+
+def test_report_on_records_with_an_oom(record, tmp_path):
+    other = copy.deepcopy(record)
+    other["params"]["context"] = 32
+    other["metrics"]["modes"]["train-step"] = {"status": "oom", "message": "CUDA out of memory"}
+    dead = copy.deepcopy(record)
+    dead["params"].update(size="small", context=1024)
+    dead.update(status="oom", message="OOM", metrics={"modes": {m: {"status": "oom", "message": "OOM"} for m in profile.MODE_PHASES}})
+    paths = []
+    for i, r in enumerate((record, other, dead)):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(r))
+    assert a2.main(["--records", *map(str, paths), "--out-dir", str(tmp_path / "out")]) == 0
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert {(f["point"], f["mode"]) for f in s["failed"]} == {
+        ("tiny ctx 32", "train-step"), *(("small ctx 1024", m) for m in profile.MODE_PHASES)}
+    assert [row["point"] for row in s["a"]] == ["tiny ctx 16", "tiny ctx 32"]
+    d16 = [row for row in s["d"] if row["point"] == "tiny ctx 16"]
+    assert len(d16) == 3 and all(sum(row[f"{c}_share"] for c in a2.CATEGORIES) == pytest.approx(1) for row in d16)
+    e = s["e"][0]
+    assert e["flops_softmax_over_matmuls"] == pytest.approx(2 * 4 * 16 * (5 * 16 - 2) / (2 * 2 * 2 * 4 * 16 * 16 * 16))
+    assert (tmp_path / "out" / "category_shares.png").stat().st_size > 0
+    assert s["sources"] == ["torch.profiler"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--size", "huge", "--context", "16"], "invalid choice"),
+    (["--size", "tiny", "--context", "0"], "--context must be at least 1"),
+    (["--size", "tiny", "--context", "16", "--modes", "forward", "forward"], "each mode once"),
+    (["--size", "tiny", "--context", "16", "--device", "nonsense"], "--device"),
+])
+def test_bad_input_is_one_line(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        profile.main([*argv, "--out", str(tmp_path / "x.json")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_report_rejects_a_missing_record(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        a2.main(["--records", str(tmp_path / "missing.json"), "--out-dir", str(tmp_path)])
+    assert "Traceback" not in capsys.readouterr().err
