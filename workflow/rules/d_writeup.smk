@@ -6,6 +6,7 @@
 # only some deliverables can then be re-rendered without measuring the rest.
 SECTION_OUTPUTS = {
     "A1": [rules.A1_report.output.summary, rules.A1_report.output.contexts, rules.A1_report.output.warmup],
+    "A2": [rules.A2_report.output.summary, rules.A2_report.output.shares],
     "A3": [rules.A3_report.output.summary, rules.A3_report.output.plot],
     "B1": [rules.B1_report.output.summary, rules.B1_report.output.plot],
     "B2": [rules.B2_report.output.summary],
