@@ -15,6 +15,8 @@ container: os.environ.get("CS336_CONTAINER", "docker://cs336-systems:latest")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/a_single_gpu.smk"
 include: "workflow/rules/a_profile.smk"
+include: "workflow/rules/a_precision_memory.smk"
+include: "workflow/rules/a_memory.smk"
 include: "workflow/rules/b_attention.smk"
 include: "workflow/rules/c_distributed.smk"
 include: "workflow/rules/c_accounting.smk"

@@ -108,3 +108,11 @@ def test_filter_strings():
     assert split_range(":forward") == ("", "forward") and split_range("train-step:forward") == ("train-step", "forward")
     assert nvtx_filter("computing softmax", "forward") == "computing softmax@forward"
     assert nvtx_filter("forward", None) == "forward"
+
+
+def test_nsys_report_paths_keep_dotted_size_names(tmp_path):
+    from cs336_systems.profiling.profile import nsys_report_paths
+
+    stem, report = nsys_report_paths(tmp_path / "2.7B_ctx128.json")
+    assert stem == tmp_path / "2.7B_ctx128"
+    assert report == tmp_path / "2.7B_ctx128.nsys-rep"

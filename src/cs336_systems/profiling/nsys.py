@@ -56,7 +56,8 @@ def profile_command(nsys: str, report_stem: str | os.PathLike, child: list[str])
 
 def export_sqlite(nsys: str, report_file: str | os.PathLike, timeout: float = 900) -> Path:
     """Export ``X.nsys-rep`` to ``X.sqlite`` once (overwriting), for the ``nsys stats`` calls."""
-    sqlite = Path(report_file).with_suffix(".sqlite")
+    report_file = Path(report_file)
+    sqlite = report_file.parent / (report_file.name.removesuffix(".nsys-rep") + ".sqlite")
     cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite), str(report_file)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0 or not sqlite.exists():

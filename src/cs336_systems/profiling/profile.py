@@ -38,7 +38,7 @@ from cs336_systems.profiling.classify import classify
 from cs336_systems.profiling.ranges import (ATTENTION_RANGES, MEASURED, MODE_PHASES, PHASE_RANGES, WARMUP,
                                             no_mark, nvtx_mark, torch_mark)
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import PhaseTimer, call_counting_oom, free_device_memory, summarize
+from cs336_systems.timing import PhaseTimer, call_counting_oom, free_device_memory, summarize, synchronize
 from cs336_systems.workload import MODES, build_workload
 
 # Below this share of its Python-timed duration, a phase's kernel table is suspect (see notes).
@@ -87,6 +87,9 @@ def profile_mode(args: argparse.Namespace, mode: str, tool: str) -> dict:
     with mark(WARMUP):
         for _ in range(args.warmup):
             workload.step()
+        # The warm-up's kernels are still queued: without this wait the first measured range would
+        # hold the warm-up's tail (seen on an H100: +93 ms in the first of two medium forward ranges).
+        synchronize(device)
     from cs336_basics.model import set_attention
 
     set_attention(workload.model, functools.partial(annotated_attention, mark=mark))
@@ -175,10 +178,16 @@ def with_torch_profiler(args: argparse.Namespace, reason: str) -> dict:
             "table_unit": "CUDA kernels" if on_gpu else "CPU operators (self time)", "modes": modes}
 
 
+def nsys_report_paths(record: Path) -> tuple[Path, Path]:
+    """The ``-o`` stem nsys is given and the ``.nsys-rep`` it writes, beside the record. Built by
+    name, not ``with_suffix``: "2.7B_ctx128" has a "suffix" (".7B_ctx128") of its own."""
+    stem = record.parent / record.name.removesuffix(".json")
+    return stem, stem.parent / (stem.name + ".nsys-rep")
+
+
 def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
     out = Path(args.out)
-    report_stem = out.with_suffix("")
-    report = report_stem.with_suffix(".nsys-rep")
+    report_stem, report = nsys_report_paths(out)
     with tempfile.TemporaryDirectory(prefix="a2-child-") as tmp:
         child_out = Path(tmp) / "child.json"
         child = [sys.executable, "-m", "cs336_systems.profiling.profile", "--size", args.size,
@@ -214,7 +223,7 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
             empty.append(f"nvtx_sum has no range in domain {mode!r}")
     return {"source": "nsys", "fallback_reason": None, "table_unit": "CUDA kernels",
             "nsys": {"program": nsys, "version": nsys_tools.nsys_version(nsys),
-                     "report": report.with_suffix(".nsys-rep").name},
+                     "report": nsys_report_paths(Path(args.out))[1].name},
             "empty_filters": empty, "modes": modes}
 
 

@@ -1,17 +1,25 @@
 """B2 report. (a) The B1 attention grid compiled against eager, from B1's records: a side-by-side
-table of times and memory with the speed-ups, and their spread. (b), the whole model, comes from the
-one-GPU profiling work and is not in this report yet.
+table of times and memory with the speed-ups, and their spread. (b) The whole model compiled against
+eager, from the compile-bench records: a table per size and mode, a speed-up figure, and the numbers.
 
-    python -m cs336_systems.report.b2 --rows eager_d16.json compiled_d16.json ... --out-dir DIR
+    python -m cs336_systems.report.b2 --rows eager_d16.json ... --whole-model small_forward.json ... --out-dir DIR
+
+Either part may be absent (a run that measured only one of them): its table is then empty, and the
+summary says so (``attention_points`` 0, ``whole_model`` null), so the writeup renders the other.
+Outputs: table.csv/.md (a), whole_model.csv/.md and whole_model_speedup.png (b), summary.json.
 """
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.report import b2_whole_model as whole
 from cs336_systems.report.b1 import frame
-from cs336_systems.report.common import rows_report_args, run_provenance, write_summary, write_table
+from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, write_summary,
+                                         write_table)
 
 PHASES = ("forward_ms", "backward_ms")
 
@@ -57,12 +65,54 @@ def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    records, out_dir = rows_report_args("cs336_systems.report.b2", __doc__, argv, rows_help="B1 record lists, eager and compiled")
-    table = side_by_side(frame(records))
+A_COLUMNS = ["d", "seq", "eager_status", "compiled_status", "eager_forward_ms", "compiled_forward_ms",
+             "forward_speedup", "eager_backward_ms", "compiled_backward_ms", "backward_speedup", "eager_MiB",
+             "compiled_MiB"]
+
+
+def parse_args(argv=None):
+    """Both record sets, read and checked; a missing or malformed file stops with one line."""
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.b2", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", nargs="*", default=[], help="B1 record lists, eager and compiled (part a)")
+    p.add_argument("--whole-model", nargs="*", default=[], help="compile-bench records, one per size and mode (part b)")
+    p.add_argument("--out-dir", required=True, type=Path)
+    args = p.parse_args(argv)
+    if not args.rows and not args.whole_model:
+        p.error("nothing to report: give --rows (B1 record lists), --whole-model (compile-bench records), or both")
+    try:
+        rows, whole_records = load_record_lists(args.rows), load_records(args.whole_model)
+        whole.check_records(whole_records)
+    except (OSError, ValueError) as exc:
+        p.error(str(exc))
+    return rows, whole_records, args.out_dir
+
+
+def attention_part(rows: list[dict], out_dir: Path) -> dict:
+    """(a): the side-by-side table, and its numbers (empty when the run has no B1 rows)."""
+    if not rows:
+        write_table(pd.DataFrame(columns=A_COLUMNS), out_dir)
+        return {"attention_points": 0, "speedup": None, "at_longest": None, "fits_only_compiled": []}
+    table = side_by_side(frame(rows))
     write_table(table.round(3), out_dir)
-    write_summary(out_dir / "summary.json", summarize(table, records))
-    print(f"B2 report: {len(table)} (d, seq) points -> {out_dir}", file=sys.stderr)
+    return {"attention_points": len(table), **summarize(table, rows)}
+
+
+def whole_model_part(records: list[dict], out_dir: Path) -> dict | None:
+    """(b): the whole-model table, its figure, and its numbers (None without records)."""
+    df = whole.frame(records) if records else None
+    write_table(whole.empty_table() if df is None else whole.display_table(df), out_dir, "whole_model")
+    whole.plot(df, out_dir / "whole_model_speedup.png")
+    return None if df is None else whole.summarize(df)
+
+
+def main(argv=None) -> int:
+    rows, whole_records, out_dir = parse_args(argv)
+    summary = attention_part(rows, out_dir)
+    summary["provenance"] = run_provenance(rows + whole_records)
+    summary["whole_model"] = whole_model_part(whole_records, out_dir)
+    write_summary(out_dir / "summary.json", {"provenance": summary.pop("provenance"), **summary})
+    print(f"B2 report: {summary['attention_points']} (d, seq) points, {len(whole_records)} whole-model records"
+          f" -> {out_dir}", file=sys.stderr)
     return 0
 
 

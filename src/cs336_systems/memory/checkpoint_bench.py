@@ -1,0 +1,118 @@
+"""A6: peak memory and step time of one training step with blocks checkpointed in groups of k.
+
+    python -m cs336_systems.memory.checkpoint_bench --size xl --context 2048 --batch 4 --group 2 --out g2.json
+
+Builds the shared workload (``workload.build_workload(..., checkpoint_group=k)``; k = 0 is no
+checkpointing), runs ``--warmup`` untimed steps, notes the memory in use (the baseline: weights,
+and in ``train-step`` mode AdamW's state; gradients are cleared after every step), resets the
+peak counter, then times ``--steps`` steps and reads ``torch.cuda.max_memory_allocated``.
+
+The default mode is ``forward-backward``: the optimizer's state is not activation memory, and
+leaving it out keeps the peak about activations and gradients. An allocation failure is a result
+(status ``oom``). On the CPU no allocator counts peaks: the record says so and times the step.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from dataclasses import asdict
+
+import torch
+
+from cs336_systems.models import MODEL_SIZES, get_size
+from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.timing import (PhaseTimer, call_counting_oom, free_device_memory, peak_memory_bytes,
+                                  reset_peak_memory, summarize, synchronize)
+from cs336_systems.workload import build_workload
+
+MODES = ("forward-backward", "train-step")
+CPU_MEMORY_NOTE = "not measured on CPU (no allocator statistics)"
+
+
+def measure(size_name: str, *, context: int, batch: int, group: int, mode: str, warmup: int, steps: int,
+            device: str) -> dict:
+    device = torch.device(device)
+    workload = build_workload(get_size(size_name), context=context, batch=batch, mode=mode, device=device,
+                              checkpoint_group=group)
+    warm = PhaseTimer(device)
+    for _ in range(warmup):
+        workload.step(warm.phase)
+    synchronize(device)
+    baseline = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+    reset_peak_memory(device)
+    timed = PhaseTimer(device)
+    for i in range(steps):
+        workload.step(timed.phase)
+        log(f"  step {i + 1}/{steps}: " + ", ".join(f"{k} {v[-1]:.1f} ms" for k, v in timed.samples.items()))
+    step_samples = [sum(per_phase) for per_phase in zip(*timed.samples.values())]
+    parameters = sum(p.numel() for p in workload.model.parameters())
+    metrics = {phase: summarize(samples) | {"samples": samples} for phase, samples in timed.samples.items()}
+    metrics |= {
+        "step": summarize(step_samples) | {"samples": step_samples},
+        "peak_memory_bytes": peak_memory_bytes(device),
+        "baseline_bytes": baseline,
+        "memory_note": None if device.type == "cuda" else CPU_MEMORY_NOTE,
+        "parameters": parameters,
+        "parameter_bytes": sum(p.numel() * p.element_size() for p in workload.model.parameters()),
+        "groups": len(workload.model.layers),
+    }
+    return metrics
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.memory.checkpoint_bench",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", choices=list(MODEL_SIZES), required=True)
+    p.add_argument("--context", type=int, required=True)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--group", type=int, required=True, help="blocks per checkpointed group; 0 = no checkpointing")
+    p.add_argument("--mode", choices=MODES, default="forward-backward")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    for name in ("context", "batch", "steps"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    if args.warmup < 0:
+        p.error("--warmup must be 0 or more")
+    layers = get_size(args.size).num_layers
+    if not 0 <= args.group <= layers:
+        p.error(f"--group must be between 0 (no checkpointing) and {layers} (the {args.size} model's blocks)")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as exc:
+        p.error(f"--device: {exc}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: CUDA is not available on this machine (try --device cpu)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    params = {"size": args.size, **asdict(get_size(args.size)), "context": args.context, "batch": args.batch,
+              "group": args.group, "mode": args.mode, "warmup": args.warmup, "steps": args.steps,
+              "device": args.device, "attention": "naive", "precision": "fp32",
+              # the card's size, so the report can draw the line an OOM crossed
+              "device_total_bytes": (torch.cuda.get_device_properties(torch.device(args.device)).total_memory
+                                     if torch.device(args.device).type == "cuda" else None)}
+    log(f"A6 checkpointing: {params}")
+    try:
+        status, metrics, message = call_counting_oom(lambda: measure(
+            args.size, context=args.context, batch=args.batch, group=args.group, mode=args.mode,
+            warmup=args.warmup, steps=args.steps, device=args.device))
+    except Exception as exc:  # noqa: BLE001 - recorded, and the traceback goes to the log
+        traceback.print_exc()
+        status, metrics, message = "error", {}, f"{type(exc).__name__}: {exc}"
+    finally:
+        free_device_memory(args.device)
+    write_json_atomic(args.out, make_record("A6", params, status, metrics, reason=message))
+    log(f"A6 group {args.group} {status}: " + (f"step {metrics['step']['mean']:.1f} ms, peak "
+                                               f"{metrics['peak_memory_bytes']}" if status == "ok" else message))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

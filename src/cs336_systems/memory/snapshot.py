@@ -1,0 +1,241 @@
+"""A5: a memory snapshot of one step, its analysis and its active-memory timeline.
+
+    python -m cs336_systems.memory.snapshot --size 2.7B --context 128 --mode train-step --precision fp32 \\
+        --out rec.json --timeline timeline.png --pickle snapshot.pickle
+
+Builds the workload (``cs336_systems.workload``), runs ``--warmup`` steps, then records one step:
+
+- on CUDA with ``torch.cuda.memory._record_memory_history(max_entries=N)``, dumped with
+  ``torch.cuda.memory._dump_snapshot`` (the pickle PyTorch's memory_viz opens), recording stopped;
+- on the CPU, where there is no CUDA memory history, with ``torch.profiler`` (``profile_memory``,
+  ``with_stack``), whose allocation events carry pointer, size and time just the same.
+
+Each phase (forward, backward, optimizer) runs inside ``record_function("cs336.phase:<name>")``
+and between two wall-clock marks, so the phases can be placed on the trace's clock. The same
+process then analyses the trace (peak, phases, largest allocations with the line of our code that
+made them) into the JSON record and draws the timeline PNG; the report reads only those, never
+the pickle. An allocation failure is a result: the record says ``oom`` and the timeline shows the
+step up to the failure.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import pickle
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from cs336_systems.memory.analysis import analyse
+from cs336_systems.memory.events import PHASE_PREFIX, MemoryTrace, Phase, trace_from_profiler, trace_from_snapshot
+from cs336_systems.memory.timeline import render_placeholder, render_timeline
+from cs336_systems.models import MODEL_SIZES, get_size
+from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.timing import is_out_of_memory
+from cs336_systems.workload import MODES, PRECISIONS, Workload, build_workload
+
+
+class PhaseMarks:
+    """A ``phase`` callable for ``Workload.step``: a ``record_function`` range (lands in the CUDA
+    snapshot's annotations and in the profiler's event tree) and wall-clock marks in µs (the
+    fallback; the CUDA trace's ``time_us`` is wall-clock time too)."""
+
+    def __init__(self):
+        self.phases: list[Phase] = []
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.time_ns() / 1e3
+        try:
+            with torch.profiler.record_function(PHASE_PREFIX + name):
+                yield
+        finally:
+            self.phases.append(Phase(name, start, time.time_ns() / 1e3))
+
+
+def _oom_message(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+
+
+def _warm_up(workload: Workload, steps: int) -> str | None:
+    """Run the warm-up steps; an allocation failure is returned, anything else raised."""
+    try:
+        for _ in range(steps):
+            workload.step()
+    except Exception as exc:  # noqa: BLE001 - filtered just below
+        if not is_out_of_memory(exc):
+            raise
+        return _oom_message(exc)
+    return None
+
+
+def _recover(workload: Workload) -> None:
+    """After a failed step: drop its gradients and cached blocks so the next step starts clean."""
+    workload.model.zero_grad(set_to_none=True)
+    gc.collect()
+    if workload.device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def capture_cuda(workload: Workload, warmup: int, max_entries: int, pickle_path: Path) -> tuple[MemoryTrace, dict, str | None]:
+    """Warm up, record one step's memory history, dump it to ``pickle_path`` and read it back.
+
+    If the warm-up runs out of memory the recorded step is run anyway: it fails at the same
+    point, and its timeline shows what filled the card.
+    """
+    device = workload.device
+    oom = _warm_up(workload, warmup)
+    if oom:
+        _recover(workload)
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    marks = PhaseMarks()
+    torch.cuda.memory._record_memory_history(max_entries=max_entries)
+    try:
+        workload.step(marks)
+    except Exception as exc:  # noqa: BLE001 - filtered just below
+        if not is_out_of_memory(exc):
+            raise
+        oom = oom or _oom_message(exc)
+    finally:
+        torch.cuda.synchronize(device)
+        pickle_path.parent.mkdir(parents=True, exist_ok=True)
+        torch.cuda.memory._dump_snapshot(str(pickle_path))       # memory_viz's own format
+        torch.cuda.memory._record_memory_history(enabled=None)
+    if oom:
+        _recover(workload)
+    with open(pickle_path, "rb") as f:     # analyse exactly what was dumped
+        snapshot = pickle.load(f)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    trace = trace_from_snapshot(snapshot, index, marks.phases)
+    entries = len(snapshot["device_traces"][index]) if index < len(snapshot.get("device_traces", [])) else 0
+    stats = {
+        "allocated_before_step_bytes": before,
+        "max_allocated_bytes": torch.cuda.max_memory_allocated(device),
+        "max_reserved_bytes": torch.cuda.max_memory_reserved(device),
+        "trace_entries": entries,
+        "trace_may_be_truncated": entries >= max_entries,
+    }
+    return trace, stats, oom
+
+
+def _live_storages(workload: Workload) -> dict[int, int]:
+    """Address -> bytes of every tensor alive before the step: parameters, optimizer state, batch."""
+    tensors = list(workload.model.parameters()) + [workload.inputs, workload.targets]
+    if workload.optimizer is not None:
+        tensors += [v for state in workload.optimizer.state.values() for v in state.values()
+                    if isinstance(v, torch.Tensor)]
+    out = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        if t.device.type == "cpu" and storage.nbytes():
+            out[storage.data_ptr()] = storage.nbytes()
+    return out
+
+
+def capture_cpu(workload: Workload, warmup: int) -> tuple[MemoryTrace, dict, str | None]:
+    """Warm up, then profile one step with memory events (the CPU has no CUDA memory history)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    oom = _warm_up(workload, warmup)
+    if oom:
+        _recover(workload)
+    initial = _live_storages(workload)
+    marks = PhaseMarks()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        try:
+            workload.step(marks)
+        except Exception as exc:  # noqa: BLE001 - filtered just below
+            if not is_out_of_memory(exc):
+                raise
+            oom = oom or _oom_message(exc)
+    trace = trace_from_profiler(prof.profiler.kineto_results.experimental_event_tree(), initial, marks.phases)
+    return trace, {}, oom
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.memory.snapshot", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--size", choices=list(MODEL_SIZES), required=True, help="a row of the size table")
+    p.add_argument("--context", type=int, required=True, help="context length (tokens per sequence)")
+    p.add_argument("--batch", type=int, default=4, help="sequences per batch")
+    p.add_argument("--mode", choices=MODES, default="train-step", help="what one step does")
+    p.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
+                   help="fp32, or bf16 autocast around forward and loss (fp32 master weights)")
+    p.add_argument("--warmup", type=int, default=2, help="steps before the recorded one")
+    p.add_argument("--max-entries", type=int, default=1_000_000, help="size of CUDA's allocation history ring")
+    p.add_argument("--top", type=int, default=10, help="largest allocations to keep in the record")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu")
+    p.add_argument("--out", required=True, type=Path, help="the JSON record")
+    p.add_argument("--timeline", required=True, type=Path, help="the timeline PNG")
+    p.add_argument("--pickle", type=Path, help="where the CUDA snapshot goes (default: beside --out)")
+    args = p.parse_args(argv)
+    for name in ("context", "batch", "max_entries", "top"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0:
+        p.error("--warmup must be 0 or more")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as exc:
+        p.error(f"--device: {exc}")
+    if device.type not in ("cuda", "cpu"):
+        p.error(f"--device {args.device}: only cuda and cpu have a memory recorder here")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: CUDA is not available on this machine (try --device cpu)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    size = get_size(args.size)
+    device = torch.device(args.device)
+    params = {"size": args.size, **asdict(size), "context": args.context, "batch": args.batch, "mode": args.mode,
+              "precision": args.precision, "warmup": args.warmup, "device": args.device,
+              "max_entries": args.max_entries if device.type == "cuda" else None}
+    label = f"{args.size}, context {args.context}, batch {args.batch}, {args.mode}, {args.precision}"
+    log(f"A5 snapshot: {params}")
+    pickle_path = args.pickle or args.out.with_suffix(".pickle")
+    metrics, status, message, trace = {}, "ok", None, None
+    try:
+        workload = build_workload(size, context=args.context, batch=args.batch, mode=args.mode,
+                                  precision=args.precision, device=device)
+        if device.type == "cuda":
+            trace, extra, message = capture_cuda(workload, args.warmup, args.max_entries, pickle_path)
+        else:
+            trace, extra, message = capture_cpu(workload, args.warmup)
+        del workload
+        metrics = analyse(trace, top_phase="forward", k=args.top) | extra
+        status = "oom" if message else "ok"
+    except Exception as exc:  # noqa: BLE001 - an allocation failure is a result, anything else an error
+        if is_out_of_memory(exc):
+            status, message = "oom", _oom_message(exc)
+        else:
+            traceback.print_exc()
+            status, message = "error", f"{type(exc).__name__}: {exc}"
+    if trace is not None and trace.events:
+        render_timeline(trace, args.timeline, f"A5 active memory: {label}" + (" (out of memory)" if status == "oom" else ""))
+    else:
+        render_placeholder(args.timeline, f"A5 active memory: {label}", f"{status.upper()}: {message}")
+    record = make_record("A5", params, status, metrics if status == "ok" else {}, reason=message)
+    if status != "ok" and metrics:
+        record["partial_metrics"] = metrics      # what the failed step did before it failed
+    # The files this run left: the timeline (committed) and, on CUDA, the snapshot (memory_viz's
+    # pickle; too large for git, so nothing downstream reads it).
+    record["artifacts"] = {"timeline": args.timeline.name,
+                           "snapshot": pickle_path.name if device.type == "cuda" and pickle_path.exists() else None}
+    write_json_atomic(args.out, record)
+    summary = f"peak {metrics['peak']['bytes'] / 2**20:,.1f} MiB ({metrics['source']})" if status == "ok" else message
+    log(f"A5 {status}: {summary} -> {args.out}, {args.timeline}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""A5 report: peak-memory tables (fp32 and bf16), the residual-stream size, the largest forward
+allocations with the code that made them, the phases of each step, and the writeup's numbers.
+
+    python -m cs336_systems.report.a5 --records r1.json ... --timelines t1.png ... --out-dir DIR
+
+Reads the JSON records of ``cs336_systems.memory.snapshot`` (never the snapshot pickles, which stay
+out of git) and the timeline PNGs it drew, which the section embeds by their path below DIR.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from cs336_systems.models import get_size
+from cs336_systems.report.common import load_records, run_provenance, write_summary, write_table
+
+MODE_ORDER = ("forward", "forward-backward", "train-step")
+MODE_TITLES = {"forward": "forward", "forward-backward": "forward + backward", "train-step": "full train step"}
+MIB = 2**20
+
+
+def _mib(value: int | float | None) -> float | None:
+    return None if value is None else value / MIB
+
+
+def peak_table(records: list[dict], precision: str) -> pd.DataFrame:
+    """One row per context, one column per mode: the peak of live tensors (MiB), or the status."""
+    chosen = [r for r in records if r["params"]["precision"] == precision]
+    contexts = sorted({r["params"]["context"] for r in chosen})
+    modes = [m for m in MODE_ORDER if any(r["params"]["mode"] == m for r in chosen)]
+    rows = []
+    for context in contexts:
+        row = {"context": context}
+        for mode in modes:
+            match = [r for r in chosen if r["params"]["context"] == context and r["params"]["mode"] == mode]
+            if not match:
+                cell = ""
+            elif match[0]["status"] == "ok":
+                cell = f"{_mib(match[0]['metrics']['peak']['bytes']):,.1f}"
+            else:
+                cell = match[0]["status"].upper()
+            row[f"{MODE_TITLES[mode]} peak (MiB)"] = cell
+        before = [r for r in chosen if r["params"]["context"] == context and r["status"] == "ok"
+                  and r["params"]["mode"] == "train-step"]
+        if before:
+            row["train step: live before it (MiB)"] = f"{_mib(before[0]['metrics']['initial_bytes']):,.1f}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def residual_activation(records: list[dict]) -> list[dict]:
+    """(d): bytes of one fp32 residual-stream activation, batch x context x d_model x 4 bytes."""
+    out = {}
+    for r in records:
+        p = r["params"]
+        d_model = get_size(p["size"]).d_model
+        size = p["batch"] * p["context"] * d_model * 4
+        out[p["context"]] = {"context": p["context"], "batch": p["batch"], "d_model": d_model, "bytes": size,
+                             "mib": size / MIB}
+    return [out[c] for c in sorted(out)]
+
+
+def top_allocations(records: list[dict], k: int = 10) -> tuple[pd.DataFrame, dict | None]:
+    """(e): the largest allocations of the forward snapshot (fp32, the longest context that ran)."""
+    forward = [r for r in records if r["status"] == "ok" and r["params"]["mode"] == "forward"
+               and r["params"]["precision"] == "fp32"] or \
+              [r for r in records if r["status"] == "ok" and r["params"]["mode"] == "forward"]
+    if not forward:
+        return pd.DataFrame(), None
+    chosen = max(forward, key=lambda r: r["params"]["context"])
+    rows = []
+    for a in chosen["metrics"]["top_allocations"][:k]:
+        rows.append({"size (MiB)": f"{_mib(a['size_bytes']):,.2f}", "count": a["count"],
+                     "code (first frame in our packages)": a["frame"] or "(none: no frame of ours)",
+                     "op": a["op"] or "", "autograd node": a["node"] or ""})
+    return pd.DataFrame(rows), chosen
+
+
+def phase_rows(records: list[dict]) -> list[dict]:
+    """(a): per recorded step, each phase's live memory at start, end and peak (MiB)."""
+    out = []
+    for r in sorted(records, key=lambda r: (r["params"]["precision"], MODE_ORDER.index(r["params"]["mode"]),
+                                            r["params"]["context"])):
+        if r["status"] != "ok":
+            continue
+        m = r["metrics"]
+        out.append({
+            "context": r["params"]["context"], "mode": r["params"]["mode"], "precision": r["params"]["precision"],
+            "initial_mib": _mib(m["initial_bytes"]), "peak_mib": _mib(m["peak"]["bytes"]),
+            "peak_phase": m["peak"]["phase"],
+            "phases": [{"name": p["name"], "start_mib": _mib(p["bytes_at_start"]), "end_mib": _mib(p["bytes_at_end"]),
+                        "peak_mib": _mib(p["peak_bytes"]), "ms": p["end_ms"] - p["start_ms"]} for p in m["phases"]],
+        })
+    return out
+
+
+def allocator_check(records: list[dict]) -> dict | None:
+    """On CUDA: the trace's peak against ``torch.cuda.max_memory_allocated`` over the same step."""
+    pairs = [(r["metrics"]["peak"]["bytes"], r["metrics"]["max_allocated_bytes"]) for r in records
+             if r["status"] == "ok" and r["metrics"].get("max_allocated_bytes")]
+    if not pairs:
+        return None
+    worst = max(abs(a - b) / b for a, b in pairs)
+    reserved = [r["metrics"]["max_reserved_bytes"] - r["metrics"]["max_allocated_bytes"] for r in records
+                if r["status"] == "ok" and r["metrics"].get("max_reserved_bytes")]
+    return {"points": len(pairs), "max_relative_difference": worst,
+            "max_reserved_over_allocated_mib": _mib(max(reserved)) if reserved else None}
+
+
+def timeline_figures(records: list[dict], timelines: list[Path], out_dir: Path) -> list[dict]:
+    """Each record's timeline PNG, as a path relative to ``out_dir`` (what the template embeds)."""
+    by_name = {p.name: p for p in timelines}
+    out = []
+    for r in records:
+        name = r.get("artifacts", {}).get("timeline")
+        if name not in by_name:
+            raise ValueError(f"no timeline {name!r} among --timelines for the record of {r['params']}")
+        p = r["params"]
+        out.append({"path": os.path.relpath(by_name[name], out_dir), "context": p["context"], "mode": p["mode"],
+                    "precision": p["precision"], "status": r["status"]})
+    out.sort(key=lambda f: (f["precision"] != "fp32", f["precision"], MODE_ORDER.index(f["mode"]), f["context"]))
+    return out
+
+
+def precision_ratios(records: list[dict]) -> list[dict]:
+    """(c) against (b): bf16 peak over fp32 peak, per mode and context where both ran."""
+    peaks = {(r["params"]["mode"], r["params"]["context"], r["params"]["precision"]): r["metrics"]["peak"]["bytes"]
+             for r in records if r["status"] == "ok"}
+    out = []
+    for (mode, context, precision), fp32 in sorted(peaks.items(), key=lambda kv: (MODE_ORDER.index(kv[0][0]), kv[0][1])):
+        bf16 = peaks.get((mode, context, "bf16"))
+        if precision == "fp32" and bf16 is not None:
+            out.append({"mode": mode, "context": context, "fp32_mib": _mib(fp32), "bf16_mib": _mib(bf16),
+                        "ratio": bf16 / fp32})
+    return out
+
+
+def summarize(records: list[dict], timelines: list[dict], top_record: dict | None) -> dict:
+    ok = [r for r in records if r["status"] == "ok"]
+    first = records[0]["params"]
+    return {
+        "provenance": run_provenance(records),
+        "size": first["size"], "d_model": first["d_model"], "num_layers": first["num_layers"],
+        "batch": first["batch"], "warmup": first["warmup"], "device": first["device"],
+        "contexts": sorted({r["params"]["context"] for r in records}),
+        "precisions": [p for p in ("fp32", "bf16") if any(r["params"]["precision"] == p for r in records)],
+        "sources": sorted({r["metrics"]["source"] for r in ok}),
+        "phase_sources": sorted({r["metrics"]["phase_source"] for r in ok}),
+        "snapshots": sorted(r["artifacts"]["snapshot"] for r in records if r.get("artifacts", {}).get("snapshot")),
+        "points": len(records), "ok": len(ok),
+        "not_ok": [f"context {r['params']['context']} {r['params']['mode']} {r['params']['precision']}: "
+                   f"{r['status']}" + (f" ({r['message']})" if r.get("message") else "")
+                   for r in records if r["status"] != "ok"],
+        "residual": residual_activation(records),
+        "phases": phase_rows(records),
+        "top_context": top_record["params"]["context"] if top_record else None,
+        "top_precision": top_record["params"]["precision"] if top_record else None,
+        "top_allocations": top_record["metrics"]["top_allocations"] if top_record else [],
+        "allocator_check": allocator_check(records),
+        "bf16_vs_fp32": precision_ratios(records),
+        "timelines": timelines,
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.a5", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", nargs="+", required=True, help="A5 records (JSON)")
+    p.add_argument("--timelines", nargs="+", required=True, type=Path, help="the timeline PNGs of those records")
+    p.add_argument("--out-dir", required=True, type=Path)
+    args = p.parse_args(argv)
+    try:
+        records = load_records(args.records)
+        bad = [r["id"] for r in records if r["id"] != "A5"]
+        if bad:
+            raise ValueError(f"not A5 records: ids {sorted(set(bad))}")
+        timelines = timeline_figures(records, args.timelines, args.out_dir)
+    except (OSError, ValueError, KeyError) as exc:
+        p.error(str(exc))
+    for precision in ("fp32", "bf16"):
+        write_table(peak_table(records, precision), args.out_dir, f"peak_{precision}")
+    top, top_record = top_allocations(records)
+    write_table(top, args.out_dir, "top_allocations")
+    write_summary(args.out_dir / "summary.json", summarize(records, timelines, top_record))
+    print(f"A5 report: {len(records)} records -> {args.out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

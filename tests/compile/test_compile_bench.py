@@ -1,0 +1,127 @@
+"""B2(b) compile bench: both variants in one process, the loss check, OOM and errors as results."""
+import json
+import math
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cs336_systems import compile_bench
+from cs336_systems.models import build_model, get_size, random_batch
+
+
+def test_tiny_model_eager_and_compiled_on_cpu(tmp_path):
+    """End to end on the CPU (a real Inductor compile, about 20 s cold): both variants time every
+    phase of a training step, the compiled one really compiled, and both losses equal PyTorch's own
+    cross-entropy of the same seeded model and batch."""
+    out = tmp_path / "rec.json"
+    seed = random.randrange(1000)
+    argv = ["--size", "tiny", "--context", "8", "--batch", "1", "--mode", "train-step", "--warmup", "1",
+            "--steps", "2", "--seed", str(seed), "--device", "cpu", "--compile-cache", "--out", str(out)]
+    assert compile_bench.main(argv) == 0
+    record = json.loads(out.read_text())
+    assert record["id"] == "B2" and record["status"] == "ok"
+    assert record["params"]["compile"] == "blocks" and record["params"]["size"] == "tiny"
+    m = record["metrics"]
+    eager, compiled = m["variants"]["eager"], m["variants"]["compiled"]
+    for variant in (eager, compiled):
+        assert variant["status"] == "ok"
+        for phase in ("forward", "backward", "optimizer", "step"):
+            assert variant[phase]["n"] == 2 and variant[phase]["mean"] > 0
+        assert variant["step"]["samples"] == pytest.approx(
+            [sum(s) for s in zip(*(variant[p]["samples"] for p in ("forward", "backward", "optimizer")))])
+    assert m["speedup"]["step"] == pytest.approx(eager["step"]["mean"] / compiled["step"]["mean"])
+    # The two blocks share one compiled graph, and compiling costs far more than eager start-up.
+    assert m["compiled_graphs"] == 1
+    assert m["compile_seconds"] == compiled["first_calls_overhead_seconds"]
+    assert m["compile_seconds"] > 10 * max(eager["first_calls_overhead_seconds"], 0.01)
+
+    torch.manual_seed(seed)
+    model = build_model(get_size("tiny"), 8)
+    inputs, targets = random_batch(1, 8)
+    with torch.no_grad():
+        logits = model(inputs)
+    reference = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), targets.reshape(-1)).item()
+    check = m["loss_check"]
+    assert check["passed"] and check["eager"] == eager["initial_loss"]
+    assert check["eager"] == pytest.approx(reference, rel=1e-6)
+    assert check["compiled"] == pytest.approx(reference, rel=1e-5)
+    assert check["abs_diff"] == pytest.approx(abs(check["eager"] - check["compiled"]))
+
+
+def test_loss_check_passes_within_fp32_tolerance_and_fails_beyond():
+    loss = random.uniform(1.0, 10.0)
+    close = compile_bench.loss_check({"initial_loss": loss}, {"initial_loss": loss * (1 + 1e-6)})
+    assert close["passed"] and close["rel_diff"] == pytest.approx(1e-6, rel=1e-3)
+    far = compile_bench.loss_check({"initial_loss": loss}, {"initial_loss": loss * (1 + 1e-3)})
+    assert not far["passed"] and far["abs_diff"] == pytest.approx(loss * 1e-3)
+    assert compile_bench.loss_check({"status": "oom"}, {"initial_loss": loss}) is None
+
+
+def _fake_variant(**_):
+    samples = [random.uniform(1, 2) for _ in range(3)]
+    mean = sum(samples) / 3
+    return {"forward": {"mean": mean, "samples": samples}, "step": {"mean": mean, "samples": samples},
+            "initial_loss": 9.2, "first_calls_overhead_seconds": 0.5}
+
+
+@pytest.mark.parametrize("failure, status", [(torch.OutOfMemoryError("CUDA out of memory. Tried"), "oom"),
+                                             (RuntimeError("kernel exploded"), "error")])
+@pytest.mark.parametrize("failing", ["eager", "compiled"])
+def test_a_failing_variant_does_not_stop_the_other(tmp_path, monkeypatch, failure, status, failing):
+    def time_variant(size, *, compile, **kwargs):
+        if (compile == "none") == (failing == "eager"):
+            raise failure
+        return _fake_variant()
+
+    monkeypatch.setattr(compile_bench, "time_variant", time_variant)
+    out = tmp_path / "rec.json"
+    compile_bench.main(["--size", "tiny", "--context", "8", "--mode", "forward", "--device", "cpu", "--out", str(out)])
+    record = json.loads(out.read_text())
+    other = "compiled" if failing == "eager" else "eager"
+    variants = record["metrics"]["variants"]
+    assert record["status"] == status
+    assert variants[failing]["status"] == status and str(failure).split(".")[0] in variants[failing]["message"]
+    assert variants[other]["status"] == "ok"
+    assert record["metrics"]["speedup"] is None and record["metrics"]["loss_check"] is None
+    assert failing in record["message"]
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--size", "huge"], "invalid choice"),
+    (["--warmup", "0"], "--warmup must be at least 1"),
+    (["--context", "0"], "--context must be at least 1"),
+    (["--compile", "everything"], "invalid choice"),
+    (["--mode", "backward"], "invalid choice"),
+])
+def test_bad_input_is_one_line(argv, fragment, capsys, tmp_path):
+    base = {"--size": "tiny", "--context": "8", "--mode": "forward", "--device": "cpu", "--out": str(tmp_path / "r.json")}
+    base.update(dict(zip(argv[::2], argv[1::2])))
+    with pytest.raises(SystemExit) as exc:
+        compile_bench.parse_args([x for kv in base.items() for x in kv])
+    assert exc.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and fragment in errors[0]
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")
+def test_cuda_without_cuda_is_one_line(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        compile_bench.parse_args(["--size", "tiny", "--context", "8", "--mode", "forward", "--device", "cuda",
+                                  "--out", str(tmp_path / "r.json")])
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_tiny_model_on_the_gpu_reports_memory(tmp_path):
+    out = tmp_path / "rec.json"
+    compile_bench.main(["--size", "tiny", "--context", "16", "--batch", "2", "--mode", "forward-backward",
+                        "--warmup", "1", "--steps", "2", "--device", "cuda", "--compile-cache", "--out", str(out)])
+    m = json.loads(out.read_text())["metrics"]
+    assert m["loss_check"]["passed"]
+    for variant in m["variants"].values():
+        assert variant["status"] == "ok" and variant["peak_memory_bytes"] > 0
+        assert not math.isnan(variant["step"]["mean"])

@@ -1,0 +1,140 @@
+"""B2 report: whole-model records only, B1 rows only, or both; each renders its writeup section."""
+import json
+import random
+import statistics
+from pathlib import Path
+
+import pytest
+
+from cs336_systems import compile_bench
+from cs336_systems.records import make_record
+from cs336_systems.report import b2
+from cs336_systems.report.writeup import Renderer
+from cs336_systems.timing import summarize
+
+
+def _variant(step_ms: float) -> dict:
+    samples = {phase: [random.uniform(0.9, 1.1) * step_ms * share for _ in range(4)]
+               for phase, share in (("forward", 0.3), ("backward", 0.6), ("optimizer", 0.1))}
+    metrics = {phase: summarize(s) | {"samples": s} for phase, s in samples.items()}
+    step = [sum(s) for s in zip(*samples.values())]
+    metrics["step"] = summarize(step) | {"samples": step}
+    return {"status": "ok", **metrics, "initial_loss": 9.21, "first_calls_overhead_seconds": 0.02,
+            "peak_memory_bytes": 2**30}
+
+
+def _whole_record(size: str, mode: str, eager_ms: float, compiled_ms: float, eager_status: str = "ok") -> dict:
+    """A record shaped by compile_bench's own functions (speed-ups, loss check), from random samples."""
+    eager = _variant(eager_ms) if eager_status == "ok" else {"status": eager_status, "message": "CUDA out of memory"}
+    compiled = _variant(compiled_ms)
+    compiled["initial_loss"] = 9.21 + 1e-6
+    compiled["first_calls_overhead_seconds"] = random.uniform(5, 30)
+    variants = {"eager": eager, "compiled": compiled}
+    metrics = {"variants": variants, "loss_check": compile_bench.loss_check(eager, compiled),
+               "speedup": compile_bench.speedups(eager, compiled), "parameters": 1,
+               "compile_seconds": compiled["first_calls_overhead_seconds"], "compiled_graphs": 1}
+    params = {"size": size, "context": 512, "batch": 4, "mode": mode, "compile": "blocks", "warmup": 3, "steps": 4}
+    return make_record("B2", params, compile_bench.overall_status(variants), metrics)
+
+
+def _b1_rows(tmp_path: Path) -> list[str]:
+    def row(seq, compiled, forward_ms):
+        params = {"d": 16, "seq": seq, "batch": 2, "iters": 3, "compiled": compiled, "device": "cpu"}
+        metrics = {"forward_ms": forward_ms, "backward_ms": 2 * forward_ms, "memory_before_backward_bytes": 2**20,
+                   "accounting_bytes": {"saved": 1, "forward_peak": 1, "backward_peak": 1}}
+        return make_record("B1", params, "ok", metrics)
+    paths = []
+    for name, rows in (("eager.json", [row(64, False, 3.0)]), ("compiled.json", [row(64, True, 1.5)])):
+        (tmp_path / name).write_text(json.dumps(rows))
+        paths.append(str(tmp_path / name))
+    return paths
+
+
+def _whole_files(tmp_path: Path, records: list[dict]) -> list[str]:
+    paths = []
+    for r in records:
+        path = tmp_path / f"{r['params']['size']}_{r['params']['mode']}.json"
+        path.write_text(json.dumps(r))
+        paths.append(str(path))
+    return paths
+
+
+def _render(out_dir: Path) -> str:
+    renderer = Renderer("md", out_dir.parent / "writeup" / "w.md")
+    text = renderer.section("B2", out_dir / "summary.json")
+    Renderer("html", out_dir.parent / "writeup" / "w.html").section("B2", out_dir / "summary.json")
+    return text
+
+
+def test_whole_model_records_only(tmp_path):
+    records = [_whole_record("small", "forward", 10.0, 5.0), _whole_record("small", "train-step", 30.0, 20.0),
+               _whole_record("xl", "train-step", 0, 90.0, eager_status="oom")]
+    out = tmp_path / "B2"
+    assert b2.main(["--whole-model", *_whole_files(tmp_path, records), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["attention_points"] == 0 and summary["speedup"] is None
+    w = summary["whole_model"]
+    expected = [r["metrics"]["variants"]["eager"]["step"]["mean"] / r["metrics"]["variants"]["compiled"]["step"]["mean"]
+                for r in records[:2]]
+    assert w["step_speedup"]["median"] == pytest.approx(statistics.median(expected))
+    assert w["best"]["mode"] == ("forward" if expected[0] > expected[1] else "train-step")
+    assert w["both_ok"] == 2 and w["points"] == 3
+    assert w["fits_only_compiled"] == ["xl train-step"] and "eager oom" in w["not_ok"][0]
+    assert w["loss_checks"] == {"checked": 2, "passed": 2, "max_abs_diff": pytest.approx(1e-6), "rtol": 1e-4,
+                                "failed": []}
+    table = (out / "whole_model.csv").read_text().splitlines()
+    assert len(table) == 4 and "OOM" in table[-1]
+    assert (out / "whole_model_speedup.png").stat().st_size > 0
+    assert (out / "table.csv").read_text().startswith("d,seq,")      # (a)'s table exists, empty
+    text = _render(out)
+    assert "did not make" in text and "whole model, compiled against eager." in text
+    assert "regional" in text and "xl train-step" in text
+
+
+def test_b1_rows_only_keeps_part_a(tmp_path):
+    out = tmp_path / "B2"
+    assert b2.main(["--rows", *_b1_rows(tmp_path), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["attention_points"] == 1 and summary["speedup"]["forward"]["median"] == 2.0
+    assert summary["whole_model"] is None
+    assert (out / "whole_model.csv").read_text().startswith("size,mode,")
+    text = _render(out)
+    assert "Forward: 2.00×" in text and "was not measured in this run" in text
+
+
+def test_both_parts(tmp_path):
+    out = tmp_path / "B2"
+    whole = _whole_files(tmp_path, [_whole_record("medium", "forward-backward", 12.0, 8.0)])
+    assert b2.main(["--rows", *_b1_rows(tmp_path), "--whole-model", *whole, "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["provenance"]["records"] == 3
+    assert summary["speedup"]["forward"]["median"] == 2.0 and summary["whole_model"]["points"] == 1
+    text = _render(out)
+    assert "Forward: 2.00×" in text and "medium" in text
+
+
+def test_a_committed_summary_without_part_b_still_renders(tmp_path):
+    """Summaries written before part (b) existed have neither key; the section renders (a) alone."""
+    out = tmp_path / "B2"
+    assert b2.main(["--rows", *_b1_rows(tmp_path), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    del summary["whole_model"], summary["attention_points"]
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert "Forward: 2.00×" in _render(out)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ([], "nothing to report"),
+    (["--whole-model", "MISSING"], "No such file"),
+    (["--whole-model", "B1LIST"], "not a record"),
+    (["--whole-model", "B1RECORD"], "not a B2 whole-model record"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, args, fragment):
+    eager, _ = _b1_rows(tmp_path)
+    (tmp_path / "b1_record.json").write_text(json.dumps(json.loads(Path(eager).read_text())[0]))
+    names = {"MISSING": str(tmp_path / "missing.json"), "B1LIST": eager, "B1RECORD": str(tmp_path / "b1_record.json")}
+    with pytest.raises(SystemExit) as exc:
+        b2.main([names.get(a, a) for a in args] + ["--out-dir", str(tmp_path / "B2")])
+    assert exc.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and fragment in errors[0]

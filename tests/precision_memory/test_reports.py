@@ -1,0 +1,196 @@
+"""A4 / A6 command lines end to end on the CPU, and their reports and sections on synthetic records
+(with CUDA rows, OOM and skipped points, as a GPU run would leave them)."""
+import csv
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from cs336_systems.memory import activation_model as am
+from cs336_systems.memory import checkpoint_bench
+from cs336_systems.models import get_size
+from cs336_systems.precision import autocast_dtypes as ad
+from cs336_systems.records import make_record, write_json_atomic
+from cs336_systems.report import a4, a6, writeup
+
+
+def _timing(mean):
+    return {"mean": mean, "std": 0.01 * mean, "median": mean, "min": mean, "max": mean, "n": 3, "samples": [mean] * 3}
+
+
+# --- A6 --------------------------------------------------------------------------------------
+
+def test_a6_cli_end_to_end_on_cpu(tmp_path):
+    out = tmp_path / "g1.json"
+    assert checkpoint_bench.main(["--size", "tiny", "--context", "16", "--batch", "2", "--group", "1",
+                                  "--steps", "1", "--device", "cpu", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok" and record["params"]["group"] == 1
+    m = record["metrics"]
+    assert m["groups"] == get_size("tiny").num_layers             # groups of one block each
+    assert m["peak_memory_bytes"] is None and m["baseline_bytes"] is None
+    assert m["memory_note"] == checkpoint_bench.CPU_MEMORY_NOTE
+    assert m["step"]["n"] == 1 and m["step"]["mean"] > 0
+    assert m["parameters"] == get_size("tiny").parameter_count()
+
+
+def test_a6_oom_is_a_record(tmp_path, monkeypatch):
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    monkeypatch.setattr(checkpoint_bench, "measure", oom)
+    out = tmp_path / "g0.json"
+    assert checkpoint_bench.main(["--size", "tiny", "--context", "8", "--group", "0", "--device", "cpu",
+                                  "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["status"] == "oom" and "out of memory" in record["message"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--size", "tiny", "--context", "0", "--group", "1"], "--context must be at least 1"),
+    (["--size", "tiny", "--context", "8", "--group", "3"], "--group must be between 0"),
+    (["--size", "huge", "--context", "8", "--group", "1"], "invalid choice: 'huge'"),
+])
+def test_a6_bad_input_is_one_line(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        checkpoint_bench.main(argv + ["--device", "cpu", "--out", str(tmp_path / "x.json")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def _a6_records(tmp_path, ks, oom_ks, size="xl", context=2048, batch=4):
+    rng = random.Random()
+    s = get_size(size)
+    paths = []
+    for k in ks:
+        params = {"size": size, "d_model": s.d_model, "d_ff": s.d_ff, "num_layers": s.num_layers,
+                  "num_heads": s.num_heads, "context": context, "batch": batch, "group": k,
+                  "mode": "forward-backward", "device": "cuda", "device_total_bytes": 80 * 2**30}
+        if k in oom_ks:
+            record = make_record("A6", params, "oom", reason="OutOfMemoryError: CUDA out of memory")
+        else:
+            peak = am.predicted_peak(s, context, batch, k, s.parameter_count() * 4)["peak"] * rng.uniform(1.0, 1.1)
+            record = make_record("A6", params, "ok", {
+                "step": _timing(rng.uniform(500, 900)), "peak_memory_bytes": int(peak),
+                "baseline_bytes": s.parameter_count() * 4, "memory_note": None, "groups": math.ceil(48 / k)})
+        paths.append(write_json_atomic(tmp_path / "records" / f"group{k}.json", record))
+    return paths
+
+
+def test_a6_report_with_oom_rows(tmp_path):
+    paths = _a6_records(tmp_path, [0, 1, 2, 4, 12], oom_ks={0, 12})
+    out = tmp_path / "A6"
+    assert a6.main(["--records", *map(str, paths), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    s = get_size("xl")
+    a, A = am.block_input_bytes(s, 2048, 4), am.block_saved_bytes(s, 2048, 4)
+    assert summary["k_opt"] == am.optimal_group_size(48, a, A)
+    assert math.isclose(summary["k_star"], math.sqrt(48 * a / A))
+    assert len(summary["not_ok"]) == 2 and summary["measured_peak"]
+    rows = {int(r["k"]): r for r in summary["rows"]}
+    ok_peaks = {k: r["peak_gib"] for k, r in rows.items() if r["status"] == "ok"}
+    assert summary["best_measured_k"] == min(ok_peaks, key=ok_peaks.get)
+    with open(out / "table.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [row["status"] for row in table] == ["OOM", "ok", "ok", "ok", "OOM"]
+    assert table[0]["peak (GiB)"] == "" and table[0]["predicted peak (GiB)"] != ""
+    assert (out / "peak_vs_group.png").stat().st_size > 1000
+    _render("A6", out / "summary.json", tmp_path)
+
+
+def test_a6_report_rejects_mixed_workloads(tmp_path, capsys):
+    paths = _a6_records(tmp_path / "x", [1], set()) + _a6_records(tmp_path / "y", [2], set(), context=1024)
+    with pytest.raises(SystemExit):
+        a6.main(["--records", *map(str, paths), "--out-dir", str(tmp_path / "out")])
+    assert "mix workloads" in capsys.readouterr().err
+
+
+# --- A4 --------------------------------------------------------------------------------------
+
+def _a4_inputs(tmp_path):
+    """Toy-model records as a GPU machine writes them (CUDA ok, one dtype rejected) and A1 records
+    with one out-of-memory point."""
+    records = []
+    for device in ("cuda", "cpu"):
+        for dtype in ("fp16", "bf16"):
+            params = {"part": "dtypes", "device": device, "autocast_dtype": dtype}
+            if (device, dtype) == ("cpu", "fp16"):
+                records.append(make_record("A4", params, "error", reason="RuntimeError: not supported"))
+                continue
+            low = "float16" if dtype == "fp16" else "bfloat16"
+            stages = dict.fromkeys(ad.STAGES, low) | {"parameters (inside autocast)": "float32", "loss": "float32",
+                                                      "parameter gradients": "float32"}
+            stages["LayerNorm output"] = "float32" if device == "cuda" else low
+            records.append(make_record("A4", params, "ok", {"stages": stages}))
+        rows = ad.layer_norm_errors("cpu", rows=8, width=64)
+        records.append(make_record("A4", {"part": "layernorm", "device": device, "rows": 8, "width": 64}, "ok",
+                                   {"rows": rows}))
+    dtypes = write_json_atomic(tmp_path / "dtypes.json", records)
+    timing = []
+    for size, scale in (("small", 1), ("medium", 3), ("xl", 9)):
+        for mode in ("forward", "forward-backward"):
+            for precision in ("fp32", "bf16"):
+                params = {"size": size, "context": 512, "mode": mode, "precision": precision, "batch": 4}
+                if (size, mode, precision) == ("xl", "forward-backward", "fp32"):
+                    r = make_record("A1", params, "oom", reason="OutOfMemoryError")
+                else:
+                    f = scale * (1.0 if precision == "fp32" else 1 / scale ** 0.5)
+                    metrics = {"forward": _timing(10 * f)}
+                    if mode == "forward-backward":
+                        metrics["backward"] = _timing(20 * f)
+                    r = make_record("A1", params, "ok", metrics)
+                timing.append(write_json_atomic(tmp_path / "A1" / f"{size}_{mode}_{precision}.json", r))
+    return dtypes, timing
+
+
+def test_a4_report_and_section(tmp_path):
+    dtypes, timing = _a4_inputs(tmp_path)
+    out = tmp_path / "A4"
+    assert a4.main(["--dtypes", str(dtypes), "--timing-records", *map(str, timing), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["dtypes"]["cuda"]["fp16"]["stages"]["LayerNorm output"] == "float32"
+    assert summary["dtypes"]["cpu"]["fp16"]["status"] == "error"
+    assert any("cpu fp16: error" in line for line in summary["dtypes_not_ok"])
+    speedups = summary["speedups"]
+    assert math.isclose(speedups["medium ctx 512 forward only (no_grad)"], 3 ** 0.5)
+    assert math.isclose(speedups["small ctx 512 backward of forward+backward"], 1.0)
+    assert not any(key.startswith("xl ctx 512") and "forward+backward" in key for key in speedups)
+    assert summary["backward_gains_more"] is True     # equal speedups in these records: "at least as much"
+    assert summary["speedup_grows_with_size"] and summary["timing_not_ok"]
+    with open(out / "table.csv") as f:
+        table = {row["stage"]: row for row in csv.DictReader(f)}
+    assert table["fc1 output"]["cpu fp16"] == "error" and table["fc1 output"]["cuda bf16"] == "bfloat16"
+    with open(out / "timing.csv") as f:
+        assert any(row["fp32 (ms)"] == "OOM" for row in csv.DictReader(f))
+    assert (out / "speedup.png").stat().st_size > 1000
+    _render("A4", out / "summary.json", tmp_path)
+
+
+def test_a4_report_with_skipped_cuda_and_no_timing(tmp_path):
+    out_json = tmp_path / "dtypes.json"
+    write_json_atomic(out_json, [
+        make_record("A4", {"part": "dtypes", "device": "cuda", "autocast_dtype": "bf16"}, "skipped", reason="no CUDA"),
+        make_record("A4", {"part": "layernorm", "device": "cuda"}, "skipped", reason="no CUDA")])
+    out = tmp_path / "A4"
+    assert a4.main(["--dtypes", str(out_json), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["dtypes"]["cuda"]["bf16"] == {"status": "skipped", "reason": "no CUDA"}
+    _render("A4", out / "summary.json", tmp_path)
+
+
+def test_a4_report_bad_input_is_one_line(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text('{"not": "a list"}')
+    with pytest.raises(SystemExit) as exit_info:
+        a4.main(["--dtypes", str(tmp_path / "bad.json"), "--out-dir", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert "expected a JSON list of records" in capsys.readouterr().err
+
+
+def _render(ident, summary_path, tmp_path):
+    """The section template renders from this summary in both formats (StrictUndefined)."""
+    for fmt in ("md", "html"):
+        text = writeup.Renderer(fmt, tmp_path / f"w.{fmt}").section(ident, summary_path)
+        assert text.startswith(f"## {ident}.")
+        assert "Run:" in text
