@@ -116,3 +116,11 @@ def test_nsys_report_paths_keep_dotted_size_names(tmp_path):
     stem, report = nsys_report_paths(tmp_path / "2.7B_ctx128.json")
     assert stem == tmp_path / "2.7B_ctx128"
     assert report == tmp_path / "2.7B_ctx128.nsys-rep"
+
+
+def test_cutlass_wrapper_is_named_by_the_kernel_it_launches():
+    from cs336_systems.profiling.classify import classify, short_name
+
+    name = "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(T1::Params)"   # H100 capture
+    assert short_name(name) == "cutlass::Kernel2[cutlass_80_simt_sgemm_256x128_8x4_nn_align1]"
+    assert classify(name, "forward") == "GEMM"

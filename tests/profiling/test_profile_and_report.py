@@ -91,3 +91,29 @@ def test_report_rejects_a_missing_record(capsys, tmp_path):
     with pytest.raises(SystemExit):
         a2.main(["--records", str(tmp_path / "missing.json"), "--out-dir", str(tmp_path)])
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_attention_times_come_from_the_gpu_projection_under_nsys():
+    """An nsys record's attention times are its projection per instance, not its (time-window)
+    kernel tables; FLOP ratios are the closed forms."""
+    import random
+
+    from cs336_systems.profiling.flops import attention_flops
+    from cs336_systems.report.a2 import table_e
+
+    calls = random.randint(2, 9)
+    per_call = {"computing attention scores": random.uniform(1e4, 1e5), "computing softmax": random.uniform(1e4, 1e5),
+                "final matmul": random.uniform(1e4, 1e5)}
+    decoy = [{"name": "sm80_xmma_gemm_f32f32", "total_ns": 1e9, "instances": 1, "category": "GEMM"}]
+    forward = {"status": "ok", "tables": {name: decoy for name in per_call},
+               "gpu_projection": [{"domain": "forward", "range": name, "instances": calls, "proj_ns": t * calls,
+                                   "range_ns": 1.0, "gpu_ops": 3} for name, t in per_call.items()]}
+    params = {"size": "small", "context": 64, "batch": 2, "num_heads": 4, "d_model": 32}
+    df = table_e([{"params": params, "status": "ok", "metrics": {"modes": {"forward": forward}}}])
+    row = df.iloc[0]
+    assert row["softmax_us"] == pytest.approx(per_call["computing softmax"] / 1e3)
+    expected = per_call["computing softmax"] / (per_call["computing attention scores"] + per_call["final matmul"])
+    assert row["time_softmax_over_matmuls"] == pytest.approx(expected)
+    f = attention_flops(2, 4, 64, 8)
+    assert row["flops_softmax_over_matmuls"] == pytest.approx(f["softmax"] / (f["scores_matmul"] + f["final_matmul"]))
+    assert row["source"] == "nsys GPU projection"

@@ -153,7 +153,9 @@ def test_editing_the_benchmark_makes_only_a1_stale(smoke):
         grid = yaml.safe_load((copy / "config.yaml").read_text())["presets"]["smoke"]["A1"]
         n_grid = len(grid["sizes"]) * len(grid["contexts"]) * len(grid["modes"]) * len(grid["precisions"])
         n_study = len(grid["warmup_study"]["sizes"]) * len(grid["warmup_study"]["warmups"])
-        assert stats == {"A1_benchmark": n_grid, "A1_warmup_study": n_study, "A1_report": 1, "writeup": 1, "all": 1}
+        # A4's full-vs-bf16 table reads A1 records, so its report reruns too; nothing else does.
+        assert stats == {"A1_benchmark": n_grid, "A1_warmup_study": n_study, "A1_report": 1, "A4_report": 1,
+                         "writeup": 1, "all": 1}
         assert "src/cs336_systems/benchmark.py" in out          # the reason names the edited file
     finally:
         target.write_bytes(original)
@@ -183,10 +185,17 @@ def test_full_preset_plans_the_whole_grid(tmp_path):
     presets = yaml.safe_load((copy / "config.yaml").read_text())["presets"]["full"]
     assert stats["C1_row"] == len(presets["C1"]["backends"]) * len(presets["C1"]["world_sizes"])
     assert stats["DDP_variant"] == len(presets["DDP"]["variants"])
-    once = {k: v for k, v in stats.items()
-            if k not in ("A1_benchmark", "A1_warmup_study", "B5_grid_row", "B1_row", "C1_row", "DDP_variant")}
+    assert stats["A2_profile"] == len(presets["A2"]["sizes"]) * len(presets["A2"]["contexts"])
+    assert stats["A5_snapshot"] == (len(presets["A5"]["contexts"]) * len(presets["A5"]["modes"])
+                                    * len(presets["A5"]["precisions"]))
+    assert stats["A6_checkpoint"] == len(presets["A6"]["group_sizes"])
+    assert stats["B2_whole_model"] == len(presets["B2"]["sizes"]) * len(presets["B2"]["modes"])
+    per_point = ("A1_benchmark", "A1_warmup_study", "B5_grid_row", "B1_row", "C1_row", "DDP_variant", "A2_profile",
+                 "A5_snapshot", "A6_checkpoint", "B2_whole_model")
+    once = {k: v for k, v in stats.items() if k not in per_point}
     assert set(once.values()) == {1}, once
-    assert {"A3_accumulation", "A1_report", "A3_report", "B1_report", "B2_report", "B3_checks", "B3_B4_report",
+    assert {"A2_report", "A4_dtypes", "A4_report", "A5_report", "A6_report",
+            "A3_accumulation", "A1_report", "A3_report", "B1_report", "B2_report", "B3_checks", "B3_B4_report",
             "B5_leaderboard", "B5_report", "C1_report", "DDP_report", "C9_report", "writeup", "all"} <= set(once)
     planned = planned_outputs(out)
     assert {p for p in planned if p.startswith("results/dryrun/A1/records/")} == \

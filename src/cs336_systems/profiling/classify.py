@@ -73,4 +73,8 @@ def short_name(name: str, width: int = 90) -> str:
     # the innermost functor names the operation (BinaryFunctor<..., MulFunctor>); else the first op kernel
     functors = [m for m in inner if "Functor" in m or m.endswith("_functor")]
     out = f"{base}[{functors[-1] if functors else inner[0]}]" if inner else base
+    # CUTLASS's launch wrapper (cutlass::Kernel2<cutlass_80_simt_sgemm_...>) is named by its argument
+    wrapped = re.match(r"<\s*(cutlass\w+)", rest) if base.startswith("cutlass::Kernel") else None
+    if wrapped:
+        out = f"{base}[{wrapped.group(1)}]"
     return out if len(out) <= width else out[: width - 1] + "…"

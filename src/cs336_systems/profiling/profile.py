@@ -117,15 +117,19 @@ def profile_mode(args: argparse.Namespace, mode: str, tool: str) -> dict:
         events = torch_tables.plain_events(prof)
         gpu = device.type == "cuda"
         result["ranges"] = torch_tables.range_totals(events)
-        result["tables"] = {r: torch_tables.range_table(events, r, gpu) for r in ranges_to_tabulate(args.modes, mode)}
+        result["tables"] = {r: torch_tables.range_table(events, r, gpu) for r in ranges_to_tabulate(args.modes, mode, "torch")}
     del workload
     return result
 
 
-def ranges_to_tabulate(modes: list[str], mode: str) -> tuple[str, ...]:
-    """Each mode's phases; the attention ranges once, in the first mode (each ``nsys stats`` call
-    costs seconds of a lent GPU machine, and the attention kernels are the same in every mode)."""
-    return MODE_PHASES[mode] + (ATTENTION_RANGES if mode == modes[0] else ())
+def ranges_to_tabulate(modes: list[str], mode: str, tool: str) -> tuple[str, ...]:
+    """Each mode's phases; the attention ranges once, in the first mode, and only under
+    torch.profiler, which assigns each kernel to the operator that launched it. Under nsys a kernel
+    table is a time filter (``--filter-nvtx``): right for a phase range, whose timer synchronises
+    inside it, wrong for an attention range, which closes before its kernels run; the attention
+    ranges' GPU time comes from ``nvtx_gpu_proj_sum`` instead (work launched inside the range)."""
+    attention = ATTENTION_RANGES if mode == modes[0] and tool == "torch" else ()
+    return MODE_PHASES[mode] + attention
 
 
 def run_modes(args: argparse.Namespace, tool: str) -> dict[str, dict]:
@@ -211,7 +215,7 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
         m["ranges"] = [r for r in ranges if r["domain"] == mode]
         m["gpu_projection"] = [r for r in projection if r["domain"] == mode]
         m["tables"] = {}
-        for range_name in ranges_to_tabulate(args.modes, mode):
+        for range_name in ranges_to_tabulate(args.modes, mode, "nvtx"):
             nvtx = nsys_tools.nvtx_filter(range_name, mode)
             frame = nsys_tools.run_stats(nsys, report, ["cuda_gpu_kern_sum"], nvtx=nvtx)["cuda_gpu_kern_sum"]
             rows = nsys_tools.parse_kernel_sum(frame)

@@ -21,11 +21,12 @@ import pandas as pd
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.profiling.classify import CATEGORIES, short_name
 from cs336_systems.profiling.flops import attention_flops
-from cs336_systems.profiling.ranges import FINAL, MODE_PHASES, SCORES, SOFTMAX
+from cs336_systems.profiling.ranges import FINAL, MODE_PHASES, PHASE_RANGES, SCORES, SOFTMAX
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
 
 SHARE_THRESHOLD = 0.01        # (c): a non-matmul kernel with at least this share of forward time
 MODES = tuple(MODE_PHASES)
+PHASE_RANGE_NAMES = set(PHASE_RANGES.values())
 
 
 def _point(r: dict) -> str:
@@ -144,23 +145,43 @@ def table_d(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def attention_call_ns(m: dict) -> tuple[dict[str, float], str] | None:
+    """GPU time of one call of each attention range, and where it comes from.
+
+    nsys: the range's GPU projection (the span of the GPU work launched inside it, summed over its
+    instances) over its instance count. Its ``--filter-nvtx`` kernel table cannot serve: an
+    attention range holds no synchronisation, so its CPU time window closes long before the kernels
+    it launched run, and the window catches whatever else the GPU was running then.
+    torch.profiler: the range's table, which assigns each kernel to the operator that launched it.
+    """
+    projection = {x["range"]: x for x in m.get("gpu_projection") or []}
+    if all(name in projection and projection[name]["instances"] for name in (SCORES, SOFTMAX, FINAL)):
+        return {name: projection[name]["proj_ns"] / projection[name]["instances"]
+                for name in (SCORES, SOFTMAX, FINAL)}, "nsys GPU projection"
+    if not m.get("gpu_projection") and all(m["tables"].get(name) for name in (SCORES, SOFTMAX, FINAL)):
+        return {name: sum(x["total_ns"] for x in m["tables"][name]) for name in (SCORES, SOFTMAX, FINAL)}, \
+            "torch.profiler range tables"
+    return None
+
+
 def table_e(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in _sorted(records):
-        m = next((_ok(r, mode) for mode in MODES if _ok(r, mode) and _ok(r, mode)["tables"].get(SOFTMAX)), None)
-        if not m:
+        m = _ok(r, "forward")
+        found = attention_call_ns(m) if m else None
+        if not found:
             continue
+        t, source = found
         p = r["params"]
         flops = attention_flops(p["batch"], p["num_heads"], p["context"], p["d_model"] // p["num_heads"])
-        t = {name: sum(x["total_ns"] for x in m["tables"].get(name, [])) for name in (SCORES, SOFTMAX, FINAL)}
-        gemm = lambda name: sum(x["total_ns"] for x in m["tables"].get(name, []) if x["category"] == "GEMM")  # noqa: E731
-        rows.append({"point": _point(r), "scores_us": t[SCORES] / 1e3, "scores_matmul_us": gemm(SCORES) / 1e3,
-                     "softmax_us": t[SOFTMAX] / 1e3, "final_matmul_us": t[FINAL] / 1e3,
-                     "final_gemm_us": gemm(FINAL) / 1e3,
+        matmuls = t[SCORES] + t[FINAL]
+        rows.append({"point": _point(r), "scores_us": t[SCORES] / 1e3, "softmax_us": t[SOFTMAX] / 1e3,
+                     "final_matmul_us": t[FINAL] / 1e3,
                      "scores_matmul_flops": flops["scores_matmul"], "softmax_flops": flops["softmax"],
                      "final_matmul_flops": flops["final_matmul"],
-                     "time_softmax_over_matmuls": t[SOFTMAX] / (gemm(SCORES) + gemm(FINAL)) if gemm(SCORES) + gemm(FINAL) else math.nan,
-                     "flops_softmax_over_matmuls": flops["softmax"] / (flops["scores_matmul"] + flops["final_matmul"])})
+                     "time_softmax_over_matmuls": t[SOFTMAX] / matmuls if matmuls else math.nan,
+                     "flops_softmax_over_matmuls": flops["softmax"] / (flops["scores_matmul"] + flops["final_matmul"]),
+                     "source": source})
     df = pd.DataFrame(rows)
     if len(df):
         df["time_ratio_over_flop_ratio"] = df["time_softmax_over_matmuls"] / df["flops_softmax_over_matmuls"]
@@ -215,7 +236,9 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "fallback_reasons": sorted({r["metrics"].get("fallback_reason") for r in records if r["metrics"].get("fallback_reason")}),
         "nsys_versions": sorted({(r["metrics"].get("nsys") or {}).get("version") or "" for r in records} - {""}),
         "warnings": [w for r in records for w in r["metrics"].get("warnings", [])],
-        "empty_filters": [f"{_point(r)}: {f}" for r in records for f in r["metrics"].get("empty_filters", [])],
+        # Only the phase ranges' kernel tables are used (attention ranges: see attention_call_ns).
+        "empty_filters": [f"{_point(r)}: {f}" for r in records for f in r["metrics"].get("empty_filters", [])
+                          if f.split("@")[0] in PHASE_RANGE_NAMES],
         "points": len(records), "failed": failed_points(records),
         "batch": records[0]["params"]["batch"] if records else None,
         "warmup_steps": records[0]["params"]["warmup"] if records else None,
