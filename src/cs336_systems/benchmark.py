@@ -22,6 +22,7 @@ from dataclasses import asdict
 
 import torch
 
+from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import ATTENTION_BACKENDS, MODEL_SIZES, ModelSize, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import (PhaseTimer, call_counting_oom, free_device_memory, peak_memory_bytes,
@@ -64,20 +65,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("give --size, or all of --d-model --d-ff --num-layers --num-heads")
     if args.size is not None and any(d is not None for d in dims):
         p.error("--size and explicit dimensions exclude each other")
-    for name in ("context", "batch", "steps", "vocab_size"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.warmup < 0:
-        p.error("--warmup must be 0 or more")
+    require_at_least(p, args, 1, "context", "batch", "steps", "vocab_size")
+    require_at_least(p, args, 0, "warmup")
     if args.size is None:
         if min(dims) < 1 or args.d_model % args.num_heads:
             p.error("dimensions must be positive and --num-heads must divide --d-model")
-    try:
-        torch.device(args.device)
-    except RuntimeError as exc:
-        p.error(f"--device: {exc}")
-    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {args.device}: CUDA is not available on this machine (try --device cpu)")
+    parse_device(p, args.device)
     return args
 
 

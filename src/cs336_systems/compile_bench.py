@@ -34,6 +34,7 @@ from dataclasses import asdict
 
 import torch
 
+from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import (PhaseTimer, call_counting_oom, free_device_memory, peak_memory_bytes,
@@ -67,17 +68,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="torch device, e.g. cuda, cuda:1, cpu")
     p.add_argument("--out", required=True, help="where the JSON record goes")
     args = p.parse_args(argv)
-    for name in ("context", "batch", "steps"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1")
+    require_at_least(p, args, 1, "context", "batch", "steps")
     if args.warmup < 1:
         p.error("--warmup must be at least 1 (the compiled model's first step compiles; it must not be timed)")
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as exc:
-        p.error(f"--device: {exc}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {args.device}: CUDA is not available on this machine (try --device cpu)")
+    parse_device(p, args.device)
     return args
 
 

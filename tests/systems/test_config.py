@@ -150,3 +150,17 @@ def test_sections_pick_writeup_parts():
     assert resolve({**base, "preset": "smoke", "sections": "A1,B5"}).sections == ("A1", "B5")
     with pytest.raises(ConfigError, match="config error at sections"):
         resolve({**base, "preset": "smoke", "sections": "A1;B5"})
+
+
+def test_a_section_part_builds_that_part_alone():
+    base = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
+    every = resolve({**base, "preset": "smoke"})
+    assert every.builds("B2") and every.builds("B2", part="a") and every.writes("C10")
+    part = resolve({**base, "preset": "smoke", "sections": "B1,B2a,C10"})
+    assert part.builds("B2", part="a") and not part.builds("B2", part="b") and not part.builds("B2")
+    assert part.writes("B2") and part.writes("C10") and part.builds("B1")
+    assert not part.writes("C1")            # C10 is not a part of C1
+    whole = resolve({**base, "preset": "smoke", "sections": "B2"})
+    assert whole.builds("B2", part="b") and not whole.builds("B1")
+    with pytest.raises(ConfigError, match="config error at sections"):
+        resolve({**base, "preset": "smoke", "sections": "B2c"})

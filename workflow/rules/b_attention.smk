@@ -56,15 +56,16 @@ rule B1_report:
 
 
 # B2(b) compiles each Transformer block in place ("blocks", regional compilation) rather than the
-# whole model: whole-model compile of xl took 161 s for its first forward+backward on an H100, times
-# 15 grid points; the blocks share one compiled graph and compile in seconds. The embedding, final
+# whole model: whole-model compile of xl took minutes for its first forward+backward on an H100 (a
+# probe), times every grid point; the blocks share one compiled graph and compile in seconds. The embedding, final
 # norm, LM head and loss stay eager. `python -m cs336_systems.compile_bench --compile model` does
 # the whole model for whoever has the time.
 B2_COMPILE = "blocks"
-B2_WHOLE_MODEL = expand(f"{RESULTS}/B2/whole_model/{{b2size}}_{{b2mode}}.json", b2size=B2["sizes"], b2mode=B2["modes"])
-# B2(a) reads B1's rows: only when this run builds B1 (a run that measured only part of the
-# deliverables, e.g. B2(b) on another GPU, then reports (b) alone).
-B2_B1_ROWS = rules.B1_report.input.rows if CHOSEN.sections is None or "B1" in CHOSEN.sections else []
+# A run that measured only part of B2 reports that part alone: part (a) reads B1's rows, so it is
+# built when the run builds B1 (or names "B2a"); part (b) when the run builds B2 (or names "B2b").
+B2_WHOLE_MODEL = (expand(f"{RESULTS}/B2/whole_model/{{b2size}}_{{b2mode}}.json", b2size=B2["sizes"], b2mode=B2["modes"])
+                  if CHOSEN.builds("B2", part="b") else [])
+B2_B1_ROWS = rules.B1_report.input.rows if CHOSEN.builds("B1") or CHOSEN.builds("B2", part="a") else []
 
 
 rule B2_whole_model:

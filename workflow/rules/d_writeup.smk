@@ -29,7 +29,7 @@ SECTION_OUTPUTS = {
     "C11": [rules.DDP_report.output.C11_summary],
     "C12": [rules.DDP_report.output.C12_summary, rules.DDP_report.output.fsdp_timeline],
 }
-WRITTEN = [ident for ident in SECTION_OUTPUTS if CHOSEN.sections is None or ident in CHOSEN.sections]
+WRITTEN = [ident for ident in SECTION_OUTPUTS if CHOSEN.writes(ident)]
 
 
 rule writeup:

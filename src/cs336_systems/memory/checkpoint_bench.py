@@ -20,6 +20,7 @@ from dataclasses import asdict
 
 import torch
 
+from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import (PhaseTimer, call_counting_oom, free_device_memory, peak_memory_bytes,
@@ -73,20 +74,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    for name in ("context", "batch", "steps"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1")
-    if args.warmup < 0:
-        p.error("--warmup must be 0 or more")
+    require_at_least(p, args, 1, "context", "batch", "steps")
+    require_at_least(p, args, 0, "warmup")
     layers = get_size(args.size).num_layers
     if not 0 <= args.group <= layers:
         p.error(f"--group must be between 0 (no checkpointing) and {layers} (the {args.size} model's blocks)")
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as exc:
-        p.error(f"--device: {exc}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {args.device}: CUDA is not available on this machine (try --device cpu)")
+    parse_device(p, args.device)
     return args
 
 

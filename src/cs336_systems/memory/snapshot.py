@@ -32,6 +32,7 @@ from typing import Iterator
 
 import torch
 
+from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.memory.analysis import analyse
 from cs336_systems.memory.events import PHASE_PREFIX, MemoryTrace, Phase, trace_from_profiler, trace_from_snapshot
 from cs336_systems.memory.timeline import render_placeholder, render_timeline
@@ -177,19 +178,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeline", required=True, type=Path, help="the timeline PNG")
     p.add_argument("--pickle", type=Path, help="where the CUDA snapshot goes (default: beside --out)")
     args = p.parse_args(argv)
-    for name in ("context", "batch", "max_entries", "top"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.warmup < 0:
-        p.error("--warmup must be 0 or more")
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as exc:
-        p.error(f"--device: {exc}")
-    if device.type not in ("cuda", "cpu"):
+    require_at_least(p, args, 1, "context", "batch", "max_entries", "top")
+    require_at_least(p, args, 0, "warmup")
+    if parse_device(p, args.device).type not in ("cuda", "cpu"):
         p.error(f"--device {args.device}: only cuda and cpu have a memory recorder here")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {args.device}: CUDA is not available on this machine (try --device cpu)")
     return args
 
 

@@ -103,6 +103,17 @@ class Resolved:
     reuse_records: bool  # keep records on disk even if the code that made them changed
     sections: tuple[str, ...] | None   # the writeup sections to build; None: every one with rules
 
+    def builds(self, ident: str, part: str = "") -> bool:
+        """Whether this run builds deliverable ``ident`` whole, or, given ``part``, that part of it
+        ("B2a": B2 from its part (a) alone, for a run that measured only that part)."""
+        if self.sections is None:
+            return True
+        return ident in self.sections or bool(part) and ident + part in self.sections
+
+    def writes(self, ident: str) -> bool:
+        """Whether the writeup has a section ``ident`` in this run (whole, or some part of it)."""
+        return self.builds(ident) or any(s[:-1] == ident and s[-1].isalpha() for s in self.sections)
+
 
 def resolve(config: dict[str, Any]) -> Resolved:
     """Validate ``config`` and pick the preset and run folder."""

@@ -30,13 +30,14 @@ from pathlib import Path
 
 import torch
 
+from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.profiling import nsys as nsys_tools
 from cs336_systems.profiling import torch_tables
 from cs336_systems.profiling.annotated_attention import annotated_attention
 from cs336_systems.profiling.classify import classify
 from cs336_systems.profiling.ranges import (ATTENTION_RANGES, MEASURED, MODE_PHASES, PHASE_RANGES, WARMUP,
-                                            no_mark, nvtx_mark, torch_mark)
+                                            nvtx_mark, torch_mark)
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import PhaseTimer, call_counting_oom, free_device_memory, summarize, synchronize
 from cs336_systems.workload import MODES, build_workload
@@ -58,19 +59,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="where the JSON record goes")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)   # the run under nsys
     args = p.parse_args(argv)
-    for name in ("context", "batch", "steps"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1")
-    if args.warmup < 0:
-        p.error("--warmup must be 0 or more")
+    require_at_least(p, args, 1, "context", "batch", "steps")
+    require_at_least(p, args, 0, "warmup")
     if len(set(args.modes)) != len(args.modes):
         p.error("--modes: each mode once")
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as exc:
-        p.error(f"--device: {exc}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {args.device}: CUDA is not available on this machine (try --device cpu)")
+    parse_device(p, args.device)
     if get_size(args.size).d_model % get_size(args.size).num_heads:
         p.error(f"--size {args.size}: heads do not divide d_model")
     args.modes = [m for m in MODES if m in args.modes]        # train-step last: it needs the most memory
