@@ -22,9 +22,10 @@ backward of ``attention.backward``.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import triton
@@ -32,6 +33,7 @@ import triton.language as tl
 
 from cs336_systems.attention.backward import compiled_flash_backward
 from cs336_systems.attention.inputs import check_inputs
+from cs336_systems.attention.tuned_tiles import TUNED
 
 LOG2_E = 1.4426950408889634
 # Added to masked scores: exp2 of it is exactly 0, and no inf - inf can occur. A constexpr, because
@@ -257,23 +259,62 @@ def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb,
 # --- launch ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Tiles:
-    """Tile sizes and launch settings. The causal split needs BLOCK_Q to be a multiple of BLOCK_K
-    in the forward and the dQ pass, and BLOCK_K a multiple of BLOCK_Q in the dK/dV pass."""
-    forward_q: int
-    forward_k: int
-    backward: int
+class KernelTiles:
+    """One kernel's launch: its query and key tile sizes, warps and software-pipelining stages."""
+    block_q: int
+    block_k: int
     num_warps: int = 4
     num_stages: int = 2
 
 
+@dataclass(frozen=True)
+class Tiles:
+    """The three kernels' launches. The causal split needs BLOCK_Q to be a multiple of BLOCK_K in
+    the forward and the dQ pass (they walk keys up to their own diagonal tile), and BLOCK_K a
+    multiple of BLOCK_Q in the dK/dV pass (it walks queries from its own)."""
+    forward: KernelTiles
+    dkdv: KernelTiles
+    dq: KernelTiles
+
+    def __post_init__(self):
+        for name, t, big, small in (("forward", self.forward, "block_q", "block_k"),
+                                    ("dq", self.dq, "block_q", "block_k"), ("dkdv", self.dkdv, "block_k", "block_q")):
+            if getattr(t, big) % getattr(t, small):
+                raise ValueError(f"{name} tiles {t}: {big} must be a multiple of {small} (the causal split)")
+
+    def to_json(self) -> dict:
+        return {name: asdict(getattr(self, name)) for name in ("forward", "dkdv", "dq")}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Tiles":
+        return cls(**{name: KernelTiles(**data[name]) for name in ("forward", "dkdv", "dq")})
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+
+
+@functools.lru_cache(maxsize=None)
+def _tuned() -> dict[str, Tiles]:
+    """The winners of ``python -m cs336_systems.attention.tune``, committed in ``tuned_tiles.py`` (a
+    module, so a rule that runs these kernels depends on it) so that runs never re-tune."""
+    return {key: Tiles.from_json(entry["tiles"]) for key, entry in TUNED.items()}
+
+
+def default_tiles(d: int, dtype: torch.dtype) -> Tiles:
+    if dtype == torch.float32:
+        fwd = KernelTiles(64, 32 if d == 128 else 64)
+        return Tiles(fwd, KernelTiles(32, 32), KernelTiles(32, 32))
+    warps = 8 if d == 128 else 4
+    bwd = 64 if d <= 64 else 32
+    return Tiles(KernelTiles(128, 64, warps, 2), KernelTiles(bwd, bwd, warps, 2), KernelTiles(bwd, bwd, warps, 2))
+
+
 def choose_tiles(d: int, dtype: torch.dtype) -> Tiles:
     if interpreting():
-        return Tiles(forward_q=32, forward_k=16, backward=16, num_warps=1, num_stages=1)  # small: many tiles per test
-    if dtype == torch.float32:
-        return Tiles(forward_q=64, forward_k=32 if d == 128 else 64, backward=32)
-    return Tiles(forward_q=128, forward_k=64, backward=64 if d <= 64 else 32, num_warps=8 if d == 128 else 4,
-                 num_stages=2)
+        small = KernelTiles(16, 16, 1, 1)      # small: many tiles per test
+        return Tiles(KernelTiles(32, 16, 1, 1), small, small)
+    return _tuned().get(f"{_dtype_name(dtype)}_d{d}") or default_tiles(d, dtype)
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -294,43 +335,61 @@ def _check_device(q: torch.Tensor) -> None:
                          "TRITON_INTERPRET=1 before importing it to run the kernels in Triton's interpreter")
 
 
-def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool):
+def _launch(t: KernelTiles) -> dict:
+    return dict(BLOCK_Q=t.block_q, BLOCK_K=t.block_k, num_warps=t.num_warps, num_stages=t.num_stages)
+
+
+def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+                         tiles: Tiles | None = None):
     """Launch the forward kernel; returns (O in q's dtype, L fp32 of shape (batch, Nq))."""
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    tiles = choose_tiles(d, q.dtype)
+    t = (tiles or choose_tiles(d, q.dtype)).forward
     out = torch.empty(batch, n_q, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, n_q, dtype=torch.float32, device=q.device)
-    grid = (triton.cdiv(n_q, tiles.forward_q), batch)
-    _flash_forward_kernel[grid](
+    _flash_forward_kernel[(triton.cdiv(n_q, t.block_q), batch)](
         q, k, v, out, lse, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), lse.stride(0), n_q, n_k, LOG2_E / math.sqrt(d),
-        D=d, BLOCK_Q=tiles.forward_q, BLOCK_K=tiles.forward_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype),
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+        D=d, CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_launch(t))
     return out, lse
 
 
-def flash_backward_triton(q, k, v, out, grad_out, lse, is_causal: bool):
-    """dQ, dK, dV by recomputation: D = rowsum(dO ∘ O), then the dK/dV and the dQ kernels."""
+def backward_delta(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
+    """D = rowsum(dO ∘ O) in fp32, shape (batch, Nq)."""
+    return (grad_out.float() * out.float()).sum(-1)
+
+
+def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, t: KernelTiles) -> None:
     batch, n_q, d = q.shape
     n_k = k.shape[1]
-    q, k, v, grad_out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, grad_out))
-    tiles = choose_tiles(d, q.dtype)
-    block = tiles.backward
-    delta = (grad_out.float() * out.float()).sum(-1)
-    grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     scale = 1.0 / math.sqrt(d)
-    common = dict(D=d, BLOCK_Q=block, BLOCK_K=block, CAUSAL=is_causal, PRECISION=_precision(q.dtype),
-                  num_warps=tiles.num_warps, num_stages=tiles.num_stages)
-    _flash_dkdv_kernel[(triton.cdiv(n_k, block), batch)](
+    _flash_dkdv_kernel[(triton.cdiv(n_k, t.block_k), batch)](
         q, k, v, grad_out, lse, delta, grad_k, grad_v, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), grad_out.stride(0), grad_out.stride(1), lse.stride(0), grad_k.stride(0),
-        grad_k.stride(1), grad_v.stride(0), grad_v.stride(1), n_q, n_k, scale, scale * LOG2_E, **common)
-    _flash_dq_kernel[(triton.cdiv(n_q, block), batch)](
+        grad_k.stride(1), grad_v.stride(0), grad_v.stride(1), n_q, n_k, scale, scale * LOG2_E,
+        D=d, CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_launch(t))
+
+
+def launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelTiles) -> None:
+    batch, n_q, d = q.shape
+    n_k = k.shape[1]
+    scale = 1.0 / math.sqrt(d)
+    _flash_dq_kernel[(triton.cdiv(n_q, t.block_q), batch)](
         q, k, v, grad_out, lse, delta, grad_q, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), grad_out.stride(0), grad_out.stride(1), lse.stride(0), grad_q.stride(0),
-        grad_q.stride(1), n_q, n_k, scale, scale * LOG2_E, **common)
+        grad_q.stride(1), n_q, n_k, scale, scale * LOG2_E,
+        D=d, CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_launch(t))
+
+
+def flash_backward_triton(q, k, v, out, grad_out, lse, is_causal: bool, tiles: Tiles | None = None):
+    """dQ, dK, dV by recomputation: D = rowsum(dO ∘ O), then the dK/dV and the dQ kernels."""
+    q, k, v, grad_out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, grad_out))
+    tiles = tiles or choose_tiles(q.shape[-1], q.dtype)
+    delta = backward_delta(out, grad_out)
+    grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv)
+    launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal, tiles.dq)
     return grad_q, grad_k, grad_v
 
 
