@@ -16,6 +16,11 @@ from cs336_systems.distributed.launcher import run_on_ranks
 
 WORLD = 2
 TIGHT = dict(rtol=1e-5, atol=1e-6)
+# The LM runs several AdamW steps; the ranks sum half-batch gradients in another order (and with
+# another thread count) than the one process does, and Adam's division by sqrt(v) magnifies the
+# last bits of a gradient whose second moment is tiny. Seen on a 2-core machine: 1 element of 4096
+# off by 7e-6 (4e-5 relative). A rank that skipped synchronisation is off by orders more.
+LM_CLOSE = dict(rtol=1e-4, atol=1e-5)
 
 
 # --- the toy model and its data -------------------------------------------------------------------
@@ -371,8 +376,8 @@ def lm_reference():
 def test_tiny_lm_training_matches_one_process_and_pytorch_ddp(lm_runs, lm_reference, name):
     reference = lm_reference
     for rank in range(WORLD):
-        assert_states_close(lm_runs[rank][name]["state"], reference)
-        assert_states_close(lm_runs[rank][name]["state"], lm_runs[rank]["torch-ddp"]["state"])
+        assert_states_close(lm_runs[rank][name]["state"], reference, **LM_CLOSE)
+        assert_states_close(lm_runs[rank][name]["state"], lm_runs[rank]["torch-ddp"]["state"], **LM_CLOSE)
 
 
 def test_tiny_lm_communication_overlaps_backward(lm_runs):
