@@ -25,9 +25,8 @@ import torch
 from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import ATTENTION_BACKENDS, MODEL_SIZES, ModelSize, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import (PhaseTimer, call_counting_oom, free_device_memory, peak_memory_bytes,
-                                  reset_peak_memory, summarize)
-from cs336_systems.workload import MODES, PRECISIONS, build_workload
+from cs336_systems.timing import call_counting_oom, free_device_memory
+from cs336_systems.workload import MODES, PRECISIONS, build_workload, time_steps
 
 
 
@@ -108,20 +107,7 @@ def benchmark(size: ModelSize, *, context: int, batch: int, mode: str, warmup: i
     device = torch.device(device)
     workload = build_workload(size, context=context, batch=batch, mode=mode, precision=precision,
                               compile=compile, attention=attention, device=device, vocab_size=vocab_size)
-    warm = PhaseTimer(device)
-    for i in range(warmup):
-        workload.step(warm.phase)
-    reset_peak_memory(device)
-    timed = PhaseTimer(device)
-    for i in range(steps):
-        workload.step(timed.phase)
-        log(f"  step {i + 1}/{steps}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in timed.samples.items()))
-
-    step_samples = [sum(per_phase) for per_phase in zip(*timed.samples.values())]
-    metrics = {phase: summarize(samples) | {"samples": samples} for phase, samples in timed.samples.items()}
-    metrics["step"] = summarize(step_samples) | {"samples": step_samples}
-    metrics["warmup_step_samples"] = [sum(s) for s in zip(*warm.samples.values())]
-    metrics["peak_memory_bytes"] = peak_memory_bytes(device)
+    metrics = time_steps(workload, warmup=warmup, steps=steps)
     metrics["parameters"] = sum(p.numel() for p in workload.model.parameters())
     return metrics
 

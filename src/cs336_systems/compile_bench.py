@@ -37,9 +37,8 @@ import torch
 from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import (PhaseTimer, call_counting_oom, free_device_memory, peak_memory_bytes,
-                                  reset_peak_memory, summarize, synchronize)
-from cs336_systems.workload import MODES, Workload, build_workload
+from cs336_systems.timing import call_counting_oom, free_device_memory, synchronize
+from cs336_systems.workload import MODES, Workload, build_workload, time_steps
 
 COMPILE_CHOICES = ("blocks", "model")
 VARIANTS = ("eager", "compiled")
@@ -98,27 +97,14 @@ def time_variant(size_name: str, *, compile: str, context: int, batch: int, mode
     synchronize(device)
     first_forward_ms = (timeit.default_timer() - start) * 1e3
 
-    warm = PhaseTimer(device)
-    for _ in range(warmup):
-        workload.step(warm.phase)
-    reset_peak_memory(device)
-    timed = PhaseTimer(device)
-    for i in range(steps):
-        workload.step(timed.phase)
-        log(f"  step {i + 1}/{steps}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in timed.samples.items()))
-
-    step_samples = [sum(per_phase) for per_phase in zip(*timed.samples.values())]
-    warmup_steps = [sum(per_phase) for per_phase in zip(*warm.samples.values())]
-    metrics = {phase: summarize(samples) | {"samples": samples} for phase, samples in timed.samples.items()}
-    metrics["step"] = summarize(step_samples) | {"samples": step_samples}
-    metrics["warmup_step_samples"] = warmup_steps
+    metrics = time_steps(workload, warmup=warmup, steps=steps)
+    warmup_steps = metrics["warmup_step_samples"]
     metrics["first_forward_ms"] = first_forward_ms
     # The first forward and the first step compile (forward graph, then backward graph); what they
     # took beyond the same work at steady speed is the compile cost.
     first_calls_ms = first_forward_ms + warmup_steps[0]
     metrics["first_calls_seconds"] = first_calls_ms / 1e3
     metrics["first_calls_overhead_seconds"] = (first_calls_ms - metrics["forward"]["mean"] - metrics["step"]["mean"]) / 1e3
-    metrics["peak_memory_bytes"] = peak_memory_bytes(device)
     metrics["initial_loss"] = loss
     return metrics
 

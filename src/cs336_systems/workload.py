@@ -21,6 +21,8 @@ from typing import Callable, ContextManager
 import torch
 
 from cs336_systems.models import VOCAB_SIZE, ModelSize, build_model, random_batch
+from cs336_systems.records import log
+from cs336_systems.timing import PhaseTimer, peak_memory_bytes, reset_peak_memory, summarize
 
 MODES = ("forward", "forward-backward", "train-step")
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
@@ -102,3 +104,29 @@ def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, prec
         optimizer = AdamW(model.parameters(), lr=1e-4)
     inputs, targets = random_batch(batch, context, vocab_size=vocab_size, device=device)
     return Workload(model, runnable, optimizer, inputs, targets, mode, precision, device)
+
+
+def time_steps(workload: Workload, *, warmup: int, steps: int,
+               before_timing: Callable[[], None] | None = None) -> dict:
+    """``warmup`` steps, then ``steps`` timed ones, each phase timed between two synchronisations.
+
+    Returns per-phase summaries with their samples (ms), ``step`` (the phases' sum per step), the
+    warm-up steps' times and the peak memory of the timed steps. ``before_timing`` runs between
+    the two (to read the memory a step starts from, say).
+    """
+    warm = PhaseTimer(workload.device)
+    for _ in range(warmup):
+        workload.step(warm.phase)
+    if before_timing is not None:
+        before_timing()
+    reset_peak_memory(workload.device)
+    timed = PhaseTimer(workload.device)
+    for i in range(steps):
+        workload.step(timed.phase)
+        log(f"  step {i + 1}/{steps}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in timed.samples.items()))
+    step_samples = [sum(per_phase) for per_phase in zip(*timed.samples.values())]
+    metrics = {phase: summarize(samples) | {"samples": samples} for phase, samples in timed.samples.items()}
+    metrics["step"] = summarize(step_samples) | {"samples": step_samples}
+    metrics["warmup_step_samples"] = [sum(per_phase) for per_phase in zip(*warm.samples.values())]
+    metrics["peak_memory_bytes"] = peak_memory_bytes(workload.device)
+    return metrics

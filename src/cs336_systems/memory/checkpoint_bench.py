@@ -23,9 +23,8 @@ import torch
 from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import (PhaseTimer, call_counting_oom, free_device_memory, peak_memory_bytes,
-                                  reset_peak_memory, summarize, synchronize)
-from cs336_systems.workload import build_workload
+from cs336_systems.timing import call_counting_oom, free_device_memory, synchronize
+from cs336_systems.workload import build_workload, time_steps
 
 MODES = ("forward-backward", "train-step")
 CPU_MEMORY_NOTE = "not measured on CPU (no allocator statistics)"
@@ -36,23 +35,16 @@ def measure(size_name: str, *, context: int, batch: int, group: int, mode: str, 
     device = torch.device(device)
     workload = build_workload(get_size(size_name), context=context, batch=batch, mode=mode, device=device,
                               checkpoint_group=group)
-    warm = PhaseTimer(device)
-    for _ in range(warmup):
-        workload.step(warm.phase)
-    synchronize(device)
-    baseline = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
-    reset_peak_memory(device)
-    timed = PhaseTimer(device)
-    for i in range(steps):
-        workload.step(timed.phase)
-        log(f"  step {i + 1}/{steps}: " + ", ".join(f"{k} {v[-1]:.1f} ms" for k, v in timed.samples.items()))
-    step_samples = [sum(per_phase) for per_phase in zip(*timed.samples.values())]
+    start: dict = {}
+
+    def read_baseline() -> None:
+        synchronize(device)
+        start["baseline"] = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+
+    metrics = time_steps(workload, warmup=warmup, steps=steps, before_timing=read_baseline)
     parameters = sum(p.numel() for p in workload.model.parameters())
-    metrics = {phase: summarize(samples) | {"samples": samples} for phase, samples in timed.samples.items()}
     metrics |= {
-        "step": summarize(step_samples) | {"samples": step_samples},
-        "peak_memory_bytes": peak_memory_bytes(device),
-        "baseline_bytes": baseline,
+        "baseline_bytes": start["baseline"],
         "memory_note": None if device.type == "cuda" else CPU_MEMORY_NOTE,
         "parameters": parameters,
         "parameter_bytes": sum(p.numel() * p.element_size() for p in workload.model.parameters()),
