@@ -40,7 +40,7 @@ BASE_IMAGE = f"localhost/cs336-debian-base:{SUITE}"
 IMAGE = "localhost/cs336-systems:test"
 IMAGE_UID = 1000                     # the Dockerfile's USER_UID default
 BUILD_LIMIT_S = 900
-RUN_LIMIT_S = 600
+RUN_LIMIT_S = 900
 WHEEL_PORT = 47336
 
 CONTAINERS_CONF = """\

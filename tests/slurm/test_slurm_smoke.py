@@ -35,7 +35,7 @@ PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 DAEMONS = ["munged", "slurmctld", "slurmd"]
 CLIENTS = ["sbatch", "srun", "squeue", "sinfo", "scontrol", "scancel", "timeout"]
 PROFILE = "workflow/profiles/slurm"
-RUN_LIMIT_S = 420          # `timeout -s KILL`: the plugin ignores SIGTERM while it polls
+RUN_LIMIT_S = 900          # `timeout -s KILL`: the plugin ignores SIGTERM while it polls (smoke DAG: ~60 jobs)
 UP_LIMIT_S = 60            # until the node is idle
 # Node size as slurm.conf declares it (SlurmdParameters=config_overrides: the machine may be
 # smaller). Large enough for the profile's default mem_mb / cpus_per_task, so the test runs the
