@@ -84,6 +84,18 @@ def _recover(workload: Workload) -> None:
         torch.cuda.empty_cache()
 
 
+def _recorded_step(workload: Workload, marks) -> str | None:
+    """One recorded step; running out of memory ends it early and comes back as a message (the
+    recording up to that point is the result), any other error propagates."""
+    try:
+        workload.step(marks)
+    except Exception as exc:  # noqa: BLE001 - filtered just below
+        if not is_out_of_memory(exc):
+            raise
+        return _oom_message(exc)
+    return None
+
+
 def capture_cuda(workload: Workload, warmup: int, max_entries: int, pickle_path: Path) -> tuple[MemoryTrace, dict, str | None]:
     """Warm up, record one step's memory history, dump it to ``pickle_path`` and read it back.
 
@@ -100,11 +112,8 @@ def capture_cuda(workload: Workload, warmup: int, max_entries: int, pickle_path:
     marks = PhaseMarks()
     torch.cuda.memory._record_memory_history(max_entries=max_entries)
     try:
-        workload.step(marks)
-    except Exception as exc:  # noqa: BLE001 - filtered just below
-        if not is_out_of_memory(exc):
-            raise
-        oom = oom or _oom_message(exc)
+        step_oom = _recorded_step(workload, marks)
+        oom = oom or step_oom                 # the first failure names the point
     finally:
         torch.cuda.synchronize(device)
         pickle_path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,12 +160,8 @@ def capture_cpu(workload: Workload, warmup: int) -> tuple[MemoryTrace, dict, str
     initial = _live_storages(workload)
     marks = PhaseMarks()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        try:
-            workload.step(marks)
-        except Exception as exc:  # noqa: BLE001 - filtered just below
-            if not is_out_of_memory(exc):
-                raise
-            oom = oom or _oom_message(exc)
+        step_oom = _recorded_step(workload, marks)
+        oom = oom or step_oom
     trace = trace_from_profiler(prof.profiler.kineto_results.experimental_event_tree(), initial, marks.phases)
     return trace, {}, oom
 

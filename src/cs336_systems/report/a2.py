@@ -95,13 +95,17 @@ def table_a(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def table_b(records: list[dict]) -> pd.DataFrame:
-    rows = []
+def _forward_tables(records: list[dict]):
+    """(record, its forward-mode forward kernel table) for every point whose forward mode ran."""
     for r in _sorted(records):
         m = _ok(r, "forward")
-        if not m or not m["tables"].get("forward"):
-            continue
-        fwd = m["tables"]["forward"]
+        if m and m["tables"].get("forward"):
+            yield r, m["tables"]["forward"]
+
+
+def table_b(records: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r, fwd in _forward_tables(records):
         top = fwd[0]
         row = {"point": _point(r), "top_forward_kernel": short_name(top["name"]), "category": top["category"],
                "calls_per_forward": top["instances"],
@@ -118,11 +122,7 @@ def table_b(records: list[dict]) -> pd.DataFrame:
 
 def table_c(records: list[dict]) -> pd.DataFrame:
     rows = []
-    for r in _sorted(records):
-        m = _ok(r, "forward")
-        if not m or not m["tables"].get("forward"):
-            continue
-        fwd = m["tables"]["forward"]
+    for r, fwd in _forward_tables(records):
         total = sum(x["total_ns"] for x in fwd)
         for k in fwd:
             if k["category"] != "GEMM" and k["total_ns"] >= SHARE_THRESHOLD * total:
