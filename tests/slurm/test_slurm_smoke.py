@@ -114,7 +114,9 @@ class LocalSlurm:
             "JobCompType=jobcomp/none",
             "MpiDefault=none",
             "MailProg=/bin/true",
-            "MinJobAge=300",            # finished jobs stay visible to squeue, the profile's status command
+            # Finished jobs stay visible to squeue (the profile's status command) for longer than the
+            # whole run may take, so the test can still see the first job finished at the end.
+            f"MinJobAge={2 * RUN_LIMIT_S}",
             "ReturnToService=2",
             "SlurmdParameters=config_overrides",
             "GresTypes=gpu",
