@@ -37,7 +37,7 @@ import torch
 from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import call_counting_oom, free_device_memory, synchronize
+from cs336_systems.timing import call_counting_oom, exception_line, free_device_memory, synchronize
 from cs336_systems.workload import MODES, Workload, build_workload, time_steps
 
 COMPILE_CHOICES = ("blocks", "model")
@@ -116,7 +116,7 @@ def attempt(variant: str, fn) -> dict:
         status, metrics, message = call_counting_oom(fn)
     except Exception as exc:  # noqa: BLE001 - recorded, and the traceback goes to the log
         traceback.print_exc()
-        status, metrics, message = "error", {}, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        status, metrics, message = "error", {}, exception_line(exc)
     result = {"status": status, **metrics}
     if message:
         result["message"] = message

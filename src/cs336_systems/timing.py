@@ -86,15 +86,30 @@ def reset_peak_memory(device: torch.device | str) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+def exception_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters): what a record keeps of an error."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def oom_during(fn: Callable[[], object]) -> str | None:
+    """Run ``fn``; None when it finishes, the failure's line when it runs out of memory. Anything
+    else propagates."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - filtered just below
+        if not is_out_of_memory(exc):
+            raise
+        return exception_line(exc)
+    return None
+
+
 def call_counting_oom(fn: Callable[[], dict]) -> tuple[str, dict, str | None]:
     """Run ``fn``; return ``("ok", metrics, None)`` or ``("oom", {}, message)``.
 
     Anything that is not an allocation failure propagates: an error is a bug to see, not a
     result to tabulate.
     """
-    try:
-        return "ok", fn(), None
-    except Exception as exc:  # noqa: BLE001 - filtered just below
-        if not is_out_of_memory(exc):
-            raise
-        return "oom", {}, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    result: list[dict] = []
+    message = oom_during(lambda: result.append(fn()))
+    return ("oom", {}, message) if message else ("ok", result[0], None)

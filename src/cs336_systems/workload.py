@@ -107,18 +107,17 @@ def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, prec
 
 
 def time_steps(workload: Workload, *, warmup: int, steps: int,
-               before_timing: Callable[[], None] | None = None) -> dict:
+               before_timing: Callable[[], dict] | None = None) -> dict:
     """``warmup`` steps, then ``steps`` timed ones, each phase timed between two synchronisations.
 
     Returns per-phase summaries with their samples (ms), ``step`` (the phases' sum per step), the
     warm-up steps' times and the peak memory of the timed steps. ``before_timing`` runs between
-    the two (to read the memory a step starts from, say).
+    the two (to read the memory a step starts from, say); the metrics it returns join the rest.
     """
     warm = PhaseTimer(workload.device)
     for _ in range(warmup):
         workload.step(warm.phase)
-    if before_timing is not None:
-        before_timing()
+    before = before_timing() if before_timing is not None else {}
     reset_peak_memory(workload.device)
     timed = PhaseTimer(workload.device)
     for i in range(steps):
@@ -129,4 +128,4 @@ def time_steps(workload: Workload, *, warmup: int, steps: int,
     metrics["step"] = summarize(step_samples) | {"samples": step_samples}
     metrics["warmup_step_samples"] = [sum(per_phase) for per_phase in zip(*warm.samples.values())]
     metrics["peak_memory_bytes"] = peak_memory_bytes(workload.device)
-    return metrics
+    return metrics | before

@@ -119,3 +119,15 @@ def test_phase_timer_measures_milliseconds():
     for d, ms in zip(durations, got):
         assert d * 1e3 * 0.95 <= ms <= d * 1e3 + 250
     assert got[0] < got[1] < got[2]
+
+
+def test_oom_during_returns_the_failure_line_and_lets_other_errors_through():
+    from cs336_systems.timing import exception_line, oom_during
+
+    assert oom_during(lambda: None) is None
+    message = oom_during(lambda: (_ for _ in ()).throw(MemoryError("no room\nsecond line")))
+    assert message == "MemoryError: no room"
+    with pytest.raises(ValueError):
+        oom_during(lambda: int("not a number"))
+    assert exception_line(RuntimeError("x" * 500)) == "RuntimeError: " + "x" * 300
+    assert exception_line(KeyError()) == "KeyError: "

@@ -20,7 +20,7 @@ import torch
 
 from cs336_systems.attention.reference import plain_attention
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import free_device_memory, is_out_of_memory, synchronize
+from cs336_systems.timing import exception_line, free_device_memory, is_out_of_memory, synchronize
 
 FP32 = 4
 
@@ -100,7 +100,7 @@ def sweep(d: int, seqs: list[int], *, batch: int, iters: int, compiled: bool, de
         except Exception as exc:  # noqa: BLE001 - an allocation failure is the result we look for
             if not is_out_of_memory(exc):
                 raise
-            record = make_record("B1", params, "oom", reason=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+            record = make_record("B1", params, "oom", reason=exception_line(exc))
             record["metrics"] = {"accounting_bytes": accounting}     # the prediction, set beside the failure
             records.append(record)
             log(f"B1 d={d} seq={seq} compiled={compiled}: out of memory")

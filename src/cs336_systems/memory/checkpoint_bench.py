@@ -35,16 +35,13 @@ def measure(size_name: str, *, context: int, batch: int, group: int, mode: str, 
     device = torch.device(device)
     workload = build_workload(get_size(size_name), context=context, batch=batch, mode=mode, device=device,
                               checkpoint_group=group)
-    start: dict = {}
-
-    def read_baseline() -> None:
+    def baseline() -> dict:                # what the step starts from: weights (and optimizer state)
         synchronize(device)
-        start["baseline"] = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+        return {"baseline_bytes": torch.cuda.memory_allocated(device) if device.type == "cuda" else None}
 
-    metrics = time_steps(workload, warmup=warmup, steps=steps, before_timing=read_baseline)
+    metrics = time_steps(workload, warmup=warmup, steps=steps, before_timing=baseline)
     parameters = sum(p.numel() for p in workload.model.parameters())
     metrics |= {
-        "baseline_bytes": start["baseline"],
         "memory_note": None if device.type == "cuda" else CPU_MEMORY_NOTE,
         "parameters": parameters,
         "parameter_bytes": sum(p.numel() * p.element_size() for p in workload.model.parameters()),

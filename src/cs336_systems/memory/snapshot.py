@@ -38,7 +38,7 @@ from cs336_systems.memory.events import PHASE_PREFIX, MemoryTrace, Phase, trace_
 from cs336_systems.memory.timeline import render_placeholder, render_timeline
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import is_out_of_memory
+from cs336_systems.timing import exception_line, is_out_of_memory, oom_during
 from cs336_systems.workload import MODES, PRECISIONS, Workload, build_workload
 
 
@@ -60,20 +60,13 @@ class PhaseMarks:
             self.phases.append(Phase(name, start, time.time_ns() / 1e3))
 
 
-def _oom_message(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-
-
 def _warm_up(workload: Workload, steps: int) -> str | None:
     """Run the warm-up steps; an allocation failure is returned, anything else raised."""
-    try:
+    def run() -> None:
         for _ in range(steps):
             workload.step()
-    except Exception as exc:  # noqa: BLE001 - filtered just below
-        if not is_out_of_memory(exc):
-            raise
-        return _oom_message(exc)
-    return None
+
+    return oom_during(run)
 
 
 def _recover(workload: Workload) -> None:
@@ -82,18 +75,6 @@ def _recover(workload: Workload) -> None:
     gc.collect()
     if workload.device.type == "cuda":
         torch.cuda.empty_cache()
-
-
-def _recorded_step(workload: Workload, marks) -> str | None:
-    """One recorded step; running out of memory ends it early and comes back as a message (the
-    recording up to that point is the result), any other error propagates."""
-    try:
-        workload.step(marks)
-    except Exception as exc:  # noqa: BLE001 - filtered just below
-        if not is_out_of_memory(exc):
-            raise
-        return _oom_message(exc)
-    return None
 
 
 def capture_cuda(workload: Workload, warmup: int, max_entries: int, pickle_path: Path) -> tuple[MemoryTrace, dict, str | None]:
@@ -112,7 +93,8 @@ def capture_cuda(workload: Workload, warmup: int, max_entries: int, pickle_path:
     marks = PhaseMarks()
     torch.cuda.memory._record_memory_history(max_entries=max_entries)
     try:
-        step_oom = _recorded_step(workload, marks)
+        # Running out of memory ends the step early: the recording up to there is the result.
+        step_oom = oom_during(lambda: workload.step(marks))
         oom = oom or step_oom                 # the first failure names the point
     finally:
         torch.cuda.synchronize(device)
@@ -160,7 +142,7 @@ def capture_cpu(workload: Workload, warmup: int) -> tuple[MemoryTrace, dict, str
     initial = _live_storages(workload)
     marks = PhaseMarks()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        step_oom = _recorded_step(workload, marks)
+        step_oom = oom_during(lambda: workload.step(marks))
         oom = oom or step_oom
     trace = trace_from_profiler(prof.profiler.kineto_results.experimental_event_tree(), initial, marks.phases)
     return trace, {}, oom
@@ -213,7 +195,7 @@ def main(argv=None) -> int:
         status = "oom" if message else "ok"
     except Exception as exc:  # noqa: BLE001 - an allocation failure is a result, anything else an error
         if is_out_of_memory(exc):
-            status, message = "oom", _oom_message(exc)
+            status, message = "oom", exception_line(exc)
         else:
             traceback.print_exc()
             status, message = "error", f"{type(exc).__name__}: {exc}"

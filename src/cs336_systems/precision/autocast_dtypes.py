@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.timing import exception_line
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 DEVICES = ("cuda", "cpu")
@@ -158,7 +159,7 @@ def _attempt(fn):
         return "ok", fn(), None
     except Exception as exc:  # noqa: BLE001 - recorded with its message; the traceback goes to the log
         traceback.print_exc()
-        return "error", None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        return "error", None, exception_line(exc)
 
 
 def measure(devices: list[str], dtypes: list[str], seed: int = 0) -> list[dict]:

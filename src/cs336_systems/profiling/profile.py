@@ -197,8 +197,8 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
             raise RuntimeError(f"nsys profile exited {done.returncode} without a result "
                                f"(child record: {child_out.exists()}, report: {report.exists()})")
         modes = json.loads(child_out.read_text())["modes"]
-    report = nsys_tools.export_sqlite(nsys, report)      # every nsys stats call reads this file
-    summary = nsys_tools.run_stats(nsys, report, ["nvtx_sum", "nvtx_gpu_proj_sum"])
+    sqlite = nsys_tools.export_sqlite(nsys, report)      # every nsys stats call reads this file
+    summary = nsys_tools.run_stats(nsys, sqlite, ["nvtx_sum", "nvtx_gpu_proj_sum"])
     ranges = nsys_tools.parse_nvtx_sum(summary["nvtx_sum"])
     projection = nsys_tools.parse_gpu_projection(summary["nvtx_gpu_proj_sum"])
     empty = []
@@ -210,7 +210,7 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
         m["tables"] = {}
         for range_name in ranges_to_tabulate(args.modes, mode, "nvtx"):
             nvtx = nsys_tools.nvtx_filter(range_name, mode)
-            frame = nsys_tools.run_stats(nsys, report, ["cuda_gpu_kern_sum"], nvtx=nvtx)["cuda_gpu_kern_sum"]
+            frame = nsys_tools.run_stats(nsys, sqlite, ["cuda_gpu_kern_sum"], nvtx=nvtx)["cuda_gpu_kern_sum"]
             rows = nsys_tools.parse_kernel_sum(frame)
             if not rows:
                 empty.append(nvtx)
@@ -220,7 +220,7 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
             empty.append(f"nvtx_sum has no range in domain {mode!r}")
     return {"source": "nsys", "fallback_reason": None, "table_unit": "CUDA kernels",
             "nsys": {"program": nsys, "version": nsys_tools.nsys_version(nsys),
-                     "report": nsys_report_paths(Path(args.out))[1].name},
+                     "report": report.name},
             "empty_filters": empty, "modes": modes}
 
 
