@@ -21,6 +21,16 @@ def test_causal_flops_closed_form():
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def test_leaderboard_times_the_case_then_its_forward_and_backward(tmp_path):
+    out = tmp_path / "board.json"
+    assert bench.main(["leaderboard", "--shape", "1", "40", "16", "--warmup-ms", "1", "--rep-ms", "5",
+                       "--device", DEVICE, "--out", str(out)]) == 0
+    records = json.loads(out.read_text())
+    ours = {r["params"]["pass"]: r for r in records if r["params"]["impl"] == "ours"}
+    assert list(ours) == list(bench.LEADERBOARD_PASSES) and all(r["status"] == "ok" for r in ours.values())
+    assert len(records) == 3 * len(bench.LEADERBOARD_PASSES)
+
+
 def test_grid_row(tmp_path):
     out = tmp_path / "row.json"
     assert bench.main(["grid", "--impl", "ours", "--dtype", "fp32", "--d", "16", "--seqs", "20", "33",
@@ -59,9 +69,12 @@ def test_report_ratios_and_tables(tmp_path):
         path.write_text(json.dumps(records))
         rows.append(str(path))
     board = tmp_path / "board.json"
-    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 16, "seq": 16384, "d": 64}, "ok",
-                                             {"ms": ms, "tflops": 1.0})
-                                 for i, ms in (("ours", 5.0), ("sdpa-cudnn", 4.0), ("sdpa-flash", 7.5))]))
+    times = {"forward-backward": (("ours", 5.0), ("sdpa-cudnn", 4.0), ("sdpa-flash", 7.5)),
+             "forward": (("ours", 1.5), ("sdpa-cudnn", 1.2), ("sdpa-flash", 2.0)),
+             "backward": (("ours", 3.5), ("sdpa-cudnn", 2.8), ("sdpa-flash", 5.5))}
+    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 16, "seq": 16384, "d": 64,
+                                                                "pass": which}, "ok", {"ms": ms, "tflops": 1.0})
+                                 for which, pairs in times.items() for i, ms in pairs]))
     out = tmp_path / "B5"
     assert b5.main(["--rows", *rows, "--leaderboard", str(board), "--out-dir", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -70,6 +83,12 @@ def test_report_ratios_and_tables(tmp_path):
     assert summary["plain_first_oom_seq"] == 256 and summary["ours_first_oom_seq"] is None
     assert summary["ours_over_cudnn"] == pytest.approx(5.0 / 4.0)
     assert summary["flash_over_ours"] == pytest.approx(7.5 / 5.0)
+    assert summary["leaderboard_split"]["forward"]["ours"] == 1.5
+    assert summary["leaderboard_split"]["backward"]["sdpa-cudnn"] == 2.8
+    import pandas as pd
+    board_csv = pd.read_csv(out / "leaderboard.csv")
+    ours_bwd = board_csv[(board_csv["impl"] == "ours") & (board_csv["pass"] == "backward")]
+    assert ours_bwd["vs cuDNN"].iloc[0] == pytest.approx(3.5 / 2.8)
     table = (out / "table.md").read_text()
     assert "OOM" in table
     for name in ("speedup.png", "tflops.png", "leaderboard.csv", "table.csv"):

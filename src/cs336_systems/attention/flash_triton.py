@@ -1,12 +1,15 @@
-"""FlashAttention-2 in Triton (B3b, B3c, B4): the forward kernel and a backward without atomics.
+"""FlashAttention-2 in Triton (B3b, B3c, B4): the forward kernel and two backward variants.
 
-Layout: q (batch, Nq, d); k, v (batch, Nk, d); any strides. The launch grid is (tiles, batch).
+Layout: q (batch, Nq, d); k, v (batch, Nk, d); any strides. The launch grid is one-dimensional over
+(tile, batch entry), longest causal tiles first (see ``_tile_and_batch``).
 
 Forward, one program per query tile: stream key tiles, keep the running max ``m``, denominator
 ``l`` and output accumulator in fp32 registers, and write O and the log-sum-exp L (natural log, fp32).
-Backward, two kernels so no two programs write the same memory: one program per *key* tile
-accumulates dK and dV over the query tiles, one program per *query* tile accumulates dQ over the
-key tiles; D = rowsum(dO ∘ O) is computed once before them.
+Backward, after D = rowsum(dO ∘ O): one program per *key* tile accumulates dK and dV over the
+query tiles. dQ then comes either from a second kernel, one program per *query* tile walking the
+key tiles (no two programs write the same memory, but S and dP are computed twice), or from the
+first kernel itself, each key tile adding its share into an fp32 dQ with atomic adds
+(``Tiles.dq is None``). The tuner picks whichever is faster for a shape.
 
 Both walk their tiles in two or three ranges (see ``_tile_ranges`` in the comments below): tiles
 that need no mask at all, the causal diagonal, and a ragged last tile when a length is not a
@@ -30,6 +33,7 @@ from dataclasses import asdict, dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from cs336_systems.attention.backward import compiled_flash_backward
 from cs336_systems.attention.inputs import check_inputs
@@ -43,6 +47,21 @@ MASKED = tl.constexpr(-1.0e6)
 
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@triton.jit
+def _tile_and_batch(n_tiles, n_batch, HEAVY_LAST: tl.constexpr):
+    """(tile, batch entry) of this program in a one-dimensional grid, heaviest tiles first.
+
+    Blocks start in program-id order, so issuing the longest causal tiles first leaves the short
+    ones to fill the last wave (longest-first scheduling) instead of one batch entry's long tiles
+    running alone at the end. ``HEAVY_LAST``: the tile with the highest index has the most work (a
+    query tile in the forward and dQ passes); otherwise tile 0 has (a key tile in dK/dV)."""
+    pid = tl.program_id(0)
+    tile = pid // n_batch
+    if HEAVY_LAST:
+        tile = n_tiles - 1 - tile
+    return tile, pid % n_batch
 
 
 # --- forward ---------------------------------------------------------------------------------
@@ -74,23 +93,29 @@ def _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, o
             if CAUSAL:
                 keep = keep & (offs_q[:, None] >= offs_k[None, :])
             s = s + tl.where(keep, 0.0, MASKED)
-        m_new = tl.maximum(m, tl.max(s, 1))
-        alpha = tl.exp2(m - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, PRECISION)
-        m = m_new
+        acc, l, m = _softmax_fold(acc, l, m, s, v, PRECISION)
     return acc, l, m
 
 
 @triton.jit
+def _softmax_fold(acc, l, m, s, v, PRECISION: tl.constexpr):
+    """Fold one tile of scores ``s`` (log2 units) and its values into the running (acc, l, m)."""
+    m_new = tl.maximum(m, tl.max(s, 1))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l = l * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, PRECISION)
+    return acc, l, m_new
+
+
+@triton.jit
 def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                          stride_ob, stride_on, stride_lb, n_queries, n_keys, qk_scale,
+                          stride_ob, stride_on, stride_lb, n_batch, n_queries, n_keys, qk_scale,
                           D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
                           PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
-    q_tile, b = tl.program_id(0), tl.program_id(1)
+    q_tile, b = _tile_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, CAUSAL)
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D)
@@ -124,10 +149,14 @@ def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride
 # --- backward --------------------------------------------------------------------------------
 
 @triton.jit
-def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d, q_lo, q_hi,
-                n_queries, qk_scale, BLOCK_Q: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                PRECISION: tl.constexpr):
-    """Add the contributions of query tiles [q_lo, q_hi) to one key tile's dK and dV (transposed scores)."""
+def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, dq_desc, b, stride_qn, stride_don, stride_dqn,
+                offs_k, offs_d, q_lo, q_hi, n_queries, scale, qk_scale, BLOCK_Q: tl.constexpr, MASK: tl.constexpr,
+                CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, PRECISION: tl.constexpr):
+    """Add the contributions of query tiles [q_lo, q_hi) to one key tile's dK and dV (transposed
+    scores). With ``ATOMIC_DQ``, also add this key tile's share of each query tile's dQ into the
+    fp32 buffer that other programs add theirs to: element by element through pointers (1), or as
+    one bulk tensor reduction per tile through the TMA descriptor ``dq_desc`` (2; Hopper and later,
+    it skips rows past the end itself)."""
     for start in range(q_lo, q_hi, BLOCK_Q):
         offs_q = start + tl.arange(0, BLOCK_Q)
         if MASK:
@@ -142,6 +171,9 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride
             lse = tl.load(l_base + offs_q)
             delta = tl.load(d_base + offs_q)
         s_t = _mm(k, tl.trans(q), PRECISION) * qk_scale        # (keys, queries), log2 units
+        # dP before the exponentials: it does not depend on them, so the tensor cores can work on
+        # it while the special-function units compute P.
+        dp_t = _mm(v, tl.trans(do), PRECISION)
         p_t = tl.exp2(s_t - lse[None, :] * 1.4426950408889634)
         if MASK:
             keep = in_range[None, :]
@@ -149,28 +181,39 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride
                 keep = keep & (offs_q[None, :] >= offs_k[:, None])
             p_t = tl.where(keep, p_t, 0.0)
         dv += _mm(p_t.to(do.dtype), do, PRECISION)
-        dp_t = _mm(v, tl.trans(do), PRECISION)
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk += _mm(ds_t.to(q.dtype), q, PRECISION)
+        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk += _mm(ds_t, q, PRECISION)
+        if ATOMIC_DQ == 2:
+            dq = _mm(tl.trans(ds_t), k, PRECISION) * scale
+            dq_desc.atomic_add([b, start, 0], tl.reshape(dq, [1, BLOCK_Q, dq.shape[1]]))
+        elif ATOMIC_DQ == 1:
+            # Relaxed: the additions commute and nothing reads dQ before the kernel ends.
+            dq = _mm(tl.trans(ds_t), k, PRECISION) * scale
+            dq_ptrs = dq_base + offs_q[:, None] * stride_dqn + offs_d[None, :]
+            if MASK:
+                tl.atomic_add(dq_ptrs, dq, mask=in_range[:, None], sem="relaxed")
+            else:
+                tl.atomic_add(dq_ptrs, dq, sem="relaxed")
     return dk, dv
 
 
 @triton.jit
-def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb,
+def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, DQ, DQ_DESC, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb,
                        stride_vn, stride_dob, stride_don, stride_lb, stride_dkb, stride_dkn, stride_dvb, stride_dvn,
-                       n_queries, n_keys, scale, qk_scale,
+                       stride_dqb, stride_dqn, n_batch, n_queries, n_keys, scale, qk_scale,
                        D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
-                       PRECISION: tl.constexpr):
+                       ATOMIC_DQ: tl.constexpr, PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
-    k_tile, b = tl.program_id(0), tl.program_id(1)
+    scale = tl.cast(scale, tl.float32)
+    k_tile, b = _tile_and_batch(tl.cdiv(n_keys, BLOCK_K), n_batch, False)
     k_lo = k_tile * BLOCK_K
     offs_k = k_lo + tl.arange(0, BLOCK_K)
     offs_d = tl.arange(0, D)
     k_valid = offs_k < n_keys
     k = tl.load(K + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :], mask=k_valid[:, None], other=0.0)
     v = tl.load(V + b * stride_vb + offs_k[:, None] * stride_vn + offs_d[None, :], mask=k_valid[:, None], other=0.0)
-    q_base, do_base = Q + b * stride_qb, DO + b * stride_dob
+    q_base, do_base, dq_base = Q + b * stride_qb, DO + b * stride_dob, DQ + b * stride_dqb
     l_base, d_base = L + b * stride_lb, DELTA + b * stride_lb
     dk = tl.zeros([BLOCK_K, D], tl.float32)
     dv = tl.zeros([BLOCK_K, D], tl.float32)
@@ -179,18 +222,23 @@ def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stri
         # Queries before k_lo see none of these keys: skipped. The diagonal [k_lo, k_lo + BLOCK_K) is
         # masked; later whole tiles are not; a ragged last query tile is masked again.
         diag_hi = tl.minimum(k_lo + BLOCK_K, n_queries)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             k_lo, diag_hi, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
         rest_hi = tl.maximum(full, diag_hi)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             diag_hi, rest_hi, n_queries, qk_scale, BLOCK_Q, False, True, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             rest_hi, n_queries, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, DQ_DESC, b, stride_qn, stride_don,
+                             stride_dqn, offs_k, offs_d, k_lo, diag_hi, n_queries, scale, qk_scale, BLOCK_Q, True, True,
+                             ATOMIC_DQ, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, DQ_DESC, b, stride_qn, stride_don,
+                             stride_dqn, offs_k, offs_d, diag_hi, rest_hi, n_queries, scale, qk_scale, BLOCK_Q, False, True,
+                             ATOMIC_DQ, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, DQ_DESC, b, stride_qn, stride_don,
+                             stride_dqn, offs_k, offs_d, rest_hi, n_queries, n_queries, scale, qk_scale, BLOCK_Q, True, True,
+                             ATOMIC_DQ, PRECISION)
     else:
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             0, full, n_queries, qk_scale, BLOCK_Q, False, False, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             full, n_queries, n_queries, qk_scale, BLOCK_Q, True, False, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, DQ_DESC, b, stride_qn, stride_don,
+                             stride_dqn, offs_k, offs_d, 0, full, n_queries, scale, qk_scale, BLOCK_Q, False, False,
+                             ATOMIC_DQ, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, DQ_DESC, b, stride_qn, stride_don,
+                             stride_dqn, offs_k, offs_d, full, n_queries, n_queries, scale, qk_scale, BLOCK_Q, True, False,
+                             ATOMIC_DQ, PRECISION)
     tl.store(DK + b * stride_dkb + offs_k[:, None] * stride_dkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
              mask=k_valid[:, None])
     tl.store(DV + b * stride_dvb + offs_k[:, None] * stride_dvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
@@ -225,12 +273,13 @@ def _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_
 
 @triton.jit
 def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                     stride_dob, stride_don, stride_lb, stride_dqb, stride_dqn, n_queries, n_keys, scale, qk_scale,
+                     stride_dob, stride_don, stride_lb, stride_dqb, stride_dqn, n_batch, n_queries, n_keys, scale,
+                     qk_scale,
                      D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
                      PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
-    q_tile, b = tl.program_id(0), tl.program_id(1)
+    q_tile, b = _tile_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, CAUSAL)
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D)
@@ -269,25 +318,35 @@ class KernelTiles:
 
 @dataclass(frozen=True)
 class Tiles:
-    """The three kernels' launches. The causal split needs BLOCK_Q to be a multiple of BLOCK_K in
-    the forward and the dQ pass (they walk keys up to their own diagonal tile), and BLOCK_K a
-    multiple of BLOCK_Q in the dK/dV pass (it walks queries from its own)."""
+    """The kernels' launches. ``dq=None`` selects the fused backward: the dK/dV kernel also adds each
+    key tile's share of dQ into an fp32 buffer with atomic adds (five products instead of seven:
+    S and dP are not recomputed by a separate dQ pass), at the cost of atomic traffic.
+
+    The causal split needs BLOCK_Q to be a multiple of BLOCK_K in the forward and the dQ pass (they
+    walk keys up to their own diagonal tile), and BLOCK_K a multiple of BLOCK_Q in the dK/dV pass
+    (it walks queries from its own)."""
     forward: KernelTiles
     dkdv: KernelTiles
-    dq: KernelTiles
+    dq: KernelTiles | None
 
     def __post_init__(self):
-        for name, t, big, small in (("forward", self.forward, "block_q", "block_k"),
-                                    ("dq", self.dq, "block_q", "block_k"), ("dkdv", self.dkdv, "block_k", "block_q")):
-            if getattr(t, big) % getattr(t, small):
+        for name, big, small in (("forward", "block_q", "block_k"), ("dq", "block_q", "block_k"),
+                                 ("dkdv", "block_k", "block_q")):
+            t = getattr(self, name)
+            if t is not None and getattr(t, big) % getattr(t, small):
                 raise ValueError(f"{name} tiles {t}: {big} must be a multiple of {small} (the causal split)")
 
+    @property
+    def atomic_dq(self) -> bool:
+        return self.dq is None
+
     def to_json(self) -> dict:
-        return {name: asdict(getattr(self, name)) for name in ("forward", "dkdv", "dq")}
+        return {name: (asdict(t) if (t := getattr(self, name)) else None) for name in ("forward", "dkdv", "dq")}
 
     @classmethod
     def from_json(cls, data: dict) -> "Tiles":
-        return cls(**{name: KernelTiles(**data[name]) for name in ("forward", "dkdv", "dq")})
+        return cls(**{name: (KernelTiles(**data[name]) if data.get(name) else None)
+                      for name in ("forward", "dkdv", "dq")})
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -348,9 +407,9 @@ def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_c
     t = (tiles or choose_tiles(d, q.dtype)).forward
     out = torch.empty(batch, n_q, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, n_q, dtype=torch.float32, device=q.device)
-    _flash_forward_kernel[(triton.cdiv(n_q, t.block_q), batch)](
+    _flash_forward_kernel[(triton.cdiv(n_q, t.block_q) * batch,)](
         q, k, v, out, lse, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), lse.stride(0), n_q, n_k, LOG2_E / math.sqrt(d),
+        out.stride(0), out.stride(1), lse.stride(0), batch, n_q, n_k, LOG2_E / math.sqrt(d),
         D=d, CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_launch(t))
     return out, lse
 
@@ -360,37 +419,60 @@ def backward_delta(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     return (grad_out.float() * out.float()).sum(-1)
 
 
-def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, t: KernelTiles) -> None:
+def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, t: KernelTiles,
+                grad_q_accumulator: torch.Tensor | None = None) -> None:
+    """The dK/dV kernel; given a zeroed fp32 ``grad_q_accumulator``, it also adds dQ into it."""
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     scale = 1.0 / math.sqrt(d)
-    _flash_dkdv_kernel[(triton.cdiv(n_k, t.block_k), batch)](
-        q, k, v, grad_out, lse, delta, grad_k, grad_v, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        v.stride(0), v.stride(1), grad_out.stride(0), grad_out.stride(1), lse.stride(0), grad_k.stride(0),
-        grad_k.stride(1), grad_v.stride(0), grad_v.stride(1), n_q, n_k, scale, scale * LOG2_E,
-        D=d, CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_launch(t))
+    dq, dq_desc, atomic = grad_k, None, 0          # grad_k: a placeholder pointer, never written as dQ
+    if grad_q_accumulator is not None:
+        dq, atomic = grad_q_accumulator, 1
+        if _bulk_reductions(q.device):
+            dq_desc, atomic = TensorDescriptor.from_tensor(grad_q_accumulator, [1, t.block_q, d]), 2
+    _flash_dkdv_kernel[(triton.cdiv(n_k, t.block_k) * batch,)](
+        q, k, v, grad_out, lse, delta, grad_k, grad_v, dq, dq_desc, q.stride(0), q.stride(1), k.stride(0),
+        k.stride(1), v.stride(0), v.stride(1), grad_out.stride(0), grad_out.stride(1), lse.stride(0),
+        grad_k.stride(0), grad_k.stride(1), grad_v.stride(0), grad_v.stride(1), dq.stride(0), dq.stride(1),
+        batch, n_q, n_k, scale, scale * LOG2_E, D=d, CAUSAL=is_causal, ATOMIC_DQ=atomic,
+        PRECISION=_precision(q.dtype), **_launch(t))
+
+
+def _bulk_reductions(device: torch.device) -> bool:
+    """TMA bulk tensor reductions: Hopper (sm_90) and later, compiled (the interpreter has none)."""
+    return (not interpreting() and device.type == "cuda" and os.environ.get("CS336_FLASH_TMA", "1") != "0"
+            and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 def launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelTiles) -> None:
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     scale = 1.0 / math.sqrt(d)
-    _flash_dq_kernel[(triton.cdiv(n_q, t.block_q), batch)](
+    _flash_dq_kernel[(triton.cdiv(n_q, t.block_q) * batch,)](
         q, k, v, grad_out, lse, delta, grad_q, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), grad_out.stride(0), grad_out.stride(1), lse.stride(0), grad_q.stride(0),
-        grad_q.stride(1), n_q, n_k, scale, scale * LOG2_E,
+        grad_q.stride(1), batch, n_q, n_k, scale, scale * LOG2_E,
         D=d, CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_launch(t))
 
 
-def flash_backward_triton(q, k, v, out, grad_out, lse, is_causal: bool, tiles: Tiles | None = None):
-    """dQ, dK, dV by recomputation: D = rowsum(dO ∘ O), then the dK/dV and the dQ kernels."""
-    q, k, v, grad_out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, grad_out))
-    tiles = tiles or choose_tiles(q.shape[-1], q.dtype)
-    delta = backward_delta(out, grad_out)
-    grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def backward_kernels(q, k, v, grad_out, lse, delta, is_causal: bool, tiles: Tiles):
+    """dQ, dK, dV from the backward kernels that ``tiles`` selects: dK/dV then dQ, or the fused one."""
+    grad_k, grad_v = torch.empty_like(k), torch.empty_like(v)
+    if tiles.atomic_dq:
+        accumulator = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv, accumulator)
+        return accumulator.to(q.dtype), grad_k, grad_v
+    grad_q = torch.empty_like(q)
     launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv)
     launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal, tiles.dq)
     return grad_q, grad_k, grad_v
+
+
+def flash_backward_triton(q, k, v, out, grad_out, lse, is_causal: bool, tiles: Tiles | None = None):
+    """dQ, dK, dV by recomputation: D = rowsum(dO ∘ O), then the backward kernels."""
+    q, k, v, grad_out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, grad_out))
+    tiles = tiles or choose_tiles(q.shape[-1], q.dtype)
+    return backward_kernels(q, k, v, grad_out, lse, backward_delta(out, grad_out), is_causal, tiles)
 
 
 class FlashAttentionTriton(torch.autograd.Function):

@@ -72,30 +72,35 @@ def plot_speedup(df: pd.DataFrame, path: Path, baseline: str = "plain") -> None:
 
 
 def plot_tflops(df: pd.DataFrame, path: Path) -> None:
-    ok = df[(df["status"] == "ok") & (df["pass"] == "forward-backward")]
+    """Achieved TFLOP/s over sequence length, one panel per pass (rows) and head dimension 64 and
+    128 (columns; the largest measured one if neither), every implementation, bf16 where measured."""
+    ok = df[df["status"] == "ok"]
     dtype = "bf16" if "bf16" in set(ok["dtype"]) else sorted(set(ok["dtype"]))[0] if len(ok) else "bf16"
-    ds = [d for d in (64, 128) if d in set(ok["d"])] or sorted(set(ok["d"]))[-1:]
-    fig, axes = plt.subplots(1, max(1, len(ds)), figsize=(5.5 * max(1, len(ds)), 3.8), squeeze=False)
-    for ax, d in zip(axes[0], ds):
-        for impl, part in ok[(ok["dtype"] == dtype) & (ok["d"] == d)].groupby("impl"):
-            part = part.sort_values("seq")
-            ax.plot(part["seq"], part["tflops"], marker="o", label=impl)
-        ax.set_xscale("log", base=2)
-        ax.set(title=f"{dtype}, d = {d}, causal, forward + backward", xlabel="sequence length",
-               ylabel="TFLOP/s (matmul FLOPs / time)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    ds = [d for d in (64, 128) if d in set(ok["d"])] or sorted(set(ok["d"]))[-1:] or [64]
+    fig, axes = plt.subplots(len(PASSES), len(ds), figsize=(5.5 * len(ds), 3.4 * len(PASSES)), squeeze=False)
+    for row, which in zip(axes, PASSES):
+        for ax, d in zip(row, ds):
+            for impl, part in ok[(ok["dtype"] == dtype) & (ok["d"] == d) & (ok["pass"] == which)].groupby("impl"):
+                part = part.sort_values("seq")
+                ax.plot(part["seq"], part["tflops"], marker="o", label=impl)
+            ax.set_xscale("log", base=2)
+            ax.set(title=f"{dtype}, d = {d}, causal, {which}", xlabel="sequence length", ylabel="TFLOP/s")
+            ax.grid(alpha=0.3)
+            if ax.has_data():
+                ax.legend(fontsize=8)
     save_figure(fig, path)
 
 
 def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
-    rows = [{"impl": r["params"]["impl"], "status": r["status"], "ms": r["metrics"].get("ms", math.nan),
-             "tflops": r["metrics"].get("tflops", math.nan),
+    """One row per (pass, impl), with each time over cuDNN's time for the same pass. Records from
+    before the split was measured carry no pass: they are the forward + backward case."""
+    rows = [{"pass": r["params"].get("pass", "forward-backward"), "impl": r["params"]["impl"], "status": r["status"],
+             "ms": r["metrics"].get("ms", math.nan), "tflops": r["metrics"].get("tflops", math.nan),
              "shape": "x".join(str(r["params"][k]) for k in ("batch", "seq", "d"))} for r in records]
     df = pd.DataFrame(rows)
-    cudnn = df.loc[df["impl"] == "sdpa-cudnn", "ms"]
-    if len(cudnn) and not math.isnan(cudnn.iloc[0]):
-        df["vs cuDNN"] = df["ms"] / cudnn.iloc[0]
+    cudnn = df[df["impl"] == "sdpa-cudnn"].set_index("pass")["ms"]
+    if len(cudnn):
+        df["vs cuDNN"] = df["ms"] / df["pass"].map(cudnn)
     return df
 
 
@@ -114,8 +119,10 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
                                  "min_at": dict(zip(["dtype", "d", "seq", "pass"], map(str, worst)))}
     plain_oom = df[(df["impl"] == "plain") & (df["status"] == "oom")]
     ours_oom = df[(df["impl"] == "ours") & (df["status"] == "oom")]
-    board_ms = {row["impl"]: (None if math.isnan(row["ms"]) else row["ms"]) for _, row in board.iterrows()}
-    board_failed = {r["params"]["impl"]: " ".join(f"{r['status']}: {r.get('message', r.get('reason', ''))}".split())[:160]
+    by_pass = {which: {row["impl"]: (None if math.isnan(row["ms"]) else row["ms"]) for _, row in part.iterrows()}
+               for which, part in board.groupby("pass")} if len(board) else {}
+    board_ms = by_pass.get("forward-backward", {})
+    board_failed = {f'{r["params"]["impl"]} ({r["params"].get("pass", "forward-backward")})': " ".join(f"{r['status']}: {r.get('message', r.get('reason', ''))}".split())[:160]
                     for r in records if r["id"] == "B5-leaderboard" and r["status"] not in ("ok", "skipped")}
     return {
         "provenance": run_provenance(records),
@@ -126,6 +133,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "ours_first_oom_seq": int(ours_oom["seq"].min()) if len(ours_oom) else None,
         "max_seq": int(df["seq"].max()),
         "leaderboard": board_ms,
+        "leaderboard_split": {which: by_pass[which] for which in ("forward", "backward") if which in by_pass},
         "leaderboard_failed": board_failed,
         "leaderboard_shape": board["shape"].iloc[0] if len(board) else None,
         "ours_over_cudnn": (board_ms.get("ours") / board_ms["sdpa-cudnn"]
