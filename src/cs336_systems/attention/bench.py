@@ -170,8 +170,12 @@ def _leaderboard_point(impl: str, which: str, case: dict, device: str) -> dict:
         fn, context = (lambda q, k, v: apply(q, k, v, True)), nullcontext
     else:
         fn, context = implementation(impl)
+    # A compiled backward donates its saved buffers unless told otherwise, and then refuses the
+    # retain_graph=True that timing one graph's backward again and again needs.
+    donation = (torch._functorch.config.patch(donated_buffer=False) if params.get("compiled") and which == "backward"
+                else nullcontext())
     try:
-        with context():
+        with context(), donation:
             if which == "forward-backward":
                 step = lambda: fn(q, k, v).sum().backward()  # noqa: E731
             elif which == "forward":
