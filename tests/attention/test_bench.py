@@ -56,7 +56,7 @@ def _record(impl, seq, which, ms, status="ok"):
     return make_record("B5", params, status, {"ms": ms, "flops": 1e9, "tflops": 1e9 / ms / 1e9} if status == "ok" else {})
 
 
-def test_report_ratios_and_tables(tmp_path):
+def _grid_files(tmp_path):
     rows, timings = [], {}
     for impl, factor in (("ours", 1.0), ("plain", 3.0), ("sdpa-cudnn", 0.5)):
         records = []
@@ -68,6 +68,11 @@ def test_report_ratios_and_tables(tmp_path):
         path = tmp_path / f"{impl}.json"
         path.write_text(json.dumps(records))
         rows.append(str(path))
+    return rows
+
+
+def test_report_ratios_and_tables(tmp_path):
+    rows = _grid_files(tmp_path)
     board = tmp_path / "board.json"
     times = {"forward-backward": (("ours", 5.0), ("sdpa-cudnn", 4.0), ("sdpa-flash", 7.5)),
              "forward": (("ours", 1.5), ("sdpa-cudnn", 1.2), ("sdpa-flash", 2.0)),
@@ -93,3 +98,21 @@ def test_report_ratios_and_tables(tmp_path):
     assert "OOM" in table
     for name in ("speedup.png", "tflops.png", "leaderboard.csv", "table.csv"):
         assert (out / name).stat().st_size > 0
+
+
+@pytest.mark.parametrize("split", [True, False], ids=["with-split", "headline-only"])
+def test_section_renders_with_and_without_the_forward_backward_split(tmp_path, split):
+    """Leaderboard records from before the split (no "pass") still render, and say so."""
+    from cs336_systems.report.writeup import Renderer
+
+    passes = bench.LEADERBOARD_PASSES if split else ("forward-backward",)
+    board = tmp_path / "board.json"
+    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 2, "seq": 64, "d": 16,
+                                                                **({"pass": which} if split else {})},
+                                             "ok", {"ms": ms, "tflops": 1.0})
+                                 for which in passes for i, ms in (("ours", 2.0), ("sdpa-cudnn", 1.6), ("sdpa-flash", 3.0))]))
+    out = tmp_path / "B5"
+    assert b5.main(["--rows", *_grid_files(tmp_path), "--leaderboard", str(board), "--out-dir", str(out)]) == 0
+    text = Renderer("md", tmp_path / "writeup" / "w.md").section("B5", out / "summary.json")
+    assert "1.25× the time of cuDNN" in text
+    assert ("Split into its parts" in text) == split and ("predates the forward-alone" in text) != split

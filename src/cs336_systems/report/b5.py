@@ -77,7 +77,8 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> None:
     ok = df[df["status"] == "ok"]
     dtype = "bf16" if "bf16" in set(ok["dtype"]) else sorted(set(ok["dtype"]))[0] if len(ok) else "bf16"
     ds = [d for d in (64, 128) if d in set(ok["d"])] or sorted(set(ok["d"]))[-1:] or [64]
-    fig, axes = plt.subplots(len(PASSES), len(ds), figsize=(5.5 * len(ds), 3.4 * len(PASSES)), squeeze=False)
+    fig, axes = plt.subplots(len(PASSES), len(ds), figsize=(5.5 * len(ds), 3.4 * len(PASSES)), squeeze=False,
+                             layout="constrained")
     for row, which in zip(axes, PASSES):
         for ax, d in zip(row, ds):
             for impl, part in ok[(ok["dtype"] == dtype) & (ok["d"] == d) & (ok["pass"] == which)].groupby("impl"):
