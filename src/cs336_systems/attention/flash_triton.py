@@ -43,6 +43,9 @@ LOG2_E = 1.4426950408889634
 # Added to masked scores: exp2 of it is exactly 0, and no inf - inf can occur. A constexpr, because
 # compiled kernels may read only constexpr globals (the interpreter is laxer).
 MASKED = tl.constexpr(-1.0e6)
+# Where dQ comes from (the dK/dV kernel's ATOMIC_DQ): the separate dQ kernel, or the dK/dV kernel
+# adding it with element atomics or with TMA bulk tensor reductions.
+DQ_SEPARATE, DQ_ELEMENT_ATOMICS, DQ_BULK_REDUCTION = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 
 
 def interpreting() -> bool:
@@ -153,10 +156,10 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, dq_desc,
                 offs_k, offs_d, q_lo, q_hi, n_queries, scale, qk_scale, BLOCK_Q: tl.constexpr, MASK: tl.constexpr,
                 CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, PRECISION: tl.constexpr):
     """Add the contributions of query tiles [q_lo, q_hi) to one key tile's dK and dV (transposed
-    scores). With ``ATOMIC_DQ``, also add this key tile's share of each query tile's dQ into the
-    fp32 buffer that other programs add theirs to: element by element through pointers (1), or as
-    one bulk tensor reduction per tile through the TMA descriptor ``dq_desc`` (2; Hopper and later,
-    it skips rows past the end itself)."""
+    scores). Unless ``ATOMIC_DQ`` is ``DQ_SEPARATE``, also add this key tile's share of each query
+    tile's dQ into the fp32 buffer that other programs add theirs to: element by element through
+    pointers, or as one bulk tensor reduction per tile through the TMA descriptor ``dq_desc``
+    (Hopper and later; it skips rows past the end itself)."""
     for start in range(q_lo, q_hi, BLOCK_Q):
         offs_q = start + tl.arange(0, BLOCK_Q)
         if MASK:
@@ -183,12 +186,12 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, dq_desc,
         dv += _mm(p_t.to(do.dtype), do, PRECISION)
         ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
         dk += _mm(ds_t, q, PRECISION)
-        if ATOMIC_DQ == 2:
+        if ATOMIC_DQ != DQ_SEPARATE:
             dq = _mm(tl.trans(ds_t), k, PRECISION) * scale
+        if ATOMIC_DQ == DQ_BULK_REDUCTION:
             dq_desc.atomic_add([b, start, 0], tl.reshape(dq, [1, BLOCK_Q, dq.shape[1]]))
-        elif ATOMIC_DQ == 1:
+        elif ATOMIC_DQ == DQ_ELEMENT_ATOMICS:
             # Relaxed: the additions commute and nothing reads dQ before the kernel ends.
-            dq = _mm(tl.trans(ds_t), k, PRECISION) * scale
             dq_ptrs = dq_base + offs_q[:, None] * stride_dqn + offs_d[None, :]
             if MASK:
                 tl.atomic_add(dq_ptrs, dq, mask=in_range[:, None], sem="relaxed")
@@ -425,16 +428,18 @@ def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, 
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     scale = 1.0 / math.sqrt(d)
-    dq, dq_desc, atomic = grad_k, None, 0          # grad_k: a placeholder pointer, never written as dQ
+    # grad_k: a placeholder pointer, never written as dQ. The modes go in as plain ints (.value).
+    dq, dq_desc, atomic = grad_k, None, DQ_SEPARATE
     if grad_q_accumulator is not None:
-        dq, atomic = grad_q_accumulator, 1
+        dq, atomic = grad_q_accumulator, DQ_ELEMENT_ATOMICS
         if _bulk_reductions(q.device):
-            dq_desc, atomic = TensorDescriptor.from_tensor(grad_q_accumulator, [1, t.block_q, d]), 2
+            dq_desc = TensorDescriptor.from_tensor(grad_q_accumulator, [1, t.block_q, d])
+            atomic = DQ_BULK_REDUCTION
     _flash_dkdv_kernel[(triton.cdiv(n_k, t.block_k) * batch,)](
         q, k, v, grad_out, lse, delta, grad_k, grad_v, dq, dq_desc, q.stride(0), q.stride(1), k.stride(0),
         k.stride(1), v.stride(0), v.stride(1), grad_out.stride(0), grad_out.stride(1), lse.stride(0),
         grad_k.stride(0), grad_k.stride(1), grad_v.stride(0), grad_v.stride(1), dq.stride(0), dq.stride(1),
-        batch, n_q, n_k, scale, scale * LOG2_E, D=d, CAUSAL=is_causal, ATOMIC_DQ=atomic,
+        batch, n_q, n_k, scale, scale * LOG2_E, D=d, CAUSAL=is_causal, ATOMIC_DQ=atomic.value,
         PRECISION=_precision(q.dtype), **_launch(t))
 
 
