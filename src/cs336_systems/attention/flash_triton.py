@@ -17,7 +17,9 @@ multiple of the tile. The mask arithmetic runs only in the last two, and tiles w
 causal diagonal are never visited. Softmax exponentials use ``exp2`` with log2(e) folded into the
 score scale. Plain pointer arithmetic (no block pointers) keeps the kernels working on the Triton
 of the GPU machines (3.6) and the newer one CI installs (where ``tl.make_block_ptr`` is gone), and
-under ``TRITON_INTERPRET=1`` on a CPU.
+under ``TRITON_INTERPRET=1`` on a CPU. Triton 3.6's interpreter needs NumPy < 2.4: it holds every
+scalar (a program id, an int argument) as a one-element array and turns loop bounds into ints with
+``int(array)``, which NumPy 2.4 refuses; later Tritons squeeze the array first.
 
 Selecting the backward: ``FlashAttentionTriton`` uses these Triton kernels;
 ``FlashAttentionTritonPytorchBackward`` has the same Triton forward with the compiled PyTorch
