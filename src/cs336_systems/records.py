@@ -136,25 +136,51 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+class DamagedRecord(ValueError):
+    """A record file that cannot be read: cut short, not JSON, or JSON that is not a record."""
+
+    def __init__(self, path: str | os.PathLike, why: str):
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = Path(path), why
+
+
 def _checked(record: Any, path: str | os.PathLike) -> dict[str, Any]:
     missing = {"id", "params", "metrics", "status", "provenance"} - (record.keys() if isinstance(record, dict) else set())
     if not isinstance(record, dict) or missing:
-        raise ValueError(f"{path}: not a record (missing {sorted(missing) if isinstance(record, dict) else 'everything'})")
+        raise DamagedRecord(path, f"not a record (missing {sorted(missing) if isinstance(record, dict) else 'everything'})")
     return record
 
 
-def read_record(path: str | os.PathLike) -> dict[str, Any]:
+def _load_json(path: str | os.PathLike) -> Any:
     with open(path) as f:
-        return _checked(json.load(f), path)
+        try:
+            return json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DamagedRecord(path, f"not JSON ({exc})") from None
+
+
+def read_record(path: str | os.PathLike) -> dict[str, Any]:
+    return _checked(_load_json(path), path)
 
 
 def read_record_list(path: str | os.PathLike) -> list[dict[str, Any]]:
     """A file holding a JSON list of records (one process that measured a whole row of a grid)."""
-    with open(path) as f:
-        records = json.load(f)
+    records = _load_json(path)
     if not isinstance(records, list):
-        raise ValueError(f"{path}: expected a JSON list of records")
+        raise DamagedRecord(path, "expected a JSON list of records")
     return [_checked(r, path) for r in records]
+
+
+def set_aside(error: DamagedRecord) -> Path:
+    """Rename a damaged record to ``<name>.damaged`` (replacing an older one) and return the new path.
+
+    Its rule then sees the record as missing and measures it again, instead of the damage stopping
+    every later run at the same report (or Snakemake deleting that report's outputs and calling the
+    run done). The file stays beside the others for a person to look at.
+    """
+    aside = error.path.with_name(error.path.name + ".damaged")
+    os.replace(error.path, aside)
+    return aside
 
 
 def log(message: str) -> None:

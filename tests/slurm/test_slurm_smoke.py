@@ -4,7 +4,7 @@ The test brings up MUNGE, slurmctld and slurmd by hand, with every config, key, 
 log file in temporary folders: ``SLURM_CONF`` and ``-f`` point the daemons and the clients at the
 test's slurm.conf, munged gets its own key and socket, and nothing under /etc is used or written. The
 node has two fake GPUs, so ``gpu=1`` jobs really ask Slurm for a GPU. Then it runs
-``snakemake --profile workflow/profiles/slurm --config preset=smoke`` in a copy of the repository
+``snakemake --profile profiles/slurm --config preset=smoke`` in a copy of the repository
 and checks that every job went through ``sbatch``. The daemons are stopped by PID afterwards.
 
 Needs root (slurmd), Debian's ``slurm-wlm`` and ``munge``, and the ``slurm`` extra: ``.ci/setup-slurm.sh``
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 DAEMONS = ["munged", "slurmctld", "slurmd"]
 CLIENTS = ["sbatch", "srun", "squeue", "sinfo", "scontrol", "scancel", "timeout"]
-PROFILE = "workflow/profiles/slurm"
+PROFILE = "profiles/slurm"
 RUN_LIMIT_S = 900          # `timeout -s KILL`: the plugin ignores SIGTERM while it polls (smoke DAG: ~60 jobs)
 UP_LIMIT_S = 60            # until the node is idle
 # Node size as slurm.conf declares it (SlurmdParameters=config_overrides: the machine may be

@@ -122,3 +122,14 @@ def test_git_state_without_override_reads_the_checkout(monkeypatch):
     state = records.git_state()
     head = records._git("rev-parse", "HEAD")
     assert state["commit"] == (head if head is not None else "unknown")
+
+
+@pytest.mark.parametrize("damage", ["cut", "not-json", "not-a-list"])
+def test_a_damaged_record_names_its_file(tmp_path, damage):
+    path = tmp_path / "row.json"
+    write_json_atomic(path, [make_record("B1", {"seq": 64}, "ok", {"ms": random.Random(3).random()})])
+    text = path.read_text()
+    path.write_text({"cut": text[: len(text) // 2], "not-json": "\x00\xff", "not-a-list": "{}"}[damage])
+    with pytest.raises(records.DamagedRecord) as info:
+        records.read_record_list(path)
+    assert info.value.path == path and str(path) in str(info.value)

@@ -19,7 +19,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
-COPIED = ["Snakefile", "config.yaml", "workflow", "writeup/templates", "src", "cs336-basics"]
+COPIED = ["Snakefile", "config.yaml", "profiles", "workflow", "writeup/templates", "src", "cs336-basics"]
 SMOKE_LIMIT_S = 600
 
 pytestmark = pytest.mark.skipif(not SNAKEMAKE.exists(), reason=f"no snakemake next to {sys.executable}")
@@ -88,12 +88,6 @@ def _show(proc) -> str:
     return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    copy = make_copy(tmp_path_factory.mktemp("repo"))
-    start = time.monotonic()
-    proc = snakemake(copy, "--cores", "2", "--config", "preset=smoke", timeout=SMOKE_LIMIT_S)
-    return copy, proc, time.monotonic() - start
 
 
 def test_subprocesses_run_the_copy(tmp_path):

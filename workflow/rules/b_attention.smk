@@ -164,9 +164,11 @@ rule B3_B4_report:
 
 rule B5_grid_row:
     """One implementation × dtype × head dimension over every sequence length and pass (a JSON list
-    of records): one process, one GPU."""
+    of records): one process, one GPU. It depends on the bench and on its own implementation's
+    source only, so editing our kernels reruns our rows and not plain attention's or SDPA's."""
     input:
-        measuring_code("cs336_systems.attention.bench"),
+        lambda wildcards: measuring_code("cs336_systems.attention.bench",
+                                         attention_module(wildcards.impl, BENCH_IMPLS)),
     output:
         f"{RESULTS}/B5/records/{{impl}}_{{dtype}}_d{{d}}.json",
     log:
@@ -189,7 +191,8 @@ rule B5_grid_row:
 rule B5_leaderboard:
     """The fixed case, ours (compiled) and both SDPA anchors in one process."""
     input:
-        measuring_code("cs336_systems.attention.bench"),
+        measuring_code("cs336_systems.attention.bench", *(attention_module(impl, BENCH_IMPLS)
+                                                          for impl in ("ours", "sdpa-cudnn"))),
     output:
         f"{RESULTS}/B5/records/leaderboard.json",
     log:

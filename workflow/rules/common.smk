@@ -3,7 +3,7 @@ import glob
 import re
 import sys
 
-from cs336_systems.attention.backends import module_of as attention_module
+from cs336_systems.attention.backends import BENCH_IMPLS, module_of as attention_module
 from cs336_systems.pipeline.config import ConfigError, resolve
 from cs336_systems.pipeline.rule_helpers import code, out_dir
 
@@ -25,3 +25,15 @@ measuring_code = (lambda *modules: [ancient(f) for f in code(*modules)]) if CHOS
 print(f"cs336-systems: preset {PRESET} ({CHOSEN.why}); results in {RESULTS}/, writeup in {WRITEUP}/",
       file=sys.stderr)
 
+
+
+onstart:
+    # After Snakemake has decided what is stale, before the first job: a run that would measure on
+    # GPUs this machine lacks stops here with one line (pipeline.device_gate says why).
+    from cs336_systems.pipeline.config import cuda_visible
+    from cs336_systems.pipeline.device_gate import refusal
+
+    planned = [(job.rule.name, job.resources.get("gpu", 0)) for job in workflow.dag.needrun_jobs()]
+    stop = refusal(GRID["device"], planned, cuda_visible(), workflow.local_exec, PRESET)
+    if stop:
+        sys.exit(stop)

@@ -20,17 +20,29 @@ BACKENDS: dict[str, str] = {
 }
 
 
-def module_of(name: str) -> str:
-    return _entry(name).partition(":")[0]
+# B5's implementations, timed on (batch, seq, d) inputs by ``attention.bench``, which compiles
+# "plain-compiled" and pins SDPA to one of PyTorch's kernels. A B5 row's rule depends on its own
+# implementation's source: editing our kernels does not rerun the rows of plain attention or SDPA.
+BENCH_IMPLS: dict[str, str] = {
+    "ours": "cs336_systems.attention.flash_backend:flash_attention",
+    "plain": "cs336_systems.attention.reference:plain_attention",
+    "plain-compiled": "cs336_systems.attention.reference:plain_attention",
+    "sdpa-flash": "cs336_systems.attention.sdpa_backend:sdpa_attention",
+    "sdpa-cudnn": "cs336_systems.attention.sdpa_backend:sdpa_attention",
+}
 
 
-def load(name: str) -> Callable:
-    module, _, function = _entry(name).partition(":")
+def module_of(name: str, table: dict[str, str] = BACKENDS) -> str:
+    return _entry(name, table).partition(":")[0]
+
+
+def load(name: str, table: dict[str, str] = BACKENDS) -> Callable:
+    module, _, function = _entry(name, table).partition(":")
     return getattr(importlib.import_module(module), function)
 
 
-def _entry(name: str) -> str:
+def _entry(name: str, table: dict[str, str]) -> str:
     try:
-        return BACKENDS[name]
+        return table[name]
     except KeyError:
-        raise ValueError(f"unknown attention back end {name!r}; known: {', '.join(BACKENDS)}") from None
+        raise ValueError(f"unknown attention back end {name!r}; known: {', '.join(table)}") from None

@@ -30,12 +30,13 @@ from contextlib import nullcontext
 
 import torch
 
+from cs336_systems.attention.backends import BENCH_IMPLS, load
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import is_out_of_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PASSES = ("forward", "backward", "forward-backward")
-IMPLS = ("ours", "plain", "plain-compiled", "sdpa-flash", "sdpa-cudnn")
+IMPLS = tuple(BENCH_IMPLS)
 
 
 def causal_flops(batch: int, seq: int, d: int, which: str) -> float:
@@ -46,23 +47,19 @@ def causal_flops(batch: int, seq: int, d: int, which: str) -> float:
 
 
 def implementation(name: str):
-    """(function of q, k, v -> o, context manager to run it in) for q, k, v of shape (batch, seq, d)."""
+    """(causal function of q, k, v -> o, context manager to run it in) for q, k, v of shape (batch, seq, d).
+
+    The function comes from ``backends.BENCH_IMPLS`` by name (imported only here, so this module's
+    source does not include our kernels'); this adds the compiling and SDPA's pinned kernel."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from cs336_systems.attention.flash_triton import FlashAttentionTriton
-    from cs336_systems.attention.reference import plain_attention
-
-    def sdpa(q, k, v):
-        return torch.nn.functional.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], is_causal=True)[:, 0]
-
-    if name == "ours":
-        return (lambda q, k, v: FlashAttentionTriton.apply(q, k, v, True)), nullcontext
-    if name == "plain":
-        return (lambda q, k, v: plain_attention(q, k, v, True)), nullcontext
-    if name == "plain-compiled":
-        return torch.compile(lambda q, k, v: plain_attention(q, k, v, True)), nullcontext
-    backend = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}[name]
-    return sdpa, (lambda: sdpa_kernel(backend))
+    attention = load(name, BENCH_IMPLS)
+    if name.startswith("sdpa-"):
+        # PyTorch's flash and cuDNN kernels take (batch, heads, seq, d): one head.
+        backend = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}[name]
+        return (lambda q, k, v: attention(q[:, None], k[:, None], v[:, None], True)[:, 0]), (lambda: sdpa_kernel(backend))
+    causal = lambda q, k, v: attention(q, k, v, True)  # noqa: E731
+    return (torch.compile(causal) if name == "plain-compiled" else causal), nullcontext
 
 
 def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, grad_to_none=None) -> float:
@@ -155,8 +152,6 @@ LEADERBOARD_PASSES = ("forward-backward", "forward", "backward")
 
 
 def _leaderboard_point(impl: str, which: str, case: dict, device: str) -> dict:
-    from cs336_systems.attention.flash_triton import FlashAttentionTriton
-
     params = {**case, "impl": impl, "pass": which, "device": device}
     reason = skip_reason(impl, device)
     if reason:
@@ -166,10 +161,9 @@ def _leaderboard_point(impl: str, which: str, case: dict, device: str) -> dict:
     if impl == "ours":
         # torch.compile cannot trace into Triton's CPU interpreter, so a smoke run times it eager.
         params["compiled"] = device == "cuda"
-        apply = torch.compile(FlashAttentionTriton.apply) if params["compiled"] else FlashAttentionTriton.apply
-        fn, context = (lambda q, k, v: apply(q, k, v, True)), nullcontext
-    else:
-        fn, context = implementation(impl)
+    fn, context = implementation(impl)
+    if params.get("compiled"):
+        fn = torch.compile(fn)
     # A compiled backward donates its saved buffers unless told otherwise, and then refuses the
     # retain_graph=True that timing one graph's backward again and again needs.
     donation = (torch._functorch.config.patch(donated_buffer=False) if params.get("compiled") and which == "backward"

@@ -1,0 +1,141 @@
+"""Every snakemake command README shows, run as written (README cannot drift from the code).
+
+Commands run for real where this CPU machine can run them: the smoke preset's, and rebuilding the
+committed runs from their records. A command that measures on GPUs runs as a dry run, and for real
+only to check that it stops before any job with one line. Slurm's need its executor plugin and the
+apptainer one a container runtime: dry runs, the runtime answered by a stand-in that only knows
+its version.
+"""
+from __future__ import annotations
+
+import filecmp
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from workflow import readme
+from workflow.test_snakemake import REPO, SNAKEMAKE, _show, env_for, job_stats, make_copy
+
+COMMANDS = readme.commands()
+COMMITTED_RUNS = sorted(p.name for p in (REPO / "results").iterdir() if (REPO / "writeup" / p.name).is_dir())
+MEASURING = re.compile(r"_(benchmark|warmup_study|profile|accumulation|dtypes|snapshot|checkpoint|row|checks|"
+                       r"whole_model|grid_row|leaderboard|variant)$")
+
+
+def kind(command: str) -> str:
+    if "--profile profiles/slurm" in command:
+        return "slurm"
+    run = re.search(r"\brun=(\S+)", command)
+    if run and run.group(1) in COMMITTED_RUNS:
+        targets = re.search(r"\bresults/", command)
+        return "rebuild" if "reuse_records=true" in command and "sections=" in command and not targets else "history"
+    if "preset=full" in command:
+        return "needs-gpu"
+    return "smoke"
+
+
+def by_kind(name: str) -> list[str]:
+    return [c for c in COMMANDS if kind(c) == name]
+
+
+def shell(copy: Path, command: str, timeout: float = 600, path_first: Path | None = None):
+    env = env_for(copy)
+    env["PATH"] = os.pathsep.join(str(p) for p in (path_first, SNAKEMAKE.parent) if p) + os.pathsep + env["PATH"]
+    env["PWD"] = str(copy)
+    return subprocess.run(["bash", "-c", command], cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_readme_shows_runnable_commands():
+    assert readme.main_command() == "snakemake --cores 1 --resources gpu=2"
+    assert len(COMMANDS) >= 15 and {kind(c) for c in COMMANDS} == {"smoke", "needs-gpu", "slurm", "rebuild", "history"}
+    for command in COMMANDS:
+        assert not re.search(r"[<>…]", command), f"README shows a command with a placeholder: {command}"
+
+
+def test_the_main_command_loads_the_default_profile(smoke):
+    copy, proc, _ = smoke
+    assert proc.returncode == 0, _show(proc)
+    assert "Using workflow specific profile profiles/default" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", by_kind("smoke"))
+def test_smoke_machine_command(smoke, command, tmp_path):
+    copy, first, _ = smoke
+    assert first.returncode == 0, _show(first)
+    shim = None
+    if "--sdm apptainer" in command:
+        shim = tmp_path / "bin"
+        shim.mkdir()
+        (shim / "apptainer").write_text('#!/bin/sh\n[ "$1" = --version ] && echo "apptainer version 1.3.4" && exit 0\n'
+                                        'echo "stand-in apptainer: $*" >&2; exit 1\n')
+        (shim / "apptainer").chmod(0o755)
+    proc = shell(copy, readme.dry(command), path_first=shim)
+    assert proc.returncode == 0, _show(proc)
+    if shim is None:                    # the smoke tree is built: running it for real is cheap
+        proc = shell(copy, command)
+        assert proc.returncode == 0, _show(proc)
+        if "--report" in command:
+            assert (copy / command.split()[-1]).stat().st_size > 0
+
+
+@pytest.mark.parametrize("command", by_kind("needs-gpu"))
+def test_gpu_command_plans_and_stops_on_a_cpu_in_one_line(command, tmp_path):
+    copy = make_copy(tmp_path)
+    proc = shell(copy, readme.dry(command))
+    assert proc.returncode == 0, _show(proc)
+    assert job_stats(proc.stdout + proc.stderr)["A1_benchmark"] > 0
+    proc = shell(copy, command)
+    assert proc.returncode == 1, _show(proc)
+    lines = [line for line in proc.stderr.splitlines() if "measures on CUDA GPUs" in line]
+    assert len(lines) == 1 and "reuse_records=true" in lines[0] and "Traceback" not in proc.stderr, _show(proc)
+    assert not list((copy / "results").rglob("*.json"))       # nothing started
+
+
+@pytest.mark.parametrize("command", by_kind("slurm"))
+def test_slurm_command_dry_run(command, tmp_path):
+    import importlib.util
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the slurm extra is not installed (.ci/setup-slurm.sh installs it)")
+        pytest.skip("snakemake-executor-plugin-slurm is not installed (pip install -e '.[slurm]')")
+    copy = make_copy(tmp_path)
+    proc = shell(copy, command if "--unlock" in command else readme.dry(command))
+    assert proc.returncode == 0, _show(proc)
+
+
+def _copy_committed_run(copy: Path, run: str) -> None:
+    for top in ("results", "writeup"):
+        shutil.copytree(REPO / top / run, copy / top / run)
+
+
+@pytest.mark.parametrize("command", by_kind("history"))
+def test_committed_run_command_dry_run(command, tmp_path):
+    copy = make_copy(tmp_path)
+    _copy_committed_run(copy, re.search(r"\brun=(\S+)", command).group(1))
+    proc = shell(copy, readme.dry(command))
+    assert proc.returncode == 0, _show(proc)
+    assert "Unparsable value" not in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", by_kind("rebuild"))
+def test_rebuilding_a_committed_run_measures_nothing_and_gives_its_tables(command, tmp_path):
+    """Run for real on this CPU: only reports and the writeup run, every record is left as it was,
+    and every table comes out byte for byte as committed (so the committed tables are the code's)."""
+    run = re.search(r"\brun=(\S+)", command).group(1)
+    copy = make_copy(tmp_path)
+    _copy_committed_run(copy, run)
+    proc = shell(copy, command)
+    assert proc.returncode == 0, _show(proc)
+    ran = job_stats(proc.stdout + proc.stderr) if "Job stats:" in proc.stdout + proc.stderr else {}
+    assert not [rule for rule in ran if MEASURING.search(rule)], ran
+    committed = REPO / "results" / run
+    for path in committed.rglob("*"):
+        if path.is_file() and ("records" in path.parts or path.name == "table.csv"):
+            rebuilt = copy / path.relative_to(REPO)
+            assert filecmp.cmp(path, rebuilt, shallow=False), f"{rebuilt.relative_to(copy)} differs from the committed one"
