@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -163,7 +164,12 @@ def test_a4_report_and_section(tmp_path):
         table = {row["stage"]: row for row in csv.DictReader(f)}
     assert table["fc1 output"]["cpu fp16"] == "error" and table["fc1 output"]["cuda bf16"] == "bfloat16"
     with open(out / "timing.csv") as f:
-        assert any(row["fp32 (ms)"] == "OOM" for row in csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    assert any(row["fp32 (ms)"] == "OOM" for row in rows)
+    # Means carry their spread (the records' std over the timed steps), the speedup its propagated one.
+    ok = [row for row in rows if row["fp32 (ms)"] != "OOM" and row["bf16 autocast (ms)"] != "OOM"]
+    assert ok and all(" ± " in row["fp32 (ms)"] and " ± " in row["bf16 autocast (ms)"] for row in ok)
+    assert all(re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d×", row["speedup fp32/bf16"]) for row in ok)
     assert (out / "speedup.png").stat().st_size > 1000
     _render("A4", out / "summary.json", tmp_path)
 

@@ -31,6 +31,13 @@ SECTION_OUTPUTS = {
 }
 WRITTEN = [ident for ident in SECTION_OUTPUTS if CHOSEN.writes(ident)]
 
+# GPUs each section's jobs need in this preset (0 on CPU), so that a missing section can say
+# "needs 2 GPUs; this run's jobs had 1". C1 runs its Gloo rows on CPUs; its NCCL rows need GPUs.
+DDP_SECTIONS = ("C2", "C3", "C4", "C5", "C6", "C7", "C8", "C10", "C11", "C12")
+GPUS_NEEDED = {ident: (1 if ON_GPUS else 0) for ident in SECTION_OUTPUTS if ident != "C9"}
+GPUS_NEEDED.update({ident: DDP["world_size"] if DDP_BACKEND == "nccl" else 0 for ident in DDP_SECTIONS})
+GPUS_NEEDED["C1"] = min(C1["world_sizes"]) if ON_GPUS and "nccl" in C1["backends"] else 0
+
 
 rule writeup:
     input:
@@ -46,6 +53,9 @@ rule writeup:
     params:
         run=RUN,
         preset=PRESET,
+        sections=",".join(CHOSEN.sections) if CHOSEN.sections is not None else "all",
+        gpus_needed=" ".join(f"{ident}={n}" for ident, n in GPUS_NEEDED.items()),
     shell:
         "python -m cs336_systems.report.writeup --run {params.run} --preset {params.preset}"
+        " --sections {params.sections} --gpus-needed {params.gpus_needed}"
         " --summaries {input.summaries} --md {output.md} --html {output.html} > {log} 2>&1"

@@ -84,29 +84,38 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
                 for precision in ("fp32", "bf16"):
                     r = by_point.get((size, context, mode, precision))
                     if r is None:
-                        cells[precision] = (None, math.nan)
+                        cells[precision] = (None, math.nan, math.nan)
                     elif r["status"] != "ok":
-                        cells[precision] = (r["status"], math.nan)
+                        cells[precision] = (r["status"], math.nan, math.nan)
                     else:
-                        cells[precision] = ("ok", r["metrics"][phase]["mean"])
-                if all(status is None for status, _ in cells.values()):
+                        timed = r["metrics"][phase]
+                        cells[precision] = ("ok", timed["mean"], timed.get("std", math.nan))
+                if all(status is None for status, _, _ in cells.values()):
                     continue
-                fp32, bf16 = cells["fp32"][1], cells["bf16"][1]
+                (_, fp32, fp32_std), (_, bf16, bf16_std) = cells["fp32"], cells["bf16"]
                 rows.append({"size": size, "context": context, "mode": mode, "phase": phase,
                              "fp32_status": cells["fp32"][0], "bf16_status": cells["bf16"][0],
-                             "fp32_ms": fp32, "bf16_ms": bf16, "speedup": fp32 / bf16})
+                             "fp32_ms": fp32, "fp32_std_ms": fp32_std, "bf16_ms": bf16, "bf16_std_ms": bf16_std,
+                             "speedup": fp32 / bf16,
+                             # First-order spread of the ratio of two independent means' samples.
+                             "speedup_std": fp32 / bf16 * math.hypot(fp32_std / fp32, bf16_std / bf16)})
     return pd.DataFrame(rows)
 
 
+def _mean_std(mean: float, std: float, unit: str = "") -> str:
+    return f"{mean:.2f}{unit}" if math.isnan(std) else f"{mean:.2f} ± {std:.2f}{unit}"
+
+
 def timing_table(df: pd.DataFrame) -> pd.DataFrame:
-    def cell(status, value):
-        return f"{value:.2f}" if status == "ok" else (status or "missing").upper()
+    """Means ± standard deviations over the timed steps; the speedup's spread is propagated from them."""
+    def cell(status, mean, std):
+        return _mean_std(mean, std) if status == "ok" else (status or "missing").upper()
 
     return pd.DataFrame({
         "size": df["size"], "context": df["context"], "mode": df["mode"], "phase": df["phase"],
-        "fp32 (ms)": [cell(s, v) for s, v in zip(df["fp32_status"], df["fp32_ms"])],
-        "bf16 autocast (ms)": [cell(s, v) for s, v in zip(df["bf16_status"], df["bf16_ms"])],
-        "speedup fp32/bf16": ["" if math.isnan(v) else f"{v:.2f}×" for v in df["speedup"]],
+        "fp32 (ms)": [cell(*c) for c in zip(df["fp32_status"], df["fp32_ms"], df["fp32_std_ms"])],
+        "bf16 autocast (ms)": [cell(*c) for c in zip(df["bf16_status"], df["bf16_ms"], df["bf16_std_ms"])],
+        "speedup fp32/bf16": ["" if math.isnan(v) else _mean_std(v, s, "×") for v, s in zip(df["speedup"], df["speedup_std"])],
     })
 
 
@@ -182,6 +191,7 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "layernorm_shape": next(([r["params"]["rows"], r["params"]["width"]] for r in dtype_records
                                  if r["params"]["part"] == "layernorm" and r["status"] == "ok"), None),
         "timing_batch": int(timing_records[0]["params"]["batch"]) if timing_records else None,
+        "timing_steps": timing_records[0]["params"].get("steps") if timing_records else None,
     }
 
 

@@ -1,27 +1,33 @@
 """D: render the writeup — one Markdown file and one self-contained HTML page — from summaries.
 
     python -m cs336_systems.report.writeup --run h100 --preset full \\
-        --summaries results/h100/A1/summary.json ... --md writeup/h100/writeup.md --html writeup/h100/writeup.html
+        --summaries results/h100/A1/summary.json ... --md writeup/h100/writeup.md --html writeup/h100/writeup.html \\
+        [--sections A2,A4,...] [--gpus-needed C1=2 C3=2 ...]
 
 Every deliverable ID has a section. A section whose report rule left a ``summary.json`` renders
-``writeup/templates/sections/<ID>.md.j2`` with that summary as ``d``; any other section says
-plainly that its data are not built. Templates are rendered twice, once per output format:
-``table()`` and ``figure()`` return Markdown in the first and HTML (images inlined as base64) in
-the second, and the prose is converted by ``report.markup``.
+``writeup/templates/sections/<ID>.md.j2`` with that summary as ``d``; any other section says why it
+is missing (``--sections`` and ``--gpus-needed`` say what this run chose and what each section
+needs). The header is a table of contents that names, for every section, the run, card and commit
+its numbers come from. Templates are rendered twice, once per output format: ``table()`` and
+``figure()`` return Markdown in the first and HTML (images and long tables' CSV inlined as base64)
+in the second, and markdown-it-py turns the rest of the second into HTML.
 """
 from __future__ import annotations
 
 import argparse
 import base64
+import html
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import jinja2
 import pandas as pd
-
-from cs336_systems.report.markup import to_html
+from markdown_it import MarkdownIt
+from mdit_py_plugins.anchors import anchors_plugin
+from tabulate import tabulate
 
 TEMPLATES = Path(__file__).resolve().parents[3] / "writeup" / "templates"
 
@@ -36,17 +42,35 @@ SECTIONS = {
     "C10": "Optimizer state sharding", "C11": "Optimizer state sharding: memory and time", "C12": "FSDP",
 }
 
+# A table longer than this folds into <details> (the whole table, nothing cut) with its CSV beside it.
+FOLD_ROWS = 40
+CONTENTS = "contents"     # the table of contents' anchor, the same in both formats
+
 HTML_PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.5; color: #222; }}
-table {{ border-collapse: collapse; font-size: 0.85rem; margin: 1rem 0; }}
-th, td {{ border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: right; }}
+html {{ scroll-behavior: auto; }}
+body {{ font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.5;
+       color: #222; overflow-wrap: break-word; }}
+h2 {{ border-top: 1px solid #ddd; padding-top: 1rem; margin-top: 2.5rem; }}
+/* Wide tables scroll inside the page, not the page itself. */
+table {{ display: block; max-width: 100%; width: max-content; overflow-x: auto; border-collapse: collapse;
+         font-size: 0.85rem; margin: 1rem 0; }}
+th, td {{ border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; vertical-align: top; }}
 th {{ background: #f4f4f4; }}
-img {{ max-width: 100%; }} figure {{ margin: 1rem 0; }} figcaption {{ font-size: 0.9rem; color: #555; }}
-code {{ background: #f4f4f4; padding: 0 0.2rem; }} .missing {{ color: #8a6d3b; }}
+/* Numbers right-aligned (tabulate and markdown-it set text-align per column), in even digits, one line. */
+td[style*="right"], th[style*="right"] {{ white-space: nowrap; font-variant-numeric: tabular-nums; }}
+details.long-table {{ margin: 1rem 0; }} details.long-table > summary {{ cursor: pointer; color: #1a5fb4; }}
+img {{ max-width: 100%; height: auto; }} figure {{ margin: 1rem 0; }} figcaption {{ font-size: 0.9rem; color: #555; }}
+code {{ background: #f4f4f4; padding: 0 0.2rem; overflow-wrap: anywhere; }}
+pre {{ overflow-x: auto; }}
+p.back {{ font-size: 0.85rem; }} p.csv {{ font-size: 0.85rem; color: #555; }}
+a.to-contents {{ position: fixed; right: 1rem; bottom: 1rem; background: #fff; border: 1px solid #ccc;
+                 border-radius: 0.3rem; padding: 0.1rem 0.5rem; font-size: 0.85rem; text-decoration: none; }}
 </style></head><body>
 {body}
+<a class="to-contents" href="#{contents}">↑ Contents</a>
 </body></html>
 """
 
@@ -59,62 +83,202 @@ def _fmt(value, digits: int = 2) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def github_slug(text: str) -> str:
+    """The anchor GitHub gives a Markdown heading (lower case, punctuation dropped, spaces to '-')."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def html_slug(text: str) -> str:
+    """The anchor of a heading in the HTML page: a section's ID ("A1. End-to-end …" -> "A1"), else
+    GitHub's slug, so the Markdown and the page link to the same words."""
+    m = re.match(r"([A-C]\d+)\. ", text)
+    return m.group(1) if m else github_slug(text)
+
+
+def to_html(markdown: str) -> str:
+    """CommonMark with tables (markdown-it-py); raw HTML blocks (our tables and figures) pass through;
+    level-2 headings get their ``html_slug`` as id."""
+    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+    anchors_plugin(md, min_level=2, max_level=2, slug_func=html_slug)
+    return md.render(markdown)
+
+
+# A cell that reads as a number: "12.3", "1,024", "-4e-05", "12.3 ± 0.4", "2.20×", "7.1 %", "3 ms".
+_NUMBER = re.compile(r"[-+−]?(\d[\d,]*(\.\d*)?|\.\d+)(e[-+]?\d+)?(\s*±\s*(\d[\d,]*(\.\d*)?|\.\d+)(e[-+]?\d+)?)?"
+                     r"\s*(%|×|x|ms|us|µs|s|B|KB|MB|GB|KiB|MiB|GiB|GB/s)?", re.IGNORECASE)
+# What stands in a numeric column where there is no number.
+_NO_NUMBER = {"", "n/a", "na", "nan", "-", "–", "—", "inf", "-inf", "inf/nan", "oom", "missing", "skipped", "error"}
+
+
+def column_alignment(values: pd.Series) -> str:
+    """``right`` for a column of numbers (with their spread, unit or an OOM here and there), else ``left``."""
+    if pd.api.types.is_bool_dtype(values):
+        return "left"
+    if pd.api.types.is_numeric_dtype(values):
+        return "right"
+    cells = [str(v).strip() for v in values]
+    numbers = [c for c in cells if c.lower() not in _NO_NUMBER]
+    return "right" if numbers and all(_NUMBER.fullmatch(c) for c in numbers) else "left"
+
+
 class Renderer:
     """Renders the templates for one output format (``md`` or ``html``)."""
 
-    def __init__(self, fmt: str, out_path: Path):
-        self.fmt, self.out_dir = fmt, out_path.parent
+    def __init__(self, fmt: str, out_path: Path, run: str = ""):
+        self.fmt, self.out_dir, self.run = fmt, out_path.parent, run
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
         self.env.filters["f"] = _fmt
         self.env.filters["pct"] = lambda v, digits=1: "n/a" if v is None else f"{100 * v:.{digits}f} %"
 
-    def table(self, folder: Path, name: str = "table", max_rows: int | None = None) -> str:
-        df = pd.read_csv(folder / f"{name}.csv", keep_default_na=False)
-        note = ""
-        if max_rows is not None and len(df) > max_rows:
-            note = f"\n\n*First {max_rows} of {len(df)} rows; all in `{folder / name}.csv`.*"
-            df = df.head(max_rows)
+    def anchor(self, ident: str) -> str:
+        """The link target of section ``ident`` in this format."""
+        return ident if self.fmt == "html" else github_slug(f"{ident}. {SECTIONS[ident]}")
+
+    def table(self, folder: Path, name: str = "table", fold_over: int = FOLD_ROWS) -> str:
+        """The whole table: numbers right-aligned, text left; longer than ``fold_over`` rows, folded
+        (``<details>``) with a link to its CSV."""
+        csv_path = folder / f"{name}.csv"
+        df = pd.read_csv(csv_path, keep_default_na=False)
+        colalign = [column_alignment(df[c]) for c in df.columns] or None
+        fold = len(df) > fold_over
+        what = f"all {len(df)} rows × {len(df.columns)} columns of <code>{name}.csv</code> (click to show)"
         if self.fmt == "md":
-            return df.to_markdown(index=False) + note
-        return df.to_html(index=False, border=0) + ("\n\n" + to_html(note) if note else "")
+            text = tabulate(df, headers="keys", tablefmt="pipe", showindex=False, colalign=colalign)
+            if not fold:
+                return text
+            link = os.path.relpath(csv_path, self.out_dir)
+            return (f"<details><summary>{what}</summary>\n\n{text}\n\n</details>\n\n"
+                    f"*The same {len(df)} rows as CSV: [{name}.csv]({link}).*")
+        # HTML: one raw block with no blank line in it (a blank line would end it in CommonMark).
+        text = tabulate(df, headers="keys", tablefmt="html", showindex=False, colalign=colalign)
+        if not fold:
+            return text
+        data = base64.b64encode(csv_path.read_bytes()).decode()
+        download = f"{folder.name}-{name}.csv"
+        return (f'<details class="long-table"><summary>{what}</summary>\n{text}\n</details>\n'
+                f'<p class="csv">The same {len(df)} rows as CSV: <a download="{html.escape(download)}" '
+                f'href="data:text/csv;base64,{data}">{html.escape(name)}.csv</a> '
+                f"(<code>{html.escape(str(csv_path))}</code> in the repository).</p>")
 
     def figure(self, folder: Path, name: str, caption: str) -> str:
         path = folder / name
         if self.fmt == "md":
             return f"![{caption}]({os.path.relpath(path, self.out_dir)})\n\n*{caption}*"
         data = base64.b64encode(path.read_bytes()).decode()
-        return f'<figure><img src="data:image/png;base64,{data}" alt="{caption}"><figcaption>{caption}</figcaption></figure>'
+        return (f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}">'
+                f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
-    def section(self, ident: str, summary_path: Path | None) -> str:
+    def section(self, ident: str, summary_path: Path | None, source: dict | None = None) -> str:
         heading = f"## {ident}. {SECTIONS[ident]}"
+        back = f"[↑ Contents](#{CONTENTS})"
         if summary_path is None:
-            return f"{heading}\n\n*Not built yet: this run has no data for {ident}.*\n"
+            return f"{heading}\n\n*Not built yet: {self.missing(source or {})}.*\n\n{back}\n"
         folder = summary_path.parent
         template = self.env.get_template(f"sections/{ident}.md.j2")
-        return template.render(
+        text = template.render(
             heading=heading, d=json.loads(summary_path.read_text()), folder=str(folder),
-            table=lambda name="table", max_rows=None: self.table(folder, name, max_rows),
+            table=lambda name="table", fold_over=FOLD_ROWS: self.table(folder, name, fold_over),
             figure=lambda name, caption: self.figure(folder, name, caption))
+        return f"{text.rstrip()}\n\n{back}\n"
 
-    def document(self, run: str, preset: str, summaries: dict[str, Path]) -> str:
-        sections = [self.section(ident, summaries.get(ident)) for ident in SECTIONS]
-        return self.env.get_template("writeup.md.j2").render(run=run, preset=preset, sections=sections,
-                                                              built=sorted(summaries), all_ids=list(SECTIONS))
+    def document(self, run: str, preset: str, summaries: dict[str, Path], sources: dict[str, dict]) -> str:
+        sections = [self.section(ident, summaries.get(ident), sources[ident]) for ident in SECTIONS]
+        contents = [{"ident": ident, "title": SECTIONS[ident], "link": f"#{self.anchor(ident)}",
+                     "source": self.source_cell(run, sources[ident])} for ident in SECTIONS]
+        return self.env.get_template("writeup.md.j2").render(
+            run=run, preset=preset, sections=sections, contents=contents, contents_anchor=CONTENTS,
+            built=[ident for ident in SECTIONS if ident in summaries])
+
+    def missing(self, source: dict) -> str:
+        """Why a section is missing, and which other runs have it (linked where their writeup is), in Markdown."""
+        text = source.get("missing") or "no summary was given to the writeup"
+        for other in source.get("elsewhere", []):
+            target = other["writeup"].with_suffix(f".{self.fmt}")
+            if target.exists():
+                link = f"{os.path.relpath(target, self.out_dir)}#{self.anchor(other['ident'])}"
+                text += f"; run `{other['run']}` has it ([its writeup]({link}))"
+            else:
+                text += f"; run `{other['run']}` has it"
+        return text
+
+    def source_cell(self, run: str, source: dict) -> str:
+        """One row's "numbers from" cell of the table of contents, in Markdown."""
+        if "missing" in source:
+            return f"**not built**: {self.missing(source)}"
+        p = source["provenance"]
+        counts = p.get("gpu_counts") or []
+        cards = ", ".join(p["gpus"]) + (f" ×{max(counts)}" if counts and max(counts) > 1 else "")
+        dates = p["first_utc"][:10] if p.get("first_utc") else "no date"
+        if p.get("last_utc") and p["last_utc"][:10] != dates:
+            dates += f" to {p['last_utc'][:10]}"
+        commits = ", ".join(f"`{c}`" for c in p["commits"]) or "no commit"
+        not_ok = [f"{n} {s}" for s, n in p["statuses"].items() if n and s != "ok"]
+        records = f"{p['records']} record{'s' if p['records'] != 1 else ''}" + (f" ({', '.join(not_ok)})" if not_ok else "")
+        cell = f"run `{run}` · {cards} · commit {commits}{' (dirty)' if p.get('dirty') else ''} · {dates} · {records}"
+        if source.get("parts"):
+            cell += " · only part " + ", ".join(f"({part})" for part in source["parts"])
+        return cell
 
 
-def render(run: str, preset: str, summary_paths: list[Path], md_path: Path, html_path: Path) -> None:
+def section_sources(run: str, summaries: dict[str, Path], chosen: list[str] | None,
+                    gpus_needed: dict[str, int]) -> dict[str, dict]:
+    """For each section: the provenance its numbers come from, or why it is missing (and which other
+    runs beside this one, under the same results folder, have it)."""
+    provenance = {ident: json.loads(path.read_text()).get("provenance") or {} for ident, path in summaries.items()}
+    had = max((c for p in provenance.values() for c in p.get("gpu_counts") or []), default=None)
+    roots = {path.parents[2] for path in summaries.values()}
+    sources = {}
+    for ident in SECTIONS:
+        if ident in summaries:
+            parts = [s[len(ident):] for s in chosen or [] if s[:-1] == ident and s[-1].isalpha()]
+            sources[ident] = {"provenance": provenance[ident], "parts": [] if ident in (chosen or []) else parts}
+            continue
+        rebuild = f"`sections={','.join([*chosen, ident])}`" if chosen else ""
+        need = gpus_needed.get(ident, 0)
+        if had is not None and need > had:
+            why = f"needs {need} GPU{'s' if need > 1 else ''}; this run's jobs had {had}" + (
+                f" (measure it on a {need}-GPU machine with {rebuild})" if rebuild else "")
+        elif chosen is not None and ident not in chosen:
+            why = f"not measured in this run: rebuild with {rebuild}"
+        else:
+            why = "no summary was given to the writeup"
+        elsewhere = []
+        for root in sorted(roots):
+            for other in sorted(root.glob(f"*/{ident}/summary.json")):
+                other_run = other.parents[1].name
+                prov = json.loads(other.read_text()).get("provenance") or {}
+                if other_run != run and prov.get("gpus") not in (None, ["CPU only"]):   # smoke runs mean nothing
+                    elsewhere.append({"run": other_run, "ident": ident,
+                                      "writeup": root.parent / "writeup" / other_run / "writeup.md"})
+        sources[ident] = {"missing": why, "elsewhere": elsewhere}
+    return sources
+
+
+def render(run: str, preset: str, summary_paths: list[Path], md_path: Path, html_path: Path,
+           chosen: list[str] | None = None, gpus_needed: dict[str, int] | None = None) -> None:
     summaries = {}
     for path in summary_paths:
         ident = path.parent.name
         if ident not in SECTIONS:
             raise SystemExit(f"writeup: {path} is not in a deliverable's folder (one of {', '.join(SECTIONS)})")
         summaries[ident] = path
+    sources = section_sources(run, summaries, chosen, gpus_needed or {})
     md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(Renderer("md", md_path).document(run, preset, summaries))
-    body = to_html(Renderer("html", html_path).document(run, preset, summaries))
+    md_path.write_text(Renderer("md", md_path, run).document(run, preset, summaries, sources))
+    body = to_html(Renderer("html", html_path, run).document(run, preset, summaries, sources))
     html_path.parent.mkdir(parents=True, exist_ok=True)
-    html_path.write_text(HTML_PAGE.format(title=f"Lab notebook: run {run}", body=body))
+    html_path.write_text(HTML_PAGE.format(title=f"Lab notebook: run {html.escape(run)}", body=body, contents=CONTENTS))
+
+
+def _gpus_needed(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        ident, _, n = item.partition("=")
+        if ident not in SECTIONS or not n.isdigit():
+            raise SystemExit(f"writeup: --gpus-needed takes ID=N with ID one of {', '.join(SECTIONS)}; got {item!r}")
+        out[ident] = int(n)
+    return out
 
 
 def main(argv=None) -> int:
@@ -124,8 +288,13 @@ def main(argv=None) -> int:
     p.add_argument("--summaries", nargs="*", default=[], type=Path)
     p.add_argument("--md", required=True, type=Path)
     p.add_argument("--html", required=True, type=Path)
+    p.add_argument("--sections", default="all",
+                   help="the run's `sections` setting (comma-separated IDs, or 'all'), to say why a section is missing")
+    p.add_argument("--gpus-needed", nargs="*", default=[], metavar="ID=N",
+                   help="GPUs a section's jobs need in this preset, to say why a section is missing")
     args = p.parse_args(argv)
-    render(args.run, args.preset, args.summaries, args.md, args.html)
+    chosen = None if args.sections == "all" else [s.strip() for s in args.sections.split(",") if s.strip()]
+    render(args.run, args.preset, args.summaries, args.md, args.html, chosen, _gpus_needed(args.gpus_needed))
     print(f"writeup: {len(args.summaries)} of {len(SECTIONS)} sections built -> {args.md}, {args.html}", file=sys.stderr)
     return 0
 

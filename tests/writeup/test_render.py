@@ -1,0 +1,168 @@
+"""The writeup's rendering: Markdown to HTML (markdown-it-py), tables, the contents and missing sections."""
+
+import base64
+import html
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from cs336_systems.report import writeup
+from cs336_systems.report.writeup import SECTIONS, Renderer, column_alignment, github_slug, section_sources, to_html
+
+
+# --- Markdown to HTML -------------------------------------------------------------------------
+
+def test_section_headings_are_anchored_by_their_id():
+    out = to_html("## A1. End-to-end benchmark\n\n## C11. Optimizer state sharding: memory and time\n\n## Contents")
+    assert '<h2 id="A1">A1. End-to-end benchmark</h2>' in out
+    assert '<h2 id="C11">' in out and '<h2 id="contents">Contents</h2>' in out
+
+
+def test_a_bullet_that_spans_lines_stays_one_item():
+    out = to_html("- the first item\n  goes on here\n- the second")
+    assert out.count("<li>") == 2 and "<p>" not in out
+    assert re.search(r"<li>the first item\s+goes on here</li>", out)
+
+
+def test_pipe_tables_render_and_text_is_escaped():
+    out = to_html("| a | b |\n|:--|--:|\n| x < y | `<td>` |\n\nuse `x<y && *p*`; a < b & c")
+    assert "<table>" in out and '<td style="text-align:right"><code>&lt;td&gt;</code></td>' in out
+    assert '<td style="text-align:left">x &lt; y</td>' in out
+    assert "<code>x&lt;y &amp;&amp; *p*</code>" in out and "a &lt; b &amp; c" in out
+
+
+def test_raw_html_blocks_pass_through():
+    block = '<details class="long-table"><summary>all</summary>\n<table>\n<tr><td>1 * 2 &lt; 3</td></tr>\n</table>\n</details>'
+    figure = '<figure><img src="data:image/png;base64,AAAA" alt="x"><figcaption>x</figcaption></figure>'
+    out = to_html(f"text *em*\n\n{block}\n\n{figure}\n\nafter")
+    assert block in out and figure in out and "<em>em</em>" in out and "<p>after</p>" in out
+
+
+def test_github_slugs():
+    assert github_slug("A1. End-to-end benchmark") == "a1-end-to-end-benchmark"
+    assert github_slug("B2. torch.compile") == "b2-torchcompile"
+    assert github_slug("C11. Optimizer state sharding: memory and time") == "c11-optimizer-state-sharding-memory-and-time"
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values, align", [
+    ([1, 2, 3], "right"),
+    ([1.5, float("nan")], "right"),
+    (["21.41 ± 0.25", "OOM", "1,024.5 ± 3.1"], "right"),
+    (["0.79 ± 0.13×", "", "2.20×"], "right"),
+    (["12.3 %", "n/a", "-4e-05"], "right"),
+    (["ampere_sgemm_128x64_tn", "void at::native::elementwise_kernel<4, 1>"], "left"),
+    (["ok", "oom"], "left"),
+    ([True, False], "left"),
+    (["", ""], "left"),
+])
+def test_column_alignment(values, align):
+    assert column_alignment(pd.Series(values)) == align
+
+
+def _csv(tmp_path, rows: int):
+    folder = tmp_path / "results" / "r" / "B5"
+    folder.mkdir(parents=True)
+    df = pd.DataFrame({"kernel": [f"k<{i}>" for i in range(rows)], "ms": [f"{i}.5 ± 0.1" for i in range(rows)],
+                       "calls": range(rows)})
+    df.to_csv(folder / "table.csv", index=False)
+    return folder
+
+
+def test_a_short_table_is_whole_aligned_and_escaped(tmp_path):
+    folder = _csv(tmp_path, 3)
+    page = Renderer("html", tmp_path / "writeup" / "r" / "w.html").table(folder)
+    assert "<details" not in page and "\n\n" not in page           # one raw HTML block
+    assert page.count("<tr>") == 4 and "k&lt;2&gt;" in page
+    assert '<td style="text-align: right;">2.5 ± 0.1</td>' in page.replace("  ", "")
+    md = Renderer("md", tmp_path / "writeup" / "r" / "w.md").table(folder)
+    assert re.fullmatch(r"\|:-+\|-+:\|-+:\|", md.splitlines()[1]), md.splitlines()[1]
+
+
+def test_a_long_table_folds_whole_and_links_its_csv(tmp_path):
+    folder = _csv(tmp_path, writeup.FOLD_ROWS + 7)
+    n = writeup.FOLD_ROWS + 7
+    page = Renderer("html", tmp_path / "writeup" / "r" / "w.html").table(folder)
+    assert page.startswith('<details class="long-table"><summary>') and "\n\n" not in page
+    assert page.count("<tr>") == n + 1                                # every row, nothing cut
+    data = re.search(r'href="data:text/csv;base64,([^"]+)"', page).group(1)
+    assert base64.b64decode(data) == (folder / "table.csv").read_bytes()
+    md = Renderer("md", tmp_path / "writeup" / "r" / "w.md").table(folder)
+    assert md.startswith("<details><summary>") and md.count("\n| k<") == n
+    assert f"[table.csv](../../results/r/B5/table.csv)" in md
+
+
+# --- the contents and missing sections --------------------------------------------------------
+
+def _summary(tmp_path, run, ident, gpus=("NVIDIA H100",), counts=(1,), commits=("abc1234567",)):
+    path = tmp_path / "results" / run / ident / "summary.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"provenance": {
+        "gpus": list(gpus), "gpu_counts": list(counts), "hosts": ["h"], "commits": list(commits), "dirty": False,
+        "torch": ["2"], "first_utc": "2026-11-22T01:00:00+00:00", "last_utc": "2026-11-23T01:00:00+00:00",
+        "records": 3, "statuses": {"ok": 2, "oom": 1, "skipped": 0, "error": 0}}}))
+    return path
+
+
+def test_missing_sections_say_why(tmp_path):
+    summaries = {"A2": _summary(tmp_path, "h100", "A2"), "B2": _summary(tmp_path, "h100", "B2")}
+    _summary(tmp_path, "h200", "A1", counts=(1,))
+    _summary(tmp_path, "h200", "C3", counts=(2,))
+    _summary(tmp_path, "smoke", "A3", gpus=("CPU only",), counts=(0,))
+    (tmp_path / "writeup" / "h200").mkdir(parents=True)
+    (tmp_path / "writeup" / "h200" / "writeup.html").write_text("")
+    sources = section_sources("h100", summaries, ["A2", "B2a"], {"A1": 1, "C3": 2, "A3": 1})
+    assert sources["C3"]["missing"] == ("needs 2 GPUs; this run's jobs had 1 "
+                                        "(measure it on a 2-GPU machine with `sections=A2,B2a,C3`)")
+    assert sources["A1"]["missing"] == "not measured in this run: rebuild with `sections=A2,B2a,A1`"
+    assert [o["run"] for o in sources["C3"]["elsewhere"]] == ["h200"]
+    assert sources["A3"]["elsewhere"] == []                          # a smoke run is no substitute
+    assert sources["B2"]["parts"] == ["a"] and sources["A2"]["parts"] == []
+
+    r = Renderer("html", tmp_path / "writeup" / "h100" / "writeup.html")
+    cell = r.source_cell("h100", sources["C3"])
+    assert cell.startswith("**not built**: needs 2 GPUs")
+    assert "run `h200` has it ([its writeup](../h200/writeup.html#C3))" in cell
+    assert r.source_cell("h100", sources["A2"]) == ("run `h100` · NVIDIA H100 · commit `abc1234567` · "
+                                                     "2026-11-22 to 2026-11-23 · 3 records (1 oom)")
+    assert r.source_cell("h100", sources["B2"]).endswith(" · only part (a)")
+    md = Renderer("md", tmp_path / "writeup" / "h100" / "writeup.md")
+    assert "run `h200` has it" in md.source_cell("h100", sources["C3"])   # no writeup.md there: no link
+    assert "](" not in md.source_cell("h100", sources["C3"])
+    body = r.section("C3", None, sources["C3"])
+    assert body.startswith("## C3. Naive DDP benchmark\n\n*Not built yet: needs 2 GPUs;")
+    assert body.rstrip().endswith("[↑ Contents](#contents)")
+
+
+def test_a_run_with_every_section_says_nothing_is_missing(tmp_path, monkeypatch):
+    summaries = {ident: _summary(tmp_path, "all", ident, counts=(2,)) for ident in SECTIONS}
+    sources = section_sources("all", summaries, None, {"C3": 2})
+    assert all("provenance" in s for s in sources.values())
+    monkeypatch.setattr(Renderer, "section", lambda self, ident, path, source=None: f"## {ident}. {SECTIONS[ident]}\n")
+    for fmt in ("md", "html"):
+        text = Renderer(fmt, tmp_path / "writeup" / "all" / f"w.{fmt}").document("all", "full", summaries, sources)
+        assert "not built" not in text.lower() and "Not built yet: ." not in text
+        assert f"{len(SECTIONS)} of {len(SECTIONS)} sections have numbers, all from run `all`" in text
+        rows = [line for line in text.splitlines() if line.startswith("| [")]
+        assert len(rows) == len(SECTIONS)
+        assert all("run `all` · NVIDIA H100 ×2 · commit `abc1234567`" in row for row in rows)
+    html_rows = Renderer("html", tmp_path / "w.html").document("all", "full", summaries, sources)
+    assert "| [A1. End-to-end benchmark](#A1) |" in html_rows
+
+
+def test_the_page_is_one_file(tmp_path):
+    from cs336_systems.report import c9
+
+    out = tmp_path / "results" / "r" / "C9"
+    assert c9.main(["--out-dir", str(out)]) == 0            # a section with tables and a figure, no records
+    summaries = [str(out / "summary.json")]
+    page = tmp_path / "writeup" / "r" / "writeup.html"
+    assert writeup.main(["--run", "r", "--preset", "smoke", "--summaries", *summaries, "--md", str(page.with_suffix(".md")),
+                         "--html", str(page)]) == 0
+    text = page.read_text()
+    assert not re.search(r"<link\b|@import|url\(|<script", text)
+    assert all(s.startswith("data:") for s in re.findall(r'src="([^"]*)"', text))
+    assert all(h.startswith(("#", "data:")) for h in re.findall(r'href="([^"]*)"', html.unescape(text)))
