@@ -232,3 +232,26 @@ def test_row_reports_refuse_a_missing_file_in_one_line(tmp_path, capsys):
         c1.main(["--rows", str(tmp_path / "missing.json"), "--out-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert info.value.code == 2 and "missing.json" in err and "Traceback" not in err
+
+
+def test_a_report_sets_a_damaged_record_aside_and_stops_in_one_line(tmp_path):
+    """The report names the file in one line and moves it aside, so the next run measures it again
+    (the record is then missing) instead of failing at the same file or calling the run done."""
+    import subprocess
+    import sys
+
+    from cs336_systems.records import make_record, write_json_atomic
+
+    good, bad = tmp_path / "ok.json", tmp_path / "bad.json"
+    for path in (good, bad):
+        write_json_atomic(path, [make_record("C1", {"backend": "gloo", "world_size": 2, "mb": 1}, "ok",
+                                             {"median_ms": 1.5, "ms": [1.4, 1.5, 1.6]})])
+    text = bad.read_text()
+    bad.write_text(text[: len(text) // 2])
+    proc = subprocess.run([sys.executable, "-m", "cs336_systems.report.c1", "--rows", str(good), str(bad),
+                           "--out-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"damaged record {bad}:" in proc.stderr and "bad.json.damaged" in proc.stderr
+    assert not bad.exists() and (tmp_path / "bad.json.damaged").read_text() == text[: len(text) // 2]
+    assert good.exists() and not (tmp_path / "out").exists()

@@ -11,16 +11,27 @@ matplotlib.use("Agg")   # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from cs336_systems.records import read_record, read_record_list, write_json_atomic  # noqa: E402
+from cs336_systems.records import (DamagedRecord, read_record, read_record_list, set_aside,  # noqa: E402
+                                   write_json_atomic)
+
+
+def _read_or_stop(read, path):
+    """``read(path)``; a damaged record is set aside and the report stops with one line naming it."""
+    try:
+        return read(path)
+    except DamagedRecord as error:
+        aside = set_aside(error)
+        raise SystemExit(f"damaged record {error.path}: {error.why}. Moved to {aside.name}; "
+                         "the next run measures it again.") from None
 
 
 def load_records(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
-    return [read_record(p) for p in paths]
+    return [_read_or_stop(read_record, p) for p in paths]
 
 
 def load_record_lists(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
     """The records of several files that each hold a JSON list of them, in order."""
-    return [record for p in paths for record in read_record_list(p)]
+    return [record for p in paths for record in _read_or_stop(read_record_list, p)]
 
 
 def run_provenance(records: list[dict[str, Any]]) -> dict[str, Any]:
