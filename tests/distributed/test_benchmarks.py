@@ -25,6 +25,9 @@ def test_allreduce_row_on_gloo(tmp_path):
         assert r["status"] == "ok" and len(m["per_rank_median_ms"]) == 2
         assert m["algbw_GBps"] == pytest.approx(r["params"]["size_mb"] * 1e6 / (m["ms"] / 1e3) / 1e9)
         assert m["ms_min"] <= m["ms"] <= m["ms_max"]
+    # The table gives each median its spread: the fastest and slowest timed call.
+    assert list(c1.frame(records)["ms_range"]) == [f"{r['metrics']['ms_min']:.4g}–{r['metrics']['ms_max']:.4g}"
+                                                   for r in records]
 
 
 def test_a_world_the_machine_cannot_host_is_skipped(monkeypatch):
@@ -74,6 +77,8 @@ def test_training_variant_on_gloo(tmp_path, variant):
         s["forward_ms"] + s["backward_ms"] + s["comm_wait_ms"] + s["optimizer_ms"], abs=1e-3) for s in m["steps"])
     assert parts > 0 and m["step_ms_slowest_rank"] >= min(s["step_ms"] for s in m["steps"])
     assert (m["buckets"] is not None) == variant.startswith("bucketed")
+    step_range = ddp.step_table([record])["step_range_ms"][0]          # the median's spread in the table
+    assert step_range == f"{min(s['step_ms'] for s in m['steps']):.1f}–{max(s['step_ms'] for s in m['steps']):.1f}"
     lanes = {i["lane"] for i in json.loads(trace.read_text())["intervals"]}
     assert {"phase", "compute", "communication"} <= lanes
 

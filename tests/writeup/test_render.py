@@ -54,6 +54,7 @@ def test_github_slugs():
     (["21.41 ± 0.25", "OOM", "1,024.5 ± 3.1"], "right"),
     (["0.79 ± 0.13×", "", "2.20×"], "right"),
     (["12.3 %", "n/a", "-4e-05"], "right"),
+    (["805.1–815.3", "0.01234–1.5e-05"], "right"),
     (["ampere_sgemm_128x64_tn", "void at::native::elementwise_kernel<4, 1>"], "left"),
     (["ok", "oom"], "left"),
     ([True, False], "left"),

@@ -18,12 +18,18 @@ from cs336_systems.report.common import rows_report_args, run_provenance, save_f
 MB = 10**6
 
 
+def _range(low: float | None, high: float | None) -> str:
+    """Fastest–slowest timed call (ms): the spread beside the median."""
+    return "" if low is None or high is None else f"{low:.4g}–{high:.4g}"
+
+
 def frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         p, m = r["params"], r["metrics"]
         rows.append({"backend": p["backend"], "world_size": p["world_size"], "size_mb": p["size_mb"],
-                     "status": r["status"], "ms": m.get("ms"), "algbw_GBps": m.get("algbw_GBps"),
+                     "status": r["status"], "ms": m.get("ms"), "ms_range": _range(m.get("ms_min"), m.get("ms_max")),
+                     "algbw_GBps": m.get("algbw_GBps"),
                      "busbw_GBps": m.get("busbw_GBps"), "reason": r.get("reason") or r.get("message") or ""})
     return pd.DataFrame(rows).sort_values(["backend", "world_size", "size_mb"]).reset_index(drop=True)
 

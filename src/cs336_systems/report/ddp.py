@@ -22,6 +22,12 @@ PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms")
 SECTIONS = ("C2", "C3", "C4", "C5", "C6", "C7", "C8", "C10", "C11", "C12")
 
 
+def _step_range(steps: list[dict]) -> str:
+    """Fastest–slowest of rank 0's timed steps (ms): the spread beside their median."""
+    times = [s["step_ms"] for s in steps if s.get("step_ms") is not None]
+    return f"{min(times):.1f}–{max(times):.1f}" if times else ""
+
+
 def step_table(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
@@ -29,7 +35,8 @@ def step_table(records: list[dict]) -> pd.DataFrame:
         memory = (m.get("memory_per_rank") or [{}])[0]
         rows.append({"variant": r["params"]["variant"], "status": r["status"],
                      **{phase: m.get(phase) for phase in PHASES},
-                     "step_ms": m.get("step_ms"), "comm_share": m.get("comm_share"), "buckets": m.get("buckets"),
+                     "step_ms": m.get("step_ms"), "step_range_ms": _step_range(m.get("steps") or []),
+                     "comm_share": m.get("comm_share"), "buckets": m.get("buckets"),
                      "peak_GiB": memory["peak"] / GIB if "peak" in memory else None,
                      "note": r.get("reason") or r.get("message") or ""})
     return pd.DataFrame(rows)

@@ -103,9 +103,9 @@ def to_html(markdown: str) -> str:
     return md.render(markdown)
 
 
-# A cell that reads as a number: "12.3", "1,024", "-4e-05", "12.3 ± 0.4", "2.20×", "7.1 %", "3 ms".
-_NUMBER = re.compile(r"[-+−]?(\d[\d,]*(\.\d*)?|\.\d+)(e[-+]?\d+)?(\s*±\s*(\d[\d,]*(\.\d*)?|\.\d+)(e[-+]?\d+)?)?"
-                     r"\s*(%|×|x|ms|us|µs|s|B|KB|MB|GB|KiB|MiB|GiB|GB/s)?", re.IGNORECASE)
+# A cell that reads as a number: "12.3", "1,024", "-4e-05", "12.3 ± 0.4", "805.1–815.3", "2.20×", "7.1 %".
+_N = r"[-+−]?(\d[\d,]*(\.\d*)?|\.\d+)(e[-+]?\d+)?"
+_NUMBER = re.compile(rf"{_N}(\s*(±|–)\s*{_N})?\s*(%|×|x|ms|us|µs|s|B|KB|MB|GB|KiB|MiB|GiB|GB/s)?", re.IGNORECASE)
 # What stands in a numeric column where there is no number.
 _NO_NUMBER = {"", "n/a", "na", "nan", "-", "–", "—", "inf", "-inf", "inf/nan", "oom", "missing", "skipped", "error"}
 
