@@ -97,6 +97,7 @@ def test_a6_report_with_oom_rows(tmp_path):
         table = list(csv.DictReader(f))
     assert [row["status"] for row in table] == ["OOM", "ok", "ok", "ok", "OOM"]
     assert table[0]["peak (GiB)"] == "" and table[0]["predicted peak (GiB)"] != ""
+    assert table[0]["step (ms)"] == "" and all(re.fullmatch(r"\d+\.\d ± \d+\.\d", row["step (ms)"]) for row in table[1:4])
     assert (out / "peak_vs_group.png").stat().st_size > 1000
     _render("A6", out / "summary.json", tmp_path)
 

@@ -55,6 +55,7 @@ def rows_frame(records: list[dict]) -> pd.DataFrame:
         rows.append({
             "k": k, "status": r["status"], "message": r.get("message", r.get("reason", "")),
             "groups": m.get("groups"), "step_ms": m.get("step", {}).get("mean", math.nan),
+            "step_std_ms": m.get("step", {}).get("std", math.nan),
             "baseline_gib": baseline / GIB if baseline is not None else math.nan,
             # fp32 weights and their fp32 gradients: what any step holds besides activations
             "weights_grads_gib": 2 * size.parameter_count() * 4 / GIB,
@@ -74,7 +75,8 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "group size k": [("0 (none)" if k == 0 else str(k)) for k in df["k"]],
         "status": [s.upper() if s != "ok" else "ok" for s in df["status"]],
-        "step (ms)": [_num(v, 1) for v in df["step_ms"]],
+        "step (ms)": [_num(v, 1) + (f" ± {s:.1f}" if _num(v) and not math.isnan(s) else "")
+                      for v, s in zip(df["step_ms"], df["step_std_ms"])],
         "before step (GiB)": [_num(v) for v in df["baseline_gib"]],
         "weights + grads (GiB)": [_num(v) for v in df["weights_grads_gib"]],
         "peak (GiB)": [_num(v) for v in df["peak_gib"]],
