@@ -166,4 +166,39 @@ def test_fused_backward_with_atomic_dq(device, is_causal, shape, bulk, monkeypat
     small = ft.KernelTiles(16, 16, 1, 1) if device == "cpu" else ft.KernelTiles(32, 64, 4, 2)
     fused = ft.Tiles(ft.KernelTiles(32, 16, 1, 1) if device == "cpu" else ft.KernelTiles(64, 32), small, None)
     monkeypatch.setattr(ft, "choose_tiles", lambda *_: fused)
+    monkeypatch.setattr(ft, "_PLANS", {})       # plans cached by earlier tests hold other tiles
     check_against_reference(FlashAttentionTriton, *random_qkv(batch, n_q, n_k, d, dtype, device), is_causal)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cached_plan_serves_new_inputs(device, monkeypatch):
+    """The second call of a shape goes through the plan cached by the first (and on a GPU through
+    the compiled kernels' own launchers): it must compute the same function of new inputs."""
+    from cs336_systems.attention import flash_triton as ft
+
+    monkeypatch.setattr(ft, "_PLANS", {})
+    for _ in range(2):
+        check_against_reference(FlashAttentionTriton, *random_qkv(2, 53, 53, 32, torch.float32, device), True)
+    assert len(ft._PLANS) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_misaligned_and_strided_inputs(device):
+    """Pointers off 16-byte alignment and strided dO take the plain path; the results agree."""
+    base = torch.randn(2, 41, 33, device=device)
+    q, k, v = (base[..., 1:].clone()[..., :].detach() for _ in range(3))     # aligned copies
+    q = base[..., 1:].detach().requires_grad_()                               # 4 bytes off alignment
+    k, v = k.requires_grad_(), v.requires_grad_()
+    assert q.data_ptr() % 16
+    check_against_reference(FlashAttentionTriton, q, k, v, True)
+
+
+def test_fit_to_grid_fills_the_sms():
+    from cs336_systems.attention import flash_triton as ft
+
+    tiles = ft.Tiles(ft.KernelTiles(128, 64, 8, 3), ft.KernelTiles(64, 128, 8, 3), ft.KernelTiles(128, 64, 4, 4))
+    assert ft.fit_to_grid(tiles, 16, 16384, 16384, 132) == tiles          # 2048 programs: unchanged
+    small = ft.fit_to_grid(tiles, 1, 2048, 2048, 132)
+    assert small.forward.block_q == ft.MIN_FIT_BLOCK and small.forward.block_k <= small.forward.block_q
+    assert small.dkdv.block_k == ft.MIN_FIT_BLOCK and small.dkdv.block_q <= small.dkdv.block_k
+    assert ft.fit_to_grid(tiles, 1, 16384, 16384, 132).forward.block_q == 64  # 128 programs, then 256

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import triton
@@ -152,6 +152,21 @@ def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride
 
 
 # --- backward --------------------------------------------------------------------------------
+
+@triton.jit
+def _delta_kernel(O, DO, DELTA, stride_ob, stride_on, stride_dob, stride_don, stride_db, n_batch, n_rows,
+                  D: tl.constexpr, BLOCK: tl.constexpr):
+    """D = rowsum(dO ∘ O) in fp32 for BLOCK rows of one batch entry (one launch, where PyTorch
+    takes four: two casts, a product and a sum)."""
+    pid = tl.program_id(0)
+    b = pid % n_batch
+    rows = (pid // n_batch) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, D)
+    valid = rows < n_rows
+    o = tl.load(O + b * stride_ob + rows[:, None] * stride_on + offs_d[None, :], mask=valid[:, None], other=0.0)
+    do = tl.load(DO + b * stride_dob + rows[:, None] * stride_don + offs_d[None, :], mask=valid[:, None], other=0.0)
+    tl.store(DELTA + b * stride_db + rows, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=valid)
+
 
 @triton.jit
 def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, dq_desc, b, stride_qn, stride_don, stride_dqn,
@@ -367,8 +382,11 @@ def _tuned() -> dict[str, Tiles]:
 
 def default_tiles(d: int, dtype: torch.dtype) -> Tiles:
     if dtype == torch.float32:
-        fwd = KernelTiles(64, 32 if d == 128 else 64)
-        return Tiles(fwd, KernelTiles(32, 32), KernelTiles(32, 32))
+        # The fastest of a batch-1 sweep on the H100 with 3xTF32 products (NOTES.md, third session);
+        # at d = 128 every larger tile was slower or did not fit in shared memory.
+        if d == 128:
+            return Tiles(KernelTiles(32, 32), KernelTiles(32, 32), KernelTiles(32, 32))
+        return Tiles(KernelTiles(64, 64), KernelTiles(32, 32), KernelTiles(64, 64))
     warps = 8 if d == 128 else 4
     bwd = 64 if d <= 64 else 32
     return Tiles(KernelTiles(128, 64, warps, 2), KernelTiles(bwd, bwd, warps, 2), KernelTiles(bwd, bwd, warps, 2))
@@ -382,9 +400,12 @@ def choose_tiles(d: int, dtype: torch.dtype) -> Tiles:
 
 
 def _precision(dtype: torch.dtype) -> str:
-    # fp32 inputs: full-precision products, like torch.matmul's default (TF32 would cost accuracy).
+    # fp32 inputs: fp32-accurate products. Where the GPU has TF32 tensor cores, as three TF32
+    # products (the operands split into a high and a low TF32 part; the low x low term dropped):
+    # on the H100 as accurate as FMA products against float64 (relative errors 3e-7 to 1e-6 both
+    # ways) and many times faster (NOTES.md, third session). Plain TF32 would cost accuracy.
     if dtype == torch.float32:
-        return "ieee"
+        return "tf32x3" if _tf32_tensor_cores() else "ieee"
     # Triton's CPU interpreter computes bf16 dot products wrongly (seen with Triton 3.9: garbage of
     # order 1e10), so there the bf16 tiles are multiplied in fp32. Every rounding to bf16 the GPU
     # kernel does (P before P·V, dS before dS·K) still happens before the product.
@@ -393,56 +414,97 @@ def _precision(dtype: torch.dtype) -> str:
     return "tf32"
 
 
+@functools.lru_cache(maxsize=None)
+def _tf32_tensor_cores() -> bool:
+    return not interpreting() and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
+
+
 def _check_device(q: torch.Tensor) -> None:
     if q.device.type != "cuda" and not interpreting():
         raise ValueError(f"FlashAttentionTriton needs CUDA tensors (got {q.device}); on a CPU, set "
                          "TRITON_INTERPRET=1 before importing it to run the kernels in Triton's interpreter")
 
 
-def _launch(t: KernelTiles) -> dict:
-    return dict(BLOCK_Q=t.block_q, BLOCK_K=t.block_k, num_warps=t.num_warps, num_stages=t.num_stages)
+def _options(t: KernelTiles) -> dict:
+    return dict(num_warps=t.num_warps, num_stages=t.num_stages)
+
+
+# Each kernel's launch is described once, by a function of the tensors and tiles that returns the
+# grid, the arguments after the tensors (strides, sizes, scales) and the constexprs, both in the
+# kernel's signature order. The plain launch functions below and the cached per-shape plans
+# (``_Launch``, ``_Plan``) both build their launches from these.
+
+def _forward_args(q, k, v, out, lse, is_causal: bool, t: KernelTiles):
+    batch, n_q, d = q.shape
+    scalars = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0),
+               out.stride(1), lse.stride(0), batch, n_q, k.shape[1], LOG2_E / math.sqrt(d))
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
+
+
+def _delta_args(out, grad_out, delta):
+    batch, n_q, d = out.shape
+    block = max(16, 8192 // d)
+    scalars = (out.stride(0), out.stride(1), grad_out.stride(0), grad_out.stride(1), delta.stride(0), batch, n_q)
+    return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block)
+
+
+def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, dq, is_causal: bool, atomic, t: KernelTiles):
+    batch, n_q, d = q.shape
+    n_k = k.shape[1]
+    scale = 1.0 / math.sqrt(d)
+    scalars = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), grad_out.stride(0),
+               grad_out.stride(1), lse.stride(0), grad_k.stride(0), grad_k.stride(1), grad_v.stride(0),
+               grad_v.stride(1), dq.stride(0), dq.stride(1), batch, n_q, n_k, scale, scale * LOG2_E)
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, ATOMIC_DQ=atomic,
+                      PRECISION=_precision(q.dtype))
+    return (triton.cdiv(n_k, t.block_k) * batch,), scalars, constexprs
+
+
+def _dq_args(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles):
+    batch, n_q, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+    scalars = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), grad_out.stride(0),
+               grad_out.stride(1), lse.stride(0), grad_q.stride(0), grad_q.stride(1), batch, n_q, k.shape[1], scale,
+               scale * LOG2_E)
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 
 def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
                          tiles: Tiles | None = None):
     """Launch the forward kernel; returns (O in q's dtype, L fp32 of shape (batch, Nq))."""
     batch, n_q, d = q.shape
-    n_k = k.shape[1]
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     t = (tiles or choose_tiles(d, q.dtype)).forward
     out = torch.empty(batch, n_q, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, n_q, dtype=torch.float32, device=q.device)
-    _flash_forward_kernel[(triton.cdiv(n_q, t.block_q) * batch,)](
-        q, k, v, out, lse, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), lse.stride(0), batch, n_q, n_k, LOG2_E / math.sqrt(d),
-        D=d, CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_launch(t))
+    grid, scalars, constexprs = _forward_args(q, k, v, out, lse, is_causal, t)
+    _flash_forward_kernel[grid](q, k, v, out, lse, *scalars, **constexprs, **_options(t))
     return out, lse
 
 
 def backward_delta(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
-    """D = rowsum(dO ∘ O) in fp32, shape (batch, Nq)."""
-    return (grad_out.float() * out.float()).sum(-1)
+    """D = rowsum(dO ∘ O) in fp32, shape (batch, Nq); both inputs with unit last stride."""
+    delta = torch.empty(out.shape[:2], dtype=torch.float32, device=out.device)
+    grid, scalars, constexprs = _delta_args(out, grad_out, delta)
+    _delta_kernel[grid](out, grad_out, delta, *scalars, **constexprs)
+    return delta
 
 
 def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, t: KernelTiles,
                 grad_q_accumulator: torch.Tensor | None = None) -> None:
     """The dK/dV kernel; given a zeroed fp32 ``grad_q_accumulator``, it also adds dQ into it."""
-    batch, n_q, d = q.shape
-    n_k = k.shape[1]
-    scale = 1.0 / math.sqrt(d)
     # grad_k: a placeholder pointer, never written as dQ. The modes go in as plain ints (.value).
     dq, dq_desc, atomic = grad_k, None, DQ_SEPARATE
     if grad_q_accumulator is not None:
         dq, atomic = grad_q_accumulator, DQ_ELEMENT_ATOMICS
         if _bulk_reductions(q.device):
-            dq_desc = TensorDescriptor.from_tensor(grad_q_accumulator, [1, t.block_q, d])
+            dq_desc = TensorDescriptor.from_tensor(grad_q_accumulator, [1, t.block_q, q.shape[2]])
             atomic = DQ_BULK_REDUCTION
-    _flash_dkdv_kernel[(triton.cdiv(n_k, t.block_k) * batch,)](
-        q, k, v, grad_out, lse, delta, grad_k, grad_v, dq, dq_desc, q.stride(0), q.stride(1), k.stride(0),
-        k.stride(1), v.stride(0), v.stride(1), grad_out.stride(0), grad_out.stride(1), lse.stride(0),
-        grad_k.stride(0), grad_k.stride(1), grad_v.stride(0), grad_v.stride(1), dq.stride(0), dq.stride(1),
-        batch, n_q, n_k, scale, scale * LOG2_E, D=d, CAUSAL=is_causal, ATOMIC_DQ=atomic.value,
-        PRECISION=_precision(q.dtype), **_launch(t))
+    grid, scalars, constexprs = _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, dq, is_causal, atomic.value, t)
+    _flash_dkdv_kernel[grid](q, k, v, grad_out, lse, delta, grad_k, grad_v, dq, dq_desc, *scalars, **constexprs,
+                             **_options(t))
 
 
 def _bulk_reductions(device: torch.device) -> bool:
@@ -452,14 +514,8 @@ def _bulk_reductions(device: torch.device) -> bool:
 
 
 def launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelTiles) -> None:
-    batch, n_q, d = q.shape
-    n_k = k.shape[1]
-    scale = 1.0 / math.sqrt(d)
-    _flash_dq_kernel[(triton.cdiv(n_q, t.block_q) * batch,)](
-        q, k, v, grad_out, lse, delta, grad_q, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        v.stride(0), v.stride(1), grad_out.stride(0), grad_out.stride(1), lse.stride(0), grad_q.stride(0),
-        grad_q.stride(1), batch, n_q, n_k, scale, scale * LOG2_E,
-        D=d, CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_launch(t))
+    grid, scalars, constexprs = _dq_args(q, k, v, grad_out, lse, grad_q, is_causal, t)
+    _flash_dq_kernel[grid](q, k, v, grad_out, lse, delta, grad_q, *scalars, **constexprs, **_options(t))
 
 
 def backward_kernels(q, k, v, grad_out, lse, delta, is_causal: bool, tiles: Tiles):
@@ -482,21 +538,153 @@ def flash_backward_triton(q, k, v, out, grad_out, lse, is_causal: bool, tiles: T
     return backward_kernels(q, k, v, grad_out, lse, backward_delta(out, grad_out), is_causal, tiles)
 
 
+# --- per-shape plans: the eager hot path ------------------------------------------------------
+
+class _Launch:
+    """One kernel with its grid and every argument but the tensors fixed: its launch for one input
+    layout. The first call goes through Triton's dispatcher, which compiles the kernel or finds it;
+    later calls go straight to the compiled kernel's launcher, because the dispatcher re-derives
+    the specialisation key from every argument on every call (see NOTES.md for what that costs).
+    Valid only for tensors with the layout and 16-byte alignment of the first call's."""
+
+    def __init__(self, kernel, grid: tuple, scalars: tuple, constexprs: dict, options: dict):
+        if list(constexprs) != kernel.arg_names[-len(constexprs):]:
+            raise ValueError(f"constexprs {list(constexprs)} are not the last arguments of {kernel.arg_names}")
+        self.kernel, self.grid, self.scalars, self.constexprs, self.options = kernel, grid, scalars, constexprs, options
+        self.tail = (*scalars, *constexprs.values())       # the compiled launcher takes them positionally
+        self.launcher = None
+
+    def __call__(self, *tensors) -> None:
+        if self.launcher is not None:
+            self.launcher(*tensors, *self.tail)
+            return
+        compiled = self.kernel[self.grid](*tensors, *self.scalars, **self.constexprs, **self.options)
+        if not interpreting():
+            self.launcher = compiled[(*self.grid, 1, 1)[:3]]      # its launcher takes all three sizes
+
+
+def _sm_count(device: torch.device) -> int:
+    return _sm_count_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count_of(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+# Smallest tile fit_to_grid shrinks to: in a batch-1 sweep on the H100 (bf16, d = 64 and 128,
+# N = 1024 to 16384; NOTES.md) 64 x 64 with 4 warps was fastest for every kernel, and 32- or
+# 16-row tiles were slower from N = 4096 on.
+MIN_FIT_BLOCK = 64
+
+
+def fit_to_grid(tiles: Tiles, batch: int, n_q: int, n_k: int, sms: int) -> Tiles:
+    """The tuned tiles (chosen at batch 16 or 4) with the dimension that sets a kernel's program
+    count halved, and at most 4 warps, until the grid has a program for every SM or the tile
+    reaches MIN_FIT_BLOCK. At batch 1 and N = 2048, the bf16 forward's 128-query tiles give 16
+    programs on 132 SMs."""
+    def fit(t: KernelTiles | None, n: int, big: str, small: str) -> KernelTiles | None:
+        while t is not None and batch * triton.cdiv(n, getattr(t, big)) < sms and getattr(t, big) > MIN_FIT_BLOCK:
+            half = getattr(t, big) // 2
+            t = replace(t, **{big: half, small: min(getattr(t, small), half)}, num_warps=min(t.num_warps, 4))
+        return t
+    return Tiles(fit(tiles.forward, n_q, "block_q", "block_k"), fit(tiles.dkdv, n_k, "block_k", "block_q"),
+                 fit(tiles.dq, n_q, "block_q", "block_k"))
+
+
+class _Plan:
+    """Everything about one call of FlashAttentionTriton that depends only on the inputs' shapes,
+    strides, dtype, device and causality: the tiles fitted to the grid, the output buffers' sizes
+    and the kernels' launches (the backward's are made on its first call, per layout of dO)."""
+
+    def __init__(self, q, k, v, is_causal: bool):
+        batch, n_q, d = q.shape
+        tiles = choose_tiles(d, q.dtype)
+        if not interpreting():
+            tiles = fit_to_grid(tiles, batch, n_q, k.shape[1], _sm_count(q.device))
+        self.tiles, self.is_causal = tiles, is_causal
+        self.new_out = dict(size=q.shape, dtype=q.dtype, device=q.device)
+        self.new_lse = dict(size=(batch, n_q), dtype=torch.float32, device=q.device)
+        out, lse = torch.empty(**self.new_out), torch.empty(**self.new_lse)
+        self.forward = _Launch(_flash_forward_kernel, *_forward_args(q, k, v, out, lse, is_causal, tiles.forward),
+                               _options(tiles.forward))
+        self.backwards: dict = {}
+
+    def backward(self, q, k, v, out, grad_out, lse):
+        """dQ, dK, dV through the launches for this layout of dO (made on first use)."""
+        launches = self.backwards.get(grad_out.stride())
+        if launches is None:
+            launches = self.backwards[grad_out.stride()] = self._backward_launches(q, k, v, out, grad_out, lse)
+        delta_launch, dkdv, dq = launches
+        delta = torch.empty(**self.new_lse)
+        delta_launch(out, grad_out, delta)
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, grad_k, None)
+        dq(q, k, v, grad_out, lse, delta, grad_q)
+        return grad_q, grad_k, grad_v
+
+    def _backward_launches(self, q, k, v, out, grad_out, lse):
+        t, causal = self.tiles, self.is_causal
+        delta = torch.empty(**self.new_lse)
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dkdv_args = _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, grad_k, causal, DQ_SEPARATE.value, t.dkdv)
+        return (_Launch(_delta_kernel, *_delta_args(out, grad_out, delta), {}),
+                _Launch(_flash_dkdv_kernel, *dkdv_args, _options(t.dkdv)),
+                _Launch(_flash_dq_kernel, *_dq_args(q, k, v, grad_out, lse, grad_q, causal, t.dq), _options(t.dq)))
+
+
+_PLANS: dict = {}
+
+
+def _plan(q, k, v, is_causal: bool) -> _Plan | None:
+    """The cached plan for these inputs, or None where the plain path must run them: under
+    torch.compile (which traces the plain launches), for a strided last dimension (the plain
+    path copies it), for pointers off 16-byte alignment (the compiled kernels assume it), and for
+    the fused backward (its TMA descriptor is made per call)."""
+    if (torch.compiler.is_compiling() or not all(isinstance(t, torch.Tensor) for t in (q, k, v))
+            or (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16):
+        return None
+    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+           k.device, v.device, is_causal)
+    plan = _PLANS.get(key)
+    if plan is None:
+        check_inputs(q, k, v, is_causal)
+        _check_device(q)
+        if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 \
+                or choose_tiles(q.shape[-1], q.dtype).atomic_dq:
+            return None
+        if len(_PLANS) >= 4096:       # many distinct shapes (varying lengths): start afresh
+            _PLANS.clear()
+        plan = _PLANS[key] = _Plan(q, k, v, is_causal)
+    return plan
+
+
 class FlashAttentionTriton(torch.autograd.Function):
     """``FlashAttentionTriton.apply(q, k, v, is_causal=False) -> o``: Triton forward and Triton backward."""
 
     @staticmethod
     def forward(ctx, q, k, v, is_causal=False):
-        check_inputs(q, k, v, is_causal)
-        _check_device(q)
-        out, lse = flash_forward_triton(q, k, v, bool(is_causal))
+        is_causal = bool(is_causal)
+        plan = _plan(q, k, v, is_causal)
+        if plan is not None:
+            out, lse = torch.empty(**plan.new_out), torch.empty(**plan.new_lse)
+            plan.forward(q, k, v, out, lse)
+        else:
+            check_inputs(q, k, v, is_causal)
+            _check_device(q)
+            out, lse = flash_forward_triton(q, k, v, is_causal)
         ctx.save_for_backward(lse, q, k, v, out)
-        ctx.is_causal = bool(is_causal)
+        ctx.is_causal, ctx.plan = is_causal, plan
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         lse, q, k, v, out = ctx.saved_tensors
+        if ctx.plan is not None and not torch.compiler.is_compiling():
+            if grad_out.stride(-1) != 1:
+                grad_out = grad_out.contiguous()
+            if grad_out.data_ptr() % 16 == 0:
+                return (*ctx.plan.backward(q, k, v, out, grad_out, lse), None)
         return (*flash_backward_triton(q, k, v, out, grad_out, lse, ctx.is_causal), None)
 
 
