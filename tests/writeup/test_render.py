@@ -130,6 +130,8 @@ def test_missing_sections_say_why(tmp_path):
     assert r.source_cell("h100", sources["A2"]) == ("run `h100` · NVIDIA H100 · commit `abc1234567` · "
                                                      "2026-11-22 to 2026-11-23 · 3 records (1 oom)")
     assert r.source_cell("h100", sources["B2"]).endswith(" · only part (a)")
+    assert "· NVIDIA H100 ×2/4 ·" in r.source_cell("h100", {"provenance": dict(sources["A2"]["provenance"],
+                                                                            gpu_counts=[1, 2, 4])})
     md = Renderer("md", tmp_path / "writeup" / "h100" / "writeup.md")
     assert "run `h200` has it" in md.source_cell("h100", sources["C3"])   # no writeup.md there: no link
     assert "](" not in md.source_cell("h100", sources["C3"])

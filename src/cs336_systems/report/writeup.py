@@ -208,7 +208,8 @@ class Renderer:
             return f"**not built**: {self.missing(source)}"
         p = source["provenance"]
         counts = p.get("gpu_counts") or []
-        cards = ", ".join(p["gpus"]) + (f" ×{max(counts)}" if counts and max(counts) > 1 else "")
+        several = [c for c in counts if c > 1]     # GPUs per job where a job had more than one
+        cards = ", ".join(p["gpus"]) + (" ×" + "/".join(map(str, several)) if several else "")
         dates = p["first_utc"][:10] if p.get("first_utc") else "no date"
         if p.get("last_utc") and p["last_utc"][:10] != dates:
             dates += f" to {p['last_utc'][:10]}"
