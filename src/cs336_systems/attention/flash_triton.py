@@ -21,6 +21,10 @@ under ``TRITON_INTERPRET=1`` on a CPU. Triton 3.6's interpreter needs NumPy < 2.
 scalar (a program id, an int argument) as a one-element array and turns loop bounds into ints with
 ``int(array)``, which NumPy 2.4 refuses; later Tritons squeeze the array first.
 
+Eager calls of ``FlashAttentionTriton`` go through a plan cached per input layout (``_Plan``: tiles
+fitted to the grid, buffer sizes, and each kernel's launch with its arguments fixed), so that a
+small call costs little more host time than its launches; torch.compile traces the plain path.
+
 Selecting the backward: ``FlashAttentionTriton`` uses these Triton kernels;
 ``FlashAttentionTritonPytorchBackward`` has the same Triton forward with the compiled PyTorch
 backward of ``attention.backward``.
