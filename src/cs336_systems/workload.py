@@ -38,6 +38,38 @@ def no_phase(name: str) -> ContextManager:
     return contextlib.nullcontext()
 
 
+def optimizers_without_compiler() -> None:
+    """Let optimizers be built and used without importing the compiler, in a process that compiles nothing.
+
+    ``torch.optim.Optimizer`` wraps ``add_param_group``, ``zero_grad``, ``state_dict`` and
+    ``load_state_dict`` in ``torch._disable_dynamo``, which imports ``torch._dynamo`` (sympy, Triton)
+    at their first call only to mark them as never to be traced. That import is about 1 s of
+    start-up, and 0.4 s more at exit, in every eager process that builds an optimizer: A1, A2, A5, A6
+    and each DDP rank, where the tiny smoke models step in milliseconds. When Dynamo is not loaded
+    yet, each wrapper is told that the marked function is the function itself (the cache that
+    ``torch._disable_dynamo`` fills at its first call), so nothing is imported and the eager calls
+    are the same. Where Dynamo is already loaded (B2, a ``torch.compile``d A1) nothing changes. If a
+    later PyTorch marks these methods another way, the attribute is ignored and the import happens.
+    """
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        return
+    for attr in vars(torch.optim.Optimizer).values():
+        original = getattr(attr, "__wrapped__", None)
+        code = getattr(attr, "__code__", None)
+        if callable(original) and code is not None and code.co_filename.endswith("_compile.py"):
+            setattr(original, "__dynamo_disable", original)
+
+
+def adamw(params, **kwargs):
+    """``cs336_basics``' AdamW, built without importing the compiler (``optimizers_without_compiler``)."""
+    from cs336_basics.optimizer import AdamW
+
+    optimizers_without_compiler()
+    return AdamW(params, **kwargs)
+
+
 @dataclass
 class Workload:
     model: torch.nn.Module          # the model itself (parameters, gradients)
@@ -99,9 +131,7 @@ def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, prec
             block.compile()
     optimizer = None
     if mode == "train-step":
-        from cs336_basics.optimizer import AdamW
-
-        optimizer = AdamW(model.parameters(), lr=1e-4)
+        optimizer = adamw(model.parameters(), lr=1e-4)
     inputs, targets = random_batch(batch, context, vocab_size=vocab_size, device=device)
     return Workload(model, runnable, optimizer, inputs, targets, mode, precision, device)
 

@@ -70,6 +70,9 @@ def wrap(variant: str, model: torch.nn.Module, device: torch.device) -> torch.nn
 def make_optimizer(variant: str, params):
     from cs336_basics.optimizer import AdamW
 
+    from cs336_systems.workload import optimizers_without_compiler
+
+    optimizers_without_compiler()       # ~1 s less start-up per rank: nothing here is compiled
     if variant == "overlap-sharded":
         from cs336_systems.distributed.sharded_optimizer import ShardedOptimizer
         return ShardedOptimizer(params, AdamW, lr=1e-4)
@@ -184,8 +187,13 @@ def _trace_one_step(wrapped, optimizer, x, y, device) -> list[dict]:
     from cs336_basics.nn_utils import cross_entropy
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    if device.type == "cuda":
+        profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    else:
+        # The same Kineto profiler that torch.profiler.profile drives, without its wrapper, whose
+        # start asks hasattr(torch, "_inductor") and so imports Inductor and Dynamo (~1.5 s a rank).
+        profiler = torch.autograd.profiler.profile(use_kineto=True)
+    with profiler as prof:
         optimizer.zero_grad(set_to_none=True)
         with torch.profiler.record_function("phase:forward"):
             loss = cross_entropy(wrapped(x), y)
@@ -197,7 +205,8 @@ def _trace_one_step(wrapped, optimizer, x, y, device) -> list[dict]:
             optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-    return trace_intervals(prof.events(), gpu=device.type == "cuda")
+    events = prof.events() if device.type == "cuda" else prof.function_events
+    return trace_intervals(events, gpu=device.type == "cuda")
 
 
 def trace_intervals(events, gpu: bool) -> list[dict]:

@@ -134,17 +134,18 @@ def _live_storages(workload: Workload) -> dict[int, int]:
 
 def capture_cpu(workload: Workload, warmup: int) -> tuple[MemoryTrace, dict, str | None]:
     """Warm up, then profile one step with memory events (the CPU has no CUDA memory history)."""
-    from torch.profiler import ProfilerActivity, profile
-
     oom = _warm_up(workload, warmup)
     if oom:
         _recover(workload)
     initial = _live_storages(workload)
     marks = PhaseMarks()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    # The Kineto profiler that torch.profiler.profile drives, without its wrapper, whose start asks
+    # hasattr(torch, "_inductor") and so imports Inductor and Dynamo (~1.5 s of a few-second job).
+    with torch.autograd.profiler.profile(use_kineto=True, profile_memory=True, record_shapes=True,
+                                         with_stack=True) as prof:
         step_oom = oom_during(lambda: workload.step(marks))
         oom = oom or step_oom
-    trace = trace_from_profiler(prof.profiler.kineto_results.experimental_event_tree(), initial, marks.phases)
+    trace = trace_from_profiler(prof.kineto_results.experimental_event_tree(), initial, marks.phases)
     return trace, {}, oom
 
 
