@@ -38,7 +38,7 @@ from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import call_counting_oom, exception_line, free_device_memory, synchronize
-from cs336_systems.workload import MODES, Workload, build_workload, time_steps
+from cs336_systems.workload import COMPILE_BACKENDS, MODES, Workload, build_workload, time_steps
 
 COMPILE_CHOICES = ("blocks", "model")
 VARIANTS = ("eager", "compiled")
@@ -60,6 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=10, help="timed steps per variant")
     p.add_argument("--compile", choices=COMPILE_CHOICES, default="blocks",
                    help="blocks: each Transformer block compiled in place; model: torch.compile of the whole model")
+    p.add_argument("--backend", choices=COMPILE_BACKENDS, default="inductor",
+                   help="torch.compile back end (aot_eager: traced, not code-generated; for smoke runs)")
     p.add_argument("--compile-cache", action="store_true",
                    help="let Inductor reuse its on-disk caches (compile_seconds is then not a cold compile)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and batch (the same for both variants)")
@@ -86,11 +88,11 @@ def initial_loss(workload: Workload) -> float:
 
 
 def time_variant(size_name: str, *, compile: str, context: int, batch: int, mode: str, warmup: int,
-                 steps: int, device: torch.device, seed: int) -> dict:
+                 steps: int, device: torch.device, seed: int, backend: str = "inductor") -> dict:
     """Build (from ``seed``), check the loss, warm up and time one variant; metrics in ms."""
     torch.manual_seed(seed)          # same weights and batch in both variants
     workload = build_workload(get_size(size_name), context=context, batch=batch, mode=mode,
-                              compile=compile, device=device)
+                              compile=compile, device=device, backend=backend)
     synchronize(device)
     start = timeit.default_timer()
     loss = initial_loss(workload)
@@ -153,7 +155,8 @@ def run(args: argparse.Namespace) -> tuple[dict, dict, str, str | None]:
     """Both variants of one grid point, one after the other; returns params, metrics, status, reason."""
     size = get_size(args.size)
     params = {"size": args.size, **asdict(size), "context": args.context, "batch": args.batch, "mode": args.mode,
-              "warmup": args.warmup, "steps": args.steps, "compile": args.compile, "compile_cache": args.compile_cache,
+              "warmup": args.warmup, "steps": args.steps, "compile": args.compile, "backend": args.backend,
+              "compile_cache": args.compile_cache,
               "precision": "fp32", "attention": "naive", "seed": args.seed, "device": args.device}
     log(f"B2 whole model: {params}")
     device = torch.device(args.device)
@@ -165,7 +168,7 @@ def run(args: argparse.Namespace) -> tuple[dict, dict, str, str | None]:
             compile = "none" if variant == "eager" else args.compile
             variants[variant] = attempt(variant, lambda: time_variant(
                 args.size, compile=compile, context=args.context, batch=args.batch, mode=args.mode,
-                warmup=args.warmup, steps=args.steps, device=device, seed=args.seed))
+                warmup=args.warmup, steps=args.steps, device=device, seed=args.seed, backend=args.backend))
             gc.collect()                # the variant's model, gradients and optimizer state go first
             free_device_memory(device)
     metrics = {"variants": variants, "loss_check": loss_check(variants["eager"], variants["compiled"]),

@@ -54,3 +54,12 @@ def test_allocator_state_reads_pytorchs_oom_message():
         {"capacity_MiB": 139.80 * 1024, "requested_MiB": 32 * 1024, "allocated_MiB": 96.13 * 1024})
     assert b1.allocator_state("DefaultCPUAllocator: can't allocate memory") == {}
     assert b1.allocator_state(None) == {}
+
+
+def test_compiled_row_with_the_smoke_backend():
+    """The smoke preset's back end (aot_eager) through the compiled path; the records name it."""
+    records = sweep.sweep(16, [32], batch=2, iters=1, compiled=True, device="cpu", extend_to=None, backend="aot_eager")
+    assert [r["status"] for r in records] == ["ok"]
+    assert records[0]["params"]["backend"] == "aot_eager" and records[0]["params"]["compiled"]
+    eager = sweep.sweep(16, [32], batch=2, iters=1, compiled=False, device="cpu", extend_to=None)
+    assert "backend" not in eager[0]["params"]

@@ -125,3 +125,22 @@ def test_tiny_model_on_the_gpu_reports_memory(tmp_path):
     for variant in m["variants"].values():
         assert variant["status"] == "ok" and variant["peak_memory_bytes"] > 0
         assert not math.isnan(variant["step"]["mean"])
+
+
+def test_cheap_backend_for_smoke_runs(tmp_path):
+    """``--backend aot_eager`` (the smoke preset's): the blocks are still traced into one graph and the
+    losses agree, the record says which back end, and no code is generated."""
+    out = tmp_path / "rec.json"
+    argv = ["--size", "tiny", "--context", "8", "--batch", "1", "--mode", "train-step", "--warmup", "1",
+            "--steps", "1", "--device", "cpu", "--backend", "aot_eager", "--out", str(out)]
+    assert compile_bench.main(argv) == 0
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok" and record["params"]["backend"] == "aot_eager"
+    assert record["metrics"]["compiled_graphs"] == 1 and record["metrics"]["loss_check"]["passed"]
+
+
+def test_unknown_backend_is_refused():
+    from cs336_systems.workload import build_workload
+
+    with pytest.raises(ValueError, match="back end"):
+        build_workload(get_size("tiny"), context=8, batch=1, mode="forward", compile="blocks", backend="tvm")

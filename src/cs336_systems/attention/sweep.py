@@ -79,18 +79,18 @@ def sequence_lengths(listed: list[int], extend_to: int | None):
 
 
 def sweep(d: int, seqs: list[int], *, batch: int, iters: int, compiled: bool, device: str,
-          extend_to: int | None) -> list[dict]:
+          extend_to: int | None, backend: str = "inductor") -> list[dict]:
     device = torch.device(device)
     if compiled:
         # Backward is timed by calling it repeatedly on one graph (retain_graph=True), which a
         # compiled backward allows only without donated buffers (PyTorch's error message says so).
         import torch._functorch.config as functorch_config
         functorch_config.donated_buffer = False
-    fn = torch.compile(plain_attention) if compiled else plain_attention
+    fn = torch.compile(plain_attention, backend=backend) if compiled else plain_attention
     records = []
     for seq in sequence_lengths(seqs, extend_to):
         params = {"d": d, "seq": seq, "batch": batch, "iters": iters, "compiled": compiled, "device": str(device),
-                  "extended": seq not in seqs}
+                  "extended": seq not in seqs, **({"backend": backend} if compiled else {})}
         accounting = attention_memory(batch, seq, d)
         try:
             metrics = measure_point(fn, batch, seq, d, iters, device)
@@ -119,6 +119,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--iters", type=int, default=100, help="timed forward (and backward) passes per point")
     p.add_argument("--compile", action="store_true", help="torch.compile the attention function (B2a)")
+    p.add_argument("--backend", choices=["inductor", "aot_eager"], default="inductor",
+                   help="torch.compile back end with --compile (aot_eager: traced, not code-generated; smoke runs)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
@@ -127,7 +129,7 @@ def main(argv=None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: CUDA is not available on this machine")
     records = sweep(args.d, args.seqs, batch=args.batch, iters=args.iters, compiled=args.compile,
-                    device=args.device, extend_to=args.extend_to)
+                    device=args.device, extend_to=args.extend_to, backend=args.backend)
     write_json_atomic(args.out, records)
     log(f"wrote {len(records)} records -> {args.out}")
     return 0
