@@ -89,6 +89,11 @@ RUN mkdir -p src && touch README.md \
 COPY . /opt/cs336
 RUN pip install --no-cache-dir --no-deps -e ./cs336-basics -e . \
     && python -c 'import torch, snakemake, cs336_systems, cs336_basics; print("torch", torch.__version__)'
+# Triton 3.6 (the default base's) runs our kernels in its interpreter, as a smoke run on a host
+# without a GPU does, only with NumPy < 2.4; newer Tritons need no pin.
+RUN if python -c 'import sys, triton; sys.exit(tuple(map(int, triton.__version__.split(".")[:2])) > (3, 6))'; then \
+        pip install --no-cache-dir 'numpy<2.4'; \
+    fi
 
 COPY docker/env.sh /usr/local/lib/cs336/env.sh
 COPY docker/entrypoint.sh /usr/local/bin/cs336-entrypoint

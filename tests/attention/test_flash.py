@@ -202,3 +202,16 @@ def test_fit_to_grid_fills_the_sms():
     assert small.forward.block_q == ft.MIN_FIT_BLOCK and small.forward.block_k <= small.forward.block_q
     assert small.dkdv.block_k == ft.MIN_FIT_BLOCK and small.dkdv.block_q <= small.dkdv.block_k
     assert ft.fit_to_grid(tiles, 1, 16384, 16384, 132).forward.block_q == 64  # 128 programs, then 256
+
+
+def test_triton_36_interpreter_with_numpy_24_is_one_clear_error(monkeypatch):
+    import numpy
+
+    from cs336_systems.attention import flash_triton
+
+    monkeypatch.setattr(numpy, "__version__", "2.4.0")
+    with pytest.raises(RuntimeError, match=r"Triton 3\.6\.0's interpreter needs NumPy < 2\.4"):
+        flash_triton._check_interpreter_numpy("3.6.0")
+    flash_triton._check_interpreter_numpy("3.9.1")            # newer Tritons squeeze the arrays
+    monkeypatch.setattr(numpy, "__version__", "2.3.5")
+    flash_triton._check_interpreter_numpy("3.6.0")

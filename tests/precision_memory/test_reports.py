@@ -187,12 +187,14 @@ def test_a4_report_with_skipped_cuda_and_no_timing(tmp_path):
     _render("A4", out / "summary.json", tmp_path)
 
 
-def test_a4_report_bad_input_is_one_line(tmp_path, capsys):
+def test_a4_report_bad_input_is_one_line(tmp_path):
+    """A damaged record stops the report with one line naming it, and is set aside (records.set_aside)."""
     (tmp_path / "bad.json").write_text('{"not": "a list"}')
     with pytest.raises(SystemExit) as exit_info:
         a4.main(["--dtypes", str(tmp_path / "bad.json"), "--out-dir", str(tmp_path / "out")])
-    assert exit_info.value.code == 2
-    assert "expected a JSON list of records" in capsys.readouterr().err
+    message = str(exit_info.value.code)
+    assert message.count("\n") == 0 and "bad.json: expected a JSON list of records" in message
+    assert (tmp_path / "bad.json.damaged").exists() and not (tmp_path / "bad.json").exists()
 
 
 def _render(ident, summary_path, tmp_path):

@@ -1,5 +1,6 @@
 # Shared by every rule file: the resolved config, the run's folders, and code dependencies.
 import glob
+import os
 import re
 import sys
 
@@ -37,3 +38,12 @@ onstart:
     stop = refusal(GRID["device"], planned, cuda_visible(), workflow.local_exec, PRESET)
     if stop:
         sys.exit(stop)
+    # The writeup is about to be rewritten: take the old one away now. Snakemake remakes a missing
+    # file (a record set aside, the outputs of a job that failed or was cut off) only when something
+    # that needs it is out of date, so if this run stops early, the missing writeup is what makes the
+    # next run remake everything missing beneath it, instead of saying "Nothing to be done" beside
+    # an old writeup that quotes files no longer there.
+    if "writeup" in {rule for rule, _ in planned}:
+        for path in rules.writeup.output:
+            if os.path.exists(path):
+                os.remove(path)

@@ -427,6 +427,20 @@ def _check_device(q: torch.Tensor) -> None:
     if q.device.type != "cuda" and not interpreting():
         raise ValueError(f"FlashAttentionTriton needs CUDA tensors (got {q.device}); on a CPU, set "
                          "TRITON_INTERPRET=1 before importing it to run the kernels in Triton's interpreter")
+    if interpreting():
+        _check_interpreter_numpy(triton.__version__)
+
+
+def _check_interpreter_numpy(triton_version: str) -> None:
+    """One clear line instead of the interpreter's 'only 0-dimensional arrays' deep in a kernel."""
+    import numpy
+
+    def major_minor(version: str) -> tuple[int, int]:
+        return tuple(int(part) for part in version.split(".")[:2])
+
+    if major_minor(triton_version) <= (3, 6) and major_minor(numpy.__version__) >= (2, 4):
+        raise RuntimeError(f"Triton {triton_version}'s interpreter needs NumPy < 2.4 (this is {numpy.__version__}): "
+                           "pip install 'numpy<2.4', or a newer Triton")
 
 
 def _options(t: KernelTiles) -> dict:

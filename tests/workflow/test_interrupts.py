@@ -1,0 +1,117 @@
+"""Interrupting README's main command at a measuring job, then doing what README says: the DAG finishes
+with every record whole and nothing left to do.
+
+Each test works on its own copy of the finished smoke tree (timestamps and Snakemake's metadata
+kept) with the benchmark module edited, so the interrupted run has real measuring jobs to cut off.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from workflow.readme import main_command
+from workflow.test_snakemake import SNAKEMAKE, _show, env_for, snakemake
+
+pytestmark = pytest.mark.slow
+MAIN = shlex.split(main_command())[1:]
+
+
+def _tree_after_an_edit(smoke, dest: Path) -> Path:
+    """The finished smoke tree with the benchmark edited, so its A1 points are stale (about 15 jobs)."""
+    copy, first, _ = smoke
+    assert first.returncode == 0, _show(first)
+    shutil.copytree(copy, dest, symlinks=True)
+    with open(dest / "src" / "cs336_systems" / "benchmark.py", "a") as f:
+        f.write("# an edit that makes A1 stale\n")
+    return dest
+
+
+def _start(copy: Path, log: Path) -> subprocess.Popen:
+    out = open(log, "w")
+    return subprocess.Popen([str(SNAKEMAKE), *MAIN], cwd=copy, env=env_for(copy), stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _wait_for(log: Path, text: str, proc: subprocess.Popen, limit_s: float = 120) -> None:
+    deadline = time.monotonic() + limit_s
+    while text not in log.read_text():
+        assert proc.poll() is None, f"snakemake ended before {text!r}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {text!r} in {limit_s} s"
+        time.sleep(0.2)
+
+
+def _group_gone(pgid: int, limit_s: float = 120) -> None:
+    """Wait until no process of the run's group is left (jobs a killed Snakemake left running)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.killpg(pgid, signal.SIGKILL)
+
+
+def _assert_finished_and_whole(copy: Path) -> None:
+    proc = snakemake(copy, *MAIN)
+    assert proc.returncode == 0, _show(proc)
+    proc = snakemake(copy, "-n", *MAIN)
+    assert "Nothing to be done" in proc.stdout + proc.stderr, _show(proc)
+    results = copy / "results" / "smoke"
+    for path in results.rglob("*.json"):
+        json.loads(path.read_text())                              # every record and summary whole
+    assert not [p.name for p in results.rglob("*.tmp")]           # no half-written temporary files
+    assert (copy / "writeup" / "smoke" / "writeup.html").stat().st_size > 0
+
+
+def test_ctrl_c_then_the_same_command(smoke, tmp_path):
+    copy = _tree_after_an_edit(smoke, tmp_path / "repo")
+    proc = _start(copy, tmp_path / "first.log")
+    _wait_for(tmp_path / "first.log", "rule A1_benchmark:", proc)
+    time.sleep(1.0)                                              # inside the job's process
+    os.killpg(proc.pid, signal.SIGINT)                           # Ctrl-C: the whole foreground group
+    assert proc.wait(timeout=120) != 0
+    _group_gone(proc.pid)
+    _assert_finished_and_whole(copy)
+
+
+def test_kill_9_then_unlock_and_the_same_command(smoke, tmp_path):
+    copy = _tree_after_an_edit(smoke, tmp_path / "repo")
+    proc = _start(copy, tmp_path / "first.log")
+    _wait_for(tmp_path / "first.log", "rule A1_benchmark:", proc)
+    time.sleep(1.0)
+    os.kill(proc.pid, signal.SIGKILL)                            # Snakemake alone; its job runs on
+    proc.wait(timeout=30)
+    _group_gone(proc.pid)
+    again = snakemake(copy, *MAIN)
+    assert again.returncode != 0 and "cannot be locked" in again.stdout + again.stderr, _show(again)
+    unlock = snakemake(copy, "--unlock")                         # README's one step
+    assert unlock.returncode == 0, _show(unlock)
+    _assert_finished_and_whole(copy)
+
+
+def test_a_damaged_record_is_measured_again(smoke, tmp_path):
+    """A record cut to half its bytes: the report that meets it names it in one line and sets it
+    aside, the rest of the run goes on, and the next run measures that point again."""
+    copy, first, _ = smoke
+    assert first.returncode == 0, _show(first)
+    shutil.copytree(copy, tmp_path / "repo", symlinks=True)
+    copy = tmp_path / "repo"
+    record = sorted((copy / "results" / "smoke" / "A1" / "records").glob("*.json"))[0]
+    text = record.read_text()
+    record.write_text(text[: len(text) // 2])
+    proc = snakemake(copy, *MAIN)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, _show(proc)
+    assert f"damaged record results/smoke/A1/records/{record.name}: not JSON" in out, _show(proc)
+    assert (record.parent / (record.name + ".damaged")).exists() and not record.exists()
+    _assert_finished_and_whole(copy)
+    assert json.loads(record.read_text())["status"] == "ok"
