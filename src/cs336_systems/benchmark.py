@@ -66,6 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--size and explicit dimensions exclude each other")
     require_at_least(p, args, 1, "context", "batch", "steps", "vocab_size")
     require_at_least(p, args, 0, "warmup")
+    if args.memory_limit_gb is not None and not args.memory_limit_gb > 0:
+        p.error(f"--memory-limit-gb must be more than 0, got {args.memory_limit_gb}")
     if args.size is None:
         if min(dims) < 1 or args.d_model % args.num_heads:
             p.error("dimensions must be positive and --num-heads must divide --d-model")

@@ -107,6 +107,8 @@ def test_non_contiguous_inputs(device):
     (lambda q, k, v: (q, k, v[:, :5], False), "same sequence length"),
     (lambda q, k, v: (q[0], k[0], v[0], False), "shape \\(batch, seq, d\\)"),
     (lambda q, k, v: (q, k[:1], v[:1], False), "batch sizes differ"),
+    (lambda q, k, v: (q, k, v, "False"), "is_causal must be True or False, got 'False'"),
+    (lambda q, k, v: (q, k, v, None), "is_causal must be True or False, got None"),
 ])
 def test_rejects_unsupported_inputs(fn, bad, message):
     q, k, v = (torch.randn(2, 16, 32) for _ in range(3))

@@ -44,6 +44,8 @@ BAD_ARGS = {
     "bad precision": ["--size", "tiny", "--context", "8", "--precision", "fp8"],
     "bad device": ["--size", "tiny", "--context", "8", "--device", "gpu0"],
     "no context": ["--size", "tiny"],
+    "negative memory limit": ["--size", "tiny", "--context", "8", "--memory-limit-gb", "-1"],
+    "zero memory limit": ["--size", "tiny", "--context", "8", "--memory-limit-gb", "0"],
 }
 
 

@@ -255,3 +255,27 @@ def test_a_report_sets_a_damaged_record_aside_and_stops_in_one_line(tmp_path):
     assert f"damaged record {bad}:" in proc.stderr and "bad.json.damaged" in proc.stderr
     assert not bad.exists() and (tmp_path / "bad.json.damaged").read_text() == text[: len(text) // 2]
     assert good.exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("first, later, direction", [
+    (400.0, 130.0, "higher"),              # mean 157 ± 85: 57 ms above, two standard errors are ~54
+    (150.0, 50.0, "lower"),                # a slow first step, yet the mean 40 ms below
+    (400.0, 70.0, "within the spread"),    # mean 103 ± 104: 3 ms from the warm mean
+])
+def test_warmup_summary_says_which_way_the_mean_moved(first, later, direction):
+    """The A1 prose names a direction only where the data shows one (the smoke run once had the
+    0-warm-up mean 31 % lower beside prose saying skipping warm-up inflates it)."""
+    from cs336_systems.report.a1 import warmup_summary
+
+    rng = random.Random(7)
+
+    def record(warmup, first, later):
+        samples = [first] + [later + rng.uniform(-1, 1) for _ in range(9)]
+        return {"status": "ok", "params": {"size": "tiny", "warmup": warmup},
+                "metrics": {"step": {"mean": statistics.fmean(samples), "std": statistics.stdev(samples),
+                                     "samples": samples}}}
+
+    cold, warm = warmup_summary([record(0, first, later), record(5, 101.0, 100.0)])
+    assert cold["first_slowest"]
+    assert cold["vs_longest_direction"] == direction
+    assert warm["vs_longest_direction"] == "within the spread"

@@ -16,7 +16,7 @@ import math
 import torch
 
 from cs336_systems.attention.backward import compiled_flash_backward
-from cs336_systems.attention.inputs import check_inputs
+from cs336_systems.attention.inputs import causal_flag, check_inputs
 
 TILE_Q = 32
 TILE_K = 32
@@ -58,10 +58,11 @@ class FlashAttentionPytorch(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, is_causal=False):
+        is_causal = causal_flag(is_causal)
         check_inputs(q, k, v, is_causal)
-        out, lse = flash_forward_pytorch(q, k, v, bool(is_causal))
+        out, lse = flash_forward_pytorch(q, k, v, is_causal)
         ctx.save_for_backward(lse, q, k, v, out)
-        ctx.is_causal = bool(is_causal)
+        ctx.is_causal = is_causal
         return out
 
     @staticmethod

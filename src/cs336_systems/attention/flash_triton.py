@@ -42,7 +42,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from cs336_systems.attention.backward import compiled_flash_backward
-from cs336_systems.attention.inputs import check_inputs
+from cs336_systems.attention.inputs import causal_flag, check_inputs
 from cs336_systems.attention.tuned_tiles import TUNED
 
 LOG2_E = 1.4426950408889634
@@ -682,7 +682,7 @@ class FlashAttentionTriton(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, is_causal=False):
-        is_causal = bool(is_causal)
+        is_causal = causal_flag(is_causal)
         plan = _plan(q, k, v, is_causal)
         if plan is not None:
             out, lse = torch.empty(**plan.new_out), torch.empty(**plan.new_lse)

@@ -8,6 +8,14 @@ HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def causal_flag(is_causal) -> bool:
+    """``is_causal`` as a bool. Only a bool (or 0 / 1) is accepted: ``bool("False")`` is True, and a
+    string or None slipping through would silently pick the other attention."""
+    if isinstance(is_causal, bool) or (isinstance(is_causal, int) and is_causal in (0, 1)):
+        return bool(is_causal)
+    raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
+
+
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> None:
     """Raise ``ValueError`` / ``TypeError`` unless q (batch, Nq, d), k and v (batch, Nk, d) fit."""
     for name, t in (("q", q), ("k", k), ("v", v)):

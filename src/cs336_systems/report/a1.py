@@ -105,13 +105,21 @@ def warmup_summary(records: list[dict]) -> list[dict]:
             continue
         s = r["metrics"]["step"]
         rows.append({"size": r["params"]["size"], "warmup": r["params"]["warmup"], "mean": s["mean"], "std": s["std"],
-                     "first": s["samples"][0], "rest_mean": sum(s["samples"][1:]) / max(1, len(s["samples"]) - 1)})
+                     "n": len(s["samples"]), "first": s["samples"][0],
+                     "rest_mean": sum(s["samples"][1:]) / max(1, len(s["samples"]) - 1),
+                     # the prose may call the first step slow only if it is slower than every later one
+                     "first_slowest": len(s["samples"]) > 1 and s["samples"][0] > max(s["samples"][1:])})
     rows.sort(key=lambda x: (list(MODEL_SIZES).index(x["size"]), x["warmup"]))
     longest = {row["size"]: row for row in rows}           # sorted: the last row of a size wins
     for row in rows:
+        ref = longest[row["size"]]
         row["first_vs_rest"] = row["first"] / row["rest_mean"]
-        row["vs_longest"] = row["mean"] / longest[row["size"]]["mean"] - 1
-        row["std_vs_longest"] = row["std"] / longest[row["size"]]["std"] if longest[row["size"]]["std"] else None
+        row["vs_longest"] = row["mean"] / ref["mean"] - 1
+        row["std_vs_longest"] = row["std"] / ref["std"] if ref["std"] else None
+        # Which way the mean moved, or "within the spread": two standard errors of the difference.
+        spread = 2 * (row["std"] ** 2 / row["n"] + ref["std"] ** 2 / ref["n"]) ** 0.5
+        gap = row["mean"] - ref["mean"]
+        row["vs_longest_direction"] = "higher" if gap > spread else "lower" if gap < -spread else "within the spread"
     return rows
 
 
@@ -153,6 +161,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "cv_by_precision": cv_by_precision,
         "forward_growth": growth,
         "warmup": warmup_summary(warmup_records),
+        "on_gpu": any(r["provenance"].get("gpu") for r in warmup_records),
         "batch": int(records[0]["params"]["batch"]) if records else None,
         "warmup_steps": int(records[0]["params"]["warmup"]) if records else None,
         "steps": int(records[0]["params"]["steps"]) if records else None,
