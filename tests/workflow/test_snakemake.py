@@ -158,6 +158,31 @@ def test_editing_the_benchmark_makes_only_a1_stale(smoke):
     assert "Nothing to be done" in proc.stdout + proc.stderr, _show(proc)
 
 
+@pytest.mark.slow
+def test_editing_our_kernels_reruns_only_our_b5_rows(smoke):
+    """Each B5 row depends on its own implementation's source: plain attention's and SDPA's rows do
+    not rerun when our kernels change (backends.BENCH_IMPLS)."""
+    copy, first, _ = smoke
+    assert first.returncode == 0, _show(first)
+    target = copy / "src" / "cs336_systems" / "attention" / "flash_triton.py"
+    original, stat = target.read_bytes(), target.stat()
+    try:
+        time.sleep(0.05)
+        with open(target, "a") as f:
+            f.write("# an edit that changes nothing but the file\n")
+        proc = snakemake(copy, "-n", "--cores", "2", "--config", "preset=smoke")
+        assert proc.returncode == 0, _show(proc)
+        out = proc.stdout + proc.stderr
+        b5 = yaml.safe_load((copy / "config.yaml").read_text())["presets"]["smoke"]["B5"]
+        rows = {p for p in planned_outputs(out) if p.startswith("results/smoke/B5/records/")}
+        assert "ours" in b5["impls"] and len(b5["impls"]) > 1
+        assert rows == {f"results/smoke/B5/records/ours_{t}_d{d}.json" for t in b5["dtypes"] for d in b5["head_dims"]} \
+            | {"results/smoke/B5/records/leaderboard.json"}
+    finally:
+        target.write_bytes(original)
+        os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
 def test_full_preset_plans_the_whole_grid(tmp_path):
     copy = make_copy(tmp_path)
     proc = snakemake(copy, "-n", "--config", "preset=full", "run=dryrun")
