@@ -6,6 +6,8 @@ B1 = GRID["B1"]
 B2 = GRID["B2"]
 B3 = GRID["B3"]
 B5 = GRID["B5"]
+# torch.compile back end of B1's compiled rows and B2(b): inductor, or aot_eager in the smoke preset.
+COMPILE_BACKEND = GRID.get("compile_backend", "inductor")
 
 
 rule B1_row:
@@ -23,7 +25,7 @@ rule B1_row:
     params:
         seqs=" ".join(map(str, B1["seqs"])),
         extend_to=f"--extend-to {B1['extend_to']}" if B1["extend_to"] else "",
-        compile=lambda wildcards: "--compile" if wildcards.variant == "compiled" else "",
+        compile=lambda wildcards: f"--compile --backend {COMPILE_BACKEND}" if wildcards.variant == "compiled" else "",
         batch=B1["batch"],
         iters=B1["iters"],
         device=GRID["device"],
@@ -86,6 +88,7 @@ rule B2_whole_model:
         warmup=B2["warmup"],
         steps=B2["steps"],
         compile=B2_COMPILE,
+        backend=COMPILE_BACKEND,
         device=GRID["device"],
     resources:
         gpu=1,
@@ -93,7 +96,7 @@ rule B2_whole_model:
         "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.compile_bench --size {wildcards.b2size} --mode {wildcards.b2mode}"
         " --context {params.context} --batch {params.batch} --warmup {params.warmup} --steps {params.steps}"
-        " --compile {params.compile} --device {params.device} --out {output} > {log} 2>&1"
+        " --compile {params.compile} --backend {params.backend} --device {params.device} --out {output} > {log} 2>&1"
 
 
 rule B2_report:
