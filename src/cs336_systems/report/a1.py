@@ -4,6 +4,8 @@
 """
 from __future__ import annotations
 
+import statistics
+
 import argparse
 import math
 import sys
@@ -96,6 +98,10 @@ def plot_warmup(records: list[dict], path: Path) -> None:
     save_figure(fig, path)
 
 
+def _direction(gap: float, spread: float) -> str:
+    return "higher" if gap > spread else "lower" if gap < -spread else "within the spread"
+
+
 def warmup_summary(records: list[dict]) -> list[dict]:
     """Per size and warm-up count: mean, std, first vs later steps, and the mean relative to the
     longest warm-up of the same size (``vs_longest``: 0.05 = 5 % slower)."""
@@ -104,11 +110,13 @@ def warmup_summary(records: list[dict]) -> list[dict]:
         if r["status"] != "ok":
             continue
         s = r["metrics"]["step"]
+        later = s["samples"][1:]
         rows.append({"size": r["params"]["size"], "warmup": r["params"]["warmup"], "mean": s["mean"], "std": s["std"],
                      "n": len(s["samples"]), "first": s["samples"][0],
-                     "rest_mean": sum(s["samples"][1:]) / max(1, len(s["samples"]) - 1),
+                     "rest_mean": statistics.fmean(later) if later else s["samples"][0],
+                     "rest_std": statistics.stdev(later) if len(later) > 1 else 0.0,
                      # the prose may call the first step slow only if it is slower than every later one
-                     "first_slowest": len(s["samples"]) > 1 and s["samples"][0] > max(s["samples"][1:])})
+                     "first_slowest": bool(later) and s["samples"][0] > max(later)})
     rows.sort(key=lambda x: (list(MODEL_SIZES).index(x["size"]), x["warmup"]))
     longest = {row["size"]: row for row in rows}           # sorted: the last row of a size wins
     for row in rows:
@@ -116,10 +124,12 @@ def warmup_summary(records: list[dict]) -> list[dict]:
         row["first_vs_rest"] = row["first"] / row["rest_mean"]
         row["vs_longest"] = row["mean"] / ref["mean"] - 1
         row["std_vs_longest"] = row["std"] / ref["std"] if ref["std"] else None
-        # Which way the mean moved, or "within the spread": two standard errors of the difference.
-        spread = 2 * (row["std"] ** 2 / row["n"] + ref["std"] ** 2 / ref["n"]) ** 0.5
-        gap = row["mean"] - ref["mean"]
-        row["vs_longest_direction"] = "higher" if gap > spread else "lower" if gap < -spread else "within the spread"
+        # Which way the mean moved, and whether the later steps (all but the first) moved too, each
+        # against two standard errors of the steady steps of both processes. The prose names a
+        # direction only from these.
+        spread = 2 * (row["rest_std"] ** 2 / max(1, row["n"] - 1) + ref["std"] ** 2 / ref["n"]) ** 0.5
+        row["vs_longest_direction"] = _direction(row["mean"] - ref["mean"], spread)
+        row["later_direction"] = _direction(row["rest_mean"] - ref["mean"], spread)
     return rows
 
 
