@@ -164,3 +164,16 @@ def test_a_section_part_builds_that_part_alone():
     assert whole.builds("B2", part="b") and not whole.builds("B1")
     with pytest.raises(ConfigError, match="config error at sections"):
         resolve({**base, "preset": "smoke", "sections": "B2c"})
+
+
+def test_device_gate_stops_only_a_local_cuda_run_without_a_gpu():
+    from cs336_systems.pipeline.device_gate import refusal
+
+    planned = [("A1_benchmark", 1), ("A1_benchmark", 1), ("DDP_variant", 2), ("A1_report", 0), ("writeup", 0)]
+    line = refusal("cuda", planned, cuda_visible=False, local=True, preset="full")
+    assert line and "\n" not in line and "3 jobs would measure: A1_benchmark x2, DDP_variant" in line
+    assert "reuse_records=true" in line
+    assert refusal("cuda", planned, cuda_visible=True, local=True, preset="full") is None      # a GPU machine
+    assert refusal("cuda", planned, cuda_visible=False, local=False, preset="full") is None    # Slurm's nodes
+    assert refusal("cpu", planned, cuda_visible=False, local=True, preset="smoke") is None     # the smoke preset
+    assert refusal("cuda", [("A1_report", 0), ("writeup", 0)], False, True, "full") is None     # rebuild from records

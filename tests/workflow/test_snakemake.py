@@ -5,6 +5,7 @@ The package is installed in editable mode from the real checkout, so the subproc
 templates and source list) are the ones that run.
 """
 
+import contextlib
 import itertools
 import json
 import os
@@ -130,16 +131,26 @@ def test_second_run_has_nothing_to_do(smoke):
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
-@pytest.mark.slow
-def test_editing_the_benchmark_makes_only_a1_stale(smoke):
-    copy, first, _ = smoke
-    assert first.returncode == 0, _show(first)
-    target = copy / "src" / "cs336_systems" / "benchmark.py"
+@contextlib.contextmanager
+def edited(target: Path):
+    """``target`` with a comment appended (newer, different), put back byte for byte and time for time."""
     original, stat = target.read_bytes(), target.stat()
     try:
         time.sleep(0.05)
         with open(target, "a") as f:
             f.write("# an edit that changes nothing but the file\n")
+        yield target
+    finally:
+        target.write_bytes(original)
+        os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+@pytest.mark.slow
+def test_editing_the_benchmark_makes_only_a1_stale(smoke):
+    copy, first, _ = smoke
+    assert first.returncode == 0, _show(first)
+    target = copy / "src" / "cs336_systems" / "benchmark.py"
+    with edited(target):
         proc = snakemake(copy, "-n", "--cores", "2", "--config", "preset=smoke")
         assert proc.returncode == 0, _show(proc)
         out = proc.stdout + proc.stderr
@@ -151,9 +162,6 @@ def test_editing_the_benchmark_makes_only_a1_stale(smoke):
         assert stats == {"A1_benchmark": n_grid, "A1_warmup_study": n_study, "A1_report": 1, "A4_report": 1,
                          "writeup": 1, "all": 1}
         assert "src/cs336_systems/benchmark.py" in out          # the reason names the edited file
-    finally:
-        target.write_bytes(original)
-        os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     proc = snakemake(copy, "-n", "--cores", "2", "--config", "preset=smoke")
     assert "Nothing to be done" in proc.stdout + proc.stderr, _show(proc)
 
@@ -165,11 +173,7 @@ def test_editing_our_kernels_reruns_only_our_b5_rows(smoke):
     copy, first, _ = smoke
     assert first.returncode == 0, _show(first)
     target = copy / "src" / "cs336_systems" / "attention" / "flash_triton.py"
-    original, stat = target.read_bytes(), target.stat()
-    try:
-        time.sleep(0.05)
-        with open(target, "a") as f:
-            f.write("# an edit that changes nothing but the file\n")
+    with edited(target):
         proc = snakemake(copy, "-n", "--cores", "2", "--config", "preset=smoke")
         assert proc.returncode == 0, _show(proc)
         out = proc.stdout + proc.stderr
@@ -178,9 +182,6 @@ def test_editing_our_kernels_reruns_only_our_b5_rows(smoke):
         assert "ours" in b5["impls"] and len(b5["impls"]) > 1
         assert rows == {f"results/smoke/B5/records/ours_{t}_d{d}.json" for t in b5["dtypes"] for d in b5["head_dims"]} \
             | {"results/smoke/B5/records/leaderboard.json"}
-    finally:
-        target.write_bytes(original)
-        os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
 def test_full_preset_plans_the_whole_grid(tmp_path):
