@@ -115,7 +115,6 @@ def test_cuda_without_cuda_is_one_line(capsys, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_tiny_model_on_the_gpu_reports_memory(tmp_path):
     out = tmp_path / "rec.json"
     compile_bench.main(["--size", "tiny", "--context", "16", "--batch", "2", "--mode", "forward-backward",

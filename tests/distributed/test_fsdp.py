@@ -369,8 +369,7 @@ def test_without_gradient_reduction_the_weights_differ(runs, reference):
         torch.testing.assert_close(broken, reference["fp32"], **TIGHT)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < WORLD, reason=f"needs {WORLD} GPUs")
+@pytest.mark.gpu(WORLD)
 def test_nccl_training_matches_a_one_gpu_reference():
     """The same training with NCCL on GPUs (backward runs on autograd's device thread, collectives on
     NCCL's streams) against the reference on one GPU."""

@@ -51,8 +51,8 @@ def expected_series(s):
     return initial, list(np.cumsum([initial] + steps)[1:])
 
 
-def test_live_series_and_peak_match_the_hand_built_sequence():
-    rng = random.Random()
+def test_live_series_and_peak_match_the_hand_built_sequence(seed):
+    rng = random.Random(seed)
     snapshot, s = synthetic_snapshot(rng)
     trace = trace_from_snapshot(snapshot)
     initial, series = expected_series(s)
@@ -67,8 +67,8 @@ def test_live_series_and_peak_match_the_hand_built_sequence():
     assert trace.phase_source.startswith("record_function")
 
 
-def test_frames_ops_and_autograd_nodes_are_labelled():
-    snapshot, s = synthetic_snapshot(random.Random())
+def test_frames_ops_and_autograd_nodes_are_labelled(seed):
+    snapshot, s = synthetic_snapshot(random.Random(seed))
     allocs = [e for e in trace_from_snapshot(snapshot).events if e.kind == "alloc"]
     assert allocs[0].frame == "cs336_basics/model.py:90 softmax"
     assert allocs[0].op == "exp"                  # the op called, not the allocation inside it
@@ -78,8 +78,8 @@ def test_frames_ops_and_autograd_nodes_are_labelled():
     assert sorted(r["size_bytes"] for r in rows) == sorted([s["a"], s["b"]])
 
 
-def test_free_requested_is_the_fallback_when_no_free_completes():
-    snapshot, s = synthetic_snapshot(random.Random())
+def test_free_requested_is_the_fallback_when_no_free_completes(seed):
+    snapshot, s = synthetic_snapshot(random.Random(seed))
     trace_entries = [e for e in snapshot["device_traces"][0] if e["action"] != "free_requested"]
     snapshot["device_traces"][0] = [{**e, "action": "free_requested"} if e["action"] == "free_completed" else e
                                     for e in trace_entries]
@@ -87,18 +87,18 @@ def test_free_requested_is_the_fallback_when_no_free_completes():
     assert live_series(trace_from_snapshot(snapshot))[1] == series
 
 
-def test_wall_clock_marks_are_used_without_annotations():
+def test_wall_clock_marks_are_used_without_annotations(seed):
     from cs336_systems.memory.events import Phase
 
-    snapshot, _ = synthetic_snapshot(random.Random())
+    snapshot, _ = synthetic_snapshot(random.Random(seed))
     del snapshot["external_annotations"]
     trace = trace_from_snapshot(snapshot, marks=[Phase("forward", 0, 45)])
     assert [p.name for p in trace.phases] == ["forward"] and trace.phase_source == "wall-clock marks"
 
 
 @pytest.mark.parametrize("k", [1, 8])
-def test_rendered_bands_stack_to_the_live_series(tmp_path, k):
-    snapshot, s = synthetic_snapshot(random.Random())
+def test_rendered_bands_stack_to_the_live_series(tmp_path, k, seed):
+    snapshot, s = synthetic_snapshot(random.Random(seed))
     trace = trace_from_snapshot(snapshot)
     initial, series = expected_series(s)
     path = tmp_path / "timeline.png"
@@ -112,8 +112,8 @@ def test_rendered_bands_stack_to_the_live_series(tmp_path, k):
     assert len([b for b in small.labels if b != INITIAL_BAND and not b.startswith("other")]) <= k
 
 
-def test_analysis_series_keeps_the_peak():
-    snapshot, s = synthetic_snapshot(random.Random())
+def test_analysis_series_keeps_the_peak(seed):
+    snapshot, s = synthetic_snapshot(random.Random(seed))
     result = analyse(trace_from_snapshot(snapshot))
     assert max(v for _, v in result["series"]) == max(expected_series(s)[1])
     assert result["initial_bytes"] == s["kept"] + s["old"]

@@ -53,7 +53,6 @@ def test_toy_model_is_the_assignments():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_layer_norm_runs_in_fp32_under_autocast():
     for dtype in ad.DTYPES.values():
         table = ad.toy_dtypes("cuda", dtype)

@@ -62,7 +62,7 @@ def test_a6_bad_input_is_one_line(argv, message, capsys, tmp_path):
 
 
 def _a6_records(tmp_path, ks, oom_ks, size="xl", context=2048, batch=4):
-    rng = random.Random()
+    rng = random.Random(random.getrandbits(32))  # the global generator is seeded per test (tests/conftest.py)
     s = get_size(size)
     paths = []
     for k in ks:

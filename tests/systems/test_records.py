@@ -22,8 +22,8 @@ def _leftovers(folder, name):
     return sorted(p.name for p in folder.iterdir() if p.name != name)
 
 
-def test_write_json_atomic_round_trips_and_leaves_no_temp_file(tmp_path):
-    data = _random_payload(random.Random())
+def test_write_json_atomic_round_trips_and_leaves_no_temp_file(tmp_path, seed):
+    data = _random_payload(random.Random(seed))
     target = tmp_path / "deep" / "er" / "rec.json"          # missing parents are created
     assert write_json_atomic(target, data) == target
     assert json.loads(target.read_text()) == data
@@ -39,9 +39,9 @@ def test_write_json_atomic_serialises_numpy_torch_scalars_and_paths(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text()) == {"np": 1.5, "npi": 7, "t": 2.25, "p": str(tmp_path / "x")}
 
 
-def test_failed_dump_keeps_old_file_and_removes_temp_file(tmp_path):
+def test_failed_dump_keeps_old_file_and_removes_temp_file(tmp_path, seed):
     target = tmp_path / "rec.json"
-    old = _random_payload(random.Random())
+    old = _random_payload(random.Random(seed))
     write_json_atomic(target, old)
     before = target.read_bytes()
     with pytest.raises(TypeError, match="not JSON serialisable"):
