@@ -11,10 +11,10 @@ key tiles (no two programs write the same memory, but S and dP are computed twic
 first kernel itself, each key tile adding its share into an fp32 dQ with atomic adds
 (``Tiles.dq is None``). The tuner picks whichever is faster for a shape.
 
-Both walk their tiles in two or three ranges (see ``_tile_ranges`` in the comments below): tiles
-that need no mask at all, the causal diagonal, and a ragged last tile when a length is not a
-multiple of the tile. The mask arithmetic runs only in the last two, and tiles wholly above the
-causal diagonal are never visited. Softmax exponentials use ``exp2`` with log2(e) folded into the
+Every kernel walks its tiles in two or three ranges, each a call of its ``_*_tiles`` loop with
+``MASK`` fixed: tiles that need no mask at all, the causal diagonal, and a ragged last tile when a
+length is not a multiple of the tile. The mask arithmetic runs only in the last two, and tiles
+wholly above the causal diagonal are never visited. Softmax exponentials use ``exp2`` with log2(e) folded into the
 score scale. Plain pointer arithmetic (no block pointers) keeps the kernels working on the Triton
 of the GPU machines (3.6) and the newer one CI installs (where ``tl.make_block_ptr`` is gone), and
 under ``TRITON_INTERPRET=1`` on a CPU. Triton 3.6's interpreter needs NumPy < 2.4: it holds every
@@ -45,7 +45,9 @@ from cs336_systems.attention.backward import compiled_flash_backward
 from cs336_systems.attention.inputs import causal_flag, check_inputs
 from cs336_systems.attention.tuned_tiles import TUNED
 
-LOG2_E = 1.4426950408889634
+# log2(e): the kernels work in base 2 (``exp2``) and return L in natural log. A constexpr, because
+# compiled kernels may read only constexpr globals; host code reads ``LOG2_E.value``.
+LOG2_E = tl.constexpr(1.4426950408889634)
 # Added to masked scores: exp2 of it is exactly 0, and no inf - inf can occur. A constexpr, because
 # compiled kernels may read only constexpr globals (the interpreter is laxer).
 MASKED = tl.constexpr(-1.0e6)
@@ -73,6 +75,17 @@ def _tile_and_batch(n_tiles, n_batch, HEAVY_LAST: tl.constexpr):
     return tile, pid % n_batch
 
 
+@triton.jit
+def _load_rows(base, offs_rows, stride_row, offs_d, n_rows, MASK: tl.constexpr):
+    """The (rows, D) tile at ``base``; with ``MASK``, rows at or past ``n_rows`` read as zeros."""
+    ptrs = base + offs_rows[:, None] * stride_row + offs_d[None, :]
+    if MASK:
+        tile = tl.load(ptrs, mask=(offs_rows < n_rows)[:, None], other=0.0)
+    else:
+        tile = tl.load(ptrs)
+    return tile
+
+
 # --- forward ---------------------------------------------------------------------------------
 
 @triton.jit
@@ -89,16 +102,11 @@ def _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, o
     """Fold key tiles [key_lo, key_hi) into the running (acc, l, m) of one query tile."""
     for start in range(key_lo, key_hi, BLOCK_K):
         offs_k = start + tl.arange(0, BLOCK_K)
-        if MASK:
-            in_range = offs_k < n_keys
-            k = tl.load(k_base + offs_k[:, None] * stride_kn + offs_d[None, :], mask=in_range[:, None], other=0.0)
-            v = tl.load(v_base + offs_k[:, None] * stride_vn + offs_d[None, :], mask=in_range[:, None], other=0.0)
-        else:
-            k = tl.load(k_base + offs_k[:, None] * stride_kn + offs_d[None, :])
-            v = tl.load(v_base + offs_k[:, None] * stride_vn + offs_d[None, :])
+        k = _load_rows(k_base, offs_k, stride_kn, offs_d, n_keys, MASK)
+        v = _load_rows(v_base, offs_k, stride_vn, offs_d, n_keys, MASK)
         s = _mm(q, tl.trans(k), PRECISION) * qk_scale          # log2 units
         if MASK:
-            keep = in_range[None, :]
+            keep = (offs_k < n_keys)[None, :]
             if CAUSAL:
                 keep = keep & (offs_q[:, None] >= offs_k[None, :])
             s = s + tl.where(keep, 0.0, MASKED)
@@ -129,7 +137,7 @@ def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D)
     q_valid = offs_q < n_queries
-    q = tl.load(Q + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :], mask=q_valid[:, None], other=0.0)
+    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, True)
     k_base, v_base = K + b * stride_kb, V + b * stride_vb
 
     m = tl.full([BLOCK_Q], float("-inf"), tl.float32)
@@ -152,7 +160,7 @@ def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride
     out = acc / l[:, None]
     tl.store(O + b * stride_ob + offs_q[:, None] * stride_on + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=q_valid[:, None])
-    tl.store(L + b * stride_lb + offs_q, (m + tl.log2(l)) / 1.4426950408889634, mask=q_valid)
+    tl.store(L + b * stride_lb + offs_q, (m + tl.log2(l)) / LOG2_E, mask=q_valid)
 
 
 # --- backward --------------------------------------------------------------------------------
@@ -167,8 +175,8 @@ def _delta_kernel(O, DO, DELTA, stride_ob, stride_on, stride_dob, stride_don, st
     rows = (pid // n_batch) * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, D)
     valid = rows < n_rows
-    o = tl.load(O + b * stride_ob + rows[:, None] * stride_on + offs_d[None, :], mask=valid[:, None], other=0.0)
-    do = tl.load(DO + b * stride_dob + rows[:, None] * stride_don + offs_d[None, :], mask=valid[:, None], other=0.0)
+    o = _load_rows(O + b * stride_ob, rows, stride_on, offs_d, n_rows, True)
+    do = _load_rows(DO + b * stride_dob, rows, stride_don, offs_d, n_rows, True)
     tl.store(DELTA + b * stride_db + rows, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=valid)
 
 
@@ -183,22 +191,20 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, dq_desc,
     (Hopper and later; it skips rows past the end itself)."""
     for start in range(q_lo, q_hi, BLOCK_Q):
         offs_q = start + tl.arange(0, BLOCK_Q)
+        q = _load_rows(q_base, offs_q, stride_qn, offs_d, n_queries, MASK)
+        do = _load_rows(do_base, offs_q, stride_don, offs_d, n_queries, MASK)
         if MASK:
             in_range = offs_q < n_queries
-            q = tl.load(q_base + offs_q[:, None] * stride_qn + offs_d[None, :], mask=in_range[:, None], other=0.0)
-            do = tl.load(do_base + offs_q[:, None] * stride_don + offs_d[None, :], mask=in_range[:, None], other=0.0)
             lse = tl.load(l_base + offs_q, mask=in_range, other=0.0)
             delta = tl.load(d_base + offs_q, mask=in_range, other=0.0)
         else:
-            q = tl.load(q_base + offs_q[:, None] * stride_qn + offs_d[None, :])
-            do = tl.load(do_base + offs_q[:, None] * stride_don + offs_d[None, :])
             lse = tl.load(l_base + offs_q)
             delta = tl.load(d_base + offs_q)
         s_t = _mm(k, tl.trans(q), PRECISION) * qk_scale        # (keys, queries), log2 units
         # dP before the exponentials: it does not depend on them, so the tensor cores can work on
         # it while the special-function units compute P.
         dp_t = _mm(v, tl.trans(do), PRECISION)
-        p_t = tl.exp2(s_t - lse[None, :] * 1.4426950408889634)
+        p_t = tl.exp2(s_t - lse[None, :] * LOG2_E)
         if MASK:
             keep = in_range[None, :]
             if CAUSAL:
@@ -235,8 +241,8 @@ def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, DQ, DQ_DESC, stride_qb, st
     offs_k = k_lo + tl.arange(0, BLOCK_K)
     offs_d = tl.arange(0, D)
     k_valid = offs_k < n_keys
-    k = tl.load(K + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :], mask=k_valid[:, None], other=0.0)
-    v = tl.load(V + b * stride_vb + offs_k[:, None] * stride_vn + offs_d[None, :], mask=k_valid[:, None], other=0.0)
+    k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, n_keys, True)
+    v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, n_keys, True)
     q_base, do_base, dq_base = Q + b * stride_qb, DO + b * stride_dob, DQ + b * stride_dqb
     l_base, d_base = L + b * stride_lb, DELTA + b * stride_lb
     dk = tl.zeros([BLOCK_K, D], tl.float32)
@@ -275,17 +281,12 @@ def _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_
     """Add the contributions of key tiles [k_lo, k_hi) to one query tile's dQ."""
     for start in range(k_lo, k_hi, BLOCK_K):
         offs_k = start + tl.arange(0, BLOCK_K)
-        if MASK:
-            in_range = offs_k < n_keys
-            k = tl.load(k_base + offs_k[:, None] * stride_kn + offs_d[None, :], mask=in_range[:, None], other=0.0)
-            v = tl.load(v_base + offs_k[:, None] * stride_vn + offs_d[None, :], mask=in_range[:, None], other=0.0)
-        else:
-            k = tl.load(k_base + offs_k[:, None] * stride_kn + offs_d[None, :])
-            v = tl.load(v_base + offs_k[:, None] * stride_vn + offs_d[None, :])
+        k = _load_rows(k_base, offs_k, stride_kn, offs_d, n_keys, MASK)
+        v = _load_rows(v_base, offs_k, stride_vn, offs_d, n_keys, MASK)
         s = _mm(q, tl.trans(k), PRECISION) * qk_scale
-        p = tl.exp2(s - lse[:, None] * 1.4426950408889634)
+        p = tl.exp2(s - lse[:, None] * LOG2_E)
         if MASK:
-            keep = in_range[None, :]
+            keep = (offs_k < n_keys)[None, :]
             if CAUSAL:
                 keep = keep & (offs_q[:, None] >= offs_k[None, :])
             p = tl.where(keep, p, 0.0)
@@ -308,8 +309,8 @@ def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb,
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D)
     q_valid = offs_q < n_queries
-    q = tl.load(Q + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :], mask=q_valid[:, None], other=0.0)
-    do = tl.load(DO + b * stride_dob + offs_q[:, None] * stride_don + offs_d[None, :], mask=q_valid[:, None], other=0.0)
+    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, True)
+    do = _load_rows(DO + b * stride_dob, offs_q, stride_don, offs_d, n_queries, True)
     lse = tl.load(L + b * stride_lb + offs_q, mask=q_valid, other=0.0)
     delta = tl.load(DELTA + b * stride_lb + offs_q, mask=q_valid, other=0.0)
     k_base, v_base = K + b * stride_kb, V + b * stride_vb
@@ -448,14 +449,16 @@ def _options(t: KernelTiles) -> dict:
 
 
 # Each kernel's launch is described once, by a function of the tensors and tiles that returns the
-# grid, the arguments after the tensors (strides, sizes, scales) and the constexprs, both in the
-# kernel's signature order. The plain launch functions below and the cached per-shape plans
-# (``_Launch``, ``_Plan``) both build their launches from these.
+# grid, the arguments after the tensors (strides, sizes, scales) and the constexprs, both as
+# keyword arguments named as in the kernel's signature. The plain launch functions below and the
+# cached per-shape plans (``_Launch``, ``_Plan``) both build their launches from these.
 
 def _forward_args(q, k, v, out, lse, is_causal: bool, t: KernelTiles):
     batch, n_q, d = q.shape
-    scalars = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0),
-               out.stride(1), lse.stride(0), batch, n_q, k.shape[1], LOG2_E / math.sqrt(d))
+    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_ob=out.stride(0), stride_on=out.stride(1),
+                   stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q, n_keys=k.shape[1],
+                   qk_scale=LOG2_E.value / math.sqrt(d))
     constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
@@ -463,7 +466,8 @@ def _forward_args(q, k, v, out, lse, is_causal: bool, t: KernelTiles):
 def _delta_args(out, grad_out, delta):
     batch, n_q, d = out.shape
     block = max(16, 8192 // d)
-    scalars = (out.stride(0), out.stride(1), grad_out.stride(0), grad_out.stride(1), delta.stride(0), batch, n_q)
+    scalars = dict(stride_ob=out.stride(0), stride_on=out.stride(1), stride_dob=grad_out.stride(0),
+                   stride_don=grad_out.stride(1), stride_db=delta.stride(0), n_batch=batch, n_rows=n_q)
     return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block)
 
 
@@ -471,9 +475,12 @@ def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, dq, is_causal: bool, atom
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     scale = 1.0 / math.sqrt(d)
-    scalars = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), grad_out.stride(0),
-               grad_out.stride(1), lse.stride(0), grad_k.stride(0), grad_k.stride(1), grad_v.stride(0),
-               grad_v.stride(1), dq.stride(0), dq.stride(1), batch, n_q, n_k, scale, scale * LOG2_E)
+    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
+                   stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dkb=grad_k.stride(0),
+                   stride_dkn=grad_k.stride(1), stride_dvb=grad_v.stride(0), stride_dvn=grad_v.stride(1),
+                   stride_dqb=dq.stride(0), stride_dqn=dq.stride(1), n_batch=batch, n_queries=n_q, n_keys=n_k,
+                   scale=scale, qk_scale=scale * LOG2_E.value)
     constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, ATOMIC_DQ=atomic,
                       PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_k, t.block_k) * batch,), scalars, constexprs
@@ -482,9 +489,11 @@ def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, dq, is_causal: bool, atom
 def _dq_args(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles):
     batch, n_q, d = q.shape
     scale = 1.0 / math.sqrt(d)
-    scalars = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), grad_out.stride(0),
-               grad_out.stride(1), lse.stride(0), grad_q.stride(0), grad_q.stride(1), batch, n_q, k.shape[1], scale,
-               scale * LOG2_E)
+    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
+                   stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dqb=grad_q.stride(0),
+                   stride_dqn=grad_q.stride(1), n_batch=batch, n_queries=n_q, n_keys=k.shape[1], scale=scale,
+                   qk_scale=scale * LOG2_E.value)
     constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
@@ -498,7 +507,7 @@ def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_c
     out = torch.empty(batch, n_q, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, n_q, dtype=torch.float32, device=q.device)
     grid, scalars, constexprs = _forward_args(q, k, v, out, lse, is_causal, t)
-    _flash_forward_kernel[grid](q, k, v, out, lse, *scalars, **constexprs, **_options(t))
+    _flash_forward_kernel[grid](Q=q, K=k, V=v, O=out, L=lse, **scalars, **constexprs, **_options(t))
     return out, lse
 
 
@@ -506,7 +515,7 @@ def backward_delta(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     """D = rowsum(dO ∘ O) in fp32, shape (batch, Nq); both inputs with unit last stride."""
     delta = torch.empty(out.shape[:2], dtype=torch.float32, device=out.device)
     grid, scalars, constexprs = _delta_args(out, grad_out, delta)
-    _delta_kernel[grid](out, grad_out, delta, *scalars, **constexprs)
+    _delta_kernel[grid](O=out, DO=grad_out, DELTA=delta, **scalars, **constexprs)
     return delta
 
 
@@ -521,8 +530,8 @@ def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, 
             dq_desc = TensorDescriptor.from_tensor(grad_q_accumulator, [1, t.block_q, q.shape[2]])
             atomic = DQ_BULK_REDUCTION
     grid, scalars, constexprs = _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, dq, is_causal, atomic.value, t)
-    _flash_dkdv_kernel[grid](q, k, v, grad_out, lse, delta, grad_k, grad_v, dq, dq_desc, *scalars, **constexprs,
-                             **_options(t))
+    _flash_dkdv_kernel[grid](Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v, DQ=dq,
+                             DQ_DESC=dq_desc, **scalars, **constexprs, **_options(t))
 
 
 def _bulk_reductions(device: torch.device) -> bool:
@@ -533,7 +542,8 @@ def _bulk_reductions(device: torch.device) -> bool:
 
 def launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelTiles) -> None:
     grid, scalars, constexprs = _dq_args(q, k, v, grad_out, lse, grad_q, is_causal, t)
-    _flash_dq_kernel[grid](q, k, v, grad_out, lse, delta, grad_q, *scalars, **constexprs, **_options(t))
+    _flash_dq_kernel[grid](Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DQ=grad_q, **scalars, **constexprs,
+                           **_options(t))
 
 
 def backward_kernels(q, k, v, grad_out, lse, delta, is_causal: bool, tiles: Tiles):
@@ -560,23 +570,28 @@ def flash_backward_triton(q, k, v, out, grad_out, lse, is_causal: bool, tiles: T
 
 class _Launch:
     """One kernel with its grid and every argument but the tensors fixed: its launch for one input
-    layout. The first call goes through Triton's dispatcher, which compiles the kernel or finds it;
-    later calls go straight to the compiled kernel's launcher, because the dispatcher re-derives
-    the specialisation key from every argument on every call (see NOTES.md for what that costs).
-    Valid only for tensors with the layout and 16-byte alignment of the first call's."""
+    layout, called with the tensors by the kernel's names for them. The first call goes through
+    Triton's dispatcher, which compiles the kernel or finds it; later calls go straight to the
+    compiled kernel's launcher, because the dispatcher re-derives the specialisation key from every
+    argument on every call (see NOTES.md for what that costs). Valid only for tensors with the
+    layout and 16-byte alignment of the first call's."""
 
-    def __init__(self, kernel, grid: tuple, scalars: tuple, constexprs: dict, options: dict):
-        if list(constexprs) != kernel.arg_names[-len(constexprs):]:
-            raise ValueError(f"constexprs {list(constexprs)} are not the last arguments of {kernel.arg_names}")
+    def __init__(self, kernel, grid: tuple, scalars: dict, constexprs: dict, options: dict):
+        fixed = [*scalars, *constexprs]
+        # The compiled launcher takes every argument positionally: the tensors (named at each
+        # call), then the fixed ones, which must therefore be the signature's last, in order.
+        if fixed != kernel.arg_names[-len(fixed):]:
+            raise ValueError(f"{fixed} are not the last arguments of {kernel.arg_names}, in order")
         self.kernel, self.grid, self.scalars, self.constexprs, self.options = kernel, grid, scalars, constexprs, options
-        self.tail = (*scalars, *constexprs.values())       # the compiled launcher takes them positionally
+        self.tensor_names = tuple(kernel.arg_names[:-len(fixed)])
+        self.tail = (*scalars.values(), *constexprs.values())
         self.launcher = None
 
-    def __call__(self, *tensors) -> None:
+    def __call__(self, **tensors) -> None:
         if self.launcher is not None:
-            self.launcher(*tensors, *self.tail)
+            self.launcher(*(tensors[name] for name in self.tensor_names), *self.tail)
             return
-        compiled = self.kernel[self.grid](*tensors, *self.scalars, **self.constexprs, **self.options)
+        compiled = self.kernel[self.grid](**tensors, **self.scalars, **self.constexprs, **self.options)
         if not interpreting():
             self.launcher = compiled[(*self.grid, 1, 1)[:3]]      # its launcher takes all three sizes
 
@@ -635,10 +650,11 @@ class _Plan:
             launches = self.backwards[grad_out.stride()] = self._backward_launches(q, k, v, out, grad_out, lse)
         delta_launch, dkdv, dq = launches
         delta = torch.empty(**self.new_lse)
-        delta_launch(out, grad_out, delta)
+        delta_launch(O=out, DO=grad_out, DELTA=delta)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, grad_k, None)
-        dq(q, k, v, grad_out, lse, delta, grad_q)
+        # DQ: a placeholder pointer (the separate dQ kernel writes dQ), as in launch_dkdv.
+        dkdv(Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v, DQ=grad_k, DQ_DESC=None)
+        dq(Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DQ=grad_q)
         return grad_q, grad_k, grad_v
 
     def _backward_launches(self, q, k, v, out, grad_out, lse):
@@ -686,7 +702,7 @@ class FlashAttentionTriton(torch.autograd.Function):
         plan = _plan(q, k, v, is_causal)
         if plan is not None:
             out, lse = torch.empty(**plan.new_out), torch.empty(**plan.new_lse)
-            plan.forward(q, k, v, out, lse)
+            plan.forward(Q=q, K=k, V=v, O=out, L=lse)
         else:
             check_inputs(q, k, v, is_causal)
             _check_device(q)
