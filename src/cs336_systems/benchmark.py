@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import resource
 import sys
-import traceback
 from dataclasses import asdict
 
 import torch
@@ -25,7 +24,7 @@ import torch
 from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import ATTENTION_BACKENDS, MODEL_SIZES, ModelSize, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import call_counting_oom, free_device_memory
+from cs336_systems.timing import attempt, free_device_memory
 from cs336_systems.workload import MODES, PRECISIONS, build_workload, time_steps
 
 
@@ -125,16 +124,11 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     if args.memory_limit_gb is not None:
         limit_memory(device, args.memory_limit_gb)
-    try:
-        status, metrics, message = call_counting_oom(lambda: benchmark(
-            size, context=args.context, batch=args.batch, mode=args.mode, warmup=args.warmup,
-            steps=args.steps, precision=args.precision, compile=args.compile, attention=args.attention,
-            device=args.device, vocab_size=args.vocab_size))
-    except Exception as exc:  # noqa: BLE001 - recorded, and the traceback goes to the log
-        traceback.print_exc()
-        status, metrics, message = "error", {}, f"{type(exc).__name__}: {exc}"
-    finally:
-        free_device_memory(device)
+    status, metrics, message = attempt(lambda: benchmark(
+        size, context=args.context, batch=args.batch, mode=args.mode, warmup=args.warmup,
+        steps=args.steps, precision=args.precision, compile=args.compile, attention=args.attention,
+        device=args.device, vocab_size=args.vocab_size))
+    free_device_memory(device)
     if args.memory_limit_gb is not None:
         lift_memory_limit()
     write_json_atomic(args.out, make_record("A1", params, status, metrics, reason=message))

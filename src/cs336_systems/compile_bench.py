@@ -28,8 +28,6 @@ import argparse
 import contextlib
 import gc
 import sys
-import timeit
-import traceback
 from dataclasses import asdict
 
 import torch
@@ -37,7 +35,7 @@ import torch
 from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import call_counting_oom, exception_line, free_device_memory, synchronize
+from cs336_systems.timing import PhaseTimer, attempt, free_device_memory
 from cs336_systems.workload import COMPILE_BACKENDS, MODES, Workload, build_workload, time_steps
 
 COMPILE_CHOICES = ("blocks", "model")
@@ -93,11 +91,10 @@ def time_variant(size_name: str, *, compile: str, context: int, batch: int, mode
     torch.manual_seed(seed)          # same weights and batch in both variants
     workload = build_workload(get_size(size_name), context=context, batch=batch, mode=mode,
                               compile=compile, device=device, backend=backend)
-    synchronize(device)
-    start = timeit.default_timer()
-    loss = initial_loss(workload)
-    synchronize(device)
-    first_forward_ms = (timeit.default_timer() - start) * 1e3
+    timer = PhaseTimer(device)
+    with timer.phase("first forward"):
+        loss = initial_loss(workload)
+    first_forward_ms = timer.samples["first forward"][0]
 
     metrics = time_steps(workload, warmup=warmup, steps=steps)
     warmup_steps = metrics["warmup_step_samples"]
@@ -111,14 +108,10 @@ def time_variant(size_name: str, *, compile: str, context: int, batch: int, mode
     return metrics
 
 
-def attempt(variant: str, fn) -> dict:
+def run_variant(variant: str, fn) -> dict:
     """Run one variant: ``{"status": ok, ...metrics}``, or oom / error with the message."""
     log(f"B2 {variant}:")
-    try:
-        status, metrics, message = call_counting_oom(fn)
-    except Exception as exc:  # noqa: BLE001 - recorded, and the traceback goes to the log
-        traceback.print_exc()
-        status, metrics, message = "error", {}, exception_line(exc)
+    status, metrics, message = attempt(fn)
     result = {"status": status, **metrics}
     if message:
         result["message"] = message
@@ -166,7 +159,7 @@ def run(args: argparse.Namespace) -> tuple[dict, dict, str, str | None]:
     with torch._inductor.config.patch(force_disable_caches=not args.compile_cache):
         for variant in VARIANTS:
             compile = "none" if variant == "eager" else args.compile
-            variants[variant] = attempt(variant, lambda: time_variant(
+            variants[variant] = run_variant(variant, lambda: time_variant(
                 args.size, compile=compile, context=args.context, batch=args.batch, mode=args.mode,
                 warmup=args.warmup, steps=args.steps, device=device, seed=args.seed, backend=args.backend))
             gc.collect()                # the variant's model, gradients and optimizer state go first

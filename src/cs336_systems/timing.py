@@ -1,12 +1,17 @@
-"""Timing helpers: synchronised phase timers and the out-of-memory test.
+"""Timing helpers: synchronised timers, the do_bench wrapper, and failures as results.
 
 GPU work is asynchronous: a Python timer around a launch measures the launch, not the work.
 Every phase timer therefore synchronises the device before it reads the clock at both ends.
+
+Every experiment records a measurement that raised the same way: ``attempt`` runs it, and
+``failure_status`` turns the exception into the record's status and message (``oom`` for an
+allocation failure, ``error`` otherwise; one line; an error's traceback goes to the log).
 """
 from __future__ import annotations
 
 import statistics
 import timeit
+import traceback
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -41,6 +46,35 @@ class PhaseTimer:
         yield
         synchronize(self.device)
         self.samples.setdefault(name, []).append((timeit.default_timer() - start) * 1e3)
+
+
+def loop_ms(fn: Callable[[], object], iters: int, device: torch.device | str) -> float:
+    """Mean milliseconds per call of ``iters`` back-to-back calls of ``fn``, timed as one phase:
+    synchronised before the first call and after the last, not between calls."""
+    timer = PhaseTimer(device)
+    with timer.phase("loop"):
+        for _ in range(iters):
+            fn()
+    return timer.samples["loop"][0] / iters
+
+
+def median_ms(fn: Callable[[], object], *, warmup_ms: float = 25, rep_ms: float = 100,
+              grad_to_none=None) -> float:
+    """Median milliseconds of ``fn()``: ``triton.testing.do_bench`` on CUDA (warm-up and repetitions
+    by time, the L2 cache flushed between calls); on the CPU, one untimed call, then a timer loop of
+    at most 20 calls or ``rep_ms``, whichever ends first."""
+    if torch.cuda.is_available():
+        import triton.testing
+        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none,
+                                             return_mode="median"))
+    fn()
+    samples = []
+    deadline = timeit.default_timer() + rep_ms / 1e3
+    while not samples or (timeit.default_timer() < deadline and len(samples) < 20):
+        start = timeit.default_timer()
+        fn()
+        samples.append((timeit.default_timer() - start) * 1e3)
+    return statistics.median(samples)
 
 
 def summarize(samples: list[float]) -> dict[str, float]:
@@ -92,6 +126,26 @@ def exception_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
+def failure_status(exc: BaseException) -> tuple[str, str]:
+    """The record status and message of a measurement that raised ``exc``: ``("oom", line)`` for an
+    allocation failure (``is_out_of_memory``), else ``("error", line)``, with ``line`` the one line
+    of ``exception_line``. An error's traceback goes to stderr, which is the rule's log."""
+    if is_out_of_memory(exc):
+        return "oom", exception_line(exc)
+    traceback.print_exception(exc)
+    return "error", exception_line(exc)
+
+
+def attempt(fn: Callable[[], dict]) -> tuple[str, dict, str | None]:
+    """Run ``fn``: ``("ok", metrics, None)``, or ``(status, {}, message)`` of ``failure_status``
+    when it raises. A failure is a result to record, not a crash."""
+    try:
+        return "ok", fn(), None
+    except Exception as exc:  # noqa: BLE001 - recorded as oom / error; an error's traceback goes to the log
+        status, message = failure_status(exc)
+        return status, {}, message
+
+
 def oom_during(fn: Callable[[], object]) -> str | None:
     """Run ``fn``; None when it finishes, the failure's line when it runs out of memory. Anything
     else propagates."""
@@ -102,14 +156,3 @@ def oom_during(fn: Callable[[], object]) -> str | None:
             raise
         return exception_line(exc)
     return None
-
-
-def call_counting_oom(fn: Callable[[], dict]) -> tuple[str, dict, str | None]:
-    """Run ``fn``; return ``("ok", metrics, None)`` or ``("oom", {}, message)``.
-
-    Anything that is not an allocation failure propagates: an error is a bug to see, not a
-    result to tabulate.
-    """
-    result: list[dict] = []
-    message = oom_during(lambda: result.append(fn()))
-    return ("oom", {}, message) if message else ("ok", result[0], None)

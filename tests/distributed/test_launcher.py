@@ -21,6 +21,12 @@ def _rank_one_raises(rank, world_size):
     return rank
 
 
+def _rank_one_runs_out_of_memory(rank, world_size):
+    if rank == 1:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.\nsecond line")
+    return rank
+
+
 def _rank_zero_dies(rank, world_size):
     if rank == 0:
         os._exit(3)
@@ -45,6 +51,16 @@ def test_an_exception_names_its_rank_and_carries_the_traceback():
         run_on_ranks(_rank_one_raises, 2)
     assert info.value.rank == 1
     assert "deliberate failure on rank one" in str(info.value) and "Traceback" in info.value.detail
+
+
+def test_a_ranks_oom_is_recorded_as_oom_with_its_own_line():
+    from cs336_systems.timing import failure_status
+
+    with pytest.raises(RankFailed) as info:
+        run_on_ranks(_rank_one_runs_out_of_memory, 2)
+    assert "Traceback" in info.value.detail
+    assert failure_status(info.value) == (
+        "oom", "RankFailed: rank 1 failed: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
 
 
 def test_a_dead_process_is_reported_not_waited_for():

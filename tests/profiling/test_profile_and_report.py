@@ -1,4 +1,5 @@
 """The A2 command end to end on the CPU (torch.profiler fallback), its tables, and the report."""
+import argparse
 import copy
 import json
 
@@ -37,6 +38,22 @@ def test_cpu_run_uses_torch_profiler_for_every_mode(record):
     # the first forward's operators take no longer than the forward range itself
     fwd_ns = sum(r["total_ns"] for r in fwd_tables["forward"])
     assert 0 < fwd_ns <= {r["range"]: r for r in m["modes"]["forward"]["ranges"]}["forward"]["max_ns"]
+
+
+def test_the_nsys_child_gets_this_commands_own_arguments(monkeypatch, tmp_path):
+    argv = ["--size", "tiny", "--context", "16", "--modes", "train-step", "forward", "--steps", "2",
+            "--device", "cpu", "--nsys", "/opt/nsys", "--out", str(tmp_path / "tiny_ctx16.json")]
+    ran = []
+    monkeypatch.setattr(profile.nsys_tools, "profile_command", lambda nsys, stem, child: child)
+    monkeypatch.setattr(profile.subprocess, "run", lambda cmd: ran.append(cmd) or argparse.Namespace(returncode=1))
+    with pytest.raises(RuntimeError, match="without a result"):
+        profile.with_nsys(profile.parse_args(argv), "/opt/nsys")
+    child = ran[0]
+    assert child[1:3] == ["-m", "cs336_systems.profiling.profile"] and child[3:3 + len(argv)] == argv
+    parent, forwarded = vars(profile.parse_args(argv)), vars(profile.parse_args(child[3:]))
+    changed = {k for k in parent if parent[k] != forwarded[k]}
+    assert changed == {"nsys", "child", "out", "argv"}
+    assert forwarded["nsys"] == "" and forwarded["child"] and forwarded["out"] != parent["out"]
 
 
 def test_window_attribution_ignores_threads_and_nesting():

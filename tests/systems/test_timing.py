@@ -1,4 +1,4 @@
-"""cs336_systems.timing: the OOM test, OOM-tolerant calls, summaries and the phase timer."""
+"""cs336_systems.timing: the OOM test, failures as results, summaries and the timers."""
 
 import random
 import statistics
@@ -7,7 +7,8 @@ import time
 import pytest
 import torch
 
-from cs336_systems.timing import PhaseTimer, call_counting_oom, is_out_of_memory, summarize
+from cs336_systems.timing import (PhaseTimer, attempt, exception_line, failure_status, is_out_of_memory,
+                                  loop_ms, median_ms, summarize)
 
 
 @pytest.mark.parametrize("exc", [
@@ -33,36 +34,63 @@ def test_is_out_of_memory_false(exc):
     assert not is_out_of_memory(exc)
 
 
-def test_call_counting_oom_passes_metrics_through():
+def test_attempt_passes_metrics_through():
     metrics = {"x": random.random()}
-    assert call_counting_oom(lambda: metrics) == ("ok", metrics, None)
+    assert attempt(lambda: metrics) == ("ok", metrics, None)
 
 
-def test_call_counting_oom_turns_oom_into_a_result():
+def test_attempt_turns_oom_into_a_result():
     detail = f"Tried to allocate {random.randint(1, 99)} GiB"
 
     def fn():
         raise torch.OutOfMemoryError(f"CUDA out of memory. {detail}\nsecond line of the message")
 
-    status, metrics, msg = call_counting_oom(fn)
+    status, metrics, msg = attempt(fn)
     assert (status, metrics) == ("oom", {})
     assert msg.startswith("OutOfMemoryError: ") and detail in msg
     assert "\n" not in msg and "second line" not in msg
 
 
-def test_call_counting_oom_catches_memory_error():
+def test_attempt_catches_memory_error():
     def fn():
         raise MemoryError("host")
-    assert call_counting_oom(fn)[0] == "oom"
+    assert attempt(fn)[0] == "oom"
 
 
 @pytest.mark.parametrize("exc", [ValueError("bad"), RuntimeError("shape mismatch"), ZeroDivisionError()])
-def test_call_counting_oom_reraises_other_errors(exc):
+def test_attempt_records_other_errors(exc, capsys):
     def fn():
         raise exc
-    with pytest.raises(type(exc)) as info:
-        call_counting_oom(fn)
-    assert info.value is exc
+    assert attempt(fn) == ("error", {}, exception_line(exc))
+    assert "Traceback" in capsys.readouterr().err          # the log keeps what the record does not
+
+
+def test_failure_status_oom_against_error(capsys):
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                                 "79.10 GiB of which 1.00 GiB is free.\nsecond line")
+    assert failure_status(oom) == ("oom", "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+                                          "has a total capacity of 79.10 GiB of which 1.00 GiB is free.")
+    assert capsys.readouterr().err == ""                    # an OOM is a result, not a bug: no traceback
+    try:
+        raise ValueError("the kernel is wrong\nat tile 3")
+    except ValueError as exc:
+        error = exc
+    assert failure_status(error) == ("error", "ValueError: the kernel is wrong")
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "at tile 3" in err
+
+
+def test_loop_ms_is_the_mean_per_call():
+    calls = []
+    ms = loop_ms(lambda: (calls.append(1), time.sleep(0.01)), 5, "cpu")
+    assert len(calls) == 5 and 10 * 0.95 <= ms <= 10 + 50
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path; on CUDA it is do_bench")
+def test_median_ms_on_the_cpu_calls_once_untimed_then_at_most_20_times():
+    calls = []
+    ms = median_ms(lambda: calls.append(1), rep_ms=1e4)
+    assert len(calls) == 21 and 0 <= ms < 50
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 50])

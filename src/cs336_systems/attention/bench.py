@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import timeit
-import traceback
 from contextlib import nullcontext
 
 import torch
 
 from cs336_systems.attention.backends import BENCH_IMPLS, load
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import is_out_of_memory
+from cs336_systems.timing import attempt, free_device_memory, median_ms
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PASSES = ("forward", "backward", "forward-backward")
@@ -62,22 +59,6 @@ def implementation(name: str):
     return (torch.compile(causal) if name == "plain-compiled" else causal), nullcontext
 
 
-def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, grad_to_none=None) -> float:
-    """Median milliseconds of ``fn()``: do_bench on CUDA, a timer loop on the CPU."""
-    if torch.cuda.is_available():
-        import triton.testing
-        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none,
-                                             return_mode="median"))
-    fn()
-    samples = []
-    deadline = timeit.default_timer() + rep_ms / 1e3
-    while not samples or (timeit.default_timer() < deadline and len(samples) < 20):
-        start = timeit.default_timer()
-        fn()
-        samples.append((timeit.default_timer() - start) * 1e3)
-    return statistics.median(samples)
-
-
 def skip_reason(impl: str, device: str, dtype: str = "bf16") -> str | None:
     if impl.startswith("sdpa-") and device != "cuda":
         return "PyTorch's flash and cuDNN attention back ends need a CUDA GPU"
@@ -92,11 +73,11 @@ def measure(impl: str, q, k, v, which: str, **bench) -> float:
     with context():
         if which == "forward":
             with torch.no_grad():
-                return time_ms(lambda: fn(q, k, v), **bench)
+                return median_ms(lambda: fn(q, k, v), **bench)
         if which == "backward":
             out = fn(q, k, v)
-            return time_ms(lambda: out.backward(grad, retain_graph=True), grad_to_none=[q, k, v], **bench)
-        return time_ms(lambda: fn(q, k, v).backward(grad), grad_to_none=[q, k, v], **bench)
+            return median_ms(lambda: out.backward(grad, retain_graph=True), grad_to_none=[q, k, v], **bench)
+        return median_ms(lambda: fn(q, k, v).backward(grad), grad_to_none=[q, k, v], **bench)
 
 
 def grid_row(impl: str, dtype: str, d: int, seqs: list[int], device: str) -> list[dict]:
@@ -109,24 +90,18 @@ def grid_row(impl: str, dtype: str, d: int, seqs: list[int], device: str) -> lis
             if reason:
                 records.append(make_record("B5", params, "skipped", reason=reason))
                 continue
-            try:
-                q, k, v = (torch.randn(1, seq, d, dtype=DTYPES[dtype], device=device, requires_grad=True)
-                           for _ in range(3))
-                ms = measure(impl, q, k, v, which)
-                flops = causal_flops(1, seq, d, which)
-                records.append(make_record("B5", params, "ok", {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9}))
-                log(f"B5 {impl} {dtype} d={d} seq={seq} {which}: {ms:.3f} ms")
-            except Exception as exc:  # noqa: BLE001 - an OOM is a result; anything else is recorded and logged
-                status = "oom" if is_out_of_memory(exc) else "error"
-                if status == "error":
-                    traceback.print_exc()
-                records.append(make_record("B5", params, status, reason=f"{type(exc).__name__}: {str(exc)[:300]}"))
-                log(f"B5 {impl} {dtype} d={d} seq={seq} {which}: {status}")
-            finally:
-                q = k = v = None
-                if device == "cuda":
-                    torch.cuda.empty_cache()
+            status, metrics, message = attempt(lambda: _grid_point(impl, dtype, d, seq, which, device))
+            records.append(make_record("B5", params, status, metrics, reason=message))
+            log(f"B5 {impl} {dtype} d={d} seq={seq} {which}: " + (f"{metrics['ms']:.3f} ms" if status == "ok" else status))
+            free_device_memory(device)       # q, k, v went with the point's frame
     return records
+
+
+def _grid_point(impl: str, dtype: str, d: int, seq: int, which: str, device: str) -> dict:
+    q, k, v = (torch.randn(1, seq, d, dtype=DTYPES[dtype], device=device, requires_grad=True) for _ in range(3))
+    ms = measure(impl, q, k, v, which)
+    flops = causal_flops(1, seq, d, which)
+    return {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9}
 
 
 LEADERBOARD = {"batch": 16, "seq": 16384, "d": 64, "dtype": "bf16", "causal": True, "warmup_ms": 1000, "rep_ms": 10000}
@@ -156,41 +131,39 @@ def _leaderboard_point(impl: str, which: str, case: dict, device: str) -> dict:
     reason = skip_reason(impl, device)
     if reason:
         return make_record("B5-leaderboard", params, "skipped", reason=reason)
-    q, k, v = (torch.randn(case["batch"], case["seq"], case["d"], dtype=DTYPES[case["dtype"]], device=device,
-                           requires_grad=True) for _ in range(3))
     if impl == "ours":
         # torch.compile cannot trace into Triton's CPU interpreter, so a smoke run times it eager.
         params["compiled"] = device == "cuda"
+    status, metrics, message = attempt(lambda: _leaderboard_time(impl, which, case, device, params.get("compiled", False)))
+    if status == "ok":
+        log(f"leaderboard {impl} {which}: {metrics['ms']:.3f} ms")
+    free_device_memory(device)               # q, k, v went with the timing's frame
+    return make_record("B5-leaderboard", params, status, metrics, reason=message)
+
+
+def _leaderboard_time(impl: str, which: str, case: dict, device: str, compiled: bool) -> dict:
+    q, k, v = (torch.randn(case["batch"], case["seq"], case["d"], dtype=DTYPES[case["dtype"]], device=device,
+                           requires_grad=True) for _ in range(3))
     fn, context = implementation(impl)
-    if params.get("compiled"):
+    if compiled:
         fn = torch.compile(fn)
     # A compiled backward donates its saved buffers unless told otherwise, and then refuses the
     # retain_graph=True that timing one graph's backward again and again needs.
-    donation = (torch._functorch.config.patch(donated_buffer=False) if params.get("compiled") and which == "backward"
+    donation = (torch._functorch.config.patch(donated_buffer=False) if compiled and which == "backward"
                 else nullcontext())
-    try:
-        with context(), donation:
-            if which == "forward-backward":
-                step = lambda: fn(q, k, v).sum().backward()  # noqa: E731
-            elif which == "forward":
-                def step():
-                    with torch.no_grad():
-                        fn(q, k, v)
-            else:
-                loss = fn(q, k, v).sum()
-                step = lambda: loss.backward(retain_graph=True)  # noqa: E731
-            ms = time_ms(step, warmup_ms=case["warmup_ms"], rep_ms=case["rep_ms"], grad_to_none=[q, k, v])
-        flops = causal_flops(case["batch"], case["seq"], case["d"], which)
-        log(f"leaderboard {impl} {which}: {ms:.3f} ms")
-        return make_record("B5-leaderboard", params, "ok", {"ms": ms, "tflops": flops / ms / 1e9})
-    except Exception as exc:  # noqa: BLE001
-        status = "oom" if is_out_of_memory(exc) else "error"
-        traceback.print_exc()
-        return make_record("B5-leaderboard", params, status, reason=f"{type(exc).__name__}: {exc}"[:400])
-    finally:
-        q = k = v = None
-        if device == "cuda":
-            torch.cuda.empty_cache()
+    with context(), donation:
+        if which == "forward-backward":
+            step = lambda: fn(q, k, v).sum().backward()  # noqa: E731
+        elif which == "forward":
+            def step():
+                with torch.no_grad():
+                    fn(q, k, v)
+        else:
+            loss = fn(q, k, v).sum()
+            step = lambda: loss.backward(retain_graph=True)  # noqa: E731
+        ms = median_ms(step, warmup_ms=case["warmup_ms"], rep_ms=case["rep_ms"], grad_to_none=[q, k, v])
+    flops = causal_flops(case["batch"], case["seq"], case["d"], which)
+    return {"ms": ms, "tflops": flops / ms / 1e9}
 
 
 def main(argv=None) -> int:

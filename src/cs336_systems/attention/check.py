@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 
 import torch
 
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import is_out_of_memory
+from cs336_systems.timing import attempt, free_device_memory, median_ms
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 FUNCTIONS = ("pytorch", "triton", "triton-pytorch-backward")
@@ -79,14 +78,12 @@ def max_errors(name: str, dtype: torch.dtype, is_causal: bool, shape: tuple[int,
 
 
 def backward_times(name: str, dtype: torch.dtype, shape: tuple[int, int, int], device: str) -> dict:
-    from cs336_systems.attention.bench import time_ms
-
     q, k, v, grad = (torch.randn(*shape, device=device, dtype=dtype, requires_grad=i < 3) for i in range(4))
     apply = function(name).apply
     with torch.no_grad():
-        forward = time_ms(lambda: apply(q, k, v, True))
+        forward = median_ms(lambda: apply(q, k, v, True))
     out = apply(q, k, v, True)
-    backward = time_ms(lambda: out.backward(grad, retain_graph=True), grad_to_none=[q, k, v])
+    backward = median_ms(lambda: out.backward(grad, retain_graph=True), grad_to_none=[q, k, v])
     return {"forward_ms": forward, "backward_ms": backward}
 
 
@@ -108,19 +105,14 @@ def run_checks(shape, bench_shape, dtypes, functions, device) -> list[dict]:
 
 
 def _attempt(ident: str, params: dict, measure) -> dict:
-    try:
-        metrics = measure()
-    except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded with its message
-        status = "oom" if is_out_of_memory(exc) else "error"
-        if status == "error":
-            traceback.print_exc()
+    """One case's record; a failure is a result, recorded with its message."""
+    status, metrics, message = attempt(measure)
+    free_device_memory(params["device"])
+    if status == "ok":
+        log(f"{ident} {params['kind']} {params['function']} {params['dtype']} causal={params['causal']}: {metrics}")
+    else:
         log(f"{ident} {params['kind']} {params['function']} {params['dtype']}: {status}")
-        return make_record(ident, params, status, reason=f"{type(exc).__name__}: {str(exc)[:300]}")
-    finally:
-        if params["device"] == "cuda":
-            torch.cuda.empty_cache()
-    log(f"{ident} {params['kind']} {params['function']} {params['dtype']} causal={params['causal']}: {metrics}")
-    return make_record(ident, params, "ok", metrics)
+    return make_record(ident, params, status, metrics, reason=message)
 
 
 def main(argv=None) -> int:

@@ -8,19 +8,19 @@ saved for it), then time ``--iters`` backward passes, synchronising around each 
 ``--extend-to`` the sequence keeps doubling past the listed lengths until it runs out of memory
 (or reaches that length), so the first out-of-memory point is always measured. One process per
 row (one d, eager or compiled); every point is its own record in the row's JSON list, and an
-out-of-memory point is recorded as ``oom`` with the memory the accounting below predicts for it.
+out-of-memory point is recorded as ``oom`` with the memory the accounting below predicts for it
+(any other failure as ``error``, with its message; the extension stops at either).
 """
 from __future__ import annotations
 
 import argparse
 import sys
-import timeit
 
 import torch
 
 from cs336_systems.attention.reference import plain_attention
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import exception_line, free_device_memory, is_out_of_memory, synchronize
+from cs336_systems.timing import attempt, free_device_memory, loop_ms, synchronize
 
 FP32 = 4
 
@@ -51,21 +51,12 @@ def measure_point(fn, batch: int, seq: int, d: int, iters: int, device: torch.de
             warm.backward(grad, retain_graph=True)
     del warm
     q.grad = k.grad = v.grad = None                       # so the memory reading holds only what forward saves
-    synchronize(device)
-    start = timeit.default_timer()
-    for _ in range(iters):
-        fn(q, k, v)
-    synchronize(device)
-    forward_ms = (timeit.default_timer() - start) * 1e3 / iters
+    forward_ms = loop_ms(lambda: fn(q, k, v), iters, device)
 
     out = fn(q, k, v)
     synchronize(device)
     before_backward = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
-    start = timeit.default_timer()
-    for _ in range(iters):
-        out.backward(grad, retain_graph=True)
-    synchronize(device)
-    backward_ms = (timeit.default_timer() - start) * 1e3 / iters
+    backward_ms = loop_ms(lambda: out.backward(grad, retain_graph=True), iters, device)
     return {"forward_ms": forward_ms, "backward_ms": backward_ms, "memory_before_backward_bytes": before_backward}
 
 
@@ -92,22 +83,17 @@ def sweep(d: int, seqs: list[int], *, batch: int, iters: int, compiled: bool, de
         params = {"d": d, "seq": seq, "batch": batch, "iters": iters, "compiled": compiled, "device": str(device),
                   "extended": seq not in seqs, **({"backend": backend} if compiled else {})}
         accounting = attention_memory(batch, seq, d)
-        try:
-            metrics = measure_point(fn, batch, seq, d, iters, device)
-            records.append(make_record("B1", params, "ok", metrics | {"accounting_bytes": accounting}))
+        # An allocation failure is the result we look for; the prediction is set beside it.
+        status, metrics, message = attempt(lambda: measure_point(fn, batch, seq, d, iters, device))
+        free_device_memory(device)
+        records.append(make_record("B1", params, status, metrics | {"accounting_bytes": accounting}, reason=message))
+        if status == "ok":
             log(f"B1 d={d} seq={seq} compiled={compiled}: forward {metrics['forward_ms']:.3f} ms, "
                 f"backward {metrics['backward_ms']:.3f} ms")
-        except Exception as exc:  # noqa: BLE001 - an allocation failure is the result we look for
-            if not is_out_of_memory(exc):
-                raise
-            record = make_record("B1", params, "oom", reason=exception_line(exc))
-            record["metrics"] = {"accounting_bytes": accounting}     # the prediction, set beside the failure
-            records.append(record)
-            log(f"B1 d={d} seq={seq} compiled={compiled}: out of memory")
+        else:
+            log(f"B1 d={d} seq={seq} compiled={compiled}: {status}")
             if params["extended"]:
                 break                                    # the extension's job is done
-        finally:
-            free_device_memory(device)
     return records
 
 

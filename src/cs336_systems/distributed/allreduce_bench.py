@@ -19,13 +19,13 @@ import argparse
 import os
 import statistics
 import sys
-import timeit
 
 import torch
 import torch.distributed as dist
 
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
 from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.timing import PhaseTimer, synchronize
 
 MB = 10**6
 FP32 = 4
@@ -35,30 +35,22 @@ def bus_bandwidth(algbw: float, world_size: int) -> float:
     return algbw * 2 * (world_size - 1) / world_size
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _time_allreduce(rank: int, world_size: int, backend: str, sizes_mb: list[float], warmup: int,
                     iters: int) -> list[list[float]] | None:
-    """On each rank: per size, the seconds of each timed call. Rank 0 returns every rank's lists."""
+    """On each rank: per size, the milliseconds of each timed call. Rank 0 returns every rank's lists."""
     device = device_for(rank, backend)
     per_size = []
     for size_mb in sizes_mb:
         tensor = torch.randn(int(size_mb * MB) // FP32, device=device)
         for _ in range(warmup):
             dist.all_reduce(tensor)
-        _synchronize(device)
-        times = []
+        synchronize(device)
+        timer = PhaseTimer(device)                # synchronises before and after each call
         for _ in range(iters):
             dist.barrier()
-            _synchronize(device)
-            start = timeit.default_timer()
-            dist.all_reduce(tensor)
-            _synchronize(device)
-            times.append(timeit.default_timer() - start)
-        per_size.append(times)
+            with timer.phase("all_reduce"):
+                dist.all_reduce(tensor)
+        per_size.append(timer.samples["all_reduce"])
         del tensor
     gathered = [None] * world_size
     dist.all_gather_object(gathered, per_size)
@@ -89,14 +81,14 @@ def run(backend: str, world_size: int, sizes_mb: list[float], warmup: int, iters
     records = []
     for i, size_mb in enumerate(sizes_mb):
         # A call is finished when its slowest rank is.
-        call_s = [max(rank_times[i][k] for rank_times in per_rank) for k in range(iters)]
-        seconds = statistics.median(call_s)
-        algbw = size_mb * MB / seconds / 1e9
-        metrics = {"ms": seconds * 1e3, "ms_min": min(call_s) * 1e3, "ms_max": max(call_s) * 1e3,
+        call_ms = [max(rank_times[i][k] for rank_times in per_rank) for k in range(iters)]
+        ms = statistics.median(call_ms)
+        algbw = size_mb * MB / (ms / 1e3) / 1e9
+        metrics = {"ms": ms, "ms_min": min(call_ms), "ms_max": max(call_ms),
                    "algbw_GBps": algbw, "busbw_GBps": bus_bandwidth(algbw, world_size),
-                   "per_rank_median_ms": [statistics.median(t[i]) * 1e3 for t in per_rank]}
+                   "per_rank_median_ms": [statistics.median(t[i]) for t in per_rank]}
         records.append(make_record("C1", params(size_mb), "ok", metrics))
-        log(f"C1 {backend} x{world_size} {size_mb:g} MB: {seconds * 1e3:.3f} ms, busbw {metrics['busbw_GBps']:.2f} GB/s")
+        log(f"C1 {backend} x{world_size} {size_mb:g} MB: {ms:.3f} ms, busbw {metrics['busbw_GBps']:.2f} GB/s")
     return records
 
 

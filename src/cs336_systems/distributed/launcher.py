@@ -22,11 +22,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from cs336_systems.timing import exception_line
+
 HOST = "127.0.0.1"
 
 
 class RankFailed(RuntimeError):
-    """A rank raised, died or did not finish in time."""
+    """A rank raised, died or did not finish in time. The message's first line names the rank and
+    what went wrong there (the line a record keeps); a raised rank's traceback follows it."""
 
     def __init__(self, rank: int, detail: str):
         super().__init__(f"rank {rank} failed: {detail}")
@@ -54,8 +57,9 @@ def _child(rank: int, world_size: int, backend: str, port: int, collective_timeo
         finally:
             dist.destroy_process_group()
         results.put((rank, True, value))
-    except BaseException:  # noqa: BLE001 - whatever it was, the parent must hear which rank
-        results.put((rank, False, traceback.format_exc()))
+    except BaseException as exc:  # noqa: BLE001 - whatever it was, the parent must hear which rank
+        # Its own line first (a traceback ends with it, but a message of several lines buries it).
+        results.put((rank, False, f"{exception_line(exc)}\n{traceback.format_exc()}"))
     _leave(results)
 
 

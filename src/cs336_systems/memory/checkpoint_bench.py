@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from dataclasses import asdict
 
 import torch
@@ -23,7 +22,7 @@ import torch
 from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import call_counting_oom, free_device_memory, synchronize
+from cs336_systems.timing import attempt, free_device_memory, synchronize
 from cs336_systems.workload import build_workload, time_steps
 
 MODES = ("forward-backward", "train-step")
@@ -81,15 +80,10 @@ def main(argv=None) -> int:
               "device_total_bytes": (torch.cuda.get_device_properties(torch.device(args.device)).total_memory
                                      if torch.device(args.device).type == "cuda" else None)}
     log(f"A6 checkpointing: {params}")
-    try:
-        status, metrics, message = call_counting_oom(lambda: measure(
-            args.size, context=args.context, batch=args.batch, group=args.group, mode=args.mode,
-            warmup=args.warmup, steps=args.steps, device=args.device))
-    except Exception as exc:  # noqa: BLE001 - recorded, and the traceback goes to the log
-        traceback.print_exc()
-        status, metrics, message = "error", {}, f"{type(exc).__name__}: {exc}"
-    finally:
-        free_device_memory(args.device)
+    status, metrics, message = attempt(lambda: measure(
+        args.size, context=args.context, batch=args.batch, group=args.group, mode=args.mode,
+        warmup=args.warmup, steps=args.steps, device=args.device))
+    free_device_memory(args.device)
     write_json_atomic(args.out, make_record("A6", params, status, metrics, reason=message))
     log(f"A6 group {args.group} {status}: " + (f"step {metrics['step']['mean']:.1f} ms, peak "
                                                f"{metrics['peak_memory_bytes']}" if status == "ok" else message))

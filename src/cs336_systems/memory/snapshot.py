@@ -25,7 +25,6 @@ import gc
 import pickle
 import sys
 import time
-import traceback
 from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
@@ -38,7 +37,7 @@ from cs336_systems.memory.events import PHASE_PREFIX, MemoryTrace, Phase, trace_
 from cs336_systems.memory.timeline import render_placeholder, render_timeline
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import exception_line, is_out_of_memory, oom_during
+from cs336_systems.timing import failure_status, oom_during
 from cs336_systems.workload import MODES, PRECISIONS, Workload, build_workload
 
 
@@ -195,11 +194,7 @@ def main(argv=None) -> int:
         metrics = analyse(trace, top_phase="forward", k=args.top) | extra
         status = "oom" if message else "ok"
     except Exception as exc:  # noqa: BLE001 - an allocation failure is a result, anything else an error
-        if is_out_of_memory(exc):
-            status, message = "oom", exception_line(exc)
-        else:
-            traceback.print_exc()
-            status, message = "error", f"{type(exc).__name__}: {exc}"
+        status, message = failure_status(exc)
     if trace is not None and trace.events:
         render_timeline(trace, args.timeline, f"A5 active memory: {label}" + (" (out of memory)" if status == "oom" else ""))
     else:

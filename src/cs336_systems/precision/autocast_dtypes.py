@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import exception_line
+from cs336_systems.timing import attempt
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 DEVICES = ("cuda", "cpu")
@@ -153,15 +152,6 @@ def device_unavailable(device: str) -> str | None:
     return None
 
 
-def _attempt(fn):
-    """("ok", result, None) or ("error", None, message): an op autocast rejects is a result, not a crash."""
-    try:
-        return "ok", fn(), None
-    except Exception as exc:  # noqa: BLE001 - recorded with its message; the traceback goes to the log
-        traceback.print_exc()
-        return "error", None, exception_line(exc)
-
-
 def measure(devices: list[str], dtypes: list[str], seed: int = 0) -> list[dict]:
     records = []
     for device in devices:
@@ -172,7 +162,8 @@ def measure(devices: list[str], dtypes: list[str], seed: int = 0) -> list[dict]:
                 records.append(make_record("A4", params, "skipped", reason=why))
                 continue
             torch.manual_seed(seed)
-            status, table, message = _attempt(lambda: toy_dtypes(device, DTYPES[dtype_name]))
+            # an op autocast rejects is a result (an error record), not a crash
+            status, table, message = attempt(lambda: toy_dtypes(device, DTYPES[dtype_name]))
             records.append(make_record("A4", params, status, {"stages": table} if table else None, reason=message))
             log(f"A4 dtypes {device} {dtype_name}: {status} {table or message}")
         params = {"part": "layernorm", "device": device, "eps": LN_EPS, "cases": [list(c) for c in LN_CASES],
@@ -180,7 +171,7 @@ def measure(devices: list[str], dtypes: list[str], seed: int = 0) -> list[dict]:
         if why:
             records.append(make_record("A4", params, "skipped", reason=why))
             continue
-        status, rows, message = _attempt(lambda: layer_norm_errors(device, seed=seed))
+        status, rows, message = attempt(lambda: layer_norm_errors(device, seed=seed))
         records.append(make_record("A4", params, status, {"rows": rows} if rows else None, reason=message))
         log(f"A4 layer norm {device}: {status}")
     return records

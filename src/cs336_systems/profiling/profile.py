@@ -24,7 +24,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from cs336_systems.profiling.classify import classify
 from cs336_systems.profiling.ranges import (ATTENTION_RANGES, MEASURED, MODE_PHASES, PHASE_RANGES, WARMUP,
                                             nvtx_mark, torch_mark)
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import PhaseTimer, call_counting_oom, free_device_memory, summarize, synchronize
+from cs336_systems.timing import PhaseTimer, attempt, free_device_memory, summarize, synchronize
 from cs336_systems.workload import MODES, build_workload
 
 # Below this share of its Python-timed duration, a phase's kernel table is suspect (see notes).
@@ -59,6 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="where the JSON record goes")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)   # the run under nsys
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)     # forwarded to the run under nsys
     require_at_least(p, args, 1, "context", "batch", "steps")
     require_at_least(p, args, 0, "warmup")
     if len(set(args.modes)) != len(args.modes):
@@ -129,11 +129,7 @@ def run_modes(args: argparse.Namespace, tool: str) -> dict[str, dict]:
     results = {}
     for mode in args.modes:
         log(f"A2 {args.size} ctx {args.context}: {mode}")
-        try:
-            status, metrics, message = call_counting_oom(lambda: profile_mode(args, mode, tool))
-        except Exception as exc:  # noqa: BLE001 - recorded; the traceback goes to the log
-            traceback.print_exc()
-            status, metrics, message = "error", {}, f"{type(exc).__name__}: {exc}"
+        status, metrics, message = attempt(lambda: profile_mode(args, mode, tool))
         results[mode] = {"status": status, "message": message, **metrics}
         gc.collect()
         free_device_memory(args.device)
@@ -187,9 +183,9 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
     report_stem, report = nsys_report_paths(out)
     with tempfile.TemporaryDirectory(prefix="a2-child-") as tmp:
         child_out = Path(tmp) / "child.json"
-        child = [sys.executable, "-m", "cs336_systems.profiling.profile", "--size", args.size,
-                 "--context", str(args.context), "--modes", *args.modes, "--batch", str(args.batch),
-                 "--warmup", str(args.warmup), "--steps", str(args.steps), "--device", args.device,
+        # This command's own arguments, then the child's: argparse keeps an option's last value, so
+        # the child asks for no nsys of its own and writes to child_out; --child runs the modes.
+        child = [sys.executable, "-m", "cs336_systems.profiling.profile", *args.argv,
                  "--nsys", "", "--child", "--out", str(child_out)]
         out.parent.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(nsys_tools.profile_command(nsys, report_stem, child))
@@ -238,15 +234,16 @@ def main(argv=None) -> int:
     nsys = nsys_tools.find_nsys(args.nsys) if on_gpu else None
     reason = None if nsys else ("the device is the CPU" if not on_gpu else
                                 f"nsys program {args.nsys!r} not found" if args.nsys else "nsys disabled in the config")
-    try:
+    def measure() -> dict:
         metrics = with_nsys(args, nsys) if nsys else with_torch_profiler(args, reason)
         metrics["warnings"] = add_checks(metrics["modes"])
+        return metrics
+
+    status, metrics, message = attempt(measure)
+    if status == "ok":              # the run finished; the record's status is its modes'
         statuses = {m["status"] for m in metrics["modes"].values()}
         status = "ok" if "ok" in statuses else ("oom" if statuses == {"oom"} else "error")
         message = None if status == "ok" else "; ".join(f"{k}: {m['message']}" for k, m in metrics["modes"].items())
-    except Exception as exc:  # noqa: BLE001 - recorded, and the traceback goes to the log
-        traceback.print_exc()
-        status, metrics, message = "error", {}, f"{type(exc).__name__}: {exc}"
     write_json_atomic(args.out, make_record("A2", params, status, metrics, reason=message))
     log(f"A2 {status} ({metrics.get('source', '-')}) -> {args.out}")
     return 0
