@@ -76,6 +76,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cs336_basics.model import Embedding, Linear
+from cs336_systems.distributed.ddp import broadcast_from_rank_zero
 
 SHARDED_TYPES = (Linear, Embedding)
 
@@ -227,7 +228,7 @@ class FSDP(nn.Module):
         self.record_events = record_events
         self.events: list[GatherEvent] = []
         self._original_names = [name for name, _ in module.named_parameters()]
-        _broadcast_from_rank_zero(module)
+        broadcast_from_rank_zero(module)
         self.sharded = self._shard_weights(module)
         shards = {id(layer.shard) for layer in self.sharded}
         self.replicated = [p for p in module.parameters() if p.requires_grad and id(p) not in shards]
@@ -419,9 +420,3 @@ class FSDP(nn.Module):
             work.wait()
             full[layer.name] = flat[:layer.numel].view(layer.shape).clone()
         return {name: full[name] for name in self._original_names}
-
-
-def _broadcast_from_rank_zero(module: nn.Module) -> None:
-    with torch.no_grad():
-        for tensor in [*module.parameters(), *module.buffers()]:
-            dist.broadcast(tensor.detach(), src=0)
