@@ -5,7 +5,9 @@ A record is one JSON object ``{id, params, metrics, status, provenance}``:
 - ``id``: the deliverable it belongs to (``"A1"``, ``"A3"``, ...);
 - ``params``: what was asked for (one point of a grid);
 - ``metrics``: what was measured (empty unless ``status == "ok"``);
-- ``status``: ``ok``, ``oom``, ``skipped`` (with ``reason``) or ``error`` (with ``message``);
+- ``status``: ``ok``, ``oom``, ``skipped`` (with ``reason``) or ``error`` (with ``message``); a
+  measurement that raised gets its ``oom`` / ``error`` and one-line message from
+  ``timing.failure_status`` (or ``timing.attempt``, which runs it), the same in every experiment;
 - ``provenance``: which machine, software and commit made it, and when.
 
 Records are written atomically (temporary file in the same folder, then ``os.replace``) so a
