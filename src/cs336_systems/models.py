@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 VOCAB_SIZE = 10_000
 ROPE_THETA = 10_000.0
 
+# What one measured step does: the forward pass; forward and backward; or forward, backward and an
+# AdamW step. The one list of modes (``workload`` runs them; the config check reads it here, torch-free).
+MODES = ("forward", "forward-backward", "train-step")
+
 
 @dataclass(frozen=True)
 class ModelSize:

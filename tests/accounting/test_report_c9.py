@@ -1,5 +1,6 @@
 """The C9 report step and its writeup section, in a temporary folder."""
 
+from pathlib import Path
 import csv
 import json
 
@@ -8,6 +9,8 @@ import pytest
 from cs336_systems.records import read_record
 from cs336_systems.report import c9, writeup
 
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
@@ -15,7 +18,7 @@ def built(tmp_path_factory):
     out = root / "C9"
     assert c9.main(["--out-dir", str(out)]) == 0
     md, html = root / "writeup.md", root / "writeup.html"
-    assert writeup.main(["--run", "t", "--preset", "smoke", "--summaries", str(out / "summary.json"),
+    assert writeup.main(["--templates", str(TEMPLATES), "--run", "t", "--preset", "smoke", "--summaries", str(out / "summary.json"),
                          "--md", str(md), "--html", str(html)]) == 0
     return out, md.read_text(), html.read_text()
 

@@ -1,4 +1,5 @@
 """B5 benchmark and report on the CPU: records per (sequence, pass), skips, FLOP counts, ratios."""
+from pathlib import Path
 import json
 
 import pytest
@@ -7,6 +8,8 @@ import torch
 from cs336_systems.attention import bench
 from cs336_systems.records import make_record
 from cs336_systems.report import b5
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
 
 def test_causal_flops_closed_form():
@@ -113,6 +116,6 @@ def test_section_renders_with_and_without_the_forward_backward_split(tmp_path, s
                                  for which in passes for i, ms in (("ours", 2.0), ("sdpa-cudnn", 1.6), ("sdpa-flash", 3.0))]))
     out = tmp_path / "B5"
     assert b5.main(["--rows", *_grid_files(tmp_path), "--leaderboard", str(board), "--out-dir", str(out)]) == 0
-    text = Renderer("md", tmp_path / "writeup" / "w.md").section("B5", out / "summary.json")
+    text = Renderer("md", tmp_path / "writeup" / "w.md", TEMPLATES).section("B5", out / "summary.json")
     assert "1.25× the time of cuDNN" in text
     assert ("Split into its parts" in text) == split and ("predates the forward-alone" in text) != split

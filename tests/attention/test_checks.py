@@ -42,7 +42,8 @@ def test_cli_records_and_reports(tmp_path):
     assert {(r["params"]["kind"], r["params"]["function"]) for r in records} == \
         {("error", f) for f in check.FUNCTIONS} | {("time", f) for f in check.TIMED}
     assert all(r["status"] == "ok" for r in records)
-    assert flash_checks.main(["--records", str(out), "--b3-dir", str(tmp_path / "B3"), "--b4-dir", str(tmp_path / "B4")]) == 0
+    for ident in ("B3", "B4"):
+        assert flash_checks.main([ident, "--records", str(out), "--out-dir", str(tmp_path / ident)]) == 0
     b3 = json.loads((tmp_path / "B3" / "summary.json").read_text())
     b4 = json.loads((tmp_path / "B4" / "summary.json").read_text())
     assert b3["shape"] == [1, 24, 16] and set(b3["worst_ratio"]) == {"fp32"}

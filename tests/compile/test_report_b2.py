@@ -12,6 +12,8 @@ from cs336_systems.report import b2
 from cs336_systems.report.writeup import Renderer
 from cs336_systems.timing import summarize
 
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+
 
 def _variant(step_ms: float) -> dict:
     samples = {phase: [random.uniform(0.9, 1.1) * step_ms * share for _ in range(4)]
@@ -60,9 +62,9 @@ def _whole_files(tmp_path: Path, records: list[dict]) -> list[str]:
 
 
 def _render(out_dir: Path) -> str:
-    renderer = Renderer("md", out_dir.parent / "writeup" / "w.md")
+    renderer = Renderer("md", out_dir.parent / "writeup" / "w.md", TEMPLATES)
     text = renderer.section("B2", out_dir / "summary.json")
-    Renderer("html", out_dir.parent / "writeup" / "w.html").section("B2", out_dir / "summary.json")
+    Renderer("html", out_dir.parent / "writeup" / "w.html", TEMPLATES).section("B2", out_dir / "summary.json")
     return text
 
 

@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import pytest
 
-from cs336_systems.distributed import allreduce_bench, train_bench
+from cs336_systems.distributed import allreduce_bench, traces, train_bench, variants
 from cs336_systems.report import c1, ddp
 
 
@@ -65,7 +65,7 @@ def test_compute_gaps_merge_overlapping_kernels():
 
 @pytest.mark.parametrize("variant", ["naive", "bucketed-0.5", "overlap-sharded"])
 def test_training_variant_on_gloo(tmp_path, variant):
-    out, trace = tmp_path / "r.json", tmp_path / "t.json"
+    out, trace = tmp_path / "r.json", tmp_path / "t.json.gz"
     assert train_bench.main(["--variant", variant, "--size", "tiny", "--context", "16", "--global-batch", "4",
                              "--backend", "gloo", "--warmup", "1", "--steps", "2", "--out", str(out),
                              "--trace", str(trace)]) == 0
@@ -79,12 +79,15 @@ def test_training_variant_on_gloo(tmp_path, variant):
     assert (m["buckets"] is not None) == variant.startswith("bucketed")
     step_range = ddp.step_table([record])["step_range_ms"][0]          # the median's spread in the table
     assert step_range == f"{min(s['step_ms'] for s in m['steps']):.1f}–{max(s['step_ms'] for s in m['steps']):.1f}"
-    lanes = {i["lane"] for i in json.loads(trace.read_text())["intervals"]}
-    assert {"phase", "compute", "communication"} <= lanes
+    stored_variant, intervals = traces.read(trace)
+    assert stored_variant == variant and {"phase", "compute", "communication"} <= {i["lane"] for i in intervals}
+    assert record["id"] == variants.lookup(variant).deliverable
 
 
 def test_bad_variant_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as info:
         train_bench.main(["--variant", "zero3", "--size", "tiny", "--context", "16", "--global-batch", "4",
                           "--backend", "gloo", "--out", "x.json"])
-    assert info.value.code == 2 and "expected one of" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "unknown data-parallel variant 'zero3'" in err
+    assert all(name in err for name in variants.names())

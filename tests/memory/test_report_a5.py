@@ -1,4 +1,5 @@
 """The A5 report on synthetic records, one of them out of memory."""
+from pathlib import Path
 import json
 import random
 
@@ -6,6 +7,8 @@ import pandas as pd
 import pytest
 
 from cs336_systems.report import a5
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
 PROVENANCE = {"gpu": "test GPU", "host": "h", "commit": "0" * 40, "dirty": False, "torch": "x", "utc": "2026-01-01T00:00:00"}
 
@@ -91,7 +94,7 @@ def test_section_renders_from_the_summary(tmp_path):
     paths, pngs = write(tmp_path, records)
     out = tmp_path / "A5"
     a5.main(["--records", *paths, "--timelines", *pngs, "--out-dir", str(out)])
-    text = Renderer("md", tmp_path / "w" / "writeup.md").section("A5", out / "summary.json")
+    text = Renderer("md", tmp_path / "w" / "writeup.md", TEMPLATES).section("A5", out / "summary.json")
     assert "| OOM" in text or "OOM |" in text
     assert "4 × 512 × 2560 × 4 B = 20.00 MB" in text
     assert text.count("![A5: active memory") == 4

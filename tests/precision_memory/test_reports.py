@@ -1,5 +1,6 @@
 """A4 / A6 command lines end to end on the CPU, and their reports and sections on synthetic records
 (with CUDA rows, OOM and skipped points, as a GPU run would leave them)."""
+from pathlib import Path
 import csv
 import json
 import math
@@ -15,6 +16,8 @@ from cs336_systems.models import get_size
 from cs336_systems.precision import autocast_dtypes as ad
 from cs336_systems.records import make_record, write_json_atomic
 from cs336_systems.report import a4, a6, writeup
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
 
 def _timing(mean):
@@ -200,6 +203,6 @@ def test_a4_report_bad_input_is_one_line(tmp_path):
 def _render(ident, summary_path, tmp_path):
     """The section template renders from this summary in both formats (StrictUndefined)."""
     for fmt in ("md", "html"):
-        text = writeup.Renderer(fmt, tmp_path / f"w.{fmt}").section(ident, summary_path)
+        text = writeup.Renderer(fmt, tmp_path / f"w.{fmt}", TEMPLATES).section(ident, summary_path)
         assert text.startswith(f"## {ident}.")
         assert "Run:" in text

@@ -9,9 +9,21 @@ import yaml
 
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.pipeline import config as cfg
-from cs336_systems.pipeline.config import ConfigError, resolve, validate
+from cs336_systems.pipeline.config import ConfigError
+from cs336_systems.pipeline.config import resolve as resolve_with
+from cs336_systems.pipeline.config import validate as validate_with
 
 REPO = Path(__file__).resolve().parents[2]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"     # what common.smk hands over
+
+
+def resolve(config):
+    return resolve_with(config, SCHEMA)
+
+
+def validate(config):
+    validate_with(config, SCHEMA)
+    cfg.check_names(config)
 
 
 @pytest.fixture
@@ -27,10 +39,6 @@ def _error(config) -> str:
     return msg
 
 
-def test_schema_path_is_the_repo_schema():
-    assert cfg.SCHEMA_PATH == REPO / "workflow" / "schemas" / "config.schema.yaml"
-
-
 def test_shipped_config_validates(shipped):
     validate(shipped)
     for preset in ("full", "smoke"):
@@ -39,9 +47,56 @@ def test_shipped_config_validates(shipped):
         assert r.grid == shipped["presets"][preset]
 
 
-def test_allowed_sizes_are_the_size_table():
-    assert cfg.model_size_names() == list(MODEL_SIZES)
-    assert cfg.load_schema()["$defs"]["size"]["enum"] == list(MODEL_SIZES)
+def test_the_schema_lists_no_names_our_tables_define():
+    # Sizes, modes, back ends, B5 implementations and DDP variants are checked against their tables.
+    text = SCHEMA.read_text()
+    for name in [*MODEL_SIZES, "train-step", "sdpa-cudnn", "overlap-sharded", "fsdp-bf16"]:
+        assert f" {name}," not in text and f"[{name}," not in text and f", {name}]" not in text, name
+
+
+def test_schema_defaults_are_filled_in(shipped):
+    c = copy.deepcopy(shipped)
+    del c["presets"]["full"]["compile_backend"]
+    assert resolve({**c, "preset": "full"}).grid["compile_backend"] == "inductor"
+
+
+@pytest.mark.parametrize("where,value,what", [
+    (("full", "DDP", "variants"), "zero3", "data-parallel variant"),
+    (("smoke", "A1", "modes"), "backward", "a mode"),
+    (("full", "B5", "impls"), "flash3", "B5 implementation"),
+])
+def test_unknown_name_in_a_list(shipped, where, value, what):
+    c = copy.deepcopy(shipped)
+    preset, block, key = where
+    c["presets"][preset][block][key].append(value)
+    i = len(c["presets"][preset][block][key]) - 1
+    msg = _error(c)
+    assert msg.startswith(f"config error at presets.{preset}.{block}.{key}.{i}:") and repr(value) in msg and what in msg
+
+
+def test_unknown_attention_back_end(shipped):
+    c = copy.deepcopy(shipped)
+    c["presets"]["full"]["A1"]["attention"] = "flash3"
+    msg = _error(c)
+    assert msg.startswith("config error at presets.full.A1.attention:") and all(b in msg for b in ("sdpa", "flash"))
+
+
+def test_any_bucket_size_is_a_variant_and_b1_variants_are_not_ddp_names(shipped):
+    c = copy.deepcopy(shipped)
+    c["presets"]["full"]["DDP"]["variants"].append(f"bucketed-{random.randint(2, 500)}.5")
+    validate(c)                                   # B1's own `variants` (eager, compiled) stay allowed
+
+
+def test_a_traced_variant_must_run(shipped):
+    c = copy.deepcopy(shipped)
+    c["presets"]["smoke"]["DDP"]["traced"] = ["naive", "bucketed-1000"]
+    msg = _error(c)
+    assert msg.startswith("config error at presets.smoke.DDP.traced:") and "'bucketed-1000'" in msg
+
+
+def test_unknown_section_id(shipped):
+    msg = _error({**shipped, "preset": "smoke", "sections": "A1,C13"})
+    assert msg.startswith("config error at sections:") and "'C13'" in msg and "C12" in msg
 
 
 def test_every_known_size_is_accepted(shipped):
@@ -169,9 +224,9 @@ def test_a_section_part_builds_that_part_alone():
 def test_device_gate_stops_only_a_local_cuda_run_without_a_gpu():
     from cs336_systems.pipeline.device_gate import refusal
 
-    planned = [("A1_benchmark", 1), ("A1_benchmark", 1), ("DDP_variant", 2), ("A1_report", 0), ("writeup", 0)]
+    planned = [("A1_benchmark", 1), ("A1_benchmark", 1), ("C3_variant", 2), ("A1_report", 0), ("writeup", 0)]
     line = refusal("cuda", planned, cuda_visible=False, local=True, preset="full")
-    assert line and "\n" not in line and "3 jobs would measure: A1_benchmark x2, DDP_variant" in line
+    assert line and "\n" not in line and "3 jobs would measure: A1_benchmark x2, C3_variant" in line
     assert "reuse_records=true" in line
     assert refusal("cuda", planned, cuda_visible=True, local=True, preset="full") is None      # a GPU machine
     assert refusal("cuda", planned, cuda_visible=False, local=False, preset="full") is None    # Slurm's nodes

@@ -1,5 +1,6 @@
 """The report steps (A1, A3) and the writeup, on synthetic records in a temporary folder."""
 
+from pathlib import Path
 import csv
 import json
 import random
@@ -12,6 +13,8 @@ from cs336_systems.precision import accumulation
 from cs336_systems.records import make_record, write_json_atomic
 from cs336_systems.report import a1, a3, writeup
 from cs336_systems.report.writeup import SECTIONS
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
 PHASES = {"forward": ["forward"], "forward-backward": ["forward", "backward"],
           "train-step": ["forward", "backward", "optimizer"]}
@@ -73,7 +76,7 @@ def built(tmp_path_factory):
     assert a3.main(["--record", str(a3_record), "--out-dir", str(a3_dir)]) == 0
 
     md, html = root / "writeup" / "writeup.md", root / "writeup" / "writeup.html"
-    assert writeup.main(["--run", "testrun", "--preset", "smoke", "--summaries", str(a1_dir / "summary.json"),
+    assert writeup.main(["--templates", str(TEMPLATES), "--run", "testrun", "--preset", "smoke", "--summaries", str(a1_dir / "summary.json"),
                          str(a3_dir / "summary.json"), "--md", str(md), "--html", str(html)]) == 0
     return {"records": records, "warmups": warmups, "a1": a1_dir, "a3": a3_dir, "a3_record": a3_record,
             "md": md, "html": html}
@@ -213,12 +216,12 @@ def test_writeup_rejects_a_summary_outside_a_deliverable_folder(tmp_path):
     bad = tmp_path / "Z9" / "summary.json"
     write_json_atomic(bad, {})
     with pytest.raises(SystemExit, match="not in a deliverable's folder"):
-        writeup.main(["--run", "x", "--preset", "smoke", "--summaries", str(bad),
+        writeup.main(["--templates", str(TEMPLATES), "--run", "x", "--preset", "smoke", "--summaries", str(bad),
                       "--md", str(tmp_path / "w.md"), "--html", str(tmp_path / "w.html")])
 
 
 def test_writeup_with_no_summaries(tmp_path):
-    assert writeup.main(["--run", "empty", "--preset", "full", "--md", str(tmp_path / "w.md"),
+    assert writeup.main(["--templates", str(TEMPLATES), "--run", "empty", "--preset", "full", "--md", str(tmp_path / "w.md"),
                          "--html", str(tmp_path / "w.html")]) == 0
     md = (tmp_path / "w.md").read_text()
     assert md.count("*Not built yet:") == len(SECTIONS)

@@ -92,8 +92,8 @@ def test_relative_and_absolute_imports_are_followed(tmp_path, monkeypatch):
     _write(src, "cs336_systems/sub/other.py", "name = 1\n")
     _write(src, "cs336_systems/sub/unused2.py")
     _write(src, "cs336_systems/sub/deep.py", "thing = 2\n")
-    monkeypatch.setattr(sources, "_REPO", tmp_path)
-    monkeypatch.setattr(sources, "PACKAGE_ROOTS", {"cs336_systems": src})
+    monkeypatch.chdir(tmp_path)                       # paths come relative to the working directory
+    monkeypatch.setattr(sources, "_package_root", lambda package: src if package == "cs336_systems" else None)
     got = module_sources("cs336_systems.main")
     assert got == tuple(sorted(f"src/cs336_systems/{p}" for p in [
         "__init__.py", "main.py", "helper.py", "absolute.py", "lazy.py",

@@ -94,19 +94,16 @@ def _show(proc) -> str:
 def test_subprocesses_run_the_copy(tmp_path):
     copy = make_copy(tmp_path)
     probe = ("import cs336_systems, cs336_basics\n"
-             "from cs336_systems.pipeline import config, sources\n"
-             "from cs336_systems.report import writeup\n"
-             "print(cs336_systems.__file__, cs336_basics.__file__, sources._REPO, config.SCHEMA_PATH, writeup.TEMPLATES,"
+             "from cs336_systems.pipeline import sources\n"
+             "print(cs336_systems.__file__, cs336_basics.__file__, sources._package_root('cs336_systems'),"
              " *sources.module_sources('cs336_systems.benchmark'), sep='\\n')")
     proc = subprocess.run([sys.executable, "-c", probe], cwd=copy, env=env_for(copy), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    pkg_sys, pkg_basics, repo, schema, templates, *inputs = proc.stdout.split("\n")[:-1]
+    pkg_sys, pkg_basics, root, *inputs = proc.stdout.split("\n")[:-1]
     assert Path(pkg_sys) == copy / "src" / "cs336_systems" / "__init__.py"
     assert Path(pkg_basics) == copy / "cs336-basics" / "cs336_basics" / "__init__.py"
-    assert Path(repo) == copy
-    assert Path(schema) == copy / "workflow" / "schemas" / "config.schema.yaml" and Path(schema).is_file()
-    assert Path(templates) == copy / "writeup" / "templates" and Path(templates).is_dir()
+    assert Path(root) == copy / "src"
     assert inputs and all(not Path(p).is_absolute() and (copy / p).is_file() for p in inputs)
 
 
@@ -204,19 +201,26 @@ def test_full_preset_plans_the_whole_grid(tmp_path):
     # Every other rule runs once per run (a report, a single measurement, the writeup).
     presets = yaml.safe_load((copy / "config.yaml").read_text())["presets"]["full"]
     assert stats["C1_row"] == len(presets["C1"]["backends"]) * len(presets["C1"]["world_sizes"])
-    assert stats["DDP_variant"] == len(presets["DDP"]["variants"])
+    from cs336_systems.distributed import variants
+    ddp = presets["DDP"]["variants"]
+    for ident in variants.deliverables():                   # each variant under its own deliverable's rule
+        assert stats.get(f"{ident}_variant", 0) == len(variants.of(ident, ddp)), ident
     assert stats["A2_profile"] == len(presets["A2"]["sizes"]) * len(presets["A2"]["contexts"])
     assert stats["A5_snapshot"] == (len(presets["A5"]["contexts"]) * len(presets["A5"]["modes"])
                                     * len(presets["A5"]["precisions"]))
     assert stats["A6_checkpoint"] == len(presets["A6"]["group_sizes"])
     assert stats["B2_whole_model"] == len(presets["B2"]["sizes"]) * len(presets["B2"]["modes"])
-    per_point = ("A1_benchmark", "A1_warmup_study", "B5_grid_row", "B1_row", "C1_row", "DDP_variant", "A2_profile",
-                 "A5_snapshot", "A6_checkpoint", "B2_whole_model")
+    per_point = ("A1_benchmark", "A1_warmup_study", "B5_grid_row", "B1_row", "C1_row", "A2_profile",
+                 "A5_snapshot", "A6_checkpoint", "B2_whole_model", *(f"{i}_variant" for i in variants.deliverables()))
     once = {k: v for k, v in stats.items() if k not in per_point}
     assert set(once.values()) == {1}, once
-    assert {"A2_report", "A4_dtypes", "A4_report", "A5_report", "A6_report",
-            "A3_accumulation", "A1_report", "A3_report", "B1_report", "B2_report", "B3_checks", "B3_B4_report",
-            "B5_leaderboard", "B5_report", "C1_report", "DDP_report", "C9_report", "writeup", "all"} <= set(once)
+    from cs336_systems import deliverables
+    # Every deliverable's report rule, named by its ID, runs once.
+    assert {d.report_rule for d in deliverables.DELIVERABLES} | {
+        "A4_dtypes", "A3_accumulation", "B3_checks", "B5_leaderboard", "writeup", "all"} <= set(once)
+    for ident in variants.deliverables():                   # records land in the deliverable's own folder
+        assert {p for p in planned_outputs(out) if p.startswith(f"results/dryrun/{ident}/records/")} == \
+            {f"results/dryrun/{ident}/records/{v}.json" for v in variants.of(ident, ddp)}
     planned = planned_outputs(out)
     assert {p for p in planned if p.startswith("results/dryrun/A1/records/")} == \
         {f"results/dryrun/A1/records/{s}_ctx{c}_{m}_{p}.json" for s, c, m, p in grid}

@@ -2,6 +2,7 @@
 missing with their reasons), opened in headless chromium. tests/workflow does the same with the
 smoke DAG's writeup."""
 
+from pathlib import Path
 import random
 import statistics
 
@@ -12,6 +13,8 @@ from cs336_systems.records import make_record, write_json_atomic
 from cs336_systems.report import a1, a3, c9, writeup
 
 from .browser import check_page, require_browser
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
 PHASES = {"forward": ["forward"], "forward-backward": ["forward", "backward"],
           "train-step": ["forward", "backward", "optimizer"]}
@@ -51,7 +54,7 @@ def page(tmp_path_factory):
     assert a3.main(["--record", str(a3_record), "--out-dir", str(results / "A3")]) == 0
     assert c9.main(["--out-dir", str(results / "C9")]) == 0
     html = root / "writeup" / "synthetic" / "writeup.html"
-    assert writeup.main(["--run", "synthetic", "--preset", "smoke", "--sections", "A1,A3,C9",
+    assert writeup.main(["--templates", str(TEMPLATES), "--run", "synthetic", "--preset", "smoke", "--sections", "A1,A3,C9",
                          "--gpus-needed", "C3=2", "C12=2",
                          "--summaries", *(str(results / i / "summary.json") for i in ("A1", "A3", "C9")),
                          "--md", str(html.with_suffix(".md")), "--html", str(html)]) == 0

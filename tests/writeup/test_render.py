@@ -1,5 +1,6 @@
 """The writeup's rendering: Markdown to HTML (markdown-it-py), tables, the contents and missing sections."""
 
+from pathlib import Path
 import base64
 import html
 import json
@@ -10,6 +11,8 @@ import pytest
 
 from cs336_systems.report import writeup
 from cs336_systems.report.writeup import SECTIONS, Renderer, column_alignment, github_slug, section_sources, to_html
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
 
 # --- Markdown to HTML -------------------------------------------------------------------------
@@ -75,23 +78,23 @@ def _csv(tmp_path, rows: int):
 
 def test_a_short_table_is_whole_aligned_and_escaped(tmp_path):
     folder = _csv(tmp_path, 3)
-    page = Renderer("html", tmp_path / "writeup" / "r" / "w.html").table(folder)
+    page = Renderer("html", tmp_path / "writeup" / "r" / "w.html", TEMPLATES).table(folder)
     assert "<details" not in page and "\n\n" not in page           # one raw HTML block
     assert page.count("<tr>") == 4 and "k&lt;2&gt;" in page
     assert '<td style="text-align: right;">2.5 ± 0.1</td>' in page.replace("  ", "")
-    md = Renderer("md", tmp_path / "writeup" / "r" / "w.md").table(folder)
+    md = Renderer("md", tmp_path / "writeup" / "r" / "w.md", TEMPLATES).table(folder)
     assert re.fullmatch(r"\|:-+\|-+:\|-+:\|", md.splitlines()[1]), md.splitlines()[1]
 
 
 def test_a_long_table_folds_whole_and_links_its_csv(tmp_path):
     folder = _csv(tmp_path, writeup.FOLD_ROWS + 7)
     n = writeup.FOLD_ROWS + 7
-    page = Renderer("html", tmp_path / "writeup" / "r" / "w.html").table(folder)
+    page = Renderer("html", tmp_path / "writeup" / "r" / "w.html", TEMPLATES).table(folder)
     assert page.startswith('<details class="long-table"><summary>') and "\n\n" not in page
     assert page.count("<tr>") == n + 1                                # every row, nothing cut
     data = re.search(r'href="data:text/csv;base64,([^"]+)"', page).group(1)
     assert base64.b64decode(data) == (folder / "table.csv").read_bytes()
-    md = Renderer("md", tmp_path / "writeup" / "r" / "w.md").table(folder)
+    md = Renderer("md", tmp_path / "writeup" / "r" / "w.md", TEMPLATES).table(folder)
     assert md.startswith("<details><summary>") and md.count("\n| k<") == n
     assert f"[table.csv](../../results/r/B5/table.csv)" in md
 
@@ -123,7 +126,7 @@ def test_missing_sections_say_why(tmp_path):
     assert sources["A3"]["elsewhere"] == []                          # a smoke run is no substitute
     assert sources["B2"]["parts"] == ["a"] and sources["A2"]["parts"] == []
 
-    r = Renderer("html", tmp_path / "writeup" / "h100" / "writeup.html")
+    r = Renderer("html", tmp_path / "writeup" / "h100" / "writeup.html", TEMPLATES)
     cell = r.source_cell("h100", sources["C3"])
     assert cell.startswith("**not built**: needs 2 GPUs")
     assert "run `h200` has it ([its writeup](../h200/writeup.html#C3))" in cell
@@ -132,7 +135,7 @@ def test_missing_sections_say_why(tmp_path):
     assert r.source_cell("h100", sources["B2"]).endswith(" · only part (a)")
     assert "· NVIDIA H100 ×2/4 ·" in r.source_cell("h100", {"provenance": dict(sources["A2"]["provenance"],
                                                                             gpu_counts=[1, 2, 4])})
-    md = Renderer("md", tmp_path / "writeup" / "h100" / "writeup.md")
+    md = Renderer("md", tmp_path / "writeup" / "h100" / "writeup.md", TEMPLATES)
     assert "run `h200` has it" in md.source_cell("h100", sources["C3"])   # no writeup.md there: no link
     assert "](" not in md.source_cell("h100", sources["C3"])
     body = r.section("C3", None, sources["C3"])
@@ -146,13 +149,13 @@ def test_a_run_with_every_section_says_nothing_is_missing(tmp_path, monkeypatch)
     assert all("provenance" in s for s in sources.values())
     monkeypatch.setattr(Renderer, "section", lambda self, ident, path, source=None: f"## {ident}. {SECTIONS[ident]}\n")
     for fmt in ("md", "html"):
-        text = Renderer(fmt, tmp_path / "writeup" / "all" / f"w.{fmt}").document("all", "full", summaries, sources)
+        text = Renderer(fmt, tmp_path / "writeup" / "all" / f"w.{fmt}", TEMPLATES).document("all", "full", summaries, sources)
         assert "not built" not in text.lower() and "Not built yet: ." not in text
         assert f"{len(SECTIONS)} of {len(SECTIONS)} sections have numbers, all from run `all`" in text
         rows = [line for line in text.splitlines() if line.startswith("| [")]
         assert len(rows) == len(SECTIONS)
         assert all("run `all` · NVIDIA H100 ×2 · commit `abc1234567`" in row for row in rows)
-    html_rows = Renderer("html", tmp_path / "w.html").document("all", "full", summaries, sources)
+    html_rows = Renderer("html", tmp_path / "w.html", TEMPLATES).document("all", "full", summaries, sources)
     assert "| [A1. End-to-end benchmark](#A1) |" in html_rows
 
 
@@ -163,7 +166,7 @@ def test_the_page_is_one_file(tmp_path):
     assert c9.main(["--out-dir", str(out)]) == 0            # a section with tables and a figure, no records
     summaries = [str(out / "summary.json")]
     page = tmp_path / "writeup" / "r" / "writeup.html"
-    assert writeup.main(["--run", "r", "--preset", "smoke", "--summaries", *summaries, "--md", str(page.with_suffix(".md")),
+    assert writeup.main(["--templates", str(TEMPLATES), "--run", "r", "--preset", "smoke", "--summaries", *summaries, "--md", str(page.with_suffix(".md")),
                          "--html", str(page)]) == 0
     text = page.read_text()
     assert not re.search(r"<link\b|@import|url\(|<script", text)

@@ -65,7 +65,7 @@ rule B1_report:
 B2_COMPILE = "blocks"
 # A run that measured only part of B2 reports that part alone: part (a) reads B1's rows, so it is
 # built when the run builds B1 (or names "B2a"); part (b) when the run builds B2 (or names "B2b").
-B2_WHOLE_MODEL = (expand(f"{RESULTS}/B2/whole_model/{{b2size}}_{{b2mode}}.json", b2size=B2["sizes"], b2mode=B2["modes"])
+B2_WHOLE_MODEL = (expand(f"{RESULTS}/B2/whole_model/{{size}}_{{mode}}.json", size=B2["sizes"], mode=B2["modes"])
                   if CHOSEN.builds("B2", part="b") else [])
 B2_B1_ROWS = rules.B1_report.input.rows if CHOSEN.builds("B1") or CHOSEN.builds("B2", part="a") else []
 
@@ -76,12 +76,12 @@ rule B2_whole_model:
     input:
         measuring_code("cs336_systems.compile_bench", attention_module("naive")),
     output:
-        f"{RESULTS}/B2/whole_model/{{b2size}}_{{b2mode}}.json",
+        f"{RESULTS}/B2/whole_model/{{size}}_{{mode}}.json",
     log:
-        f"{LOGS}/B2/whole_model/{{b2size}}_{{b2mode}}.log",
+        f"{LOGS}/B2/whole_model/{{size}}_{{mode}}.log",
     wildcard_constraints:
-        b2size="|".join(map(re.escape, B2["sizes"])),
-        b2mode="forward|forward-backward|train-step",
+        size="|".join(map(re.escape, B2["sizes"])),
+        mode="|".join(MODES),
     params:
         context=B2["context"],
         batch=B2["batch"],
@@ -94,7 +94,7 @@ rule B2_whole_model:
         gpu=1,
     shell:
         "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
-        " python -m cs336_systems.compile_bench --size {wildcards.b2size} --mode {wildcards.b2mode}"
+        " python -m cs336_systems.compile_bench --size {wildcards.size} --mode {wildcards.mode}"
         " --context {params.context} --batch {params.batch} --warmup {params.warmup} --steps {params.steps}"
         " --compile {params.compile} --backend {params.backend} --device {params.device} --out {output} > {log} 2>&1"
 
@@ -145,24 +145,27 @@ rule B3_checks:
         " --dtypes {params.dtypes} --device {params.device} --out {output} > {log} 2>&1"
 
 
-rule B3_B4_report:
-    """B3 error tables and B4 backward timings, each in its own folder for its writeup section."""
-    input:
-        records=rules.B3_checks.output,
-        code=code("cs336_systems.report.flash_checks"),
-    output:
-        b3_md=report(f"{RESULTS}/B3/table.md", category="B3 FlashAttention forward", labels={"item": "errors"}),
-        b3_summary=f"{RESULTS}/B3/summary.json",
-        b4_md=report(f"{RESULTS}/B4/table.md", category="B4 FlashAttention backward", labels={"item": "timings"}),
-        b4_summary=f"{RESULTS}/B4/summary.json",
-    log:
-        f"{LOGS}/B3/report.log",
-    params:
-        b3_dir=out_dir("b3_md"),
-        b4_dir=out_dir("b4_md"),
-    shell:
-        "python -m cs336_systems.report.flash_checks --records {input.records} --b3-dir {params.b3_dir}"
-        " --b4-dir {params.b4_dir} > {log} 2>&1"
+# B3 and B4 both read the one checks record: the errors are B3's table, the backward timings B4's.
+for ident, item in (("B3", "errors"), ("B4", "backward timings")):
+
+    rule:
+        """B3: the error tables against float64; B4: the backward paths timed; each its summary."""
+        name:
+            f"{ident}_report"
+        input:
+            records=rules.B3_checks.output,
+            code=code("cs336_systems.report.flash_checks"),
+        output:
+            md=report(f"{RESULTS}/{ident}/table.md", category=f"{ident} FlashAttention", labels={"item": item}),
+            summary=f"{RESULTS}/{ident}/summary.json",
+        log:
+            f"{LOGS}/{ident}/report.log",
+        params:
+            ident=ident,
+            out_dir=out_dir("summary"),
+        shell:
+            "python -m cs336_systems.report.flash_checks {params.ident} --records {input.records}"
+            " --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule B5_grid_row:

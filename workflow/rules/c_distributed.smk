@@ -1,15 +1,24 @@
 # C: several processes. C1 all-reduce rows (one process group per backend × world size); the
-# data-parallel training variants (C3–C8, C11, C12), one process group each on `world_size` GPUs
-# under NCCL, or CPU ranks under Gloo in the smoke preset.
+# data-parallel training variants (records in C3, C4, C6, C8, C11, C12), one process group each on
+# `world_size` GPUs under NCCL, or CPU ranks under Gloo in the smoke preset; the reports C2–C8,
+# C10–C12.
+
+from cs336_systems.distributed import variants as ddp_variants
+from cs336_systems.report import ddp as ddp_report
 
 C1 = GRID["C1"]
 DDP = GRID["DDP"]
 ON_GPUS = GRID["device"].startswith("cuda")
 DDP_BACKEND = "nccl" if ON_GPUS else "gloo"
-TRACED = DDP["traced"]
-if set(TRACED) - set(DDP["variants"]):
-    sys.exit(f"cs336-systems: DDP.traced names variants that DDP.variants does not run: "
-             f"{', '.join(sorted(set(TRACED) - set(DDP['variants'])))}")
+TRACED = DDP["traced"]      # a subset of DDP.variants: the config check makes sure
+
+# The figures each data-parallel report draws (every report also writes summary.json and tables).
+DDP_FIGURES = {
+    "C6": {"timeline": report(f"{RESULTS}/C6/timeline.png", category="C DDP", labels={"item": "trace"})},
+    "C8": {"phases": report(f"{RESULTS}/C8/phases.png", category="C DDP", labels={"item": "time per step"}),
+           "model": report(f"{RESULTS}/C8/overhead_model.png", category="C DDP", labels={"item": "overhead model"})},
+    "C12": {"fsdp_timeline": report(f"{RESULTS}/C12/timeline.png", category="C DDP", labels={"item": "FSDP trace"})},
+}
 
 
 rule C1_row:
@@ -58,52 +67,75 @@ rule C1_report:
         "python -m cs336_systems.report.c1 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1"
 
 
-rule DDP_variant:
-    """One data-parallel training variant on `world_size` ranks: per-phase step times, memory, and
-    the compute / communication intervals of one step (the report draws the `traced` ones)."""
-    input:
-        measuring_code("cs336_systems.distributed.train_bench"),
-    output:
-        record=f"{RESULTS}/C3/records/{{variant}}.json",
-        trace=f"{RESULTS}/C3/traces/{{variant}}.json",
-    log:
-        f"{LOGS}/C3/{{variant}}.log",
-    wildcard_constraints:
-        variant="|".join(map(re.escape, DDP["variants"])),
-    params:
-        lease=(f"python -m cs336_systems.pipeline.gpu_lease --gpus {DDP['world_size']} --"
-               if DDP_BACKEND == "nccl" else ""),
-        backend=DDP_BACKEND,
-    resources:
-        gpu=DDP["world_size"] if DDP_BACKEND == "nccl" else 0,
-    shell:
-        "{params.lease} python -m cs336_systems.distributed.train_bench --variant {wildcards.variant}"
-        f" --size {DDP['size']} --context {DDP['context']} --global-batch {DDP['global_batch']}"
-        f" --world-size {DDP['world_size']} --warmup {DDP['warmup']} --steps {DDP['steps']}"
-        " --backend {params.backend} --trace {output.trace} --out {output.record} > {log} 2>&1"
+# The data-parallel variants: each runs under its own deliverable's rule (C3_variant for naive
+# and PyTorch DDP, C4_variant for flat, ...; distributed.variants says which) and leaves its
+# record and a one-step trace in that deliverable's folder. Same command for all of them.
+DDP_VARIANT_COMMAND = (
+    "{params.lease} python -m cs336_systems.distributed.train_bench --variant {wildcards.variant}"
+    f" --size {DDP['size']} --context {DDP['context']} --global-batch {DDP['global_batch']}"
+    f" --world-size {DDP['world_size']} --warmup {DDP['warmup']} --steps {DDP['steps']}"
+    " --backend {params.backend} --trace {output.trace} --out {output.record} > {log} 2>&1"
+)
 
 
-rule DDP_report:
-    """Tables, the overhead model fitted from C1, trace timelines and memory breakdowns, one folder
-    (and summary) per writeup section C2–C8, C10–C12."""
-    input:
-        records=expand(f"{RESULTS}/C3/records/{{variant}}.json", variant=DDP["variants"]),
-        traces=expand(f"{RESULTS}/C3/traces/{{variant}}.json", variant=DDP["variants"]),
-        c1=rules.C1_report.output.summary,
-        code=code("cs336_systems.report.ddp"),
-    output:
-        **{f"{ident}_summary": f"{RESULTS}/{ident}/summary.json"
-           for ident in ("C2", "C3", "C4", "C5", "C6", "C7", "C8", "C10", "C11", "C12")},
-        phases=report(f"{RESULTS}/C3/phases.png", category="C DDP", labels={"item": "time per step"}),
-        timeline=report(f"{RESULTS}/C6/timeline.png", category="C DDP", labels={"item": "trace"}),
-        model=report(f"{RESULTS}/C8/overhead_model.png", category="C DDP", labels={"item": "overhead model"}),
-        fsdp_timeline=report(f"{RESULTS}/C12/timeline.png", category="C DDP", labels={"item": "FSDP trace"}),
-    log:
-        f"{LOGS}/C3/report.log",
-    params:
-        # The run's results folder: two levels above C2/summary.json.
-        results=lambda wildcards, output: os.path.dirname(os.path.dirname(output.C2_summary)),
-        traced=" ".join(TRACED),
-    shell:
-        "python -m cs336_systems.report.ddp --records {input.records} --traces {input.traces} --traced {params.traced}"
-        " --c1-summary {input.c1} --results {params.results} > {log} 2>&1"
+def ddp_record(variant):
+    return f"{RESULTS}/{ddp_variants.lookup(variant).deliverable}/records/{variant}.json"
+
+
+def ddp_trace(variant):
+    return f"{RESULTS}/{ddp_variants.lookup(variant).deliverable}/traces/{variant}.json.gz"
+
+
+for ident in ddp_variants.deliverables():
+
+    rule:
+        """One data-parallel variant of this deliverable on `world_size` ranks: per-phase step times,
+        memory, and one traced step (the C6 and C12 timelines draw the `traced` ones)."""
+        name:
+            f"{ident}_variant"
+        input:
+            measuring_code("cs336_systems.distributed.train_bench"),
+        output:
+            record=f"{RESULTS}/{ident}/records/{{variant}}.json",
+            trace=f"{RESULTS}/{ident}/traces/{{variant}}.json.gz",
+        log:
+            f"{LOGS}/{ident}/{{variant}}.log",
+        wildcard_constraints:
+            variant=ddp_variants.pattern(ident),
+        params:
+            lease=(f"python -m cs336_systems.pipeline.gpu_lease --gpus {DDP['world_size']} --"
+                   if DDP_BACKEND == "nccl" else ""),
+            backend=DDP_BACKEND,
+        resources:
+            gpu=DDP["world_size"] if DDP_BACKEND == "nccl" else 0,
+        shell:
+            DDP_VARIANT_COMMAND
+
+
+# One report per deliverable C2–C8, C10–C12 (report.ddp READS says which variants each reads):
+# its table, figures and summary in results/<run>/<ID>/.
+for ident in ddp_report.SECTIONS:
+    chosen = ddp_report.reads(ident, DDP["variants"])
+
+    rule:
+        """The deliverable's table of the variants it discusses, its figures and summary."""
+        name:
+            f"{ident}_report"
+        input:
+            records=[ddp_record(v) for v in chosen],
+            traces=[ddp_trace(v) for v in TRACED] if ident in ddp_report.READS_TRACES else [],
+            c1=rules.C1_report.output.summary if ident in ddp_report.READS_C1 else [],
+            code=code("cs336_systems.report.ddp"),
+        output:
+            summary=f"{RESULTS}/{ident}/summary.json",
+            **DDP_FIGURES.get(ident, {}),
+        log:
+            f"{LOGS}/{ident}/report.log",
+        params:
+            ident=ident,
+            traced=" ".join(TRACED),
+            c1=lambda wildcards, input: f"--c1-summary {input.c1}" if input.c1 else "",
+            out_dir=out_dir("summary"),
+        shell:
+            "python -m cs336_systems.report.ddp {params.ident} --records {input.records} --traces {input.traces}"
+            " --traced {params.traced} {params.c1} --out-dir {params.out_dir} > {log} 2>&1"

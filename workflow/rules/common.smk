@@ -4,12 +4,16 @@ import os
 import re
 import sys
 
+from cs336_systems import deliverables
 from cs336_systems.attention.backends import BENCH_IMPLS, module_of as attention_module
+from cs336_systems.models import MODES
 from cs336_systems.pipeline.config import ConfigError, resolve
 from cs336_systems.pipeline.rule_helpers import code, out_dir
 
+# Snakemake's `validate` with the schema (defaults filled in), then the names our tables define;
+# a mistake stops here with one line naming the key.
 try:
-    CHOSEN = resolve(config)
+    CHOSEN = resolve(config, schema=os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml"))
 except ConfigError as error:
     sys.exit(f"cs336-systems: {error}")
 

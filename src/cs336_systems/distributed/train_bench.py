@@ -1,14 +1,12 @@
-"""C3–C8, C11, C12: one data-parallel training variant on N ranks, each step split into forward,
-backward, waiting for gradient communication and the optimizer step; memory at the points C11 asks
-about; optionally a trace of one step.
+"""C3, C4, C6, C8, C11, C12: one data-parallel training variant on N ranks, each step split into
+forward, backward, waiting for gradient communication and the optimizer step; memory at the points
+C11 asks about; optionally a trace of one step.
 
     python -m cs336_systems.distributed.train_bench --variant bucketed-100 --size xl --context 512 \
-        --global-batch 8 --world-size 2 --backend nccl --out record.json [--trace trace.json]
+        --global-batch 8 --world-size 2 --backend nccl --out record.json [--trace trace.json.gz]
 
-Variants: ``naive`` (one all-reduce per parameter after backward), ``flat`` (one all-reduce of all
-gradients), ``overlap`` (``DDPIndividualParameters``), ``bucketed-<MB>`` (``DDPBucketed``),
-``torch-ddp`` (PyTorch's ``DistributedDataParallel``, the anchor), ``overlap-sharded`` (``overlap``
-with ``ShardedOptimizer``, for C11), ``fsdp`` and ``fsdp-bf16`` (``FSDP``, fp32 or bf16 compute).
+The variants, the deliverable each belongs to, and the ``wrap_*`` function below that builds each
+are listed in ``cs336_systems.distributed.variants``.
 
 How a step is split. On a GPU the phases are CUDA events recorded on the compute stream: forward,
 backward, then ``finish_gradient_synchronization`` — the compute stream waits there for the
@@ -33,10 +31,11 @@ import timeit
 
 import torch
 
+from cs336_systems.distributed import traces, variants
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
 from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.timing import is_out_of_memory
 
-VARIANT = re.compile(r"^(naive|flat|overlap|overlap-sharded|torch-ddp|fsdp|fsdp-bf16|bucketed-\d+(\.\d+)?)$")
 COMMUNICATION = re.compile(r"nccl|all_?reduce|allgather|all_gather|reduce_?scatter|broadcast", re.IGNORECASE)
 PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms", "step_ms")
 
@@ -48,23 +47,39 @@ class _TorchDDP(torch.nn.parallel.DistributedDataParallel):
         pass
 
 
-def wrap(variant: str, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    if variant == "torch-ddp":
-        return _TorchDDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if variant in ("fsdp", "fsdp-bf16"):
-        from cs336_systems.distributed.fsdp import FSDP
-        return FSDP(model, compute_dtype=torch.bfloat16 if variant == "fsdp-bf16" else None)
-    from cs336_systems.distributed import ddp
+# The builders the variants table names: (model, device, variant name) -> the wrapped model.
 
-    if variant == "naive":
-        return ddp.NaiveDDP(model)
-    if variant == "flat":
-        return ddp.FlatDDP(model)
-    if variant in ("overlap", "overlap-sharded"):
-        return ddp.DDPIndividualParameters(model)
-    if variant.startswith("bucketed-"):
-        return ddp.DDPBucketed(model, bucket_size_mb=float(variant.split("-", 1)[1]))
-    raise ValueError(f"unknown variant {variant!r}")
+def wrap_torch_ddp(model, device, name):
+    return _TorchDDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def wrap_naive(model, device, name):
+    from cs336_systems.distributed.ddp import NaiveDDP
+    return NaiveDDP(model)
+
+
+def wrap_flat(model, device, name):
+    from cs336_systems.distributed.ddp import FlatDDP
+    return FlatDDP(model)
+
+
+def wrap_overlap(model, device, name):
+    from cs336_systems.distributed.ddp import DDPIndividualParameters
+    return DDPIndividualParameters(model)
+
+
+def wrap_bucketed(model, device, name):
+    from cs336_systems.distributed.ddp import DDPBucketed
+    return DDPBucketed(model, bucket_size_mb=variants.bucket_size_mb(name))
+
+
+def wrap_fsdp(model, device, name):
+    from cs336_systems.distributed.fsdp import FSDP
+    return FSDP(model, compute_dtype=torch.bfloat16 if name.endswith("-bf16") else None)
+
+
+def wrap(variant: str, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    return variants.builder(variant)(model, device, variant)
 
 
 def make_optimizer(variant: str, params):
@@ -73,7 +88,7 @@ def make_optimizer(variant: str, params):
     from cs336_systems.workload import optimizers_without_compiler
 
     optimizers_without_compiler()       # ~1 s less start-up per rank: nothing here is compiled
-    if variant == "overlap-sharded":
+    if variants.lookup(variant).sharded_optimizer:
         from cs336_systems.distributed.sharded_optimizer import ShardedOptimizer
         return ShardedOptimizer(params, AdamW, lr=1e-4)
     return AdamW(params, lr=1e-4)
@@ -247,29 +262,29 @@ def summarize_ranks(per_rank: list[dict]) -> dict:
 def run(cfg: dict, world_size: int, backend: str, timeout_s: float) -> tuple[dict, list | None]:
     params = {k: cfg[k] for k in ("variant", "size", "context", "global_batch", "warmup", "steps")} | {
         "world_size": world_size, "backend": backend}
+    ident = variants.lookup(cfg["variant"]).deliverable
     available = torch.cuda.device_count() if backend == "nccl" else world_size
     if available < world_size:
         reason = f"{world_size} ranks need {world_size} GPUs; this machine has {available}"
-        return make_record("C3", params, "skipped", reason=reason), None
+        return make_record(ident, params, "skipped", reason=reason), None
     if cfg["global_batch"] % world_size:
         raise SystemExit(f"train_bench: global batch {cfg['global_batch']} does not split over {world_size} ranks")
     try:
         per_rank = run_on_ranks(_train, world_size, args=(backend, cfg), backend=backend, timeout_s=timeout_s)
     except Exception as exc:  # noqa: BLE001 - an OOM on a rank is a result; so is any other failure
-        status = "oom" if "out of memory" in str(exc).lower() else "error"
-        log(f"C3 {cfg['variant']}: {status}\n{exc}")
-        return make_record("C3", params, status, reason=str(exc)[-600:]), None
+        status = "oom" if is_out_of_memory(exc) else "error"
+        log(f"{ident} {cfg['variant']}: {status}\n{exc}")
+        return make_record(ident, params, status, reason=str(exc)[-600:]), None
     metrics = summarize_ranks(per_rank)
-    log(f"C3 {cfg['variant']}: step {metrics['step_ms']:.2f} ms (forward {metrics['forward_ms']:.2f}, backward "
+    log(f"{ident} {cfg['variant']}: step {metrics['step_ms']:.2f} ms (forward {metrics['forward_ms']:.2f}, backward "
         f"{metrics['backward_ms']:.2f}, waiting {metrics['comm_wait_ms']:.2f}, optimizer {metrics['optimizer_ms']:.2f})")
-    return make_record("C3", params, "ok", metrics), per_rank[0]["trace"]
+    return make_record(ident, params, "ok", metrics), per_rank[0]["trace"]
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.distributed.train_bench",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--variant", required=True, help="naive, flat, overlap, bucketed-<MB>, torch-ddp, "
-                                                    "overlap-sharded, fsdp, fsdp-bf16")
+    p.add_argument("--variant", required=True, help=", ".join(variants.names()))
     p.add_argument("--size", required=True)
     p.add_argument("--context", type=int, required=True)
     p.add_argument("--global-batch", type=int, required=True)
@@ -279,13 +294,15 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--timeout-s", type=float, default=540)
     p.add_argument("--out", required=True)
-    p.add_argument("--trace", help="also write the compute / communication intervals of one step here")
+    p.add_argument("--trace", help="also write one step's compute / communication intervals here "
+                                   "(a gzipped Chrome trace, .json.gz)")
     args = p.parse_args(argv)
     from cs336_systems.models import MODEL_SIZES
 
-    if not VARIANT.match(args.variant):
-        p.error(f"--variant {args.variant!r}: expected one of naive, flat, overlap, bucketed-<MB>, torch-ddp, "
-                "overlap-sharded, fsdp, fsdp-bf16")
+    try:
+        variants.lookup(args.variant)
+    except ValueError as error:
+        p.error(f"--variant: {error}")
     if args.size not in MODEL_SIZES:
         p.error(f"--size {args.size!r}: known sizes are {', '.join(MODEL_SIZES)}")
     if min(args.context, args.global_batch, args.steps, args.world_size) < 1 or args.warmup < 0:
@@ -295,7 +312,7 @@ def main(argv=None) -> int:
     record, trace = run(cfg, args.world_size, args.backend, args.timeout_s)
     write_json_atomic(args.out, record)
     if args.trace:
-        write_json_atomic(args.trace, {"variant": args.variant, "intervals": trace or []})
+        traces.write(args.trace, args.variant, trace or [])
     log(f"wrote {record['status']} record -> {args.out}")
     return 0      # an error is a result too: recorded with its message, shown in the report's table
 

@@ -1,8 +1,12 @@
-"""Load, validate and resolve the pipeline's config (``config.yaml`` plus ``--config`` overrides).
+"""Validate and resolve the pipeline's config (``config.yaml`` plus ``--config`` overrides).
 
-Validation uses the JSON schema in ``workflow/schemas/config.schema.yaml``; the allowed model sizes
-are filled in from ``cs336_systems.models.MODEL_SIZES`` so the size table lives in one place.
-A bad value stops the workflow with one line that names the key and what is allowed.
+Two steps, both stopping with one line that names the key and what is allowed:
+- the shape, by Snakemake's own ``validate`` with the JSON schema the Snakefile hands over
+  (``workflow/schemas/config.schema.yaml``; its defaults fill absent keys);
+- the names, against the tables that define them: model sizes and modes (``models``), attention
+  back ends and B5 implementations (``attention.backends``), data-parallel variants
+  (``distributed.variants``) and writeup sections (``deliverables``). The schema says only "a
+  string" for these, so each list lives in one place.
 """
 from __future__ import annotations
 
@@ -12,33 +16,21 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import jsonschema
-import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+from cs336_systems import deliverables
+from cs336_systems.attention.backends import BACKENDS, BENCH_IMPLS
+from cs336_systems.distributed import variants as ddp_variants
+from cs336_systems.models import MODEL_SIZES, MODES
+
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")   # a folder name, never '.', '..' or a path
+SECTION = re.compile(r"^([A-D][0-9]{1,2})([a-z]?)$")     # an ID, or an ID with a part letter (B2a)
 
 
 class ConfigError(ValueError):
     """A user mistake in the config; its message is one line meant to be read as it is."""
-
-
-def model_size_names() -> list[str]:
-    # models.py imports torch; read the table's keys without importing it.
-    import ast
-    source = (Path(__file__).resolve().parents[1] / "models.py").read_text()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "MODEL_SIZES":
-            return [key.value for key in node.value.keys]
-    raise RuntimeError("MODEL_SIZES not found in models.py")
-
-
-def load_schema() -> dict:
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
-    schema["$defs"]["size"]["enum"] = model_size_names()
-    return schema
 
 
 def _where(error: jsonschema.ValidationError) -> str:
@@ -57,13 +49,72 @@ def _explain(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
-def validate(config: dict[str, Any]) -> None:
-    """Raise ``ConfigError`` with one line naming the first offending key."""
-    validator = jsonschema.Draft202012Validator(load_schema())
-    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), _where(e)))
-    if errors:
-        best = jsonschema.exceptions.best_match(errors)
-        raise ConfigError(f"config error at {_where(best)}: {_explain(best)}")
+def validate(config: dict[str, Any], schema: str | os.PathLike) -> None:
+    """Snakemake's ``validate`` of ``config`` (filled with the schema's defaults, in place) against
+    ``schema``; ``ConfigError`` with one line naming the offending key."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate as snakemake_validate
+
+    try:
+        snakemake_validate(config, str(schema), set_default=True)
+    except WorkflowError as error:
+        cause = error.__context__
+        if not isinstance(cause, jsonschema.ValidationError):
+            raise ConfigError(f"config error: {str(error).splitlines()[0]}") from None
+        raise ConfigError(f"config error at {_where(cause)}: {_explain(cause)}") from None
+
+
+# Keys whose values are names from one of our tables: a key alone holds its kind of name in any
+# block; (block, key) only in that block (B1's own `variants` are eager and compiled).
+_NAMED = {
+    "size": ("a model size", list(MODEL_SIZES)),
+    "sizes": ("a model size", list(MODEL_SIZES)),
+    "mode": ("a mode", list(MODES)),
+    "modes": ("a mode", list(MODES)),
+    "attention": ("an attention back end", list(BACKENDS)),
+    ("B5", "impls"): ("a B5 implementation", list(BENCH_IMPLS)),
+    ("DDP", "variants"): ("a data-parallel variant", ddp_variants.names()),
+    ("DDP", "traced"): ("a data-parallel variant", ddp_variants.names()),
+}
+
+
+def _named_values(node: Any, path: tuple) -> Iterator[tuple[tuple, Any, str]]:
+    """(path, table key, value) of every string under a key of ``_NAMED``, lists item by item."""
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        kind = (path[-1], key) if (path[-1], key) in _NAMED else key if key in _NAMED else None
+        if kind is not None and isinstance(value, str):
+            yield (*path, key), kind, value
+        elif kind is not None and isinstance(value, list):
+            yield from (((*path, key, i), kind, item) for i, item in enumerate(value) if isinstance(item, str))
+        else:
+            yield from _named_values(value, (*path, key))
+
+
+def _known(kind: Any, value: str) -> bool:
+    if kind in (("DDP", "variants"), ("DDP", "traced")):
+        try:
+            ddp_variants.lookup(value)
+        except ValueError:
+            return False
+        return True
+    return value in _NAMED[kind][1]
+
+
+def check_names(config: dict[str, Any]) -> None:
+    """``ConfigError`` for the first name that none of our tables knows, or a traced variant not run."""
+    for path, kind, value in _named_values(config.get("presets", {}), ("presets",)):
+        if not _known(kind, value):
+            what, allowed = _NAMED[kind]
+            raise ConfigError(f"config error at {'.'.join(map(str, path))}: {value!r} is not allowed "
+                              f"(not {what}; allowed: {', '.join(allowed)})")
+    for name, preset in config.get("presets", {}).items():
+        ddp = preset.get("DDP", {})
+        untraceable = [v for v in ddp.get("traced", []) if v not in ddp.get("variants", [])]
+        if untraceable:
+            raise ConfigError(f"config error at presets.{name}.DDP.traced: {', '.join(map(repr, untraceable))} "
+                              "not in DDP.variants (only variants that run leave a trace)")
 
 
 def cuda_visible() -> bool:
@@ -115,10 +166,22 @@ class Resolved:
         return self.builds(ident) or any(s[:-1] == ident and s[-1].isalpha() for s in self.sections)
 
 
-def resolve(config: dict[str, Any]) -> Resolved:
-    """Validate ``config`` and pick the preset and run folder."""
+def _sections(value: str | None) -> tuple[str, ...] | None:
+    if not value or value == "all":
+        return None
+    chosen = tuple(s.strip() for s in value.split(",") if s.strip())
+    unknown = [s for s in chosen if SECTION.match(s) is None or SECTION.match(s).group(1) not in deliverables.IDS]
+    if unknown:
+        raise ConfigError(f"config error at sections: {', '.join(map(repr, unknown))} is not allowed "
+                          f"(deliverable IDs: {', '.join(deliverables.IDS)}, or an ID with its part letter, B2a)")
+    return chosen
+
+
+def resolve(config: dict[str, Any], schema: str | os.PathLike) -> Resolved:
+    """Validate ``config`` against ``schema`` and our tables; pick the preset and run folder."""
     config = _from_command_line(config)
-    validate(config)
+    validate(config, schema)
+    check_names(config)
     preset = config["preset"]
     if preset == "auto":
         preset, why = ("full", "auto: CUDA is visible") if cuda_visible() else ("smoke", "auto: no CUDA GPU visible")
@@ -128,6 +191,5 @@ def resolve(config: dict[str, Any]) -> Resolved:
     if not RUN_NAME.match(run):
         raise ConfigError(f"config error at run: {run!r} is not allowed (a folder name: letters, digits, '.', '_', '-',"
                           " starting with a letter or digit)")
-    sections = config.get("sections") or "all"
-    sections = None if sections == "all" else tuple(s.strip() for s in sections.split(",") if s.strip())
-    return Resolved(preset, run, config["presets"][preset], why, bool(config.get("reuse_records", False)), sections)
+    return Resolved(preset, run, config["presets"][preset], why, bool(config.get("reuse_records", False)),
+                    _sections(config.get("sections")))

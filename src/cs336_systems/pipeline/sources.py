@@ -5,20 +5,35 @@ as inputs: the module's file, the ``__init__`` files of its packages, and — tr
 module of our own packages it imports at module level or inside functions. Editing the flash
 kernel then makes the flash rules stale and nothing else. Imports are read from the syntax tree,
 not executed, so this costs milliseconds and needs no torch.
+
+Paths are relative to the working directory (Snakemake's: the folder of the Snakefile). Where the
+packages are is asked of Python's import system, which knows them from the install, not worked
+out from this file's place in the tree.
 """
 from __future__ import annotations
 
 import ast
+import importlib.util
+import os
 from functools import lru_cache
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parents[3]
-PACKAGE_ROOTS = {"cs336_systems": _REPO / "src", "cs336_basics": _REPO / "cs336-basics"}
+OUR_PACKAGES = ("cs336_systems", "cs336_basics")
+
+
+@lru_cache(maxsize=None)
+def _package_root(package: str) -> Path | None:
+    """The folder that holds ``package`` (for ``src/cs336_systems``: ``src``), without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).resolve().parent
 
 
 def module_file(name: str) -> Path | None:
     """Path of our module ``name`` (``a.b.c``), or None if it is not one of ours."""
-    root = PACKAGE_ROOTS.get(name.split(".")[0])
+    top = name.split(".")[0]
+    root = _package_root(top) if top in OUR_PACKAGES else None
     if root is None:
         return None
     base = root.joinpath(*name.split("."))
@@ -53,7 +68,7 @@ def _parents(name: str) -> list[str]:
 
 @lru_cache(maxsize=None)
 def module_sources(*modules: str) -> tuple[str, ...]:
-    """Sorted, repo-relative paths of every source file that ``modules`` may run."""
+    """Sorted paths, relative to the working directory, of every source file that ``modules`` may run."""
     seen: set[Path] = set()
     todo = list(modules)
     while todo:
@@ -67,4 +82,4 @@ def module_sources(*modules: str) -> tuple[str, ...]:
     missing = [m for m in modules if module_file(m) is None]
     if missing:
         raise ValueError(f"not a module of this project: {', '.join(missing)}")
-    return tuple(sorted(str(p.relative_to(_REPO)) for p in seen))
+    return tuple(sorted(os.path.relpath(p) for p in seen))

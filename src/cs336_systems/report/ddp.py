@@ -1,8 +1,13 @@
-"""C2–C8, C10–C12 report: the data-parallel training variants side by side, the bucket overhead model
-fitted from C1, trace timelines, and memory breakdowns; one folder and summary per writeup section.
+"""C2–C8, C10–C12: the data-parallel training variants — one report per deliverable, each writing
+its own folder: a table of the variants it discusses, its figures, and the summary its section
+quotes.
 
-    python -m cs336_systems.report.ddp --records C3/records/*.json --traces C3/traces/*.json \
-        --traced naive overlap --c1-summary C1/summary.json --results results/RUN
+    python -m cs336_systems.report.ddp C8 --records results/RUN/C3/records/naive.json ... \
+        --traces results/RUN/C3/traces/naive.json.gz ... --traced naive overlap \
+        --c1-summary results/RUN/C1/summary.json --out-dir results/RUN/C8
+
+Which variants each deliverable reads is ``READS`` below; where their records live is
+``cs336_systems.distributed.variants`` (each variant's own deliverable).
 """
 from __future__ import annotations
 
@@ -15,11 +20,39 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from cs336_systems import deliverables
+from cs336_systems.distributed import traces as stored_traces
+from cs336_systems.distributed import variants
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
 
 GIB = 2**30
 PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms")
-SECTIONS = ("C2", "C3", "C4", "C5", "C6", "C7", "C8", "C10", "C11", "C12")
+SECTIONS = tuple(deliverables.reported_by("cs336_systems.report.ddp"))
+BUCKETED = "bucketed-<MB>"
+MEMORY_VARIANTS = ("overlap", "overlap-sharded", "torch-ddp", "fsdp", "fsdp-bf16")
+
+# The variants (registry names; bucketed-<MB> is every bucket size) whose records each deliverable's
+# report reads, and whether it reads their traces and C1's fit. None: every variant of the run.
+READS: dict[str, tuple[str, ...] | None] = {
+    "C2": ("naive",),
+    "C3": ("naive", "torch-ddp"),
+    "C4": ("naive", "flat"),
+    "C5": ("overlap",),
+    "C6": ("naive", "flat", "overlap", "torch-ddp"),
+    "C7": (BUCKETED,),
+    "C8": None,
+    "C10": ("overlap", "overlap-sharded"),
+    "C11": MEMORY_VARIANTS,
+    "C12": ("fsdp", "fsdp-bf16", "overlap", "torch-ddp"),
+}
+READS_TRACES = ("C6", "C12")
+READS_C1 = ("C8",)
+
+
+def reads(ident: str, chosen: list[str]) -> list[str]:
+    """The variants among ``chosen`` (the run's, in config order) whose records ``ident`` reads."""
+    wanted = READS[ident]
+    return [v for v in chosen if wanted is None or variants.lookup(v).name in wanted]
 
 
 def _step_range(steps: list[dict]) -> str:
@@ -40,10 +73,6 @@ def step_table(records: list[dict]) -> pd.DataFrame:
                      "peak_GiB": memory["peak"] / GIB if "peak" in memory else None,
                      "note": r.get("reason") or r.get("message") or ""})
     return pd.DataFrame(rows)
-
-
-def bucket_size_mb(variant: str) -> float | None:
-    return float(variant.split("-", 1)[1]) if variant.startswith("bucketed-") else None
 
 
 def overhead_model(n_buckets: float, grad_bytes: float, o_s: float, w_Bps: float) -> float:
@@ -138,41 +167,13 @@ def memory_rows(records: list[dict], variants: tuple[str, ...]) -> list[dict]:
     return out
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.ddp", description=__doc__.split("\n\n")[0])
-    p.add_argument("--records", nargs="+", required=True)
-    p.add_argument("--traces", nargs="*", default=[])
-    p.add_argument("--traced", nargs="*", default=[], help="variants whose trace the timeline shows")
-    p.add_argument("--c1-summary", required=True, type=Path)
-    p.add_argument("--results", required=True, type=Path, help="the run's results folder (C2/ ... C12/ go there)")
-    args = p.parse_args(argv)
-    records = load_records(args.records)
-    table = step_table(records)
-    params = records[0]["params"]
-    setup = {k: params[k] for k in ("size", "context", "global_batch", "world_size", "backend", "warmup", "steps")}
-    prov = run_provenance(records)
-    out = {ident: args.results / ident for ident in SECTIONS}
-
-    write_table(table.round(3), out["C3"])
-    plot_phases(table, out["C3"] / "phases.png")
-    traces = {}
-    for path in args.traces:
-        trace = json.loads(Path(path).read_text())
-        if trace["variant"] in args.traced:
-            traces[trace["variant"]] = trace["intervals"]
-    plot_timelines({v: traces[v] for v in args.traced if v in traces and not v.startswith("fsdp")},
-                   out["C6"] / "timeline.png")
-    plot_timelines({v: traces[v] for v in args.traced if v in traces and v.startswith("fsdp")},
-                   out["C12"] / "timeline.png")
-
-    rows = {v: _row(table, v) for v in table["variant"]}
-    base = {"provenance": prov, "setup": setup}
-
-    # C8: the overhead model with o and w from C1 (same backend, same world size).
-    c1 = json.loads(args.c1_summary.read_text())
+def _bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict, out: Path):
+    """C8: the bucketed rows with the overhead model's prediction (o and w fitted in C1 for the same
+    backend and world size), its figure, and its summary (None without a fit)."""
     fit = c1["fits"].get(f"{setup['backend']}_x{setup['world_size']}")
     bucketed = table[(table["status"] == "ok") & table["variant"].str.startswith("bucketed-")].copy()
     model_summary = None
+    fig, ax = plt.subplots(figsize=(6.5, 4))
     if fit and fit["w_GBps"] and fit["o_ms"] > 0 and records[0]["metrics"].get("parameter_count"):
         grad_bytes = records[0]["metrics"]["parameter_count"] * 4
         o_s, w = fit["o_ms"] / 1e3, fit["w_GBps"] * 1e9
@@ -181,46 +182,90 @@ def main(argv=None) -> int:
         model_summary = {"o_ms": fit["o_ms"], "w_GBps": fit["w_GBps"], "grad_MB": grad_bytes / 1e6,
                          "send_all_ms": grad_bytes / w * 1e3, "backward_ms": backward,
                          "optimum": optimal_buckets(grad_bytes, o_s, w)}
-        fig, ax = plt.subplots(figsize=(6.5, 4))
         sizes = [b / 4 for b in range(1, 4001)]   # 0.25 MB ... 1 GB
         ax.plot(sizes, [overhead_model(max(1.0, grad_bytes / (s * 1e6)), grad_bytes, o_s, w) * 1e3 for s in sizes],
                 label="model: n_b·o + s/(n_b·w)")
-        ax.plot([bucket_size_mb(v) for v in bucketed["variant"]], bucketed["comm_wait_ms"], "o", label="measured wait")
+        ax.plot([variants.bucket_size_mb(v) for v in bucketed["variant"]], bucketed["comm_wait_ms"], "o",
+                label="measured wait")
         ax.set(xscale="log", xlabel="bucket size (MB)", ylabel="communication after backward (ms)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        save_figure(fig, out["C8"] / "overhead_model.png")
     else:
-        fig, ax = plt.subplots(figsize=(6.5, 4))
         ax.text(0.5, 0.5, "no C1 fit for this backend and world size", ha="center", transform=ax.transAxes)
-        save_figure(fig, out["C8"] / "overhead_model.png")
-    write_table(bucketed.round(3), out["C8"])
+    save_figure(fig, out / "overhead_model.png")
+    return bucketed, model_summary
 
-    memory = memory_rows(records, ("overlap", "overlap-sharded", "torch-ddp", "fsdp", "fsdp-bf16"))
-    if memory:
-        write_table(pd.DataFrame(memory).round(3), out["C11"])
 
-    summaries = {
-        "C2": {"naive": rows.get("naive")},
-        "C3": {"naive": rows.get("naive"), "rows": len(table),
-               "statuses": table["status"].value_counts().to_dict()},
-        "C4": {"naive": rows.get("naive"), "flat": rows.get("flat")},
-        "C5": {"overlap": rows.get("overlap")},
-        "C6": {"naive": rows.get("naive"), "flat": rows.get("flat"), "overlap": rows.get("overlap"),
-               "torch_ddp": rows.get("torch-ddp"), "traced": [v for v in args.traced if v in traces]},
-        "C7": {"bucketed": [r for v, r in rows.items() if v.startswith("bucketed-") and r]},
-        "C8": {"bucketed": bucketed.to_dict("records"), "model": model_summary, "others": {
-            v: rows.get(v) for v in ("naive", "flat", "overlap", "torch-ddp")}},
-        "C10": {"overlap": rows.get("overlap"), "sharded": rows.get("overlap-sharded")},
-        "C11": {"memory": memory},
-        "C12": {"compute_gaps": {v: compute_gaps(traces[v]) for v in traces},
-                "fsdp": rows.get("fsdp"), "fsdp_bf16": rows.get("fsdp-bf16"), "overlap": rows.get("overlap"),
-                "torch_ddp": rows.get("torch-ddp"), "memory": memory,
-                "predicted_state_GiB": _fsdp_prediction(setup)},
-    }
-    for ident in SECTIONS:
-        write_summary(out[ident] / "summary.json", base | summaries[ident])
-    print(f"DDP report: {len(table)} variants -> {', '.join(SECTIONS)}", file=sys.stderr)
+def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced: list[str],
+          c1: dict | None, out: Path) -> dict:
+    """Write deliverable ``ident``'s table and figures into ``out``; return its summary."""
+    table = step_table(records)
+    rows = {v: _row(table, v) for v in table["variant"]}
+    params = records[0]["params"]
+    setup = {k: params[k] for k in ("size", "context", "global_batch", "world_size", "backend", "warmup", "steps")}
+    summary = {"provenance": run_provenance(records), "setup": setup}
+    table_out = table
+    if ident == "C2":
+        summary |= {"naive": rows.get("naive")}
+    elif ident == "C3":
+        summary |= {"naive": rows.get("naive"), "torch_ddp": rows.get("torch-ddp")}
+    elif ident == "C4":
+        summary |= {"naive": rows.get("naive"), "flat": rows.get("flat")}
+    elif ident == "C5":
+        summary |= {"overlap": rows.get("overlap")}
+    elif ident == "C6":
+        drawn = [v for v in traced if v in traces and not v.startswith("fsdp")]
+        plot_timelines({v: traces[v] for v in drawn}, out / "timeline.png")
+        summary |= {"naive": rows.get("naive"), "flat": rows.get("flat"), "overlap": rows.get("overlap"),
+                    "torch_ddp": rows.get("torch-ddp"), "traced": drawn}
+    elif ident == "C7":
+        summary |= {"bucketed": [r for v, r in rows.items() if v.startswith("bucketed-") and r]}
+    elif ident == "C8":
+        # Every variant side by side (the bucket sizes "vs the others"), then the bucketed rows
+        # with the overhead model's prediction as the main table.
+        write_table(table.round(3), out, stem="variants")
+        plot_phases(table, out / "phases.png")
+        table_out, model = _bucket_model(records, table, setup, c1, out)
+        summary |= {"bucketed": table_out.to_dict("records"), "model": model, "others": {
+            v: rows.get(v) for v in ("naive", "flat", "overlap", "torch-ddp")}}
+    elif ident == "C10":
+        summary |= {"overlap": rows.get("overlap"), "sharded": rows.get("overlap-sharded")}
+    elif ident == "C11":
+        memory = memory_rows(records, MEMORY_VARIANTS)
+        table_out = pd.DataFrame(memory) if memory else None
+        summary |= {"memory": memory}
+    elif ident == "C12":
+        drawn = [v for v in traced if v in traces and v.startswith("fsdp")]
+        plot_timelines({v: traces[v] for v in drawn}, out / "timeline.png")
+        summary |= {"compute_gaps": {v: compute_gaps(traces[v]) for v in traces},
+                    "fsdp": rows.get("fsdp"), "fsdp_bf16": rows.get("fsdp-bf16"), "overlap": rows.get("overlap"),
+                    "torch_ddp": rows.get("torch-ddp"), "memory": memory_rows(records, MEMORY_VARIANTS),
+                    "predicted_state_GiB": _fsdp_prediction(setup)}
+    else:
+        raise ValueError(f"report.ddp writes {', '.join(SECTIONS)}, not {ident!r}")
+    if table_out is not None:
+        write_table(table_out.round(3), out)
+    return summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.ddp", description=__doc__.split("\n\n")[0])
+    p.add_argument("deliverable", choices=SECTIONS)
+    p.add_argument("--records", nargs="+", required=True)
+    p.add_argument("--traces", nargs="*", default=[], help="gzipped Chrome traces written by train_bench")
+    p.add_argument("--traced", nargs="*", default=[], help="variants whose trace the timeline shows")
+    p.add_argument("--c1-summary", type=Path, help="C1's summary (its fitted o and w), for C8")
+    p.add_argument("--out-dir", required=True, type=Path)
+    args = p.parse_args(argv)
+    if args.deliverable in READS_C1 and args.c1_summary is None:
+        p.error(f"{args.deliverable} needs --c1-summary")
+    records = load_records(args.records)
+    traces = {v: intervals for v, intervals in map(stored_traces.read, args.traces) if v in args.traced}
+    c1 = json.loads(args.c1_summary.read_text()) if args.c1_summary else None
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    summary = build(args.deliverable, records, traces, args.traced, c1, args.out_dir)
+    write_summary(args.out_dir / "summary.json", summary)
+    print(f"{args.deliverable} report: {len(records)} variants -> {args.out_dir}", file=sys.stderr)
     return 0
 
 

@@ -1,7 +1,8 @@
-"""B3 / B4 report: the error tables of our FlashAttention Functions against float64 (B3 folder) and
-the two backward paths timed side by side (B4 folder), each with the numbers its section quotes.
+"""B3 / B4 report, from the one checks record ``attention.check`` writes: B3, the error tables of our
+FlashAttention Functions against float64; B4, the two backward paths timed side by side (and the
+worst error, which B4's text quotes too). Each run of it writes one deliverable's folder.
 
-    python -m cs336_systems.report.flash_checks --records checks.json --b3-dir DIR --b4-dir DIR
+    python -m cs336_systems.report.flash_checks B3 --records results/RUN/B3/records/checks.json --out-dir DIR
 """
 from __future__ import annotations
 
@@ -64,9 +65,9 @@ def backward_speedup(times: pd.DataFrame) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.flash_checks", description=__doc__.split("\n\n")[0])
+    p.add_argument("deliverable", choices=["B3", "B4"])
     p.add_argument("--records", required=True, help="the JSON list written by cs336_systems.attention.check")
-    p.add_argument("--b3-dir", required=True, type=Path)
-    p.add_argument("--b4-dir", required=True, type=Path)
+    p.add_argument("--out-dir", required=True, type=Path)
     args = p.parse_args(argv)
     records = load_record_lists([args.records])
     if not records:
@@ -74,17 +75,19 @@ def main(argv=None) -> int:
     errors_records = [r for r in records if r["params"]["kind"] == "error"]
     time_records = [r for r in records if r["params"]["kind"] == "time"]
     errors, times = error_table(errors_records), time_table(time_records)
-    write_table(errors, args.b3_dir)
-    write_table(times, args.b4_dir)
-    shape = errors_records[0]["params"]["shape"] if errors_records else None
-    write_summary(args.b3_dir / "summary.json", {
-        "provenance": run_provenance(errors_records), "shape": shape,
-        "statuses": errors["status"].value_counts().to_dict(), "worst_ratio": worst_ratio(errors)})
-    write_summary(args.b4_dir / "summary.json", {
-        "provenance": run_provenance(records), "shape": time_records[0]["params"]["shape"] if time_records else None,
-        "statuses": times["status"].value_counts().to_dict() if len(times) else {},
-        "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors)})
-    print(f"B3/B4 report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
+    if args.deliverable == "B3":
+        write_table(errors, args.out_dir)
+        shape = errors_records[0]["params"]["shape"] if errors_records else None
+        write_summary(args.out_dir / "summary.json", {
+            "provenance": run_provenance(errors_records), "shape": shape,
+            "statuses": errors["status"].value_counts().to_dict(), "worst_ratio": worst_ratio(errors)})
+    else:
+        write_table(times, args.out_dir)
+        write_summary(args.out_dir / "summary.json", {
+            "provenance": run_provenance(records), "shape": time_records[0]["params"]["shape"] if time_records else None,
+            "statuses": times["status"].value_counts().to_dict() if len(times) else {},
+            "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors)})
+    print(f"{args.deliverable} report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
     return 0
 
 

@@ -1,11 +1,11 @@
 """D: render the writeup — one Markdown file and one self-contained HTML page — from summaries.
 
-    python -m cs336_systems.report.writeup --run h100 --preset full \\
+    python -m cs336_systems.report.writeup --run h100 --preset full --templates writeup/templates \\
         --summaries results/h100/A1/summary.json ... --md writeup/h100/writeup.md --html writeup/h100/writeup.html \\
         [--sections A2,A4,...] [--gpus-needed C1=2 C3=2 ...]
 
-Every deliverable ID has a section. A section whose report rule left a ``summary.json`` renders
-``writeup/templates/sections/<ID>.md.j2`` with that summary as ``d``; any other section says why it
+Every deliverable ID (``cs336_systems.deliverables``, in its order and with its title) has a
+section. A section whose report rule left a ``summary.json`` renders ``<templates>/sections/<ID>.md.j2`` with that summary as ``d``; any other section says why it
 is missing (``--sections`` and ``--gpus-needed`` say what this run chose and what each section
 needs). The header is a table of contents that names, for every section, the run, card and commit
 its numbers come from. Templates are rendered twice, once per output format: ``table()`` and
@@ -29,18 +29,9 @@ from markdown_it import MarkdownIt
 from mdit_py_plugins.anchors import anchors_plugin
 from tabulate import tabulate
 
-TEMPLATES = Path(__file__).resolve().parents[3] / "writeup" / "templates"
+from cs336_systems.deliverables import DELIVERABLES
 
-SECTIONS = {
-    "A1": "End-to-end benchmark", "A2": "Nsight Systems profile", "A3": "Accumulation in low precision",
-    "A4": "Mixed precision", "A5": "Memory", "A6": "Gradient checkpointing",
-    "B1": "PyTorch attention sweep", "B2": "torch.compile", "B3": "FlashAttention-2 forward",
-    "B4": "FlashAttention-2 backward", "B5": "FlashAttention benchmark",
-    "C1": "All-reduce benchmark", "C2": "Naive DDP", "C3": "Naive DDP benchmark", "C4": "Flat DDP",
-    "C5": "Overlapping DDP", "C6": "Overlapping DDP benchmark", "C7": "Bucketed DDP",
-    "C8": "Bucket sizes and the overhead model", "C9": "4D-parallelism accounting",
-    "C10": "Optimizer state sharding", "C11": "Optimizer state sharding: memory and time", "C12": "FSDP",
-}
+SECTIONS = {d.id: d.title for d in DELIVERABLES}     # every section, in order, with its title
 
 # A table longer than this folds into <details> (the whole table, nothing cut) with its CSV beside it.
 FOLD_ROWS = 40
@@ -124,9 +115,9 @@ def column_alignment(values: pd.Series) -> str:
 class Renderer:
     """Renders the templates for one output format (``md`` or ``html``)."""
 
-    def __init__(self, fmt: str, out_path: Path, run: str = ""):
+    def __init__(self, fmt: str, out_path: Path, templates: Path, run: str = ""):
         self.fmt, self.out_dir, self.run = fmt, out_path.parent, run
-        self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+        self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), undefined=jinja2.StrictUndefined,
                                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
         self.env.filters["f"] = _fmt
         self.env.filters["pct"] = lambda v, digits=1: "n/a" if v is None else f"{100 * v:.{digits}f} %"
@@ -256,7 +247,7 @@ def section_sources(run: str, summaries: dict[str, Path], chosen: list[str] | No
     return sources
 
 
-def render(run: str, preset: str, summary_paths: list[Path], md_path: Path, html_path: Path,
+def render(run: str, preset: str, summary_paths: list[Path], md_path: Path, html_path: Path, templates: Path,
            chosen: list[str] | None = None, gpus_needed: dict[str, int] | None = None) -> None:
     summaries = {}
     for path in summary_paths:
@@ -266,8 +257,8 @@ def render(run: str, preset: str, summary_paths: list[Path], md_path: Path, html
         summaries[ident] = path
     sources = section_sources(run, summaries, chosen, gpus_needed or {})
     md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(Renderer("md", md_path, run).document(run, preset, summaries, sources))
-    body = to_html(Renderer("html", html_path, run).document(run, preset, summaries, sources))
+    md_path.write_text(Renderer("md", md_path, templates, run).document(run, preset, summaries, sources))
+    body = to_html(Renderer("html", html_path, templates, run).document(run, preset, summaries, sources))
     html_path.parent.mkdir(parents=True, exist_ok=True)
     html_path.write_text(HTML_PAGE.format(title=f"Lab notebook: run {html.escape(run)}", body=body, contents=CONTENTS))
 
@@ -286,6 +277,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.writeup", description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True)
     p.add_argument("--preset", required=True)
+    p.add_argument("--templates", required=True, type=Path,
+                   help="the templates folder: writeup.md.j2 and sections/<ID>.md.j2")
     p.add_argument("--summaries", nargs="*", default=[], type=Path)
     p.add_argument("--md", required=True, type=Path)
     p.add_argument("--html", required=True, type=Path)
@@ -295,7 +288,8 @@ def main(argv=None) -> int:
                    help="GPUs a section's jobs need in this preset, to say why a section is missing")
     args = p.parse_args(argv)
     chosen = None if args.sections == "all" else [s.strip() for s in args.sections.split(",") if s.strip()]
-    render(args.run, args.preset, args.summaries, args.md, args.html, chosen, _gpus_needed(args.gpus_needed))
+    render(args.run, args.preset, args.summaries, args.md, args.html, args.templates, chosen,
+           _gpus_needed(args.gpus_needed))
     print(f"writeup: {len(args.summaries)} of {len(SECTIONS)} sections built -> {args.md}, {args.html}", file=sys.stderr)
     return 0
 

@@ -1,0 +1,99 @@
+# A1: the end-to-end benchmark, its grid and the warm-up study, one process per point.
+#
+# GPU jobs declare `resources: gpu=k` and run under `gpu_lease`, which hands the command exactly
+# k free devices (CUDA_VISIBLE_DEVICES), so timing jobs never share a GPU.
+
+A1 = GRID["A1"]
+A1_STUDY = A1["warmup_study"]
+
+# Each rule constrains its own wildcards (none are file-global), so other rule files name theirs freely.
+A1_POINT = dict(size="|".join(map(re.escape, A1["sizes"] + A1_STUDY["sizes"])), context=r"\d+",
+                mode="|".join(MODES), precision="fp32|bf16")
+
+
+A1_RECORDS = expand(f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
+                    size=A1["sizes"], context=A1["contexts"], mode=A1["modes"], precision=A1["precisions"])
+A1_WARMUP_RECORDS = expand(f"{RESULTS}/A1/warmup/{{size}}_ctx{A1_STUDY['context']}_w{{warmup}}.json",
+                           size=A1_STUDY["sizes"], warmup=A1_STUDY["warmups"])
+
+
+# One benchmark process on its own GPU; both A1 rules run it, with their grid point in params.
+BENCHMARK = (
+    "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+    " python -m cs336_systems.benchmark --size {wildcards.size} --context {wildcards.context}"
+    " --mode {params.mode} --precision {params.precision} --batch {params.batch}"
+    " --warmup {params.warmup} --steps {params.steps} --attention {params.attention}"
+    " --device {params.device} --out {output} > {log} 2>&1"
+)
+
+
+rule A1_benchmark:
+    """One point of the A1 grid: a fresh process, its own GPU, one record."""
+    input:
+        measuring_code("cs336_systems.benchmark", attention_module(A1["attention"])),
+    output:
+        f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
+    log:
+        f"{LOGS}/A1/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.log",
+    wildcard_constraints:
+        **A1_POINT,
+    params:
+        mode=lambda wildcards: wildcards.mode,
+        precision=lambda wildcards: wildcards.precision,
+        warmup=A1["warmup"],
+        batch=A1["batch"],
+        steps=A1["steps"],
+        attention=A1["attention"],
+        device=GRID["device"],
+    resources:
+        gpu=1,
+    shell:
+        BENCHMARK
+
+
+rule A1_warmup_study:
+    """The same benchmark after 0, 1, 2, ... warm-up steps."""
+    input:
+        measuring_code("cs336_systems.benchmark", attention_module(A1["attention"])),
+    output:
+        f"{RESULTS}/A1/warmup/{{size}}_ctx{{context}}_w{{warmup}}.json",
+    log:
+        f"{LOGS}/A1/warmup/{{size}}_ctx{{context}}_w{{warmup}}.log",
+    wildcard_constraints:
+        size=A1_POINT["size"],
+        context=r"\d+",
+        warmup=r"\d+",
+    params:
+        mode=A1_STUDY["mode"],
+        precision=A1_STUDY["precision"],
+        warmup=lambda wildcards: wildcards.warmup,
+        batch=A1["batch"],
+        steps=A1["steps"],
+        attention=A1["attention"],
+        device=GRID["device"],
+    resources:
+        gpu=1,
+    shell:
+        BENCHMARK
+
+
+rule A1_report:
+    """A1 table (mean ± std per phase), figures and the numbers the writeup quotes."""
+    input:
+        records=A1_RECORDS,
+        warmup=A1_WARMUP_RECORDS,
+        code=code("cs336_systems.report.a1"),
+    output:
+        csv=f"{RESULTS}/A1/table.csv",
+        md=report(f"{RESULTS}/A1/table.md", category="A1 benchmark", labels={"item": "table"}),
+        summary=f"{RESULTS}/A1/summary.json",
+        contexts=report(f"{RESULTS}/A1/time_vs_context.png", category="A1 benchmark",
+                        labels={"item": "time vs context"}),
+        warmup=report(f"{RESULTS}/A1/warmup.png", category="A1 benchmark", labels={"item": "warm-up effect"}),
+    log:
+        f"{LOGS}/A1/report.log",
+    params:
+        out_dir=out_dir("csv"),
+    shell:
+        "python -m cs336_systems.report.a1 --records {input.records} --warmup-records {input.warmup}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

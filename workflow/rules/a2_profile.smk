@@ -1,0 +1,56 @@
+# A2: Nsight Systems profiles. One GPU job per size x context runs the three modes in one process
+# (under `nsys profile` when the config's `nsys` program is found on a CUDA machine, otherwise with
+# torch.profiler) and leaves one record; the .nsys-rep beside it is not an output: the report and
+# the writeup rebuild from the committed JSON alone.
+
+A2 = GRID["A2"]
+
+A2_RECORDS = expand(f"{RESULTS}/A2/records/{{size}}_ctx{{context}}.json", size=A2["sizes"], context=A2["contexts"])
+
+
+rule A2_profile:
+    """One size x context: forward, forward+backward and train step, each after its own warm-up."""
+    input:
+        measuring_code("cs336_systems.profiling.profile"),
+    output:
+        f"{RESULTS}/A2/records/{{size}}_ctx{{context}}.json",
+    log:
+        f"{LOGS}/A2/{{size}}_ctx{{context}}.log",
+    wildcard_constraints:
+        size="|".join(map(re.escape, A2["sizes"])),
+        context=r"\d+",
+    params:
+        modes=" ".join(A2["modes"]),
+        batch=A2["batch"],
+        warmup=A2["warmup"],
+        steps=A2["steps"],
+        nsys=lambda wildcards: repr(A2["nsys"]),
+        device=GRID["device"],
+    resources:
+        gpu=1,
+    shell:
+        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.profiling.profile --size {wildcards.size} --context {wildcards.context}"
+        " --modes {params.modes} --batch {params.batch} --warmup {params.warmup} --steps {params.steps}"
+        " --device {params.device} --nsys {params.nsys} --out {output} > {log} 2>&1"
+
+
+rule A2_report:
+    """A2 tables (a)-(e), the category-share figure and the numbers the writeup quotes."""
+    input:
+        records=A2_RECORDS,
+        code=code("cs336_systems.report.a2"),
+    output:
+        summary=f"{RESULTS}/A2/summary.json",
+        a=f"{RESULTS}/A2/table_a.csv",
+        b=f"{RESULTS}/A2/table_b.csv",
+        c=f"{RESULTS}/A2/table_c.csv",
+        d=f"{RESULTS}/A2/table_d.csv",
+        e=report(f"{RESULTS}/A2/table_e.md", category="A2 profile", labels={"item": "softmax vs matmuls"}),
+        shares=report(f"{RESULTS}/A2/category_shares.png", category="A2 profile", labels={"item": "category shares"}),
+    log:
+        f"{LOGS}/A2/report.log",
+    params:
+        out_dir=out_dir("summary"),
+    shell:
+        "python -m cs336_systems.report.a2 --records {input.records} --out-dir {params.out_dir} > {log} 2>&1"

@@ -1,0 +1,82 @@
+# A3 accumulation in low precision; A4 mixed precision (toy-model dtypes, layer norm in low
+# precision, fp32 vs bf16 from A1's records, which rule A1_benchmark in a1_benchmark.smk makes).
+
+A4 = GRID["A4"]
+
+A4_TIMING_RECORDS = expand(f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
+                           size=GRID["A1"]["sizes"], context=A4["contexts"], mode=A4["modes"],
+                           precision=["fp32", "bf16"])
+
+
+rule A3_accumulation:
+    """Summing 0.01 in fp32 / fp16 / bf16 accumulators (on the CPU: the arithmetic is the same)."""
+    input:
+        measuring_code("cs336_systems.precision.accumulation"),
+    output:
+        f"{RESULTS}/A3/records/accumulation.json",
+    log:
+        f"{LOGS}/A3/accumulation.log",
+    params:
+        terms=" ".join(map(str, GRID["A3"]["terms"])),
+    shell:
+        "python -m cs336_systems.precision.accumulation --terms {params.terms} --out {output} > {log} 2>&1"
+
+
+rule A3_report:
+    """A3 table, error against number of terms, and the numbers the writeup quotes."""
+    input:
+        record=rules.A3_accumulation.output,
+        code=code("cs336_systems.report.a3"),
+    output:
+        csv=f"{RESULTS}/A3/table.csv",
+        md=report(f"{RESULTS}/A3/table.md", category="A3 accumulation", labels={"item": "table"}),
+        summary=f"{RESULTS}/A3/summary.json",
+        plot=report(f"{RESULTS}/A3/error_vs_terms.png", category="A3 accumulation", labels={"item": "error vs terms"}),
+    log:
+        f"{LOGS}/A3/report.log",
+    params:
+        out_dir=out_dir("csv"),
+    shell:
+        "python -m cs336_systems.report.a3 --record {input.record} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule A4_dtypes:
+    """The toy model under fp16 and bf16 autocast on every listed device (an absent device is a
+    skipped record), and layer norm's error in low precision: one process, seconds long."""
+    input:
+        measuring_code("cs336_systems.precision.autocast_dtypes"),
+    output:
+        f"{RESULTS}/A4/records/dtypes.json",
+    log:
+        f"{LOGS}/A4/dtypes.log",
+    params:
+        devices=" ".join(A4["devices"]),
+        dtypes=" ".join(A4["autocast_dtypes"]),
+    resources:
+        gpu=1,
+    shell:
+        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.precision.autocast_dtypes --devices {params.devices} --dtypes {params.dtypes}"
+        " --out {output} > {log} 2>&1"
+
+
+rule A4_report:
+    """A4 dtype table, layer-norm errors, fp32-vs-bf16 timing table and speedup plot, summary."""
+    input:
+        dtypes=rules.A4_dtypes.output,
+        timing=A4_TIMING_RECORDS,
+        code=code("cs336_systems.report.a4"),
+    output:
+        csv=f"{RESULTS}/A4/table.csv",
+        md=report(f"{RESULTS}/A4/table.md", category="A4 mixed precision", labels={"item": "dtypes"}),
+        layernorm=f"{RESULTS}/A4/layernorm.csv",
+        timing=report(f"{RESULTS}/A4/timing.md", category="A4 mixed precision", labels={"item": "fp32 vs bf16"}),
+        summary=f"{RESULTS}/A4/summary.json",
+        plot=report(f"{RESULTS}/A4/speedup.png", category="A4 mixed precision", labels={"item": "bf16 speedup"}),
+    log:
+        f"{LOGS}/A4/report.log",
+    params:
+        out_dir=out_dir("csv"),
+    shell:
+        "python -m cs336_systems.report.a4 --dtypes {input.dtypes} --timing-records {input.timing}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

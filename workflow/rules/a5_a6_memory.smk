@@ -1,0 +1,113 @@
+# A5: memory snapshots. One process per context x mode x precision records one step (CUDA memory
+# history on a GPU, torch.profiler's memory events on the CPU), analyses it and draws its timeline.
+#
+# The CUDA snapshot pickle (memory_viz's format) is written beside the record but declared nowhere:
+# it is too large for git, and a declared file that a fresh checkout lacks would make Snakemake
+# re-measure. Everything downstream reads the committed record and PNG only.
+#
+# The size is not a wildcard (GRID["A5"]["size"]). A6: gradient checkpointing, peak memory per
+# checkpoint group size.
+
+A5 = GRID["A5"]
+A6 = GRID["A6"]
+A5_POINT = "ctx{context}_{mode}_{precision}"
+A5_RECORDS = expand(f"{RESULTS}/A5/records/{A5_POINT}.json",
+                    context=A5["contexts"], mode=A5["modes"], precision=A5["precisions"])
+A5_TIMELINES = expand(f"{RESULTS}/A5/timelines/{A5_POINT}.png",
+                      context=A5["contexts"], mode=A5["modes"], precision=A5["precisions"])
+
+
+rule A5_snapshot:
+    """One recorded step: the record (peaks, phases, largest allocations) and its timeline PNG."""
+    input:
+        measuring_code("cs336_systems.memory.snapshot"),
+    output:
+        record=f"{RESULTS}/A5/records/{A5_POINT}.json",
+        timeline=f"{RESULTS}/A5/timelines/{A5_POINT}.png",
+    log:
+        f"{LOGS}/A5/{A5_POINT}.log",
+    wildcard_constraints:
+        context=r"\d+",
+        mode="|".join(MODES),
+        precision="fp32|bf16",
+    params:
+        size=A5["size"],
+        batch=A5["batch"],
+        warmup=A5["warmup"],
+        max_entries=A5["max_entries"],
+        device=GRID["device"],
+        pickle=f"{RESULTS}/A5/snapshots/{A5_POINT}.pickle",
+    resources:
+        gpu=1,
+    shell:
+        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.memory.snapshot --size {params.size} --context {wildcards.context}"
+        " --mode {wildcards.mode} --precision {wildcards.precision} --batch {params.batch}"
+        " --warmup {params.warmup} --max-entries {params.max_entries} --device {params.device}"
+        " --out {output.record} --timeline {output.timeline} --pickle {params.pickle} > {log} 2>&1"
+
+
+rule A5_report:
+    """A5 peak tables (fp32, bf16), largest forward allocations, and the numbers the writeup quotes."""
+    input:
+        records=A5_RECORDS,
+        timelines=A5_TIMELINES,
+        code=code("cs336_systems.report.a5"),
+    output:
+        fp32_csv=f"{RESULTS}/A5/peak_fp32.csv",
+        fp32_md=report(f"{RESULTS}/A5/peak_fp32.md", category="A5 memory", labels={"item": "peak fp32"}),
+        bf16_csv=f"{RESULTS}/A5/peak_bf16.csv",
+        bf16_md=report(f"{RESULTS}/A5/peak_bf16.md", category="A5 memory", labels={"item": "peak bf16"}),
+        top_csv=f"{RESULTS}/A5/top_allocations.csv",
+        top_md=f"{RESULTS}/A5/top_allocations.md",
+        summary=f"{RESULTS}/A5/summary.json",
+    log:
+        f"{LOGS}/A5/report.log",
+    params:
+        out_dir=out_dir("summary"),
+    shell:
+        "python -m cs336_systems.report.a5 --records {input.records} --timelines {input.timelines}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule A6_checkpoint:
+    """One training step (forward+backward) of the A6 model with blocks checkpointed in groups of
+    {group} (0 = none): peak memory and step time, a fresh process on its own GPU."""
+    input:
+        measuring_code("cs336_systems.memory.checkpoint_bench"),
+    output:
+        f"{RESULTS}/A6/records/group{{group}}.json",
+    log:
+        f"{LOGS}/A6/group{{group}}.log",
+    wildcard_constraints:
+        group=r"\d+",
+    params:
+        size=A6["size"],
+        context=A6["context"],
+        batch=A6["batch"],
+        device=GRID["device"],
+    resources:
+        gpu=1,
+    shell:
+        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.memory.checkpoint_bench --size {params.size} --context {params.context}"
+        " --batch {params.batch} --group {wildcards.group} --mode forward-backward --device {params.device}"
+        " --out {output} > {log} 2>&1"
+
+
+rule A6_report:
+    """A6 table of measured vs predicted peaks per group size, the plot, and the summary."""
+    input:
+        records=expand(f"{RESULTS}/A6/records/group{{group}}.json", group=A6["group_sizes"]),
+        code=code("cs336_systems.report.a6"),
+    output:
+        csv=f"{RESULTS}/A6/table.csv",
+        md=report(f"{RESULTS}/A6/table.md", category="A6 checkpointing", labels={"item": "table"}),
+        summary=f"{RESULTS}/A6/summary.json",
+        plot=report(f"{RESULTS}/A6/peak_vs_group.png", category="A6 checkpointing", labels={"item": "peak vs k"}),
+    log:
+        f"{LOGS}/A6/report.log",
+    params:
+        out_dir=out_dir("csv"),
+    shell:
+        "python -m cs336_systems.report.a6 --records {input.records} --out-dir {params.out_dir} > {log} 2>&1"
