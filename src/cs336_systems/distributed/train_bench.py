@@ -34,7 +34,7 @@ import torch
 from cs336_systems.distributed import traces, variants
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import is_out_of_memory
+from cs336_systems.timing import failure_status
 
 COMMUNICATION = re.compile(r"nccl|all_?reduce|allgather|all_gather|reduce_?scatter|broadcast", re.IGNORECASE)
 PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms", "step_ms")
@@ -272,9 +272,9 @@ def run(cfg: dict, world_size: int, backend: str, timeout_s: float) -> tuple[dic
     try:
         per_rank = run_on_ranks(_train, world_size, args=(backend, cfg), backend=backend, timeout_s=timeout_s)
     except Exception as exc:  # noqa: BLE001 - an OOM on a rank is a result; so is any other failure
-        status = "oom" if is_out_of_memory(exc) else "error"
-        log(f"{ident} {cfg['variant']}: {status}\n{exc}")
-        return make_record(ident, params, status, reason=str(exc)[-600:]), None
+        status, message = failure_status(exc)
+        log(f"{ident} {cfg['variant']}: {status}: {message}")
+        return make_record(ident, params, status, reason=message), None
     metrics = summarize_ranks(per_rank)
     log(f"{ident} {cfg['variant']}: step {metrics['step_ms']:.2f} ms (forward {metrics['forward_ms']:.2f}, backward "
         f"{metrics['backward_ms']:.2f}, waiting {metrics['comm_wait_ms']:.2f}, optimizer {metrics['optimizer_ms']:.2f})")
