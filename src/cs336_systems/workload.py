@@ -20,11 +20,10 @@ from typing import Callable, ContextManager
 
 import torch
 
-from cs336_systems.models import VOCAB_SIZE, ModelSize, build_model, random_batch
+from cs336_systems.models import MODES, VOCAB_SIZE, ModelSize, build_model, random_batch
 from cs336_systems.records import log
 from cs336_systems.timing import PhaseTimer, peak_memory_bytes, reset_peak_memory, summarize
 
-MODES = ("forward", "forward-backward", "train-step")
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 PHASES = {"forward": ("forward",), "forward-backward": ("forward", "backward"),
           "train-step": ("forward", "backward", "optimizer")}

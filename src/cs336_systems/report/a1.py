@@ -15,10 +15,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.models import MODEL_SIZES
+from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
 
 PHASES = ("forward", "backward", "optimizer", "step")
-MODE_ORDER = ("forward", "forward-backward", "train-step")
 
 
 def records_frame(records: list[dict]) -> pd.DataFrame:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.models import get_size
+from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.report.common import load_records, run_provenance, write_summary, write_table
 
-MODE_ORDER = ("forward", "forward-backward", "train-step")
 MODE_TITLES = {"forward": "forward", "forward-backward": "forward + backward", "train-step": "full train step"}
 MIB = 2**20
 

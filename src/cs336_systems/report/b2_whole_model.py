@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.models import MODEL_SIZES
+from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.report.common import save_figure
 
-MODE_ORDER = ("forward", "forward-backward", "train-step")
 PHASES = ("forward", "backward", "optimizer", "step")
 DISPLAY_COLUMNS = ["size", "mode", "eager step (ms)", "compiled step (ms)", "step ×", "forward ×", "backward ×",
                    "optimizer ×", "compile (s)", "eager peak (GiB)", "compiled peak (GiB)", "loss |Δ|"]
