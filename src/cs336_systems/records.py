@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 STATUSES = ("ok", "oom", "skipped", "error")
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+# git finds the checkout from the package's own folder; the pathspecs below say ":(top)" for its root,
+# so nothing here counts how deep the package sits.
+_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(_REPO_ROOT), *args], capture_output=True,
+        out = subprocess.run(["git", "-C", str(_PACKAGE_DIR), *args], capture_output=True,
                              text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
@@ -53,7 +55,7 @@ def git_state() -> dict[str, Any]:
     commit = _git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": "unknown", "dirty": None}
-    status = _git("status", "--porcelain", "--", ".", ":!results", ":!writeup")
+    status = _git("status", "--porcelain", "--", ":(top)", ":(top,exclude)results", ":(top,exclude)writeup")
     return {"commit": commit, "dirty": bool(status)}
 
 
