@@ -70,6 +70,7 @@ def test_a_dead_process_is_reported_not_waited_for():
     assert time.monotonic() - start < 25
 
 
+@pytest.mark.slow  # waits out its 10 s timeout
 def test_a_rank_that_never_finishes_times_out():
     # Generous enough that rank 0 has started and answered even on a loaded machine.
     with pytest.raises(RankFailed, match=r"no result within 10 s \(ranks still running: \[(0, )?1\]\)"):

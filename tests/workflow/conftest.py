@@ -16,3 +16,11 @@ def smoke(tmp_path_factory):
     start = time.monotonic()
     proc = snakemake(copy, *shlex.split(main_command())[1:], timeout=SMOKE_LIMIT_S)
     return copy, proc, time.monotonic() - start
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
+def pytest_collection_modifyitems(items):
+    """A test that uses the smoke run is slow: the run takes minutes on two cores."""
+    for item in items:
+        if "smoke" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
