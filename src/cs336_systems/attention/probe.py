@@ -1,0 +1,62 @@
+"""Where the leaderboard step's time goes, kernel by kernel (a probe for NOTES.md, not a record).
+
+    python -m cs336_systems.attention.probe [--shape 16 16384 64] [--rep-ms 300] [--gluon]
+
+Times each of our kernels alone on the leaderboard inputs (bf16, causal) with their chosen tiles,
+and PyTorch SDPA's cuDNN forward and backward beside them, with ``triton.testing.do_bench``
+(median). ``--gluon`` adds the Hopper Gluon backward where this GPU and Triton have it, after
+checking it against ours. Prints one JSON object; NOTES.md quotes it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.attention.probe")
+    p.add_argument("--shape", nargs=3, type=int, default=[16, 16384, 64])
+    p.add_argument("--rep-ms", type=float, default=300.0)
+    p.add_argument("--gluon", action="store_true")
+    args = p.parse_args(argv)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    from cs336_systems.attention import flash_triton as ft
+
+    batch, n, d = args.shape
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, grad = (torch.randn(batch, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+    bench = lambda fn: round(do_bench(fn, warmup=50, rep=args.rep_ms, return_mode="median"), 4)  # noqa: E731
+    tiles = ft.choose_tiles(d, q.dtype)
+    out, lse = ft.flash_forward_triton(q, k, v, True, tiles)
+    delta = ft.backward_delta(out, grad)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    ms = {
+        "forward": bench(lambda: ft.flash_forward_triton(q, k, v, True, tiles)),
+        "delta": bench(lambda: ft.backward_delta(out, grad)),
+        "dkdv": bench(lambda: ft.launch_dkdv(q, k, v, grad, lse, delta, dk, dv, True, tiles.dkdv)),
+        "dq": bench(lambda: ft.launch_dq(q, k, v, grad, lse, delta, dq, True, tiles.dq)),
+        "backward": bench(lambda: ft.flash_backward_triton(q, k, v, out, grad, lse, True, tiles)),
+    }
+    qs, ks, vs = (t[:, None].detach().requires_grad_() for t in (q, k, v))
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        with torch.no_grad():
+            ms["cudnn_forward"] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qs, ks, vs,
+                                                                                                is_causal=True))
+        o = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True)
+        ms["cudnn_backward"] = bench(lambda: o.backward(grad[:, None], retain_graph=True))
+    result = {"shape": args.shape, "gpu": torch.cuda.get_device_name(), "tiles": tiles.to_json(), "ms": ms}
+    if args.gluon:
+        from cs336_systems.attention import flash_gluon as fg
+
+        result["gluon"] = fg.probe(q, k, v, out, grad, lse, delta, (dq, dk, dv), bench)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
