@@ -11,6 +11,7 @@ from cs336_systems import compile_bench
 from cs336_systems.models import build_model, get_size, random_batch
 
 
+@pytest.mark.slow  # a cold Inductor compile: 20-60 s on two cores
 def test_tiny_model_eager_and_compiled_on_cpu(tmp_path):
     """End to end on the CPU (a real Inductor compile, about 20 s cold): both variants time every
     phase of a training step, the compiled one really compiled, and both losses equal PyTorch's own
