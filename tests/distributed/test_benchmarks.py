@@ -63,7 +63,7 @@ def test_compute_gaps_merge_overlapping_kernels():
     assert gaps["span_ms"] == pytest.approx(1.1)
 
 
-@pytest.mark.parametrize("variant", ["naive", "bucketed-0.5", "overlap-sharded"])
+@pytest.mark.parametrize("variant", ["naive", "bucketed-0.5", "overlap-sharded", "no-comm"])
 def test_training_variant_on_gloo(tmp_path, variant):
     out, trace = tmp_path / "r.json", tmp_path / "t.json.gz"
     assert train_bench.main(["--variant", variant, "--size", "tiny", "--context", "16", "--global-batch", "4",
@@ -77,10 +77,13 @@ def test_training_variant_on_gloo(tmp_path, variant):
         s["forward_ms"] + s["backward_ms"] + s["comm_wait_ms"] + s["optimizer_ms"], abs=1e-3) for s in m["steps"])
     assert parts > 0 and m["step_ms_slowest_rank"] >= min(s["step_ms"] for s in m["steps"])
     assert (m["buckets"] is not None) == variant.startswith("bucketed")
+    assert len(m["memory_per_rank"]) == (1 if variant == "no-comm" else 2)     # the baseline runs one rank
     step_range = ddp.step_table([record])["step_range_ms"][0]          # the median's spread in the table
     assert step_range == f"{min(s['step_ms'] for s in m['steps']):.1f}–{max(s['step_ms'] for s in m['steps']):.1f}"
     stored_variant, intervals = traces.read(trace)
-    assert stored_variant == variant and {"phase", "compute", "communication"} <= {i["lane"] for i in intervals}
+    lanes = {i["lane"] for i in intervals}
+    assert stored_variant == variant and {"phase", "compute"} <= lanes
+    assert ("communication" in lanes) == (variant != "no-comm")            # the baseline communicates nothing
     assert record["id"] == variants.lookup(variant).deliverable
 
 

@@ -14,7 +14,7 @@ from cs336_systems.report import ddp
 from cs336_systems.report.writeup import Renderer
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
-CHOSEN = ["naive", "flat", "overlap", "bucketed-1", "bucketed-100", "torch-ddp", "overlap-sharded", "fsdp", "fsdp-bf16"]
+CHOSEN = ["no-comm", "naive", "flat", "overlap", "bucketed-1", "bucketed-100", "torch-ddp", "overlap-sharded", "fsdp", "fsdp-bf16"]
 GIB = 2**30
 
 
@@ -89,7 +89,7 @@ def test_each_deliverable_writes_its_own_folder_and_section(run, ident, tmp_path
 
 
 def test_c3_is_naive_and_its_anchor_and_c8_has_every_variant(run):
-    assert list(pd.read_csv(_report(run, "C3") / "table.csv")["variant"]) == ["naive", "torch-ddp"]
+    assert list(pd.read_csv(_report(run, "C3") / "table.csv")["variant"]) == ["no-comm", "naive", "torch-ddp"]
     c8 = _report(run, "C8")
     assert list(pd.read_csv(c8 / "variants.csv")["variant"]) == CHOSEN
     predicted = pd.read_csv(c8 / "table.csv")["predicted_ms"]
@@ -105,3 +105,52 @@ def test_a_report_refuses_another_deliverable(run, capsys):
     with pytest.raises(SystemExit):
         ddp.main(["C9", "--records", "x.json", "--out-dir", str(run / "C9")])
     assert "invalid choice: 'C9'" in capsys.readouterr().err
+
+
+def test_phase_annotations_do_not_hide_a_wait(seed):
+    # Naive DDP's shape: backward's kernels, then the compute stream idle while every gradient is
+    # all-reduced, then the optimizer. The GPU-side phase bars span it all and must not count.
+    rng = random.Random(seed)
+    wait_us = rng.uniform(30_000, 60_000)
+    kernels, t = [], 0.0
+    while t < 500_000:
+        kernels.append({"lane": "compute", "name": "gemm", "start_us": t, "end_us": t + 90.0})
+        t += 100.0                                      # 10 µs launch gaps
+    resume = kernels[-1]["end_us"] + wait_us
+    kernels.append({"lane": "communication", "name": "ncclAllReduce", "start_us": kernels[-1]["end_us"], "end_us": resume})
+    kernels.append({"lane": "compute", "name": "adamw", "start_us": resume, "end_us": resume + 5_000})
+    phases = [{"lane": "compute", "name": f"phase:{p}", "start_us": 0.0, "end_us": resume + 5_000}
+              for p in ("backward", "wait")]
+    gaps = ddp.compute_gaps(kernels + phases)
+    assert gaps["longest_gap_ms"] == pytest.approx(wait_us / 1e3)
+    assert gaps["gaps_over_half_ms"] == 1
+    assert gaps["idle_ms"] == pytest.approx(wait_us / 1e3 + (len(kernels) - 3) * 0.010, rel=1e-6)
+
+
+def test_the_bucket_model_counts_the_bytes_the_variants_send(run):
+    summary = json.loads((_report(run, "C8") / "summary.json").read_text())
+    assert summary["model"]["grad_MB"] == pytest.approx(2_000_000_000 * 4 / 1e6)      # fp32 buckets
+    assert summary["model"]["gradient_dtype"] == "fp32"
+    assert variants.lookup("fsdp-bf16").gradient_bytes == 2 and variants.lookup("bucketed-5").gradient_bytes == 4
+
+
+def test_the_bucket_model_plot_is_log_log_and_marks_the_real_bucket_counts(run):
+    import matplotlib.pyplot as plt
+
+    table = pd.read_csv(_report(run, "C8") / "table.csv")
+    fig, ax = plt.subplots()
+    ddp.plot_bucket_model(table, 8e9, 5e-5, 1e11, ax)
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    real = [line for line in ax.get_lines() if line.get_label() == "model at the real bucket count"][0]
+    assert list(real.get_ydata()) == pytest.approx(list(table["predicted_ms"]))
+    plt.close(fig)
+
+
+def test_overhead_is_the_step_against_the_baseline_of_the_same_run(run):
+    table = pd.read_csv(_report(run, "C3") / "table.csv")
+    base = table.loc[table["variant"] == "no-comm", "step_ms"].iloc[0]
+    assert list(table["overhead_ms"]) == pytest.approx(list(table["step_ms"] - base), abs=2e-3)
+    assert list(table["overhead_pct"]) == pytest.approx(list(100 * (table["step_ms"] - base) / base), abs=1e-3)
+    # A run without the baseline shows no overhead column rather than one against nothing.
+    records = [json.loads((run / "C3" / "records" / f"{v}.json").read_text()) for v in ("naive", "torch-ddp")]
+    assert "overhead_ms" not in ddp.step_table(records).columns

@@ -78,12 +78,11 @@ DDP_VARIANT_COMMAND = (
 )
 
 
-def ddp_record(variant):
-    return f"{RESULTS}/{ddp_variants.lookup(variant).deliverable}/records/{variant}.json"
-
-
-def ddp_trace(variant):
-    return f"{RESULTS}/{ddp_variants.lookup(variant).deliverable}/traces/{variant}.json.gz"
+# Where each variant's record and trace live (its deliverable's folder), and the GPUs its job holds:
+# one per rank under NCCL (the no-communication baseline runs one rank), none for Gloo ranks on CPUs.
+DDP_FOLDER = {v: f"{RESULTS}/{ddp_variants.lookup(v).deliverable}" for v in DDP["variants"]}
+DDP_GPUS = {v: 0 if DDP_BACKEND != "nccl" else 1 if ddp_variants.lookup(v).single_rank else DDP["world_size"]
+            for v in DDP["variants"]}
 
 
 for ident in ddp_variants.deliverables():
@@ -103,11 +102,11 @@ for ident in ddp_variants.deliverables():
         wildcard_constraints:
             variant=ddp_variants.pattern(ident),
         params:
-            lease=(f"python -m cs336_systems.pipeline.gpu_lease --gpus {DDP['world_size']} --"
-                   if DDP_BACKEND == "nccl" else ""),
+            lease=lambda wildcards: (f"python -m cs336_systems.pipeline.gpu_lease --gpus {DDP_GPUS[wildcards.variant]} --"
+                                     if DDP_BACKEND == "nccl" else ""),
             backend=DDP_BACKEND,
         resources:
-            gpu=DDP["world_size"] if DDP_BACKEND == "nccl" else 0,
+            gpu=lambda wildcards: DDP_GPUS[wildcards.variant],
         shell:
             DDP_VARIANT_COMMAND
 
@@ -122,8 +121,8 @@ for ident in ddp_report.SECTIONS:
         name:
             f"{ident}_report"
         input:
-            records=[ddp_record(v) for v in chosen],
-            traces=[ddp_trace(v) for v in TRACED] if ident in ddp_report.READS_TRACES else [],
+            records=[f"{DDP_FOLDER[v]}/records/{v}.json" for v in chosen],
+            traces=[f"{DDP_FOLDER[v]}/traces/{v}.json.gz" for v in TRACED] if ident in ddp_report.READS_TRACES else [],
             c1=rules.C1_report.output.summary if ident in ddp_report.READS_C1 else [],
             code=code("cs336_systems.report.ddp"),
         output:

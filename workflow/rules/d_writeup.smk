@@ -7,31 +7,27 @@ TEMPLATES = "writeup/templates"
 # it draws: its outputs other than the summary. `sections` in the config picks which are built into
 # this run's writeup (the others say "Not built yet"): a committed run that measured only some
 # deliverables can then be re-rendered without measuring the rest.
-def section_outputs(ident):
-    outputs = getattr(rules, deliverables.get(ident).report_rule).output
-    return [outputs.summary, *(path for path in outputs if path.endswith(".png"))]
-
-
+SECTION_OUTPUTS = {
+    ident: [outputs.summary, *(path for path in outputs if path.endswith(".png"))]
+    for ident, outputs in ((d.id, getattr(rules, d.report_rule).output) for d in deliverables.DELIVERABLES)
+}
 WRITTEN = [ident for ident in deliverables.IDS if CHOSEN.writes(ident)]
 
-
-def gpus_needed(ident):
-    """GPUs a section's jobs need in this preset (0 on CPUs), so that a missing section can say
-    "needs 2 GPUs; this run's jobs had 1". C1 runs its Gloo rows on CPUs, its NCCL rows on GPUs."""
-    needs = deliverables.get(ident).needs
-    if needs == deliverables.CPU or not ON_GPUS:
-        return 0
-    if needs == deliverables.ONE_GPU:
-        return 1
-    if ident == "C1":
-        return min(C1["world_sizes"]) if "nccl" in C1["backends"] else 0
-    return DDP["world_size"]
+# GPUs each section's jobs need in this preset (0 on CPUs), so that a missing section can say
+# "needs 2 GPUs; this run's jobs had 1". C1 runs its Gloo rows on CPUs, its NCCL rows on GPUs.
+GPUS_NEEDED = {
+    d.id: 0 if d.needs == deliverables.CPU or not ON_GPUS
+    else 1 if d.needs == deliverables.ONE_GPU
+    else (min(C1["world_sizes"]) if "nccl" in C1["backends"] else 0) if d.id == "C1"
+    else DDP["world_size"]
+    for d in deliverables.DELIVERABLES
+}
 
 
 rule writeup:
     input:
-        summaries=[section_outputs(ident)[0] for ident in WRITTEN],
-        figures=[figure for ident in WRITTEN for figure in section_outputs(ident)[1:]],
+        summaries=[SECTION_OUTPUTS[ident][0] for ident in WRITTEN],
+        figures=[figure for ident in WRITTEN for figure in SECTION_OUTPUTS[ident][1:]],
         templates=sorted(glob.glob(f"{TEMPLATES}/**/*.j2", recursive=True)),
         code=code("cs336_systems.report.writeup"),
     output:
@@ -43,8 +39,8 @@ rule writeup:
         run=RUN,
         preset=PRESET,
         sections=",".join(CHOSEN.sections) if CHOSEN.sections is not None else "all",
-        gpus_needed=" ".join(f"{ident}={gpus_needed(ident)}" for ident in deliverables.IDS),
-        templates=TEMPLATES,
+        gpus_needed=" ".join(f"{ident}={n}" for ident, n in GPUS_NEEDED.items()),
+        templates=lambda wildcards, input: os.path.commonpath(input.templates),
     shell:
         "python -m cs336_systems.report.writeup --run {params.run} --preset {params.preset} --templates {params.templates}"
         " --sections {params.sections} --gpus-needed {params.gpus_needed}"

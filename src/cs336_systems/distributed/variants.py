@@ -2,9 +2,9 @@
 
 A variant's name is what the config lists (``DDP.variants``), what its record and trace files are
 called, and what ``train_bench --variant`` takes. Each belongs to the deliverable whose results
-folder holds its records (``results/<run>/<ID>/records/<name>.json``): naive DDP and PyTorch's DDP,
-its anchor, to C3; flat to C4; overlapping to C6; the bucket sizes to C8; optimizer-state sharding
-to C11; FSDP to C12.
+folder holds its records (``results/<run>/<ID>/records/<name>.json``): naive DDP, PyTorch's DDP
+(its anchor) and the no-communication baseline every overhead is measured against to C3; flat to
+C4; overlapping to C6; the bucket sizes to C8; optimizer-state sharding to C11; FSDP to C12.
 
 Kept free of torch (the Snakefile and the config check read it); ``build`` names, as a
 ``module:function`` string, the function that wraps the model, so ``train_bench`` imports only the
@@ -27,6 +27,8 @@ class Variant:
     build: str              # "module:function": (model, device, name) -> the wrapped model
     what: str               # one line for help texts and the writeup
     sharded_optimizer: bool = False   # AdamW inside ShardedOptimizer instead of plain AdamW
+    gradient_bytes: int = 4           # bytes per gradient element it communicates (fp32; bf16: 2)
+    single_rank: bool = False         # runs one rank with one rank's share of the batch
 
     @property
     def pattern(self) -> str:
@@ -36,7 +38,12 @@ class Variant:
 
 _BUILDERS = "cs336_systems.distributed.train_bench"
 
+BASELINE = "no-comm"
+
 VARIANTS: tuple[Variant, ...] = (
+    Variant(BASELINE, "C3", f"{_BUILDERS}:wrap_none",
+            "the same step on one rank with one rank's share of the batch and no communication: "
+            "the baseline every variant's overhead is measured against", single_rank=True),
     Variant("naive", "C3", f"{_BUILDERS}:wrap_naive",
             "one all-reduce per parameter after backward"),
     Variant("torch-ddp", "C3", f"{_BUILDERS}:wrap_torch_ddp",
@@ -53,7 +60,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("fsdp", "C12", f"{_BUILDERS}:wrap_fsdp",
             "every Linear and Embedding weight sharded, gathered ahead of use"),
     Variant("fsdp-bf16", "C12", f"{_BUILDERS}:wrap_fsdp",
-            "fsdp computing and communicating in bf16 (weights and updates stay fp32)"),
+            "fsdp computing and communicating in bf16 (weights and updates stay fp32)", gradient_bytes=2),
 )
 
 

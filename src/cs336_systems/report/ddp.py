@@ -29,7 +29,7 @@ GIB = 2**30
 PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms")
 SECTIONS = tuple(deliverables.reported_by("cs336_systems.report.ddp"))
 BUCKETED = "bucketed-<MB>"
-MEMORY_VARIANTS = ("overlap", "overlap-sharded", "torch-ddp", "fsdp", "fsdp-bf16")
+MEMORY_VARIANTS = ("no-comm", "overlap", "overlap-sharded", "torch-ddp", "fsdp", "fsdp-bf16")
 
 # The variants (registry names; bucketed-<MB> is every bucket size) whose records each deliverable's
 # report reads, and whether it reads their traces and C1's fit. None: every variant of the run.
@@ -50,15 +50,10 @@ READS_C1 = ("C8",)
 
 
 def reads(ident: str, chosen: list[str]) -> list[str]:
-    """The variants among ``chosen`` (the run's, in config order) whose records ``ident`` reads."""
+    """The variants among ``chosen`` (the run's, in config order) whose records ``ident`` reads; the
+    no-communication baseline too wherever the run has it (every overhead is measured against it)."""
     wanted = READS[ident]
-    return [v for v in chosen if wanted is None or variants.lookup(v).name in wanted]
-
-
-def _step_range(steps: list[dict]) -> str:
-    """Fastest–slowest of rank 0's timed steps (ms): the spread beside their median."""
-    times = [s["step_ms"] for s in steps if s.get("step_ms") is not None]
-    return f"{min(times):.1f}–{max(times):.1f}" if times else ""
+    return [v for v in chosen if wanted is None or variants.lookup(v).name in wanted or v == variants.BASELINE]
 
 
 def step_table(records: list[dict]) -> pd.DataFrame:
@@ -72,7 +67,28 @@ def step_table(records: list[dict]) -> pd.DataFrame:
                      "comm_share": m.get("comm_share"), "buckets": m.get("buckets"),
                      "peak_GiB": memory["peak"] / GIB if "peak" in memory else None,
                      "note": r.get("reason") or r.get("message") or ""})
-    return pd.DataFrame(rows)
+    return with_overhead(pd.DataFrame(rows))
+
+
+def with_overhead(table: pd.DataFrame) -> pd.DataFrame:
+    """Each row's cost of communication: its step minus the baseline's (the same step on one rank,
+    no communication, same run), in ms and as a share of the baseline. "Waiting" alone misses what
+    overlapping costs inside backward (PyTorch DDP waits 0 ms yet runs a slower backward); this
+    does not. Added only where the run has an ok baseline; its spread is the two rows' step ranges."""
+    base = table[(table["variant"] == variants.BASELINE) & (table["status"] == "ok")]
+    if base.empty:
+        return table
+    base_ms = float(base["step_ms"].iloc[0])
+    out = table.copy()
+    out.insert(out.columns.get_loc("step_range_ms") + 1, "overhead_ms", out["step_ms"] - base_ms)
+    out.insert(out.columns.get_loc("overhead_ms") + 1, "overhead_pct", 100 * out["overhead_ms"] / base_ms)
+    return out
+
+
+def _step_range(steps: list[dict]) -> str:
+    """Fastest–slowest of rank 0's timed steps (ms): the spread beside their median."""
+    times = [s["step_ms"] for s in steps if s.get("step_ms") is not None]
+    return f"{min(times):.1f}–{max(times):.1f}" if times else ""
 
 
 def overhead_model(n_buckets: float, grad_bytes: float, o_s: float, w_Bps: float) -> float:
@@ -103,6 +119,15 @@ def plot_phases(table: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
+def is_kernel(interval: dict) -> bool:
+    """A kernel (or, on the CPU, an operator) — not a ``phase:*`` annotation. The profiler also puts
+    the ``record_function`` phase markers on the GPU's timeline, as bars spanning the whole phase;
+    counted as compute they hid every wait (naive DDP's ~50 ms all-reduce after backward read as
+    3.4 µs of idle), so the lanes below hold kernels only. Traces from before train_bench dropped
+    them still carry them, hence the filter here."""
+    return not interval.get("name", "").startswith("phase:")
+
+
 def plot_timelines(traces: dict[str, list[dict]], path: Path) -> None:
     """One panel per traced variant, three lanes: when the CPU issued each phase, and the GPU's
     compute and communication kernels (which run later than they are issued)."""
@@ -114,7 +139,7 @@ def plot_timelines(traces: dict[str, list[dict]], path: Path) -> None:
             if i["lane"] == "phase":
                 ax.broken_barh([(start, width)], (1.65, 0.7), color=colors.get(i["name"], "#ccc"))
                 ax.text(start + width / 2, 2.0, i["name"], fontsize=7, ha="center", va="center")
-            else:
+            elif is_kernel(i):
                 y = 1 if i["lane"] == "communication" else 0
                 ax.broken_barh([(start, width)], (y - 0.35, 0.7), color="tab:red" if y else "tab:blue")
         ax.set(yticks=[0, 1, 2], yticklabels=["compute", "communication", "issued (CPU)"], ylim=(-0.6, 2.6))
@@ -127,7 +152,7 @@ def plot_timelines(traces: dict[str, list[dict]], path: Path) -> None:
 def compute_gaps(intervals: list[dict]) -> dict | None:
     """How long the compute lane sat idle between its first and last kernel (ms), and the longest
     single gap: the time compute waited, e.g. for a weight still being gathered."""
-    spans = sorted((i["start_us"], i["end_us"]) for i in intervals if i["lane"] == "compute")
+    spans = sorted((i["start_us"], i["end_us"]) for i in intervals if i["lane"] == "compute" and is_kernel(i))
     if not spans:
         return None
     idle, longest, long_gaps, reach = 0.0, 0.0, 0, spans[0][1]
@@ -169,31 +194,46 @@ def memory_rows(records: list[dict], variants: tuple[str, ...]) -> list[dict]:
 
 def _bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict, out: Path):
     """C8: the bucketed rows with the overhead model's prediction (o and w fitted in C1 for the same
-    backend and world size), its figure, and its summary (None without a fit)."""
+    backend and world size; s the bytes the bucketed variants send: every gradient, in the dtype
+    they communicate), its figure, and its summary (None without a fit)."""
     fit = c1["fits"].get(f"{setup['backend']}_x{setup['world_size']}")
     bucketed = table[(table["status"] == "ok") & table["variant"].str.startswith("bucketed-")].copy()
+    sent = [r for r in records if r["params"]["variant"] in set(bucketed["variant"])]
     model_summary = None
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    if fit and fit["w_GBps"] and fit["o_ms"] > 0 and records[0]["metrics"].get("parameter_count"):
-        grad_bytes = records[0]["metrics"]["parameter_count"] * 4
+    if fit and fit["w_GBps"] and fit["o_ms"] > 0 and sent and sent[0]["metrics"].get("parameter_count"):
+        element_bytes = variants.lookup(sent[0]["params"]["variant"]).gradient_bytes
+        grad_bytes = sent[0]["metrics"]["parameter_count"] * element_bytes
         o_s, w = fit["o_ms"] / 1e3, fit["w_GBps"] * 1e9
         bucketed["predicted_ms"] = [overhead_model(n, grad_bytes, o_s, w) * 1e3 for n in bucketed["buckets"]]
         backward = bucketed["backward_ms"].median() if len(bucketed) else None
         model_summary = {"o_ms": fit["o_ms"], "w_GBps": fit["w_GBps"], "grad_MB": grad_bytes / 1e6,
+                         "gradient_dtype": {4: "fp32", 2: "bf16"}.get(element_bytes, f"{element_bytes}-byte"),
                          "send_all_ms": grad_bytes / w * 1e3, "backward_ms": backward,
                          "optimum": optimal_buckets(grad_bytes, o_s, w)}
-        sizes = [b / 4 for b in range(1, 4001)]   # 0.25 MB ... 1 GB
-        ax.plot(sizes, [overhead_model(max(1.0, grad_bytes / (s * 1e6)), grad_bytes, o_s, w) * 1e3 for s in sizes],
-                label="model: n_b·o + s/(n_b·w)")
-        ax.plot([variants.bucket_size_mb(v) for v in bucketed["variant"]], bucketed["comm_wait_ms"], "o",
-                label="measured wait")
-        ax.set(xscale="log", xlabel="bucket size (MB)", ylabel="communication after backward (ms)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        plot_bucket_model(bucketed, grad_bytes, o_s, w, ax)
     else:
         ax.text(0.5, 0.5, "no C1 fit for this backend and world size", ha="center", transform=ax.transAxes)
     save_figure(fig, out / "overhead_model.png")
     return bucketed, model_summary
+
+
+def plot_bucket_model(bucketed: pd.DataFrame, grad_bytes: float, o_s: float, w: float, ax) -> None:
+    """The model against the measurements on log-log axes (the model's n_b·o grows into seconds for
+    tiny buckets, which on a linear axis flattened the ~10 ms measurements onto zero): the curve
+    for equal buckets, the model at each run's real bucket count (what the table's ``predicted_ms``
+    is: real buckets are not equal, a parameter larger than the bucket size gets its own), and the
+    measured wait."""
+    sizes_mb = [variants.bucket_size_mb(v) for v in bucketed["variant"]]
+    low, high = min(sizes_mb) / 4, min(max(sizes_mb) * 4, grad_bytes / 1e6)
+    curve = [low * (high / low) ** (k / 200) for k in range(201)]
+    ax.plot(curve, [overhead_model(max(1.0, grad_bytes / (mb * 1e6)), grad_bytes, o_s, w) * 1e3 for mb in curve],
+            label="model, equal buckets: n_b·o + s/(n_b·w)", color="tab:blue")
+    ax.plot(sizes_mb, bucketed["predicted_ms"], "s", mfc="none", color="tab:blue", label="model at the real bucket count")
+    ax.plot(sizes_mb, bucketed["comm_wait_ms"], "o", color="tab:red", label="measured wait")
+    ax.set(xscale="log", yscale="log", xlabel="bucket size (MB)", ylabel="communication after backward (ms)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
 
 
 def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced: list[str],
@@ -203,7 +243,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     rows = {v: _row(table, v) for v in table["variant"]}
     params = records[0]["params"]
     setup = {k: params[k] for k in ("size", "context", "global_batch", "world_size", "backend", "warmup", "steps")}
-    summary = {"provenance": run_provenance(records), "setup": setup}
+    summary = {"provenance": run_provenance(records), "setup": setup, "baseline": rows.get(variants.BASELINE)}
     table_out = table
     if ident == "C2":
         summary |= {"naive": rows.get("naive")}
@@ -217,7 +257,8 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         drawn = [v for v in traced if v in traces and not v.startswith("fsdp")]
         plot_timelines({v: traces[v] for v in drawn}, out / "timeline.png")
         summary |= {"naive": rows.get("naive"), "flat": rows.get("flat"), "overlap": rows.get("overlap"),
-                    "torch_ddp": rows.get("torch-ddp"), "traced": drawn}
+                    "torch_ddp": rows.get("torch-ddp"), "traced": drawn,
+                    "compute_gaps": {v: compute_gaps(traces[v]) for v in drawn}}
     elif ident == "C7":
         summary |= {"bucketed": [r for v, r in rows.items() if v.startswith("bucketed-") and r]}
     elif ident == "C8":
