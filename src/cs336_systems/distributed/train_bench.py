@@ -284,16 +284,16 @@ def run(cfg: dict, world_size: int, backend: str, timeout_s: float) -> tuple[dic
     params = {k: cfg[k] for k in ("variant", "size", "context", "global_batch", "warmup", "steps")} | {
         "world_size": world_size, "backend": backend}
     ident = variants.lookup(cfg["variant"]).deliverable
-    available = torch.cuda.device_count() if backend == "nccl" else world_size
-    if available < world_size:
-        reason = f"{world_size} ranks need {world_size} GPUs; this machine has {available}"
+    # The baseline runs the same step on one rank with one rank's share of the batch.
+    ranks = 1 if variants.lookup(cfg["variant"]).single_rank else world_size
+    available = torch.cuda.device_count() if backend == "nccl" else ranks
+    if available < ranks:
+        reason = f"{ranks} ranks need {ranks} GPUs; this machine has {available}"
         return make_record(ident, params, "skipped", reason=reason), None
     if cfg["global_batch"] % world_size:
         raise SystemExit(f"train_bench: global batch {cfg['global_batch']} does not split over {world_size} ranks")
+    cfg = cfg | {"per_rank_batch": cfg["global_batch"] // world_size}
     try:
-        # The baseline runs the same step on one rank with one rank's share of the batch.
-        ranks = 1 if variants.lookup(cfg["variant"]).single_rank else world_size
-        cfg = cfg | {"per_rank_batch": cfg["global_batch"] // world_size}
         per_rank = run_on_ranks(_train, ranks, args=(backend, cfg), backend=backend, timeout_s=timeout_s)
     except Exception as exc:  # noqa: BLE001 - an OOM on a rank is a result; so is any other failure
         status, message = failure_status(exc)
