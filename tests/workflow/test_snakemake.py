@@ -283,5 +283,5 @@ def test_traced_variant_that_is_not_measured(tmp_path):
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     proc = snakemake(copy, "-n", "--config", "preset=smoke")
     assert proc.returncode != 0
-    assert "DDP.traced names variants that DDP.variants does not run: bucketed-7" in proc.stderr
+    assert "config error at presets.smoke.DDP.traced: 'bucketed-7' not in DDP.variants" in proc.stderr
     assert "Traceback" not in proc.stderr
