@@ -14,6 +14,8 @@ from cs336_systems.report import a1, a3, c9, writeup
 
 from .browser import check_page, require_browser
 
+pytestmark = pytest.mark.slow      # starting Chromium takes 6-10 s
+
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
 PHASES = {"forward": ["forward"], "forward-backward": ["forward", "backward"],
