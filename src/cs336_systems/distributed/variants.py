@@ -76,6 +76,11 @@ def lookup(name: str) -> Variant:
     raise ValueError(f"unknown data-parallel variant {name!r}; known: {', '.join(names())}")
 
 
+def is_name(name: str) -> bool:
+    """Whether ``name`` is a variant (a family's names included: bucketed-25)."""
+    return re.fullmatch(pattern(), name) is not None
+
+
 def bucket_size_mb(name: str) -> float | None:
     """The number in a family's name (bucketed-100 -> 100.0), None for a plain name."""
     variant = lookup(name)

@@ -66,15 +66,16 @@ def validate(config: dict[str, Any], schema: str | os.PathLike) -> None:
 
 # Keys whose values are names from one of our tables: a key alone holds its kind of name in any
 # block; (block, key) only in that block (B1's own `variants` are eager and compiled).
-_NAMED = {
-    "size": ("a model size", list(MODEL_SIZES)),
-    "sizes": ("a model size", list(MODEL_SIZES)),
-    "mode": ("a mode", list(MODES)),
-    "modes": ("a mode", list(MODES)),
-    "attention": ("an attention back end", list(BACKENDS)),
-    ("B5", "impls"): ("a B5 implementation", list(BENCH_IMPLS)),
-    ("DDP", "variants"): ("a data-parallel variant", ddp_variants.names()),
-    ("DDP", "traced"): ("a data-parallel variant", ddp_variants.names()),
+_VARIANT = ("a data-parallel variant", ddp_variants.names(), ddp_variants.is_name)
+_NAMED = {    # kind -> (what it is, the names to list, whether a value is one)
+    "size": ("a model size", list(MODEL_SIZES), MODEL_SIZES.__contains__),
+    "sizes": ("a model size", list(MODEL_SIZES), MODEL_SIZES.__contains__),
+    "mode": ("a mode", list(MODES), MODES.__contains__),
+    "modes": ("a mode", list(MODES), MODES.__contains__),
+    "attention": ("an attention back end", list(BACKENDS), BACKENDS.__contains__),
+    ("B5", "impls"): ("a B5 implementation", list(BENCH_IMPLS), BENCH_IMPLS.__contains__),
+    ("DDP", "variants"): _VARIANT,
+    ("DDP", "traced"): _VARIANT,
 }
 
 
@@ -92,21 +93,11 @@ def _named_values(node: Any, path: tuple) -> Iterator[tuple[tuple, Any, str]]:
             yield from _named_values(value, (*path, key))
 
 
-def _known(kind: Any, value: str) -> bool:
-    if kind in (("DDP", "variants"), ("DDP", "traced")):
-        try:
-            ddp_variants.lookup(value)
-        except ValueError:
-            return False
-        return True
-    return value in _NAMED[kind][1]
-
-
 def check_names(config: dict[str, Any]) -> None:
     """``ConfigError`` for the first name that none of our tables knows, or a traced variant not run."""
     for path, kind, value in _named_values(config.get("presets", {}), ("presets",)):
-        if not _known(kind, value):
-            what, allowed = _NAMED[kind]
+        what, allowed, known = _NAMED[kind]
+        if not known(value):
             raise ConfigError(f"config error at {'.'.join(map(str, path))}: {value!r} is not allowed "
                               f"(not {what}; allowed: {', '.join(allowed)})")
     for name, preset in config.get("presets", {}).items():
