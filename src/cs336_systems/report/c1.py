@@ -30,8 +30,49 @@ def frame(records: list[dict]) -> pd.DataFrame:
         rows.append({"backend": p["backend"], "world_size": p["world_size"], "size_mb": p["size_mb"],
                      "status": r["status"], "ms": m.get("ms"), "ms_range": _range(m.get("ms_min"), m.get("ms_max")),
                      "algbw_GBps": m.get("algbw_GBps"),
-                     "busbw_GBps": m.get("busbw_GBps"), "reason": r.get("reason") or r.get("message") or ""})
+                     "busbw_GBps": m.get("busbw_GBps"),
+                     # the records of one table may come from different machines (a 4-rank point needs a
+                     # 4-GPU host): each row says how many GPUs the machine that made it had
+                     "host_gpus": r["provenance"].get("gpu_count") or 0,
+                     "reason": r.get("reason") or r.get("message") or ""})
     return pd.DataFrame(rows).sort_values(["backend", "world_size", "size_mb"]).reset_index(drop=True)
+
+
+def hosts_by_gpus(df: pd.DataFrame) -> list[dict]:
+    """The rows grouped by how many GPUs the machine that made them had, smallest group first
+    (each series named "nccl x4"); the writeup names them when there is more than one group, so a
+    skip reason ("this machine has 2") reads as the machine that tried it, not the whole run's."""
+    groups: dict[int, list[str]] = {}
+    for (b, w), part in df.groupby(["backend", "world_size"]):
+        for gpus in sorted(part["host_gpus"].unique()):
+            groups.setdefault(int(gpus), []).append(f"{b} with {int(w)} ranks")
+    return [{"host_gpus": g, "series": series} for g, series in sorted(groups.items(), key=lambda kv: len(kv[1]))]
+
+
+def slower_smaller(records: list[dict]) -> list[dict]:
+    """Where a smaller tensor's median all-reduce took longer than the next larger one's.
+
+    ``within_spread`` says whether the two sizes' fastest–slowest ranges overlap: then the order
+    of the medians is not settled by the data and the writeup says so instead of explaining it."""
+    series: dict[tuple, list] = {}
+    for r in records:
+        if r["status"] == "ok":
+            p = r["params"]
+            series.setdefault((p["backend"], p["world_size"]), []).append((p["size_mb"], r["metrics"]))
+    found = []
+    for (backend, world), points in sorted(series.items()):
+        points.sort(key=lambda point: point[0])
+        for (small, a), (large, b) in zip(points, points[1:]):
+            if a["ms"] > b["ms"]:
+                overlap = None
+                if None not in (a.get("ms_min"), a.get("ms_max"), b.get("ms_min"), b.get("ms_max")):
+                    overlap = a["ms_min"] <= b["ms_max"] and b["ms_min"] <= a["ms_max"]
+                found.append({"backend": backend, "world_size": int(world), "small_mb": float(small),
+                              "large_mb": float(large), "small_ms": float(a["ms"]), "large_ms": float(b["ms"]),
+                              "small_range": _range(a.get("ms_min"), a.get("ms_max")),
+                              "large_range": _range(b.get("ms_min"), b.get("ms_max")),
+                              "within_spread": overlap})
+    return found
 
 
 def fit_latency_bandwidth(part: pd.DataFrame) -> dict | None:
@@ -44,6 +85,20 @@ def fit_latency_bandwidth(part: pd.DataFrame) -> dict | None:
     slope, intercept = np.polyfit(ok["size_mb"] * MB, seconds, 1, w=1 / seconds)
     return {"o_ms": float(intercept * 1e3), "w_GBps": float(1 / slope / 1e9) if slope > 0 else None,
             "sizes": int(len(ok))}
+
+
+def algbw_by_ranks(largest: pd.DataFrame) -> list[dict]:
+    """Per back end, algorithm bandwidth at the largest size against the rank count, and whether it
+    falls at every step (what the ring's 2(n − 1)/n traffic predicts) — checked, not assumed."""
+    out = []
+    for backend, part in largest.sort_values("world_size").groupby("backend"):
+        if len(part) < 2:
+            continue
+        bw = part["algbw_GBps"].tolist()
+        out.append({"backend": backend, "world_sizes": [int(w) for w in part["world_size"]],
+                    "algbw_GBps": [float(b) for b in bw],
+                    "falls": all(b < a for a, b in zip(bw, bw[1:]))})
+    return out
 
 
 def plot(df: pd.DataFrame, path: Path) -> None:
@@ -76,6 +131,9 @@ def main(argv=None) -> int:
         "at_largest": [{"backend": r.backend, "world_size": int(r.world_size), "size_mb": float(r.size_mb),
                         "ms": float(r.ms), "busbw_GBps": float(r.busbw_GBps)} for r in largest.itertuples()],
         "sizes_mb": sorted(float(s) for s in df["size_mb"].unique()),
+        "hosts": hosts_by_gpus(df),
+        "slower_smaller": slower_smaller(records),
+        "algbw_by_ranks": algbw_by_ranks(largest),
     })
     print(f"C1 report: {len(df)} rows -> {out_dir}", file=sys.stderr)
     return 0

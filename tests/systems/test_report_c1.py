@@ -1,0 +1,52 @@
+"""C1's report checks what its prose says: which machine each row came from, a smaller tensor
+slower than a larger one (noise or not, from the calls' spread), and algorithm bandwidth against
+the rank count. Synthetic records with known answers, including ones where each claim must flip."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cs336_systems.records import make_record, write_json_atomic
+from cs336_systems.report import c1
+
+
+def _row(backend, world, size_mb, ms, spread, gpus):
+    low, high = ms * (1 - spread), ms * (1 + spread)
+    record = make_record("C1", {"backend": backend, "world_size": world, "size_mb": size_mb}, "ok",
+                         {"ms": ms, "ms_min": low, "ms_max": high, "algbw_GBps": size_mb / ms,
+                          "busbw_GBps": size_mb / ms * 2 * (world - 1) / world})
+    record["provenance"]["gpu_count"] = gpus
+    return record
+
+
+def _run(tmp_path, rows):
+    path = tmp_path / "rows.json"
+    write_json_atomic(path, rows)
+    assert c1.main(["--rows", str(path), "--out-dir", str(tmp_path / "out")]) == 0
+    return json.loads((tmp_path / "out" / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("spread, within", [(0.5, True), (0.01, False)])
+def test_a_smaller_size_slower_than_a_larger_one_is_noise_only_when_the_ranges_overlap(tmp_path, spread, within):
+    rows = [_row("nccl", 2, 1, 0.12, spread, 2), _row("nccl", 2, 10, 0.10, spread, 2),
+            _row("nccl", 2, 100, 0.40, spread, 2)]
+    found = _run(tmp_path, rows)["slower_smaller"]
+    assert [(f["small_mb"], f["large_mb"], f["within_spread"]) for f in found] == [(1.0, 10.0, within)]
+
+
+def test_rows_from_machines_with_different_gpu_counts_are_named(tmp_path):
+    rows = [_row("nccl", 2, s, 0.1 * s, 0.1, 2) for s in (1, 10)] + \
+           [_row("nccl", 4, s, 0.15 * s, 0.1, 4) for s in (1, 10)]
+    summary = _run(tmp_path, rows)
+    assert summary["hosts"] == [{"host_gpus": 2, "series": ["nccl with 2 ranks"]},
+                                {"host_gpus": 4, "series": ["nccl with 4 ranks"]}]
+    same = _run(tmp_path, [_row("nccl", 2, s, 0.1 * s, 0.1, 2) for s in (1, 10)])
+    assert len(same["hosts"]) == 1
+
+
+@pytest.mark.parametrize("ms_at_4, falls", [(2.0, True), (0.9, False)])
+def test_algorithm_bandwidth_is_said_to_fall_with_ranks_only_when_it_does(tmp_path, ms_at_4, falls):
+    rows = [_row("nccl", 2, 1000, 1.0, 0.1, 4), _row("nccl", 4, 1000, ms_at_4, 0.1, 4)]
+    (entry,) = _run(tmp_path, rows)["algbw_by_ranks"]
+    assert entry["world_sizes"] == [2, 4] and entry["falls"] is falls
