@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import struct
 import sys
 from pathlib import Path
 
@@ -12,6 +14,58 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+
+
+# Stored mantissa bits (the leading 1 is implicit, so the precision is one bit more).
+STORED_BITS = {"fp16": 10, "bf16": 7, "fp32": 23}
+TERM = 0.01
+
+
+def rounded(x: float, fmt: str) -> float:
+    """``x`` rounded to the nearest ``fmt`` value (ties to even), without torch: fp16 through
+    struct's half format, bf16 as the top 16 bits of the fp32 pattern."""
+    if fmt == "fp16":
+        return struct.unpack("<e", struct.pack("<e", x))[0]
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    if fmt == "bf16":
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def stall_sum(fmt: str, term: float = TERM) -> float:
+    """Where a running sum kept in ``fmt`` stops growing when ``term`` is added again and again: the
+    first power of two 2^e at which half the spacing of ``fmt`` numbers, 2^(e − bits − 1), reaches
+    the term, so each addition rounds back to the sum (a tie rounds to the even neighbour, and 2^e's
+    mantissa is even). Below it every addition moves the sum by at least one spacing, so it keeps
+    climbing until it gets there."""
+    t = rounded(term, fmt)
+    e = math.floor(math.log2(t)) + STORED_BITS[fmt]
+    while 2.0 ** (e - STORED_BITS[fmt] - 1) < t:
+        e += 1
+    return 2.0 ** e
+
+
+def checks(at: dict, largest: int, course: int) -> dict:
+    """What the A3 prose says, computed from the rows: where the low-precision sums stall against
+    the closed form, whether the implicit and explicit upcasts agree at every length, and whether
+    the fp32 accumulator of fp16 terms is off by exactly the fp16 rounding of 0.01, repeated."""
+    stall = {fmt: {"predicted": stall_sum(fmt), "measured": at[largest][f"{fmt} += {fmt}"]["value"],
+                   "stored_bits": STORED_BITS[fmt]}
+             for fmt in ("fp16", "bf16") if f"{fmt} += {fmt}" in at[largest]}
+    for s in stall.values():
+        s["matches"] = s["measured"] == s["predicted"]
+    same = all(row.get("fp32 += fp16", {}).get("value") == row.get("fp32 += fp16.to(fp32)", {}).get("value")
+               for row in at.values())
+    fp16_term = rounded(TERM, "fp16")
+    mixed = at[course].get("fp32 += fp16", {}).get("value")
+    return {
+        "stall": stall,
+        "upcasts_agree": same,
+        "fp16_term": fp16_term,
+        # the fp32 sum of N fp16 terms is N × fp16(0.01) up to fp32's own rounding (relative 2^-24 per step)
+        "mixed_is_term_rounding": mixed is not None
+        and abs(mixed - course * fp16_term) <= course * course * fp16_term * 2.0 ** -24,
+    }
 
 
 def plot_error(df: pd.DataFrame, path: Path) -> None:
@@ -43,6 +97,7 @@ def main(argv=None) -> int:
         "at_course_terms": at[course_n],
         "largest_terms": int(max(at)),
         "at_largest_terms": at[max(at)],
+        "checks": checks(at, int(max(at)), course_n),
     })
     print(f"A3 report: {len(df)} rows -> {args.out_dir}", file=sys.stderr)
     return 0
