@@ -98,3 +98,45 @@ def test_section_renders_from_the_summary(tmp_path):
     assert "| OOM" in text or "OOM |" in text
     assert "4 × 512 × 2560 × 4 B = 20.00 MB" in text
     assert text.count("![A5: active memory") == 4
+
+
+@pytest.mark.parametrize("gpu_ms", [None, 7.5])
+def test_phase_times_name_their_clock(tmp_path, gpu_ms):
+    """A5's phase spans are the host's clock (when work was issued); the GPU's time per phase is
+    shown beside them only where the record has it, and the text says which the reader sees."""
+    from cs336_systems.report.writeup import Renderer
+
+    r = record(128, "forward", "fp32", 4 * 2**30)
+    if gpu_ms is not None:
+        r["metrics"]["phase_gpu_ms"] = {"forward": gpu_ms}
+    paths, pngs = write(tmp_path, [r])
+    out = tmp_path / "A5"
+    a5.main(["--records", *paths, "--timelines", *pngs, "--out-dir", str(out)])
+    (phase,) = json.loads((out / "summary.json").read_text())["phases"][0]["phases"]
+    assert phase["host_ms"] == 2.0 and phase["gpu_ms"] == gpu_ms
+    text = Renderer("md", tmp_path / "w" / "writeup.md", TEMPLATES).section("A5", out / "summary.json")
+    assert "Forward (2.0 ms host" in text
+    assert ("7.5 ms GPU" in text) == (gpu_ms is not None)
+    assert ("issue times, not run times" in text) == (gpu_ms is None)
+
+
+@pytest.mark.gpu
+def test_phase_marks_time_the_gpu_work_of_each_phase():
+    import time
+
+    import torch
+
+    from cs336_systems.memory.snapshot import PhaseMarks
+
+    marks = PhaseMarks(torch.device("cuda"))
+    a = torch.randn(4096, 4096, device="cuda")
+    with marks("forward"):
+        for _ in range(20):
+            a = a @ a / 64
+    started = time.perf_counter()
+    torch.cuda.synchronize()
+    waited_ms = (time.perf_counter() - started) * 1e3
+    gpu = marks.gpu_ms()["forward"]
+    host = marks.phases[0].end_us - marks.phases[0].start_us
+    # 20 matmuls of 4096³ are ~2.7 TFLOP: the GPU time exceeds the host's issue time, which returns early
+    assert gpu > host / 1e3 and gpu >= waited_ms * 0.5

@@ -44,19 +44,39 @@ from cs336_systems.workload import MODES, PRECISIONS, Workload, build_workload
 class PhaseMarks:
     """A ``phase`` callable for ``Workload.step``: a ``record_function`` range (lands in the CUDA
     snapshot's annotations and in the profiler's event tree) and wall-clock marks in µs (the
-    fallback; the CUDA trace's ``time_us`` is wall-clock time too)."""
+    fallback; the CUDA trace's ``time_us`` is wall-clock time too).
 
-    def __init__(self):
+    Those are the host's clock: the allocator hands out a block when an operation is issued, not
+    when its kernel runs, so a phase's span there is how long Python took to issue its work. On
+    CUDA, events recorded on the stream at the same marks give each phase's GPU time as well."""
+
+    def __init__(self, device: torch.device | None = None):
         self.phases: list[Phase] = []
+        self._cuda = device is not None and device.type == "cuda"
+        self._events: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+
+    def _event(self):
+        if not self._cuda:
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        start = time.time_ns() / 1e3
+        start, gpu_start = time.time_ns() / 1e3, self._event()
         try:
             with torch.profiler.record_function(PHASE_PREFIX + name):
                 yield
         finally:
+            gpu_end = self._event()
             self.phases.append(Phase(name, start, time.time_ns() / 1e3))
+            if gpu_start is not None:
+                self._events.append((name, gpu_start, gpu_end))
+
+    def gpu_ms(self) -> dict[str, float]:
+        """Each phase's GPU time (ms) between its two stream events; call after a synchronize."""
+        return {name: start.elapsed_time(end) for name, start, end in self._events}
 
 
 def _warm_up(workload: Workload, steps: int) -> str | None:
@@ -89,7 +109,7 @@ def capture_cuda(workload: Workload, warmup: int, max_entries: int, pickle_path:
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
-    marks = PhaseMarks()
+    marks = PhaseMarks(device)
     torch.cuda.memory._record_memory_history(max_entries=max_entries)
     try:
         # Running out of memory ends the step early: the recording up to there is the result.
@@ -113,6 +133,7 @@ def capture_cuda(workload: Workload, warmup: int, max_entries: int, pickle_path:
         "max_reserved_bytes": torch.cuda.max_memory_reserved(device),
         "trace_entries": entries,
         "trace_may_be_truncated": entries >= max_entries,
+        "phase_gpu_ms": marks.gpu_ms(),
     }
     return trace, stats, oom
 

@@ -138,7 +138,7 @@ def render_timeline(trace: MemoryTrace, path: str | Path, title: str, k: int = 8
     if total.size:
         ax.axhline(peak / scale, color="black", linewidth=0.6, linestyle="--")
         ax.text(0, peak / scale, f"peak {peak / scale:,.2f} {unit}", va="bottom", fontsize=8)
-    ax.set(xlabel="time since the step began (ms)", ylabel=f"live allocations ({unit})", ylim=(0, top), title=title)
+    ax.set(xlabel="host time since the step began (ms)", ylabel=f"live allocations ({unit})", ylim=(0, top), title=title)
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.annotate(f"source: {trace.source}", (1.0, -0.13), xycoords="axes fraction", ha="right", fontsize=7, color="#555")

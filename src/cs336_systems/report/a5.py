@@ -88,12 +88,14 @@ def phase_rows(records: list[dict]) -> list[dict]:
         if r["status"] != "ok":
             continue
         m = r["metrics"]
+        gpu_ms = m.get("phase_gpu_ms") or {}      # absent on the CPU and in records made before it was measured
         out.append({
             "context": r["params"]["context"], "mode": r["params"]["mode"], "precision": r["params"]["precision"],
             "initial_mib": _mib(m["initial_bytes"]), "peak_mib": _mib(m["peak"]["bytes"]),
             "peak_phase": m["peak"]["phase"],
             "phases": [{"name": p["name"], "start_mib": _mib(p["bytes_at_start"]), "end_mib": _mib(p["bytes_at_end"]),
-                        "peak_mib": _mib(p["peak_bytes"]), "ms": p["end_ms"] - p["start_ms"]} for p in m["phases"]],
+                        "peak_mib": _mib(p["peak_bytes"]), "host_ms": p["end_ms"] - p["start_ms"],
+                        "gpu_ms": gpu_ms.get(p["name"])} for p in m["phases"]],
         })
     return out
 
