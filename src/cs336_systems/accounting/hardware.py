@@ -18,6 +18,8 @@ class Accelerator:
     bf16_flops: float       # dense peak, FLOP/s
     link_bandwidth: float   # bytes/s a device's collectives move (see each constant for its meaning)
     source: str
+    fp32_flops: float | None = None    # dense fp32 on the CUDA cores (no tensor cores), FLOP/s
+    tf32_flops: float | None = None    # dense TF32 on the tensor cores (fp32 matmuls with TF32 allowed)
 
 
 # TPU v5p with the numbers C9(c) prescribes. W_ici = 2 * 9e10 B/s is the bandwidth of one ICI mesh
@@ -31,17 +33,27 @@ TPU_V5P = Accelerator(
 
 # H100 SXM5 80 GB (NVIDIA H100 Tensor Core GPU datasheet): 989 TFLOP/s dense bf16 (the datasheet's
 # 1,979 counts 2:4 sparsity), NVLink 4 at 900 GB/s bidirectional = 450 GB/s each way. A ring
-# collective sends and receives at the same time, so the one-way 450 GB/s is its rate.
+# collective sends and receives at the same time, so the one-way 450 GB/s is its rate. fp32 on the
+# CUDA cores: 67 TFLOP/s; TF32 tensor cores: 494.5 dense (the datasheet's 989 counts sparsity).
 H100_SXM = Accelerator(
     name="H100 SXM", hbm_bytes=80 * GB, bf16_flops=989e12, link_bandwidth=450 * GB,
-    source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 989 TFLOP/s dense bf16, NVLink 900 GB/s",
+    source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 989 TFLOP/s dense bf16, "
+           "494.5 dense TF32, 67 fp32, NVLink 900 GB/s",
+    fp32_flops=67e12, tf32_flops=494.5e12,
 )
 
 # H200 SXM (NVIDIA H200 Tensor Core GPU datasheet): the H100's compute and NVLink, 141 GB HBM3e.
 H200_SXM = Accelerator(
     name="H200 SXM", hbm_bytes=141 * GB, bf16_flops=989e12, link_bandwidth=450 * GB,
-    source="NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e, 989 TFLOP/s dense bf16, NVLink 900 GB/s",
+    source="NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e, 989 TFLOP/s dense bf16, "
+           "494.5 dense TF32, 67 fp32, NVLink 900 GB/s",
+    fp32_flops=67e12, tf32_flops=494.5e12,
 )
+
+# The card a record ran on, by the name ``torch.cuda.get_device_name`` gave its provenance. The H100
+# SXM5 calls itself "H100 80GB HBM3" (the PCIe card is "H100 PCIe", with lower clocks and peaks, and
+# is not listed); the H200 SXM "H200" (the NVL card is "H200 NVL"). A name not listed has no peak.
+BY_DEVICE_NAME = {"NVIDIA H100 80GB HBM3": H100_SXM, "NVIDIA H200": H200_SXM}
 
 # Between nodes of a DGX H100 system each GPU has its own ConnectX-7 InfiniBand NDR port:
 # 400 Gb/s = 50 GB/s each way (NVIDIA DGX H100 datasheet). Used for the "8-GPU nodes" cluster.
