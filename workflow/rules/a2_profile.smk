@@ -6,6 +6,9 @@
 A2 = GRID["A2"]
 
 A2_RECORDS = expand(f"{RESULTS}/A2/records/{{size}}_ctx{{context}}.json", size=A2["sizes"], context=A2["contexts"])
+# (a) compares the NVTX forward with A1's own timing of the same point, when this run builds A1:
+# its fp32 forward records (an A2-only run does not wait for the A1 grid).
+A2_A1_FORWARD = [r for r in A1_RECORDS if r.endswith("_forward_fp32.json")] if CHOSEN.builds("A1") else []
 
 
 rule A2_profile:
@@ -39,6 +42,7 @@ rule A2_report:
     """A2 tables (a)-(e), the category-share figure and the numbers the writeup quotes."""
     input:
         records=A2_RECORDS,
+        a1=A2_A1_FORWARD,
         code=code("cs336_systems.report.a2"),
     output:
         summary=f"{RESULTS}/A2/summary.json",
@@ -53,4 +57,5 @@ rule A2_report:
     params:
         out_dir=out_dir("summary"),
     shell:
-        "python -m cs336_systems.report.a2 --records {input.records} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m cs336_systems.report.a2 --records {input.records} --a1-records {input.a1}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

@@ -4,7 +4,8 @@
 
 Every kernel table in a record describes the *first measured instance* of its range (one forward
 pass, one backward pass, one optimizer step, one attention call), so counts read "per step" or
-"per call". Tables written: ``table_a`` (forward time: NVTX vs Python), ``table_b`` (top forward
+"per call". Tables written: ``table_a`` (forward time: NVTX vs Python, vs the forward's kernel time, vs
+A1's timing of the same point when ``--a1-records`` gives it), ``table_b`` (top forward
 kernel), ``table_c`` (non-matmul forward kernels above ``SHARE_THRESHOLD``), ``table_d`` (category
 shares per mode), ``table_e`` (softmax vs the attention matmuls: time and FLOPs), ``failed``.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -81,18 +83,77 @@ def failed_points(records: list[dict]) -> list[dict]:
     return out
 
 
-def table_a(records: list[dict]) -> pd.DataFrame:
+HOST_BOUND = 0.5     # (a): a forward whose kernels keep the GPU busy for less than this share of it
+
+
+def a1_forward(a1_records: list[dict]) -> dict[tuple, dict]:
+    """A1's own timing of the forward passes, by (size, context, batch): fp32, eager, naive
+    attention — the same work as A2's forward mode, timed in another process without NVTX or nsys."""
+    out = {}
+    for r in a1_records:
+        p = r["params"]
+        if (r["status"] == "ok" and p.get("mode") == "forward" and p.get("precision", "fp32") == "fp32"
+                and not p.get("compile") and p.get("attention", "naive") == "naive"):
+            out[(p["size"], p["context"], p["batch"])] = r["metrics"]["forward"]
+    return out
+
+
+def table_a(records: list[dict], a1_records: list[dict] = ()) -> pd.DataFrame:
+    """(a): the NVTX forward range against the Python timer it encloses (so their ratio only shows
+    what the markers cost), against the GPU time of the forward's own kernels (how busy the GPU
+    was), and against A1's timing of the same point where the run has it (an independent timer)."""
+    a1 = a1_forward(a1_records)
     rows = []
     for r in _sorted(records):
         m = _ok(r, "forward")
         if not m:
             continue
         nv = _nvtx(m, "forward")
+        nv_ms = nv["avg_ns"] / 1e6 if nv else math.nan
         py = m["python_ms"]["forward"]["mean"]
-        rows.append({"point": _point(r), "nvtx_forward_ms": nv["avg_ns"] / 1e6 if nv else math.nan,
-                     "python_forward_ms": py, "nvtx_over_python": (nv["avg_ns"] / 1e6 / py) if nv else math.nan,
-                     "instances": nv["instances"] if nv else 0})
+        kernels = m["tables"].get("forward") or []
+        kernel_ms = sum(k["total_ns"] for k in kernels) / 1e6 if kernels else math.nan
+        count = sum(k["instances"] for k in kernels) if kernels else 0
+        p = r["params"]
+        other = a1.get((p["size"], p["context"], p["batch"]))
+        rows.append({"point": _point(r), "nvtx_forward_ms": nv_ms, "python_forward_ms": py,
+                     "nvtx_over_python": nv_ms / py, "instances": nv["instances"] if nv else 0,
+                     # the kernel table is the first measured forward's; the range's mean is close to it
+                     "kernel_ms": kernel_ms, "kernels": count, "gpu_busy": kernel_ms / nv_ms,
+                     "us_per_kernel": 1e3 * nv_ms / count if count else math.nan,
+                     "a1_forward_ms": other["mean"] if other else math.nan,
+                     "a1_std_ms": other["std"] if other else math.nan,
+                     "nvtx_over_a1": nv_ms / other["mean"] if other else math.nan})
     return pd.DataFrame(rows)
+
+
+def a_findings(a: pd.DataFrame) -> dict:
+    """What (a)'s prose says, from the table: host-bound points, and a shorter context whose
+    forward took longer than the next longer one's, with whether the GPU's own work agrees."""
+    if not len(a):
+        return {"host_bound": [], "slower_shorter": [], "a1_compared": 0}
+    host = a[a["gpu_busy"] < HOST_BOUND]
+    slower = []
+    for size, part in a.assign(size=a["point"].str.split(" ctx ").str[0],
+                               context=a["point"].str.split(" ctx ").str[1].astype(int)).groupby("size", sort=False):
+        part = part.sort_values("context")
+        for (_, short), (_, long) in zip(part.iterrows(), part.iloc[1:].iterrows()):
+            if short["nvtx_forward_ms"] > long["nvtx_forward_ms"]:
+                slower.append({"size": size, "short": int(short["context"]), "long": int(long["context"]),
+                               "short_ms": float(short["nvtx_forward_ms"]), "long_ms": float(long["nvtx_forward_ms"]),
+                               "short_kernel_ms": float(short["kernel_ms"]), "long_kernel_ms": float(long["kernel_ms"]),
+                               "short_busy": float(short["gpu_busy"]),
+                               # the GPU's work still grew with context: the wall time is the host's
+                               "kernels_grow": bool(short["kernel_ms"] < long["kernel_ms"])})
+    return {"host_bound": [{"point": r.point, "gpu_busy": float(r.gpu_busy), "kernels": int(r.kernels),
+                            "us_per_kernel": float(r.us_per_kernel)} for r in host.itertuples()],
+            "slower_shorter": slower, "a1_compared": int(a["a1_forward_ms"].notna().sum()),
+            # same work, another process: a difference beyond two of A1's standard deviations is real
+            "a1_outside_spread": [r.point for r in a.itertuples()
+                                  if abs(r.nvtx_forward_ms - r.a1_forward_ms) > 2 * r.a1_std_ms],
+            "busy_range": [float(a["gpu_busy"].min()), float(a["gpu_busy"].max())],
+            "nvtx_over_a1_range": [float(a["nvtx_over_a1"].min()), float(a["nvtx_over_a1"].max())]
+            if a["nvtx_over_a1"].notna().any() else None}
 
 
 def _forward_tables(records: list[dict]):
@@ -115,9 +176,52 @@ def table_b(records: list[dict]) -> pd.DataFrame:
         if fb and fb["tables"].get("forward") and fb["tables"].get("backward"):
             both = merged([fb["tables"]["forward"], fb["tables"]["backward"]])
             row["top_fwd_bwd_kernel"] = short_name(both[0]["name"])
+            row["top_fwd_bwd_category"] = both[0]["category"]
             row["same_top"] = both[0]["name"] == top["name"]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def b_findings(b: pd.DataFrame) -> dict | None:
+    """(b) in numbers: the top kernel's categories, how often it runs and its share, and where the
+    forward+backward top differs, what that one is."""
+    if not len(b):
+        return None
+    differ = b[b["same_top"] == False]  # noqa: E712 - None (not profiled) is neither
+    layout = lambda name: (re.search(r"_(nn|nt|tn|tt)_", name) or [None, None])[1]  # noqa: E731 - cuBLAS's operand layout tag
+    return {"categories": sorted(b["category"].unique()), "points": int(len(b)),
+            "calls": [int(b["calls_per_forward"].min()), int(b["calls_per_forward"].max())],
+            "share": [float(b["share_of_forward"].min()), float(b["share_of_forward"].max())],
+            "differ": int(len(differ)), "compared": int(b["same_top"].notna().sum()),
+            "differ_categories": sorted(differ["top_fwd_bwd_category"].dropna().unique())
+            if "top_fwd_bwd_category" in differ else [],
+            # whether every differing pair names different operand layouts (e.g. forward tn, backward nn/nt)
+            "differ_in_layout": bool(len(differ)) and all(
+                layout(f) and layout(g) and layout(f) != layout(g)
+                for f, g in zip(differ["top_forward_kernel"], differ["top_fwd_bwd_kernel"]))}
+
+
+def c_findings(records: list[dict], top: int = 5) -> dict | None:
+    """(c) in numbers: the share of forward time in non-matmul kernels per point, and the non-matmul
+    kernels above the threshold at the most points, with their median share there."""
+    shares, seen = [], {}
+    for r, fwd in _forward_tables(records):
+        total = sum(x["total_ns"] for x in fwd)
+        shares.append(sum(x["total_ns"] for x in fwd if x["category"] != "GEMM") / total)
+        by_name: dict[tuple, float] = {}       # kernels differing only in template arguments, together
+        for k in fwd:
+            if k["category"] != "GEMM":
+                key = (short_name(k["name"]), k["category"])
+                by_name[key] = by_name.get(key, 0.0) + k["total_ns"] / total
+        for key, share in by_name.items():
+            if share >= SHARE_THRESHOLD:
+                seen.setdefault(key, []).append(share)
+    if not shares:
+        return None
+    ranked = sorted(seen.items(), key=lambda kv: (-len(kv[1]), -sorted(kv[1])[len(kv[1]) // 2]))[:top]
+    return {"points": len(shares), "categories": sorted({cat for _, cat in seen}), "non_gemm_share": [min(shares), float(pd.Series(shares).median()), max(shares)],
+            "kernels": [{"kernel": name, "category": cat, "points": len(v), "median_share": float(pd.Series(v).median())}
+                        for (name, cat), v in ranked]}
 
 
 def table_c(records: list[dict]) -> pd.DataFrame:
@@ -209,7 +313,7 @@ def plot_shares(d: pd.DataFrame, path: Path, unit: str) -> None:
 def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for c in out.columns:
-        if c.endswith("share") or c.endswith("_share") or c == "share_of_forward":
+        if c.endswith("share") or c.endswith("_share") or c in ("share_of_forward", "gpu_busy"):
             out[c] = [f"{100 * v:.1f} %" if isinstance(v, float) and not math.isnan(v) else "" for v in out[c]]
         elif out[c].dtype.kind == "f":
             out[c] = [f"{v:.4g}" if not math.isnan(v) else "" for v in out[c]]
@@ -245,6 +349,8 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "steps": records[0]["params"]["steps"] if records else None,
         "share_threshold": SHARE_THRESHOLD,
         "a": records_list(tables["a"]), "b": records_list(tables["b"]), "c": records_list(tables["c"]),
+        "a_findings": a_findings(tables["a"]), "host_bound_below": HOST_BOUND,
+        "b_findings": b_findings(tables["b"]), "c_findings": c_findings(records),
         "d": records_list(d), "d_growth": growth, "e": records_list(e),
         "e_median_time_ratio": float(e["time_softmax_over_matmuls"].median()) if len(e) else None,
         "e_median_flop_ratio": float(e["flops_softmax_over_matmuls"].median()) if len(e) else None,
@@ -255,15 +361,20 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.a2", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", nargs="+", required=True)
+    p.add_argument("--a1-records", nargs="*", default=[],
+                   help="A1's records of the same run, if it has them: (a) compares A1's forward timing")
     p.add_argument("--out-dir", required=True, type=Path)
     args = p.parse_args(argv)
     try:
         records = load_records(args.records)
+        a1_records = load_records(args.a1_records)
     except (OSError, ValueError) as exc:
         p.error(str(exc))
     if any(r["id"] != "A2" for r in records):
         p.error("--records: not all records are A2 records")
-    tables = {"a": table_a(records), "b": table_b(records), "c": table_c(records), "d": table_d(records),
+    if any(r["id"] != "A1" for r in a1_records):
+        p.error("--a1-records: not all records are A1 records")
+    tables = {"a": table_a(records, a1_records), "b": table_b(records), "c": table_c(records), "d": table_d(records),
               "e": table_e(records), "failed": pd.DataFrame(failed_points(records))}
     for key, df in tables.items():
         write_table(_fmt(df) if len(df) else pd.DataFrame({"(none)": []}), args.out_dir, f"table_{key}" if key != "failed" else "failed")
