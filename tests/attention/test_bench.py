@@ -119,3 +119,62 @@ def test_section_renders_with_and_without_the_forward_backward_split(tmp_path, s
     text = Renderer("md", tmp_path / "writeup" / "w.md", TEMPLATES).section("B5", out / "summary.json")
     assert "1.25× the time of cuDNN" in text
     assert ("Split into its parts" in text) == split and ("predates the forward-alone" in text) != split
+
+
+def _point(impl, seq, ms, dtype="bf16", which="forward", status="ok", launch=None, gpu="NVIDIA H100 80GB HBM3"):
+    flops = bench.causal_flops(1, seq, 64, which)
+    metrics = {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9, **({"launch": launch} if launch else {})}
+    record = make_record("B5", {"impl": impl, "dtype": dtype, "d": 64, "seq": seq, "batch": 1, "causal": True,
+                                "pass": which, "device": "cuda"}, status, metrics if status == "ok" else {})
+    record["provenance"]["gpu"] = gpu
+    return record
+
+
+def test_a_loss_is_flat_only_where_the_time_does_not_follow_the_work():
+    # Ours loses at every length. 256 and 1024 are flat (16x the work, < 2x the time on each side);
+    # 4096 is not (16384 takes 12x its time), nor 16384.
+    ours = {256: 0.10, 1024: 0.11, 4096: 0.15, 16384: 1.9}
+    records = [_point("ours", s, ms) for s, ms in ours.items()] + [_point("plain", s, ms / 2) for s, ms in ours.items()]
+    result = b5.losses(b5.grid_frame(records), "plain")
+    assert result["lost"] == 4 and result["points"] == 4
+    assert [(g["seqs"], g["flat"]) for g in result["groups"]] == [([256, 1024], True), ([4096, 16384], False)]
+    # Make 1024 follow the work (16x 256's time): nothing is flat any more.
+    records[1], records[5] = _point("ours", 1024, 1.6), _point("plain", 1024, 0.8)
+    assert [g["flat"] for g in b5.losses(b5.grid_frame(records), "plain")["groups"]] == [False]
+
+
+@pytest.mark.parametrize("programs, explains", [(16, True), (264, False)])
+def test_the_grid_explains_a_slow_point_only_when_too_few_programs_cap_the_rate(programs, explains):
+    # 16384 tokens forward in 1.0 ms: 2.2 TFLOP/s, 0.22 % of the bf16 peak. With 16 programs on 132
+    # SMs the cap is 12 % of the peak and ours reaches 1.8 % of it... so give it a rate that fills
+    # the share: 16 of 132 SMs busy at 60 % of their peak.
+    seq, sms = 16384, 132
+    flops = bench.causal_flops(1, seq, 64, "forward")
+    ms = flops / (0.6 * min(1, programs / sms) * b5.PEAKS["H100"]["bf16"]) * 1e3
+    launch = {"programs": {"forward": programs}, "sms": sms}
+    records = [_point("ours", seq, ms, launch=launch), _point("plain", seq, ms / 2)]
+    worst = b5.losses(b5.grid_frame(records), "plain")["groups"][0]["worst"]
+    assert worst["programs"] == programs and worst["ours_of_peak"] == pytest.approx(0.6 * min(1, programs / sms))
+    assert worst["grid_explains"] is explains
+    assert worst["peak"] == "the dense bf16 tensor-core peak"
+
+
+def test_fp32_peaks_follow_how_the_products_run():
+    assert b5.peak("NVIDIA H100 80GB HBM3", "plain", "fp32", None)[1] == b5.PEAKS["H100"]["fp32"]
+    assert b5.peak("NVIDIA H100 80GB HBM3", "ours", "fp32", "tf32x3")[1] == pytest.approx(b5.PEAKS["H100"]["tf32"] / 3)
+    assert b5.peak("NVIDIA H200", "plain", "fp32", "high")[1] == b5.PEAKS["H200"]["tf32"]
+    assert "lowest" in b5.peak("NVIDIA H200", "ours", "fp32", None)[0]
+    assert b5.peak("some other card", "ours", "bf16", None) == (None, pytest.approx(float("nan"), nan_ok=True))
+
+
+def test_out_of_memory_is_named_by_dtype_and_pass_and_the_gap_trend_is_counted():
+    records = [_point("plain", 65536, 1, dtype="fp32", which="backward", status="oom"),
+               _point("plain", 131072, 1, dtype="fp32", which="backward", status="oom"),
+               _point("plain", 65536, 1.0, dtype="fp32", which="forward"),
+               _point("ours", 1024, 1.0), _point("plain", 1024, 2.0),
+               _point("ours", 4096, 1.0), _point("plain", 4096, 8.0)]
+    df = b5.grid_frame(records)
+    assert b5.oom_groups(df, "plain") == [{"dtype": "fp32", "pass": "backward", "first_seq": 65536, "ds": [64]}]
+    assert b5.gap_trend(df) == {"series": 1, "widening": 1}
+    records[-1] = _point("plain", 4096, 1.5)          # the gap narrows: no widening claimed
+    assert b5.gap_trend(b5.grid_frame(records)) == {"series": 1, "widening": 0}

@@ -77,3 +77,12 @@ def test_a_failing_case_is_recorded_with_its_message():
     record = check._attempt("B3", {"kind": "error", "function": "triton", "dtype": "fp32", "causal": False,
                                    "device": "cpu"}, broken)
     assert record["status"] == "error" and record["message"] == "RuntimeError: kernel exploded"
+
+
+def test_b4_states_the_backward_the_tuner_measured_faster():
+    def entry(fused, dkdv, dq):
+        return {"measured": {"backward": "fused" if fused < dkdv + dq else "dkdv+dq", "causal": True, "gpu": "GPU",
+                             "shape": [16, 16384, 64], "ms": {"forward": 1.0, "dkdv": dkdv, "dq": dq, "fused": fused}}}
+    choices = flash_checks.tuner_choices({"bf16_d64": entry(3.9, 2.2, 1.4), "bf16_d128": entry(1.5, 1.0, 0.6)})
+    assert [(c["key"], c["chosen"]) for c in choices] == [("bf16_d128", "fused"), ("bf16_d64", "dkdv+dq")]
+    assert choices[1]["separate_ms"] == pytest.approx(3.6) and choices[1]["fused_over_separate"] == pytest.approx(3.9 / 3.6)

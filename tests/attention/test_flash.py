@@ -217,3 +217,41 @@ def test_triton_36_interpreter_with_numpy_24_is_one_clear_error(monkeypatch):
     flash_triton._check_interpreter_numpy("3.9.1")            # newer Tritons squeeze the arrays
     monkeypatch.setattr(numpy, "__version__", "2.3.5")
     flash_triton._check_interpreter_numpy("3.6.0")
+
+
+# (batch, Nq, Nk, d, splits): ragged lengths; more slices than some query tiles have key tiles (their
+# empty slices must weigh nothing); Nq != Nk non-causal only.
+SPLIT_SHAPES = [(2, 45, 45, 16, 2), (1, 77, 77, 32, 4), (2, 37, 70, 64, 3), (1, 50, 23, 128, 8)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_split_key_forward(device, is_causal, shape, monkeypatch):
+    """The forward with each query tile's keys split across programs and then combined, through a
+    plan that forces the split, against float64 (the backward reads its O and L)."""
+    from cs336_systems.attention import flash_triton as ft
+
+    batch, n_q, n_k, d, splits = shape
+    if is_causal:
+        n_k = n_q
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v = random_qkv(batch, n_q, n_k, d, dtype, device)
+    plan = ft._Plan(q, k, v, is_causal, splits=splits)
+    assert plan.splits == splits and isinstance(plan.forward, ft._SplitForward)
+    monkeypatch.setattr(ft, "_plan", lambda *_: plan)
+    check_against_reference(FlashAttentionTriton, q, k, v, is_causal)
+    out, lse = ft.flash_forward_triton(q.detach(), k.detach(), v.detach(), is_causal, splits=splits)
+    ref_out, ref_lse, _ = reference(q, k, v, is_causal, torch.zeros_like(q))
+    torch.testing.assert_close(out.double(), ref_out, atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
+    torch.testing.assert_close(lse.double(), ref_lse, atol=1e-4, rtol=1e-5)
+
+
+def test_forward_splits_fill_short_grids_only():
+    from cs336_systems.attention import flash_triton as ft
+
+    t = ft.KernelTiles(64, 64, 4, 3)
+    assert ft.forward_splits(t, 16, 16384, 16384, 132) == 1              # 4096 programs
+    assert ft.forward_splits(t, 1, 4096, 4096, 132) == 4                 # 64 programs -> 256
+    assert ft.forward_splits(t, 1, 1024, 1024, 132) == 8                 # 16 key tiles: slices of 2
+    assert ft.forward_splits(t, 1, 64, 64, 132) == 1                     # one key tile: nothing to split

@@ -101,7 +101,20 @@ def _grid_point(impl: str, dtype: str, d: int, seq: int, which: str, device: str
     q, k, v = (torch.randn(1, seq, d, dtype=DTYPES[dtype], device=device, requires_grad=True) for _ in range(3))
     ms = measure(impl, q, k, v, which)
     flops = causal_flops(1, seq, d, which)
-    return {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9}
+    return {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9, **launch_metrics(impl, q, k, v)}
+
+
+def launch_metrics(impl: str, q, k, v) -> dict:
+    """What the implementation launched, where its module can say (ours: tiles, programs, SMs; the
+    report compares the grid with the SM count), and PyTorch's float32 matmul precision, which
+    decides whether plain attention's fp32 products use TF32."""
+    import importlib
+
+    from cs336_systems.attention.backends import module_of
+
+    describe = getattr(importlib.import_module(module_of(impl, BENCH_IMPLS)), "describe", None)
+    launch = describe(q, k, v, True) if describe else {}
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(), **({"launch": launch} if launch else {})}
 
 
 LEADERBOARD = {"batch": 16, "seq": 16384, "d": 64, "dtype": "bf16", "causal": True, "warmup_ms": 1000, "rep_ms": 10000}

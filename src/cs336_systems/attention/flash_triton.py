@@ -163,6 +163,86 @@ def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride
     tl.store(L + b * stride_lb + offs_q, (m + tl.log2(l)) / LOG2_E, mask=q_valid)
 
 
+# --- forward with the keys split across programs (short grids) -------------------------------
+
+@triton.jit
+def _forward_part_kernel(Q, K, V, PART, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
+                         n_batch, n_queries, n_keys, qk_scale,
+                         D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
+                         CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """One query tile's share of the forward over one of SPLITS slices of its key tiles: the
+    unnormalised fp32 accumulator and the running max and sum (log2 units) into the fp32 buffer
+    PART: ACC (SPLITS, batch, Nq, D), then M and LS (SPLITS, batch, Nq) (one buffer: one
+    allocation per call). ``_forward_combine_kernel`` merges the slices.
+    For grids with fewer programs than SMs (batch 1, short N), where one query tile walking all
+    its keys is the critical path."""
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    ACC = PART
+    M = ACC + SPLITS * n_batch * n_queries * D
+    LS = M + SPLITS * n_batch * n_queries
+    pid = tl.program_id(0)
+    per_tile = SPLITS * n_batch
+    q_tile = pid // per_tile
+    if CAUSAL:
+        q_tile = tl.cdiv(n_queries, BLOCK_Q) - 1 - q_tile      # the longest causal tiles first
+    split = (pid % per_tile) // n_batch
+    b = pid % n_batch
+    q_lo = q_tile * BLOCK_Q
+    offs_q = q_lo + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, D)
+    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, True)
+    k_base, v_base = K + b * stride_kb, V + b * stride_vb
+    # This slice's key tiles, balanced: [split * T // SPLITS, (split + 1) * T // SPLITS) of the T
+    # tiles the query tile sees. Then, as in the one-program forward, the keys that need no mask
+    # first and the rest masked.
+    key_end = tl.minimum(q_lo + BLOCK_Q, n_keys) if CAUSAL else n_keys
+    n_tiles = tl.cdiv(key_end, BLOCK_K)
+    lo = (split * n_tiles // SPLITS) * BLOCK_K
+    hi = tl.minimum(((split + 1) * n_tiles // SPLITS) * BLOCK_K, key_end)
+    open_hi = q_lo if CAUSAL else (n_keys // BLOCK_K) * BLOCK_K
+    mid = tl.maximum(tl.minimum(hi, open_hi), lo)
+    m = tl.full([BLOCK_Q], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_Q], tl.float32)
+    acc = tl.zeros([BLOCK_Q, D], tl.float32)
+    acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, lo, mid, n_keys,
+                               qk_scale, BLOCK_K, False, CAUSAL, PRECISION)
+    acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, mid, hi, n_keys,
+                               qk_scale, BLOCK_K, True, CAUSAL, PRECISION)
+    row = (split * n_batch + b) * n_queries + offs_q
+    q_valid = offs_q < n_queries
+    tl.store(ACC + row[:, None] * D + offs_d[None, :], acc, mask=q_valid[:, None])
+    tl.store(M + row, m, mask=q_valid)
+    tl.store(LS + row, l, mask=q_valid)
+
+
+@triton.jit
+def _forward_combine_kernel(PART, O, L, stride_ob, stride_on, stride_lb, n_batch, n_queries,
+                            D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+    """O and L (natural log) of BLOCK rows from the SPLITS partial (acc, m, l): rescale each to the
+    rows' overall max, add, divide. A slice with no keys has m = -inf and weight 0."""
+    ACC = PART
+    M = ACC + SPLITS * n_batch * n_queries * D
+    LS = M + SPLITS * n_batch * n_queries
+    pid = tl.program_id(0)
+    b = pid % n_batch
+    rows = (pid // n_batch) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, D)
+    valid = rows < n_queries
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    for s in tl.static_range(SPLITS):
+        m = tl.maximum(m, tl.load(M + (s * n_batch + b) * n_queries + rows, mask=valid, other=0.0))
+    l = tl.zeros([BLOCK], tl.float32)
+    acc = tl.zeros([BLOCK, D], tl.float32)
+    for s in tl.static_range(SPLITS):
+        at = (s * n_batch + b) * n_queries + rows
+        weight = tl.exp2(tl.load(M + at, mask=valid, other=0.0) - m)
+        l += weight * tl.load(LS + at, mask=valid, other=0.0)
+        acc += weight[:, None] * tl.load(ACC + at[:, None] * D + offs_d[None, :], mask=valid[:, None], other=0.0)
+    tl.store(O + b * stride_ob + rows[:, None] * stride_on + offs_d[None, :], (acc / l[:, None]).to(O.dtype.element_ty),
+             mask=valid[:, None])
+    tl.store(L + b * stride_lb + rows, (m + tl.log2(l)) / LOG2_E, mask=valid)
+
+
 # --- backward --------------------------------------------------------------------------------
 
 @triton.jit
@@ -463,6 +543,45 @@ def _forward_args(q, k, v, out, lse, is_causal: bool, t: KernelTiles):
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 
+# The forward splits each query tile's keys across at most this many programs, each slice at least
+# MIN_SLICE_TILES key tiles long (shorter slices cost more in partials than they save).
+MAX_SPLITS, MIN_SLICE_TILES = 16, 2
+
+
+def forward_splits(t: KernelTiles, batch: int, n_q: int, n_k: int, sms: int) -> int:
+    """How many programs share one query tile's keys: 1 when the grid already has a program per SM,
+    else the smallest power of two that gives it one, within MAX_SPLITS and MIN_SLICE_TILES."""
+    programs = triton.cdiv(n_q, t.block_q) * batch
+    most = min(MAX_SPLITS, max(1, triton.cdiv(n_k, t.block_k) // MIN_SLICE_TILES))
+    splits = 1
+    while programs * splits < sms and splits * 2 <= most:
+        splits *= 2
+    return splits
+
+
+def _forward_part_args(q, k, v, is_causal: bool, t: KernelTiles, splits: int):
+    batch, n_q, d = q.shape
+    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                   stride_vb=v.stride(0), stride_vn=v.stride(1), n_batch=batch, n_queries=n_q, n_keys=k.shape[1],
+                   qk_scale=LOG2_E.value / math.sqrt(d))
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
+                      PRECISION=_precision(q.dtype))
+    return (triton.cdiv(n_q, t.block_q) * splits * batch,), scalars, constexprs
+
+
+def _combine_args(out, lse, splits: int):
+    batch, n_q, d = out.shape
+    block = max(16, 4096 // d)
+    scalars = dict(stride_ob=out.stride(0), stride_on=out.stride(1), stride_lb=lse.stride(0), n_batch=batch,
+                   n_queries=n_q)
+    return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block, SPLITS=splits)
+
+
+def _part_numel(q, splits: int) -> int:
+    batch, n_q, d = q.shape
+    return splits * batch * n_q * (d + 2)
+
+
 def _delta_args(out, grad_out, delta):
     batch, n_q, d = out.shape
     block = max(16, 8192 // d)
@@ -499,13 +618,21 @@ def _dq_args(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles):
 
 
 def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
-                         tiles: Tiles | None = None):
-    """Launch the forward kernel; returns (O in q's dtype, L fp32 of shape (batch, Nq))."""
+                         tiles: Tiles | None = None, splits: int = 1):
+    """Launch the forward kernel, or with ``splits`` > 1 the split-key forward and its combine;
+    returns (O in q's dtype, L fp32 of shape (batch, Nq))."""
     batch, n_q, d = q.shape
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     t = (tiles or choose_tiles(d, q.dtype)).forward
     out = torch.empty(batch, n_q, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, n_q, dtype=torch.float32, device=q.device)
+    if splits > 1:
+        part = torch.empty(_part_numel(q, splits), dtype=torch.float32, device=q.device)
+        grid, scalars, constexprs = _forward_part_args(q, k, v, is_causal, t, splits)
+        _forward_part_kernel[grid](Q=q, K=k, V=v, PART=part, **scalars, **constexprs, **_options(t))
+        grid, scalars, constexprs = _combine_args(out, lse, splits)
+        _forward_combine_kernel[grid](PART=part, O=out, L=lse, **scalars, **constexprs)
+        return out, lse
     grid, scalars, constexprs = _forward_args(q, k, v, out, lse, is_causal, t)
     _flash_forward_kernel[grid](Q=q, K=k, V=v, O=out, L=lse, **scalars, **constexprs, **_options(t))
     return out, lse
@@ -625,23 +752,56 @@ def fit_to_grid(tiles: Tiles, batch: int, n_q: int, n_k: int, sms: int) -> Tiles
                  fit(tiles.dq, n_q, "block_q", "block_k"))
 
 
+class _SplitForward:
+    """The split-key forward as one launch for a plan: the partials' buffer, the part kernel, the
+    combine kernel (called like the one-program forward's ``_Launch``)."""
+
+    def __init__(self, q, k, v, out, lse, is_causal: bool, t: KernelTiles, splits: int):
+        self.new_part = dict(size=(_part_numel(q, splits),), dtype=torch.float32, device=q.device)
+        part = torch.empty(**self.new_part)
+        self.part = _Launch(_forward_part_kernel, *_forward_part_args(q, k, v, is_causal, t, splits), _options(t))
+        self.combine = _Launch(_forward_combine_kernel, *_combine_args(out, lse, splits), {})
+        del part
+
+    def __call__(self, Q, K, V, O, L) -> None:  # noqa: N803 - the kernels' names for them
+        part = torch.empty(**self.new_part)
+        self.part(Q=Q, K=K, V=V, PART=part)
+        self.combine(PART=part, O=O, L=L)
+
+
 class _Plan:
     """Everything about one call of FlashAttentionTriton that depends only on the inputs' shapes,
     strides, dtype, device and causality: the tiles fitted to the grid, the output buffers' sizes
     and the kernels' launches (the backward's are made on its first call, per layout of dO)."""
 
-    def __init__(self, q, k, v, is_causal: bool):
+    def __init__(self, q, k, v, is_causal: bool, splits: int | None = None):
         batch, n_q, d = q.shape
         tiles = choose_tiles(d, q.dtype)
         if not interpreting():
-            tiles = fit_to_grid(tiles, batch, n_q, k.shape[1], _sm_count(q.device))
-        self.tiles, self.is_causal = tiles, is_causal
+            sms = _sm_count(q.device)
+            tiles = fit_to_grid(tiles, batch, n_q, k.shape[1], sms)
+            if splits is None:
+                splits = forward_splits(tiles.forward, batch, n_q, k.shape[1], sms)
+        self.tiles, self.is_causal, self.splits, self.n_k = tiles, is_causal, splits or 1, k.shape[1]
         self.new_out = dict(size=q.shape, dtype=q.dtype, device=q.device)
         self.new_lse = dict(size=(batch, n_q), dtype=torch.float32, device=q.device)
         out, lse = torch.empty(**self.new_out), torch.empty(**self.new_lse)
-        self.forward = _Launch(_flash_forward_kernel, *_forward_args(q, k, v, out, lse, is_causal, tiles.forward),
-                               _options(tiles.forward))
+        if self.splits > 1:
+            self.forward = _SplitForward(q, k, v, out, lse, is_causal, tiles.forward, self.splits)
+        else:
+            self.forward = _Launch(_flash_forward_kernel, *_forward_args(q, k, v, out, lse, is_causal, tiles.forward),
+                                   _options(tiles.forward))
         self.backwards: dict = {}
+
+    def programs(self) -> dict[str, int]:
+        """Each kernel's program count (the grid) for this layout."""
+        batch, n_q, _ = self.new_out["size"]
+        t = self.tiles
+        out = {"forward": triton.cdiv(n_q, t.forward.block_q) * batch * self.splits,
+               "dkdv": triton.cdiv(self.n_k, t.dkdv.block_k) * batch}
+        if t.dq is not None:
+            out["dq"] = triton.cdiv(n_q, t.dq.block_q) * batch
+        return out
 
     def backward(self, q, k, v, out, grad_out, lse):
         """dQ, dK, dV through the launches for this layout of dO (made on first use)."""
@@ -691,6 +851,18 @@ def _plan(q, k, v, is_causal: bool) -> _Plan | None:
             _PLANS.clear()
         plan = _PLANS[key] = _Plan(q, k, v, is_causal)
     return plan
+
+
+def describe_launch(q, k, v, is_causal: bool) -> dict:
+    """What ``FlashAttentionTriton`` launches for these inputs (for benchmark records): each
+    kernel's tiles and program count, the SM count, the key splits of the forward and how fp32
+    products are computed."""
+    plan = _plan(q, k, v, is_causal)
+    if plan is None:
+        return {}
+    sms = _sm_count(q.device) if q.device.type == "cuda" else None
+    return {"tiles": plan.tiles.to_json(), "splits": plan.splits, "programs": plan.programs(), "sms": sms,
+            "products": _precision(q.dtype)}
 
 
 class FlashAttentionTriton(torch.autograd.Function):

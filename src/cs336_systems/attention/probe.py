@@ -1,11 +1,15 @@
 """Where the leaderboard step's time goes, kernel by kernel (a probe for NOTES.md, not a record).
 
     python -m cs336_systems.attention.probe [--shape 16 16384 64] [--rep-ms 300] [--gluon]
+    python -m cs336_systems.attention.probe --splits [--rep-ms 100]
 
 Times each of our kernels alone on the leaderboard inputs (bf16, causal) with their chosen tiles,
 and PyTorch SDPA's cuDNN forward and backward beside them, with ``triton.testing.do_bench``
 (median). ``--gluon`` adds the Hopper Gluon backward where this GPU and Triton have it, after
-checking it against ours. Prints one JSON object; NOTES.md quotes it.
+checking it against ours. ``--splits`` instead times the batch-1 bf16 forward at B5's lengths
+with each number of key splits forced (the plan's launches alone), the automatic choice through
+``FlashAttentionTriton``, and SDPA's flash forward, all in one process. Prints one JSON object;
+NOTES.md quotes it.
 """
 from __future__ import annotations
 
@@ -21,7 +25,11 @@ def main(argv=None) -> int:
     p.add_argument("--shape", nargs=3, type=int, default=[16, 16384, 64])
     p.add_argument("--rep-ms", type=float, default=300.0)
     p.add_argument("--gluon", action="store_true")
+    p.add_argument("--splits", action="store_true", help="the split-key forward sweep at batch 1")
     args = p.parse_args(argv)
+    if args.splits:
+        print(json.dumps(split_sweep(args.rep_ms)), flush=True)
+        return 0
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
@@ -56,6 +64,41 @@ def main(argv=None) -> int:
         result["gluon"] = fg.probe(q, k, v, out, grad, lse, delta, (dq, dk, dv), bench)
     print(json.dumps(result), flush=True)
     return 0
+
+
+def split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 4096, 8192, 16384),
+                splits=(1, 2, 4, 8, 16)) -> dict:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    from cs336_systems.attention import flash_triton as ft
+
+    bench = lambda fn: round(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median") * 1e3, 1)  # noqa: E731
+    rows = []
+    for d in ds:
+        for n in seqs:
+            q, k, v = (torch.randn(1, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            row = {"d": d, "n": n, "us": {}}
+            want = torch.nn.functional.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None],
+                                                                    is_causal=True)[:, 0]
+            for s in splits:
+                plan = ft._Plan(q, k, v, True, splits=s)
+                out, lse = torch.empty(**plan.new_out), torch.empty(**plan.new_lse)
+                run = lambda: plan.forward(Q=q, K=k, V=v, O=out, L=lse)  # noqa: E731,B023
+                run()
+                err = float((out.float() - want.float()).abs().max())
+                row["us"][f"split{s}"] = bench(run) if err < 5e-2 else f"wrong ({err:.3g})"
+            ft._PLANS.clear()
+            with torch.no_grad():
+                row["us"]["ours_auto"] = bench(lambda: ft.FlashAttentionTriton.apply(q, k, v, True))  # noqa: B023
+                row["auto_splits"] = ft._plan(q, k, v, True).splits
+                row["tiles"] = ft._plan(q, k, v, True).tiles.forward.__dict__
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    row["us"]["sdpa_flash"] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(  # noqa: B023
+                        q[:, None], k[:, None], v[:, None], is_causal=True))
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    return {"gpu": torch.cuda.get_device_name(), "rows": rows}
 
 
 if __name__ == "__main__":

@@ -17,12 +17,30 @@ import pandas as pd
 from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
 
 PASSES = ("forward", "backward", "forward-backward")
+# Issue #23's small-shape goal: ours no slower than SDPA's flash back end at every bf16 point from here on.
+FLASH_GOAL_MIN_SEQ = 1024
 
 
 def grid_frame(records: list[dict]) -> pd.DataFrame:
-    rows = [{**{k: r["params"][k] for k in ("impl", "dtype", "d", "seq", "pass")}, "status": r["status"],
-             "ms": r["metrics"].get("ms", math.nan), "tflops": r["metrics"].get("tflops", math.nan)} for r in records]
+    """One row per record, with what the loss analysis needs where the record has it: the GPU, our
+    kernels' smallest grid for the pass and the SM count (records from before they carried it: NaN),
+    and how fp32 products were computed (ours: the kernels' choice; plain: PyTorch's float32 matmul
+    precision)."""
+    rows = []
+    for r in records:
+        launch = r["metrics"].get("launch") or {}
+        programs = [n for k in PASS_KERNELS[r["params"]["pass"]] if (n := launch.get("programs", {}).get(k))]
+        rows.append({**{k: r["params"][k] for k in ("impl", "dtype", "d", "seq", "pass")}, "status": r["status"],
+                     "ms": r["metrics"].get("ms", math.nan), "tflops": r["metrics"].get("tflops", math.nan),
+                     "gpu": (r.get("provenance") or {}).get("gpu"),
+                     "programs": min(programs) if programs else math.nan,
+                     "sms": launch.get("sms", math.nan),
+                     "fp32_products": launch.get("products") or r["metrics"].get("float32_matmul_precision")})
     return pd.DataFrame(rows)
+
+
+# The kernels each pass of ours runs (for its smallest grid; the D kernel is a few microseconds).
+PASS_KERNELS = {"forward": ("forward",), "backward": ("dkdv", "dq"), "forward-backward": ("forward", "dkdv", "dq")}
 
 
 def wide_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -92,6 +110,129 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
+# Dense peaks per card, FLOP/s. NVIDIA H100 Tensor Core GPU datasheet (SXM5) and H200 datasheet
+# (SXM), the same compute: FP32 67 TFLOP/s on the CUDA cores; TF32 tensor cores 989 and BF16 1,979
+# TFLOP/s counting 2:4 sparsity, so about 495 and 989 dense. Keyed by a substring of the GPU name
+# in a record's provenance.
+PEAKS = {"H100": {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12},
+         "H200": {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12}}
+
+
+def peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> tuple[str | None, float]:
+    """(name, FLOP/s) of the peak that bounds one implementation's useful rate on this card, or
+    (None, nan) for an unknown card. bf16: the dense tensor-core peak. fp32: plain attention's
+    matmuls follow PyTorch's float32 matmul precision ("highest", the default the bench leaves
+    alone: CUDA-core sgemm; "high"/"medium": TF32 tensor cores); ours' products are 3xTF32 (a
+    third of the TF32 peak, three products per useful one) or FMA on the CUDA cores ("ieee"), and
+    where a record does not say, the CUDA-core peak, the lowest of the two: a rate far below it is
+    far below either."""
+    peaks = next((v for k, v in PEAKS.items() if gpu and k in gpu), None)
+    if peaks is None:
+        return None, math.nan
+    if dtype != "fp32":
+        return "the dense bf16 tensor-core peak", peaks["bf16"]
+    if fp32_products in ("high", "medium"):
+        return "the TF32 tensor-core peak", peaks["tf32"]
+    if fp32_products == "tf32x3":
+        return "a third of the TF32 tensor-core peak (3xTF32)", peaks["tf32"] / 3
+    if fp32_products in ("highest", "ieee") or impl != "ours":
+        return "the fp32 CUDA-core peak", peaks["fp32"]
+    return "the fp32 CUDA-core peak, the lowest its products could run at", peaks["fp32"]
+
+
+# A point's time counts as flat (set by a fixed per-call cost, not by the work) when the time moves
+# by less than FLAT_FACTOR between it and the lengths FLAT_SPAN times shorter and longer, where the
+# series has them (at least one): FLAT_SPAN² times the work for less than FLAT_FACTOR times the time.
+FLAT_FACTOR, FLAT_SPAN = 2.0, 4
+# Below this share of the peak a grid with too few programs does not explain the rate by itself.
+GRID_EXPLAINS = 0.5
+
+
+def flat_points(ok: pd.DataFrame) -> set[tuple]:
+    """(impl, dtype, d, pass, seq) of every flat point (see FLAT_FACTOR)."""
+    out = set()
+    for key, part in ok.groupby(["impl", "dtype", "d", "pass"]):
+        ms = dict(zip(part["seq"], part["ms"]))
+        for seq, t in ms.items():
+            pairs = [(ms[shorter], t) for shorter in (seq // FLAT_SPAN,) if shorter in ms and shorter * FLAT_SPAN == seq]
+            pairs += [(t, ms[seq * FLAT_SPAN])] if seq * FLAT_SPAN in ms else []
+            if pairs and all(longer < FLAT_FACTOR * shorter for shorter, longer in pairs):
+                out.add((*key, int(seq)))
+    return out
+
+
+def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
+    """Where ours is slower than ``other``: every such point grouped by (dtype, d, pass, flat),
+    each group with its lengths and times and, for groups that are not flat, the diagnostics of its
+    worst point (ours' and other's useful rate against the peak that bounds each, and our smallest
+    grid against the SM count where the records carry it)."""
+    ok = df[df["status"] == "ok"]
+    flat = flat_points(ok)
+    keys = ["dtype", "d", "seq", "pass"]
+    both = ok[ok["impl"] == "ours"].merge(ok[ok["impl"] == other], on=keys, suffixes=("", "_other"))
+    both = both[both["seq"] >= min_seq]
+    if dtypes is not None:
+        both = both[both["dtype"].isin(dtypes)]
+    lost = both[both["ms"] > both["ms_other"]].sort_values(["dtype", "d", "pass", "seq"])
+    groups = []
+    for _, row in lost.iterrows():
+        is_flat = ("ours", row["dtype"], row["d"], row["pass"], int(row["seq"])) in flat
+        point = _diagnose(row, other) | {"flat": bool(is_flat)}
+        last = groups[-1] if groups else None
+        if last and (last["dtype"], last["d"], last["pass"], last["flat"]) == \
+                (row["dtype"], int(row["d"]), row["pass"], is_flat):
+            last["points"].append(point)
+        else:
+            groups.append({"dtype": row["dtype"], "d": int(row["d"]), "pass": row["pass"], "flat": bool(is_flat),
+                           "points": [point]})
+    for g in groups:
+        g["seqs"] = [p["seq"] for p in g["points"]]
+        g["ours_ms"] = [min(p["ours_ms"] for p in g["points"]), max(p["ours_ms"] for p in g["points"])]
+        g["other_ms"] = [min(p["other_ms"] for p in g["points"]), max(p["other_ms"] for p in g["points"])]
+        g["worst"] = max(g["points"], key=lambda p: p["ours_ms"] / p["other_ms"])
+        del g["points"]
+    return {"points": int(len(both)), "lost": int(len(lost)), "groups": groups,
+            "unexplained": sum(1 for g in groups if not g["flat"] and not g["worst"].get("grid_explains"))}
+
+
+def _diagnose(row: pd.Series, other: str) -> dict:
+    name, flops = peak(row["gpu"], "ours", row["dtype"], row["fp32_products"])
+    other_name, other_flops = peak(row["gpu_other"], other, row["dtype"], row["fp32_products_other"])
+    point = {"seq": int(row["seq"]), "ours_ms": float(row["ms"]), "other_ms": float(row["ms_other"]),
+             "ours_tflops": float(row["tflops"]), "other_tflops": float(row["tflops_other"]),
+             "peak": name, "peak_tflops": flops / 1e12, "ours_of_peak": row["tflops"] * 1e12 / flops,
+             "other_peak": other_name, "other_of_peak": row["tflops_other"] * 1e12 / other_flops}
+    if not (math.isnan(row["programs"]) or math.isnan(row["sms"])):
+        busy = min(1.0, row["programs"] / row["sms"])
+        point.update(programs=int(row["programs"]), sms=int(row["sms"]), busy=busy,
+                     of_busy_peak=row["tflops"] * 1e12 / (busy * flops))
+        point["grid_explains"] = bool(busy < 1 and point["of_busy_peak"] >= GRID_EXPLAINS)
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in point.items()}
+
+
+def oom_groups(df: pd.DataFrame, impl: str) -> list[dict]:
+    """Where ``impl`` ran out of memory: per (dtype, pass), the first length and the head dims."""
+    oom = df[(df["impl"] == impl) & (df["status"] == "oom")]
+    return [{"dtype": dtype, "pass": which, "first_seq": int(part["seq"].min()), "ds": sorted(map(int, part["d"].unique()))}
+            for (dtype, which), part in oom.groupby(["dtype", "pass"])]
+
+
+def gap_trend(df: pd.DataFrame, dtype: str = "bf16") -> dict:
+    """Per (d, pass) series of ``dtype``: is plain's time ÷ ours larger at the longest length both
+    ran than at the shortest? Counts the series where it is."""
+    ok = df[df["status"] == "ok"]
+    ms = ok[ok["dtype"] == dtype].pivot_table(index=["d", "pass", "seq"], columns="impl", values="ms")
+    if "ours" not in ms or "plain" not in ms:
+        return {"series": 0, "widening": 0}
+    ratio = (ms["plain"] / ms["ours"]).dropna()
+    series = widening = 0
+    for _, part in ratio.groupby(level=["d", "pass"]):
+        if len(part) >= 2:
+            series += 1
+            widening += int(part.iloc[-1] > part.iloc[0])
+    return {"series": series, "widening": widening}
+
+
 def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
     """One row per (pass, impl), with each time over cuDNN's time for the same pass. Records from
     before the split was measured carry no pass: they are the forward + backward case."""
@@ -131,6 +272,12 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "statuses": df["status"].value_counts().to_dict(),
         "ratios": ratios,
         "plain_first_oom_seq": int(plain_oom["seq"].min()) if len(plain_oom) else None,
+        "plain_oom": oom_groups(df, "plain"),
+        "losses_vs_plain": losses(df, "plain"),
+        "flash_goal": losses(df, "sdpa-flash", dtypes=["bf16"], min_seq=FLASH_GOAL_MIN_SEQ),
+        "flash_goal_min_seq": FLASH_GOAL_MIN_SEQ,
+        "bf16_gap_trend": gap_trend(df),
+        "flat_factor": FLAT_FACTOR, "flat_span": FLAT_SPAN,
         "ours_first_oom_seq": int(ours_oom["seq"].min()) if len(ours_oom) else None,
         "max_seq": int(df["seq"].max()),
         "leaderboard": board_ms,

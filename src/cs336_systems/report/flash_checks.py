@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.attention.tuned_tiles import TUNED
 from cs336_systems.report.common import load_record_lists, run_provenance, write_summary, write_table
 
 QUANTITIES = ("o", "lse", "dq", "dk", "dv")
@@ -63,6 +64,20 @@ def backward_speedup(times: pd.DataFrame) -> dict:
             if (dtype, "triton") in ok.index and (dtype, "triton-pytorch-backward") in ok.index}
 
 
+def tuner_choices(tuned: dict = TUNED) -> list[dict]:
+    """The backward the tuner chose per (dtype, head dim), from what it measured and committed in
+    ``attention/tuned_tiles.py``: the best fused dK/dV/dQ launch against the best dK/dV plus the best
+    dQ, on its GPU and shape."""
+    out = []
+    for key, entry in sorted(tuned.items()):
+        m = entry["measured"]
+        separate = m["ms"]["dkdv"] + m["ms"]["dq"]
+        out.append({"key": key, "gpu": m["gpu"], "shape": m["shape"], "causal": m["causal"], "chosen": m["backward"],
+                    "fused_ms": m["ms"]["fused"], "dkdv_ms": m["ms"]["dkdv"], "dq_ms": m["ms"]["dq"],
+                    "separate_ms": separate, "fused_over_separate": m["ms"]["fused"] / separate})
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.flash_checks", description=__doc__.split("\n\n")[0])
     p.add_argument("deliverable", choices=["B3", "B4"])
@@ -86,7 +101,8 @@ def main(argv=None) -> int:
         write_summary(args.out_dir / "summary.json", {
             "provenance": run_provenance(records), "shape": time_records[0]["params"]["shape"] if time_records else None,
             "statuses": times["status"].value_counts().to_dict() if len(times) else {},
-            "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors)})
+            "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors),
+            "tuner": tuner_choices()})
     print(f"{args.deliverable} report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
     return 0
 
