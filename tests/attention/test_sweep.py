@@ -21,7 +21,7 @@ def test_sequence_lengths_extend_by_doubling():
 
 
 def test_extension_stops_at_the_first_out_of_memory(monkeypatch):
-    def fake(fn, batch, seq, d, iters, device):
+    def fake(fn, batch, seq, d, iters, device, where=None):
         if seq >= 256:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
         return {"forward_ms": 1.0, "backward_ms": 2.0, "memory_before_backward_bytes": None}

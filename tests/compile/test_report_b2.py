@@ -143,3 +143,51 @@ def test_bad_input_is_one_line(tmp_path, capsys, args, fragment):
         errors = [str(exc.value.code)]
         assert errors[0].startswith("damaged record ") and Path(names[args[1]] + ".damaged").exists()
     assert len(errors) == 1 and "\n" not in errors[0] and fragment in errors[0]
+
+
+def _peak_rows(tmp_path: Path, compiled_backward_peak: int, eager_oom_during: str | None) -> list[str]:
+    """B1 rows at two lengths with peaks; at the longer one eager ran out of memory during a pass."""
+    def row(seq, compiled, forward_ms, backward_peak, status="ok", during=None):
+        params = {"d": 16, "seq": seq, "batch": 2, "iters": 3, "compiled": compiled, "device": "cuda"}
+        if status != "ok":
+            return make_record("B1", params, status, {"failed_during": during}, reason="CUDA out of memory")
+        metrics = {"forward_ms": forward_ms, "backward_ms": 2 * forward_ms, "memory_before_backward_bytes": 4 * 2**20,
+                   "forward_peak_bytes": 6 * 2**20, "backward_peak_bytes": backward_peak,
+                   "accounting_bytes": {"saved": 1, "forward_peak": 1, "backward_peak": 1}}
+        return make_record("B1", params, "ok", metrics)
+    eager = [row(64, False, 0.05, 10 * 2**20), row(4096, False, 3.0, 10 * 2**20),
+             row(8192, False, 0, 0, "oom", eager_oom_during)]
+    compiled = [row(64, True, 0.08, compiled_backward_peak), row(4096, True, 2.0, compiled_backward_peak),
+                row(8192, True, 8.0, compiled_backward_peak)]
+    paths = []
+    for name, rows in (("eager.json", eager), ("compiled.json", compiled)):
+        (tmp_path / name).write_text(json.dumps(rows))
+        paths.append(str(tmp_path / name))
+    return paths
+
+
+@pytest.mark.parametrize("compiled_peak_mib, lower", [(7, True), (10, False)])
+def test_part_a_says_what_the_memory_data_show(tmp_path, compiled_peak_mib, lower):
+    """#20 item 7: B2(a) said compiled attention keeps 'the memory the same' beside a length that
+    fits only compiled. The memory held for backward and the backward peak are compared from the
+    rows, and the pass in which eager ran out is named only when the record says it."""
+    out = tmp_path / "B2"
+    assert b2.main(["--rows", *_peak_rows(tmp_path, compiled_peak_mib * 2**20, "backward"),
+                    "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    mem = summary["memory"]
+    assert mem["held_for_backward"]["same"] and mem["backward_peak"]["lower"] is lower
+    assert mem["backward_peak"]["max"] == pytest.approx(compiled_peak_mib / 10)
+    assert summary["fits_only_compiled"] == [{"d": 16, "seq": 8192, "eager_failed_during": "backward",
+                                              "compiled_backward_peak_MiB": compiled_peak_mib}]
+    assert summary["forward_losses"]["seqs"] == [64] and summary["forward_losses"]["all_shorter_than_wins"]
+    assert summary["forward_losses"]["extra_us"] == [pytest.approx(30.0)]
+    text = _render(out)
+    assert "eager ran out during backward" in text
+    assert ("backward peak: 0.700–0.700, lower at every point" in text) is lower
+
+
+def test_records_without_peaks_say_so(tmp_path):
+    out = tmp_path / "B2"
+    assert b2.main(["--rows", *_b1_rows(tmp_path), "--out-dir", str(out)]) == 0
+    assert "hold no forward or backward peaks" in _render(out)

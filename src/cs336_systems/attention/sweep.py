@@ -4,7 +4,8 @@
 
 Batch 8, one head (q, k, v of shape (batch, seq, d)), no mask. For each sequence length: warm up,
 time ``--iters`` forward passes, read the memory in use just before backward (what the forward
-saved for it), then time ``--iters`` backward passes, synchronising around each timed loop. With
+saved for it) and the peaks of one forward and one backward (CUDA only), then time ``--iters``
+backward passes, synchronising around each timed loop. With
 ``--extend-to`` the sequence keeps doubling past the listed lengths until it runs out of memory
 (or reaches that length), so the first out-of-memory point is always measured. One process per
 row (one d, eager or compiled); every point is its own record in the row's JSON list, and an
@@ -39,25 +40,46 @@ def attention_memory(batch: int, seq: int, d: int, element_bytes: int = FP32) ->
             "backward_peak": saved + 2 * square * element_bytes}
 
 
-def measure_point(fn, batch: int, seq: int, d: int, iters: int, device: torch.device) -> dict:
+def measure_point(fn, batch: int, seq: int, d: int, iters: int, device: torch.device,
+                  where: dict | None = None) -> dict:
+    """One point's times and memory. ``where["phase"]`` follows the pass under way, so a failure
+    can say whether forward or backward ran out of memory (the error message does not)."""
+    where = {} if where is None else where
     q, k, v = (torch.randn(batch, seq, d, device=device, requires_grad=True) for _ in range(3))
     grad = torch.randn(batch, seq, d, device=device)
     # Warm-up (and compilation, if compiled) runs exactly what is timed below, gradient accumulation
     # into existing .grad tensors included: a first backward that allocates grads and loads kernels
     # once cost ~1.7 s at sequence 256 when the warm-up differed.
     for _ in range(2):
+        where["phase"] = "forward"
         warm = fn(q, k, v)
+        where["phase"] = "backward"
         for _ in range(2):
             warm.backward(grad, retain_graph=True)
     del warm
     q.grad = k.grad = v.grad = None                       # so the memory reading holds only what forward saves
+    where["phase"] = "forward"
     forward_ms = loop_ms(lambda: fn(q, k, v), iters, device)
 
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
     out = fn(q, k, v)
     synchronize(device)
-    before_backward = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+    before_backward = torch.cuda.memory_allocated(device) if cuda else None
+    forward_peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    # The backward's own peak: what it adds on top of the saved tensors (its N × N gradients) is
+    # where eager and compiled attention can differ even when the memory before backward agrees.
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    where["phase"] = "backward"
+    out.backward(grad, retain_graph=True)
+    synchronize(device)
+    backward_peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    q.grad = k.grad = v.grad = None
     backward_ms = loop_ms(lambda: out.backward(grad, retain_graph=True), iters, device)
-    return {"forward_ms": forward_ms, "backward_ms": backward_ms, "memory_before_backward_bytes": before_backward}
+    return {"forward_ms": forward_ms, "backward_ms": backward_ms, "memory_before_backward_bytes": before_backward,
+            "forward_peak_bytes": forward_peak, "backward_peak_bytes": backward_peak}
 
 
 def sequence_lengths(listed: list[int], extend_to: int | None):
@@ -84,8 +106,11 @@ def sweep(d: int, seqs: list[int], *, batch: int, iters: int, compiled: bool, de
                   "extended": seq not in seqs, **({"backend": backend} if compiled else {})}
         accounting = attention_memory(batch, seq, d)
         # An allocation failure is the result we look for; the prediction is set beside it.
-        status, metrics, message = attempt(lambda: measure_point(fn, batch, seq, d, iters, device))
+        where: dict = {}
+        status, metrics, message = attempt(lambda: measure_point(fn, batch, seq, d, iters, device, where))
         free_device_memory(device)
+        if status != "ok":
+            metrics["failed_during"] = where.get("phase")
         records.append(make_record("B1", params, status, metrics | {"accounting_bytes": accounting}, reason=message))
         if status == "ok":
             log(f"B1 d={d} seq={seq} compiled={compiled}: forward {metrics['forward_ms']:.3f} ms, "

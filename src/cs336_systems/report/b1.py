@@ -26,6 +26,10 @@ def frame(records: list[dict]) -> pd.DataFrame:
         rows.append({"d": p["d"], "seq": p["seq"], "compiled": p["compiled"], "status": r["status"],
                      "forward_ms": m.get("forward_ms", math.nan), "backward_ms": m.get("backward_ms", math.nan),
                      "measured_before_backward_MiB": (m.get("memory_before_backward_bytes") or math.nan) / MIB,
+                     # peaks of one forward and one backward; absent from records made before they were measured
+                     "forward_peak_MiB": (m.get("forward_peak_bytes") or math.nan) / MIB,
+                     "backward_peak_MiB": (m.get("backward_peak_bytes") or math.nan) / MIB,
+                     "failed_during": m.get("failed_during"),
                      "predicted_saved_MiB": acc.get("saved", math.nan) / MIB,
                      "predicted_backward_peak_MiB": acc.get("backward_peak", math.nan) / MIB})
     return pd.DataFrame(rows).sort_values(["compiled", "d", "seq"]).reset_index(drop=True)

@@ -39,8 +39,11 @@ def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
             row[f"compiled_{phase}"] = None if c is None else c[phase]
             both_ok = e is not None and c is not None and e["status"] == c["status"] == "ok"
             row[f"{phase[:-3]}_speedup"] = e[phase] / c[phase] if both_ok else None
-        row["eager_MiB"] = None if e is None else e["measured_before_backward_MiB"]
-        row["compiled_MiB"] = None if c is None else c["measured_before_backward_MiB"]
+        for name, part in (("eager", e), ("compiled", c)):
+            row[f"{name}_MiB"] = None if part is None else part["measured_before_backward_MiB"]
+            row[f"{name}_backward_peak_MiB"] = None if part is None else part["backward_peak_MiB"]
+            row[f"{name}_forward_peak_MiB"] = None if part is None else part["forward_peak_MiB"]
+            row[f"{name}_failed_during"] = None if part is None else part["failed_during"]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -52,22 +55,52 @@ def spread(values: pd.Series) -> dict | None:
     return {"median": float(values.median()), "min": float(values.min()), "max": float(values.max())}
 
 
+SAME = 0.01     # memory readings within 1 % of each other count as the same
+
+
+def memory_findings(table: pd.DataFrame) -> dict:
+    """What the prose may say about memory, from the rows where both ran: whether the memory held
+    for backward is the same, and how the forward and backward peaks compare (when the records
+    have peaks), each as the compiled ÷ eager range."""
+    both = table[(table["eager_status"] == "ok") & (table["compiled_status"] == "ok")]
+
+    def ratio(column: str) -> dict | None:
+        r = (both[f"compiled_{column}"].astype(float) / both[f"eager_{column}"].astype(float)).dropna()
+        if not len(r):
+            return None
+        return {"min": float(r.min()), "max": float(r.max()), "points": int(len(r)),
+                "same": bool(((r - 1).abs() <= SAME).all()), "lower": bool((r < 1 - SAME).all())}
+
+    return {"held_for_backward": ratio("MiB"), "forward_peak": ratio("forward_peak_MiB"),
+            "backward_peak": ratio("backward_peak_MiB")}
+
+
 def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
     longest_both = table.dropna(subset=["forward_speedup"]).sort_values(["seq", "d"]).tail(1)
     only_compiled = table[(table["eager_status"] == "oom") & (table["compiled_status"] == "ok")]
+    losses = table[table["forward_speedup"].astype(float) < 1]
+    wins = table[table["forward_speedup"].astype(float) >= 1]
     return {
+        "memory": memory_findings(table),
+        # where compiled loses (forward below 1x): its sequences, and the extra time per call there
+        "forward_losses": {"seqs": sorted(int(s) for s in losses["seq"].unique()),
+                           "extra_us": [float(1e3 * (r.compiled_forward_ms - r.eager_forward_ms)) for r in losses.itertuples()],
+                           "all_shorter_than_wins": bool(len(losses)) and bool(len(wins))
+                           and int(losses["seq"].max()) < int(wins["seq"].min())} if len(losses) else None,
         "provenance": run_provenance(records),
         "speedup": {phase[:-3]: spread(table[f"{phase[:-3]}_speedup"]) for phase in PHASES},
         "at_longest": None if longest_both.empty else {
             k: (float(v) if isinstance(v, float) else int(v)) for k, v in longest_both.iloc[0].items()
             if k in ("d", "seq", "forward_speedup", "backward_speedup", "eager_MiB", "compiled_MiB")},
-        "fits_only_compiled": [{"d": int(r.d), "seq": int(r.seq)} for r in only_compiled.itertuples()],
+        "fits_only_compiled": [{"d": int(r.d), "seq": int(r.seq), "eager_failed_during": r.eager_failed_during,
+                                "compiled_backward_peak_MiB": None if pd.isna(r.compiled_backward_peak_MiB)
+                                else float(r.compiled_backward_peak_MiB)} for r in only_compiled.itertuples()],
     }
 
 
 A_COLUMNS = ["d", "seq", "eager_status", "compiled_status", "eager_forward_ms", "compiled_forward_ms",
              "forward_speedup", "eager_backward_ms", "compiled_backward_ms", "backward_speedup", "eager_MiB",
-             "compiled_MiB"]
+             "compiled_MiB", "eager_backward_peak_MiB", "compiled_backward_peak_MiB"]
 
 
 def parse_args(argv=None):
@@ -93,7 +126,7 @@ def attention_part(rows: list[dict], out_dir: Path) -> dict:
         write_table(pd.DataFrame(columns=A_COLUMNS), out_dir)
         return {"attention_points": 0, "speedup": None, "at_longest": None, "fits_only_compiled": []}
     table = side_by_side(frame(rows))
-    write_table(table.round(3), out_dir)
+    write_table(table[A_COLUMNS].round(3), out_dir)
     return {"attention_points": len(table), **summarize(table, rows)}
 
 
