@@ -1,0 +1,46 @@
+"""C11's prose about memory around the optimizer step follows the numbers: equal before and after
+is explained, a difference is reported as unexplained, and PyTorch DDP's extra memory is called a
+second copy of the gradients only when it is their size."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cs336_systems.report.writeup import Renderer
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+
+
+def _row(variant, before, after, gradients=7.444):
+    return {"variant": variant, "after_init_GiB": 7.6, "before_step_GiB": before, "after_step_GiB": after,
+            "peak_GiB": before + 20, "parameters_GiB": 7.444, "gradients_GiB": gradients,
+            "optimizer_state_GiB": 14.888, "activations_peak_GiB": 20.0, "step_ms": 800.0}
+
+
+def _render(tmp_path, rows):
+    folder = tmp_path / "C11"
+    folder.mkdir()
+    provenance = {"gpus": ["G"], "hosts": ["h"], "first_utc": "2026-01-01", "last_utc": "2026-01-01",
+                  "commits": ["0" * 10], "dirty": False, "torch": ["x"], "records": 3, "statuses": {"ok": 3}}
+    summary = {"provenance": provenance, "memory": rows, "baseline": None,
+               "setup": {"size": "xl", "context": 512, "global_batch": 8, "world_size": 2, "backend": "nccl",
+                         "warmup": 2, "steps": 5}}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    (folder / "table.csv").write_text("variant\n" + "\n".join(r["variant"] for r in rows) + "\n")
+    return Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C11", folder / "summary.json")
+
+
+@pytest.mark.parametrize("after, explained", [(30.025, True), (31.0, False)])
+def test_equal_memory_around_the_step_is_explained_only_when_equal(tmp_path, after, explained):
+    text = _render(tmp_path, [_row("overlap", 30.025, after), _row("overlap-sharded", 22.579, 22.579)])
+    assert ("Why before and after the step are equal" in text) is explained
+    assert ("differs from before it for overlap" in text) is (not explained)
+
+
+@pytest.mark.parametrize("torch_before, second_copy", [(37.467, True), (33.0, False)])
+def test_torch_ddp_extra_memory_is_named_only_at_the_gradients_size(tmp_path, torch_before, second_copy):
+    text = _render(tmp_path, [_row("overlap", 30.025, 30.025), _row("torch-ddp", torch_before, torch_before)])
+    assert ("a second copy of them" in text) is second_copy
+    assert ("do not say what it is" in text) is (not second_copy)
