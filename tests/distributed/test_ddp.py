@@ -1,6 +1,8 @@
-"""DDP wrappers (C2, C4, C5, C7) on 2 Gloo ranks: training with each wrapper gives the weights of one
-process training on the concatenation of the ranks' batches (mean loss), and of PyTorch's
-DistributedDataParallel in the same ranks; tied, frozen and unused parameters; bucket grouping.
+"""DDP wrappers (C2, C4, C5, C7, and C8's bucketed variants past PyTorch's DDP) on 2 Gloo ranks:
+training with each wrapper gives the weights of one process training on the concatenation of the
+ranks' batches (mean loss), and of PyTorch's DistributedDataParallel in the same ranks; tied, frozen
+and unused parameters; bucket grouping, buckets that are the gradients' storage, the first bucket's
+size and the order gradients become ready; gradients communicated in bf16 within bf16's rounding.
 
 Each scenario runs once per module (spawning ranks costs seconds); the tests read its results.
 """
@@ -92,13 +94,36 @@ TOY_EXPECTED_BUCKETS = {
                   ["hidden.weight"], ["embed.weight"], ["unused"]],
 }
 
+# The first bucket of the ready-order variant: 40 bytes, room for one 32-byte parameter.
+TOY_FIRST_MB = 40 / 1024**2
+TOY_READY = dict(first_bucket_mb=TOY_FIRST_MB, ready_order=True)
+
 TOY_VARIANTS = {   # name -> (wrapper factory, branch schedule)
     "naive": (NaiveDDP, MIXED),
     "flat": (FlatDDP, MIXED),
     "individual": (DDPIndividualParameters, SAME),
     **{f"bucketed-{k}": (lambda m, mb=mb: DDPBucketed(m, bucket_size_mb=mb), MIXED)
        for k, mb in TOY_BUCKET_MB.items()},
+    # C8's variants past PyTorch's DDP (train_bench.bucketed_options has the same options).
+    **{f"bucketed-view-{k}": (lambda m, mb=mb: DDPBucketed(m, bucket_size_mb=mb, gradient_as_bucket_view=True), MIXED)
+       for k, mb in TOY_BUCKET_MB.items()},
+    "bucketed-ready-several": (lambda m: DDPBucketed(m, bucket_size_mb=TOY_BUCKET_MB["several"],
+                                                     gradient_as_bucket_view=True, **TOY_READY), MIXED),
 }
+# Gradients communicated in bf16: the same checks except equality, which holds only to bf16's
+# rounding (the gradient test below bounds it).
+TOY_BF16 = {
+    "bucketed-bf16-several": (lambda m: DDPBucketed(m, bucket_size_mb=TOY_BUCKET_MB["several"],
+                                                    communication_dtype=torch.bfloat16, **TOY_READY), MIXED),
+}
+TOY_ALL = TOY_VARIANTS | TOY_BF16
+# Whose gradients are views into their buckets: train_bench's order (zero the gradients, then
+# on_train_batch_start) keeps the views; the other order (the rest of this file's) makes each
+# gradient be copied into its bucket at every step. Half the views train in each order.
+ZERO_FIRST = ("bucketed-view-one", "bucketed-view-per-param", "bucketed-ready-several")
+# And one never calls on_train_batch_start (optional): a bucket may then still hold the last step's
+# mean where this rank has no gradient this step, which must count as zero.
+NO_START = ("bucketed-view-several",)
 
 
 class _TorchDDP(DistributedDataParallel):
@@ -116,7 +141,7 @@ def _wrap_toy(name, model):
         return _TorchDDP(model, find_unused_parameters=True)
     if name == "no-sync":
         return NaiveDDP(model)
-    return TOY_VARIANTS[name][0](model)
+    return TOY_ALL[name][0](model)
 
 
 def _schedule(name):
@@ -124,7 +149,7 @@ def _schedule(name):
         return SAME
     if name in ("torch-ddp", "no-sync"):
         return MIXED
-    return TOY_VARIANTS[name][1]
+    return TOY_ALL[name][1]
 
 
 def _train_toy_variants(rank, world_size, names):
@@ -133,14 +158,25 @@ def _train_toy_variants(rank, world_size, names):
     out = {}
     for name in names:
         model = toy_model(rank)
+        arrival = _arrival_order(model)       # registered before the wrapper's hooks: runs first
         wrapped = _wrap_toy(name, model)
         optimizer = torch.optim.AdamW(wrapped.parameters(), lr=TOY_LR)
-        record = {}
+        record = {"grads_in_buckets": []}
         for step, branch_on in enumerate(_schedule(name)):
-            wrapped.on_train_batch_start()
-            optimizer.zero_grad(set_to_none=True)
+            if name in ZERO_FIRST:
+                optimizer.zero_grad(set_to_none=True)
+                wrapped.on_train_batch_start()
+            elif name in NO_START:
+                optimizer.zero_grad(set_to_none=True)
+            else:
+                wrapped.on_train_batch_start()
+                optimizer.zero_grad(set_to_none=True)
             x, y = toy_batch(step, rank)
             toy_loss(wrapped, x, y, branch_on[rank]).backward()
+            record["grads_in_buckets"].append(_grads_in_buckets(wrapped))
+            record["copied_in"] = sum(getattr(b, "copied_in", 0) for b in getattr(wrapped, "_flat", []))
+            if step == 0:
+                record["first_arrival"] = list(arrival)
             if name != "no-sync":
                 wrapped.finish_gradient_synchronization()
             if step == UNUSED_STEP:
@@ -155,8 +191,30 @@ def _train_toy_variants(rank, world_size, names):
         record["unused_grad_none"] = model.unused.grad is None
         record["tied"] = model.head.weight is model.embed.weight
         record["buckets"] = getattr(wrapped, "buckets", None)
+        record["ready_order"] = getattr(wrapped, "ready_order_names", None)
+        record["rebuilt"] = getattr(wrapped, "rebuilt", None)
         out[name] = record
     return out
+
+
+def _arrival_order(model) -> list[str]:
+    """The names of the parameters in the order backward completes their gradients, appended to as
+    the model trains: an account of the order kept apart from the wrapper's."""
+    order, names = [], {p: n for n, p in model.named_parameters()}
+    for p in names:
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(lambda p: order.append(names[p]))
+    return order
+
+
+def _grads_in_buckets(wrapped) -> bool | None:
+    """After backward: whether every gradient that exists lies inside its bucket's storage (None for
+    wrappers without persistent buckets)."""
+    buckets = [b for b in getattr(wrapped, "_flat", []) if hasattr(b, "views")]
+    if not buckets:
+        return None
+    return all(p.grad is None or p.grad.data_ptr() == view.data_ptr()
+               for b in buckets for p, view in zip(b.params, b.views))
 
 
 def _train_toy_one_process(schedule):
@@ -177,7 +235,7 @@ def _train_toy_one_process(schedule):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-ALL_TOY_RUNS = (*TOY_VARIANTS, "torch-ddp", "torch-ddp-same", "no-sync")
+ALL_TOY_RUNS = (*TOY_ALL, "torch-ddp", "torch-ddp-same", "no-sync")
 
 
 @pytest.fixture(scope="module")
@@ -220,13 +278,13 @@ def test_toy_training_matches_pytorch_ddp_in_the_same_ranks(toy_runs, name):
         assert_states_close(toy_runs[rank][name]["state"], toy_runs[rank][anchor]["state"])
 
 
-@pytest.mark.parametrize("name", list(TOY_VARIANTS))
+@pytest.mark.parametrize("name", list(TOY_ALL))
 def test_replicas_end_identical(toy_runs, name):
     for key, value in as_tensors(toy_runs[0][name]["state"]).items():
         assert torch.equal(value, torch.as_tensor(toy_runs[1][name]["state"][key])), key
 
 
-@pytest.mark.parametrize("name", list(TOY_VARIANTS))
+@pytest.mark.parametrize("name", list(TOY_ALL))
 def test_frozen_parameters_and_buffers_are_rank_zeros_and_never_change(toy_runs, name):
     initial = toy_model(0).state_dict()
     assert not torch.equal(initial["frozen.weight"], toy_model(1).state_dict()["frozen.weight"])  # needs the broadcast
@@ -236,7 +294,7 @@ def test_frozen_parameters_and_buffers_are_rank_zeros_and_never_change(toy_runs,
             assert torch.equal(state[key], initial[key]), (rank, key)
 
 
-@pytest.mark.parametrize("name", list(TOY_VARIANTS))
+@pytest.mark.parametrize("name", list(TOY_ALL))
 def test_parameters_without_gradient_keep_none_and_stay_bit_identical(toy_runs, toy_reference, name):
     reference = toy_reference[_schedule(name)]
     for rank in range(WORLD):
@@ -246,7 +304,7 @@ def test_parameters_without_gradient_keep_none_and_stay_bit_identical(toy_runs, 
         assert run["branch_unchanged"], "AdamW must skip the unused branch at that step"
 
 
-@pytest.mark.parametrize("name", list(TOY_VARIANTS))
+@pytest.mark.parametrize("name", list(TOY_ALL))
 def test_tied_weights_stay_tied(toy_runs, name):
     for rank in range(WORLD):
         run = toy_runs[rank][name]
@@ -268,6 +326,115 @@ def test_without_synchronization_the_replicas_drift(toy_runs, toy_reference):
 def test_bucketed_wrapper_groups_parameters_in_reverse_order(toy_runs, size):
     for rank in range(WORLD):
         assert toy_runs[rank][f"bucketed-{size}"]["buckets"] == TOY_EXPECTED_BUCKETS[size]
+
+
+@pytest.mark.parametrize("name", [n for n in TOY_VARIANTS if "view" in n or "ready" in n])
+def test_view_buckets_hold_the_gradients_and_copy_only_when_the_gradients_were_dropped(toy_runs, name):
+    """After every backward each gradient is a view into its bucket. Zeroed before
+    on_train_batch_start (train_bench's order), backward accumulated straight into the buckets: no
+    gradient was copied in. Set to None after it, every step copies them in once."""
+    for rank in range(WORLD):
+        run = toy_runs[rank][name]
+        assert run["grads_in_buckets"] == [True] * len(_schedule(name))
+        if name in ZERO_FIRST:
+            assert run["copied_in"] == 0
+        else:
+            assert run["copied_in"] > 0
+
+
+def test_ready_order_buckets_follow_rank_zeros_first_step_with_a_small_first_bucket(toy_runs):
+    """The order comes from the first step's gradients on rank 0 (recorded here by hooks of our own),
+    the parameter that produced none last; it differs from reverse registration (norm.weight is ready
+    before norm.bias), so the buckets were rebuilt in it, every rank the same; the first bucket holds
+    at most 40 bytes."""
+    names = [n for n, p in toy_model(0).named_parameters() if p.requires_grad]
+    expected = toy_runs[0]["bucketed-ready-several"]["first_arrival"] + ["unused"]
+    assert expected != names[::-1]
+    sizes = dict((n, p.numel() * 4) for n, p in toy_model(0).named_parameters())
+    for rank in range(WORLD):
+        run = toy_runs[rank]["bucketed-ready-several"]
+        assert run["rebuilt"] and run["ready_order"] == expected
+        assert [n for bucket in run["buckets"] for n in bucket] == expected
+        first = run["buckets"][0]
+        assert len(first) == 1 or sum(sizes[n] for n in first) <= 40
+        assert all(sum(sizes[n] for n in b) <= 300 or len(b) == 1 for b in run["buckets"][1:])
+
+
+# bf16 communication: how far the synchronized gradient may be from the exact mean of the ranks'
+# fp32 gradients g_0, g_1, element by element. bf16 keeps 8 significant bits (7 stored), so rounding
+# to nearest has unit roundoff u = 2^-8: each rank's cast gives g_r(1 + d_r), |d_r| <= u. The sum of
+# the two bf16 values is rounded once to bf16, (1 + d_s), |d_s| <= u, or, where Gloo adds in fp32
+# first, twice: u + 2^-24 at most. Casting the sum back to fp32 and halving it is exact. So
+#   |m - (g_0 + g_1)/2| <= (u·(|g_0| + |g_1|) + (u + 2^-24)(1 + u)(|g_0| + |g_1|)) / 2
+#                       <= (2u + u^2 + 2^-23) · (|g_0| + |g_1|) / 2,
+# relative to |g_0| + |g_1|, not to |g_0 + g_1|: where the ranks' gradients cancel, the rounding of
+# each survives. PyTorch's DDP sums in fp32 (one more 2^-24 rounding), inside the 2^-23 already there.
+BF16_U = 2.0**-8
+BF16_BOUND = 2 * BF16_U + BF16_U**2 + 2.0**-23
+BF16_STEPS = MIXED
+
+
+def _bf16_gradients(rank, world_size):
+    """Per step of MIXED: this rank's own fp32 gradients (a plain copy of the weights, this rank's
+    batch), PyTorch DDP's synchronized ones (another copy), and the bf16-communicating wrapper's."""
+    import copy
+
+    model = toy_model(rank)
+    wrapped = TOY_BF16["bucketed-bf16-several"][0](model)
+    plain, anchor = copy.deepcopy(model), copy.deepcopy(model)
+    anchor_ddp = _TorchDDP(anchor, find_unused_parameters=True)
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=TOY_LR)
+    steps = []
+    for step, branch_on in enumerate(BF16_STEPS):
+        x, y = toy_batch(step, rank)
+        grads = {}
+        for label, net, runner in (("own", plain, plain), ("torch-ddp", anchor, anchor_ddp)):
+            net.load_state_dict(model.state_dict())
+            net.zero_grad(set_to_none=True)
+            toy_loss(runner, x, y, branch_on[rank]).backward()
+            grads[label] = {n: p.grad.numpy().copy() for n, p in net.named_parameters() if p.grad is not None}
+        optimizer.zero_grad(set_to_none=True)
+        wrapped.on_train_batch_start()
+        toy_loss(wrapped, x, y, branch_on[rank]).backward()
+        wrapped.finish_gradient_synchronization()
+        grads["bf16"] = {n: p.grad.numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
+        optimizer.step()
+        steps.append(grads)
+    return steps
+
+
+@pytest.fixture(scope="module")
+def bf16_runs():
+    return run_on_ranks(_bf16_gradients, WORLD)
+
+
+def test_bf16_communication_is_within_bf16_rounding_of_one_process_and_pytorch_ddp(bf16_runs):
+    """Against the exact mean of the ranks' fp32 gradients (what one process on the whole batch
+    computes, up to fp32 rounding) and PyTorch DDP's: within BF16_BOUND, at every step, parameters
+    used on one rank only included; no rank has a gradient where none had one."""
+    worst = 0.0
+    for step, _ in enumerate(BF16_STEPS):
+        own = [bf16_runs[r][step]["own"] for r in range(WORLD)]
+        for rank in range(WORLD):
+            synced = bf16_runs[rank][step]["bf16"]
+            assert synced.keys() == set(own[0]) | set(own[1]), step
+            for name, value in synced.items():
+                g = [torch.as_tensor(o.get(name, 0 * value)).double() for o in own]
+                scale = (g[0].abs() + g[1].abs()) / 2
+                got = torch.as_tensor(value).double()
+                for reference in ((g[0] + g[1]) / 2, torch.as_tensor(bf16_runs[rank][step]["torch-ddp"][name]).double()):
+                    excess = (got - reference).abs() - BF16_BOUND * scale
+                    assert excess.max() <= 0, (step, rank, name, float(excess.max()))
+                ratio = ((got - (g[0] + g[1]) / 2).abs() / scale.clamp_min(1e-30)).max()
+                worst = max(worst, float(ratio))
+    # The gradients did travel in bf16: fp32 communication would leave errors near 2^-24.
+    assert 2.0**-12 < worst <= BF16_BOUND
+
+
+def test_bf16_communication_synchronizes_the_replicas_exactly(bf16_runs):
+    for step, _ in enumerate(BF16_STEPS):
+        for name, value in bf16_runs[0][step]["bf16"].items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(bf16_runs[1][step]["bf16"][name])), (step, name)
 
 
 # --- bucket planning (no processes needed) ------------------------------------------------------
@@ -300,7 +467,8 @@ def test_plan_buckets_refuses_a_size_that_is_not_positive():
 
 LM_CONTEXT, LM_BATCH, LM_STEPS, LM_LR = 16, 2, 3, 1e-3
 LM_BUCKET_MB = 0.05
-LM_VARIANTS = ("naive", "flat", "individual", "bucketed", "torch-ddp")
+LM_FIRST_MB = 0.01
+LM_VARIANTS = ("naive", "flat", "individual", "bucketed", "bucketed-view", "bucketed-ready", "torch-ddp")
 
 
 def lm_model(rank):
@@ -321,6 +489,9 @@ def lm_batch(step, rank):
 def _wrap_lm(name, model):
     return {"naive": NaiveDDP, "flat": FlatDDP, "individual": DDPIndividualParameters,
             "bucketed": lambda m: DDPBucketed(m, bucket_size_mb=LM_BUCKET_MB),
+            "bucketed-view": lambda m: DDPBucketed(m, bucket_size_mb=LM_BUCKET_MB, gradient_as_bucket_view=True),
+            "bucketed-ready": lambda m: DDPBucketed(m, bucket_size_mb=LM_BUCKET_MB, gradient_as_bucket_view=True,
+                                                    first_bucket_mb=LM_FIRST_MB, ready_order=True),
             "torch-ddp": _TorchDDP}[name](model)
 
 
@@ -344,7 +515,7 @@ def _train_lm_variants(rank, world_size, names):
             optimizer.step()
         out[name] = {"state": portable(model.state_dict()),
                      "in_flight_after_backward": in_flight_after_backward,
-                     "buckets": getattr(wrapped, "buckets", None)}
+                     "buckets": getattr(wrapped, "buckets", None), "rebuilt": getattr(wrapped, "rebuilt", None)}
     return out
 
 
@@ -390,6 +561,11 @@ def test_tiny_lm_communication_overlaps_backward(lm_runs):
         assert lm_runs[rank]["bucketed"]["in_flight_after_backward"] == [len(buckets)] * LM_STEPS
         names = [n for n, _ in lm_model(0).named_parameters()]
         assert [n for bucket in buckets for n in bucket] == names[::-1]
+        # Rebuilt after the first step (a block's ln2 is ready after its feed-forward weights, not
+        # before), and still launched from backward: every bucket in flight when it returns.
+        ready = lm_runs[rank]["bucketed-ready"]
+        assert ready["rebuilt"] and [n for b in ready["buckets"] for n in b] != names[::-1]
+        assert ready["in_flight_after_backward"] == [len(ready["buckets"])] * LM_STEPS
 
 
 def test_public_names_are_these_classes():

@@ -16,7 +16,9 @@ All four share one interface, so the benchmark and the tests can swap them::
   moment that parameter's gradient is accumulated, so communication overlaps the rest of backward.
 - ``DDPBucketed``: parameters grouped (in reverse registration order, roughly the order backward
   produces their gradients) into buckets of at most ``bucket_size_mb``; a bucket is flattened and
-  all-reduced asynchronously once all its gradients are ready.
+  all-reduced asynchronously once all its gradients are ready. Its options (C8's variants past
+  PyTorch's DDP) make the buckets the gradients' own storage, communicate in bf16, shrink the first
+  bucket, and rebuild the buckets in the order gradients became ready in the first step.
 
 Rules common to all four:
 
@@ -63,20 +65,25 @@ def trainable_named_parameters(module: nn.Module) -> list[tuple[str, nn.Paramete
     return [(name, p) for name, p in module.named_parameters() if p.requires_grad]
 
 
-def plan_buckets(named_parameters: Iterable[tuple[str, nn.Parameter]],
-                 bucket_size_mb: float) -> list[list[tuple[str, nn.Parameter]]]:
-    """Group parameters in REVERSE of the given order into buckets of at most ``bucket_size_mb``
-    (MB = 1024² bytes). A parameter larger than the limit gets a bucket of its own; a change of dtype
-    or device also starts a new bucket, because a bucket is flattened into one tensor."""
-    if not bucket_size_mb > 0:
-        raise ValueError(f"bucket_size_mb must be positive, got {bucket_size_mb}")
+def plan_buckets(named_parameters: Iterable[tuple[str, nn.Parameter]], bucket_size_mb: float,
+                 first_bucket_mb: float | None = None,
+                 reverse: bool = True) -> list[list[tuple[str, nn.Parameter]]]:
+    """Group parameters in REVERSE of the given order (``reverse=False``: in the given order) into
+    buckets of at most ``bucket_size_mb`` (MB = 1024² bytes of the parameters), the first bucket at
+    most ``first_bucket_mb`` where given. A parameter larger than the limit gets a bucket of its own;
+    a change of dtype or device also starts a new bucket, because a bucket is flattened into one tensor."""
+    for what, value in (("bucket_size_mb", bucket_size_mb), ("first_bucket_mb", first_bucket_mb)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{what} must be positive, got {value}")
     limit = bucket_size_mb * BYTES_PER_MB
+    first_limit = limit if first_bucket_mb is None else first_bucket_mb * BYTES_PER_MB
     buckets: list[list[tuple[str, nn.Parameter]]] = []
     current: list[tuple[str, nn.Parameter]] = []
     current_bytes = 0
-    for name, p in reversed(list(named_parameters)):
+    ordered = list(named_parameters)
+    for name, p in (reversed(ordered) if reverse else ordered):
         size = p.numel() * p.element_size()
-        fits = current_bytes + size <= limit
+        fits = current_bytes + size <= (limit if buckets else first_limit)
         same_kind = not current or (current[0][1].dtype, current[0][1].device) == (p.dtype, p.device)
         if current and not (fits and same_kind):
             buckets.append(current)
@@ -244,21 +251,140 @@ class DDPIndividualParameters(_DataParallel):
         self._in_flight.clear()
 
 
+class _BucketBuffer:
+    """A bucket that keeps one flat buffer for its whole life, ``[grad_0, grad_1, ..., presence flags]``
+    (the flags as in ``_FlatGradients``), in one of two ways:
+
+    - ``as_view``: each parameter's ``.grad`` *is* its slice of the buffer, so backward accumulates
+      straight into the bucket and nothing is copied in or out (PyTorch's ``gradient_as_bucket_view``);
+      the mean is computed in place. A ``.grad`` that is not the view (the optimizer set it to None
+      and autograd made a new one) is copied in once and replaced by the view.
+    - ``dtype`` other than the gradients' (bf16): gradients are cast into the buffer at launch, the
+      sum runs in that dtype, and the mean is written back into the fp32 gradients (cast up, then
+      divided in fp32, so the division adds no rounding of its own).
+
+    A parameter that no rank had a gradient for ends the step with ``grad = None``, as in one process."""
+
+    def __init__(self, params: list[nn.Parameter], dtype: torch.dtype | None = None, as_view: bool = False):
+        reference = params[0]
+        self.params, self.as_view = params, as_view
+        self.dtype = dtype or reference.dtype
+        if as_view and self.dtype != reference.dtype:
+            raise ValueError("a bucket that is the gradients' storage communicates in their own dtype")
+        total = sum(p.numel() for p in params)
+        self.buffer = torch.zeros(total + len(params), dtype=self.dtype, device=reference.device)
+        self.views, offset = [], 0
+        for p in params:
+            self.views.append(self.buffer[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self._flags = self.buffer[total:]
+        self._work = None
+        self._all_present_here = True
+        self.copied_in = 0          # gradients that were not views and had to be copied in (as_view)
+
+    @property
+    def in_flight(self) -> bool:
+        return self._work is not None
+
+    def attach(self, keep: bool = False) -> None:
+        """Make every ``.grad`` its view (``as_view`` only): zeroed for a new step's backward to
+        accumulate into, or (``keep``) holding the values the gradients have now."""
+        if not keep:
+            self.buffer.zero_()
+        for p, view in zip(self.params, self.views):
+            if keep and p.grad is not None:
+                view.copy_(p.grad)
+            p.grad = view if (p.grad is not None or not keep) else None
+
+    def adopt(self, index: int) -> None:
+        """Backward has produced parameter ``index``'s gradient: make sure it lives in the bucket."""
+        p, view = self.params[index], self.views[index]
+        if self.as_view and p.grad.data_ptr() != view.data_ptr():
+            view.copy_(p.grad)
+            p.grad = view
+            self.copied_in += 1
+
+    def launch(self, arrived: list[bool]) -> None:
+        """Start the asynchronous sum; ``arrived`` says which gradients this rank produced this step
+        (the others count as zeros: a view may still hold the last step's mean)."""
+        for p, view, here in zip(self.params, self.views, arrived):
+            if not here:
+                view.zero_()
+            elif not self.as_view:
+                view.copy_(p.grad)              # the cast into the communication dtype
+        self._all_present_here = all(arrived)
+        if self._all_present_here:
+            self._flags.fill_(1)
+        else:
+            self._flags.copy_(torch.tensor(arrived, dtype=self.dtype))
+        self._work = dist.all_reduce(self.buffer, async_op=True)
+
+    def finish(self, world_size: int) -> None:
+        self._work.wait()
+        self._work = None
+        n = len(self.params)
+        seen_anywhere = [True] * n if self._all_present_here else (self._flags > 0).tolist()
+        if self.as_view:
+            self.buffer.div_(world_size)
+        for p, view, seen in zip(self.params, self.views, seen_anywhere):
+            if not seen:
+                p.grad = None
+            elif self.as_view:
+                p.grad = view
+            else:
+                if p.grad is None:
+                    p.grad = torch.empty_like(p)
+                p.grad.copy_(view).div_(world_size)
+
+
 class DDPBucketed(_DataParallel):
     """C7: gradients all-reduced in buckets of at most ``bucket_size_mb`` (see ``plan_buckets``), each
     launched asynchronously from a hook once all its gradients are ready and every earlier bucket has
     been launched. ``buckets`` lists the parameter names of each bucket, in bucket order. One backward
-    per step, as for ``DDPIndividualParameters``."""
+    per step, as for ``DDPIndividualParameters``.
 
-    def __init__(self, module: nn.Module, bucket_size_mb: float):
+    Options past that (C8's variants that go beyond PyTorch's DDP; all off by default):
+
+    - ``gradient_as_bucket_view``: each ``.grad`` is a view into its bucket (see ``_BucketBuffer``),
+      so nothing is copied into or out of the buckets. Then ``on_train_batch_start`` zeroes the
+      buckets and points the gradients at them; zero the gradients *before* calling it (a
+      ``zero_grad(set_to_none=True)`` after it undoes the views, and each gradient is copied in once).
+    - ``communication_dtype`` (torch.bfloat16): buckets of that dtype; the mean goes back into the
+      fp32 gradients. Not with views.
+    - ``first_bucket_mb``: a smaller first bucket, so the first all-reduce starts with the first
+      gradients instead of waiting for a whole ``bucket_size_mb`` of them.
+    - ``ready_order``: after the first step, the buckets are rebuilt in the order in which that step's
+      gradients became ready (rank 0's order, broadcast, so every rank builds the same buckets),
+      where it differs from reverse registration order. ``ready_order_names`` is that order and
+      ``rebuilt`` whether the buckets changed.
+    """
+
+    def __init__(self, module: nn.Module, bucket_size_mb: float, *, gradient_as_bucket_view: bool = False,
+                 communication_dtype: torch.dtype | None = None, first_bucket_mb: float | None = None,
+                 ready_order: bool = False):
         super().__init__(module)
-        self.bucket_size_mb = bucket_size_mb
-        plan = plan_buckets(self._named_trainable, bucket_size_mb)
-        self.buckets: list[list[str]] = [[name for name, _ in bucket] for bucket in plan]
-        self._flat = [_FlatGradients([p for _, p in bucket]) for bucket in plan]
-        self._bucket_of = {p: i for i, bucket in enumerate(plan) for _, p in bucket}
-        self._register_grad_ready_hooks(self._bucket_of)
+        if gradient_as_bucket_view and communication_dtype is not None:
+            raise ValueError("gradient_as_bucket_view and communication_dtype exclude each other: a bf16 "
+                             "bucket cannot be the storage of fp32 gradients")
+        self.bucket_size_mb, self.first_bucket_mb = bucket_size_mb, first_bucket_mb
+        self._as_view, self._dtype = gradient_as_bucket_view, communication_dtype
+        self._learn_order = ready_order
+        self._arrival: list[nn.Parameter] = []
+        self.ready_order_names: list[str] | None = None
+        self.rebuilt = False
+        self._flat = []
+        self._build(plan_buckets(self._named_trainable, bucket_size_mb, first_bucket_mb))
+        self._register_grad_ready_hooks(p for _, p in self._named_trainable)
         self.on_train_batch_start()
+
+    def _build(self, plan: list[list[tuple[str, nn.Parameter]]]) -> None:
+        self.buckets: list[list[str]] = [[name for name, _ in bucket] for bucket in plan]
+        if self._as_view or self._dtype is not None:
+            self._flat = [_BucketBuffer([p for _, p in bucket], self._dtype, self._as_view) for bucket in plan]
+        else:
+            self._flat = [_FlatGradients([p for _, p in bucket]) for bucket in plan]
+        self._bucket_of = {p: (i, j) for i, bucket in enumerate(plan) for j, (_, p) in enumerate(bucket)}
+        self._reset_step()
 
     @property
     def communications_in_flight(self) -> int:
@@ -267,9 +393,16 @@ class DDPBucketed(_DataParallel):
 
     def on_train_batch_start(self) -> None:
         """Forget which gradients arrived in the last step (``finish_gradient_synchronization`` does the
-        same, so calling this is optional)."""
-        if any(bucket.in_flight for bucket in getattr(self, "_flat", [])):
+        same, so calling this is optional) and, with views, zero the buckets and point every gradient
+        at its view."""
+        if any(bucket.in_flight for bucket in self._flat):
             raise RuntimeError("buckets are still in flight: call finish_gradient_synchronization() first")
+        self._reset_step()
+        if self._as_view:
+            for bucket in self._flat:
+                bucket.attach()
+
+    def _reset_step(self) -> None:
         self._waiting_for = [len(bucket.params) for bucket in self._flat]   # gradients still to come
         self._arrived: set[nn.Parameter] = set()
         self._next_to_launch = 0
@@ -279,18 +412,56 @@ class DDPBucketed(_DataParallel):
             raise RuntimeError("a gradient was accumulated twice in one step: call "
                                "finish_gradient_synchronization() after each backward")
         self._arrived.add(param)
-        self._waiting_for[self._bucket_of[param]] -= 1
+        if self._learn_order and self.ready_order_names is None:
+            self._arrival.append(param)
+        index, position = self._bucket_of[param]
+        if self._as_view:
+            self._flat[index].adopt(position)
+        self._waiting_for[index] -= 1
         # In bucket order only: ranks then agree on the sequence of collectives whatever the order in
         # which their gradients arrived (PyTorch's DDP reducer keeps the same rule).
         while self._next_to_launch < len(self._flat) and self._waiting_for[self._next_to_launch] == 0:
-            self._flat[self._next_to_launch].launch()
+            self._launch(self._next_to_launch)
             self._next_to_launch += 1
+
+    def _launch(self, index: int) -> None:
+        bucket = self._flat[index]
+        if isinstance(bucket, _BucketBuffer):
+            bucket.launch([p in self._arrived for p in bucket.params])
+        else:
+            bucket.launch()
 
     def finish_gradient_synchronization(self) -> None:
         # Buckets whose gradients did not all arrive (parameters unused this step) go now.
-        for bucket in self._flat[self._next_to_launch:]:
-            bucket.launch()
+        for index in range(self._next_to_launch, len(self._flat)):
+            self._launch(index)
         self._next_to_launch = len(self._flat)
         for bucket in self._flat:
             bucket.finish(self.world_size)
-        self.on_train_batch_start()
+        if self._learn_order and self.ready_order_names is None:
+            self._rebuild_in_ready_order()
+        self._reset_step()
+
+    def _rebuild_in_ready_order(self) -> None:
+        """Rank 0's order of this step's gradients (parameters that produced none follow, in reverse
+        registration order), broadcast; the buckets are planned again in it if it is not the order
+        they have. The gradients just synchronized keep their values (copied into new views)."""
+        trainable = [p for _, p in self._named_trainable]
+        if not trainable:
+            self.ready_order_names = []
+            return
+        index = {p: i for i, p in enumerate(trainable)}
+        arrived = [index[p] for p in self._arrival]
+        rest = [i for i in reversed(range(len(trainable))) if i not in set(arrived)]
+        order = torch.tensor(arrived + rest, dtype=torch.int64, device=trainable[0].device)
+        dist.broadcast(order, src=0)
+        ready = [self._named_trainable[i] for i in order.tolist()]
+        self.ready_order_names = [name for name, _ in ready]
+        self._arrival = []
+        if self.ready_order_names == [name for name, _ in reversed(self._named_trainable)]:
+            return
+        self._build(plan_buckets(ready, self.bucket_size_mb, self.first_bucket_mb, reverse=False))
+        self.rebuilt = True
+        if self._as_view:
+            for bucket in self._flat:
+                bucket.attach(keep=True)

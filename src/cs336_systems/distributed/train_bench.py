@@ -3,7 +3,16 @@ forward, backward, waiting for gradient communication and the optimizer step; me
 C11 asks about; optionally a trace of one step.
 
     python -m cs336_systems.distributed.train_bench --variant bucketed-100 --size xl --context 512 \
-        --global-batch 8 --world-size 2 --backend nccl --out record.json [--trace trace.json.gz]
+        --global-batch 8 --world-size 2 --backend nccl --precision bf16 --out record.json \
+        [--trace trace.json.gz] [--accuracy-steps 20]
+
+``--precision bf16`` runs each rank's forward pass and loss under ``torch.autocast(bfloat16)``, as
+A1's bf16 (backward follows the dtypes autocast chose); weights, gradients and optimizer state stay
+fp32, so the variants communicate fp32 gradients unless they cast them (bucketed-bf16-<MB>).
+
+A variant that communicates in bf16 also measures what that costs (``--accuracy-steps N``): from
+the same initial weights and batches, N steps of it and N of its fp32-communicating twin (the same
+buckets, ``variants.fp32_twin``); the record's ``accuracy`` compares the weights they end with.
 
 The variants, the deliverable each belongs to, and the ``wrap_*`` function below that builds each
 are listed in ``cs336_systems.distributed.variants``.
@@ -24,6 +33,7 @@ temporaries).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import statistics
 import sys
@@ -35,6 +45,7 @@ from cs336_systems.distributed import traces, variants
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import failure_status
+from cs336_systems.workload import PRECISIONS as AUTOCAST_DTYPES
 
 COMMUNICATION = re.compile(r"nccl|all_?reduce|allgather|all_gather|reduce_?scatter|broadcast", re.IGNORECASE)
 PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms", "step_ms")
@@ -86,9 +97,21 @@ def wrap_overlap(model, device, name):
     return DDPIndividualParameters(model)
 
 
+FIRST_BUCKET_MB = 1.0      # PyTorch's DDP starts with a 1 MiB bucket for the same reason
+
+
+def bucketed_options(name: str) -> dict:
+    """DDPBucketed's keyword arguments for each bucketed family of the registry."""
+    ready = {"first_bucket_mb": FIRST_BUCKET_MB, "ready_order": True}
+    return {"bucketed-<MB>": {},
+            "bucketed-view-<MB>": {"gradient_as_bucket_view": True},
+            "bucketed-ready-<MB>": {"gradient_as_bucket_view": True, **ready},
+            "bucketed-bf16-<MB>": {"communication_dtype": torch.bfloat16, **ready}}[variants.lookup(name).name]
+
+
 def wrap_bucketed(model, device, name):
     from cs336_systems.distributed.ddp import DDPBucketed
-    return DDPBucketed(model, bucket_size_mb=variants.bucket_size_mb(name))
+    return DDPBucketed(model, bucket_size_mb=variants.bucket_size_mb(name), **bucketed_options(name))
 
 
 def wrap_fsdp(model, device, name):
@@ -168,20 +191,20 @@ def _train(rank: int, world_size: int, backend: str, cfg: dict) -> dict:
     optimizer = make_optimizer(cfg["variant"], wrapped.parameters())
     torch.manual_seed(1 + rank)                         # each rank its own share of the global batch
     x, y = random_batch(cfg["per_rank_batch"], cfg["context"], device=device)
+    autocast = autocast_for(cfg["precision"], device)
 
     steps = []
     for step in range(cfg["warmup"] + cfg["steps"]):
         last = step == cfg["warmup"] + cfg["steps"] - 1
-        if hasattr(wrapped, "on_train_batch_start"):
-            wrapped.on_train_batch_start()
-        optimizer.zero_grad(set_to_none=True)
+        start_step(wrapped, optimizer)
         if cuda and last:
             torch.cuda.synchronize(device)
             start_bytes = torch.cuda.memory_allocated(device)
             torch.cuda.reset_peak_memory_stats(device)
         clock = StepClock(device)
         clock.mark()
-        loss = cross_entropy(wrapped(x), y)
+        with autocast:
+            loss = cross_entropy(wrapped(x), y)
         clock.mark()
         loss.backward()
         clock.mark()
@@ -207,14 +230,90 @@ def _train(rank: int, world_size: int, backend: str, cfg: dict) -> dict:
     trace = None
     if cfg.get("trace"):
         # Every rank steps (its collectives need all of them); rank 0's intervals are kept.
-        trace = _trace_one_step(wrapped, optimizer, x, y, device)
+        trace = _trace_one_step(wrapped, optimizer, x, y, device, autocast)
         trace = trace if rank == 0 else None
-    return {"steps": steps, "memory": memory, "trace": trace,
-            "buckets": len(wrapped.buckets) if hasattr(wrapped, "buckets") else None,
-            "parameter_count": sum(p.numel() for p in model.parameters())}
+    out = {"steps": steps, "memory": memory, "trace": trace,
+           "buckets": len(wrapped.buckets) if hasattr(wrapped, "buckets") else None,
+           "rebuilt_in_ready_order": getattr(wrapped, "rebuilt", None),
+           "parameter_count": sum(p.numel() for p in model.parameters())}
+    twin = variants.fp32_twin(cfg["variant"])
+    if twin and cfg.get("accuracy_steps"):
+        del wrapped, optimizer, model, loss             # room for the two runs on the GPU
+        if cuda:
+            torch.cuda.empty_cache()
+        out["accuracy"] = accuracy_against_twin(rank, cfg, twin, device)
+    return out
 
 
-def _trace_one_step(wrapped, optimizer, x, y, device) -> list[dict]:
+def autocast_for(precision: str, device: torch.device):
+    """bf16: autocast around forward and loss (weights, gradients, optimizer state stay fp32)."""
+    dtype = AUTOCAST_DTYPES[precision]
+    return torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+
+
+def start_step(wrapped, optimizer) -> None:
+    """Gradients cleared, then the wrapper told a step begins, in that order: a wrapper whose buckets
+    are the gradients' storage points them back at the buckets there, and a ``zero_grad`` after it
+    would undo that (set them to None) and cost a copy into the buckets each step."""
+    optimizer.zero_grad(set_to_none=True)
+    if hasattr(wrapped, "on_train_batch_start"):
+        wrapped.on_train_batch_start()
+
+
+def _train_from_scratch(rank: int, cfg: dict, name: str, device: torch.device) -> dict[str, torch.Tensor]:
+    """``accuracy_steps`` steps of variant ``name`` from the seed-0 model on batches that depend only
+    on the step and the rank; the final weights (on the CPU) and the losses."""
+    from cs336_basics.nn_utils import cross_entropy
+
+    from cs336_systems.models import build_model, get_size, random_batch
+
+    torch.manual_seed(0)
+    model = build_model(get_size(cfg["size"]), cfg["context"], device=device)
+    wrapped = wrap(name, model, device)
+    optimizer = make_optimizer(name, wrapped.parameters())
+    autocast = autocast_for(cfg["precision"], device)
+    losses = []
+    for step in range(cfg["accuracy_steps"]):
+        torch.manual_seed(10_000 + 100 * step + rank)
+        x, y = random_batch(cfg["per_rank_batch"], cfg["context"], device=device)
+        start_step(wrapped, optimizer)
+        with autocast:
+            loss = cross_entropy(wrapped(x), y)
+        loss.backward()
+        wrapped.finish_gradient_synchronization()
+        optimizer.step()
+        losses.append(loss.item())
+    weights = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
+    return {"weights": weights, "losses": losses}
+
+
+def accuracy_against_twin(rank: int, cfg: dict, twin: str, device: torch.device) -> dict:
+    """How far the weights of ``cfg["variant"]`` (bf16 communication) end from its fp32-communicating
+    twin's after the same steps: the norm of the difference against the norm of the weights and
+    against the norm of what training changed (the reference's final minus initial weights), the
+    largest element's difference, and both runs' losses (rank 0's batch)."""
+    from cs336_systems.models import build_model, get_size
+
+    ours = _train_from_scratch(rank, cfg, cfg["variant"], device)
+    reference = _train_from_scratch(rank, cfg, twin, device)
+    torch.manual_seed(0)
+    initial = dict(build_model(get_size(cfg["size"]), cfg["context"], device="cpu").named_parameters())
+    diff_sq = ref_sq = update_sq = 0.0
+    max_abs = 0.0
+    for name, w in ours["weights"].items():
+        ref = reference["weights"][name].double()
+        diff = w.double() - ref
+        diff_sq += float(diff.square().sum())
+        ref_sq += float(ref.square().sum())
+        update_sq += float((ref - initial[name].detach().double()).square().sum())
+        max_abs = max(max_abs, float(diff.abs().max()))
+    return {"reference": twin, "steps": cfg["accuracy_steps"],
+            "weights_rel_diff": (diff_sq / ref_sq) ** 0.5 if ref_sq else None,
+            "diff_over_update": (diff_sq / update_sq) ** 0.5 if update_sq else None,
+            "max_abs_diff": max_abs, "losses": ours["losses"], "reference_losses": reference["losses"]}
+
+
+def _trace_one_step(wrapped, optimizer, x, y, device, autocast) -> list[dict]:
     """Kernel (GPU) or operator (CPU) intervals of one training step, as compute / communication
     lanes: enough to draw whether communication overlaps backward."""
     from cs336_basics.nn_utils import cross_entropy
@@ -227,8 +326,8 @@ def _trace_one_step(wrapped, optimizer, x, y, device) -> list[dict]:
         # start asks hasattr(torch, "_inductor") and so imports Inductor and Dynamo (~1.5 s a rank).
         profiler = torch.autograd.profiler.profile(use_kineto=True)
     with profiler as prof:
-        optimizer.zero_grad(set_to_none=True)
-        with torch.profiler.record_function("phase:forward"):
+        start_step(wrapped, optimizer)
+        with torch.profiler.record_function("phase:forward"), autocast:
             loss = cross_entropy(wrapped(x), y)
         with torch.profiler.record_function("phase:backward"):
             loss.backward()
@@ -277,12 +376,18 @@ def summarize_ranks(per_rank: list[dict]) -> dict:
     metrics["memory_per_rank"] = [r["memory"] for r in per_rank]
     metrics["parameter_count"] = per_rank[0]["parameter_count"]
     metrics["buckets"] = per_rank[0]["buckets"]
+    if per_rank[0]["rebuilt_in_ready_order"] is not None:
+        metrics["rebuilt_in_ready_order"] = per_rank[0]["rebuilt_in_ready_order"]
+    if "accuracy" in per_rank[0]:
+        metrics["accuracy"] = per_rank[0]["accuracy"]
     return metrics
 
 
 def run(cfg: dict, world_size: int, backend: str, timeout_s: float) -> tuple[dict, list | None]:
-    params = {k: cfg[k] for k in ("variant", "size", "context", "global_batch", "warmup", "steps")} | {
+    params = {k: cfg[k] for k in ("variant", "precision", "size", "context", "global_batch", "warmup", "steps")} | {
         "world_size": world_size, "backend": backend}
+    if variants.fp32_twin(cfg["variant"]) and cfg.get("accuracy_steps"):
+        params["accuracy_steps"] = cfg["accuracy_steps"]
     ident = variants.lookup(cfg["variant"]).deliverable
     # The baseline runs the same step on one rank with one rank's share of the batch.
     ranks = 1 if variants.lookup(cfg["variant"]).single_rank else world_size
@@ -300,7 +405,7 @@ def run(cfg: dict, world_size: int, backend: str, timeout_s: float) -> tuple[dic
         log(f"{ident} {cfg['variant']}: {status}: {message}")
         return make_record(ident, params, status, reason=message), None
     metrics = summarize_ranks(per_rank)
-    log(f"{ident} {cfg['variant']}: step {metrics['step_ms']:.2f} ms (forward {metrics['forward_ms']:.2f}, backward "
+    log(f"{ident} {cfg['variant']} {cfg['precision']}: step {metrics['step_ms']:.2f} ms (forward {metrics['forward_ms']:.2f}, backward "
         f"{metrics['backward_ms']:.2f}, waiting {metrics['comm_wait_ms']:.2f}, optimizer {metrics['optimizer_ms']:.2f})")
     return make_record(ident, params, "ok", metrics), per_rank[0]["trace"]
 
@@ -314,6 +419,11 @@ def main(argv=None) -> int:
     p.add_argument("--global-batch", type=int, required=True)
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--backend", choices=["gloo", "nccl"], required=True)
+    p.add_argument("--precision", choices=list(variants.PRECISIONS), default=variants.DEFAULT_PRECISION,
+                   help="fp32, or bf16 autocast around forward and loss (fp32 weights, gradients, optimizer state)")
+    p.add_argument("--accuracy-steps", type=int, default=0,
+                   help="for a variant that communicates in bf16: train this many steps beside its fp32-"
+                        "communicating twin and record how far the weights end apart (0: no)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--timeout-s", type=float, default=540)
@@ -329,10 +439,13 @@ def main(argv=None) -> int:
         p.error(f"--variant: {error}")
     if args.size not in MODEL_SIZES:
         p.error(f"--size {args.size!r}: known sizes are {', '.join(MODEL_SIZES)}")
-    if min(args.context, args.global_batch, args.steps, args.world_size) < 1 or args.warmup < 0:
-        p.error("--context, --global-batch, --steps and --world-size must be positive, --warmup not negative")
-    cfg = {"variant": args.variant, "size": args.size, "context": args.context, "global_batch": args.global_batch,
-           "warmup": args.warmup, "steps": args.steps, "trace": bool(args.trace)}
+    if min(args.context, args.global_batch, args.steps, args.world_size) < 1 or min(args.warmup,
+                                                                                    args.accuracy_steps) < 0:
+        p.error("--context, --global-batch, --steps and --world-size must be positive, --warmup and "
+                "--accuracy-steps not negative")
+    cfg = {"variant": args.variant, "precision": args.precision, "size": args.size, "context": args.context,
+           "global_batch": args.global_batch, "warmup": args.warmup, "steps": args.steps, "trace": bool(args.trace),
+           "accuracy_steps": args.accuracy_steps}
     record, trace = run(cfg, args.world_size, args.backend, args.timeout_s)
     write_json_atomic(args.out, record)
     if args.trace:

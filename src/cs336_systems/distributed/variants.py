@@ -2,9 +2,14 @@
 
 A variant's name is what the config lists (``DDP.variants``), what its record and trace files are
 called, and what ``train_bench --variant`` takes. Each belongs to the deliverable whose results
-folder holds its records (``results/<run>/<ID>/records/<name>.json``): naive DDP, PyTorch's DDP
-(its anchor) and the no-communication baseline every overhead is measured against to C3; flat to
-C4; overlapping to C6; the bucket sizes to C8; optimizer-state sharding to C11; FSDP to C12.
+folder holds its records (``results/<run>/<ID>/records/<name>_<precision>.json``, see ``stem``):
+naive DDP, PyTorch's DDP (its anchor) and the no-communication baseline every overhead is measured
+against to C3; flat to C4; overlapping to C6; the bucket sizes and the bucketed variants that go past
+PyTorch's DDP to C8; optimizer-state sharding to C11; FSDP to C12.
+
+Every variant trains in either precision of ``PRECISIONS``: fp32, or bf16 autocast (weights,
+gradients and optimizer state stay fp32; forward and backward run under autocast). A record without
+a ``precision`` param is fp32: the records made before bf16 training existed.
 
 Kept free of torch (the Snakefile and the config check read it); ``build`` names, as a
 ``module:function`` string, the function that wraps the model, so ``train_bench`` imports only the
@@ -29,6 +34,9 @@ class Variant:
     sharded_optimizer: bool = False   # AdamW inside ShardedOptimizer instead of plain AdamW
     gradient_bytes: int = 4           # bytes per gradient element it communicates (fp32; bf16: 2)
     single_rank: bool = False         # runs one rank with one rank's share of the batch
+    # The variant that is this one with gradients communicated in fp32 (same buckets, same order):
+    # the reference of the accuracy measurement of a variant that communicates in bf16.
+    fp32_twin: str | None = None
 
     @property
     def pattern(self) -> str:
@@ -37,6 +45,9 @@ class Variant:
 
 
 _BUILDERS = "cs336_systems.distributed.train_bench"
+
+PRECISIONS = ("fp32", "bf16")
+DEFAULT_PRECISION = "fp32"      # what a record without a precision param was measured in
 
 BASELINE = "no-comm"
 
@@ -54,6 +65,19 @@ VARIANTS: tuple[Variant, ...] = (
             "an asynchronous all-reduce per parameter as soon as its gradient is ready"),
     Variant(f"bucketed-{FAMILY}", "C8", f"{_BUILDERS}:wrap_bucketed",
             "gradients grouped in reverse order into buckets of at most <MB> MB, one all-reduce per bucket"),
+    # Past PyTorch's DDP: bucketed variants, so C8's (bucketed DDP against the others, and what bucket
+    # sizes cost) is the question they answer, and their records sit beside the bucket sizes there.
+    # A ladder, each rung adding one thing: views, then the first bucket and the order, then bf16.
+    Variant(f"bucketed-view-{FAMILY}", "C8", f"{_BUILDERS}:wrap_bucketed",
+            "bucketed-<MB> whose buckets are the gradients' own storage (each .grad a view into its "
+            "bucket, as PyTorch's gradient_as_bucket_view): no copy into or out of the buckets"),
+    Variant(f"bucketed-ready-{FAMILY}", "C8", f"{_BUILDERS}:wrap_bucketed",
+            "bucketed-view-<MB> with a 1 MB first bucket, so communication starts with the first "
+            "gradients, and buckets rebuilt after the first step in the order gradients became ready"),
+    Variant(f"bucketed-bf16-{FAMILY}", "C8", f"{_BUILDERS}:wrap_bucketed",
+            "bucketed-ready-<MB> communicating in bf16: gradients cast into bf16 buckets, all-reduced, "
+            "the mean written back into the fp32 gradients (half the bytes; costs accuracy, measured)",
+            gradient_bytes=2, fp32_twin=f"bucketed-ready-{FAMILY}"),
     Variant("overlap-sharded", "C11", f"{_BUILDERS}:wrap_overlap",
             "overlap with the optimizer state sharded over the ranks (ShardedOptimizer)",
             sharded_optimizer=True),
@@ -62,6 +86,30 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("fsdp-bf16", "C12", f"{_BUILDERS}:wrap_fsdp",
             "fsdp computing and communicating in bf16 (weights and updates stay fp32)", gradient_bytes=2),
 )
+
+
+def stem(name: str, precision: str) -> str:
+    """The file name (without suffix) of a variant's record and trace in one precision."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    lookup(name)
+    return f"{name}_{precision}"
+
+
+def precision_of(record: dict) -> str:
+    """The precision a record was measured in (fp32 where the record predates the param)."""
+    return record["params"].get("precision", DEFAULT_PRECISION)
+
+
+def fp32_twin(name: str) -> str | None:
+    """The fp32-communicating counterpart of ``name`` (bucketed-bf16-25 -> bucketed-ready-25)."""
+    variant = lookup(name)
+    if variant.fp32_twin is None:
+        return None
+    if FAMILY not in variant.name:
+        return variant.fp32_twin
+    prefix = variant.name.partition(FAMILY)[0]
+    return variant.fp32_twin.replace(FAMILY, name[len(prefix):])
 
 
 def names() -> list[str]:
