@@ -119,7 +119,9 @@ def main(argv=None) -> int:
     params = {"size": args.size or "custom", **asdict(size), "vocab_size": args.vocab_size,
               "context": args.context, "batch": args.batch, "mode": args.mode, "warmup": args.warmup,
               "steps": args.steps, "precision": args.precision, "compile": args.compile,
-              "attention": args.attention, "device": args.device, "memory_limit_gb": args.memory_limit_gb}
+              "attention": args.attention, "device": args.device, "memory_limit_gb": args.memory_limit_gb,
+              # what fp32 matmuls run in ("highest": fp32, no TF32), for the MFU's peak (profiling.mfu)
+              "float32_matmul_precision": torch.get_float32_matmul_precision()}
     log(f"A1 benchmark: {params}")
     device = torch.device(args.device)
     if args.memory_limit_gb is not None:

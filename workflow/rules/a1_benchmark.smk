@@ -78,10 +78,13 @@ rule A1_warmup_study:
 
 
 rule A1_report:
-    """A1 table (mean ± std per phase), figures and the numbers the writeup quotes."""
+    """A1 table (mean ± std per phase, TFLOP/s, MFU, what bounds each step), figures and the numbers
+    the writeup quotes. Where the run builds A2 too, its profiles give the fp32 steps' GPU busy share
+    (A2_RECORDS is defined in a2_profile.smk, included after this file: hence the function)."""
     input:
         records=A1_RECORDS,
         warmup=A1_WARMUP_RECORDS,
+        profiles=lambda wildcards: A2_RECORDS if CHOSEN.builds("A2") else [],
         code=code("cs336_systems.report.a1"),
     output:
         csv=f"{RESULTS}/A1/table.csv",
@@ -96,4 +99,4 @@ rule A1_report:
         out_dir=out_dir("csv"),
     shell:
         "python -m cs336_systems.report.a1 --records {input.records} --warmup-records {input.warmup}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        " --profiles {input.profiles} --out-dir {params.out_dir} > {log} 2>&1"

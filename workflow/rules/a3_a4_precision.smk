@@ -1,11 +1,25 @@
 # A3 accumulation in low precision; A4 mixed precision (toy-model dtypes, layer norm in low
-# precision, fp32 vs bf16 from A1's records, which rule A1_benchmark in a1_benchmark.smk makes).
+# precision, fp32 vs bf16 from A1's records, which rule A1_benchmark in a1_benchmark.smk makes, and
+# one A1 point's kernels per step in both precisions).
+
+from cs336_systems.pipeline.config import cuda_visible
 
 A4 = GRID["A4"]
 
 A4_TIMING_RECORDS = expand(f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
                            size=GRID["A1"]["sizes"], context=A4["contexts"], mode=A4["modes"],
                            precision=["fp32", "bf16"])
+
+# One A1 point's fp32 and bf16 steps, kernel by kind (where bf16 loses time). The committed GPU runs
+# predate this measurement: rebuilding one from its records (reuse_records) on a machine that
+# cannot measure on the preset's device leaves the missing records out instead of stopping, and the
+# section says they were not measured in this run. Anywhere else a missing record is measured.
+A4_KERNELS = A4["kernels"]
+A4_KERNEL_RECORDS = [
+    path for path in expand(f"{RESULTS}/A4/records/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
+                            **{k: A4_KERNELS[k] for k in ("size", "context", "mode")}, precision=["fp32", "bf16"])
+    if not (CHOSEN.reuse_records and GRID["device"] == "cuda" and not cuda_visible()) or os.path.exists(path)
+]
 
 
 rule A3_accumulation:
@@ -60,11 +74,39 @@ rule A4_dtypes:
         " --out {output} > {log} 2>&1"
 
 
+rule A4_kernels:
+    """One A1 point in fp32 or bf16: timed as A1 times it, then profiled step by step (torch.profiler)."""
+    input:
+        measuring_code("cs336_systems.profiling.step_kernels"),
+    output:
+        f"{RESULTS}/A4/records/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
+    log:
+        f"{LOGS}/A4/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.log",
+    wildcard_constraints:
+        size=re.escape(A4_KERNELS["size"]),
+        context=r"\d+",
+        mode="|".join(MODES),
+        precision="fp32|bf16",
+    params:
+        batch=GRID["A1"]["batch"],
+        warmup=GRID["A1"]["warmup"],
+        steps=GRID["A1"]["steps"],
+        device=GRID["device"],
+    resources:
+        gpu=1,
+    shell:
+        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.profiling.step_kernels --size {wildcards.size} --context {wildcards.context}"
+        " --mode {wildcards.mode} --precision {wildcards.precision} --batch {params.batch}"
+        " --warmup {params.warmup} --steps {params.steps} --device {params.device} --out {output} > {log} 2>&1"
+
+
 rule A4_report:
     """A4 dtype table, layer-norm errors, fp32-vs-bf16 timing table and speedup plot, summary."""
     input:
         dtypes=rules.A4_dtypes.output,
         timing=A4_TIMING_RECORDS,
+        kernels=A4_KERNEL_RECORDS,
         code=code("cs336_systems.report.a4"),
     output:
         csv=f"{RESULTS}/A4/table.csv",
@@ -73,10 +115,11 @@ rule A4_report:
         timing=report(f"{RESULTS}/A4/timing.md", category="A4 mixed precision", labels={"item": "fp32 vs bf16"}),
         summary=f"{RESULTS}/A4/summary.json",
         plot=report(f"{RESULTS}/A4/speedup.png", category="A4 mixed precision", labels={"item": "bf16 speedup"}),
+        kernels=report(f"{RESULTS}/A4/kernels.md", category="A4 mixed precision", labels={"item": "kernels per step"}),
     log:
         f"{LOGS}/A4/report.log",
     params:
         out_dir=out_dir("csv"),
     shell:
         "python -m cs336_systems.report.a4 --dtypes {input.dtypes} --timing-records {input.timing}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        " --kernel-records {input.kernels} --out-dir {params.out_dir} > {log} 2>&1"

@@ -37,3 +37,27 @@ def attention_flops(batch: int, heads: int, context: int, d_head: int) -> dict[s
             "scores_scale": scale_flops(batch, heads, context, context),
             "softmax": softmax_flops(batch, heads, context, context),
             "final_matmul": matmul_flops(batch, heads, context, context, d_head)}
+
+
+# --- a whole model step (A1's achieved FLOP/s and MFU) -----------------------------------------
+
+def model_step_flops(size, *, batch: int, context: int, mode: str, vocab_size: int | None = None) -> int:
+    """Matrix-product FLOPs of one step of ``cs336_basics``' TransformerLM (``size``: a ``ModelSize``).
+
+    Forward: ``2·N·tokens`` for the ``N`` parameters a token meets in a matmul (attention and FFN
+    projections, LM head; ``accounting.transformer``) plus, per layer, the two attention products
+    over the full ``context × context`` score matrix (the naive back end computes the masked half
+    too). Backward does two products per forward product (gradients of inputs and of weights):
+    ``forward-backward`` is 3× forward, and so is ``train-step``, whose AdamW update is elementwise
+    work that MFU conventionally leaves out. Norms, softmax, RoPE and the loss are not counted.
+    """
+    from cs336_systems.accounting.transformer import forward_flops, transformer_matmul_parameters
+    from cs336_systems.models import MODES, VOCAB_SIZE
+
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+    vocab_size = VOCAB_SIZE if vocab_size is None else vocab_size
+    d_head = size.d_model // size.num_heads
+    attention = size.num_layers * 2 * matmul_flops(batch, size.num_heads, context, context, d_head)
+    forward = forward_flops(transformer_matmul_parameters(size, vocab_size), batch * context) + attention
+    return forward if mode == "forward" else 3 * forward

@@ -1,6 +1,20 @@
-"""A1 report: the benchmark table (mean ± std per phase), two figures, and the writeup's numbers.
+"""A1 report: the benchmark table (mean ± std per phase, achieved TFLOP/s and MFU, launch-bound
+points), two figures, and the writeup's numbers.
 
-    python -m cs336_systems.report.a1 --records r1.json ... --warmup-records w1.json ... --out-dir DIR
+    python -m cs336_systems.report.a1 --records r1.json ... --warmup-records w1.json ... \
+        [--profiles A2/records/*.json] --out-dir DIR
+
+Every "slower", "higher" or "grows" handed to the prose is ``report.spread``'s test (a difference
+beyond two standard errors); closer than that, the prose says the data does not settle it.
+
+A point is *launch-bound* when its GPU sits idle most of the step. Two kinds of evidence, the first
+that the run holds wins:
+
+- an A2 profile of the same point in the same run (``--profiles``, fp32 only): the kernels keep the
+  GPU busy less than half of the step (``profiling.busy``);
+- the timings alone: a point of the same size, mode and precision with at least ``MORE_WORK`` times
+  the FLOPs (a longer context) is not slower beyond the spread, so this step's time is not set by
+  its arithmetic. The longest context of a series has no such neighbour: not settled.
 """
 from __future__ import annotations
 
@@ -14,30 +28,112 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.models import MODEL_SIZES
+from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
 from cs336_systems.models import MODES as MODE_ORDER
+from cs336_systems.profiling.busy import profile_busy
+from cs336_systems.profiling.flops import model_step_flops
+from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.spread import WITHIN, Estimate, compare
 
 PHASES = ("forward", "backward", "optimizer", "step")
+MORE_WORK = 1.5          # FLOPs ratio of a neighbour whose equal time marks a point launch-bound
+LAUNCH_BOUND_BUSY = 0.5  # GPU busy share under which a profiled step is launch-bound
 
 
 def records_frame(records: list[dict]) -> pd.DataFrame:
-    """One row per record: its grid point, status and per-phase mean / std (ms)."""
+    """One row per record: its grid point, status, per-phase mean / std / n (ms), and the step's
+    FLOPs, achieved TFLOP/s and MFU against its card's peak for its precision (``profiling.mfu``)."""
     rows = []
     for r in records:
         p, m = r["params"], r["metrics"]
-        row = {k: p[k] for k in ("size", "context", "mode", "precision", "warmup", "steps")}
+        row = {k: p[k] for k in ("size", "context", "mode", "precision", "warmup", "steps", "batch")}
         row["status"] = r["status"]
         for phase in PHASES:
             row[f"{phase}_mean"] = m.get(phase, {}).get("mean", math.nan)
             row[f"{phase}_std"] = m.get(phase, {}).get("std", math.nan)
+            row[f"{phase}_n"] = m.get(phase, {}).get("n") or len(m.get(phase, {}).get("samples") or ())
         row["peak_gib"] = (m.get("peak_memory_bytes") or math.nan) / 2**30
+        size = ModelSize(*(p[k] for k in ("d_model", "d_ff", "num_layers", "num_heads"))) if "d_model" in p \
+            else MODEL_SIZES[p["size"]]
+        row["flops"] = model_step_flops(size, batch=p["batch"], context=p["context"], mode=p["mode"],
+                                        vocab_size=p.get("vocab_size", VOCAB_SIZE))
+        card = peak(r["provenance"].get("gpu"), p["precision"], p.get("float32_matmul_precision"))
+        row["peak_basis"] = card.basis
+        ok = r["status"] == "ok" and row["step_mean"] > 0
+        row["tflops"] = achieved(row["flops"], row["step_mean"] / 1e3) / 1e12 if ok else math.nan
+        mfu = utilisation(row["flops"], row["step_mean"] / 1e3, card.flops) if ok else None
+        row["mfu"] = math.nan if mfu is None else mfu
         rows.append(row)
     df = pd.DataFrame(rows)
     df["size"] = pd.Categorical(df["size"], [s for s in MODEL_SIZES if s in set(df["size"])], ordered=True)
     df["mode"] = pd.Categorical(df["mode"], [m for m in MODE_ORDER if m in set(df["mode"])], ordered=True)
     df["precision"] = pd.Categorical(df["precision"], [p for p in ("fp32", "bf16") if p in set(df["precision"])], ordered=True)
     return df.sort_values(["size", "mode", "precision", "context", "warmup"]).reset_index(drop=True)
+
+
+def step_estimate(row) -> Estimate:
+    return Estimate.from_samples(row["step_mean"], row["step_std"], max(1, int(row["step_n"])))
+
+
+def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = ()) -> pd.DataFrame:
+    """Add what bounds each point, as far as the run's data says (see the module's doc):
+
+    - ``busy_share`` and ``launch_bound`` from an A2 profile of the same fp32 point and batch
+      (``profiles``: ``profiling.busy.profile_busy`` rows): launch-bound when the kernels keep the
+      GPU busy less than ``LAUNCH_BOUND_BUSY`` of the step, not when more; None without a profile;
+    - ``flat_in_work`` from the timings: True when a point of the same series with at least
+      ``MORE_WORK`` times the FLOPs is not slower beyond the spread. Its time is then not set by its
+      arithmetic (launches, or kernels too small to fill the GPU: only a profile tells which); a
+      neighbour that is slower settles nothing (a launch-bound step grows too), so None otherwise;
+    - ``bound_by``: the table's words for the two."""
+    df = df.copy()
+    busy = {(str(b["size"]), int(b["context"]), b["mode"], int(b["batch"])): b for b in profiles}
+    shares, launch, flat, evidence, bound_by = [], [], [], [], []
+    for _, row in df.iterrows():
+        share, is_launch, is_flat, why, words = math.nan, None, None, "", ""
+        b = busy.get((str(row["size"]), int(row["context"]), str(row["mode"]), int(row["batch"])))
+        if row["status"] == "ok" and b is not None and row["precision"] == "fp32":
+            share, is_launch = b["busy_share"], b["busy_share"] < LAUNCH_BOUND_BUSY
+            why = f"A2 profile: {b['kernels']} kernels keep the GPU busy {100 * share:.0f} % of the step"
+            words = f"{'launches: ' if is_launch else ''}GPU busy {100 * share:.0f} %"
+        bigger = df[(df["size"] == row["size"]) & (df["mode"] == row["mode"]) & (df["precision"] == row["precision"])
+                    & (df["status"] == "ok") & (df["flops"] >= MORE_WORK * row["flops"])]
+        if row["status"] == "ok" and len(bigger):
+            # the smallest step up in work: the hardest test of "time grows with work"
+            nxt = bigger.sort_values("flops").iloc[0]
+            direction = compare(step_estimate(nxt), step_estimate(row))
+            if direction != "higher":
+                is_flat = True
+                flat_why = (f"{nxt['flops'] / row['flops']:.1f}× the FLOPs at context {nxt['context']} "
+                            + ("run faster" if direction == "lower" else "run no slower (within the spread)"))
+                why = f"{why}; {flat_why}" if why else flat_why
+                words = words or "flat in work"
+        shares.append(share)
+        launch.append(is_launch)
+        flat.append(is_flat)
+        evidence.append(why)
+        bound_by.append(words)
+    df["busy_share"], df["launch_bound"], df["flat_in_work"] = shares, launch, flat
+    df["bound_evidence"], df["bound_by"] = evidence, bound_by
+    return df
+
+
+def bf16_against_fp32(df: pd.DataFrame) -> list[dict]:
+    """Per grid point timed in both precisions: the bf16 step against the fp32 one, by ``spread.compare``."""
+    ok = df[df["status"] == "ok"]
+    out = []
+    for (size, context, mode), part in ok.groupby(["size", "context", "mode"], observed=True):
+        by = {str(r["precision"]): r for _, r in part.iterrows()}
+        if "fp32" in by and "bf16" in by:
+            fp32, bf16 = by["fp32"], by["bf16"]
+            direction = compare(step_estimate(bf16), step_estimate(fp32))
+            out.append({"size": str(size), "context": int(context), "mode": str(mode),
+                        "fp32_ms": fp32["step_mean"], "fp32_std_ms": fp32["step_std"],
+                        "bf16_ms": bf16["step_mean"], "bf16_std_ms": bf16["step_std"],
+                        "bf16_is": {"higher": "slower", "lower": "faster"}.get(direction, WITHIN),
+                        "bound_by": {"fp32": fp32["bound_by"], "bf16": bf16["bound_by"]}})
+    return out
 
 
 def _cell(row: pd.Series, phase: str) -> str:
@@ -53,6 +149,10 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
     for phase in PHASES:
         out[f"{phase} (ms)"] = [_cell(row, phase) for _, row in df.iterrows()]
     out["peak (GiB)"] = [f"{g:.2f}" if not math.isnan(g) else "" for g in df["peak_gib"]]
+    out["TFLOP/s"] = ["" if math.isnan(t) else f"{t:.1f}" for t in df["tflops"]]
+    out["MFU"] = ["" if math.isnan(u) else f"{100 * u:.1f} %" for u in df["mfu"]]
+    if "bound_by" in df:
+        out["bound by"] = df["bound_by"]
     return out
 
 
@@ -98,10 +198,6 @@ def plot_warmup(records: list[dict], path: Path) -> None:
     save_figure(fig, path)
 
 
-def _direction(gap: float, spread: float) -> str:
-    return "higher" if gap > spread else "lower" if gap < -spread else "within the spread"
-
-
 def warmup_summary(records: list[dict]) -> list[dict]:
     """Per size and warm-up count: mean, std, first vs later steps, and the mean relative to the
     longest warm-up of the same size (``vs_longest``: 0.05 = 5 % slower)."""
@@ -125,12 +221,19 @@ def warmup_summary(records: list[dict]) -> list[dict]:
         row["vs_longest"] = row["mean"] / ref["mean"] - 1
         row["std_vs_longest"] = row["std"] / ref["std"] if ref["std"] else None
         # Which way the mean moved, and whether the later steps (all but the first) moved too, each
-        # against two standard errors of the steady steps of both processes. The prose names a
-        # direction only from these.
-        spread = 2 * (row["rest_std"] ** 2 / max(1, row["n"] - 1) + ref["std"] ** 2 / ref["n"]) ** 0.5
-        row["vs_longest_direction"] = _direction(row["mean"] - ref["mean"], spread)
-        row["later_direction"] = _direction(row["rest_mean"] - ref["mean"], spread)
+        # by report.spread against the longest warm-up, with the standard errors of the steady
+        # steps (all but the first) of this process. The prose names a direction only from these.
+        steady_se = row["rest_std"] / math.sqrt(max(1, row["n"] - 1))
+        ref_estimate = Estimate.from_samples(ref["mean"], ref["std"], ref["n"])
+        row["vs_longest_direction"] = compare(Estimate(row["mean"], steady_se), ref_estimate)
+        row["later_direction"] = compare(Estimate(row["rest_mean"], steady_se), ref_estimate)
     return rows
+
+
+def _point(row) -> dict:
+    return {"size": str(row["size"]), "context": int(row["context"]), "mode": str(row["mode"]),
+            "precision": str(row["precision"]), "mfu": None if math.isnan(row["mfu"]) else float(row["mfu"]),
+            "tflops": float(row["tflops"])}
 
 
 def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict]) -> dict:
@@ -150,15 +253,31 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
                                    ).dropna().median())
         for precision, part in ok.groupby("precision", observed=True)
     }
-    # How forward time grows from the shortest to the longest context, per size (fp32 forward mode):
-    # a model whose time barely grows is bound by kernel launches, not by arithmetic.
+    # How forward time grows from the shortest to the longest context, per size (fp32 forward mode).
     fwd = ok[(ok["mode"] == "forward") & (ok["precision"] == "fp32")]
     growth = {}
     for size, part in fwd.groupby("size", observed=True):
         part = part.sort_values("context")
         if len(part) > 1:
             growth[size] = {"from": int(part["context"].iloc[0]), "to": int(part["context"].iloc[-1]),
-                            "ratio": float(part["forward_mean"].iloc[-1] / part["forward_mean"].iloc[0])}
+                            "ratio": float(part["forward_mean"].iloc[-1] / part["forward_mean"].iloc[0]),
+                            "flops_ratio": float(part["flops"].iloc[-1] / part["flops"].iloc[0])}
+    # MFU: the best point of each precision, and how many points have a peak at all.
+    with_peak = ok.dropna(subset=["mfu"])
+    best = {}
+    for precision, part in with_peak.groupby("precision", observed=True):
+        top = part.loc[part["mfu"].idxmax()]
+        best[str(precision)] = {"point": f"{top['size']} ctx {top['context']} {top['mode']}", "mfu": float(top["mfu"]),
+                                "tflops": float(top["tflops"]), "basis": top["peak_basis"]}
+    launch = ok[ok["launch_bound"] == True]     # noqa: E712 - None (no profile) is neither
+    flat = ok[ok["flat_in_work"] == True]       # noqa: E712
+    comparisons = bf16_against_fp32(df)
+    # The spread where the step's time is not set by its work against where it is (coefficient of
+    # variation of the step); the prose says "larger where flat" only if the medians say so.
+    step_cv = ok["step_std"] / ok["step_mean"]
+    not_flat = ok["flat_in_work"] != True        # noqa: E712
+    cv_flat = float(step_cv[~not_flat].median()) if len(flat) else None
+    cv_rest = float(step_cv[not_flat].median()) if not_flat.any() else None
     return {
         "provenance": run_provenance(records + warmup_records),
         "points": len(df), "ok": int(len(ok)),
@@ -170,6 +289,23 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "backward_over_forward_median": float((fb["backward_mean"] / fb["forward_mean"]).median()) if len(fb) else None,
         "cv_by_precision": cv_by_precision,
         "forward_growth": growth,
+        "forward_grows_less_than_work": [size for size, g in growth.items() if g["ratio"] < g["flops_ratio"]],
+        "mfu_peaks": sorted(set(ok["peak_basis"])),
+        "mfu_points": int(len(with_peak)),
+        "mfu_best": best,
+        "launch_bound": [_point(r) | {"evidence": r["bound_evidence"]} for _, r in launch.iterrows()],
+        "profiled_points": int(ok["busy_share"].notna().sum()),
+        "flat_in_work": [_point(r) | {"evidence": r["bound_evidence"]} for _, r in flat.iterrows()],
+        "flat_in_work_by_precision": {str(p): int((flat["precision"] == p).sum()) for p in ok["precision"].cat.categories},
+        "points_by_precision": {str(p): int((ok["precision"] == p).sum()) for p in ok["precision"].cat.categories},
+        "more_work": MORE_WORK,
+        "launch_bound_busy": LAUNCH_BOUND_BUSY,
+        "step_cv_flat": cv_flat,
+        "step_cv_rest": cv_rest,
+        "bf16_slower": [c for c in comparisons if c["bf16_is"] == "slower"],
+        "bf16_within_spread": [c for c in comparisons if c["bf16_is"] == WITHIN],
+        "bf16_faster_count": sum(c["bf16_is"] == "faster" for c in comparisons),
+        "bf16_compared": len(comparisons),
         "warmup": warmup_summary(warmup_records),
         "on_gpu": any(r["provenance"].get("gpu") for r in warmup_records),
         "batch": int(records[0]["params"]["batch"]) if records else None,
@@ -182,10 +318,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.a1", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", nargs="+", required=True)
     p.add_argument("--warmup-records", nargs="*", default=[])
+    p.add_argument("--profiles", nargs="*", default=[],
+                   help="this run's A2 records: GPU busy share of the fp32 points they profiled")
     p.add_argument("--out-dir", required=True, type=Path)
     args = p.parse_args(argv)
     records, warmup_records = load_records(args.records), load_records(args.warmup_records)
-    df = records_frame(records)
+    df = mark_launch_bound(records_frame(records), [b for r in load_records(args.profiles) for b in profile_busy(r)])
     write_table(display_table(df), args.out_dir)
     plot_time_vs_context(df, args.out_dir / "time_vs_context.png")
     plot_warmup(warmup_records, args.out_dir / "warmup.png")

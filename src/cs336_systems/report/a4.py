@@ -1,15 +1,21 @@
 """A4 report: the toy model's dtype table, layer-norm errors, and full (fp32) vs bf16 timing from A1.
 
-    python -m cs336_systems.report.a4 --dtypes dtypes.json --timing-records A1/records/*.json --out-dir DIR
+    python -m cs336_systems.report.a4 --dtypes dtypes.json --timing-records A1/records/*.json \
+        --kernel-records A4/records/kernels_*.json --out-dir DIR
 
 Writes ``table.*`` (dtype of each stage per device and autocast dtype), ``layernorm.*`` (relative
 error of layer norm in fp16 / bf16 against float64), ``timing.*`` (forward and backward, fp32 vs
-bf16 autocast, per size), ``speedup.png`` and ``summary.json``.
+bf16 autocast, per size), ``speedup.png``, ``kernels.*`` (one A1 point's kernels per step by kind,
+fp32 beside bf16; a note where this run has no such record) and ``summary.json``.
+
+Every "faster", "slower" and "grows" the summary hands the prose is ``report.spread``'s test: a
+difference beyond two standard errors; anything closer is reported as not settled.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -18,12 +24,15 @@ import pandas as pd
 
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.precision.autocast_dtypes import STAGES
+from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_summary, write_table)
+from cs336_systems.report.spread import WITHIN, Estimate, compare, trend
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
-FORWARD, BACKWARD = "forward of forward+backward", "backward of forward+backward"
+# A step whose kernels keep the GPU busy less than this share of it waits on launches most of the time.
+LAUNCH_BOUND_BUSY = 0.5
 
 
 def series_name(mode: str, phase: str) -> str:
@@ -84,21 +93,31 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
                 for precision in ("fp32", "bf16"):
                     r = by_point.get((size, context, mode, precision))
                     if r is None:
-                        cells[precision] = (None, math.nan, math.nan)
+                        cells[precision] = (None, math.nan, math.nan, 0)
                     elif r["status"] != "ok":
-                        cells[precision] = (r["status"], math.nan, math.nan)
+                        cells[precision] = (r["status"], math.nan, math.nan, 0)
                     else:
                         timed = r["metrics"][phase]
-                        cells[precision] = ("ok", timed["mean"], timed.get("std", math.nan))
-                if all(status is None for status, _, _ in cells.values()):
+                        n = timed.get("n") or len(timed.get("samples") or ())
+                        cells[precision] = ("ok", timed["mean"], timed.get("std", math.nan), n)
+                if all(c[0] is None for c in cells.values()):
                     continue
-                (_, fp32, fp32_std), (_, bf16, bf16_std) = cells["fp32"], cells["bf16"]
+                (_, fp32, fp32_std, fp32_n), (_, bf16, bf16_std, bf16_n) = cells["fp32"], cells["bf16"]
+                both = fp32_n > 0 and bf16_n > 0
+                fast, slow = ((Estimate.from_samples(fp32, fp32_std, fp32_n), Estimate.from_samples(bf16, bf16_std, bf16_n))
+                              if both else (None, None))
+                speedup = fast / slow if both else Estimate(math.nan, math.nan)
                 rows.append({"size": size, "context": context, "mode": mode, "phase": phase,
                              "fp32_status": cells["fp32"][0], "bf16_status": cells["bf16"][0],
-                             "fp32_ms": fp32, "fp32_std_ms": fp32_std, "bf16_ms": bf16, "bf16_std_ms": bf16_std,
+                             "fp32_ms": fp32, "fp32_std_ms": fp32_std, "fp32_n": fp32_n,
+                             "bf16_ms": bf16, "bf16_std_ms": bf16_std, "bf16_n": bf16_n,
                              "speedup": fp32 / bf16,
                              # First-order spread of the ratio of two independent means' samples.
-                             "speedup_std": fp32 / bf16 * math.hypot(fp32_std / fp32, bf16_std / bf16)})
+                             "speedup_std": fp32 / bf16 * math.hypot(fp32_std / fp32, bf16_std / bf16),
+                             "speedup_se": speedup.se,
+                             # bf16 against fp32 beyond the spread: "slower", "faster" or WITHIN
+                             "bf16_is": ({"higher": "slower", "lower": "faster"}.get(compare(slow, fast), WITHIN)
+                                         if both else "")})
     return pd.DataFrame(rows)
 
 
@@ -116,6 +135,7 @@ def timing_table(df: pd.DataFrame) -> pd.DataFrame:
         "fp32 (ms)": [cell(*c) for c in zip(df["fp32_status"], df["fp32_ms"], df["fp32_std_ms"])],
         "bf16 autocast (ms)": [cell(*c) for c in zip(df["bf16_status"], df["bf16_ms"], df["bf16_std_ms"])],
         "speedup fp32/bf16": ["" if math.isnan(v) else _mean_std(v, s, "×") for v, s in zip(df["speedup"], df["speedup_std"])],
+        "bf16 is": df["bf16_is"],
     })
 
 
@@ -134,7 +154,112 @@ def plot_speedup(df: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.DataFrame, timing: pd.DataFrame) -> dict:
+def speedup_trends(ok: pd.DataFrame) -> dict[str, dict]:
+    """Per series (context, mode, phase): the speedup at each size and, size to size, whether it
+    rose or fell beyond the spread; ``verdict`` is ``spread.trend`` of the whole series."""
+    out = {}
+    for (context, mode, phase), part in (ok.groupby(["context", "mode", "phase"], sort=False) if len(ok) else []):
+        if part["size"].nunique() < 2:
+            continue
+        estimates = [Estimate(r["speedup"], r["speedup_se"]) for r in part.to_dict("records")]
+        sizes = list(part["size"])
+        out[f"{series_name(mode, phase)}, context {context}"] = {
+            "sizes": sizes, "speedups": [e.mean for e in estimates], "se": [e.se for e in estimates],
+            "steps": [{"from": a, "to": b, "direction": compare(eb, ea)}
+                      for a, b, ea, eb in zip(sizes, sizes[1:], estimates, estimates[1:])],
+            "verdict": trend(estimates)}
+    return out
+
+
+def _rows_where(ok: pd.DataFrame, bf16_is: str) -> list[dict]:
+    """The rows where bf16 is ``bf16_is`` ("slower", "faster" or WITHIN), for the prose to name."""
+    return [{"size": r["size"], "context": int(r["context"]), "series": series_name(r["mode"], r["phase"]),
+             "fp32_ms": r["fp32_ms"], "fp32_std_ms": r["fp32_std_ms"], "bf16_ms": r["bf16_ms"],
+             "bf16_std_ms": r["bf16_std_ms"], "speedup": r["speedup"]}
+            for r in (ok.to_dict("records") if len(ok) else []) if r["bf16_is"] == bf16_is]
+
+
+def backward_vs_forward(ok: pd.DataFrame) -> dict[str, str]:
+    """Per size and context: whether backward's speedup is higher or lower than forward's (of the
+    same forward+backward steps) beyond the spread, or within it."""
+    out = {}
+    for (size, context), part in (ok.groupby(["size", "context"], sort=False, observed=True) if len(ok) else []):
+        by = {r["phase"]: Estimate(r["speedup"], r["speedup_se"]) for r in part.to_dict("records")
+              if r["mode"] == "forward-backward"}
+        if "forward" in by and "backward" in by:
+            out[f"{size} ctx {context}"] = compare(by["backward"], by["forward"])
+    return out
+
+
+# --- one A1 point's kernels per step, fp32 beside bf16 -----------------------------------------
+
+def kernel_summary(records: list[dict]) -> dict | None:
+    """What the prose says about the kernel records (None: this run has none). Per precision: the
+    kernels per step by kind, their device time, busy share and the unprofiled step time; between
+    the two, each difference with ``spread.compare``'s direction where it has a spread."""
+    if not records:
+        return None
+    first = records[0]
+    out = {"point": {k: first["params"].get(k) for k in ("size", "context", "mode", "batch", "device")},
+           "device": first["provenance"].get("gpu") or "CPU", "provenance": run_provenance(records),
+           "not_ok": [f"{r['params']['precision']}: {r['status']} ({r.get('reason') or r.get('message')})"
+                      for r in records if r["status"] != "ok"], "precisions": {}}
+    for r in records:
+        if r["status"] != "ok":
+            continue
+        m = r["metrics"]
+        out["unit"] = m["unit"]
+        out["precisions"][r["params"]["precision"]] = {
+            "kernels": statistics.fmean(m["count_per_step"]), "same_count_every_step": len(set(m["count_per_step"])) == 1,
+            "kinds": m["kinds"], "time_ms": m["time_ms"], "busy_ms": m["busy_ms"], "busy_share": m["busy_share"],
+            "busy": Estimate.from_samples(statistics.fmean(m["busy_ms_per_step"]), statistics.stdev(m["busy_ms_per_step"])
+                                          if len(m["busy_ms_per_step"]) > 1 else math.nan, len(m["busy_ms_per_step"])).__dict__
+            if m.get("busy_ms_per_step") else None,
+            "step_ms": m["step"]["mean"], "step_std_ms": m["step"]["std"], "step": Estimate.of(m["step"]).__dict__,
+            "unattributed": m.get("unattributed_per_step", 0.0), "top": m["rows"][:8]}
+    fp32, bf16 = out["precisions"].get("fp32"), out["precisions"].get("bf16")
+    if fp32 and bf16:
+        on_gpu = fp32["busy"] is not None and bf16["busy"] is not None
+        step_is = compare(Estimate(**bf16["step"]), Estimate(**fp32["step"]))
+        busy_is = compare(Estimate(**bf16["busy"]), Estimate(**fp32["busy"])) if on_gpu else None
+        out["compare"] = {
+            "extra_kernels": bf16["kernels"] - fp32["kernels"],
+            "extra_casts": bf16["kinds"]["cast"]["count"] - fp32["kinds"]["cast"]["count"],
+            "cast_ms": {p: e["kinds"]["cast"]["ms"] for p, e in out["precisions"].items()},
+            "gemm_ms": {p: e["kinds"]["GEMM"]["ms"] for p, e in out["precisions"].items()},
+            "bf16_step_is": {"higher": "slower", "lower": "faster"}.get(step_is, WITHIN),
+            "bf16_busy_is": {"higher": "longer", "lower": "shorter"}.get(busy_is, WITHIN) if on_gpu else None,
+            "launch_bound": {p: e["busy_share"] < LAUNCH_BOUND_BUSY for p, e in out["precisions"].items()} if on_gpu else None,
+            # The slowdown is not kernel time when bf16's step is slower beyond the spread while its
+            # kernels keep the GPU busy no longer than fp32's: the extra time is the GPU waiting.
+            "slowdown_outside_kernels": on_gpu and step_is == "higher" and busy_is in ("lower", WITHIN),
+        }
+    return out
+
+
+def kernel_table(summary: dict | None) -> pd.DataFrame:
+    """Kinds as rows, fp32 and bf16 kernels per step and device time per step side by side."""
+    if summary is None or not summary["precisions"]:
+        return pd.DataFrame({"note": ["not measured in this run (rule A4_kernels)"]})
+    per = summary["precisions"]
+    unit = "kernels" if summary["unit"] == "CUDA kernels" else "ops"
+    rows = []
+    for k in KINDS:
+        rows.append({"kind": k, **{col: f"{per[p]['kinds'][k][key]:{fmt}}" if p in per else ""
+                                   for p in ("fp32", "bf16")
+                                   for col, key, fmt in ((f"{p} {unit}/step", "count", ".0f"), (f"{p} ms/step", "ms", ".3f"))}})
+    rows.append({"kind": "all", **{col: f"{value:{fmt}}" if p in per else "" for p in ("fp32", "bf16")
+                                   for col, value, fmt in ((f"{p} {unit}/step", per.get(p, {}).get("kernels", 0), ".0f"),
+                                                           (f"{p} ms/step", per.get(p, {}).get("time_ms", 0), ".3f"))}})
+    if all(per[p]["busy_ms"] is not None for p in per):
+        rows.append({"kind": "GPU busy (union of kernels)", **{f"{p} ms/step": f"{per[p]['busy_ms']:.3f}" for p in per}})
+    rows.append({"kind": "step, timed without the profiler",
+                 **{f"{p} ms/step": f"{per[p]['step_ms']:.2f} ± {per[p]['step_std_ms']:.2f}" for p in per}})
+    return pd.DataFrame(rows).fillna("")
+
+
+def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.DataFrame, timing: pd.DataFrame,
+              kernel_records: list[dict] = ()) -> dict:
     dtypes = {}
     for r in dtype_records:
         if r["params"]["part"] == "dtypes":
@@ -150,11 +275,7 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
             "output_dtype": row["output_dtype"]}
     ok = timing.dropna(subset=["speedup"]) if not timing.empty else timing
     speedups = {f"{r['size']} ctx {r['context']} {series_name(r['mode'], r['phase'])}": r["speedup"] for r in ok.to_dict("records")}
-    trend = {}
-    for (context, mode, phase), part in (ok.groupby(["context", "mode", "phase"], sort=False) if len(ok) else []):
-        trend[f"{series_name(mode, phase)}, context {context}"] = {
-            "smallest": part["size"].iloc[0], "smallest_speedup": part["speedup"].iloc[0],
-            "largest": part["size"].iloc[-1], "largest_speedup": part["speedup"].iloc[-1]}
+    trend_by_series = speedup_trends(ok)
     # The case the prose quotes: the largest mean offset at spread 1, on each device.
     focus = {}
     for device, part in (ln.groupby("device") if not ln.empty else []):
@@ -169,7 +290,7 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
     skipped = [f"{d} {t}: {e['status']} ({e['reason']})" for d, per in dtypes.items() for t, e in per.items()
                if e["status"] != "ok"]
     return {
-        "provenance": run_provenance(dtype_records + timing_records),
+        "provenance": run_provenance(dtype_records + timing_records + list(kernel_records)),
         "dtype_provenance": run_provenance(dtype_records),
         "timing_provenance": run_provenance(timing_records) if timing_records else None,
         "dtypes": dtypes,
@@ -179,12 +300,14 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "layernorm_autocast_output": [f"{device} {dtype}: {e['stages']['LayerNorm output']}" for device, per in dtypes.items()
                                       for dtype, e in per.items() if e["status"] == "ok"],
         "speedups": speedups,
-        "speedup_trend": trend,
-        # Claims the prose makes only when the records bear them out.
+        "speedup_trend": trend_by_series,
+        # Claims the prose makes only when the records bear them out, each by report.spread's test.
         "timing_sizes": int(ok["size"].nunique()) if len(ok) else 0,
-        "speedup_grows_with_size": bool(trend) and all(t["smallest"] != t["largest"] for t in trend.values()) and all(t["largest_speedup"] > t["smallest_speedup"] for t in trend.values()),
+        "speedup_grows_with_size": bool(trend_by_series) and all(t["verdict"] == "grows" for t in trend_by_series.values()),
+        "bf16_slower": _rows_where(ok, "slower"),
+        "bf16_within_spread": _rows_where(ok, WITHIN),
         "median_speedup_by_phase": median,
-        "backward_gains_more": (BACKWARD in median and FORWARD in median and median[BACKWARD] >= median[FORWARD]),
+        "backward_vs_forward": backward_vs_forward(ok),
         "timing_not_ok": list(dict.fromkeys(
             f"{r['size']} ctx {r['context']} {r['mode']}: fp32 {r['fp32_status']}, bf16 {r['bf16_status']}"
             for r in timing.to_dict("records") if "ok" != r["fp32_status"] or "ok" != r["bf16_status"])),
@@ -192,6 +315,8 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
                                  if r["params"]["part"] == "layernorm" and r["status"] == "ok"), None),
         "timing_batch": int(timing_records[0]["params"]["batch"]) if timing_records else None,
         "timing_steps": timing_records[0]["params"].get("steps") if timing_records else None,
+        "kernels": kernel_summary(list(kernel_records)),
+        "launch_bound_busy": LAUNCH_BOUND_BUSY,
     }
 
 
@@ -199,11 +324,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.a4", description=__doc__.split("\n\n")[0])
     p.add_argument("--dtypes", required=True, help="the JSON list of records the toy-model job wrote")
     p.add_argument("--timing-records", nargs="*", default=[], help="A1 records, fp32 and bf16")
+    p.add_argument("--kernel-records", nargs="*", default=[],
+                   help="step_kernels records of one A1 point, fp32 and bf16 (none: not measured in this run)")
     p.add_argument("--out-dir", required=True, type=Path)
     args = p.parse_args(argv)
     try:
         dtype_records = load_record_lists([args.dtypes])
         timing_records = load_records(args.timing_records)
+        kernel_records = load_records(args.kernel_records)
     except (OSError, ValueError) as exc:
         p.error(str(exc))
     ln = layernorm_frame(dtype_records)
@@ -214,7 +342,9 @@ def main(argv=None) -> int:
                 args.out_dir, "timing")
     plot_speedup(timing if not timing.empty else pd.DataFrame(columns=["size", "context", "mode", "phase", "speedup"]),
                  args.out_dir / "speedup.png")
-    write_summary(args.out_dir / "summary.json", summarize(dtype_records, timing_records, ln, timing))
+    summary = summarize(dtype_records, timing_records, ln, timing, kernel_records)
+    write_table(kernel_table(summary["kernels"]), args.out_dir, "kernels")
+    write_summary(args.out_dir / "summary.json", summary)
     print(f"A4 report: {len(dtype_records)} toy-model records, {len(timing_records)} A1 records -> {args.out_dir}",
           file=sys.stderr)
     return 0

@@ -1,0 +1,208 @@
+"""What one training step launches: its kernels by kind, their count and device time (A4(c)).
+
+    python -m cs336_systems.profiling.step_kernels --size small --context 128 --mode forward-backward \
+        --precision bf16 --out rec.json
+
+Shows where a bf16 autocast step's time goes beside the fp32 step of the same A1 point (one
+record per precision, each its own process): the step is timed as A1 times it (``--steps``
+steps after ``--warmup``, no profiler), then ``--steps`` more steps run under torch.profiler
+(no Nsight needed), each inside a range that ends with a device synchronisation, so every kernel
+a step launched finished inside its range.
+
+Every kernel (on the CPU: every operator, with its *self* time) is put in one kind:
+
+- ``cast``: launched under ``aten::_to_copy``, the op behind ``tensor.to(dtype or device)``:
+  autocast's casts of weights and activations to bf16 and backward's casts of their gradients
+  back; in fp32 too, Python scalars turned into tensors (on the CPU, a few per norm and loss);
+- ``GEMM``, ``elementwise``, ``attention-softmax``, ``optimizer``, ``other``: by name, as the A2
+  tables classify them (``profiling.classify``; layout copies fall under elementwise there).
+
+Per step the record keeps the count and device time of each kind, the kernels' busy time (the
+union of their intervals, so overlapping kernels count once; CUDA only) and its share of the
+A1-timed step: a step whose GPU is idle most of the time is bound by launching kernels, not by
+running them. The profiler slows the CPU side, so the share uses the unprofiled step time.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict, dataclass
+
+from cs336_systems.profiling.classify import classify, short_name
+
+CAST_OP = "aten::_to_copy"
+KINDS = ("cast", "GEMM", "elementwise", "attention-softmax", "optimizer", "other")
+STEP_RANGE = "profiled step"
+TOP_ROWS = 25
+
+
+@dataclass(frozen=True)
+class Work:
+    """One kernel (CUDA) or one operator call's self time (CPU), with the ops that launched it."""
+    name: str
+    start_us: float
+    end_us: float
+    time_us: float               # the kernel's duration; an operator's self time
+    launched_by: tuple[str, ...]  # the launching op and its ancestors, innermost first
+
+
+def kind(work: Work) -> str:
+    if work.name == CAST_OP or CAST_OP in work.launched_by:
+        return "cast"
+    return classify(work.name)
+
+
+def busy_us(works: list[Work]) -> float:
+    """Length of the union of the intervals: time during which at least one kernel ran."""
+    total, end = 0.0, float("-inf")
+    for w in sorted(works, key=lambda w: w.start_us):
+        if w.end_us > end:
+            total += w.end_us - max(w.start_us, end)
+            end = w.end_us
+    return total
+
+
+def per_step_tables(works: list[Work], windows: list[tuple[float, float]], on_gpu: bool) -> dict:
+    """Per-step means over the step ``windows`` (start, end in µs): totals, kinds, and the kernels
+    by name (``TOP_ROWS`` longest, the rest as one row)."""
+    steps = len(windows)
+    if not steps:
+        raise RuntimeError(f"the profiler recorded no {STEP_RANGE!r} range")
+    inside = [[w for w in works if start <= w.start_us and w.end_us <= end] for start, end in windows]
+    counts = [len(ws) for ws in inside]
+    kinds = {k: {"count": 0, "ms": 0.0} for k in KINDS}
+    by_name: dict[tuple[str, str], dict] = {}      # a copy kernel is a cast under _to_copy, not elsewhere
+    for ws in inside:
+        for w in ws:
+            k = kind(w)
+            row = by_name.setdefault((w.name, k), {"name": short_name(w.name), "kind": k, "count": 0, "ms": 0.0})
+            for totals in (kinds[k], row):
+                totals["count"] += 1
+                totals["ms"] += w.time_us / 1e3
+    for totals in (*kinds.values(), *by_name.values()):     # totals -> per step
+        totals["count"] /= steps
+        totals["ms"] /= steps
+    rows = sorted(by_name.values(), key=lambda r: -r["ms"])
+    if len(rows) > TOP_ROWS:
+        rest = rows[TOP_ROWS:]
+        rows = rows[:TOP_ROWS] + [{"name": f"({len(rest)} other names)", "kind": "", "count": sum(r["count"] for r in rest),
+                                   "ms": sum(r["ms"] for r in rest)}]
+    return {"steps": steps, "count_per_step": counts,
+            # kernels whose launching op the profiler did not name: their kind is from the name alone
+            "unattributed_per_step": sum(1 for ws in inside for w in ws if not w.launched_by) / steps if on_gpu else 0.0,
+            "time_ms": sum(w.time_us for ws in inside for w in ws) / 1e3 / steps,
+            "busy_ms": sum(busy_us(ws) for ws in inside) / 1e3 / steps if on_gpu else None,
+            "busy_ms_per_step": [busy_us(ws) / 1e3 for ws in inside] if on_gpu else None,
+            "kinds": kinds, "rows": rows}
+
+
+def profiler_works(profiler, on_gpu: bool) -> tuple[list[Work], list[tuple[float, float]]]:
+    """The profiler's kernels (or CPU operators) as ``Work``, and the windows of the step ranges."""
+    events = list(profiler.events())
+    cpu = [e for e in events if "cuda" not in str(e.device_type).lower()]
+    windows = sorted((e.time_range.start, e.time_range.end) for e in cpu if e.name == STEP_RANGE)
+    # A kernel names the op that launched it by that op's id (``linked_correlation_id``). Only the
+    # framework's own events (linked to nothing) are ops; the CUDA runtime's calls have ids of
+    # their own, from another counter, which may collide.
+    by_id = {e.id: e for e in cpu if e.linked_correlation_id == 0}
+
+    def ancestors(op) -> tuple[str, ...]:
+        names = []
+        while op is not None:
+            names.append(op.name)
+            op = op.cpu_parent
+        return tuple(names)
+
+    works = []
+    for e in events:
+        is_gpu = "cuda" in str(e.device_type).lower()
+        if is_gpu != on_gpu or e.name == STEP_RANGE or e.name.startswith(("[", "ProfilerStep")):
+            continue
+        start, end = float(e.time_range.start), float(e.time_range.end)
+        if on_gpu:
+            launcher = by_id.get(e.linked_correlation_id)
+            works.append(Work(e.name, start, end, end - start, ancestors(launcher)))
+        else:
+            works.append(Work(e.name, start, end, float(e.self_cpu_time_total), ancestors(e.cpu_parent)))
+    return works, windows
+
+
+def measure(size, *, context: int, batch: int, mode: str, precision: str, warmup: int, steps: int,
+            device: str) -> dict:
+    import torch
+
+    from cs336_systems.timing import synchronize
+    from cs336_systems.workload import build_workload, time_steps
+
+    device = torch.device(device)
+    workload = build_workload(size, context=context, batch=batch, mode=mode, precision=precision, device=device)
+    timed = time_steps(workload, warmup=warmup, steps=steps)          # as A1 times it, no profiler
+    on_gpu = device.type == "cuda"
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])
+    synchronize(device)
+    with torch.profiler.profile(activities=activities) as profiler:
+        for _ in range(steps):
+            with torch.profiler.record_function(STEP_RANGE):
+                workload.step()
+                synchronize(device)     # inside the range: the step's kernels end within its window
+    works, windows = profiler_works(profiler, on_gpu)
+    table = per_step_tables(works, windows, on_gpu)
+    step_ms = timed["step"]["mean"]
+    return {"unit": "CUDA kernels" if on_gpu else "CPU operators (self time)",
+            "step": timed["step"], **{p: timed[p] for p in ("forward", "backward", "optimizer") if p in timed},
+            **table, "busy_share": table["busy_ms"] / step_ms if table["busy_ms"] is not None and step_ms > 0 else None}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from cs336_systems.cli import parse_device, require_at_least
+    from cs336_systems.models import MODEL_SIZES, MODES
+    from cs336_systems.workload import PRECISIONS
+
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.profiling.step_kernels",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", choices=list(MODEL_SIZES), required=True)
+    p.add_argument("--context", type=int, required=True)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--mode", choices=MODES, default="forward-backward")
+    p.add_argument("--precision", choices=list(PRECISIONS), default="bf16")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10, help="timed steps, then as many profiled ones")
+    p.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    require_at_least(p, args, 1, "context", "batch", "steps")
+    require_at_least(p, args, 0, "warmup")
+    parse_device(p, args.device)
+    return args
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def main(argv=None) -> int:
+    from cs336_systems.models import get_size
+    from cs336_systems.records import log, make_record, write_json_atomic
+    from cs336_systems.timing import attempt, free_device_memory
+
+    args = parse_args(argv)
+    size = get_size(args.size)
+    params = {"part": "kernels", "size": args.size, **asdict(size), "context": args.context, "batch": args.batch,
+              "mode": args.mode, "precision": args.precision, "warmup": args.warmup, "steps": args.steps,
+              "device": args.device, "attention": "naive"}
+    log(f"A4 step kernels: {params}")
+    status, metrics, message = attempt(lambda: measure(
+        size, context=args.context, batch=args.batch, mode=args.mode, precision=args.precision,
+        warmup=args.warmup, steps=args.steps, device=args.device))
+    free_device_memory(args.device)
+    write_json_atomic(args.out, make_record("A4", params, status, metrics, reason=message))
+    summary = (f"{metrics['count_per_step'][0]} {metrics['unit']} per step, casts {metrics['kinds']['cast']['count']:.0f}"
+               if status == "ok" else message)
+    log(f"A4 step kernels {status}: {summary} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""step_kernels: what a step launches, by kind; the busy time is the union of kernel intervals."""
+import json
+
+import pytest
+
+from cs336_systems.profiling import step_kernels
+from cs336_systems.profiling.step_kernels import Work, busy_us, kind, per_step_tables
+
+
+def test_busy_time_counts_overlapping_kernels_once():
+    works = [Work("a", 0, 10, 10, ()), Work("b", 5, 12, 7, ()), Work("c", 20, 25, 5, ()), Work("d", 21, 22, 1, ())]
+    assert busy_us(works) == 17            # [0, 12] and [20, 25]
+    assert busy_us([]) == 0
+
+
+def test_a_kernel_is_a_cast_by_the_op_that_launched_it():
+    copy = "void at::native::vectorized_elementwise_kernel<4, direct_copy_kernel_cuda>"
+    assert kind(Work(copy, 0, 1, 1, ("aten::copy_", "aten::_to_copy", "aten::to"))) == "cast"
+    assert kind(Work(copy, 0, 1, 1, ("aten::copy_", "aten::clone", "aten::contiguous"))) == "elementwise"
+    assert kind(Work("sm90_xmma_gemm_bf16bf16_bf16f32", 0, 1, 1, ("aten::mm",))) == "GEMM"
+    assert kind(Work("aten::_to_copy", 0, 1, 1, ("aten::to",))) == "cast"           # the CPU operator itself
+
+
+def test_per_step_tables_average_over_the_step_windows():
+    works = [Work("gemm", s + 1, s + 4, 3, ("aten::mm",)) for s in (0, 100)]
+    works += [Work("copy", s + 5, s + 6, 1, ("aten::copy_", "aten::_to_copy")) for s in (0, 100, 100)]
+    works += [Work("outside", 50, 60, 10, ())]
+    t = per_step_tables(works, [(0, 10), (100, 110)], on_gpu=True)
+    assert t["count_per_step"] == [2, 3]
+    assert t["kinds"]["cast"] == {"count": 1.5, "ms": 1.5e-3} and t["kinds"]["GEMM"]["count"] == 1.0
+    assert t["busy_ms_per_step"] == [4e-3, 4e-3]          # the two copies at 105 overlap
+    assert t["unattributed_per_step"] == 0.0
+    with pytest.raises(RuntimeError, match="no 'profiled step' range"):
+        per_step_tables(works, [], on_gpu=True)
+
+
+@pytest.fixture(scope="module")
+def cpu_records(tmp_path_factory):
+    out = {}
+    for precision in ("fp32", "bf16"):
+        path = tmp_path_factory.mktemp("k") / f"{precision}.json"
+        assert step_kernels.main(["--size", "tiny", "--context", "8", "--batch", "2", "--warmup", "1", "--steps", "2",
+                                  "--precision", precision, "--device", "cpu", "--out", str(path)]) == 0
+        out[precision] = json.loads(path.read_text())
+    return out
+
+
+def test_cpu_run_counts_autocast_casts(cpu_records):
+    fp32, bf16 = (cpu_records[p]["metrics"] for p in ("fp32", "bf16"))
+    assert cpu_records["bf16"]["status"] == "ok" and fp32["unit"] == "CPU operators (self time)"
+    for m in (fp32, bf16):
+        assert len(set(m["count_per_step"])) == 1          # the same step every time
+        assert m["steps"] == 2 and m["busy_share"] is None and m["step"]["n"] == 2
+        assert sum(k["count"] for k in m["kinds"].values()) == pytest.approx(m["count_per_step"][0])
+    # autocast casts every weight a matmul uses, and backward casts the gradients back
+    assert bf16["kinds"]["cast"]["count"] > fp32["kinds"]["cast"]["count"] + 20
+    assert cpu_records["bf16"]["params"]["precision"] == "bf16"
+
+
+def test_bad_input_is_one_line(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        step_kernels.main(["--size", "tiny", "--context", "0", "--out", str(tmp_path / "x.json")])
+    err = capsys.readouterr().err
+    assert "--context" in err and "Traceback" not in err

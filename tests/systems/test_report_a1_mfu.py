@@ -1,0 +1,109 @@
+"""A1's MFU, what bounds each step, and bf16 against fp32, on synthetic records whose answers are known.
+
+The h200 writeup once had bf16 slower than fp32 at short contexts without a word; these tests build
+such tables and check that the report names every slowdown beyond the spread, and only those."""
+import json
+import random
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from cs336_systems.models import get_size
+from cs336_systems.records import make_record, write_json_atomic
+from cs336_systems.report import a1, writeup
+from cs336_systems.workload import build_workload
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+BATCH, STEPS = 2, 10
+PHASES = {"forward": ["forward"], "forward-backward": ["forward", "backward"]}
+
+
+def _summary(samples):
+    return {"mean": statistics.fmean(samples), "std": statistics.stdev(samples), "n": len(samples), "samples": samples}
+
+
+def record(rng, context, mode, precision, step_ms, spread_ms, gpu="NVIDIA H200"):
+    """A point whose step takes ``step_ms`` ± about ``spread_ms``; its phases split the step."""
+    params = {"size": "tiny", "context": context, "batch": BATCH, "mode": mode, "warmup": 1, "steps": STEPS,
+              "precision": precision, "attention": "naive", "device": "cuda", "vocab_size": 10_000}
+    steps = [step_ms + spread_ms * rng.gauss(0, 1) for _ in range(STEPS)]
+    shares = [1 / len(PHASES[mode])] * len(PHASES[mode])
+    metrics = {phase: _summary([s * share for s in steps]) for phase, share in zip(PHASES[mode], shares)}
+    metrics["step"] = _summary(steps)
+    r = make_record("A1", params, "ok", metrics)
+    r["provenance"]["gpu"] = gpu
+    return r
+
+
+def build(tmp_path, records, profiles=()):
+    paths = [write_json_atomic(tmp_path / "r" / f"{i}.json", r) for i, r in enumerate(records)]
+    ppaths = [write_json_atomic(tmp_path / "p" / f"{i}.json", r) for i, r in enumerate(profiles)]
+    out = tmp_path / "A1"
+    assert a1.main(["--records", *map(str, paths), "--profiles", *map(str, ppaths), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    text = writeup.Renderer("md", tmp_path / "w.md", TEMPLATES).section("A1", out / "summary.json")
+    return summary, text
+
+
+@pytest.fixture
+def rng():
+    return random.Random(random.getrandbits(32))
+
+
+def test_bf16_slower_is_named_only_beyond_the_spread(tmp_path, rng):
+    records = [
+        # context 16: bf16 5 ms slower, but each mean has a 10 ms spread: not settled
+        record(rng, 16, "forward-backward", "fp32", 40.0, 10.0), record(rng, 16, "forward-backward", "bf16", 45.0, 10.0),
+        # context 32: bf16 10 ms slower with 0.5 ms spread: a slowdown the prose must name
+        record(rng, 32, "forward-backward", "fp32", 20.0, 0.5), record(rng, 32, "forward-backward", "bf16", 30.0, 0.5),
+    ]
+    s, text = build(tmp_path, records)
+    assert [(c["context"], c["bf16_is"]) for c in s["bf16_slower"]] == [(32, "slower")]
+    assert [(c["context"], c["bf16_is"]) for c in s["bf16_within_spread"]] == [(16, "within the spread")]
+    slow = s["bf16_slower"][0]
+    assert f"tiny, context 32, forward-backward: bf16 {slow['bf16_ms']:.2f} ± {slow['bf16_std_ms']:.2f} ms" in text
+    assert "bf16 is slower at 1:" in text and "1 lie within the spread (tiny ctx 16 forward-backward)" in text
+
+
+def test_mfu_against_a_step_of_known_flops(tmp_path, rng):
+    """The table's MFU is PyTorch's own FLOP count of the step over its time and the H200's peak."""
+    torch.manual_seed(0)
+    workload = build_workload(get_size("tiny"), context=16, batch=BATCH, mode="forward-backward", precision="bf16")
+    with FlopCounterMode(display=False) as counter:
+        workload.step()
+    flops = counter.get_total_flops()
+    step_ms = flops / (0.01 * 989e12) * 1e3             # 1 % of the bf16 peak
+    records = [record(rng, 16, "forward-backward", "bf16", step_ms, step_ms * 1e-4),
+               record(rng, 16, "forward", "fp32", 1.0, 0.01, gpu=None),                 # a CPU run: no peak
+               record(rng, 32, "forward", "fp32", 1.0, 0.01, gpu="NVIDIA GeForce RTX 4090")]
+    s, text = build(tmp_path, records)
+    df = a1.records_frame([json.loads(p.read_text()) for p in sorted((tmp_path / "r").glob("*.json"))])
+    bf16 = df[df["precision"] == "bf16"].iloc[0]
+    mean = statistics.fmean(json.loads((tmp_path / "r" / "0.json").read_text())["metrics"]["step"]["samples"])
+    assert bf16["flops"] == flops
+    assert bf16["mfu"] == pytest.approx(flops / (mean / 1e3) / 989e12)
+    assert df[df["precision"] == "fp32"]["mfu"].isna().all()
+    assert "a CPU run: no peak" in s["mfu_peaks"] and any("not in the peak table" in b for b in s["mfu_peaks"])
+    assert s["mfu_best"]["bf16"]["mfu"] == pytest.approx(0.01, rel=1e-3)
+    assert "1.0 % of H200 SXM dense bf16 tensor cores, 989 TFLOP/s" in text
+
+
+def test_flat_in_work_and_profiled_launch_bound(tmp_path, rng):
+    records = [record(rng, 16, "forward", "fp32", 10.0, 0.2), record(rng, 32, "forward", "fp32", 10.1, 0.2),
+               record(rng, 16, "forward", "bf16", 10.0, 0.2), record(rng, 32, "forward", "bf16", 20.0, 0.2)]
+    # An A2 profile of fp32 forward at context 32: 300 kernels, 3 of its 10 ms busy.
+    kernel_ns = 3e6
+    profile = make_record("A2", {"size": "tiny", "context": 32, "batch": BATCH}, "ok", {
+        "table_unit": "CUDA kernels", "source": "nsys",
+        "modes": {"forward": {"status": "ok", "python_ms": {"forward": {"samples": [10.0, 10.2]}},
+                              "tables": {"forward": [{"name": "sgemm", "total_ns": kernel_ns, "instances": 300}]}}}})
+    s, text = build(tmp_path, records, [profile])
+    flat = {(b["context"], b["precision"]) for b in s["flat_in_work"]}
+    assert flat == {(16, "fp32")}          # twice the work no slower; bf16's doubled time settles nothing
+    assert [(b["context"], b["precision"]) for b in s["launch_bound"]] == [(32, "fp32")]
+    table = (tmp_path / "A1" / "table.md").read_text()
+    assert "launches: GPU busy 30 %" in table and "flat in work" in table
+    assert "300 kernels keep the GPU busy 30 % of the step" in text
