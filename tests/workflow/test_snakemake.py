@@ -203,8 +203,9 @@ def test_full_preset_plans_the_whole_grid(tmp_path):
     assert stats["C1_row"] == len(presets["C1"]["backends"]) * len(presets["C1"]["world_sizes"])
     from cs336_systems.distributed import variants
     ddp = presets["DDP"]["variants"]
-    for ident in variants.deliverables():                   # each variant under its own deliverable's rule
-        assert stats.get(f"{ident}_variant", 0) == len(variants.of(ident, ddp)), ident
+    precisions = presets["DDP"]["precisions"]
+    for ident in variants.deliverables():                   # each variant, each precision, under its deliverable's rule
+        assert stats.get(f"{ident}_variant", 0) == len(variants.of(ident, ddp)) * len(precisions), ident
     assert stats["A2_profile"] == len(presets["A2"]["sizes"]) * len(presets["A2"]["contexts"])
     assert stats["A5_snapshot"] == (len(presets["A5"]["contexts"]) * len(presets["A5"]["modes"])
                                     * len(presets["A5"]["precisions"]))
@@ -220,7 +221,7 @@ def test_full_preset_plans_the_whole_grid(tmp_path):
         "A4_dtypes", "A3_accumulation", "B3_checks", "B5_leaderboard", "writeup", "all"} <= set(once)
     for ident in variants.deliverables():                   # records land in the deliverable's own folder
         assert {p for p in planned_outputs(out) if p.startswith(f"results/dryrun/{ident}/records/")} == \
-            {f"results/dryrun/{ident}/records/{v}.json" for v in variants.of(ident, ddp)}
+            {f"results/dryrun/{ident}/records/{variants.stem(v, p)}.json" for v in variants.of(ident, ddp) for p in precisions}
     planned = planned_outputs(out)
     assert {p for p in planned if p.startswith("results/dryrun/A1/records/")} == \
         {f"results/dryrun/A1/records/{s}_ctx{c}_{m}_{p}.json" for s, c, m, p in grid}

@@ -1,7 +1,7 @@
 # C: several processes. C1 all-reduce rows (one process group per backend × world size); the
 # data-parallel training variants (records in C3, C4, C6, C8, C11, C12), one process group each on
-# `world_size` GPUs under NCCL, or CPU ranks under Gloo in the smoke preset; the reports C2–C8,
-# C10–C12.
+# `world_size` GPUs under NCCL, or CPU ranks under Gloo in the smoke preset, in each precision of
+# DDP.precisions; the reports C2–C8, C10–C12.
 
 from cs336_systems.distributed import variants as ddp_variants
 from cs336_systems.report import ddp as ddp_report
@@ -11,12 +11,15 @@ DDP = GRID["DDP"]
 ON_GPUS = GRID["device"].startswith("cuda")
 DDP_BACKEND = "nccl" if ON_GPUS else "gloo"
 TRACED = DDP["traced"]      # a subset of DDP.variants: the config check makes sure
+DDP_PRECISIONS = DDP["precisions"]
 
 # The figures each data-parallel report draws (every report also writes summary.json and tables).
 DDP_FIGURES = {
     "C6": {"timeline": report(f"{RESULTS}/C6/timeline.png", category="C DDP", labels={"item": "trace"})},
     "C8": {"phases": report(f"{RESULTS}/C8/phases.png", category="C DDP", labels={"item": "time per step"}),
-           "model": report(f"{RESULTS}/C8/overhead_model.png", category="C DDP", labels={"item": "overhead model"})},
+           "model": report(f"{RESULTS}/C8/overhead_model.png", category="C DDP", labels={"item": "overhead model"}),
+           "overhead": report(f"{RESULTS}/C8/overhead.png", category="C DDP",
+                              labels={"item": "overhead per variant and precision"})},
     "C12": {"fsdp_timeline": report(f"{RESULTS}/C12/timeline.png", category="C DDP", labels={"item": "FSDP trace"})},
 }
 
@@ -72,8 +75,10 @@ rule C1_report:
 # record and a one-step trace in that deliverable's folder. Same command for all of them.
 DDP_VARIANT_COMMAND = (
     "{params.lease} python -m cs336_systems.distributed.train_bench --variant {wildcards.variant}"
+    " --precision {wildcards.precision}"
     f" --size {DDP['size']} --context {DDP['context']} --global-batch {DDP['global_batch']}"
     f" --world-size {DDP['world_size']} --warmup {DDP['warmup']} --steps {DDP['steps']}"
+    f" --accuracy-steps {DDP['accuracy_steps']}"
     " --backend {params.backend} --trace {output.trace} --out {output.record} > {log} 2>&1"
 )
 
@@ -88,19 +93,21 @@ DDP_GPUS = {v: 0 if DDP_BACKEND != "nccl" else 1 if ddp_variants.lookup(v).singl
 for ident in ddp_variants.deliverables():
 
     rule:
-        """One data-parallel variant of this deliverable on `world_size` ranks: per-phase step times,
-        memory, and one traced step (the C6 and C12 timelines draw the `traced` ones)."""
+        """One data-parallel variant of this deliverable on `world_size` ranks in one precision:
+        per-phase step times, memory, one traced step (the C6 and C12 timelines draw the `traced`
+        ones), and for a variant that communicates in bf16 its weights against fp32 communication."""
         name:
             f"{ident}_variant"
         input:
             measuring_code("cs336_systems.distributed.train_bench"),
         output:
-            record=f"{RESULTS}/{ident}/records/{{variant}}.json",
-            trace=f"{RESULTS}/{ident}/traces/{{variant}}.json.gz",
+            record=f"{RESULTS}/{ident}/records/{{variant}}_{{precision}}.json",
+            trace=f"{RESULTS}/{ident}/traces/{{variant}}_{{precision}}.json.gz",
         log:
-            f"{LOGS}/{ident}/{{variant}}.log",
+            f"{LOGS}/{ident}/{{variant}}_{{precision}}.log",
         wildcard_constraints:
             variant=ddp_variants.pattern(ident),
+            precision="|".join(ddp_variants.PRECISIONS),
         params:
             lease=lambda wildcards: (f"python -m cs336_systems.pipeline.gpu_lease --gpus {DDP_GPUS[wildcards.variant]} --"
                                      if DDP_BACKEND == "nccl" else ""),
@@ -109,6 +116,17 @@ for ident in ddp_variants.deliverables():
             gpu=lambda wildcards: DDP_GPUS[wildcards.variant],
         shell:
             DDP_VARIANT_COMMAND
+
+
+def ddp_files(kind: str, chosen: list[str], suffix: str) -> list[str]:
+    """The records (or traces) of `chosen` in every precision, fp32's first. Rebuilding a committed
+    run from its records (`reuse_records` with `sections`), only those the run has: a variant or a
+    precision added to the config after the run was measured is then not measured on the spot; its
+    rows say "not measured in this run". A run that has none of them measures them."""
+    paths = [f"{DDP_FOLDER[v]}/{kind}/{ddp_variants.stem(v, p)}{suffix}" for p in DDP_PRECISIONS for v in chosen]
+    if not (CHOSEN.reuse_records and CHOSEN.sections is not None):
+        return paths
+    return [p for p in paths if os.path.exists(p)] or paths
 
 
 # One report per deliverable C2–C8, C10–C12 (report.ddp READS says which variants each reads):
@@ -121,8 +139,8 @@ for ident in ddp_report.SECTIONS:
         name:
             f"{ident}_report"
         input:
-            records=[f"{DDP_FOLDER[v]}/records/{v}.json" for v in chosen],
-            traces=[f"{DDP_FOLDER[v]}/traces/{v}.json.gz" for v in TRACED] if ident in ddp_report.READS_TRACES else [],
+            records=ddp_files("records", chosen, ".json"),
+            traces=ddp_files("traces", TRACED, ".json.gz") if ident in ddp_report.READS_TRACES else [],
             c1=rules.C1_report.output.summary if ident in ddp_report.READS_C1 else [],
             code=code("cs336_systems.report.ddp"),
         output:
