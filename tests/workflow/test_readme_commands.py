@@ -24,7 +24,7 @@ from workflow.test_snakemake import REPO, SNAKEMAKE, _show, env_for, job_stats, 
 COMMANDS = readme.commands()
 COMMITTED_RUNS = sorted(p.name for p in (REPO / "results").iterdir() if (REPO / "writeup" / p.name).is_dir())
 MEASURING = re.compile(r"_(benchmark|warmup_study|profile|accumulation|dtypes|snapshot|checkpoint|row|checks|"
-                       r"whole_model|grid_row|leaderboard|variant)$")
+                       r"whole_model|grid_row|leaderboard|variant|kernels)$")
 
 
 def kind(command: str) -> str:
