@@ -251,7 +251,9 @@ def test_forward_splits_fill_short_grids_only():
     from cs336_systems.attention import flash_triton as ft
 
     t = ft.KernelTiles(64, 64, 4, 3)
-    assert ft.forward_splits(t, 16, 16384, 16384, 132) == 1              # 4096 programs
-    assert ft.forward_splits(t, 1, 4096, 4096, 132) == 4                 # 64 programs -> 256
-    assert ft.forward_splits(t, 1, 1024, 1024, 132) == 8                 # 16 key tiles: slices of 2
-    assert ft.forward_splits(t, 1, 64, 64, 132) == 1                     # one key tile: nothing to split
+    assert ft.forward_splits(ft.KernelTiles(128, 64), 16, 16384, 16384, 64, 132) == 1   # 2048 programs
+    assert ft.forward_splits(t, 1, 16384, 16384, 64, 132) == 4          # 256 programs -> 1024 (8 per SM)
+    assert ft.forward_splits(t, 1, 16384, 16384, 128, 132) == 2         # 4 per SM at d = 128
+    assert ft.forward_splits(t, 1, 8192, 8192, 16, 132) == 8            # 128 -> 1024
+    assert ft.forward_splits(t, 1, 1024, 1024, 16, 132) == 4            # 16 key tiles: slices of 4
+    assert ft.forward_splits(t, 1, 200, 200, 16, 132) == 1              # 4 key tiles: nothing to split

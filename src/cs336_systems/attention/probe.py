@@ -26,9 +26,17 @@ def main(argv=None) -> int:
     p.add_argument("--rep-ms", type=float, default=300.0)
     p.add_argument("--gluon", action="store_true")
     p.add_argument("--splits", action="store_true", help="the split-key forward sweep at batch 1")
+    p.add_argument("--seqs", nargs="+", type=int, default=[1024, 2048, 4096, 8192, 16384])
+    p.add_argument("--split-counts", nargs="+", type=int, default=[1, 2, 4, 8, 16])
+    p.add_argument("--ds", nargs="+", type=int, default=[16, 32, 64, 128])
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--host", action="store_true", help="host time per call at batch 1 (bf16, d = 64, --seqs[0])")
     args = p.parse_args(argv)
     if args.splits:
-        print(json.dumps(split_sweep(args.rep_ms)), flush=True)
+        print(json.dumps(split_sweep(args.rep_ms, args.ds, args.seqs, args.split_counts, args.dtype)), flush=True)
+        return 0
+    if args.host:
+        print(json.dumps(host_times(args.seqs[0])), flush=True)
         return 0
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
@@ -67,7 +75,7 @@ def main(argv=None) -> int:
 
 
 def split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 4096, 8192, 16384),
-                splits=(1, 2, 4, 8, 16)) -> dict:
+                splits=(1, 2, 4, 8, 16), dtype: str = "bf16") -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
@@ -77,10 +85,11 @@ def split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 4096, 819
     rows = []
     for d in ds:
         for n in seqs:
-            q, k, v = (torch.randn(1, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            row = {"d": d, "n": n, "us": {}}
-            want = torch.nn.functional.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None],
-                                                                    is_causal=True)[:, 0]
+            dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+            q, k, v = (torch.randn(1, n, d, device="cuda", dtype=dt) for _ in range(3))
+            row = {"dtype": dtype, "d": d, "n": n, "us": {}}
+            want = torch.nn.functional.scaled_dot_product_attention(q[:, None].float(), k[:, None].float(),
+                                                                    v[:, None].float(), is_causal=True)[:, 0]
             for s in splits:
                 plan = ft._Plan(q, k, v, True, splits=s)
                 out, lse = torch.empty(**plan.new_out), torch.empty(**plan.new_lse)
@@ -89,16 +98,70 @@ def split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 4096, 819
                 err = float((out.float() - want.float()).abs().max())
                 row["us"][f"split{s}"] = bench(run) if err < 5e-2 else f"wrong ({err:.3g})"
             ft._PLANS.clear()
+            rows.append(row)
             with torch.no_grad():
                 row["us"]["ours_auto"] = bench(lambda: ft.FlashAttentionTriton.apply(q, k, v, True))  # noqa: B023
                 row["auto_splits"] = ft._plan(q, k, v, True).splits
                 row["tiles"] = ft._plan(q, k, v, True).tiles.forward.__dict__
+                if dtype == "fp32":
+                    continue
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     row["us"]["sdpa_flash"] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(  # noqa: B023
                         q[:, None], k[:, None], v[:, None], is_causal=True))
-            rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     return {"gpu": torch.cuda.get_device_name(), "rows": rows}
+
+
+def host_times(n: int, calls: int = 2000) -> dict:
+    """Wall time per call of ours and SDPA flash, forward (no grad) and backward (one retained
+    graph), in a loop that synchronises only at its end (at small N the host sets the pace), and
+    the functions our backward spends its host time in (cProfile, by own time)."""
+    import cProfile
+    import io
+    import pstats
+    import time
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from cs336_systems.attention.flash_triton import FlashAttentionTriton
+
+    q, k, v = (torch.randn(1, n, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    grad = torch.randn_like(q)
+    sdpa = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
+        q[:, None], k[:, None], v[:, None], is_causal=True)[:, 0]
+    ours = lambda q, k, v: FlashAttentionTriton.apply(q, k, v, True)  # noqa: E731
+
+    def per_call(fn) -> float:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        return round((time.perf_counter() - start) / calls * 1e6, 1)
+
+    result = {"n": n, "us_per_call": {}}
+    for name, fn in (("ours", ours), ("sdpa_flash", sdpa)):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            with torch.no_grad():
+                result["us_per_call"][f"{name}_forward"] = per_call(lambda: fn(q, k, v))  # noqa: B023
+            out = fn(q, k, v)
+
+            def backward():
+                q.grad = k.grad = v.grad = None
+                out.backward(grad, retain_graph=True)  # noqa: B023
+            result["us_per_call"][f"{name}_backward"] = per_call(backward)
+            if name == "ours":
+                profile = cProfile.Profile()
+                profile.enable()
+                for _ in range(500):
+                    backward()
+                profile.disable()
+                text = io.StringIO()
+                pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(18)
+                result["ours_backward_profile"] = text.getvalue()[-4000:]
+    return result
 
 
 if __name__ == "__main__":
