@@ -63,14 +63,27 @@ def test_compute_gaps_merge_overlapping_kernels():
     assert gaps["span_ms"] == pytest.approx(1.1)
 
 
-@pytest.mark.parametrize("variant", ["naive", "bucketed-0.5", "overlap-sharded", "no-comm"])
-def test_training_variant_on_gloo(tmp_path, variant):
+@pytest.mark.parametrize("variant, precision", [("naive", "fp32"), ("bucketed-0.5", "fp32"),
+                                                ("overlap-sharded", "fp32"), ("no-comm", "bf16"),
+                                                ("bucketed-ready-0.5", "bf16"), ("bucketed-bf16-0.5", "bf16")])
+def test_training_variant_on_gloo(tmp_path, variant, precision):
     out, trace = tmp_path / "r.json", tmp_path / "t.json.gz"
     assert train_bench.main(["--variant", variant, "--size", "tiny", "--context", "16", "--global-batch", "4",
                              "--backend", "gloo", "--warmup", "1", "--steps", "2", "--out", str(out),
-                             "--trace", str(trace)]) == 0
+                             "--trace", str(trace), "--precision", precision, "--accuracy-steps", "2"]) == 0
     record = json.loads(out.read_text())
     assert record["status"] == "ok", record.get("message")
+    assert record["params"]["precision"] == precision and variants.precision_of(record) == precision
+    accuracy = record["metrics"].get("accuracy")
+    if variants.fp32_twin(variant):      # bf16 communication against fp32's, from the same start
+        assert accuracy["reference"] == "bucketed-ready-0.5" and accuracy["steps"] == 2
+        assert 0 < accuracy["weights_rel_diff"] < 1e-3 and accuracy["diff_over_update"] > 0
+        assert len(accuracy["losses"]) == len(accuracy["reference_losses"]) == 2
+        assert accuracy["losses"][0] == accuracy["reference_losses"][0]     # the first loss precedes any update
+    else:
+        assert accuracy is None and "accuracy_steps" not in record["params"]
+    if variant.startswith("bucketed-ready"):
+        assert record["metrics"]["rebuilt_in_ready_order"] is True
     m = record["metrics"]
     parts = m["forward_ms"] + m["backward_ms"] + m["comm_wait_ms"] + m["optimizer_ms"]
     assert len(m["steps"]) == 2 and all(s["step_ms"] == pytest.approx(

@@ -14,11 +14,13 @@ from cs336_systems.report import ddp
 from cs336_systems.report.writeup import Renderer
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
-CHOSEN = ["no-comm", "naive", "flat", "overlap", "bucketed-1", "bucketed-100", "torch-ddp", "overlap-sharded", "fsdp", "fsdp-bf16"]
+CHOSEN = ["no-comm", "naive", "flat", "overlap", "bucketed-1", "bucketed-100", "torch-ddp", "bucketed-view-100",
+          "bucketed-ready-100", "bucketed-bf16-100", "overlap-sharded", "fsdp", "fsdp-bf16"]
+PRECISIONS = ["fp32", "bf16"]
 GIB = 2**30
 
 
-def _record(variant: str, rng: random.Random) -> dict:
+def _record(variant: str, rng: random.Random, precision: str = "fp32") -> dict:
     steps = []
     for _ in range(3):
         phases = {"forward_ms": rng.uniform(200, 260), "backward_ms": rng.uniform(450, 520),
@@ -32,8 +34,12 @@ def _record(variant: str, rng: random.Random) -> dict:
         "steps": steps, "memory_per_rank": [memory, memory], "parameter_count": 2_000_000_000,
         "buckets": rng.randint(2, 400) if variant.startswith("bucketed-") else None}
     metrics["comm_share"] = metrics["comm_wait_ms"] / metrics["step_ms"]
-    params = {"variant": variant, "size": "xl", "context": 512, "global_batch": 8, "warmup": 2, "steps": 3,
-              "world_size": 2, "backend": "nccl"}
+    if variants.fp32_twin(variant):
+        metrics["accuracy"] = {"reference": variants.fp32_twin(variant), "steps": 20, "weights_rel_diff": 3e-7,
+                               "diff_over_update": 2e-3, "max_abs_diff": 1e-4, "losses": [9.2, 9.1],
+                               "reference_losses": [9.2, 9.1001]}
+    params = {"variant": variant, "precision": precision, "size": "xl", "context": 512, "global_batch": 8,
+              "warmup": 2, "steps": 3, "world_size": 2, "backend": "nccl"}
     return make_record(variants.lookup(variant).deliverable, params, "ok", metrics)
 
 
@@ -51,22 +57,27 @@ def _trace(rng: random.Random) -> list[dict]:
 def run(tmp_path):
     rng = random.Random(7)
     results = tmp_path / "results" / "r"
-    for v in CHOSEN:
-        ident = variants.lookup(v).deliverable
-        write_json_atomic(results / ident / "records" / f"{v}.json", _record(v, rng))
-        traces.write(results / ident / "traces" / f"{v}.json.gz", v, _trace(rng))
+    for p in PRECISIONS:
+        for v in CHOSEN:
+            ident = variants.lookup(v).deliverable
+            write_json_atomic(results / ident / "records" / f"{variants.stem(v, p)}.json", _record(v, rng, p))
+            traces.write(results / ident / "traces" / f"{variants.stem(v, p)}.json.gz", v, _trace(rng))
     c1 = results / "C1" / "summary.json"
     write_json_atomic(c1, {"fits": {"nccl_x2": {"o_ms": 0.05, "w_GBps": 100.0}}})
     return results
 
 
-def _report(results: Path, ident: str, traced=("naive", "overlap", "fsdp")) -> Path:
+def _path(results: Path, kind: str, variant: str, precision: str) -> str:
+    suffix = ".json" if kind == "records" else ".json.gz"
+    return str(results / variants.lookup(variant).deliverable / kind / f"{variants.stem(variant, precision)}{suffix}")
+
+
+def _report(results: Path, ident: str, traced=("naive", "overlap", "fsdp"), precisions=PRECISIONS) -> Path:
     chosen = ddp.reads(ident, CHOSEN)
-    args = [ident, "--records", *(str(results / variants.lookup(v).deliverable / "records" / f"{v}.json") for v in chosen),
+    args = [ident, "--records", *(_path(results, "records", v, p) for p in precisions for v in chosen),
             "--out-dir", str(results / ident)]
     if ident in ddp.READS_TRACES:
-        args += ["--traces", *(str(results / variants.lookup(v).deliverable / "traces" / f"{v}.json.gz")
-                               for v in traced), "--traced", *traced]
+        args += ["--traces", *(_path(results, "traces", v, p) for p in precisions for v in traced), "--traced", *traced]
     if ident in ddp.READS_C1:
         args += ["--c1-summary", str(results / "C1" / "summary.json")]
     assert ddp.main(args) == 0
@@ -77,11 +88,15 @@ def _report(results: Path, ident: str, traced=("naive", "overlap", "fsdp")) -> P
 def test_each_deliverable_writes_its_own_folder_and_section(run, ident, tmp_path):
     folder = _report(run, ident)
     summary = json.loads((folder / "summary.json").read_text())
-    assert summary["provenance"]["records"] == len(ddp.reads(ident, CHOSEN))
+    assert summary["provenance"]["records"] == len(ddp.reads(ident, CHOSEN)) * len(PRECISIONS)
     table = pd.read_csv(folder / "table.csv")
-    expected = [v for v in ddp.reads(ident, CHOSEN) if ident != "C8" or v.startswith("bucketed-")]
-    assert list(table["variant"]) == expected
-    for figure in {"C6": ["timeline.png"], "C8": ["phases.png", "overhead_model.png"], "C12": ["timeline.png"]}.get(ident, []):
+    expected = [(v, p) for p in PRECISIONS for v in ddp.reads(ident, CHOSEN) if ident != "C8" or ddp.is_bucket_size(v)]
+    if ident == "C11":
+        expected = [(v, p) for v, p in expected if v in ddp.MEMORY_VARIANTS]
+    assert list(zip(table["variant"], table["precision"])) == expected
+    assert summary["first_precision"] == "fp32" and list(summary["by_precision"]) == ["bf16"]
+    for figure in {"C6": ["timeline.png"], "C8": ["phases.png", "overhead_model.png", "overhead.png"],
+                   "C12": ["timeline.png"]}.get(ident, []):
         assert (folder / figure).stat().st_size > 0
     for fmt in ("md", "html"):
         text = Renderer(fmt, tmp_path / "w" / f"w.{fmt}", TEMPLATES).section(ident, folder / "summary.json")
@@ -89,16 +104,16 @@ def test_each_deliverable_writes_its_own_folder_and_section(run, ident, tmp_path
 
 
 def test_c3_is_naive_and_its_anchor_and_c8_has_every_variant(run):
-    assert list(pd.read_csv(_report(run, "C3") / "table.csv")["variant"]) == ["no-comm", "naive", "torch-ddp"]
+    assert list(pd.read_csv(_report(run, "C3") / "table.csv")["variant"]) == ["no-comm", "naive", "torch-ddp"] * 2
     c8 = _report(run, "C8")
-    assert list(pd.read_csv(c8 / "variants.csv")["variant"]) == CHOSEN
+    assert list(pd.read_csv(c8 / "variants.csv")["variant"]) == CHOSEN * 2
     predicted = pd.read_csv(c8 / "table.csv")["predicted_ms"]
     assert predicted.notna().all() and (predicted > 0).all()
 
 
 def test_only_traced_variants_enter_the_gaps(run):
     summary = json.loads((_report(run, "C12", traced=("overlap", "fsdp")) / "summary.json").read_text())
-    assert set(summary["compute_gaps"]) == {"overlap", "fsdp"}
+    assert set(summary["compute_gaps"]) == {"overlap", "fsdp", "overlap (bf16)", "fsdp (bf16)"}
 
 
 def test_a_report_refuses_another_deliverable(run, capsys):
@@ -146,11 +161,72 @@ def test_the_bucket_model_plot_is_log_log_and_marks_the_real_bucket_counts(run):
     plt.close(fig)
 
 
-def test_overhead_is_the_step_against_the_baseline_of_the_same_run(run):
+def test_overhead_is_the_step_against_the_baseline_of_the_same_run_and_precision(run):
     table = pd.read_csv(_report(run, "C3") / "table.csv")
-    base = table.loc[table["variant"] == "no-comm", "step_ms"].iloc[0]
-    assert list(table["overhead_ms"]) == pytest.approx(list(table["step_ms"] - base), abs=2e-3)
-    assert list(table["overhead_pct"]) == pytest.approx(list(100 * (table["step_ms"] - base) / base), abs=1e-3)
+    for precision in PRECISIONS:
+        rows = table[table["precision"] == precision]
+        base = rows.loc[rows["variant"] == "no-comm", "step_ms"].iloc[0]
+        assert list(rows["overhead_ms"]) == pytest.approx(list(rows["step_ms"] - base), abs=2e-3)
+        assert list(rows["overhead_pct"]) == pytest.approx(list(100 * (rows["step_ms"] - base) / base), abs=1e-3)
     # A run without the baseline shows no overhead column rather than one against nothing.
-    records = [json.loads((run / "C3" / "records" / f"{v}.json").read_text()) for v in ("naive", "torch-ddp")]
+    records = [json.loads(Path(_path(run, "records", v, "fp32")).read_text()) for v in ("naive", "torch-ddp")]
     assert "overhead_ms" not in ddp.step_table(records).columns
+
+
+def test_a_record_without_a_precision_is_fp32(run):
+    record = json.loads(Path(_path(run, "records", "naive", "fp32")).read_text())
+    del record["params"]["precision"]
+    assert variants.precision_of(record) == "fp32" and list(ddp.step_table([record])["precision"]) == ["fp32"]
+
+
+def _steps_record(variant: str, precision: str, times: list[float]) -> dict:
+    steps = [{"forward_ms": t / 4, "backward_ms": t / 2, "comm_wait_ms": 0.0, "optimizer_ms": t / 4, "step_ms": t}
+             for t in times]
+    metrics = {k: sorted(st[k] for st in steps)[len(steps) // 2] for k in steps[0]} | {"steps": steps}
+    metrics["comm_share"] = 0.0
+    params = {"variant": variant, "precision": precision, "size": "xl", "context": 512, "global_batch": 8,
+              "warmup": 2, "steps": len(times), "world_size": 2, "backend": "nccl"}
+    return make_record(variants.lookup(variant).deliverable, params, "ok", metrics)
+
+
+@pytest.mark.parametrize("ours, anchor, verdict", [
+    ([103.0, 103.5, 104.0], [112.0, 113.0, 114.0], "halves"),      # at most 4.5 ms against at least 11.5
+    ([107.0, 108.0, 109.0], [112.0, 113.0, 114.0], "less"),        # 7–9 against 12–14: below, not half
+    ([111.0, 113.0, 115.0], [112.0, 113.0, 114.0], "unsettled"),   # the ranges overlap
+    ([120.0, 121.0, 122.0], [112.0, 113.0, 114.0], "more"),
+    ([100.5, 101.0, 101.5], [99.0, 102.0, 104.0], "unsettled"),    # the anchor's range reaches zero
+])
+def test_a_comparison_is_stated_only_as_far_as_the_ranges_carry_it(ours, anchor, verdict, tmp_path):
+    """The baseline's steps are 99.5, 100, 100.5 ms; the overhead ranges are step range minus it."""
+    base = [99.5, 100.0, 100.5] if verdict != "unsettled" or anchor[0] > 100 else [99.0, 100.0, 101.0]
+    records = [_steps_record("no-comm", "bf16", base), _steps_record("bucketed-view-25", "bf16", ours),
+               _steps_record("torch-ddp", "bf16", anchor)]
+    found = ddp.overheads(records)["bf16"]
+    assert found["best"] == "bucketed-view-25" and found["verdict"] == verdict
+    row = found["rows"]["bucketed-view-25"]
+    assert (row["low_ms"], row["high_ms"]) == (min(ours) - max(base), max(ours) - min(base))
+    summary = ddp.build("C8", records, {}, [], {"fits": {}}, tmp_path)
+    from cs336_systems.report.common import write_summary
+    write_summary(tmp_path / "summary.json", summary)
+    text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C8", tmp_path / "summary.json")
+    assert ("halves PyTorch DDP's overhead" in text) == (verdict == "halves")
+    assert ("do not settle" in text) == (verdict == "unsettled")
+    assert (tmp_path / "overhead.png").stat().st_size > 0
+    table = pd.read_csv(tmp_path / "overhead.csv")
+    assert list(table["variant"]) == ["bucketed-view-25", "torch-ddp"] and "bf16_baseline_ms" in table
+
+
+def test_the_best_contender_leaves_out_sharding_and_fsdp():
+    base = [99.5, 100.0, 100.5]
+    records = [_steps_record("no-comm", "fp32", base), _steps_record("torch-ddp", "fp32", [110.0, 111.0, 112.0]),
+               _steps_record("fsdp", "fp32", [100.6, 100.7, 100.8]), _steps_record("naive", "fp32", [120.0, 121.0, 122.0]),
+               _steps_record("overlap-sharded", "fp32", [100.6, 100.7, 100.8])]
+    assert ddp.overheads(records)["fp32"]["best"] == "naive"
+
+
+def test_c8_shows_the_accuracy_of_bf16_communication(run, tmp_path):
+    folder = _report(run, "C8")
+    accuracy = pd.read_csv(folder / "accuracy.csv")
+    assert list(accuracy["variant"]) == ["bucketed-bf16-100"] * 2 and set(accuracy["reference"]) == {"bucketed-ready-100"}
+    text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C8", folder / "summary.json")
+    assert "What bf16 communication costs in accuracy" in text and "0.002 of the change" in text

@@ -1,13 +1,14 @@
 """C2–C8, C10–C12: the data-parallel training variants — one report per deliverable, each writing
-its own folder: a table of the variants it discusses, its figures, and the summary its section
-quotes.
+its own folder: a table of the variants it discusses (one row per variant and precision), its
+figures, and the summary its section quotes.
 
-    python -m cs336_systems.report.ddp C8 --records results/RUN/C3/records/naive.json ... \
-        --traces results/RUN/C3/traces/naive.json.gz ... --traced naive overlap \
+    python -m cs336_systems.report.ddp C8 --records results/RUN/C3/records/naive_fp32.json ... \
+        --traces results/RUN/C3/traces/naive_fp32.json.gz ... --traced naive overlap \
         --c1-summary results/RUN/C1/summary.json --out-dir results/RUN/C8
 
 Which variants each deliverable reads is ``READS`` below; where their records live is
-``cs336_systems.distributed.variants`` (each variant's own deliverable).
+``cs336_systems.distributed.variants`` (each variant's own deliverable). The summary's rows are the
+first precision's (fp32 where the run has it); ``by_precision`` holds the same rows for each.
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def step_table(records: list[dict]) -> pd.DataFrame:
     for r in records:
         m = r["metrics"]
         memory = (m.get("memory_per_rank") or [{}])[0]
-        rows.append({"variant": r["params"]["variant"], "status": r["status"],
+        rows.append({"variant": r["params"]["variant"], "precision": variants.precision_of(r), "status": r["status"],
                      **{phase: m.get(phase) for phase in PHASES},
                      "step_ms": m.get("step_ms"), "step_range_ms": _step_range(m.get("steps") or []),
                      "comm_share": m.get("comm_share"), "buckets": m.get("buckets"),
@@ -71,17 +72,139 @@ def step_table(records: list[dict]) -> pd.DataFrame:
 
 
 def with_overhead(table: pd.DataFrame) -> pd.DataFrame:
-    """Each row's cost of communication: its step minus the baseline's (the same step on one rank,
-    no communication, same run), in ms and as a share of the baseline. "Waiting" alone misses what
-    overlapping costs inside backward (PyTorch DDP waits 0 ms yet runs a slower backward); this
-    does not. Added only where the run has an ok baseline; its spread is the two rows' step ranges."""
+    """Each row's cost of communication: its step minus the baseline's of the same precision (the
+    same step on one rank, no communication, same run), in ms and as a share of the baseline.
+    "Waiting" alone misses what overlapping costs inside backward (PyTorch DDP waits 0 ms yet runs a
+    slower backward); this does not. Added only where the run has an ok baseline (a precision
+    without one gets no number); its spread is the two rows' step ranges (``overhead_range``)."""
     base = table[(table["variant"] == variants.BASELINE) & (table["status"] == "ok")]
     if base.empty:
         return table
-    base_ms = float(base["step_ms"].iloc[0])
+    base_ms = table["precision"].map(dict(zip(base["precision"], base["step_ms"].astype(float))))
     out = table.copy()
     out.insert(out.columns.get_loc("step_range_ms") + 1, "overhead_ms", out["step_ms"] - base_ms)
     out.insert(out.columns.get_loc("overhead_ms") + 1, "overhead_pct", 100 * out["overhead_ms"] / base_ms)
+    return out
+
+
+def step_spread(record: dict) -> tuple[float, float, float] | None:
+    """(median, fastest, slowest) of rank 0's timed steps, ms; None for a record that is not ok."""
+    if record["status"] != "ok":
+        return None
+    times = [s["step_ms"] for s in record["metrics"].get("steps") or [] if s.get("step_ms") is not None]
+    median = record["metrics"]["step_ms"]
+    return (median, min(times, default=median), max(times, default=median))
+
+
+def overhead_range(step: tuple[float, float, float], base: tuple[float, float, float]) -> dict:
+    """A variant's overhead against the baseline with the spread both carry: the medians'
+    difference, and the least and most it can be given the fastest and slowest steps of each."""
+    return {"ms": step[0] - base[0], "low_ms": step[1] - base[2], "high_ms": step[2] - base[1],
+            "pct": 100 * (step[0] - base[0]) / base[0]}
+
+
+def compare_overheads(ours: dict, anchor: dict) -> str:
+    """What the numbers support about ``ours`` against ``anchor`` (each from ``overhead_range``):
+    "halves" where even our largest overhead is at most half the anchor's smallest; "less" where our
+    largest is below the anchor's smallest; "more" the other way round; "unsettled" where the
+    ranges overlap or the anchor has no overhead to compare with (its smallest is not above zero)."""
+    if anchor["low_ms"] <= 0:
+        return "unsettled"
+    if ours["high_ms"] <= 0.5 * anchor["low_ms"]:
+        return "halves"
+    if ours["high_ms"] < anchor["low_ms"]:
+        return "less"
+    if ours["low_ms"] > anchor["high_ms"]:
+        return "more"
+    return "unsettled"
+
+
+# The variants whose overhead stands against PyTorch DDP's: replicas of the whole model with plain
+# AdamW, as PyTorch DDP (not the baseline, not optimizer-state sharding or FSDP, which change what
+# each rank holds and computes).
+CONTENDERS_OF = ("C3", "C4", "C6", "C8")
+
+
+def overheads(records: list[dict]) -> dict[str, dict]:
+    """Per precision: every variant's overhead with its range (``overhead_range``), the best contender
+    (smallest median overhead) and what the data says of it against PyTorch DDP's
+    (``compare_overheads``). Precisions without an ok baseline are left out."""
+    spreads = {(r["params"]["variant"], variants.precision_of(r)): step_spread(r) for r in records}
+    out = {}
+    for precision in dict.fromkeys(variants.precision_of(r) for r in records):
+        base = spreads.get((variants.BASELINE, precision))
+        if base is None:
+            continue
+        rows = {v: overhead_range(spread, base) for (v, p), spread in spreads.items()
+                if p == precision and spread is not None and v != variants.BASELINE}
+        anchor = rows.get("torch-ddp")
+        contenders = {v: r for v, r in rows.items() if v != "torch-ddp"
+                      and variants.lookup(v).deliverable in CONTENDERS_OF}
+        best = min(contenders, key=lambda v: contenders[v]["ms"], default=None)
+        verdict = compare_overheads(contenders[best], anchor) if best and anchor else None
+        out[precision] = {"baseline_ms": base[0], "baseline_range_ms": [base[1], base[2]], "rows": rows,
+                          "best": best, "verdict": verdict,
+                          "ratio": contenders[best]["ms"] / anchor["ms"] if best and anchor and anchor["ms"] > 0 else None}
+    return out
+
+
+def overhead_table(records: list[dict], found: dict[str, dict]) -> pd.DataFrame | None:
+    """C8: one row per variant, for each precision its step, the baseline, the overhead in ms (with
+    its least–most) and as % of the baseline."""
+    if not found:
+        return None
+    rows = {}
+    for r in records:
+        variant, precision = r["params"]["variant"], variants.precision_of(r)
+        if precision not in found or variant == variants.BASELINE:
+            continue
+        row = rows.setdefault(variant, {"variant": variant})
+        spread, over = step_spread(r), found[precision]["rows"].get(variant)
+        row[f"{precision}_step_ms"] = spread[0] if spread else None
+        row[f"{precision}_baseline_ms"] = found[precision]["baseline_ms"]
+        row[f"{precision}_overhead_ms"] = over["ms"] if over else None
+        row[f"{precision}_overhead_range_ms"] = f"{over['low_ms']:.1f}–{over['high_ms']:.1f}" if over else ""
+        row[f"{precision}_overhead_pct"] = over["pct"] if over else None
+    return pd.DataFrame(list(rows.values()))
+
+
+def plot_overheads(found: dict[str, dict], path: Path) -> None:
+    """Overhead per variant and precision as % of that precision's baseline, with the least–most
+    range as error bars."""
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * max(1, len({v for f in found.values() for v in f["rows"]}))))
+    names = list(dict.fromkeys(v for f in found.values() for v in f["rows"]))
+    height = 0.8 / max(1, len(found))
+    for k, (precision, f) in enumerate(found.items()):
+        ys = [i + k * height for i, v in enumerate(names) if v in f["rows"]]
+        rows = [f["rows"][v] for v in names if v in f["rows"]]
+        base = f["baseline_ms"]
+        pct = [r["pct"] for r in rows]
+        err = [[p - 100 * r["low_ms"] / base for p, r in zip(pct, rows)],
+               [100 * r["high_ms"] / base - p for p, r in zip(pct, rows)]]
+        ax.barh(ys, pct, height=height, xerr=err, capsize=2, label=f"{precision} (baseline {base:.1f} ms)")
+    if not found:
+        ax.text(0.5, 0.5, "no no-communication baseline in this run", ha="center", transform=ax.transAxes)
+    ax.set_yticks([i + height * (len(found) - 1) / 2 for i in range(len(names))], names)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set(xlabel="overhead: step against the no-communication baseline (% of the baseline; bars: least–most)")
+    ax.invert_yaxis()
+    ax.grid(alpha=0.3, axis="x")
+    if found:
+        ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def accuracy_rows(records: list[dict]) -> list[dict]:
+    """C8: the variants that communicate in bf16, against their fp32-communicating twins."""
+    out = []
+    for r in records:
+        acc = r["metrics"].get("accuracy") if r["status"] == "ok" else None
+        if acc:
+            out.append({"variant": r["params"]["variant"], "precision": variants.precision_of(r),
+                        "reference": acc["reference"], "steps": acc["steps"],
+                        "weights_rel_diff": acc["weights_rel_diff"], "diff_over_update": acc["diff_over_update"],
+                        "max_abs_diff": acc["max_abs_diff"], "final_loss": acc["losses"][-1],
+                        "reference_final_loss": acc["reference_losses"][-1]})
     return out
 
 
@@ -166,22 +289,22 @@ def compute_gaps(intervals: list[dict]) -> dict | None:
             "gaps_over_half_ms": long_gaps}
 
 
-def _row(table: pd.DataFrame, variant: str) -> dict | None:
-    hit = table[(table["variant"] == variant) & (table["status"] == "ok")]
+def _row(table: pd.DataFrame, variant: str, precision: str) -> dict | None:
+    hit = table[(table["variant"] == variant) & (table["precision"] == precision) & (table["status"] == "ok")]
     return None if hit.empty else {k: (None if isinstance(v, float) and math.isnan(v) else v)
                                    for k, v in hit.iloc[0].to_dict().items()}
 
 
-def memory_rows(records: list[dict], variants: tuple[str, ...]) -> list[dict]:
+def memory_rows(records: list[dict], chosen: tuple[str, ...]) -> list[dict]:
     """C11 / C12: rank 0's memory at each point and its breakdown, in GiB."""
     out = []
     for r in records:
-        if r["params"]["variant"] not in variants or r["status"] != "ok":
+        if r["params"]["variant"] not in chosen or r["status"] != "ok":
             continue
         mem = r["metrics"]["memory_per_rank"][0]
         if "after_init" not in mem:
             continue
-        row = {"variant": r["params"]["variant"]}
+        row = {"variant": r["params"]["variant"], "precision": variants.precision_of(r)}
         for point in ("after_init", "before_step", "after_step", "peak"):
             row[f"{point}_GiB"] = mem[point] / GIB
         for kind, value in mem["breakdown_before_step"].items():
@@ -197,7 +320,7 @@ def _bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dic
     backend and world size; s the bytes the bucketed variants send: every gradient, in the dtype
     they communicate), its figure, and its summary (None without a fit)."""
     fit = c1["fits"].get(f"{setup['backend']}_x{setup['world_size']}")
-    bucketed = table[(table["status"] == "ok") & table["variant"].str.startswith("bucketed-")].copy()
+    bucketed = table[(table["status"] == "ok") & table["variant"].map(is_bucket_size)].copy()
     sent = [r for r in records if r["params"]["variant"] in set(bucketed["variant"])]
     model_summary = None
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -218,6 +341,11 @@ def _bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dic
     return bucketed, model_summary
 
 
+def is_bucket_size(variant: str) -> bool:
+    """A row of the bucket sizes (bucketed-<MB>), not one of the variants built on them."""
+    return variants.lookup(variant).name == BUCKETED
+
+
 def plot_bucket_model(bucketed: pd.DataFrame, grad_bytes: float, o_s: float, w: float, ax) -> None:
     """The model against the measurements on log-log axes (the model's n_b·o grows into seconds for
     tiny buckets, which on a linear axis flattened the ~10 ms measurements onto zero): the curve
@@ -230,60 +358,99 @@ def plot_bucket_model(bucketed: pd.DataFrame, grad_bytes: float, o_s: float, w: 
     ax.plot(curve, [overhead_model(max(1.0, grad_bytes / (mb * 1e6)), grad_bytes, o_s, w) * 1e3 for mb in curve],
             label="model, equal buckets: n_b·o + s/(n_b·w)", color="tab:blue")
     ax.plot(sizes_mb, bucketed["predicted_ms"], "s", mfc="none", color="tab:blue", label="model at the real bucket count")
-    ax.plot(sizes_mb, bucketed["comm_wait_ms"], "o", color="tab:red", label="measured wait")
+    precisions = bucketed["precision"] if "precision" in bucketed else pd.Series("fp32", index=bucketed.index)
+    for (precision, marker), color in zip(zip(dict.fromkeys(precisions), "o^"), ("tab:red", "tab:orange")):
+        mine = (precisions == precision).to_numpy()
+        ax.plot([s for s, m in zip(sizes_mb, mine) if m], bucketed["comm_wait_ms"][mine], marker, ls="none",
+                color=color, label=f"measured wait ({precision})")
     ax.set(xscale="log", yscale="log", xlabel="bucket size (MB)", ylabel="communication after backward (ms)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
 
 
+def _picks(ident: str, rows: dict[str, dict | None], traced: list[str], traces: dict, memory: list[dict]) -> dict:
+    """The rows deliverable ``ident``'s section quotes, from one precision's ``rows``."""
+    get = rows.get
+    if ident == "C2":
+        return {"naive": get("naive")}
+    if ident == "C3":
+        return {"naive": get("naive"), "torch_ddp": get("torch-ddp")}
+    if ident == "C4":
+        return {"naive": get("naive"), "flat": get("flat")}
+    if ident == "C5":
+        return {"overlap": get("overlap")}
+    if ident == "C6":
+        return {"naive": get("naive"), "flat": get("flat"), "overlap": get("overlap"), "torch_ddp": get("torch-ddp")}
+    if ident == "C7":
+        return {"bucketed": [r for v, r in rows.items() if is_bucket_size(v) and r]}
+    if ident == "C8":
+        return {"others": {v: get(v) for v in ("naive", "flat", "overlap", "torch-ddp")},
+                "beyond": [r for v, r in rows.items() if r and variants.lookup(v).deliverable == "C8"
+                           and not is_bucket_size(v)]}
+    if ident == "C10":
+        return {"overlap": get("overlap"), "sharded": get("overlap-sharded")}
+    if ident == "C11":
+        return {}
+    if ident == "C12":
+        return {"fsdp": get("fsdp"), "fsdp_bf16": get("fsdp-bf16"), "overlap": get("overlap"),
+                "torch_ddp": get("torch-ddp")}
+    raise ValueError(f"report.ddp writes {', '.join(SECTIONS)}, not {ident!r}")
+
+
+def trace_label(variant: str, precision: str) -> str:
+    """How a trace is named in the summary and its timeline: the variant, with its precision where
+    that is not fp32."""
+    return variant if precision == variants.DEFAULT_PRECISION else f"{variant} ({precision})"
+
+
 def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced: list[str],
           c1: dict | None, out: Path) -> dict:
-    """Write deliverable ``ident``'s table and figures into ``out``; return its summary."""
+    """Write deliverable ``ident``'s table and figures into ``out``; return its summary. ``traces``
+    is keyed by ``trace_label``."""
+    if ident not in SECTIONS:
+        raise ValueError(f"report.ddp writes {', '.join(SECTIONS)}, not {ident!r}")
     table = step_table(records)
-    rows = {v: _row(table, v) for v in table["variant"]}
+    precisions = list(dict.fromkeys(table["precision"]))
+    first = variants.DEFAULT_PRECISION if variants.DEFAULT_PRECISION in precisions else precisions[0]
+    rows = {p: {v: _row(table, v, p) for v in dict.fromkeys(table["variant"])} for p in precisions}
     params = records[0]["params"]
     setup = {k: params[k] for k in ("size", "context", "global_batch", "world_size", "backend", "warmup", "steps")}
-    summary = {"provenance": run_provenance(records), "setup": setup, "baseline": rows.get(variants.BASELINE)}
+    by_precision = {p: {"baseline": rows[p].get(variants.BASELINE)} | _picks(ident, rows[p], traced, traces, [])
+                    for p in precisions}
+    summary = {"provenance": run_provenance(records), "setup": setup, "precisions": precisions,
+               "first_precision": first, **by_precision[first],
+               "by_precision": {p: by_precision[p] for p in precisions if p != first}}
     table_out = table
-    if ident == "C2":
-        summary |= {"naive": rows.get("naive")}
-    elif ident == "C3":
-        summary |= {"naive": rows.get("naive"), "torch_ddp": rows.get("torch-ddp")}
-    elif ident == "C4":
-        summary |= {"naive": rows.get("naive"), "flat": rows.get("flat")}
-    elif ident == "C5":
-        summary |= {"overlap": rows.get("overlap")}
-    elif ident == "C6":
-        drawn = [v for v in traced if v in traces and not v.startswith("fsdp")]
+    if ident in ("C6", "C12"):
+        fsdp = ident == "C12"
+        drawn = [trace_label(v, p) for p in precisions for v in traced
+                 if trace_label(v, p) in traces and v.startswith("fsdp") == fsdp]
         plot_timelines({v: traces[v] for v in drawn}, out / "timeline.png")
-        summary |= {"naive": rows.get("naive"), "flat": rows.get("flat"), "overlap": rows.get("overlap"),
-                    "torch_ddp": rows.get("torch-ddp"), "traced": drawn,
-                    "compute_gaps": {v: compute_gaps(traces[v]) for v in drawn}}
-    elif ident == "C7":
-        summary |= {"bucketed": [r for v, r in rows.items() if v.startswith("bucketed-") and r]}
-    elif ident == "C8":
-        # Every variant side by side (the bucket sizes "vs the others"), then the bucketed rows
-        # with the overhead model's prediction as the main table.
+        summary |= {"traced": drawn, "compute_gaps": {v: compute_gaps(traces[v]) for v in (drawn if not fsdp else traces)}}
+    if ident == "C8":
+        # Every variant side by side (the bucket sizes "vs the others"), the overhead of each in
+        # each precision, then the bucket sizes with the overhead model's prediction as the main table.
         write_table(table.round(3), out, stem="variants")
         plot_phases(table, out / "phases.png")
+        found = overheads(records)
+        over = overhead_table(records, found)
+        if over is not None:
+            write_table(over.round(3), out, stem="overhead")
+        plot_overheads(found, out / "overhead.png")
+        accuracy = accuracy_rows(records)
+        if accuracy:
+            write_table(pd.DataFrame(accuracy), out, stem="accuracy")
         table_out, model = _bucket_model(records, table, setup, c1, out)
-        summary |= {"bucketed": table_out.to_dict("records"), "model": model, "others": {
-            v: rows.get(v) for v in ("naive", "flat", "overlap", "torch-ddp")}}
-    elif ident == "C10":
-        summary |= {"overlap": rows.get("overlap"), "sharded": rows.get("overlap-sharded")}
+        summary |= {"bucketed": table_out.to_dict("records"), "model": model, "overheads": found,
+                    "has_overhead_table": over is not None, "accuracy": accuracy}
     elif ident == "C11":
+        # The table every precision's rows; the summary (which the section reads by variant) the first's.
         memory = memory_rows(records, MEMORY_VARIANTS)
         table_out = pd.DataFrame(memory) if memory else None
-        summary |= {"memory": memory}
+        summary |= {"memory": [m for m in memory if m["precision"] == first]}
     elif ident == "C12":
-        drawn = [v for v in traced if v in traces and v.startswith("fsdp")]
-        plot_timelines({v: traces[v] for v in drawn}, out / "timeline.png")
-        summary |= {"compute_gaps": {v: compute_gaps(traces[v]) for v in traces},
-                    "fsdp": rows.get("fsdp"), "fsdp_bf16": rows.get("fsdp-bf16"), "overlap": rows.get("overlap"),
-                    "torch_ddp": rows.get("torch-ddp"), "memory": memory_rows(records, MEMORY_VARIANTS),
+        summary |= {"memory": [m for m in memory_rows(records, MEMORY_VARIANTS) if m["precision"] == first],
                     "predicted_state_GiB": _fsdp_prediction(setup)}
-    else:
-        raise ValueError(f"report.ddp writes {', '.join(SECTIONS)}, not {ident!r}")
     if table_out is not None:
         write_table(table_out.round(3), out)
     return summary
@@ -301,7 +468,12 @@ def main(argv=None) -> int:
     if args.deliverable in READS_C1 and args.c1_summary is None:
         p.error(f"{args.deliverable} needs --c1-summary")
     records = load_records(args.records)
-    traces = {v: intervals for v, intervals in map(stored_traces.read, args.traces) if v in args.traced}
+    traces = {}
+    for path in args.traces:
+        variant, intervals = stored_traces.read(path)
+        precision = Path(path).name.removesuffix(".json.gz").rpartition("_")[2]
+        if variant in args.traced:
+            traces[trace_label(variant, precision if precision in variants.PRECISIONS else variants.DEFAULT_PRECISION)] = intervals
     c1 = json.loads(args.c1_summary.read_text()) if args.c1_summary else None
     args.out_dir.mkdir(parents=True, exist_ok=True)
     summary = build(args.deliverable, records, traces, args.traced, c1, args.out_dir)
