@@ -250,10 +250,14 @@ def test_split_key_forward(device, is_causal, shape, monkeypatch):
 def test_forward_splits_fill_short_grids_only():
     from cs336_systems.attention import flash_triton as ft
 
-    t = ft.KernelTiles(64, 64, 4, 3)
-    assert ft.forward_splits(ft.KernelTiles(128, 64), 16, 16384, 16384, 64, 132) == 1   # 2048 programs
-    assert ft.forward_splits(t, 1, 16384, 16384, 64, 132) == 4          # 256 programs -> 1024 (8 per SM)
-    assert ft.forward_splits(t, 1, 16384, 16384, 128, 132) == 2         # 4 per SM at d = 128
-    assert ft.forward_splits(t, 1, 8192, 8192, 16, 132) == 8            # 128 -> 1024
-    assert ft.forward_splits(t, 1, 1024, 1024, 16, 132) == 4            # 16 key tiles: slices of 4
-    assert ft.forward_splits(t, 1, 200, 200, 16, 132) == 1              # 4 key tiles: nothing to split
+    bf16, fp32 = torch.bfloat16, torch.float32
+    t, wide = ft.KernelTiles(64, 64, 4, 3), ft.KernelTiles(128, 64, 8, 3)
+    assert ft.forward_splits(wide, 16, 16384, 16384, 64, bf16, 132) == 1   # 2048 programs of 8 warps
+    assert ft.forward_splits(wide, 1, 65536, 65536, 64, bf16, 132) == 1    # 512 of 8 warps: 31 per SM
+    assert ft.forward_splits(t, 1, 16384, 16384, 64, bf16, 132) == 4       # 256 of 4 warps -> 1024
+    assert ft.forward_splits(t, 1, 16384, 16384, 128, bf16, 132) == 2      # 16 warps per SM at d = 128
+    assert ft.forward_splits(t, 1, 8192, 8192, 16, bf16, 132) == 8         # 128 -> 1024
+    assert ft.forward_splits(t, 1, 2048, 2048, 64, bf16, 132) == 4         # at most 4 slices, bf16 d = 64
+    assert ft.forward_splits(t, 1, 2048, 2048, 64, fp32, 132) == 8         # 8 in fp32
+    assert ft.forward_splits(t, 1, 1024, 1024, 16, bf16, 132) == 4         # 16 key tiles: slices of 4
+    assert ft.forward_splits(t, 1, 200, 200, 16, bf16, 132) == 1           # 4 key tiles: nothing to split

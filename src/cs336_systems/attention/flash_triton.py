@@ -543,28 +543,30 @@ def _forward_args(q, k, v, out, lse, is_causal: bool, t: KernelTiles):
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 
-# How many programs share one query tile's keys (the split-key forward), from a batch-1 sweep on
-# the H100 (bf16, d = 16 to 128, N = 1024 to 16384, 1 to 16 slices; NOTES.md, fifth session): the
-# fastest count filled the GPU to a number of programs per SM, with a number of slices at most,
-# that depend on the head dimension (``_split_limits``), each slice at least MIN_SLICE_TILES key
-# tiles long (shorter slices cost more in partials than they save).
+# How many programs share one query tile's keys (the split-key forward). From batch-1 sweeps on the
+# H100 (NOTES.md, fifth session: bf16 d = 16 to 128 and fp32 d = 16, 64, 128, N = 1024 to 65536,
+# 1 to 16 slices): the fastest count filled the GPU to about 32 resident warps per SM (16 for bf16
+# at d = 128, whose tiles hold the most registers), with at most 8 slices (4 for bf16 at d = 64 and
+# 128), each at least MIN_SLICE_TILES key tiles long.
 MIN_SLICE_TILES = 4
 
 
-def _split_limits(d: int) -> tuple[int, int]:
-    """(programs per SM, most slices) for head dimension ``d``."""
-    return {16: (8, 8), 32: (8, 8), 64: (8, 4)}.get(d, (4, 4))
+def _split_limits(d: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(warps per SM to fill to, most slices) for the forward at this head dimension and dtype."""
+    if dtype == torch.float32 or d <= 32:
+        return 32, 8
+    return (32, 4) if d == 64 else (16, 4)
 
 
-def forward_splits(t: KernelTiles, batch: int, n_q: int, n_k: int, d: int, sms: int) -> int:
-    """The largest power of two of slices that keeps the grid within the head dimension's programs
-    per SM and slices (``_split_limits``), each slice at least MIN_SLICE_TILES key tiles long: 1
-    for grids that already fill the GPU (the leaderboard case: 2048 programs)."""
-    per_sm, most = _split_limits(d)
+def forward_splits(t: KernelTiles, batch: int, n_q: int, n_k: int, d: int, dtype: torch.dtype, sms: int) -> int:
+    """The largest power of two of slices that keeps the grid's warps within ``_split_limits``'s
+    per SM and its slices, each slice at least MIN_SLICE_TILES key tiles long: 1 for grids that
+    already fill the GPU (the leaderboard case: 2048 programs of 8 warps)."""
+    warps_per_sm, most = _split_limits(d, dtype)
     programs = triton.cdiv(n_q, t.block_q) * batch
     key_tiles = triton.cdiv(n_k, t.block_k)
     splits = 1
-    while (splits * 2 <= most and programs * splits * 2 <= per_sm * sms
+    while (splits * 2 <= most and programs * splits * 2 * t.num_warps <= warps_per_sm * sms
            and key_tiles // (splits * 2) >= MIN_SLICE_TILES):
         splits *= 2
     return splits
@@ -792,7 +794,7 @@ class _Plan:
             sms = _sm_count(q.device)
             tiles = fit_to_grid(tiles, batch, n_q, k.shape[1], sms)
             if splits is None:
-                splits = forward_splits(tiles.forward, batch, n_q, k.shape[1], d, sms)
+                splits = forward_splits(tiles.forward, batch, n_q, k.shape[1], d, q.dtype, sms)
         self.tiles, self.is_causal, self.splits, self.n_k = tiles, is_causal, splits or 1, k.shape[1]
         self.new_out = dict(size=q.shape, dtype=q.dtype, device=q.device)
         self.new_lse = dict(size=(batch, n_q), dtype=torch.float32, device=q.device)
