@@ -2,24 +2,24 @@
 # precision, fp32 vs bf16 from A1's records, which rule A1_benchmark in a1_benchmark.smk makes, and
 # one A1 point's kernels per step in both precisions).
 
-from cs336_systems.pipeline.config import cuda_visible
-
 A4 = GRID["A4"]
 
 A4_TIMING_RECORDS = expand(f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
                            size=GRID["A1"]["sizes"], context=A4["contexts"], mode=A4["modes"],
                            precision=["fp32", "bf16"])
 
-# One A1 point's fp32 and bf16 steps, kernel by kind (where bf16 loses time). The committed GPU runs
-# predate this measurement: rebuilding one from its records (reuse_records) on a machine that
-# cannot measure on the preset's device leaves the missing records out instead of stopping, and the
-# section says they were not measured in this run. Anywhere else a missing record is measured.
+# One A1 point's fp32 and bf16 steps, kernel by kernel (where bf16 loses time). This measurement is
+# newer than the committed runs: rebuilding a run whose A4 was measured (its dtypes record exists)
+# from its records (`reuse_records` with `sections`, as the DDP variants do) reads the kernel records
+# it has and measures none on the spot; the section then says "not measured in this run".
 A4_KERNELS = A4["kernels"]
-A4_KERNEL_RECORDS = [
-    path for path in expand(f"{RESULTS}/A4/records/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
-                            **{k: A4_KERNELS[k] for k in ("size", "context", "mode")}, precision=["fp32", "bf16"])
-    if not (CHOSEN.reuse_records and GRID["device"] == "cuda" and not cuda_visible()) or os.path.exists(path)
-]
+A4_KERNEL_PATHS = expand(f"{RESULTS}/A4/records/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
+                         **{k: A4_KERNELS[k] for k in ("size", "context", "mode")}, precision=["fp32", "bf16"])
+A4_KERNEL_RECORDS = (
+    [p for p in A4_KERNEL_PATHS if os.path.exists(p)]
+    if CHOSEN.reuse_records and CHOSEN.sections is not None and os.path.exists(f"{RESULTS}/A4/records/dtypes.json")
+    else A4_KERNEL_PATHS
+)
 
 
 rule A3_accumulation:
