@@ -1,4 +1,4 @@
-"""FLOP counts of the three attention steps, in closed form (A2 (e)).
+"""FLOP counts in closed form: the three attention steps (A2 (e)) and a whole model step (A1's MFU).
 
 Per attention call on q of shape (B, H, Tq, d) and k, v of shape (B, H, Tk, d):
 
