@@ -144,10 +144,12 @@ def plot_speedup(df: pd.DataFrame, path: Path) -> None:
     sizes = list(dict.fromkeys(df["size"]))
     for (context, mode, phase), part in df.groupby(["context", "mode", "phase"], sort=False):
         part = part.set_index("size").reindex(sizes)
-        ax.plot(range(len(sizes)), part["speedup"], marker="o", label=f"{series_name(mode, phase)}, context {context}")
+        # bars: two standard errors, the spread report.spread compares against
+        ax.errorbar(range(len(sizes)), part["speedup"], yerr=2 * part.get("speedup_se", 0 * part["speedup"]),
+                    marker="o", capsize=3, label=f"{series_name(mode, phase)}, context {context}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(range(len(sizes)), sizes)
-    ax.set(xlabel="model size", ylabel="speedup of bf16 autocast (fp32 time / bf16 time)")
+    ax.set(xlabel="model size", ylabel="speedup of bf16 autocast (fp32 time / bf16 time)\nbars: ± 2 standard errors")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
