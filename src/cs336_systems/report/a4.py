@@ -233,8 +233,10 @@ def kernel_summary(records: list[dict]) -> dict | None:
             "bf16_busy_is": {"higher": "longer", "lower": "shorter"}.get(busy_is, WITHIN) if on_gpu else None,
             "launch_bound": {p: e["busy_share"] < LAUNCH_BOUND_BUSY for p, e in out["precisions"].items()} if on_gpu else None,
             # The slowdown is not kernel time when bf16's step is slower beyond the spread while its
-            # kernels keep the GPU busy no longer than fp32's: the extra time is the GPU waiting.
-            "slowdown_outside_kernels": on_gpu and step_is == "higher" and busy_is in ("lower", WITHIN),
+            # kernels keep the GPU busy no longer than fp32's: the extra time is the GPU idle, and
+            # launches are to blame only if bf16 launches more kernels.
+            "slowdown_outside_kernels": (on_gpu and step_is == "higher" and busy_is in ("lower", WITHIN)
+                                         and bf16["kernels"] > fp32["kernels"]),
         }
     return out
 
