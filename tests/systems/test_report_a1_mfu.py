@@ -98,7 +98,8 @@ def test_flat_in_work_and_profiled_launch_bound(tmp_path, rng):
     kernel_ns = 3e6
     profile = make_record("A2", {"size": "tiny", "context": 32, "batch": BATCH}, "ok", {
         "table_unit": "CUDA kernels", "source": "nsys",
-        "modes": {"forward": {"status": "ok", "python_ms": {"forward": {"samples": [10.0, 10.2]}},
+        "modes": {"forward": {"status": "ok", "python_ms": {"forward": {"mean": 10.0, "samples": [10.0, 10.0]}},
+                              "ranges": [{"domain": "forward", "range": "forward", "instances": 2, "avg_ns": 10e6}],
                               "tables": {"forward": [{"name": "sgemm", "total_ns": kernel_ns, "instances": 300}]}}}})
     s, text = build(tmp_path, records, [profile])
     flat = {(b["context"], b["precision"]) for b in s["flat_in_work"]}
@@ -107,3 +108,6 @@ def test_flat_in_work_and_profiled_launch_bound(tmp_path, rng):
     table = (tmp_path / "A1" / "table.md").read_text()
     assert "launches: GPU busy 30 %" in table and "flat in work" in table
     assert "300 kernels keep the GPU busy 30 % of the step" in text
+    # one definition of an A2 profile's busy share: A2(a)'s for the forward
+    from cs336_systems.report import a2
+    assert a2.table_a([profile])["gpu_busy"].tolist() == pytest.approx([0.3])
