@@ -4,6 +4,7 @@
 # DDP.precisions; the reports C2–C8, C10–C12.
 
 from cs336_systems.distributed import variants as ddp_variants
+from cs336_systems.pipeline.rule_helpers import records_on_disk
 from cs336_systems.report import ddp as ddp_report
 
 C1 = GRID["C1"]
@@ -118,15 +119,11 @@ for ident in ddp_variants.deliverables():
             DDP_VARIANT_COMMAND
 
 
-def ddp_files(kind: str, chosen: list[str], suffix: str) -> list[str]:
-    """The records (or traces) of `chosen` in every precision, fp32's first. Rebuilding a committed
-    run from its records (`reuse_records` with `sections`), only those the run has: a variant or a
-    precision added to the config after the run was measured is then not measured on the spot; its
-    rows say "not measured in this run". A run that has none of them measures them."""
-    paths = [f"{DDP_FOLDER[v]}/{kind}/{ddp_variants.stem(v, p)}{suffix}" for p in DDP_PRECISIONS for v in chosen]
-    if not (CHOSEN.reuse_records and CHOSEN.sections is not None):
-        return paths
-    return [p for p in paths if os.path.exists(p)] or paths
+# The records (or traces) of some variants in every precision, fp32's first; in a rebuild from
+# records (reuse_records with sections) only those the run has (rule_helpers.records_on_disk).
+ddp_files = lambda kind, chosen, suffix: records_on_disk(
+    [f"{DDP_FOLDER[v]}/{kind}/{ddp_variants.stem(v, p)}{suffix}" for p in DDP_PRECISIONS for v in chosen],
+    rebuilding=CHOSEN.reuse_records and CHOSEN.sections is not None)
 
 
 # One report per deliverable C2–C8, C10–C12 (report.ddp READS says which variants each reads):

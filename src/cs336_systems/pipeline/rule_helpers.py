@@ -14,3 +14,13 @@ def code(*modules: str) -> list[str]:
 def out_dir(name: str):
     """A params function: the folder of output ``name``, for commands that write several files there."""
     return lambda wildcards, output: os.path.dirname(output[name])
+
+
+def records_on_disk(paths: list[str], rebuilding: bool) -> list[str]:
+    """The records a report reads. ``rebuilding`` a committed run from its records (``reuse_records``
+    with ``sections``): only those among ``paths`` that the run has, so what the config added after
+    the run was measured (a DDP variant or precision) is not measured on the spot and its rows say
+    "not measured in this run"; a run that has none of them measures them all."""
+    if not rebuilding:
+        return paths
+    return [p for p in paths if os.path.exists(p)] or paths
