@@ -111,6 +111,13 @@ def test_c3_is_naive_and_its_anchor_and_c8_has_every_variant(run):
     assert predicted.notna().all() and (predicted > 0).all()
 
 
+def test_c8_gives_the_gaps_of_its_traced_variants_and_c6_draws_only_its_own(run):
+    c8 = json.loads((_report(run, "C8", traced=("naive", "torch-ddp", "bucketed-ready-100")) / "summary.json").read_text())
+    assert set(c8["compute_gaps"]) == {"torch-ddp", "bucketed-ready-100", "torch-ddp (bf16)", "bucketed-ready-100 (bf16)"}
+    c6 = json.loads((_report(run, "C6", traced=("naive", "bucketed-ready-100")) / "summary.json").read_text())
+    assert c6["traced"] == ["naive", "naive (bf16)"]
+
+
 def test_only_traced_variants_enter_the_gaps(run):
     summary = json.loads((_report(run, "C12", traced=("overlap", "fsdp")) / "summary.json").read_text())
     assert set(summary["compute_gaps"]) == {"overlap", "fsdp", "overlap (bf16)", "fsdp (bf16)"}

@@ -46,7 +46,7 @@ READS: dict[str, tuple[str, ...] | None] = {
     "C11": MEMORY_VARIANTS,
     "C12": ("fsdp", "fsdp-bf16", "overlap", "torch-ddp"),
 }
-READS_TRACES = ("C6", "C12")
+READS_TRACES = ("C6", "C8", "C12")
 READS_C1 = ("C8",)
 
 
@@ -422,9 +422,10 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
                "by_precision": {p: by_precision[p] for p in precisions if p != first}}
     table_out = table
     if ident in ("C6", "C12"):
+        # C6 draws the variants it discusses, C12 the FSDP ones.
         fsdp = ident == "C12"
-        drawn = [trace_label(v, p) for p in precisions for v in traced
-                 if trace_label(v, p) in traces and v.startswith("fsdp") == fsdp]
+        drawn = [trace_label(v, p) for p in precisions for v in traced if trace_label(v, p) in traces
+                 and (v.startswith("fsdp") if fsdp else variants.lookup(v).name in READS["C6"])]
         plot_timelines({v: traces[v] for v in drawn}, out / "timeline.png")
         summary |= {"traced": drawn, "compute_gaps": {v: compute_gaps(traces[v]) for v in (drawn if not fsdp else traces)}}
     if ident == "C8":
@@ -441,8 +442,12 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         if accuracy:
             write_table(pd.DataFrame(accuracy), out, stem="accuracy")
         table_out, model = _bucket_model(records, table, setup, c1, out)
+        # What the traces show is left: the compute lane's idle time in one step of each traced
+        # variant of C8's and of PyTorch DDP's.
+        gaps = {label: compute_gaps(traces[label]) for p in precisions for v in traced
+                if (label := trace_label(v, p)) in traces and (variants.lookup(v).deliverable == "C8" or v == "torch-ddp")}
         summary |= {"bucketed": table_out.to_dict("records"), "model": model, "overheads": found,
-                    "has_overhead_table": over is not None, "accuracy": accuracy}
+                    "has_overhead_table": over is not None, "accuracy": accuracy, "compute_gaps": gaps}
     elif ident == "C11":
         # The table every precision's rows; the summary (which the section reads by variant) the first's.
         memory = memory_rows(records, MEMORY_VARIANTS)
