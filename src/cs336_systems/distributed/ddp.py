@@ -307,11 +307,14 @@ class _BucketBuffer:
     def launch(self, arrived: list[bool]) -> None:
         """Start the asynchronous sum; ``arrived`` says which gradients this rank produced this step
         (the others count as zeros: a view may still hold the last step's mean)."""
-        for p, view, here in zip(self.params, self.views, arrived):
-            if not here:
-                view.zero_()
-            elif not self.as_view:
-                view.copy_(p.grad)              # the cast into the communication dtype
+        # One multi-tensor kernel each (per-parameter copies would be hundreds of launches).
+        missing = [view for view, here in zip(self.views, arrived) if not here]
+        if missing:
+            torch._foreach_zero_(missing)
+        if not self.as_view:                    # the cast into the communication dtype
+            present = [(view, p.grad) for p, view, here in zip(self.params, self.views, arrived) if here]
+            if present:
+                torch._foreach_copy_([v for v, _ in present], [g for _, g in present])
         self._all_present_here = all(arrived)
         if self._all_present_here:
             self._flags.fill_(1)
@@ -326,6 +329,7 @@ class _BucketBuffer:
         seen_anywhere = [True] * n if self._all_present_here else (self._flags > 0).tolist()
         if self.as_view:
             self.buffer.div_(world_size)
+        back = []                               # (fp32 gradient, its bf16 mean) to write back
         for p, view, seen in zip(self.params, self.views, seen_anywhere):
             if not seen:
                 p.grad = None
@@ -334,7 +338,11 @@ class _BucketBuffer:
             else:
                 if p.grad is None:
                     p.grad = torch.empty_like(p)
-                p.grad.copy_(view).div_(world_size)
+                back.append((p.grad, view))
+        if back:                                # cast up, then divide in fp32: no rounding of its own
+            grads = [g for g, _ in back]
+            torch._foreach_copy_(grads, [v for _, v in back])
+            torch._foreach_div_(grads, world_size)
 
 
 class DDPBucketed(_DataParallel):
