@@ -260,15 +260,18 @@ def start_step(wrapped, optimizer) -> None:
         wrapped.on_train_batch_start()
 
 
-def _train_from_scratch(rank: int, cfg: dict, name: str, device: torch.device) -> dict[str, torch.Tensor]:
+def _train_from_scratch(rank: int, cfg: dict, name: str, device: torch.device, keep_initial: bool = False) -> dict:
     """``accuracy_steps`` steps of variant ``name`` from the seed-0 model on batches that depend only
-    on the step and the rank; the final weights (on the CPU) and the losses."""
+    on the step and the rank; rank 0 keeps the final weights (and, asked, the initial ones) on the
+    CPU, every rank its losses."""
     from cs336_basics.nn_utils import cross_entropy
 
     from cs336_systems.models import build_model, get_size, random_batch
 
     torch.manual_seed(0)
     model = build_model(get_size(cfg["size"]), cfg["context"], device=device)
+    keep = rank == 0
+    initial = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()} if keep and keep_initial else None
     wrapped = wrap(name, model, device)
     optimizer = make_optimizer(name, wrapped.parameters())
     autocast = autocast_for(cfg["precision"], device)
@@ -283,29 +286,29 @@ def _train_from_scratch(rank: int, cfg: dict, name: str, device: torch.device) -
         wrapped.finish_gradient_synchronization()
         optimizer.step()
         losses.append(loss.item())
-    weights = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
-    return {"weights": weights, "losses": losses}
+    final = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()} if keep else None
+    del wrapped, optimizer, model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {"final": final, "initial": initial, "losses": losses}
 
 
-def accuracy_against_twin(rank: int, cfg: dict, twin: str, device: torch.device) -> dict:
+def accuracy_against_twin(rank: int, cfg: dict, twin: str, device: torch.device) -> dict | None:
     """How far the weights of ``cfg["variant"]`` (bf16 communication) end from its fp32-communicating
     twin's after the same steps: the norm of the difference against the norm of the weights and
     against the norm of what training changed (the reference's final minus initial weights), the
-    largest element's difference, and both runs' losses (rank 0's batch)."""
-    from cs336_systems.models import build_model, get_size
-
+    largest element's difference, and both runs' losses (rank 0's batch). Rank 0 only (None else)."""
     ours = _train_from_scratch(rank, cfg, cfg["variant"], device)
-    reference = _train_from_scratch(rank, cfg, twin, device)
-    torch.manual_seed(0)
-    initial = dict(build_model(get_size(cfg["size"]), cfg["context"], device="cpu").named_parameters())
-    diff_sq = ref_sq = update_sq = 0.0
-    max_abs = 0.0
-    for name, w in ours["weights"].items():
-        ref = reference["weights"][name].double()
-        diff = w.double() - ref
+    reference = _train_from_scratch(rank, cfg, twin, device, keep_initial=True)
+    if rank != 0:
+        return None
+    diff_sq = ref_sq = update_sq = max_abs = 0.0
+    for name, w in ours["final"].items():        # on the device, one parameter at a time, in float64
+        ref = reference["final"][name].to(device, torch.float64)
+        diff = w.to(device, torch.float64) - ref
         diff_sq += float(diff.square().sum())
         ref_sq += float(ref.square().sum())
-        update_sq += float((ref - initial[name].detach().double()).square().sum())
+        update_sq += float((ref - reference["initial"][name].to(device, torch.float64)).square().sum())
         max_abs = max(max_abs, float(diff.abs().max()))
     return {"reference": twin, "steps": cfg["accuracy_steps"],
             "weights_rel_diff": (diff_sq / ref_sq) ** 0.5 if ref_sq else None,
