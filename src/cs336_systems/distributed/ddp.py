@@ -1,4 +1,5 @@
-"""Data-parallel wrappers (C2, C4, C5, C7): four ways to keep N replicas of a model in step.
+"""Data-parallel wrappers (C2, C4, C5, C7, and C8's variants past PyTorch's DDP): four ways to keep
+N replicas of a model in step.
 
 All four share one interface, so the benchmark and the tests can swap them::
 
@@ -24,7 +25,8 @@ Rules common to all four:
 
 - Only parameters with ``requires_grad`` are communicated (frozen ones are broadcast once and left
   alone). A parameter shared by two modules (tied weights) is one Parameter, so it is synchronized once.
-- Averaging divides the summed gradient by the world size in place, in the gradient's own dtype.
+- Averaging divides the summed gradient by the world size in place, in the gradient's own dtype
+  (``DDPBucketed`` communicating in bf16: the bf16 sum is cast up into the gradient, then divided).
 - A parameter whose gradient is ``None`` on every rank keeps ``grad = None`` (so the optimizer skips it,
   as in one-process training). Where some ranks have a gradient and others do not, the missing ones
   count as zeros. ``NaiveDDP`` learns which parameters had gradients anywhere from one small extra
