@@ -79,6 +79,9 @@ def toy_loss(model, x, y, use_branch):
 UNUSED_STEP = 1
 SAME = ((True, True), (False, False), (True, True), (True, True))
 MIXED = ((True, True), (False, False), (True, False), (True, True))
+# The first step (the one whose order the ready-order buckets follow) with the branch on rank 0 only:
+# rank 1's own order would put the branch last, so the ranks agree only through rank 0's broadcast.
+FIRST_MIXED = ((True, False), (False, False), (True, True), (True, True))
 BRANCH = ("branch.weight", "branch.bias")
 
 # Trainable parameters in registration order (the root module's own first): unused 12 B,
@@ -109,6 +112,8 @@ TOY_VARIANTS = {   # name -> (wrapper factory, branch schedule)
        for k, mb in TOY_BUCKET_MB.items()},
     "bucketed-ready-several": (lambda m: DDPBucketed(m, bucket_size_mb=TOY_BUCKET_MB["several"],
                                                      gradient_as_bucket_view=True, **TOY_READY), MIXED),
+    "bucketed-ready-first-mixed": (lambda m: DDPBucketed(m, bucket_size_mb=TOY_BUCKET_MB["several"],
+                                                         gradient_as_bucket_view=True, **TOY_READY), FIRST_MIXED),
 }
 # Gradients communicated in bf16: the same checks except equality, which holds only to bf16's
 # rounding (the gradient test below bounds it).
@@ -245,7 +250,7 @@ def toy_runs():
 
 @pytest.fixture(scope="module")
 def toy_reference():
-    return {schedule: _train_toy_one_process(schedule) for schedule in (SAME, MIXED)}
+    return {schedule: _train_toy_one_process(schedule) for schedule in (SAME, MIXED, FIRST_MIXED)}
 
 
 def portable(state: dict) -> dict:
@@ -271,7 +276,7 @@ def test_toy_training_matches_one_process_on_the_whole_batch(toy_runs, toy_refer
         assert_states_close(toy_runs[rank][name]["state"], toy_reference[_schedule(name)])
 
 
-@pytest.mark.parametrize("name", list(TOY_VARIANTS))
+@pytest.mark.parametrize("name", [n for n in TOY_VARIANTS if _schedule(n) is not FIRST_MIXED])
 def test_toy_training_matches_pytorch_ddp_in_the_same_ranks(toy_runs, name):
     anchor = "torch-ddp" if _schedule(name) is MIXED else "torch-ddp-same"
     for rank in range(WORLD):
@@ -358,6 +363,18 @@ def test_ready_order_buckets_follow_rank_zeros_first_step_with_a_small_first_buc
         first = run["buckets"][0]
         assert len(first) == 1 or sum(sizes[n] for n in first) <= 40
         assert all(sum(sizes[n] for n in b) <= 300 or len(b) == 1 for b in run["buckets"][1:])
+
+
+def test_ready_order_is_rank_zeros_where_the_ranks_saw_different_orders(toy_runs):
+    """The first step used the branch on rank 0 only: rank 1's own arrival order lacks it, yet both
+    ranks build rank 0's buckets (a rank planning from its own order would send other buckets)."""
+    own = [toy_runs[r]["bucketed-ready-first-mixed"]["first_arrival"] for r in range(WORLD)]
+    assert "branch.weight" in own[0] and "branch.weight" not in own[1]
+    expected = own[0] + ["unused"]
+    for rank in range(WORLD):
+        run = toy_runs[rank]["bucketed-ready-first-mixed"]
+        assert run["ready_order"] == expected
+        assert [n for bucket in run["buckets"] for n in bucket] == expected
 
 
 # bf16 communication: how far the synchronized gradient may be from the exact mean of the ranks'
