@@ -138,9 +138,14 @@ def test_a_loss_is_flat_only_where_the_time_does_not_follow_the_work():
     result = b5.losses(b5.grid_frame(records), "plain")
     assert result["lost"] == 4 and result["points"] == 4
     assert [(g["seqs"], g["flat"]) for g in result["groups"]] == [([256, 1024], True), ([4096, 16384], False)]
-    # Make 1024 follow the work (16x 256's time): nothing is flat any more.
-    records[1], records[5] = _point("ours", 1024, 1.6), _point("plain", 1024, 0.8)
+    # Make every length follow the work (16x the time for 16x the work): nothing is flat any more.
+    for i, (seq, ms) in enumerate(((1024, 1.6), (4096, 25.0), (16384, 400.0)), start=1):
+        records[i], records[i + 4] = _point("ours", seq, ms), _point("plain", seq, ms / 2)
     assert [g["flat"] for g in b5.losses(b5.grid_frame(records), "plain")["groups"]] == [False]
+    # A point that took longer than the next, longer one is not set by its work either.
+    records[2], records[6] = _point("ours", 4096, 500.0), _point("plain", 4096, 250.0)
+    groups = b5.losses(b5.grid_frame(records), "plain")["groups"]
+    assert [(g["seqs"], g["flat"]) for g in groups] == [([256, 1024], False), ([4096], True), ([16384], False)]
 
 
 @pytest.mark.parametrize("programs, explains", [(16, True), (264, False)])

@@ -140,23 +140,28 @@ def peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> t
     return "the fp32 CUDA-core peak, the lowest its products could run at", peaks["fp32"]
 
 
-# A point's time counts as flat (set by a fixed per-call cost, not by the work) when the time moves
-# by less than FLAT_FACTOR between it and the lengths FLAT_SPAN times shorter and longer, where the
-# series has them (at least one): FLAT_SPAN² times the work for less than FLAT_FACTOR times the time.
+# A point's time is not set by its work when the time moves by less than FLAT_FACTOR between it and
+# the lengths FLAT_SPAN times shorter and longer (never down), where the series has them (at least one):
+# FLAT_SPAN² times the work for less than FLAT_FACTOR times the time ("flat"); or when the next
+# length measured (more work) took no longer.
 FLAT_FACTOR, FLAT_SPAN = 2.0, 4
 # Below this share of the peak a grid with too few programs does not explain the rate by itself.
 GRID_EXPLAINS = 0.5
 
 
 def flat_points(ok: pd.DataFrame) -> set[tuple]:
-    """(impl, dtype, d, pass, seq) of every flat point (see FLAT_FACTOR)."""
+    """(impl, dtype, d, pass, seq) of every point whose time is not set by its work (see FLAT_FACTOR)."""
     out = set()
     for key, part in ok.groupby(["impl", "dtype", "d", "pass"]):
         ms = dict(zip(part["seq"], part["ms"]))
+        seqs = sorted(ms)
+        for seq, longer in zip(seqs, seqs[1:]):
+            if ms[longer] <= ms[seq]:
+                out.add((*key, int(seq)))
         for seq, t in ms.items():
             pairs = [(ms[shorter], t) for shorter in (seq // FLAT_SPAN,) if shorter in ms and shorter * FLAT_SPAN == seq]
             pairs += [(t, ms[seq * FLAT_SPAN])] if seq * FLAT_SPAN in ms else []
-            if pairs and all(longer < FLAT_FACTOR * shorter for shorter, longer in pairs):
+            if pairs and all(shorter <= longer < FLAT_FACTOR * shorter for shorter, longer in pairs):
                 out.add((*key, int(seq)))
     return out
 
