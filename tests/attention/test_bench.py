@@ -183,3 +183,11 @@ def test_out_of_memory_is_named_by_dtype_and_pass_and_the_gap_trend_is_counted()
     assert b5.gap_trend(df) == {"series": 1, "widening": 1}
     records[-1] = _point("plain", 4096, 1.5)          # the gap narrows: no widening claimed
     assert b5.gap_trend(b5.grid_frame(records)) == {"series": 1, "widening": 0}
+
+
+def test_without_the_cards_peak_the_grid_is_reported_but_not_judged():
+    launch = {"programs": {"forward": 16}, "sms": 132}
+    records = [_point("ours", 16384, 1.0, launch=launch, gpu="a card not in the table"),
+               _point("plain", 16384, 0.5, gpu="a card not in the table")]
+    worst = b5.losses(b5.grid_frame(records), "plain")["groups"][0]["worst"]
+    assert worst["programs"] == 16 and worst["peak"] is None and "grid_explains" not in worst

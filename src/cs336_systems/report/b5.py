@@ -34,7 +34,7 @@ def grid_frame(records: list[dict]) -> pd.DataFrame:
                      "ms": r["metrics"].get("ms", math.nan), "tflops": r["metrics"].get("tflops", math.nan),
                      "gpu": (r.get("provenance") or {}).get("gpu"),
                      "programs": min(programs) if programs else math.nan,
-                     "sms": launch.get("sms", math.nan),
+                     "sms": launch.get("sms") or math.nan,
                      "fp32_products": launch.get("products") or r["metrics"].get("float32_matmul_precision")})
     return pd.DataFrame(rows)
 
@@ -211,7 +211,8 @@ def _diagnose(row: pd.Series, other: str) -> dict:
         busy = min(1.0, row["programs"] / row["sms"])
         point.update(programs=int(row["programs"]), sms=int(row["sms"]), busy=busy,
                      of_busy_peak=row["tflops"] * 1e12 / (busy * flops))
-        point["grid_explains"] = bool(busy < 1 and point["of_busy_peak"] >= GRID_EXPLAINS)
+        if not math.isnan(flops):       # without the card's peak the share says nothing
+            point["grid_explains"] = bool(busy < 1 and point["of_busy_peak"] >= GRID_EXPLAINS)
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in point.items()}
 
 
