@@ -5,7 +5,8 @@
 
 ``grid`` times one implementation at one dtype and head dimension over sequence lengths and the
 three passes (forward, backward, forward+backward), batch 1, causal, with ``triton.testing.do_bench``
-(median of its repetitions). One process covers one such row — compiling and warming a kernel per
+(median of its repetitions), with what each implementation says it launched (ours: tiles,
+programs, SM count) and PyTorch's float32 matmul precision. One process covers one such row — compiling and warming a kernel per
 point would dominate the sweep — and writes a JSON list with one record per (sequence, pass); an
 out-of-memory point is recorded as ``oom``, its memory freed, and the row goes on.
 

@@ -5,6 +5,9 @@ Layout: q (batch, Nq, d); k, v (batch, Nk, d); any strides. The launch grid is o
 
 Forward, one program per query tile: stream key tiles, keep the running max ``m``, denominator
 ``l`` and output accumulator in fp32 registers, and write O and the log-sum-exp L (natural log, fp32).
+When the grid has too few programs to fill the GPU (batch 1, short N), each query tile's key tiles
+are split over several programs that write partial (accumulator, m, l) in fp32, and a second
+kernel combines them (``forward_splits`` chooses how many; NOTES.md, fifth session).
 Backward, after D = rowsum(dO ∘ O): one program per *key* tile accumulates dK and dV over the
 query tiles. dQ then comes either from a second kernel, one program per *query* tile walking the
 key tiles (no two programs write the same memory, but S and dP are computed twice), or from the
@@ -771,10 +774,8 @@ class _SplitForward:
 
     def __init__(self, q, k, v, out, lse, is_causal: bool, t: KernelTiles, splits: int):
         self.new_part = dict(size=(_part_numel(q, splits),), dtype=torch.float32, device=q.device)
-        part = torch.empty(**self.new_part)
         self.part = _Launch(_forward_part_kernel, *_forward_part_args(q, k, v, is_causal, t, splits), _options(t))
         self.combine = _Launch(_forward_combine_kernel, *_combine_args(out, lse, splits), {})
-        del part
 
     def __call__(self, Q, K, V, O, L) -> None:  # noqa: N803 - the kernels' names for them
         part = torch.empty(**self.new_part)
