@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from cs336_systems.accounting.hardware import H100_SXM, H200_SXM
 from cs336_systems.attention import bench
 from cs336_systems.records import make_record
 from cs336_systems.report import b5
@@ -155,7 +156,7 @@ def test_the_grid_explains_a_slow_point_only_when_too_few_programs_cap_the_rate(
     # the share: 16 of 132 SMs busy at 60 % of their peak.
     seq, sms = 16384, 132
     flops = bench.causal_flops(1, seq, 64, "forward")
-    ms = flops / (0.6 * min(1, programs / sms) * b5.PEAKS["H100"]["bf16"]) * 1e3
+    ms = flops / (0.6 * min(1, programs / sms) * H100_SXM.bf16_flops) * 1e3
     launch = {"programs": {"forward": programs}, "sms": sms}
     records = [_point("ours", seq, ms, launch=launch), _point("plain", seq, ms / 2)]
     worst = b5.losses(b5.grid_frame(records), "plain")["groups"][0]["worst"]
@@ -165,9 +166,10 @@ def test_the_grid_explains_a_slow_point_only_when_too_few_programs_cap_the_rate(
 
 
 def test_fp32_peaks_follow_how_the_products_run():
-    assert b5.peak("NVIDIA H100 80GB HBM3", "plain", "fp32", None)[1] == b5.PEAKS["H100"]["fp32"]
-    assert b5.peak("NVIDIA H100 80GB HBM3", "ours", "fp32", "tf32x3")[1] == pytest.approx(b5.PEAKS["H100"]["tf32"] / 3)
-    assert b5.peak("NVIDIA H200", "plain", "fp32", "high")[1] == b5.PEAKS["H200"]["tf32"]
+    assert b5.peak("NVIDIA H100 80GB HBM3", "plain", "fp32", None)[1] == H100_SXM.fp32_flops
+    assert b5.peak("NVIDIA H100 80GB HBM3", "ours", "fp32", "tf32x3")[1] == pytest.approx(H100_SXM.tf32_flops / 3)
+    assert b5.peak("NVIDIA H200", "plain", "fp32", "high")[1] == H200_SXM.tf32_flops
+    assert b5.peak("NVIDIA H200", "plain", "fp32", "medium")[1] == H200_SXM.bf16_flops
     assert "lowest" in b5.peak("NVIDIA H200", "ours", "fp32", None)[0]
     assert b5.peak("some other card", "ours", "bf16", None) == (None, pytest.approx(float("nan"), nan_ok=True))
 

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
 
 PASSES = ("forward", "backward", "forward-backward")
@@ -110,34 +111,29 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-# Dense peaks per card, FLOP/s. NVIDIA H100 Tensor Core GPU datasheet (SXM5) and H200 datasheet
-# (SXM), the same compute: FP32 67 TFLOP/s on the CUDA cores; TF32 tensor cores 989 and BF16 1,979
-# TFLOP/s counting 2:4 sparsity, so about 495 and 989 dense. Keyed by a substring of the GPU name
-# in a record's provenance.
-PEAKS = {"H100": {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12},
-         "H200": {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12}}
-
-
 def peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> tuple[str | None, float]:
-    """(name, FLOP/s) of the peak that bounds one implementation's useful rate on this card, or
+    """(name, FLOP/s) of the peak that bounds one implementation's useful rate on this card (the
+    datasheet peaks of ``accounting.hardware``, by the GPU name in a record's provenance), or
     (None, nan) for an unknown card. bf16: the dense tensor-core peak. fp32: plain attention's
     matmuls follow PyTorch's float32 matmul precision ("highest", the default the bench leaves
-    alone: CUDA-core sgemm; "high"/"medium": TF32 tensor cores); ours' products are 3xTF32 (a
+    alone: CUDA-core sgemm; "high": TF32 tensor cores; "medium": bf16 ones); ours' products are 3xTF32 (a
     third of the TF32 peak, three products per useful one) or FMA on the CUDA cores ("ieee"), and
     where a record does not say, the CUDA-core peak, the lowest of the two: a rate far below it is
     far below either."""
-    peaks = next((v for k, v in PEAKS.items() if gpu and k in gpu), None)
-    if peaks is None:
+    card = BY_DEVICE_NAME.get(gpu or "")
+    if card is None or card.fp32_flops is None or card.tf32_flops is None:
         return None, math.nan
     if dtype != "fp32":
-        return "the dense bf16 tensor-core peak", peaks["bf16"]
-    if fp32_products in ("high", "medium"):
-        return "the TF32 tensor-core peak", peaks["tf32"]
+        return "the dense bf16 tensor-core peak", card.bf16_flops
+    if fp32_products == "high":
+        return "the TF32 tensor-core peak", card.tf32_flops
+    if fp32_products == "medium":          # PyTorch runs fp32 matmuls in bf16 then
+        return "the dense bf16 tensor-core peak", card.bf16_flops
     if fp32_products == "tf32x3":
-        return "a third of the TF32 tensor-core peak (3xTF32)", peaks["tf32"] / 3
+        return "a third of the TF32 tensor-core peak (3xTF32)", card.tf32_flops / 3
     if fp32_products in ("highest", "ieee") or impl != "ours":
-        return "the fp32 CUDA-core peak", peaks["fp32"]
-    return "the fp32 CUDA-core peak, the lowest its products could run at", peaks["fp32"]
+        return "the fp32 CUDA-core peak", card.fp32_flops
+    return "the fp32 CUDA-core peak, the lowest its products could run at", card.fp32_flops
 
 
 # A point's time is not set by its work when the time moves by less than FLAT_FACTOR between it and
