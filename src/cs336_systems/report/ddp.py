@@ -47,7 +47,7 @@ READS: dict[str, tuple[str, ...] | None] = {
     "C12": ("fsdp", "fsdp-bf16", "overlap", "torch-ddp"),
 }
 READS_TRACES = ("C6", "C8", "C12")
-READS_C1 = ("C8",)
+READS_C1 = ("C8", "C12")
 
 
 def reads(ident: str, chosen: list[str]) -> list[str]:
@@ -455,7 +455,8 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         summary |= {"memory": [m for m in memory if m["precision"] == first]}
     elif ident == "C12":
         summary |= {"memory": [m for m in memory_rows(records, MEMORY_VARIANTS) if m["precision"] == first],
-                    "predicted_state_GiB": _fsdp_prediction(setup)}
+                    "predicted_state_GiB": _fsdp_prediction(setup),
+                    "fsdp_forward": fsdp_forward(rows, setup, c1)}
     if table_out is not None:
         write_table(table_out.round(3), out)
     return summary
@@ -467,7 +468,7 @@ def main(argv=None) -> int:
     p.add_argument("--records", nargs="+", required=True)
     p.add_argument("--traces", nargs="*", default=[], help="gzipped Chrome traces written by train_bench")
     p.add_argument("--traced", nargs="*", default=[], help="variants whose trace the timeline shows")
-    p.add_argument("--c1-summary", type=Path, help="C1's summary (its fitted o and w), for C8")
+    p.add_argument("--c1-summary", type=Path, help="C1's summary (its fitted o and w), for C8 and C12")
     p.add_argument("--out-dir", required=True, type=Path)
     args = p.parse_args(argv)
     if args.deliverable in READS_C1 and args.c1_summary is None:
@@ -485,6 +486,48 @@ def main(argv=None) -> int:
     write_summary(args.out_dir / "summary.json", summary)
     print(f"{args.deliverable} report: {len(records)} variants -> {args.out_dir}", file=sys.stderr)
     return 0
+
+
+def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None) -> list[dict]:
+    """C12: what an FSDP forward's time is made of, as far as the records settle it. Per FSDP row:
+    its forward against the no-communication baseline's forward in the precision its matmuls run
+    in (fsdp-bf16 gathers bf16 weights, so bf16), and the most the weight transfers can take: every
+    Linear and Embedding weight all-gathered once (each rank receives (N − 1)/N of it) at C1's bus
+    bandwidth for this back end and world size, plus one C1 per-call cost per gather as if none
+    overlapped. An excess beyond that bound is not the transfers; the text says so, and no more."""
+    from cs336_systems.models import get_size
+
+    size = get_size(setup["size"])
+    gathers = size.num_layers * 7 + 2           # q, k, v, o, w1, w2, w3 per block; embedding, LM head
+    fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
+    n = setup["world_size"]
+    out = []
+    for precision, by_variant in rows.items():
+        for variant in ("fsdp", "fsdp-bf16"):
+            row = by_variant.get(variant)
+            if not row:
+                continue
+            element_bytes = variants.lookup(variant).gradient_bytes
+            compute = "bf16" if element_bytes == 2 or precision == "bf16" else "fp32"
+            base = rows.get(compute, {}).get(variants.BASELINE)
+            # the closed form, not the record's parameter_count: under FSDP that counts this rank's shards
+            count = size.parameter_count()
+            found = {"variant": variant, "precision": precision, "forward_ms": row["forward_ms"],
+                     "baseline_precision": compute, "baseline_forward_ms": base["forward_ms"] if base else None,
+                     "gathers": gathers, "gathered_GB": count * element_bytes * (n - 1) / n / 1e9}
+            if fit and fit.get("w_GBps"):
+                busbw = fit["w_GBps"] * 2 * (n - 1) / n            # C1's fit is algorithm bandwidth of an all-reduce
+                found["transfer_ms"] = found["gathered_GB"] / busbw * 1e3
+                found["latency_ms"] = gathers * max(fit["o_ms"], 0.0)
+                found["bound_ms"] = found["transfer_ms"] + found["latency_ms"]
+                # a step moves each weight three times: gathered for forward, again for backward, and
+                # its gradient reduce-scattered (the same bytes each way)
+                found["step_bound_ms"] = 3 * found["bound_ms"]
+            if base and "bound_ms" in found:
+                found["excess_ms"] = row["forward_ms"] - base["forward_ms"]
+                found["beyond_transfers"] = found["excess_ms"] > found["bound_ms"]
+            out.append(found)
+    return out
 
 
 def _fsdp_prediction(setup: dict) -> dict:
