@@ -62,3 +62,23 @@ def test_bad_input_is_one_line(capsys, tmp_path):
         step_kernels.main(["--size", "tiny", "--context", "0", "--out", str(tmp_path / "x.json")])
     err = capsys.readouterr().err
     assert "--context" in err and "Traceback" not in err
+
+
+def test_the_launch_links_come_from_kineto_where_the_events_lack_them(seed):
+    """torch 2.11 (the GPU machines') FunctionEvents have no ``linked_correlation_id``; the link is
+    then read from Kineto's own events and must agree with what newer torch puts on the event."""
+    import torch
+
+    from cs336_systems.profiling.step_kernels import linked_ids
+
+    torch.manual_seed(seed)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        (torch.randn(32, 32) @ torch.randn(32, 32)).to(torch.bfloat16).sum()
+    linked = linked_ids(prof)
+
+    class Old:      # the same event as torch 2.11 builds it
+        def __init__(self, e):
+            self.id, self.name, self.device_type = e.id, e.name, e.device_type
+
+    events = list(prof.events())
+    assert events and all(linked(Old(e)) == e.linked_correlation_id for e in events)

@@ -96,6 +96,21 @@ def per_step_tables(works: list[Work], windows: list[tuple[float, float]], on_gp
             "kinds": kinds, "rows": rows}
 
 
+def linked_ids(profiler):
+    """``event -> the id of the op it is linked to`` (0: none). torch 2.12 and later copy Kineto's
+    link onto each FunctionEvent (``linked_correlation_id``); torch 2.11 (the GPU machines') keeps
+    it only on Kineto's own events, whose correlation id and name are the FunctionEvent's id and name."""
+    results = getattr(getattr(profiler, "profiler", profiler), "kineto_results", None)
+    table = {} if results is None else {(k.correlation_id(), k.name(), str(k.device_type())): k.linked_correlation_id()
+                                        for k in results.events()}
+
+    def linked(event) -> int:
+        if hasattr(event, "linked_correlation_id"):
+            return event.linked_correlation_id
+        return table.get((event.id, event.name, str(event.device_type)), -1)
+    return linked
+
+
 def profiler_works(profiler, on_gpu: bool) -> tuple[list[Work], list[tuple[float, float]]]:
     """The profiler's kernels (or CPU operators) as ``Work``, and the windows of the step ranges."""
     events = list(profiler.events())
@@ -104,7 +119,8 @@ def profiler_works(profiler, on_gpu: bool) -> tuple[list[Work], list[tuple[float
     # A kernel names the op that launched it by that op's id (``linked_correlation_id``). Only the
     # framework's own events (linked to nothing) are ops; the CUDA runtime's calls have ids of
     # their own, from another counter, which may collide.
-    by_id = {e.id: e for e in cpu if e.linked_correlation_id == 0}
+    linked = linked_ids(profiler)
+    by_id = {e.id: e for e in cpu if linked(e) == 0}
 
     def ancestors(op) -> tuple[str, ...]:
         names = []
@@ -120,7 +136,7 @@ def profiler_works(profiler, on_gpu: bool) -> tuple[list[Work], list[tuple[float
             continue
         start, end = float(e.time_range.start), float(e.time_range.end)
         if on_gpu:
-            launcher = by_id.get(e.linked_correlation_id)
+            launcher = by_id.get(linked(e))
             works.append(Work(e.name, start, end, end - start, ancestors(launcher)))
         else:
             works.append(Work(e.name, start, end, float(e.self_cpu_time_total), ancestors(e.cpu_parent)))
