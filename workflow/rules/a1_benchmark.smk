@@ -35,6 +35,8 @@ rule A1_benchmark:
         f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
     log:
         f"{LOGS}/A1/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.log",
+    benchmark:
+        f"{BENCHMARKS}/A1/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.tsv",
     wildcard_constraints:
         **A1_POINT,
     params:
@@ -59,6 +61,8 @@ rule A1_warmup_study:
         f"{RESULTS}/A1/warmup/{{size}}_ctx{{context}}_w{{warmup}}.json",
     log:
         f"{LOGS}/A1/warmup/{{size}}_ctx{{context}}_w{{warmup}}.log",
+    benchmark:
+        f"{BENCHMARKS}/A1/warmup/{{size}}_ctx{{context}}_w{{warmup}}.tsv",
     wildcard_constraints:
         size=A1_POINT["size"],
         context=r"\d+",

@@ -19,6 +19,8 @@ rule A2_profile:
         f"{RESULTS}/A2/records/{{size}}_ctx{{context}}.json",
     log:
         f"{LOGS}/A2/{{size}}_ctx{{context}}.log",
+    benchmark:
+        f"{BENCHMARKS}/A2/{{size}}_ctx{{context}}.tsv",
     wildcard_constraints:
         size="|".join(map(re.escape, A2["sizes"])),
         context=r"\d+",

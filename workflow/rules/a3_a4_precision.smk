@@ -30,6 +30,8 @@ rule A3_accumulation:
         f"{RESULTS}/A3/records/accumulation.json",
     log:
         f"{LOGS}/A3/accumulation.log",
+    benchmark:
+        f"{BENCHMARKS}/A3/accumulation.tsv",
     params:
         terms=" ".join(map(str, GRID["A3"]["terms"])),
     shell:
@@ -63,6 +65,8 @@ rule A4_dtypes:
         f"{RESULTS}/A4/records/dtypes.json",
     log:
         f"{LOGS}/A4/dtypes.log",
+    benchmark:
+        f"{BENCHMARKS}/A4/dtypes.tsv",
     params:
         devices=" ".join(A4["devices"]),
         dtypes=" ".join(A4["autocast_dtypes"]),
@@ -82,6 +86,8 @@ rule A4_kernels:
         f"{RESULTS}/A4/records/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
     log:
         f"{LOGS}/A4/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.log",
+    benchmark:
+        f"{BENCHMARKS}/A4/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.tsv",
     wildcard_constraints:
         size=re.escape(A4_KERNELS["size"]),
         context=r"\d+",

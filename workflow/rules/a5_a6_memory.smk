@@ -26,6 +26,8 @@ rule A5_snapshot:
         timeline=f"{RESULTS}/A5/timelines/{A5_POINT}.png",
     log:
         f"{LOGS}/A5/{A5_POINT}.log",
+    benchmark:
+        f"{BENCHMARKS}/A5/{A5_POINT}.tsv",
     wildcard_constraints:
         context=r"\d+",
         mode="|".join(MODES),
@@ -79,6 +81,8 @@ rule A6_checkpoint:
         f"{RESULTS}/A6/records/group{{group}}.json",
     log:
         f"{LOGS}/A6/group{{group}}.log",
+    benchmark:
+        f"{BENCHMARKS}/A6/group{{group}}.tsv",
     wildcard_constraints:
         group=r"\d+",
     params:

@@ -19,6 +19,8 @@ rule B1_row:
         f"{RESULTS}/B1/records/{{variant}}_d{{d}}.json",
     log:
         f"{LOGS}/B1/{{variant}}_d{{d}}.log",
+    benchmark:
+        f"{BENCHMARKS}/B1/{{variant}}_d{{d}}.tsv",
     wildcard_constraints:
         variant="eager|compiled",
         d=r"\d+",
@@ -79,6 +81,8 @@ rule B2_whole_model:
         f"{RESULTS}/B2/whole_model/{{size}}_{{mode}}.json",
     log:
         f"{LOGS}/B2/whole_model/{{size}}_{{mode}}.log",
+    benchmark:
+        f"{BENCHMARKS}/B2/whole_model/{{size}}_{{mode}}.tsv",
     wildcard_constraints:
         size="|".join(map(re.escape, B2["sizes"])),
         mode="|".join(MODES),
@@ -132,6 +136,8 @@ rule B3_checks:
         f"{RESULTS}/B3/records/checks.json",
     log:
         f"{LOGS}/B3/checks.log",
+    benchmark:
+        f"{BENCHMARKS}/B3/checks.tsv",
     params:
         shape=" ".join(map(str, B3["shape"])),
         bench_shape=" ".join(map(str, B3["bench_shape"])),
@@ -179,6 +185,8 @@ rule B5_grid_row:
         f"{RESULTS}/B5/records/{{impl}}_{{dtype}}_d{{d}}.json",
     log:
         f"{LOGS}/B5/{{impl}}_{{dtype}}_d{{d}}.log",
+    benchmark:
+        f"{BENCHMARKS}/B5/{{impl}}_{{dtype}}_d{{d}}.tsv",
     wildcard_constraints:
         impl="|".join(B5["impls"]),
         dtype="fp32|bf16|fp16",
@@ -203,6 +211,8 @@ rule B5_leaderboard:
         f"{RESULTS}/B5/records/leaderboard.json",
     log:
         f"{LOGS}/B5/leaderboard.log",
+    benchmark:
+        f"{BENCHMARKS}/B5/leaderboard.tsv",
     params:
         shape=" ".join(map(str, B5["leaderboard"]["shape"])),
         warmup=B5["leaderboard"]["warmup_ms"],

@@ -34,6 +34,8 @@ rule C1_row:
         f"{RESULTS}/C1/records/{{backend}}_x{{world}}.json",
     log:
         f"{LOGS}/C1/{{backend}}_x{{world}}.log",
+    benchmark:
+        f"{BENCHMARKS}/C1/{{backend}}_x{{world}}.tsv",
     wildcard_constraints:
         backend="gloo|nccl",
         world=r"\d+",
@@ -106,6 +108,8 @@ for ident in ddp_variants.deliverables():
             trace=f"{RESULTS}/{ident}/traces/{{variant}}_{{precision}}.json.gz",
         log:
             f"{LOGS}/{ident}/{{variant}}_{{precision}}.log",
+        benchmark:
+            f"{BENCHMARKS}/{ident}/{{variant}}_{{precision}}.tsv",
         wildcard_constraints:
             variant=ddp_variants.pattern(ident),
             precision="|".join(ddp_variants.PRECISIONS),

@@ -20,6 +20,9 @@ except ConfigError as error:
 PRESET, RUN, GRID = CHOSEN.preset, CHOSEN.run, CHOSEN.grid
 RESULTS = f"results/{RUN}"
 LOGS = f"{RESULTS}/logs"
+# Every job also leaves Snakemake's own measurement of itself (wall time, memory, CPU time) beside
+# its log: `python -m cs336_systems.pipeline.job_times results/<run>` sums them by deliverable.
+BENCHMARKS = f"{RESULTS}/benchmarks"
 WRITEUP = f"writeup/{RUN}"
 
 # Code inputs of the rules that measure. With `reuse_records: true`, records already on disk count
