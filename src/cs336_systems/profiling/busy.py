@@ -16,6 +16,20 @@ from __future__ import annotations
 from cs336_systems.profiling.ranges import MODE_PHASES
 
 
+def mode_busy(result: dict, mode: str) -> dict | None:
+    """One mode's kernels, kernel time and step time (its phase ranges' mean length, ms), or None
+    where a phase's table or range is missing (a filter that matched nothing says nothing)."""
+    phases = MODE_PHASES[mode]
+    tables = [result["tables"].get(name) for name in phases]
+    lengths = [next((r for r in result.get("ranges", []) if r["range"] == name), None) for name in phases]
+    if not all(tables) or None in lengths:
+        return None
+    kernel_ms = sum(row["total_ns"] for table in tables for row in table) / 1e6
+    step_ms = sum(r["avg_ns"] for r in lengths) / 1e6
+    return {"kernels": sum(row["instances"] for table in tables for row in table),
+            "kernel_ms": kernel_ms, "step_ms": step_ms, "busy_share": kernel_ms / step_ms}
+
+
 def profile_busy(record: dict) -> list[dict]:
     """One row per ok mode of an A2 record with CUDA kernel tables: size, context, batch, mode,
     kernels, kernel_ms, step_ms (the phase ranges' mean length) and busy_share."""
@@ -24,17 +38,8 @@ def profile_busy(record: dict) -> list[dict]:
         return []
     rows = []
     for mode, result in m.get("modes", {}).items():
-        if result.get("status") != "ok":
+        if result.get("status") != "ok" or (busy := mode_busy(result, mode)) is None:
             continue
-        phases = MODE_PHASES[mode]
-        tables = [result["tables"].get(name) for name in phases]
-        lengths = [next((r for r in result.get("ranges", []) if r["range"] == name), None) for name in phases]
-        if not all(tables) or None in lengths:
-            continue        # a phase whose filter matched nothing (the record's empty_filters) says nothing
-        kernel_ms = sum(row["total_ns"] for table in tables for row in table) / 1e6
-        step_ms = sum(r["avg_ns"] for r in lengths) / 1e6
-        rows.append({"size": p["size"], "context": p["context"], "batch": p["batch"], "mode": mode,
-                     "kernels": sum(row["instances"] for table in tables for row in table),
-                     "kernel_ms": kernel_ms, "step_ms": step_ms, "busy_share": kernel_ms / step_ms,
+        rows.append({"size": p["size"], "context": p["context"], "batch": p["batch"], "mode": mode, **busy,
                      "source": m.get("source")})
     return rows

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.models import MODEL_SIZES
+from cs336_systems.profiling.busy import mode_busy
 from cs336_systems.profiling.classify import CATEGORIES, short_name
 from cs336_systems.profiling.flops import attention_flops
 from cs336_systems.profiling.ranges import FINAL, MODE_PHASES, PHASE_RANGES, SCORES, SOFTMAX
@@ -111,15 +112,15 @@ def table_a(records: list[dict], a1_records: list[dict] = ()) -> pd.DataFrame:
         nv = _nvtx(m, "forward")
         nv_ms = nv["avg_ns"] / 1e6 if nv else math.nan
         py = m["python_ms"]["forward"]["mean"]
-        kernels = m["tables"].get("forward") or []
-        kernel_ms = sum(k["total_ns"] for k in kernels) / 1e6 if kernels else math.nan
-        count = sum(k["instances"] for k in kernels) if kernels else 0
+        busy = mode_busy(m, "forward")       # the same busy share A1's "bound by" reads
+        kernel_ms = busy["kernel_ms"] if busy else math.nan
+        count = busy["kernels"] if busy else 0
         p = r["params"]
         other = a1.get((p["size"], p["context"], p["batch"]))
         rows.append({"point": _point(r), "nvtx_forward_ms": nv_ms, "python_forward_ms": py,
                      "nvtx_over_python": nv_ms / py, "instances": nv["instances"] if nv else 0,
                      # the kernel table is the first measured forward's; the range's mean is close to it
-                     "kernel_ms": kernel_ms, "kernels": count, "gpu_busy": kernel_ms / nv_ms,
+                     "kernel_ms": kernel_ms, "kernels": count, "gpu_busy": busy["busy_share"] if busy else math.nan,
                      "us_per_kernel": 1e3 * nv_ms / count if count else math.nan,
                      "a1_forward_ms": other["mean"] if other else math.nan,
                      "a1_std_ms": other["std"] if other else math.nan,
