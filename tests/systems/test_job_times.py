@@ -50,7 +50,7 @@ def test_a_folder_without_benchmarks_is_one_line(tmp_path, capsys):
 
 
 def test_readme_shows_the_command_and_it_runs(tmp_path, seed):
-    (command,) = set(re.findall(r"python -m cs336_systems\.pipeline\.job_times results/\S+", README.read_text()))
+    (command,) = set(re.findall(r"python -m cs336_systems\.pipeline\.job_times results/[\w.-]+", README.read_text()))
     run = command.split()[-1]
     _write(tmp_path / run, random.Random(seed))
     import os
