@@ -34,10 +34,17 @@ def _tree_after_an_edit(smoke, dest: Path) -> Path:
     return dest
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT as at a terminal. A process started in the background by a
+    shell without job control (`pytest ... &`, a CI runner's `cmd &`) inherits SIGINT ignored, and
+    Python then never turns it into KeyboardInterrupt: Ctrl-C would be tested as a no-op."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(copy: Path, log: Path) -> subprocess.Popen:
     out = open(log, "w")
     return subprocess.Popen([str(SNAKEMAKE), *MAIN], cwd=copy, env=env_for(copy), stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
 
 
 def _wait_for(log: Path, text: str, proc: subprocess.Popen, limit_s: float = 120) -> None:
