@@ -100,14 +100,18 @@ def linked_ids(profiler):
     """``event -> the id of the op it is linked to`` (0: none). torch 2.12 and later copy Kineto's
     link onto each FunctionEvent (``linked_correlation_id``); torch 2.11 (the GPU machines') keeps
     it only on Kineto's own events, whose correlation id and name are the FunctionEvent's id and name."""
-    results = getattr(getattr(profiler, "profiler", profiler), "kineto_results", None)
-    table = {} if results is None else {(k.correlation_id(), k.name(), str(k.device_type())): k.linked_correlation_id()
-                                        for k in results.events()}
+    table: dict | None = None
+
+    def from_kineto(event) -> int:
+        nonlocal table
+        if table is None:            # built once, and only on a torch whose events lack the link
+            results = getattr(getattr(profiler, "profiler", profiler), "kineto_results", None)
+            table = {} if results is None else {
+                (k.correlation_id(), k.name(), str(k.device_type())): k.linked_correlation_id() for k in results.events()}
+        return table.get((event.id, event.name, str(event.device_type)), -1)
 
     def linked(event) -> int:
-        if hasattr(event, "linked_correlation_id"):
-            return event.linked_correlation_id
-        return table.get((event.id, event.name, str(event.device_type)), -1)
+        return event.linked_correlation_id if hasattr(event, "linked_correlation_id") else from_kineto(event)
     return linked
 
 

@@ -495,6 +495,7 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None) -> list[di
     Linear and Embedding weight all-gathered once (each rank receives (N − 1)/N of it) at C1's bus
     bandwidth for this back end and world size, plus one C1 per-call cost per gather as if none
     overlapped. An excess beyond that bound is not the transfers; the text says so, and no more."""
+    from cs336_systems.accounting.parallelism import all_gather_bytes
     from cs336_systems.models import get_size
 
     size = get_size(setup["size"])
@@ -514,7 +515,7 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None) -> list[di
             count = size.parameter_count()
             found = {"variant": variant, "precision": precision, "forward_ms": row["forward_ms"],
                      "baseline_precision": compute, "baseline_forward_ms": base["forward_ms"] if base else None,
-                     "gathers": gathers, "gathered_GB": count * element_bytes * (n - 1) / n / 1e9}
+                     "gathers": gathers, "gathered_GB": all_gather_bytes(count * element_bytes, n) / 1e9}
             if fit and fit.get("w_GBps"):
                 busbw = fit["w_GBps"] * 2 * (n - 1) / n            # C1's fit is algorithm bandwidth of an all-reduce
                 found["transfer_ms"] = found["gathered_GB"] / busbw * 1e3
