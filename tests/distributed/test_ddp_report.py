@@ -263,3 +263,22 @@ def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward
     # no baseline of the compute precision, no verdict; no C1 fit, no bound
     (alone,) = ddp.fsdp_forward({"fp32": {"fsdp-bf16": {"forward_ms": 213.0}}}, setup, None)
     assert "bound_ms" not in alone and "beyond_transfers" not in alone and alone["baseline_forward_ms"] is None
+
+
+def test_c6_sets_overlaps_slower_backward_beside_the_shorter_wait(run, tmp_path):
+    """#20: C6 explained overlap's shorter wait ('what remains is the last gradients, which nothing
+    can hide') and said nothing of its slower backward. The section now states the wait's
+    reduction and, only where overlap's backward is longer, by how much, with the net step."""
+    folder = _report(run, "C6")
+    summary = json.loads((folder / "summary.json").read_text())
+    naive, overlap = summary["naive"], summary["overlap"]
+    text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C6", folder / "summary.json")
+    assert f"with overlap it is {naive['comm_wait_ms'] - overlap['comm_wait_ms']:.1f} ms shorter" in text
+    slower = overlap["backward_ms"] - naive["backward_ms"]
+    assert (f"Backward itself takes {slower:.1f} ms longer with overlap" in text) is (slower > 0)
+    assert "nothing can hide" not in text
+    # the same summary with overlap's backward made shorter than naive's: no slowdown sentence
+    summary["overlap"]["backward_ms"] = naive["backward_ms"] - 1.0
+    (folder / "summary.json").write_text(json.dumps(summary))
+    text = Renderer("md", tmp_path / "w2" / "w.md", TEMPLATES).section("C6", folder / "summary.json")
+    assert "longer with overlap" not in text

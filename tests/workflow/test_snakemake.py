@@ -120,6 +120,22 @@ def test_smoke_dag_completes(smoke):
 
 
 @pytest.mark.slow
+def test_every_measuring_job_leaves_its_benchmark(smoke):
+    """Snakemake's benchmark: beside each measuring job's log, and none for reports or the writeup
+    (a rebuild from records on a CPU must not overwrite a GPU run's job times)."""
+    from cs336_systems.pipeline import job_times
+
+    copy, first, _ = smoke
+    assert first.returncode == 0, _show(first)
+    results = copy / "results" / "smoke"
+    records = list(results.glob("*/records/**/*.json"))
+    jobs = job_times.read_benchmarks(results)
+    assert len(jobs) >= 20 and (jobs["s"] > 0).all()
+    assert not [j for j in jobs["job"] if j.endswith(("report", "writeup"))]
+    assert {j.split("/")[0] for j in jobs["job"]} >= {p.relative_to(results).parts[0] for p in records} - {"C9"}
+
+
+@pytest.mark.slow
 def test_second_run_has_nothing_to_do(smoke):
     copy, first, _ = smoke
     assert first.returncode == 0, _show(first)
