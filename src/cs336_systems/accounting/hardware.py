@@ -20,6 +20,9 @@ class Accelerator:
     source: str
     fp32_flops: float | None = None    # dense fp32 on the CUDA cores (no tensor cores), FLOP/s
     tf32_flops: float | None = None    # dense TF32 on the tensor cores (fp32 matmuls with TF32 allowed)
+    # Device memory bandwidth, bytes/s (datasheets: H100 SXM5 HBM3 3.35 TB/s, H200 SXM HBM3e 4.8 TB/s);
+    # B5 bounds what a cold L2 cache can add to a timed call with it.
+    hbm_bandwidth: float | None = None
 
 
 # TPU v5p with the numbers C9(c) prescribes. W_ici = 2 * 9e10 B/s is the bandwidth of one ICI mesh
@@ -39,7 +42,7 @@ H100_SXM = Accelerator(
     name="H100 SXM", hbm_bytes=80 * GB, bf16_flops=989e12, link_bandwidth=450 * GB,
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 989 TFLOP/s dense bf16, "
            "494.5 dense TF32, 67 fp32, NVLink 900 GB/s",
-    fp32_flops=67e12, tf32_flops=494.5e12,
+    fp32_flops=67e12, tf32_flops=494.5e12, hbm_bandwidth=3.35e12,
 )
 
 # H200 SXM (NVIDIA H200 Tensor Core GPU datasheet): the H100's compute and NVLink, 141 GB HBM3e.
@@ -47,7 +50,7 @@ H200_SXM = Accelerator(
     name="H200 SXM", hbm_bytes=141 * GB, bf16_flops=989e12, link_bandwidth=450 * GB,
     source="NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e, 989 TFLOP/s dense bf16, "
            "494.5 dense TF32, 67 fp32, NVLink 900 GB/s",
-    fp32_flops=67e12, tf32_flops=494.5e12,
+    fp32_flops=67e12, tf32_flops=494.5e12, hbm_bandwidth=4.8e12,
 )
 
 # The card a record ran on, by the name ``torch.cuda.get_device_name`` gave its provenance. The H100
