@@ -8,6 +8,9 @@ Forward, one program per query tile: stream key tiles, keep the running max ``m`
 When the grid has too few programs to fill the GPU (batch 1, short N), each query tile's key tiles
 are split over several programs that write partial (accumulator, m, l) in fp32, and a second
 kernel combines them (``forward_splits`` chooses how many; NOTES.md, fifth session).
+The backward's two kernels split the same way on short grids: each key tile's query tiles (dK/dV)
+or each query tile's key tiles (dQ) over several programs that write fp32 partials, which a small
+kernel adds up (``backward_splits``; NOTES.md, sixth session).
 Backward, after D = rowsum(dO ∘ O): one program per *key* tile accumulates dK and dV over the
 query tiles. dQ then comes either from a second kernel, one program per *query* tile walking the
 key tiles (no two programs write the same memory, but S and dP are computed twice), or from the
@@ -413,6 +416,160 @@ def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb,
              mask=q_valid[:, None])
 
 
+# --- backward with each tile's range split across programs (short grids) -----------------------
+
+@triton.jit
+def _clamp(x, lo, hi):
+    return tl.minimum(tl.maximum(x, lo), hi)
+
+
+@triton.jit
+def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
+                      stride_dob, stride_don, stride_lb, n_batch, n_queries, n_keys, scale, qk_scale,
+                      D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
+                      CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """One key tile's dK (unscaled) and dV over one of SPLITS slices of the query tiles it sees,
+    in fp32 into PART: DK (SPLITS, batch, Nk, D), then DV of the same shape (one buffer: one
+    allocation per call). ``_dkdv_combine_kernel`` adds the slices. For grids with fewer
+    programs than SMs (batch 1, short N), where one key tile walking all its queries is the
+    critical path."""
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    scale = tl.cast(scale, tl.float32)
+    pid = tl.program_id(0)
+    per_tile = SPLITS * n_batch
+    k_tile = pid // per_tile                  # tile 0 first: it sees the most causal queries
+    split = (pid % per_tile) // n_batch
+    b = pid % n_batch
+    k_lo = k_tile * BLOCK_K
+    offs_k = k_lo + tl.arange(0, BLOCK_K)
+    offs_d = tl.arange(0, D)
+    k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, n_keys, True)
+    v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, n_keys, True)
+    q_base, do_base = Q + b * stride_qb, DO + b * stride_dob
+    l_base, d_base = L + b * stride_lb, DELTA + b * stride_lb
+    # This slice's query tiles, balanced: [split * T // SPLITS, (split + 1) * T // SPLITS) of the T
+    # tiles the key tile sees (causal: from its diagonal on; BLOCK_K is a multiple of BLOCK_Q, so
+    # they are whole query tiles). Within the slice, the same three ranges as the one-program
+    # kernel, each cut to the slice: the masked diagonal, whole tiles with no mask, a ragged end.
+    q_start = k_lo if CAUSAL else 0
+    n_tiles = tl.cdiv(tl.maximum(n_queries - q_start, 0), BLOCK_Q)
+    lo = q_start + (split * n_tiles // SPLITS) * BLOCK_Q
+    hi = tl.minimum(q_start + ((split + 1) * n_tiles // SPLITS) * BLOCK_Q, n_queries)
+    full = (n_queries // BLOCK_Q) * BLOCK_Q
+    dk = tl.zeros([BLOCK_K, D], tl.float32)
+    dv = tl.zeros([BLOCK_K, D], tl.float32)
+    # DQ_SEPARATE: the dQ pointer, descriptor and stride are never read (PART, None, 0 stand in).
+    if CAUSAL:
+        diag_hi = _clamp(k_lo + BLOCK_K, lo, hi)
+        rest_hi = _clamp(full, diag_hi, hi)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
+                             offs_k, offs_d, lo, diag_hi, n_queries, scale, qk_scale, BLOCK_Q, True, True,
+                             DQ_SEPARATE, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
+                             offs_k, offs_d, diag_hi, rest_hi, n_queries, scale, qk_scale, BLOCK_Q, False, True,
+                             DQ_SEPARATE, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
+                             offs_k, offs_d, rest_hi, hi, n_queries, scale, qk_scale, BLOCK_Q, True, True,
+                             DQ_SEPARATE, PRECISION)
+    else:
+        mid = _clamp(full, lo, hi)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
+                             offs_k, offs_d, lo, mid, n_queries, scale, qk_scale, BLOCK_Q, False, False,
+                             DQ_SEPARATE, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
+                             offs_k, offs_d, mid, hi, n_queries, scale, qk_scale, BLOCK_Q, True, False,
+                             DQ_SEPARATE, PRECISION)
+    row = (split * n_batch + b) * n_keys + offs_k
+    at = row[:, None] * D + offs_d[None, :]
+    k_valid = (offs_k < n_keys)[:, None]
+    tl.store(PART + at, dk, mask=k_valid)
+    tl.store(PART + SPLITS * n_batch * n_keys * D + at, dv, mask=k_valid)
+
+
+@triton.jit
+def _dq_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
+                    stride_dob, stride_don, stride_lb, n_batch, n_queries, n_keys, qk_scale,
+                    D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
+                    CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """One query tile's dQ (unscaled) over one of SPLITS slices of its key tiles, in fp32 into
+    PART (SPLITS, batch, Nq, D); ``_dq_combine_kernel`` adds the slices. The key slices are cut as
+    in ``_forward_part_kernel``."""
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    pid = tl.program_id(0)
+    per_tile = SPLITS * n_batch
+    q_tile = pid // per_tile
+    if CAUSAL:
+        q_tile = tl.cdiv(n_queries, BLOCK_Q) - 1 - q_tile      # the longest causal tiles first
+    split = (pid % per_tile) // n_batch
+    b = pid % n_batch
+    q_lo = q_tile * BLOCK_Q
+    offs_q = q_lo + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, D)
+    q_valid = offs_q < n_queries
+    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, True)
+    do = _load_rows(DO + b * stride_dob, offs_q, stride_don, offs_d, n_queries, True)
+    lse = tl.load(L + b * stride_lb + offs_q, mask=q_valid, other=0.0)
+    delta = tl.load(DELTA + b * stride_lb + offs_q, mask=q_valid, other=0.0)
+    k_base, v_base = K + b * stride_kb, V + b * stride_vb
+    key_end = tl.minimum(q_lo + BLOCK_Q, n_keys) if CAUSAL else n_keys
+    n_tiles = tl.cdiv(key_end, BLOCK_K)
+    lo = (split * n_tiles // SPLITS) * BLOCK_K
+    hi = tl.minimum(((split + 1) * n_tiles // SPLITS) * BLOCK_K, key_end)
+    mid = _clamp(q_lo if CAUSAL else (n_keys // BLOCK_K) * BLOCK_K, lo, hi)
+    dq = tl.zeros([BLOCK_Q, D], tl.float32)
+    dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, lo, mid, n_keys,
+                   qk_scale, BLOCK_K, False, CAUSAL, PRECISION)
+    dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, mid, hi, n_keys,
+                   qk_scale, BLOCK_K, True, CAUSAL, PRECISION)
+    row = (split * n_batch + b) * n_queries + offs_q
+    tl.store(PART + row[:, None] * D + offs_d[None, :], dq, mask=q_valid[:, None])
+
+
+@triton.jit
+def _sum_slices(part, rows, valid, offs_d, slice_rows, D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+    """The sum over SPLITS slices of fp32 (BLOCK, D) tiles at ``rows`` of ``part``, whose slices are
+    ``slice_rows`` rows apart."""
+    total = tl.zeros([BLOCK, D], tl.float32)
+    for s in tl.static_range(SPLITS):
+        total += tl.load(part + (s * slice_rows + rows)[:, None] * D + offs_d[None, :], mask=valid[:, None],
+                         other=0.0)
+    return total
+
+
+@triton.jit
+def _dkdv_combine_kernel(PART, DK, DV, stride_dkb, stride_dkn, stride_dvb, stride_dvn, n_batch, n_keys, scale,
+                         D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+    """dK (scaled) and dV of BLOCK key rows: the sums of ``_dkdv_part_kernel``'s slices."""
+    scale = tl.cast(scale, tl.float32)
+    pid = tl.program_id(0)
+    b = pid % n_batch
+    rows = (pid // n_batch) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, D)
+    valid = rows < n_keys
+    slice_rows = n_batch * n_keys
+    dk = _sum_slices(PART, b * n_keys + rows, valid, offs_d, slice_rows, D, BLOCK, SPLITS)
+    dv = _sum_slices(PART + SPLITS * slice_rows * D, b * n_keys + rows, valid, offs_d, slice_rows, D, BLOCK, SPLITS)
+    tl.store(DK + b * stride_dkb + rows[:, None] * stride_dkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
+             mask=valid[:, None])
+    tl.store(DV + b * stride_dvb + rows[:, None] * stride_dvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
+             mask=valid[:, None])
+
+
+@triton.jit
+def _dq_combine_kernel(PART, DQ, stride_dqb, stride_dqn, n_batch, n_queries, scale,
+                       D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+    """dQ (scaled) of BLOCK query rows: the sum of ``_dq_part_kernel``'s slices."""
+    scale = tl.cast(scale, tl.float32)
+    pid = tl.program_id(0)
+    b = pid % n_batch
+    rows = (pid // n_batch) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, D)
+    valid = rows < n_queries
+    dq = _sum_slices(PART, b * n_queries + rows, valid, offs_d, n_batch * n_queries, D, BLOCK, SPLITS)
+    tl.store(DQ + b * stride_dqb + rows[:, None] * stride_dqn + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
+             mask=valid[:, None])
+
+
 # --- launch ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -566,13 +723,49 @@ def forward_splits(t: KernelTiles, batch: int, n_q: int, n_k: int, d: int, dtype
     per SM and its slices, each slice at least MIN_SLICE_TILES key tiles long: 1 for grids that
     already fill the GPU (the leaderboard case: 2048 programs of 8 warps)."""
     warps_per_sm, most = _split_limits(d, dtype)
-    programs = triton.cdiv(n_q, t.block_q) * batch
-    key_tiles = triton.cdiv(n_k, t.block_k)
+    return _power_of_two_slices(triton.cdiv(n_q, t.block_q) * batch, triton.cdiv(n_k, t.block_k), t.num_warps,
+                                warps_per_sm, most, sms)
+
+
+def _power_of_two_slices(programs: int, walked_tiles: int, num_warps: int, warps_per_sm: int, most: int,
+                         sms: int) -> int:
+    """The largest power of two of slices, at most ``most``, that keeps a grid of ``programs``
+    (times the slices) of ``num_warps`` warps within ``warps_per_sm`` per SM, each slice at least
+    MIN_SLICE_TILES of the ``walked_tiles`` that one program walks."""
     splits = 1
-    while (splits * 2 <= most and programs * splits * 2 * t.num_warps <= warps_per_sm * sms
-           and key_tiles // (splits * 2) >= MIN_SLICE_TILES):
+    while (splits * 2 <= most and programs * splits * 2 * num_warps <= warps_per_sm * sms
+           and walked_tiles // (splits * 2) >= MIN_SLICE_TILES):
         splits *= 2
     return splits
+
+
+# How many programs share one key tile's query tiles (dK/dV) or one query tile's key tiles (dQ) in
+# the split backward. Not fitted to measurements yet (NOTES.md, sixth session); from the arithmetic
+# of programs per SM: a backward program holds more registers than a forward one (dK/dV: K, V, two
+# fp32 accumulators and two fp32 score tiles; dQ: Q, dO, one accumulator and two), so about half
+# as many fit on an SM, and the forward's fit (about two waves of resident programs: 32 warps per
+# SM, 16 for bf16 d = 128) halves to 16 warps per SM, 8 for bf16 d = 128. At most 8 slices (4 for
+# 16-bit d >= 64, where each slice's fp32 partials of dK and dV are the most bytes to add up).
+def _backward_split_limits(d: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(warps per SM to fill to, most slices) for each backward kernel at this head dimension and dtype."""
+    if dtype == torch.float32 or d <= 32:
+        return 16, 8
+    return (16, 4) if d == 64 else (8, 4)
+
+
+def backward_splits(tiles: Tiles, batch: int, n_q: int, n_k: int, d: int, dtype: torch.dtype,
+                    sms: int) -> tuple[int, int]:
+    """(slices of each key tile's query tiles in dK/dV, slices of each query tile's key tiles in
+    dQ): powers of two as in ``forward_splits``, with ``_backward_split_limits``; (1, 1) for grids
+    that already fill the GPU and for the fused backward (``tiles.dq is None``)."""
+    if tiles.dq is None:
+        return 1, 1
+    warps_per_sm, most = _backward_split_limits(d, dtype)
+    dkdv, dq = tiles.dkdv, tiles.dq
+    return (_power_of_two_slices(triton.cdiv(n_k, dkdv.block_k) * batch, triton.cdiv(n_q, dkdv.block_q),
+                                 dkdv.num_warps, warps_per_sm, most, sms),
+            _power_of_two_slices(triton.cdiv(n_q, dq.block_q) * batch, triton.cdiv(n_k, dq.block_k),
+                                 dq.num_warps, warps_per_sm, most, sms))
 
 
 def _forward_part_args(q, k, v, is_causal: bool, t: KernelTiles, splits: int):
@@ -633,6 +826,48 @@ def _dq_args(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles):
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 
+def _backward_part_scalars(q, k, v, grad_out, lse) -> dict:
+    """The split backward kernels' strides and sizes, in their signatures' order (up to the scales)."""
+    batch, n_q, _ = q.shape
+    return dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
+                stride_don=grad_out.stride(1), stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q,
+                n_keys=k.shape[1])
+
+
+def _dkdv_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int):
+    batch, _, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+    scalars = dict(**_backward_part_scalars(q, k, v, grad_out, lse), scale=scale, qk_scale=scale * LOG2_E.value)
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
+                      PRECISION=_precision(q.dtype))
+    return (triton.cdiv(k.shape[1], t.block_k) * splits * batch,), scalars, constexprs
+
+
+def _dq_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int):
+    batch, n_q, d = q.shape
+    scalars = dict(**_backward_part_scalars(q, k, v, grad_out, lse), qk_scale=LOG2_E.value / math.sqrt(d))
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
+                      PRECISION=_precision(q.dtype))
+    return (triton.cdiv(n_q, t.block_q) * splits * batch,), scalars, constexprs
+
+
+def _dkdv_combine_args(grad_k, grad_v, splits: int):
+    batch, n_k, d = grad_k.shape
+    block = max(16, 2048 // d)        # two outputs: half the forward combine's rows
+    scalars = dict(stride_dkb=grad_k.stride(0), stride_dkn=grad_k.stride(1), stride_dvb=grad_v.stride(0),
+                   stride_dvn=grad_v.stride(1), n_batch=batch, n_keys=n_k, scale=1.0 / math.sqrt(d))
+    return (triton.cdiv(n_k, block) * batch,), scalars, dict(D=d, BLOCK=block, SPLITS=splits)
+
+
+def _dq_combine_args(grad_q, splits: int):
+    batch, n_q, d = grad_q.shape
+    block = max(16, 4096 // d)
+    scalars = dict(stride_dqb=grad_q.stride(0), stride_dqn=grad_q.stride(1), n_batch=batch, n_queries=n_q,
+                   scale=1.0 / math.sqrt(d))
+    return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block, SPLITS=splits)
+
+
 def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
                          tiles: Tiles | None = None, splits: int = 1):
     """Launch the forward kernel, or with ``splits`` > 1 the split-key forward and its combine;
@@ -689,24 +924,54 @@ def launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelT
                            **_options(t))
 
 
-def backward_kernels(q, k, v, grad_out, lse, delta, is_causal: bool, tiles: Tiles):
-    """dQ, dK, dV from the backward kernels that ``tiles`` selects: dK/dV then dQ, or the fused one."""
+def launch_dkdv_split(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, t: KernelTiles,
+                      splits: int) -> None:
+    """The dK/dV kernel with each key tile's query tiles split over ``splits`` programs, then their sum."""
+    part = torch.empty(2 * splits * k.numel(), dtype=torch.float32, device=q.device)
+    grid, scalars, constexprs = _dkdv_part_args(q, k, v, grad_out, lse, is_causal, t, splits)
+    _dkdv_part_kernel[grid](Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, PART=part, **scalars, **constexprs,
+                            **_options(t))
+    grid, scalars, constexprs = _dkdv_combine_args(grad_k, grad_v, splits)
+    _dkdv_combine_kernel[grid](PART=part, DK=grad_k, DV=grad_v, **scalars, **constexprs)
+
+
+def launch_dq_split(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelTiles, splits: int) -> None:
+    """The dQ kernel with each query tile's key tiles split over ``splits`` programs, then their sum."""
+    part = torch.empty(splits * q.numel(), dtype=torch.float32, device=q.device)
+    grid, scalars, constexprs = _dq_part_args(q, k, v, grad_out, lse, is_causal, t, splits)
+    _dq_part_kernel[grid](Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, PART=part, **scalars, **constexprs,
+                          **_options(t))
+    grid, scalars, constexprs = _dq_combine_args(grad_q, splits)
+    _dq_combine_kernel[grid](PART=part, DQ=grad_q, **scalars, **constexprs)
+
+
+def backward_kernels(q, k, v, grad_out, lse, delta, is_causal: bool, tiles: Tiles, splits: tuple[int, int] = (1, 1)):
+    """dQ, dK, dV from the backward kernels that ``tiles`` selects: dK/dV then dQ, or the fused one.
+    ``splits``: (dK/dV, dQ) slices for the split kernels (``backward_splits``); the fused one is not split."""
     grad_k, grad_v = torch.empty_like(k), torch.empty_like(v)
     if tiles.atomic_dq:
         accumulator = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv, accumulator)
         return accumulator.to(q.dtype), grad_k, grad_v
     grad_q = torch.empty_like(q)
-    launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv)
-    launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal, tiles.dq)
+    dkdv_splits, dq_splits = splits
+    if dkdv_splits > 1:
+        launch_dkdv_split(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv, dkdv_splits)
+    else:
+        launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv)
+    if dq_splits > 1:
+        launch_dq_split(q, k, v, grad_out, lse, delta, grad_q, is_causal, tiles.dq, dq_splits)
+    else:
+        launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal, tiles.dq)
     return grad_q, grad_k, grad_v
 
 
-def flash_backward_triton(q, k, v, out, grad_out, lse, is_causal: bool, tiles: Tiles | None = None):
+def flash_backward_triton(q, k, v, out, grad_out, lse, is_causal: bool, tiles: Tiles | None = None,
+                          splits: tuple[int, int] = (1, 1)):
     """dQ, dK, dV by recomputation: D = rowsum(dO ∘ O), then the backward kernels."""
     q, k, v, grad_out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, grad_out))
     tiles = tiles or choose_tiles(q.shape[-1], q.dtype)
-    return backward_kernels(q, k, v, grad_out, lse, backward_delta(out, grad_out), is_causal, tiles)
+    return backward_kernels(q, k, v, grad_out, lse, backward_delta(out, grad_out), is_causal, tiles, splits)
 
 
 # --- per-shape plans: the eager hot path ------------------------------------------------------
@@ -783,12 +1048,44 @@ class _SplitForward:
         self.combine(PART=part, O=O, L=L)
 
 
+class _SplitLaunch:
+    """A split backward kernel and its combine as one launch for a plan, called like the one-program
+    kernel's ``_Launch`` with the tensors by the kernels' names (names that neither takes, such as
+    the dK/dV kernel's DQ placeholder, are ignored): a fresh fp32 buffer for the partials, the part
+    kernel, then the combine."""
+
+    def __init__(self, part: _Launch, combine: _Launch, part_numel: int, device: torch.device):
+        self.part, self.combine = part, combine
+        self.new_part = dict(size=(part_numel,), dtype=torch.float32, device=device)
+
+    def __call__(self, **tensors) -> None:
+        part = torch.empty(**self.new_part)
+        self.part(**{name: tensors[name] for name in self.part.tensor_names if name != "PART"}, PART=part)
+        self.combine(**{name: tensors[name] for name in self.combine.tensor_names if name != "PART"}, PART=part)
+
+
+def _split_dkdv_launch(q, k, v, grad_out, lse, grad_k, grad_v, is_causal: bool, t: KernelTiles,
+                       splits: int) -> _SplitLaunch:
+    return _SplitLaunch(_Launch(_dkdv_part_kernel, *_dkdv_part_args(q, k, v, grad_out, lse, is_causal, t, splits),
+                                _options(t)),
+                        _Launch(_dkdv_combine_kernel, *_dkdv_combine_args(grad_k, grad_v, splits), {}),
+                        2 * splits * k.numel(), q.device)
+
+
+def _split_dq_launch(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles, splits: int) -> _SplitLaunch:
+    return _SplitLaunch(_Launch(_dq_part_kernel, *_dq_part_args(q, k, v, grad_out, lse, is_causal, t, splits),
+                                _options(t)),
+                        _Launch(_dq_combine_kernel, *_dq_combine_args(grad_q, splits), {}),
+                        splits * q.numel(), q.device)
+
+
 class _Plan:
     """Everything about one call of FlashAttentionTriton that depends only on the inputs' shapes,
     strides, dtype, device and causality: the tiles fitted to the grid, the output buffers' sizes
     and the kernels' launches (the backward's are made on its first call, per layout of dO)."""
 
-    def __init__(self, q, k, v, is_causal: bool, splits: int | None = None):
+    def __init__(self, q, k, v, is_causal: bool, splits: int | None = None,
+                 split_backward: tuple[int, int] | None = None):
         batch, n_q, d = q.shape
         tiles = choose_tiles(d, q.dtype)
         if not interpreting():
@@ -796,7 +1093,12 @@ class _Plan:
             tiles = fit_to_grid(tiles, batch, n_q, k.shape[1], sms)
             if splits is None:
                 splits = forward_splits(tiles.forward, batch, n_q, k.shape[1], d, q.dtype, sms)
+            if split_backward is None:
+                split_backward = backward_splits(tiles, batch, n_q, k.shape[1], d, q.dtype, sms)
         self.tiles, self.is_causal, self.splits, self.n_k = tiles, is_causal, splits or 1, k.shape[1]
+        # (dK/dV, dQ) slices of the split backward; forced by the caller, or 1 where the rule does
+        # not run (the interpreter, which has no SM count).
+        self.backward_splits = tuple(split_backward or (1, 1))
         self.new_out = dict(size=q.shape, dtype=q.dtype, device=q.device)
         self.new_lse = dict(size=(batch, n_q), dtype=torch.float32, device=q.device)
         out, lse = torch.empty(**self.new_out), torch.empty(**self.new_lse)
@@ -812,9 +1114,9 @@ class _Plan:
         batch, n_q, _ = self.new_out["size"]
         t = self.tiles
         out = {"forward": triton.cdiv(n_q, t.forward.block_q) * batch * self.splits,
-               "dkdv": triton.cdiv(self.n_k, t.dkdv.block_k) * batch}
+               "dkdv": triton.cdiv(self.n_k, t.dkdv.block_k) * batch * self.backward_splits[0]}
         if t.dq is not None:
-            out["dq"] = triton.cdiv(n_q, t.dq.block_q) * batch
+            out["dq"] = triton.cdiv(n_q, t.dq.block_q) * batch * self.backward_splits[1]
         return out
 
     def backward(self, q, k, v, out, grad_out, lse):
@@ -836,9 +1138,16 @@ class _Plan:
         delta = torch.empty(**self.new_lse)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         dkdv_args = _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, grad_k, causal, DQ_SEPARATE.value, t.dkdv)
-        return (_Launch(_delta_kernel, *_delta_args(out, grad_out, delta), {}),
-                _Launch(_flash_dkdv_kernel, *dkdv_args, _options(t.dkdv)),
-                _Launch(_flash_dq_kernel, *_dq_args(q, k, v, grad_out, lse, grad_q, causal, t.dq), _options(t.dq)))
+        dkdv_splits, dq_splits = self.backward_splits
+        if dkdv_splits > 1:
+            dkdv = _split_dkdv_launch(q, k, v, grad_out, lse, grad_k, grad_v, causal, t.dkdv, dkdv_splits)
+        else:
+            dkdv = _Launch(_flash_dkdv_kernel, *dkdv_args, _options(t.dkdv))
+        if dq_splits > 1:
+            dq = _split_dq_launch(q, k, v, grad_out, lse, grad_q, causal, t.dq, dq_splits)
+        else:
+            dq = _Launch(_flash_dq_kernel, *_dq_args(q, k, v, grad_out, lse, grad_q, causal, t.dq), _options(t.dq))
+        return _Launch(_delta_kernel, *_delta_args(out, grad_out, delta), {}), dkdv, dq
 
 
 _PLANS: dict = {}
@@ -869,13 +1178,14 @@ def _plan(q, k, v, is_causal: bool) -> _Plan | None:
 
 def describe_launch(q, k, v, is_causal: bool) -> dict:
     """What ``FlashAttentionTriton`` launches for these inputs (for benchmark records): each
-    kernel's tiles and program count, the SM count, the key splits of the forward and how fp32
-    products are computed."""
+    kernel's tiles and program count, the SM count, the key splits of the forward, the (dK/dV, dQ)
+    slices of the backward and how fp32 products are computed."""
     plan = _plan(q, k, v, is_causal)
     if plan is None:
         return {}
     sms = _sm_count(q.device) if q.device.type == "cuda" else None
-    return {"tiles": plan.tiles.to_json(), "splits": plan.splits, "programs": plan.programs(), "sms": sms,
+    return {"tiles": plan.tiles.to_json(), "splits": plan.splits, "backward_splits": list(plan.backward_splits),
+            "programs": plan.programs(), "sms": sms,
             "products": _precision(q.dtype)}
 
 
