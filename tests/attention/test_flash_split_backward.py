@@ -1,0 +1,107 @@
+"""The split backward (dK/dV over slices of each key tile's query tiles, dQ over slices of each
+query tile's key tiles, then the combine kernels) against float64 attention and its autograd
+gradients, and the rule that chooses the slices.
+
+On a CPU the kernels run under TRITON_INTERPRET=1 with 16-row tiles; on a GPU (marked ``gpu``) with
+the tuned tiles, on lengths five times as long so that the 64-row tiles are ragged too.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cs336_systems.attention import flash_triton as ft
+from cs336_systems.attention.flash_triton import FlashAttentionTriton
+
+from .test_flash import DEVICES, GRAD_TOLERANCE, check_against_reference, random_qkv, reference
+
+# (batch, Nq, Nk, d, (dK/dV slices, dQ slices)): ragged lengths; Nq != Nk non-causal only (causal
+# uses Nk = Nq); more slices than some tiles have tiles to walk (the last causal key tiles see one
+# or two query tiles, so some of their slices are empty and must add nothing); one kernel split
+# and the other not.
+SHAPES = [(2, 45, 45, 16, (2, 3)), (1, 77, 77, 64, (4, 4)), (2, 37, 70, 16, (8, 1)), (1, 50, 23, 64, (1, 8))]
+
+
+def _lengths(shape, device, is_causal):
+    batch, n_q, n_k, d, splits = shape
+    scale = 5 if device == "cuda" else 1
+    n_q, n_k = n_q * scale, n_k * scale
+    return batch, n_q, (n_q if is_causal else n_k), d, splits
+
+
+def _dtype(device):
+    return torch.float32 if device == "cpu" else torch.bfloat16
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[:4])) + f"-s{s[4][0]}{s[4][1]}")
+def test_split_backward_through_plan(device, is_causal, shape, monkeypatch):
+    """FlashAttentionTriton through a plan that forces the slices, against float64 autograd."""
+    batch, n_q, n_k, d, splits = _lengths(shape, device, is_causal)
+    q, k, v = random_qkv(batch, n_q, n_k, d, _dtype(device), device)
+    plan = ft._Plan(q, k, v, is_causal, split_backward=splits)
+    assert plan.backward_splits == splits
+    monkeypatch.setattr(ft, "_plan", lambda *_: plan)
+    check_against_reference(FlashAttentionTriton, q, k, v, is_causal)
+    for i, kernel in enumerate(("dkdv", "dq")):
+        assert isinstance(plan.backwards[q.stride()][1 + i], ft._SplitLaunch) == (splits[i] > 1), kernel
+    programs = plan.programs()
+    assert programs["dkdv"] == -(-n_k // plan.tiles.dkdv.block_k) * batch * splits[0]
+    assert programs["dq"] == -(-n_q // plan.tiles.dq.block_q) * batch * splits[1]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES[:2], ids=lambda s: "x".join(map(str, s[:4])))
+def test_split_backward_plain_path(device, is_causal, shape):
+    """``flash_backward_triton(splits=...)`` (the path torch.compile and odd layouts take) against
+    float64, with strided dO."""
+    batch, n_q, n_k, d, splits = _lengths(shape, device, is_causal)
+    q, k, v = (t.detach() for t in random_qkv(batch, n_q, n_k, d, _dtype(device), device))
+    grad_out = torch.randn(batch, d, n_q, dtype=q.dtype, device=device).transpose(1, 2)   # strided rows
+    out, lse = ft.flash_forward_triton(q, k, v, is_causal)
+    grads = ft.flash_backward_triton(q, k, v, out, grad_out, lse, is_causal, splits=splits)
+    _, _, want = reference(q, k, v, is_causal, grad_out)
+    tol = GRAD_TOLERANCE[q.dtype]
+    for name, got, ref in zip("qkv", grads, want):
+        assert got.dtype == q.dtype
+        torch.testing.assert_close(got.double(), ref, atol=tol, rtol=tol, msg=lambda m: f"d{name}: {m}")  # noqa: B023
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("d", [16, 32, 64, 128])
+def test_chosen_split_backward_at_batch_one(is_causal, d, monkeypatch):
+    """At batch 1 and N = 1000 (ragged) the rule splits both kernels on an H100 (16 programs
+    each); the chosen plan's gradients against float64."""
+    monkeypatch.setattr(ft, "_PLANS", {})
+    q, k, v = random_qkv(1, 1000, 1000, d, torch.bfloat16, "cuda")
+    check_against_reference(FlashAttentionTriton, q, k, v, is_causal)
+    plan = ft._plan(q, k, v, is_causal)
+    sms = ft._sm_count(q.device)
+    assert plan.backward_splits == ft.backward_splits(plan.tiles, 1, 1000, 1000, d, q.dtype, sms)
+    if sms >= 64:
+        assert min(plan.backward_splits) > 1, plan.backward_splits
+
+
+def test_backward_splits_fill_short_grids_only():
+    bf16, fp32 = torch.bfloat16, torch.float32
+    t = ft.KernelTiles(64, 64, 4, 3)
+    fitted = ft.Tiles(t, t, t)
+    leaderboard = ft.Tiles(ft.KernelTiles(128, 64, 8, 3), t, ft.KernelTiles(128, 64, 4, 4))
+    assert ft.backward_splits(leaderboard, 16, 16384, 16384, 64, bf16, 132) == (1, 1)  # 4096 and 2048 programs
+    assert ft.backward_splits(fitted, 1, 1024, 1024, 64, bf16, 132) == (4, 4)        # 16 tiles: 4 slices of 4
+    assert ft.backward_splits(fitted, 1, 4096, 4096, 16, bf16, 132) == (8, 8)        # 64 x 8 x 4 warps = 2048
+    assert ft.backward_splits(fitted, 1, 4096, 4096, 64, bf16, 132) == (4, 4)        # at most 4 for bf16 d = 64
+    assert ft.backward_splits(fitted, 1, 8192, 8192, 16, bf16, 132) == (4, 4)        # 16 warps per SM: 2048 <= 2112
+    assert ft.backward_splits(fitted, 1, 16384, 16384, 64, bf16, 132) == (2, 2)
+    assert ft.backward_splits(fitted, 1, 32768, 32768, 16, bf16, 132) == (1, 1)      # 512 programs fill it
+    assert ft.backward_splits(fitted, 1, 8192, 8192, 128, bf16, 132) == (2, 2)       # 8 warps per SM at d = 128
+    assert ft.backward_splits(fitted, 1, 2048, 2048, 64, fp32, 132) == (8, 8)        # 8 in fp32
+    assert ft.backward_splits(fitted, 1, 200, 200, 16, bf16, 132) == (1, 1)          # 4 tiles: nothing to split
+    # Each kernel by its own tiles: dQ's 32-key tiles give twice the tiles to cut.
+    own = ft.Tiles(t, t, ft.KernelTiles(64, 32, 4, 3))
+    assert ft.backward_splits(own, 1, 512, 512, 16, bf16, 132) == (2, 4)
+    assert ft.backward_splits(ft.Tiles(t, t, None), 1, 1024, 1024, 64, bf16, 132) == (1, 1)  # fused: never
+
