@@ -2,14 +2,17 @@
 
     python -m cs336_systems.attention.probe [--shape 16 16384 64] [--rep-ms 300] [--gluon]
     python -m cs336_systems.attention.probe --splits [--rep-ms 100]
+    python -m cs336_systems.attention.probe --backward-splits [--rep-ms 100]
 
 Times each of our kernels alone on the leaderboard inputs (bf16, causal) with their chosen tiles,
 and PyTorch SDPA's cuDNN forward and backward beside them, with ``triton.testing.do_bench``
 (median). ``--gluon`` adds the Hopper Gluon backward where this GPU and Triton have it, after
 checking it against ours. ``--splits`` instead times the batch-1 bf16 forward at B5's lengths
 with each number of key splits forced (the plan's launches alone), the automatic choice through
-``FlashAttentionTriton``, and SDPA's flash forward, all in one process. Prints one JSON object;
-NOTES.md quotes it.
+``FlashAttentionTriton``, and SDPA's flash forward, all in one process. ``--backward-splits``
+does the same for the batch-1 causal backward: each backward kernel with each number of slices
+forced (dK/dV and dQ, each with its combine), the whole backward unsplit and as the rule
+chooses, and SDPA flash's backward kernel. Prints one JSON object; NOTES.md quotes it.
 """
 from __future__ import annotations
 
@@ -26,12 +29,17 @@ def main(argv=None) -> int:
     p.add_argument("--rep-ms", type=float, default=300.0)
     p.add_argument("--gluon", action="store_true")
     p.add_argument("--splits", action="store_true", help="the split-key forward sweep at batch 1")
+    p.add_argument("--backward-splits", action="store_true", help="the split backward sweep at batch 1")
     p.add_argument("--seqs", nargs="+", type=int, default=[1024, 2048, 4096, 8192, 16384])
     p.add_argument("--split-counts", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     p.add_argument("--ds", nargs="+", type=int, default=[16, 32, 64, 128])
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--host", action="store_true", help="host time per call at batch 1 (bf16, d = 64, --seqs[0])")
     args = p.parse_args(argv)
+    if args.backward_splits:
+        print(json.dumps(backward_split_sweep(args.rep_ms, args.ds, args.seqs, args.split_counts, args.dtype)),
+              flush=True)
+        return 0
     if args.splits:
         print(json.dumps(split_sweep(args.rep_ms, args.ds, args.seqs, args.split_counts, args.dtype)), flush=True)
         return 0
@@ -110,6 +118,80 @@ def split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 4096, 819
                         q[:, None], k[:, None], v[:, None], is_causal=True))
             print(json.dumps(row), file=sys.stderr, flush=True)
     return {"gpu": torch.cuda.get_device_name(), "rows": rows}
+
+
+def backward_split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 4096, 8192, 16384),
+                         splits=(1, 2, 4, 8, 16), dtype: str = "bf16") -> dict:
+    """The batch-1 causal backward at each (d, N), in µs (do_bench medians): each kernel alone with
+    the same number of slices forced on both (``dkdv_split<S>``: dK/dV with its combine;
+    ``dq_split<S>``: dQ with its combine; the plan's launches, no autograd), after checking that
+    count's gradients against float32 attention (a wrong count is reported, not timed); the whole
+    backward (D, dK/dV, dQ) unsplit and with the rule's slices; SDPA flash's backward kernel (aten's
+    op, no autograd), bf16 only."""
+    from triton.testing import do_bench
+
+    from cs336_systems.attention import flash_triton as ft
+
+    bench = lambda fn: round(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median") * 1e3, 1)  # noqa: E731
+    dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    rows = []
+    for d in ds:
+        for n in seqs:
+            q, k, v, grad = (torch.randn(1, n, d, device="cuda", dtype=dt) for _ in range(4))
+            want = _float32_grads(q, k, v, grad)
+            row = {"dtype": dtype, "d": d, "n": n, "us": {}}
+
+            def whole(plan):
+                out, lse = torch.empty(**plan.new_out), torch.empty(**plan.new_lse)
+                plan.forward(Q=q, K=k, V=v, O=out, L=lse)  # noqa: B023
+                return out, lse, lambda: plan.backward(q, k, v, out, grad, lse)  # noqa: B023
+
+            for s in splits:
+                plan = ft._Plan(q, k, v, True, split_backward=(s, s))
+                out, lse, backward = whole(plan)
+                err = max(float((got.float() - ref).abs().max() / ref.abs().max()) for got, ref in zip(backward(), want))
+                if err > 5e-2:
+                    row["us"][f"split{s}"] = f"wrong ({err:.3g})"
+                    continue
+                delta_launch, dkdv, dq = plan.backwards[grad.stride()]
+                delta = torch.empty(**plan.new_lse)
+                delta_launch(O=out, DO=grad, DELTA=delta)
+                dq_out, dk_out, dv_out = (torch.empty_like(t) for t in (q, k, v))
+                row["us"][f"dkdv_split{s}"] = bench(lambda: dkdv(Q=q, K=k, V=v, DO=grad, L=lse, DELTA=delta,  # noqa: B023
+                                                                DK=dk_out, DV=dv_out, DQ=dk_out, DQ_DESC=None))  # noqa: B023
+                row["us"][f"dq_split{s}"] = bench(lambda: dq(Q=q, K=k, V=v, DO=grad, L=lse, DELTA=delta,  # noqa: B023
+                                                            DQ=dq_out))  # noqa: B023
+            for name, forced in (("ours_unsplit", (1, 1)), ("ours_auto", None)):
+                plan = ft._Plan(q, k, v, True, split_backward=forced)
+                row["us"][name] = bench(whole(plan)[2])
+            row["auto_splits"] = list(plan.backward_splits)
+            row["tiles"] = {"dkdv": plan.tiles.dkdv.__dict__, "dq": plan.tiles.dq.__dict__}
+            if dtype == "bf16":
+                row["us"]["sdpa_flash"] = _sdpa_flash_backward_us(q, k, v, grad, bench)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    return {"gpu": torch.cuda.get_device_name(), "rows": rows}
+
+
+def _float32_grads(q, k, v, grad):
+    """dQ, dK, dV of causal attention in float32 (PyTorch SDPA's own backward)."""
+    q32, k32, v32 = (t.float()[:, None].requires_grad_() for t in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(q32, k32, v32, is_causal=True).backward(grad.float()[:, None])
+    return tuple(t.grad[:, 0] for t in (q32, k32, v32))
+
+
+def _sdpa_flash_backward_us(q, k, v, grad, bench):
+    """SDPA flash's backward kernel alone: aten's op on its forward's saved outputs (no autograd,
+    so no host time of the autograd engine), or the error if this torch's op differs."""
+    flash_forward = torch.ops.aten._scaled_dot_product_flash_attention
+    flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_backward
+    qs, ks, vs, gs = (t[:, None] for t in (q, k, v, grad))
+    try:
+        out, lse, cum_q, cum_k, max_q, max_k, seed, offset = flash_forward(qs, ks, vs, 0.0, True)[:8]
+        return bench(lambda: flash_backward(gs, qs, ks, vs, out, lse, cum_q, cum_k, max_q, max_k, 0.0, True, seed,
+                                            offset))
+    except (RuntimeError, TypeError) as error:
+        return f"error: {error}"[:200]
 
 
 def host_times(n: int, calls: int = 2000) -> dict:
