@@ -8,6 +8,7 @@ import torch
 from cs336_systems.accounting.hardware import H100_SXM, H200_SXM
 from cs336_systems.attention import bench
 from cs336_systems.records import make_record
+from cs336_systems.timing import exception_line
 from cs336_systems.report import b5
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
@@ -193,3 +194,111 @@ def test_without_the_cards_peak_the_grid_is_reported_but_not_judged():
                _point("plain", 16384, 0.5, gpu="a card not in the table")]
     worst = b5.losses(b5.grid_frame(records), "plain")["groups"][0]["worst"]
     assert worst["programs"] == 16 and worst["peak"] is None and "grid_explains" not in worst
+
+
+# --- graph time: the record on a CPU, a failed capture, and the report's use of it ------------------
+
+def test_a_cpu_row_says_why_it_has_no_graph_time():
+    records = bench.grid_row("ours", "fp32", 16, [24], "cpu") if DEVICE == "cpu" else pytest.skip("CPU-only")
+    for r in records:
+        assert r["status"] == "ok" and r["metrics"]["ms"] > 0
+        assert r["metrics"]["graph_status"] == "skipped" and "CUDA GPU" in r["metrics"]["graph_reason"]
+        assert "graph_ms" not in r["metrics"]
+    assert "recompile" in bench.graph_skip_reason("plain-compiled", "cuda")
+    assert bench.graph_skip_reason("sdpa-flash", "cuda") is None
+
+
+@pytest.mark.parametrize("failure, status", [(RuntimeError("CUDA error: operation not permitted when stream is capturing"),
+                                              "error"),
+                                             (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), "oom")])
+def test_a_failed_capture_is_recorded_beside_the_do_bench_time(monkeypatch, failure, status):
+    def capture(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(bench, "measure_graph", capture)
+    monkeypatch.setattr(bench, "free_device_memory", lambda device: None)
+    q = k = v = torch.zeros(1, 8, 16)
+    metrics = bench.graph_metrics("sdpa-flash", q, k, v, "forward", "cuda")
+    assert metrics == {"graph_status": status, "graph_reason": exception_line(failure)}
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _timed(impl, seq, ms, graph=None, which="forward", graph_status=None, gpu=H100, resident=3 * 2**20):
+    """A B5 record at bf16, d = 64 with do_bench time ``ms`` and, if given, graph time ``graph``
+    (median; replays within ±2 %)."""
+    record = _point(impl, seq, ms, which=which, gpu=gpu)
+    if graph is not None:
+        record["metrics"].update(graph_status="ok", graph_ms=graph, graph_ms_min=graph * 0.98, graph_ms_max=graph * 1.02,
+                                 graph_calls=10, graph_replays=5, resident_bytes=resident, l2_bytes=50 * 2**20)
+    elif graph_status:
+        record["metrics"].update(graph_status=graph_status, graph_reason="RuntimeError: capture failed")
+    return record
+
+
+def test_cold_cache_bound_and_launch_bound_points():
+    # H100: (3 MiB resident + 50 MiB L2) at 3.35 TB/s = 16.6 µs. do_bench 100 µs against a 10 µs
+    # graph time is launch-bound; 25 µs against 10 µs is within the bound; an unknown card is not judged.
+    df = b5.grid_frame([_timed("ours", 1024, 0.100, graph=0.010), _timed("ours", 2048, 0.025, graph=0.010),
+                        _timed("plain", 1024, 0.100, graph=0.010, gpu="a card not in the table"),
+                        _timed("plain", 2048, 0.300)])
+    assert b5.cold_cache_ms(df.iloc[0]) == pytest.approx((3 + 50) * 2**20 / 3.35e12 * 1e3)
+    assert list(b5.launch_bound(df)) == [True, False, None, None]
+    check = b5.timing_check(df)
+    assert check["points"] == 3 and check["launch_bound"] == 1 and check["not_judged"] == 1
+    assert check["per_impl"]["ours"] == {"points": 2, "launch_bound": 1, "not_judged": 0, "max_seq": 1024}
+
+
+def test_graph_time_judges_a_pair_only_where_both_sides_have_it():
+    # At 1024 ours' do_bench time is host-bound (0.20 ms against flash's 0.05) but its graph time
+    # (0.02) beats flash's (0.03): no loss, judged on graph time. At 4096 flash has no graph time
+    # (its capture failed): do_bench judges, and ours loses there.
+    records = [_timed("ours", 1024, 0.20, graph=0.02), _timed("sdpa-flash", 1024, 0.05, graph=0.03),
+               _timed("ours", 4096, 0.30, graph=0.25), _timed("sdpa-flash", 4096, 0.20, graph_status="error")]
+    df = b5.grid_frame(records)
+    pair = b5.judged(df, "ours", "sdpa-flash").set_index("seq")
+    assert pair.loc[1024, "timing"] == "graph" and pair.loc[1024, "t"] == 0.02
+    assert pair.loc[4096, "timing"] == "do_bench" and pair.loc[4096, "t_other"] == 0.20
+    goal = b5.losses(df, "sdpa-flash", dtypes=["bf16"], min_seq=1024)
+    assert (goal["points"], goal["lost"], goal["by_graph"]) == (2, 1, 1)
+    assert [(g["seqs"], g["timing"]) for g in goal["groups"]] == [([4096], "do_bench")]
+    # Judged on do_bench alone (no graph times) 1024 would be a loss too.
+    bare = b5.grid_frame([_point(r["params"]["impl"], r["params"]["seq"], r["metrics"]["ms"]) for r in records])
+    assert b5.losses(bare, "sdpa-flash")["lost"] == 2
+    table = b5.wide_table(df)
+    row = table[table["seq"] == 1024].iloc[0]
+    assert row["ours graph"] == "0.020" and row["sdpa-flash / ours"] == "1.50 g"
+    row = table[table["seq"] == 4096].iloc[0]
+    assert row["sdpa-flash graph"] == "ERROR" and row["sdpa-flash / ours"] == "0.67"
+    assert b5.timing_check(df)["failed"]["error"]["impls"] == ["sdpa-flash"]
+
+
+def test_rates_of_a_graph_judged_loss_come_from_graph_time():
+    flops = bench.causal_flops(1, 16384, 64, "forward")
+    records = [_timed("ours", 16384, 2.0, graph=1.0), _timed("plain", 16384, 1.0, graph=0.5)]
+    worst = b5.losses(b5.grid_frame(records), "plain")["groups"][0]["worst"]
+    assert worst["ours_ms"] == 1.0 and worst["ours_tflops"] == pytest.approx(flops / 1.0 / 1e9)
+    assert worst["other_tflops"] == pytest.approx(flops / 0.5 / 1e9)
+
+
+def test_section_names_the_timing_that_judged(tmp_path):
+    from cs336_systems.report.writeup import Renderer
+
+    rows = []
+    for impl, scale, graph_scale in (("ours", 1.0, 0.1), ("plain", 3.0, 0.6), ("sdpa-flash", 0.5, 0.2)):
+        records = [_timed(impl, seq, scale * seq / 1000, graph=graph_scale * seq / 1000, which=which)
+                   for seq in (1024, 2048) for which in bench.PASSES]
+        path = tmp_path / f"{impl}.json"
+        path.write_text(json.dumps(records))
+        rows.append(str(path))
+    board = tmp_path / "board.json"
+    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 2, "seq": 64, "d": 16}, "ok",
+                                             {"ms": ms, "tflops": 1.0})
+                                 for i, ms in (("ours", 2.0), ("sdpa-cudnn", 1.6), ("sdpa-flash", 3.0))]))
+    out = tmp_path / "B5"
+    assert b5.main(["--rows", *rows, "--leaderboard", str(board), "--out-dir", str(out)]) == 0
+    text = Renderer("md", tmp_path / "writeup" / "w.md", TEMPLATES).section("B5", out / "summary.json")
+    assert "the *graph time*" in text
+    assert "judged on graph time at every point" in text          # flash: every bf16 point has both
+    assert "**do_bench against graph time.**" in text
+    assert "(ours, 6 of 6" not in text and "ours 6 of 6" in text       # ours' do_bench is 10x its graph time

@@ -18,11 +18,34 @@ so the total can be split.
 
 On a machine without CUDA (the smoke preset) times come from a plain timer loop instead of
 do_bench, the Triton kernels run in the interpreter, and the SDPA anchors are recorded as skipped.
+
+**Graph time.** At batch 1 and short sequences do_bench's median carries the host's time: do_bench
+flushes the L2 cache with a memset before each call, and when the host takes longer to launch the
+call than the GPU takes for that memset, the GPU waits and the wait is measured (NOTES.md, "Small
+N is noise"). So ``grid`` also times every point with CUDA graphs and records it beside ``ms`` as
+``graph_ms`` (with ``graph_status``; ``graph_reason`` when there is none). ``graph_ms`` is the GPU
+time of one call with no host in it: ``calls`` calls of the pass are captured into one
+``torch.cuda.CUDAGraph`` (after warm-up calls on the capture stream, as capture requires); the GPU
+is put to sleep while the host queues every replay, so no replay waits for the host; each replay is
+timed with CUDA events and divided by ``calls``; ``graph_ms`` is the median over replays and
+``graph_ms_min`` / ``graph_ms_max`` their range. Unlike do_bench, nothing flushes the L2 cache
+between calls (Triton's ``do_bench_cudagraph``, whose design this follows, does not either): an
+input that fits in L2 is read from it. The record therefore also carries what
+a call finds in memory before it starts (``resident_bytes``: q, k, v, the output gradient, and for
+the backward alone the retained forward's output and saved tensors) and the L2 size
+(``l2_bytes``), from which the report bounds how much a cold cache can add to do_bench's time.
+``torch.compile``d plain attention is not graph-timed: its code is guarded Python that can
+recompile on a call, and a recompile (or Inductor's own cudagraph machinery) inside our capture is
+not a measurement of the same code; Inductor's ``mode="reduce-overhead"`` is its own way to use
+CUDA graphs. A capture that fails is recorded (``graph_status`` error or oom, with the message) and
+the row goes on.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import statistics
 import sys
 from contextlib import nullcontext
 
@@ -68,17 +91,110 @@ def skip_reason(impl: str, device: str, dtype: str = "bf16") -> str | None:
     return None
 
 
+def pass_step(fn, q, k, v, which: str):
+    """(prepare, grads to reset) for one pass: ``prepare()`` builds, on the current stream, what
+    the pass needs (for the backward alone: the retained forward) and returns the call to time.
+    The forward is timed under ``torch.no_grad()`` (``no_grad_for``)."""
+    grad = torch.randn_like(q)
+    if which == "forward":
+        return (lambda: lambda: fn(q, k, v)), []
+    if which == "backward":
+        def prepare():
+            out = fn(q, k, v)
+            return lambda: out.backward(grad, retain_graph=True)
+        return prepare, [q, k, v]
+    return (lambda: lambda: fn(q, k, v).backward(grad)), [q, k, v]
+
+
+def no_grad_for(which: str):
+    return torch.no_grad() if which == "forward" else nullcontext()
+
+
 def measure(impl: str, q, k, v, which: str, **bench) -> float:
     fn, context = implementation(impl)
-    grad = torch.randn_like(q)
-    with context():
-        if which == "forward":
-            with torch.no_grad():
-                return median_ms(lambda: fn(q, k, v), **bench)
-        if which == "backward":
-            out = fn(q, k, v)
-            return median_ms(lambda: out.backward(grad, retain_graph=True), grad_to_none=[q, k, v], **bench)
-        return median_ms(lambda: fn(q, k, v).backward(grad), grad_to_none=[q, k, v], **bench)
+    prepare, grads = pass_step(fn, q, k, v, which)
+    with context(), no_grad_for(which):
+        return median_ms(prepare(), grad_to_none=grads or None, **bench)
+
+
+# Graph timing (see the module docstring): one replay aims at GRAPH_REPLAY_MS of GPU time, with at
+# most GRAPH_MAX_CALLS calls captured (capturing a call costs the host's launch time); replays aim
+# at GRAPH_REP_MS in all, at least GRAPH_MIN_REPLAYS (the range needs a few) and at most
+# GRAPH_MAX_REPLAYS. do_bench spends 25 ms warming up and 100 ms repeating per point; this adds
+# about half of that at short points and, at the longest, a warm-up call and three replays.
+GRAPH_REPLAY_MS, GRAPH_MAX_CALLS = 2.0, 100
+GRAPH_REP_MS, GRAPH_MIN_REPLAYS, GRAPH_MAX_REPLAYS = 50.0, 3, 25
+# GPU clock cycles of sleep before the timed replays: ~2.5 ms at the H100's 1.98 GHz, longer than the
+# host needs to queue GRAPH_MAX_REPLAYS replays and their events.
+GRAPH_SLEEP_CYCLES = 5_000_000
+
+
+def graph_skip_reason(impl: str, device: str) -> str | None:
+    if device != "cuda":
+        return "CUDA graphs need a CUDA GPU: a CPU run has no graph time"
+    if impl == "plain-compiled":
+        return ("not graph-timed: torch.compile's guarded code may recompile inside our capture, which would "
+                "not time the same code; Inductor's mode='reduce-overhead' is its own way to use CUDA graphs")
+    return None
+
+
+def measure_graph(impl: str, q, k, v, which: str, rep_ms: float = GRAPH_REP_MS) -> dict:
+    """The pass's graph time (module docstring): graph_ms (median per call over replays), its
+    range, the calls per graph and replays, resident_bytes and l2_bytes."""
+    fn, context = implementation(impl)
+    prepare, grads = pass_step(fn, q, k, v, which)
+    resident = sum(t.nbytes for t in (q, k, v)) + (q.nbytes if which != "forward" else 0)   # + dO
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with context(), no_grad_for(which), torch.cuda.stream(stream):
+        before = torch.cuda.memory_allocated()
+        step = prepare()                    # the backward alone: its forward runs on this stream,
+        resident += torch.cuda.memory_allocated() - before     # so autograd runs its backward here too
+
+        def call():
+            for t in grads:
+                t.grad = None
+            step()
+
+        estimate = _events_ms(call, 1)      # the warm-up call (kernels compiled by do_bench already)
+        if estimate < GRAPH_REPLAY_MS:
+            estimate = _events_ms(call, 3)
+        # An estimate that still holds host time only makes a graph shorter than aimed at.
+        calls = max(1, min(GRAPH_MAX_CALLS, math.ceil(GRAPH_REPLAY_MS / estimate)))
+        replays = max(GRAPH_MIN_REPLAYS, min(GRAPH_MAX_REPLAYS, round(rep_ms / (calls * estimate))))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(calls):
+                call()
+        graph.replay()                      # the first replay uploads the graph: untimed
+        torch.cuda.synchronize()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]
+        sleep = getattr(torch.cuda, "_sleep", None)     # private, but long-standing; without it the
+        if sleep is not None:                           # first replays may wait for the host
+            sleep(GRAPH_SLEEP_CYCLES)
+        events[0].record()
+        for end in events[1:]:
+            graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+    per_call = sorted(a.elapsed_time(b) / calls for a, b in zip(events, events[1:]))
+    for t in grads:
+        t.grad = None
+    del graph
+    return {"graph_ms": statistics.median(per_call), "graph_ms_min": per_call[0], "graph_ms_max": per_call[-1],
+            "graph_calls": calls, "graph_replays": replays, "resident_bytes": int(resident),
+            "l2_bytes": getattr(torch.cuda.get_device_properties(q.device), "L2_cache_size", None)}
+
+
+def _events_ms(call, n: int) -> float:
+    """Milliseconds per call of ``n`` back-to-back calls on the current stream, by CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        call()
+    end.record()
+    end.synchronize()
+    return max(start.elapsed_time(end) / n, 1e-3)
 
 
 def grid_row(impl: str, dtype: str, d: int, seqs: list[int], device: str) -> list[dict]:
@@ -93,16 +209,35 @@ def grid_row(impl: str, dtype: str, d: int, seqs: list[int], device: str) -> lis
                 continue
             status, metrics, message = attempt(lambda: _grid_point(impl, dtype, d, seq, which, device))
             records.append(make_record("B5", params, status, metrics, reason=message))
-            log(f"B5 {impl} {dtype} d={d} seq={seq} {which}: " + (f"{metrics['ms']:.3f} ms" if status == "ok" else status))
+            log(f"B5 {impl} {dtype} d={d} seq={seq} {which}: " + (_point_line(metrics) if status == "ok" else status))
             free_device_memory(device)       # q, k, v went with the point's frame
     return records
+
+
+def _point_line(metrics: dict) -> str:
+    graph = (f"graph {metrics['graph_ms']:.4f} ms" if metrics.get("graph_status") == "ok"
+             else f"graph {metrics.get('graph_status')}")
+    return f"{metrics['ms']:.3f} ms, {graph}"
 
 
 def _grid_point(impl: str, dtype: str, d: int, seq: int, which: str, device: str) -> dict:
     q, k, v = (torch.randn(1, seq, d, dtype=DTYPES[dtype], device=device, requires_grad=True) for _ in range(3))
     ms = measure(impl, q, k, v, which)
     flops = causal_flops(1, seq, d, which)
-    return {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9, **launch_metrics(impl, q, k, v)}
+    return {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9, **launch_metrics(impl, q, k, v),
+            **graph_metrics(impl, q, k, v, which, device)}
+
+
+def graph_metrics(impl: str, q, k, v, which: str, device: str) -> dict:
+    """The point's graph time, or why it has none: a capture that fails is recorded, not raised
+    (the point keeps its do_bench time and the row goes on)."""
+    reason = graph_skip_reason(impl, device)
+    if reason:
+        return {"graph_status": "skipped", "graph_reason": reason}
+    free_device_memory(device)              # do_bench's blocks are cached for the default stream
+    status, metrics, message = attempt(lambda: measure_graph(impl, q, k, v, which))
+    free_device_memory(device)
+    return {"graph_status": status, **metrics, **({"graph_reason": message} if message else {})}
 
 
 def launch_metrics(impl: str, q, k, v) -> dict:

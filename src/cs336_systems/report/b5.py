@@ -1,6 +1,13 @@
 """B5 report: FlashAttention timings as a table, a speed-up map, TFLOP/s against sequence length,
 the leaderboard case, and the numbers the writeup quotes.
 
+Two timings per point where the records have both: do_bench's median (``ms``, L2 flushed before
+each call, host launch time included where the host is slower than the flush) and the CUDA-graph
+time (``graph_ms``: GPU time only; see ``attention.bench``). A comparison of two implementations at
+a point is judged on graph time where both have it, else on do_bench's median, and says which.
+Where a point has both, do_bench's median is *launch-bound* when it exceeds the slowest graph replay
+by more than a cold cache can explain (``cold_cache_ms``): the rest of its time is spent launching.
+
     python -m cs336_systems.report.b5 --rows row1.json ... --leaderboard leaderboard.json --out-dir DIR
 """
 from __future__ import annotations
@@ -25,19 +32,88 @@ FLASH_GOAL_MIN_SEQ = 1024
 def grid_frame(records: list[dict]) -> pd.DataFrame:
     """One row per record, with what the loss analysis needs where the record has it: the GPU, our
     kernels' smallest grid for the pass and the SM count (records from before they carried it: NaN),
-    and how fp32 products were computed (ours: the kernels' choice; plain: PyTorch's float32 matmul
-    precision)."""
+    how fp32 products were computed (ours: the kernels' choice; plain: PyTorch's float32 matmul
+    precision), and the graph time with its range and what bounds a cold cache's cost (records from
+    before graph timing: NaN, graph status None)."""
     rows = []
     for r in records:
-        launch = r["metrics"].get("launch") or {}
+        m = r["metrics"]
+        launch = m.get("launch") or {}
         programs = [n for k in PASS_KERNELS[r["params"]["pass"]] if (n := launch.get("programs", {}).get(k))]
+        graph_ok = m.get("graph_status") == "ok"
         rows.append({**{k: r["params"][k] for k in ("impl", "dtype", "d", "seq", "pass")}, "status": r["status"],
-                     "ms": r["metrics"].get("ms", math.nan), "tflops": r["metrics"].get("tflops", math.nan),
+                     "ms": m.get("ms", math.nan), "tflops": m.get("tflops", math.nan),
+                     "flops": m.get("flops", math.nan),
                      "gpu": (r.get("provenance") or {}).get("gpu"),
                      "programs": min(programs) if programs else math.nan,
                      "sms": launch.get("sms") or math.nan,
-                     "fp32_products": launch.get("products") or r["metrics"].get("float32_matmul_precision")})
-    return pd.DataFrame(rows)
+                     "fp32_products": launch.get("products") or m.get("float32_matmul_precision"),
+                     "graph_status": m.get("graph_status"), "graph_reason": m.get("graph_reason"),
+                     **{k: (m[k] if graph_ok and m.get(k) is not None else math.nan)
+                        for k in ("graph_ms", "graph_ms_min", "graph_ms_max", "resident_bytes", "l2_bytes")}})
+    return pd.DataFrame(rows, columns=FRAME_COLUMNS)
+
+
+FRAME_COLUMNS = ["impl", "dtype", "d", "seq", "pass", "status", "ms", "tflops", "flops", "gpu", "programs", "sms",
+                 "fp32_products", "graph_status", "graph_reason", "graph_ms", "graph_ms_min", "graph_ms_max",
+                 "resident_bytes", "l2_bytes"]
+KEYS = ["dtype", "d", "seq", "pass"]
+
+
+def judged(df: pd.DataFrame, impl: str, other: str) -> pd.DataFrame:
+    """The points both ran, one row each, ``impl``'s columns plain and ``other``'s suffixed
+    ``_other``, with the timing that judges the pair: ``timing`` "graph" where both have a graph
+    time, else "do_bench"; ``t`` and ``t_other`` the two times in it."""
+    ok = df[df["status"] == "ok"]
+    both = ok[ok["impl"] == impl].merge(ok[ok["impl"] == other], on=KEYS, suffixes=("", "_other"))
+    graph = both["graph_ms"].notna() & both["graph_ms_other"].notna()
+    return both.assign(timing=np.where(graph, "graph", "do_bench"),
+                       t=np.where(graph, both["graph_ms"], both["ms"]),
+                       t_other=np.where(graph, both["graph_ms_other"], both["ms_other"]))
+
+
+def cold_cache_ms(row: pd.Series) -> float:
+    """The most a cold L2 cache can add to one call's time, in ms: every byte resident before the
+    call read once from device memory, plus a whole L2 of dirty lines (do_bench's flush is a memset)
+    written back, at the card's datasheet bandwidth. NaN where the card or the sizes are unknown."""
+    card = BY_DEVICE_NAME.get(row["gpu"] or "")
+    if card is None or card.hbm_bandwidth is None:
+        return math.nan
+    return (row["resident_bytes"] + row["l2_bytes"]) / card.hbm_bandwidth * 1e3
+
+
+def launch_bound(df: pd.DataFrame) -> pd.Series:
+    """Per row: True where do_bench's median exceeds the slowest graph replay plus ``cold_cache_ms``
+    (launching, not the GPU's work, set the rest of it); False where it does not; None where the
+    row has no graph time or the bound is unknown."""
+    def one(row):
+        cold = cold_cache_ms(row) if not math.isnan(row["graph_ms"]) else math.nan
+        return None if math.isnan(cold) else bool(row["ms"] > row["graph_ms_max"] + cold)
+    return df.apply(one, axis=1, result_type="reduce") if len(df) else pd.Series(dtype=object)
+
+
+def timing_check(df: pd.DataFrame) -> dict:
+    """do_bench against graph time over the points that have both: per implementation how many,
+    how many are launch-bound (with the longest such length), how many could not be judged, and
+    where every graph replay took longer than do_bench's median; and the graph failures by status
+    with one reason each."""
+    ok = df[df["status"] == "ok"]
+    both = ok[ok["graph_ms"].notna()]
+    bound = launch_bound(both)
+    per_impl = {}
+    for impl, part in both.groupby("impl"):
+        b = bound[part.index]
+        hit = part[b == True]  # noqa: E712 - None (not judged) is neither
+        per_impl[impl] = {"points": int(len(part)), "launch_bound": int(len(hit)),
+                          "not_judged": int(b.isna().sum()),
+                          "max_seq": int(hit["seq"].max()) if len(hit) else None}
+    failed = ok[ok["graph_status"].notna() & ~ok["graph_status"].isin(["ok", "skipped"])]
+    return {"points": int(len(both)), "launch_bound": int((bound == True).sum()),  # noqa: E712
+            "not_judged": int(bound.isna().sum()), "per_impl": per_impl,
+            "graph_slower": int((both["graph_ms_min"] > both["ms"]).sum()),
+            "failed": {status: {"points": int(len(part)), "impls": sorted(part["impl"].unique()),
+                                "reason": " ".join(str(part["graph_reason"].iloc[0]).split())[:160]}
+                       for status, part in failed.groupby("graph_status")}}
 
 
 # The kernels each pass of ours runs (for its smallest grid; the D kernel is a few microseconds).
@@ -45,37 +121,42 @@ PASS_KERNELS = {"forward": ("forward",), "backward": ("dkdv", "dq"), "forward-ba
 
 
 def wide_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (dtype, d, seq, pass); a column of milliseconds (or OOM / skipped) per implementation."""
+    """One row per (dtype, d, seq, pass); a column of do_bench milliseconds (or OOM / skipped) per
+    implementation, then, where any point has a graph time, a column of graph milliseconds (or why
+    there is none) per implementation; then the ratios other ÷ ours in the timing that judges each
+    point, marked " g" where it is graph time."""
     df = df.assign(cell=[f"{ms:.3f}" if s == "ok" else s.upper() for ms, s in zip(df["ms"], df["status"])])
-    wide = df.pivot_table(index=["dtype", "d", "seq", "pass"], columns="impl", values="cell", aggfunc="first")
-    ms = df[df["status"] == "ok"].pivot_table(index=["dtype", "d", "seq", "pass"], columns="impl", values="ms")
+    wide = df.pivot_table(index=KEYS, columns="impl", values="cell", aggfunc="first")
+    if df["graph_ms"].notna().any():
+        graph = df[df["status"] == "ok"].assign(
+            cell=[f"{ms:.3f}" if not math.isnan(ms) else (s or "").upper()
+                  for ms, s in zip(*(df[df["status"] == "ok"][c] for c in ("graph_ms", "graph_status")))])
+        for impl, cells in graph.pivot_table(index=KEYS, columns="impl", values="cell", aggfunc="first").items():
+            wide[f"{impl} graph"] = cells
     for other in ("plain", "sdpa-cudnn", "sdpa-flash"):
-        if "ours" in ms and other in ms:
-            wide[f"{other} / ours"] = (ms[other] / ms["ours"]).map(lambda x: "" if math.isnan(x) else f"{x:.2f}")
+        pair = judged(df, "ours", other).set_index(KEYS)
+        if len(pair):
+            wide[f"{other} / ours"] = pd.Series(
+                [f"{b / a:.2f}" + (" g" if t == "graph" else "") for a, b, t in zip(pair["t"], pair["t_other"], pair["timing"])],
+                index=pair.index)
     wide = wide.reset_index()
     wide["pass"] = pd.Categorical(wide["pass"], PASSES, ordered=True)
     return wide.sort_values(["dtype", "d", "pass", "seq"]).fillna("").reset_index(drop=True)
 
 
 def plot_speedup(df: pd.DataFrame, path: Path, baseline: str = "plain") -> None:
-    """Heat maps of baseline time / our time, per dtype (rows) and pass (columns); grey = not measured."""
+    """Heat maps of baseline time / our time (the timing that judges each point: graph time where
+    both have it), per dtype (rows) and pass (columns); grey = not measured."""
     dtypes = sorted(df["dtype"].unique())
     fig, axes = plt.subplots(len(dtypes), len(PASSES), figsize=(4.6 * len(PASSES), 3.4 * len(dtypes)), squeeze=False)
     fig.subplots_adjust(hspace=0.75, wspace=0.3)
-    ok = df[df["status"] == "ok"]
+    pair = judged(df, "ours", baseline)
+    ratio = dict(zip(zip(pair["dtype"], pair["pass"], pair["d"], pair["seq"]), pair["t_other"] / pair["t"]))
     for row, dtype in enumerate(dtypes):
         for col, which in enumerate(PASSES):
             ax = axes[row][col]
-            part = ok[(ok["dtype"] == dtype) & (ok["pass"] == which)]
-            ms = part.pivot_table(index="d", columns=["impl", "seq"], values="ms")
             seqs, ds = sorted(df["seq"].unique()), sorted(df["d"].unique())
-            grid = np.full((len(ds), len(seqs)), np.nan)
-            for i, d in enumerate(ds):
-                for j, s in enumerate(seqs):
-                    try:
-                        grid[i, j] = ms.loc[d, (baseline, s)] / ms.loc[d, ("ours", s)]
-                    except KeyError:
-                        pass
+            grid = np.array([[ratio.get((dtype, which, d, s), np.nan) for s in seqs] for d in ds], dtype=float)
             image = ax.imshow(np.log2(grid), cmap="RdYlGn", vmin=-4, vmax=4, aspect="auto")
             for i in range(len(ds)):
                 for j in range(len(seqs)):
@@ -163,50 +244,55 @@ def flat_points(ok: pd.DataFrame) -> set[tuple]:
 
 
 def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
-    """Where ours is slower than ``other``: every such point grouped by (dtype, d, pass, flat),
-    each group with its lengths and times and, for groups that are not flat, the diagnostics of its
-    worst point (ours' and other's useful rate against the peak that bounds each, and our smallest
-    grid against the SM count where the records carry it)."""
+    """Where ours is slower than ``other`` in the timing that judges each point (``judged``):
+    every such point grouped by (dtype, d, pass, timing, flat), each group with its lengths and times
+    and, for groups that are not flat, the diagnostics of its worst point (ours' and other's useful
+    rate in that timing against the peak that bounds each, and our smallest grid against the SM count
+    where the records carry it). Flatness is tested on the series of the judging timing."""
     ok = df[df["status"] == "ok"]
-    flat = flat_points(ok)
-    keys = ["dtype", "d", "seq", "pass"]
-    both = ok[ok["impl"] == "ours"].merge(ok[ok["impl"] == other], on=keys, suffixes=("", "_other"))
+    flat = {"do_bench": flat_points(ok),
+            "graph": flat_points(ok.assign(ms=ok["graph_ms"]).dropna(subset=["ms"]))}
+    both = judged(df, "ours", other)
     both = both[both["seq"] >= min_seq]
     if dtypes is not None:
         both = both[both["dtype"].isin(dtypes)]
-    lost = both[both["ms"] > both["ms_other"]].sort_values(["dtype", "d", "pass", "seq"])
+    lost = both[both["t"] > both["t_other"]].sort_values(["dtype", "d", "pass", "timing", "seq"])
     groups = []
     for _, row in lost.iterrows():
-        is_flat = ("ours", row["dtype"], row["d"], row["pass"], int(row["seq"])) in flat
+        is_flat = ("ours", row["dtype"], row["d"], row["pass"], int(row["seq"])) in flat[row["timing"]]
         point = _diagnose(row, other) | {"flat": bool(is_flat)}
         last = groups[-1] if groups else None
-        if last and (last["dtype"], last["d"], last["pass"], last["flat"]) == \
-                (row["dtype"], int(row["d"]), row["pass"], is_flat):
+        if last and (last["dtype"], last["d"], last["pass"], last["timing"], last["flat"]) == \
+                (row["dtype"], int(row["d"]), row["pass"], row["timing"], is_flat):
             last["points"].append(point)
         else:
-            groups.append({"dtype": row["dtype"], "d": int(row["d"]), "pass": row["pass"], "flat": bool(is_flat),
-                           "points": [point]})
+            groups.append({"dtype": row["dtype"], "d": int(row["d"]), "pass": row["pass"], "timing": row["timing"],
+                           "flat": bool(is_flat), "points": [point]})
     for g in groups:
         g["seqs"] = [p["seq"] for p in g["points"]]
         g["ours_ms"] = [min(p["ours_ms"] for p in g["points"]), max(p["ours_ms"] for p in g["points"])]
         g["other_ms"] = [min(p["other_ms"] for p in g["points"]), max(p["other_ms"] for p in g["points"])]
         g["worst"] = max(g["points"], key=lambda p: p["ours_ms"] / p["other_ms"])
         del g["points"]
-    return {"points": int(len(both)), "lost": int(len(lost)), "groups": groups,
+    return {"points": int(len(both)), "lost": int(len(lost)), "by_graph": int((both["timing"] == "graph").sum()),
+            "groups": groups,
             "unexplained": sum(1 for g in groups if not g["flat"] and not g["worst"].get("grid_explains"))}
 
 
 def _diagnose(row: pd.Series, other: str) -> dict:
     name, flops = peak(row["gpu"], "ours", row["dtype"], row["fp32_products"])
     other_name, other_flops = peak(row["gpu_other"], other, row["dtype"], row["fp32_products_other"])
-    point = {"seq": int(row["seq"]), "ours_ms": float(row["ms"]), "other_ms": float(row["ms_other"]),
-             "ours_tflops": float(row["tflops"]), "other_tflops": float(row["tflops_other"]),
-             "peak": name, "peak_tflops": flops / 1e12, "ours_of_peak": row["tflops"] * 1e12 / flops,
-             "other_peak": other_name, "other_of_peak": row["tflops_other"] * 1e12 / other_flops}
+    # Rates in the judging timing; records that predate "flops" judge on do_bench only, whose rate they carry.
+    ours_tflops, other_tflops = ((row["flops"] / row["t"] / 1e9, row["flops_other"] / row["t_other"] / 1e9)
+                                 if row["timing"] == "graph" else (row["tflops"], row["tflops_other"]))
+    point = {"seq": int(row["seq"]), "ours_ms": float(row["t"]), "other_ms": float(row["t_other"]),
+             "ours_tflops": float(ours_tflops), "other_tflops": float(other_tflops),
+             "peak": name, "peak_tflops": flops / 1e12, "ours_of_peak": ours_tflops * 1e12 / flops,
+             "other_peak": other_name, "other_of_peak": other_tflops * 1e12 / other_flops}
     if not (math.isnan(row["programs"]) or math.isnan(row["sms"])):
         busy = min(1.0, row["programs"] / row["sms"])
         point.update(programs=int(row["programs"]), sms=int(row["sms"]), busy=busy,
-                     of_busy_peak=row["tflops"] * 1e12 / (busy * flops))
+                     of_busy_peak=ours_tflops * 1e12 / (busy * flops))
         if not math.isnan(flops):       # without the card's peak the share says nothing
             point["grid_explains"] = bool(busy < 1 and point["of_busy_peak"] >= GRID_EXPLAINS)
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in point.items()}
@@ -220,13 +306,13 @@ def oom_groups(df: pd.DataFrame, impl: str) -> list[dict]:
 
 
 def gap_trend(df: pd.DataFrame, dtype: str = "bf16") -> dict:
-    """Per (d, pass) series of ``dtype``: is plain's time ÷ ours larger at the longest length both
-    ran than at the shortest? Counts the series where it is."""
-    ok = df[df["status"] == "ok"]
-    ms = ok[ok["dtype"] == dtype].pivot_table(index=["d", "pass", "seq"], columns="impl", values="ms")
-    if "ours" not in ms or "plain" not in ms:
+    """Per (d, pass) series of ``dtype``: is plain's time ÷ ours (in the timing that judges each
+    point) larger at the longest length both ran than at the shortest? Counts the series where it is."""
+    pair = judged(df, "ours", "plain")
+    pair = pair[pair["dtype"] == dtype]
+    if not len(pair):
         return {"series": 0, "widening": 0}
-    ratio = (ms["plain"] / ms["ours"]).dropna()
+    ratio = (pair["t_other"] / pair["t"]).set_axis(pd.MultiIndex.from_frame(pair[["d", "pass", "seq"]])).sort_index()
     series = widening = 0
     for _, part in ratio.groupby(level=["d", "pass"]):
         if len(part) >= 2:
@@ -250,17 +336,17 @@ def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
 
 def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dict:
     ok = df[df["status"] == "ok"]
-    ms = ok.pivot_table(index=["dtype", "d", "seq", "pass"], columns="impl", values="ms")
     ratios = {}
     for other in ("plain", "sdpa-cudnn", "sdpa-flash"):
-        if "ours" in ms and other in ms:
-            r = (ms[other] / ms["ours"]).dropna()
-            if len(r):
-                best, worst = r.idxmax(), r.idxmin()
-                ratios[other] = {"median": float(r.median()), "max": float(r.max()),
-                                 "max_at": dict(zip(["dtype", "d", "seq", "pass"], map(str, best))),
-                                 "min": float(r.min()),
-                                 "min_at": dict(zip(["dtype", "d", "seq", "pass"], map(str, worst)))}
+        pair = judged(df, "ours", other)
+        r = (pair["t_other"] / pair["t"]).set_axis(pd.MultiIndex.from_frame(pair[KEYS])).sort_index()
+        if len(r):
+            best, worst = r.idxmax(), r.idxmin()
+            ratios[other] = {"median": float(r.median()), "max": float(r.max()),
+                             "max_at": dict(zip(KEYS, map(str, best))),
+                             "min": float(r.min()),
+                             "min_at": dict(zip(KEYS, map(str, worst))),
+                             "points": int(len(r)), "by_graph": int((pair["timing"] == "graph").sum())}
     plain_oom = df[(df["impl"] == "plain") & (df["status"] == "oom")]
     ours_oom = df[(df["impl"] == "ours") & (df["status"] == "oom")]
     by_pass = {which: {row["impl"]: (None if math.isnan(row["ms"]) else row["ms"]) for _, row in part.iterrows()}
@@ -280,6 +366,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "flash_goal_min_seq": FLASH_GOAL_MIN_SEQ,
         "bf16_gap_trend": gap_trend(df),
         "flat_factor": FLAT_FACTOR, "flat_span": FLAT_SPAN,
+        "timing_check": timing_check(df),
         "ours_first_oom_seq": int(ours_oom["seq"].min()) if len(ours_oom) else None,
         "max_seq": int(df["seq"].max()),
         "leaderboard": board_ms,
