@@ -105,3 +105,49 @@ def test_backward_splits_fill_short_grids_only():
     assert ft.backward_splits(own, 1, 512, 512, 16, bf16, 132) == (2, 4)
     assert ft.backward_splits(ft.Tiles(t, t, None), 1, 1024, 1024, 64, bf16, 132) == (1, 1)  # fused: never
 
+
+
+# Compiles every split kernel for sm_90 and prints, per part kernel, whether its PTX has wgmma.
+_COMPILE_FOR_SM90 = """
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from cs336_systems.attention import flash_triton as ft
+
+def compile_sm90(kernel, args, tensors, t=None):
+    _, scalars, constexprs = args
+    types = {name: tensors.get(name) or ("fp32" if isinstance(scalars.get(name), float) else "i32")
+             for name in kernel.arg_names if name not in constexprs}
+    signature = {name: types.get(name, "constexpr") for name in kernel.arg_names}
+    options = ft._options(t) if t else {}
+    source = ASTSource(kernel, signature, constexprs=constexprs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+t = ft.KernelTiles(64, 64, 4, 3)
+inputs = {name: "*bf16" for name in ("Q", "K", "V", "DO")} | {"L": "*fp32", "DELTA": "*fp32", "PART": "*fp32"}
+for d in (64, 128):
+    q, lse = torch.empty(1, 1000, d, dtype=torch.bfloat16), torch.empty(1, 1000)
+    for causal in (False, True):
+        for name, kernel, args in (("dkdv", ft._dkdv_part_kernel, ft._dkdv_part_args(q, q, q, q, lse, causal, t, 4)),
+                                   ("dq", ft._dq_part_kernel, ft._dq_part_args(q, q, q, q, lse, causal, t, 4))):
+            print(name, d, causal, "wgmma" in compile_sm90(kernel, args, inputs, t))
+    compile_sm90(ft._dkdv_combine_kernel, ft._dkdv_combine_args(q, q, 4), {"PART": "*fp32", "DK": "*bf16", "DV": "*bf16"})
+    compile_sm90(ft._dq_combine_kernel, ft._dq_combine_args(q, 4), {"PART": "*fp32", "DQ": "*bf16"})
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("triton").__version__.startswith("3.6"), reason="the GPU machines' Triton (3.6)")
+def test_split_kernels_compile_for_sm90():
+    """The split kernels compile for the H100 (sm_90) with the GPU machines' Triton, on a CPU, and
+    the part kernels' products are Hopper wgmma. In a subprocess without TRITON_INTERPRET: under
+    the interpreter (this suite's CPU setting) the kernels cannot be compiled."""
+    import os
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.split("\n")[:-1]
+    assert len(lines) == 8 and all(line.endswith("True") for line in lines), run.stdout
