@@ -37,13 +37,15 @@ def _dtype(device):
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[:4])) + f"-s{s[4][0]}{s[4][1]}")
 def test_split_backward_through_plan(device, is_causal, shape, monkeypatch):
-    """FlashAttentionTriton through a plan that forces the slices, against float64 autograd."""
+    """FlashAttentionTriton through a plan that forces the slices, against float64 autograd; twice,
+    with new inputs, since on a GPU the second call goes through the compiled kernels' launchers."""
     batch, n_q, n_k, d, splits = _lengths(shape, device, is_causal)
     q, k, v = random_qkv(batch, n_q, n_k, d, _dtype(device), device)
     plan = ft._Plan(q, k, v, is_causal, split_backward=splits)
     assert plan.backward_splits == splits
     monkeypatch.setattr(ft, "_plan", lambda *_: plan)
     check_against_reference(FlashAttentionTriton, q, k, v, is_causal)
+    check_against_reference(FlashAttentionTriton, *random_qkv(batch, n_q, n_k, d, _dtype(device), device), is_causal)
     for i, kernel in enumerate(("dkdv", "dq")):
         assert isinstance(plan.backwards[q.stride()][1 + i], ft._SplitLaunch) == (splits[i] > 1), kernel
     programs = plan.programs()
