@@ -927,22 +927,14 @@ def launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelT
 def launch_dkdv_split(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, t: KernelTiles,
                       splits: int) -> None:
     """The dK/dV kernel with each key tile's query tiles split over ``splits`` programs, then their sum."""
-    part = torch.empty(2 * splits * k.numel(), dtype=torch.float32, device=q.device)
-    grid, scalars, constexprs = _dkdv_part_args(q, k, v, grad_out, lse, is_causal, t, splits)
-    _dkdv_part_kernel[grid](Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, PART=part, **scalars, **constexprs,
-                            **_options(t))
-    grid, scalars, constexprs = _dkdv_combine_args(grad_k, grad_v, splits)
-    _dkdv_combine_kernel[grid](PART=part, DK=grad_k, DV=grad_v, **scalars, **constexprs)
+    _split_dkdv_launch(q, k, v, grad_out, lse, grad_k, grad_v, is_causal, t, splits)(
+        Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v)
 
 
 def launch_dq_split(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelTiles, splits: int) -> None:
     """The dQ kernel with each query tile's key tiles split over ``splits`` programs, then their sum."""
-    part = torch.empty(splits * q.numel(), dtype=torch.float32, device=q.device)
-    grid, scalars, constexprs = _dq_part_args(q, k, v, grad_out, lse, is_causal, t, splits)
-    _dq_part_kernel[grid](Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, PART=part, **scalars, **constexprs,
-                          **_options(t))
-    grid, scalars, constexprs = _dq_combine_args(grad_q, splits)
-    _dq_combine_kernel[grid](PART=part, DQ=grad_q, **scalars, **constexprs)
+    _split_dq_launch(q, k, v, grad_out, lse, grad_q, is_causal, t, splits)(Q=q, K=k, V=v, DO=grad_out, L=lse,
+                                                                           DELTA=delta, DQ=grad_q)
 
 
 def backward_kernels(q, k, v, grad_out, lse, delta, is_causal: bool, tiles: Tiles, splits: tuple[int, int] = (1, 1)):
