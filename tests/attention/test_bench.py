@@ -216,12 +216,18 @@ def test_a_cpu_row_says_why_it_has_no_graph_time():
                                              (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), "oom")])
 def test_a_failed_capture_is_recorded_beside_the_do_bench_time(monkeypatch, failure, status):
     def capture(*args, **kwargs):
-        raise failure
+        try:
+            raise failure
+        finally:                             # as torch.cuda.graph's exit does when the capture broke
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
     monkeypatch.setattr(bench, "measure_graph", capture)
     monkeypatch.setattr(bench, "free_device_memory", lambda device: None)
     q = k = v = torch.zeros(1, 8, 16)
     metrics = bench.graph_metrics("sdpa-flash", q, k, v, "forward", "cuda")
-    assert metrics == {"graph_status": status, "graph_reason": exception_line(failure)}
+    if status == "oom":                      # the cause, not the capture's end
+        assert metrics == {"graph_status": "oom", "graph_reason": exception_line(failure)}
+    else:
+        assert metrics["graph_status"] == "error" and "during capture" in metrics["graph_reason"]
 
 
 H100 = "NVIDIA H100 80GB HBM3"

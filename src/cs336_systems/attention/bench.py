@@ -53,7 +53,7 @@ import torch
 
 from cs336_systems.attention.backends import BENCH_IMPLS, load
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import attempt, free_device_memory, median_ms
+from cs336_systems.timing import attempt, failure_status, free_device_memory, is_out_of_memory, median_ms
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PASSES = ("forward", "backward", "forward-backward")
@@ -236,7 +236,16 @@ def graph_metrics(impl: str, q, k, v, which: str, device: str) -> dict:
     if reason:
         return {"graph_status": "skipped", "graph_reason": reason}
     free_device_memory(device)              # do_bench's blocks are cached for the default stream
-    status, metrics, message = attempt(lambda: measure_graph(impl, q, k, v, which))
+    try:
+        metrics, status, message = measure_graph(impl, q, k, v, which), "ok", None
+    except Exception as exc:  # noqa: BLE001 - recorded as the point's graph status
+        # An allocation failure inside a capture surfaces as the capture's end failing, with the
+        # out-of-memory error as its context: record the cause.
+        chain = [exc]
+        while chain[-1].__context__ is not None and len(chain) < 8:
+            chain.append(chain[-1].__context__)
+        status, message = failure_status(next((e for e in chain if is_out_of_memory(e)), exc))
+        metrics = {}
     free_device_memory(device)
     return {"graph_status": status, **metrics, **({"graph_reason": message} if message else {})}
 
