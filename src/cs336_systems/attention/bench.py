@@ -122,7 +122,8 @@ def measure(impl: str, q, k, v, which: str, **bench) -> float:
 # at GRAPH_REP_MS in all, at least GRAPH_MIN_REPLAYS (the range needs a few) and at most
 # GRAPH_MAX_REPLAYS. do_bench spends about 25 ms warming up and 100 ms repeating per point (at
 # least 5 + 1 + 1 calls); this adds up to 4 estimating calls and about GRAPH_REP_MS of replays (at
-# least 3 calls at the longest points), so we expect the grid's GPU time to grow by a quarter to a half.
+# least 3 calls at the longest points): on the committed h100 rows' times that is about 35 s more GPU
+# time for a grid whose do_bench timing takes about 190 s.
 GRAPH_REPLAY_MS, GRAPH_MAX_CALLS = 2.0, 100
 GRAPH_REP_MS, GRAPH_MIN_REPLAYS, GRAPH_MAX_REPLAYS = 20.0, 3, 10
 # GPU clock cycles of sleep before the timed replays: ~2.5 ms at the H100's 1.98 GHz, longer than the
