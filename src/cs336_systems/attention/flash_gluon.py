@@ -51,6 +51,9 @@ def available(device: torch.device) -> bool:
 
 if HAVE_GLUON:
     LOG2_E = gl.constexpr(1.4426950408889634)
+    # Registers per thread of the second consumer warpgroup in ``_dkdv_ws_kernel`` (the first takes
+    # what the kernel's register cap leaves; the loader warp takes the minimum, 24).
+    WS_CONSUMER_REGS = gl.constexpr(232)
 
     @gluon.jit
     def _load_query_tile(j, q_desc, do_desc, q_smem, do_smem, bars, row0, q_lo, n_iters,
@@ -287,6 +290,193 @@ if HAVE_GLUON:
         offs = (b * n_queries + gl.expand_dims(rows, 1)) * D + gl.expand_dims(cols, 0)
         gl.store(DQ + offs, (dq * scale).to(DQ.dtype.element_ty), mask=gl.expand_dims(rows < n_queries, 1))
 
+    # --- dK/dV, warp-specialised (issue #23, sixth session) -------------------------------------
+    # One program per 128-key tile: two consumer warpgroups, each owning 64 of its keys (its own
+    # dK, dV accumulators), and one loader warp. The loader fills a ring of query tiles (Q and dO)
+    # by TMA; both consumers read every tile from the same buffers, so each Q/dO tile crosses L2
+    # once per 128 keys instead of once per 64 (at the leaderboard shape 4.3 GB instead of 8.6), and
+    # a buffer goes back to the loader when both have finished with it (its ``empty`` barrier counts
+    # two arrivals). The two warpgroups wait on nothing of each other's, so one's exponentials can
+    # run while the other's products are on the tensor cores.
+
+    @gluon.jit
+    def _ws_loader(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar,
+                   row0, key_row0, q_lo, n_iters, n_diag):
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        STAGES: gl.constexpr = q_smem.type.shape[0]
+        mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
+        for w in gl.static_range(2):
+            tma.async_copy_global_to_shared(k_desc, [key_row0 + w * k_desc.block_type.shape[0], 0], kv_bar,
+                                            k_smem.index(w))
+            tma.async_copy_global_to_shared(v_desc, [key_row0 + w * v_desc.block_type.shape[0], 0], kv_bar,
+                                            v_smem.index(w))
+        for i in range(n_iters):
+            j = (i + n_diag) % n_iters        # the diagonal tiles last (see _ws_consumer)
+            slot = i % STAGES
+            # Barriers start as if a phase had just completed: the first STAGES waits pass at once.
+            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            row = row0 + q_lo + j * BLOCK_M
+            tma.async_copy_global_to_shared(q_desc, [row, 0], ready.index(slot), q_smem.index(slot))
+            tma.async_copy_global_to_shared(do_desc, [row, 0], ready.index(slot), do_smem.index(slot))
+
+    @gluon.jit
+    def _ws_masked_step(i, j, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base, offs_k, q_lo,
+                        n_queries, qk_scale, causal, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
+                        p_layout: gl.constexpr):
+        """Query tile ``j`` (ring position ``i``), which needs the mask (the causal diagonal, a ragged
+        end): products run synchronously, and its buffer is released at the end."""
+        STAGES: gl.constexpr = q_smem.type.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.type.shape[1]
+        slot = i % STAGES
+        mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+        q_s = q_smem.index(slot)
+        do_s = do_smem.index(slot)
+        offs_q = q_lo + j * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+        q_ok = offs_q < n_queries
+        lse = gl.load(l_base + offs_q, mask=q_ok, other=0.0)
+        delta = gl.load(d_base + offs_q, mask=q_ok, other=0.0)
+        zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=s_layout)
+        s_t = warpgroup_mma(k_op, q_s.permute((1, 0)), zero, use_acc=False)
+        dp_t = warpgroup_mma(v_op, do_s.permute((1, 0)), zero, use_acc=False)
+        # ``causal`` is a run-time flag here: constexprs do not survive gl.warp_specialize's arguments.
+        keep = gl.expand_dims(q_ok, 0) & ((gl.expand_dims(offs_q, 0) >= gl.expand_dims(offs_k, 1)) | (causal == 0))
+        p_t = gl.where(keep, gl.exp2(s_t * qk_scale - gl.expand_dims(lse * LOG2_E, 0)), 0.0)
+        ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))
+        dv = warpgroup_mma(gl.convert_layout(p_t.to(q_smem.dtype), p_layout), do_s, dv)
+        dk = warpgroup_mma(gl.convert_layout(ds_t.to(q_smem.dtype), p_layout), q_s, dk)
+        mbarrier.arrive(empty.index(slot), count=1)
+        return dk, dv
+
+    @gluon.jit
+    def _ws_step(i, j, first, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base, q_lo, qk_scale,
+                 BLOCK_N: gl.constexpr, s_layout: gl.constexpr, p_layout: gl.constexpr):
+        """Whole query tile ``j`` (ring position ``i``), products asynchronous: the previous tile's
+        dK/dV products are still running when this tile's scores are issued, and its buffer is
+        released once they are done."""
+        STAGES: gl.constexpr = q_smem.type.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.type.shape[1]
+        slot = i % STAGES
+        offs_q = q_lo + j * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+        lse = gl.load(l_base + offs_q)
+        delta = gl.load(d_base + offs_q)
+        mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+        q_s = q_smem.index(slot)
+        do_s = do_smem.index(slot)
+        zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=s_layout)
+        s_t = warpgroup_mma(k_op, q_s.permute((1, 0)), zero, use_acc=False, is_async=True)
+        dp_t = warpgroup_mma(v_op, do_s.permute((1, 0)), zero, use_acc=False, is_async=True)
+        # Groups complete in order: with Sᵀ done, so are the previous tile's dV and dK products.
+        s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t, ))
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > first)
+        p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse * LOG2_E, 0))
+        dv = warpgroup_mma(gl.convert_layout(p_t.to(q_smem.dtype), p_layout), do_s, dv, is_async=True)
+        dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t, ))
+        ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))
+        dk = warpgroup_mma(gl.convert_layout(ds_t.to(q_smem.dtype), p_layout), q_s, dk, is_async=True)
+        return dk, dv
+
+    @gluon.jit
+    def _ws_consumer(W: gl.constexpr, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b,
+                     stride_lb, k_lo, q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal):
+        """Warpgroup W's 64 keys: dK, dV over the query tiles, written at the end."""
+        BLOCK_M: gl.constexpr = q_smem.type.shape[1]
+        BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+        D: gl.constexpr = k_smem.type.shape[2]
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_M, 16])
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        STAGES: gl.constexpr = q_smem.type.shape[0]
+        key0 = k_lo + W * BLOCK_N
+        # The loader sends the tiles in ring order i = 0, 1, ...: tile (i + n_diag) % n_iters, so the
+        # n_diag causal-diagonal tiles of the program's keys come last. Whole tiles [n_diag, t2) run
+        # first with asynchronous products, then a ragged end [t2, n_iters) and the diagonal, masked
+        # and synchronous. (Synchronous products issued before the asynchronous loop made ptxas
+        # serialise every wgmma of the kernel, warning C7511.) Diagonal tiles wholly above this
+        # warpgroup's keys are released unread.
+        t2 = gl.maximum((n_queries - q_lo) // BLOCK_M, n_diag)
+        mbarrier.wait(kv_bar, 0)
+        k_op = k_smem.index(W)
+        v_op = v_smem.index(W)
+        offs_k = key0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
+        l_base = L + b * stride_lb
+        d_base = DELTA + b * stride_lb
+        dk = warpgroup_mma_init(gl.zeros([BLOCK_N, D], gl.float32, layout=acc_layout))
+        dv = warpgroup_mma_init(gl.zeros([BLOCK_N, D], gl.float32, layout=acc_layout))
+        for i in range(0, t2 - n_diag):
+            dk, dv = _ws_step(i, i + n_diag, 0, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base,
+                              q_lo, qk_scale, BLOCK_N, s_layout, p_layout)
+        dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
+        if t2 > n_diag:
+            mbarrier.arrive(empty.index((t2 - n_diag - 1) % STAGES), count=1)
+        for i in range(t2 - n_diag, n_iters):
+            j = (i + n_diag) % n_iters
+            if j < W * BLOCK_N // BLOCK_M * causal:
+                mbarrier.arrive(empty.index(i % STAGES), count=1)
+            else:
+                dk, dv = _ws_masked_step(i, j, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base,
+                                         offs_k, q_lo, n_queries, qk_scale, causal, BLOCK_N, s_layout, p_layout)
+
+        rows = key0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
+        offs = (b * n_keys + gl.expand_dims(rows, 1)) * D + gl.expand_dims(cols, 0)
+        keep = gl.expand_dims(rows < n_keys, 1)
+        gl.store(DK + offs, (dk * scale).to(DK.dtype.element_ty), mask=keep)
+        gl.store(DV + offs, dv.to(DV.dtype.element_ty), mask=keep)
+
+    @gluon.jit
+    def _ws_consumer_1(q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
+                       q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal):
+        _ws_consumer(1, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
+                     q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal)
+
+    @gluon.jit
+    def _ws_consumer_0(q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
+                       q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal):
+        _ws_consumer(0, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
+                     q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal)
+
+    @gluon.jit
+    def _dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, L, DELTA, DK, DV, stride_lb, n_batch, n_queries, n_keys,
+                        scale, qk_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr, LOADER_DEFAULT: gl.constexpr,
+                        num_warps: gl.constexpr):
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        pid = gl.program_id(0)
+        k_tile = pid // n_batch           # tile 0, the longest causal one, first
+        b = pid % n_batch
+        k_lo = k_tile * 2 * BLOCK_N
+        q_lo = k_lo if CAUSAL else 0
+        n_iters = gl.cdiv(n_queries - q_lo, BLOCK_M)
+        # Query tiles that meet the causal diagonal of the program's 2 · BLOCK_N keys.
+        n_diag = gl.minimum(2 * BLOCK_N // BLOCK_M, n_iters) if CAUSAL else 0
+
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+        do_smem = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+        k_smem = gl.allocate_shared_memory(k_desc.dtype, [2] + k_desc.block_type.shape, k_desc.layout)
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [2] + v_desc.block_type.shape, v_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)
+        mbarrier.init(kv_bar, count=1)
+
+        consumer_args = (q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
+                         q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, gl.to_tensor(1 if CAUSAL else 0))
+        loader_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar,
+                       b * n_queries, b * n_keys + k_lo, q_lo, n_iters, n_diag)
+        if LOADER_DEFAULT:
+            # The loader in the kernel's own four warps; both consumers with a register count of their own.
+            gl.warp_specialize([(_ws_loader, loader_args), (_ws_consumer_0, consumer_args),
+                                (_ws_consumer_1, consumer_args)], [4, 4], [WS_CONSUMER_REGS, WS_CONSUMER_REGS])
+        else:
+            gl.warp_specialize([(_ws_consumer_0, consumer_args), (_ws_consumer_1, consumer_args),
+                                (_ws_loader, loader_args)], [4, 1], [WS_CONSUMER_REGS, 24])
+
 
 @functools.lru_cache(maxsize=None)
 def _layout(rows: int, d: int, dtype: torch.dtype):
@@ -312,6 +502,21 @@ def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, 
                        _descriptor(v, block_n), lse, delta, grad_k, grad_v, stride_lb=lse.stride(0), n_batch=batch,
                        n_queries=n_q, n_keys=n_k, scale=scale, qk_scale=scale * 1.4426950408889634,
                        CAUSAL=is_causal, BLOCK_M=block_m, STAGES=stages, num_warps=num_warps)
+
+
+def launch_dkdv_ws(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, stages: int = 3,
+                   maxnreg: int = 160, loader_default: bool = False) -> None:
+    """dK, dV by the warp-specialised kernel: 128-key programs, two consumer warpgroups and a
+    loader warp; query tiles of 64 rows."""
+    batch, n_q, d = q.shape
+    n_k = k.shape[1]
+    assert grad_k.is_contiguous() and grad_v.is_contiguous()
+    scale = 1.0 / math.sqrt(d)
+    grid = (triton_cdiv(n_k, 128) * batch, )
+    _dkdv_ws_kernel[grid](_descriptor(q, 64), _descriptor(grad_out, 64), _descriptor(k, 64), _descriptor(v, 64), lse,
+                          delta, grad_k, grad_v, stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q, n_keys=n_k,
+                          scale=scale, qk_scale=scale * 1.4426950408889634, CAUSAL=is_causal, STAGES=stages,
+                          LOADER_DEFAULT=loader_default, num_warps=4, maxnreg=maxnreg)
 
 
 def launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, block_m: int = 128, block_n: int = 64,
@@ -356,6 +561,17 @@ def probe(q, k, v, out, grad, lse, delta, buffers, bench) -> dict:
             err = max(rel(gk, "dk"), rel(gv, "dv"))
             results[name] = {"rel_err_vs_tl": err, "ms": bench(run) if err < 2e-2 else None}
         except Exception as exc:  # noqa: BLE001 - a setting that does not compile or fit is a result
+            results[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    for stages, maxnreg, loader_default in ((2, 160, False), (3, 160, False), (4, 160, False), (3, 168, False),
+                                            (2, 168, True), (3, 168, True), (4, 168, True)):
+        name = f"dkdv_ws_s{stages}_r{maxnreg}" + ("_loader_default" if loader_default else "")
+        try:
+            gk, gv = torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
+            run = lambda: launch_dkdv_ws(q, k, v, grad, lse, delta, gk, gv, True, stages, maxnreg, loader_default)  # noqa: E731,B023
+            run()
+            err = max(rel(gk, "dk"), rel(gv, "dv"))
+            results[name] = {"rel_err_vs_tl": err, "ms": bench(run) if err < 2e-2 else None}
+        except Exception as exc:  # noqa: BLE001
             results[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     for block_n, stages, warps in ((64, 2, 8), (64, 3, 8), (64, 4, 8), (64, 3, 4), (128, 2, 8)):
         name = f"dq_m{16 * warps}_n{block_n}_s{stages}_w{warps}"
