@@ -71,6 +71,26 @@ def test_split_backward_plain_path(device, is_causal, shape):
         torch.testing.assert_close(got.double(), ref, atol=tol, rtol=tol, msg=lambda m: f"d{name}: {m}")  # noqa: B023
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_split_backward_with_diagonals_of_several_tiles(device, is_causal, monkeypatch):
+    """Tiles whose causal diagonal spans two tiles of the walked range (dQ: 32-query tiles over
+    16-key tiles; dK/dV: 32-key tiles over 16-query tiles), so a slice boundary can cut through
+    the diagonal: each slice must mask its part of it. Interpreter-sized tiles on a CPU, twice
+    those on a GPU."""
+    scale = 2 if device == "cuda" else 1
+    tiles = ft.Tiles(ft.KernelTiles(32 * scale, 16 * scale, 1 if device == "cpu" else 4, 1),
+                     ft.KernelTiles(16 * scale, 32 * scale, 1 if device == "cpu" else 4, 1),
+                     ft.KernelTiles(32 * scale, 16 * scale, 1 if device == "cpu" else 4, 1))
+    monkeypatch.setattr(ft, "choose_tiles", lambda *_: tiles)
+    monkeypatch.setattr(ft, "fit_to_grid", lambda t, *_: t)
+    n = 83 * scale
+    q, k, v = random_qkv(1, n, n, 16, _dtype(device), device)
+    plan = ft._Plan(q, k, v, is_causal, split_backward=(3, 5))
+    monkeypatch.setattr(ft, "_plan", lambda *_: plan)
+    check_against_reference(FlashAttentionTriton, q, k, v, is_causal)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("d", [16, 32, 64, 128])
