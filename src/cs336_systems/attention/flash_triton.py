@@ -468,8 +468,9 @@ def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
                              offs_k, offs_d, diag_hi, rest_hi, n_queries, scale, qk_scale, BLOCK_Q, False, True,
                              DQ_SEPARATE, PRECISION)
-        # The ragged end lies in the slice that reaches n_queries; written as [.., n_queries) rather
-        # than [rest_hi, hi), which made ptxas spill 128 bytes at bf16 d = 64 (none this way).
+        # The ragged end (at most one tile, past `full`) lies in the slice that reaches n_queries;
+        # written as [.., n_queries) rather than [rest_hi, hi), with which ptxas spilled 128-136
+        # bytes at bf16 d = 64 (0-4 this way; the unsplit kernel 0).
         ragged_lo = tl.where(hi < n_queries, n_queries, rest_hi)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
                              offs_k, offs_d, ragged_lo, n_queries, n_queries, scale, qk_scale, BLOCK_Q, True, True,
