@@ -127,19 +127,22 @@ def backward_split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 
     ``dq_split<S>``: dQ with its combine; the plan's launches, no autograd), after checking that
     count's gradients against float32 attention (a wrong count is reported, not timed); the whole
     backward (D, dK/dV, dQ) unsplit and with the rule's slices; SDPA flash's backward kernel (aten's
-    op, no autograd), bf16 only."""
-    from triton.testing import do_bench
+    op, no autograd), bf16 only. The last three also as CUDA-graph replays (``graph_us``), where no
+    host time can enter: our whole backward is five launches, and do_bench's L2 flush hides only
+    as much host time as the flush takes."""
+    from triton.testing import do_bench, do_bench_cudagraph
 
     from cs336_systems.attention import flash_triton as ft
 
     bench = lambda fn: round(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median") * 1e3, 1)  # noqa: E731
+    graph = lambda fn: round(do_bench_cudagraph(fn, rep=rep_ms, return_mode="median") * 1e3, 1)  # noqa: E731
     dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     rows = []
     for d in ds:
         for n in seqs:
             q, k, v, grad = (torch.randn(1, n, d, device="cuda", dtype=dt) for _ in range(4))
             want = _float32_grads(q, k, v, grad)
-            row = {"dtype": dtype, "d": d, "n": n, "us": {}}
+            row = {"dtype": dtype, "d": d, "n": n, "us": {}, "graph_us": {}}
 
             def whole(plan):
                 out, lse = torch.empty(**plan.new_out), torch.empty(**plan.new_lse)
@@ -161,13 +164,17 @@ def backward_split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 
                                                                 DK=dk_out, DV=dv_out, DQ=dk_out, DQ_DESC=None))  # noqa: B023
                 row["us"][f"dq_split{s}"] = bench(lambda: dq(Q=q, K=k, V=v, DO=grad, L=lse, DELTA=delta,  # noqa: B023
                                                             DQ=dq_out))  # noqa: B023
+            whole_backwards = {}
             for name, forced in (("ours_unsplit", (1, 1)), ("ours_auto", None)):
                 plan = ft._Plan(q, k, v, True, split_backward=forced)
-                row["us"][name] = bench(whole(plan)[2])
+                whole_backwards[name] = whole(plan)[2]
             row["auto_splits"] = list(plan.backward_splits)
             row["tiles"] = {"dkdv": plan.tiles.dkdv.__dict__, "dq": plan.tiles.dq.__dict__}
             if dtype == "bf16":
-                row["us"]["sdpa_flash"] = _sdpa_flash_backward_us(q, k, v, grad, bench)
+                whole_backwards["sdpa_flash"] = _sdpa_flash_backward(q, k, v, grad)
+            for name, fn in whole_backwards.items():
+                for key, timer in (("us", bench), ("graph_us", graph)):
+                    row[key][name] = _timed(timer, fn)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     return {"gpu": torch.cuda.get_device_name(), "rows": rows}
@@ -180,16 +187,26 @@ def _float32_grads(q, k, v, grad):
     return tuple(t.grad[:, 0] for t in (q32, k32, v32))
 
 
-def _sdpa_flash_backward_us(q, k, v, grad, bench):
-    """SDPA flash's backward kernel alone: aten's op on its forward's saved outputs (no autograd,
-    so no host time of the autograd engine), or the error if this torch's op differs."""
+def _sdpa_flash_backward(q, k, v, grad):
+    """SDPA flash's backward kernel alone, as a function of no arguments: aten's op on its
+    forward's saved outputs (no autograd, so no host time of the autograd engine); or the error,
+    as text, if this torch's op differs."""
     flash_forward = torch.ops.aten._scaled_dot_product_flash_attention
     flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_backward
     qs, ks, vs, gs = (t[:, None] for t in (q, k, v, grad))
     try:
         out, lse, cum_q, cum_k, max_q, max_k, seed, offset = flash_forward(qs, ks, vs, 0.0, True)[:8]
-        return bench(lambda: flash_backward(gs, qs, ks, vs, out, lse, cum_q, cum_k, max_q, max_k, 0.0, True, seed,
-                                            offset))
+    except (RuntimeError, TypeError) as error:
+        return f"error: {error}"[:200]
+    return lambda: flash_backward(gs, qs, ks, vs, out, lse, cum_q, cum_k, max_q, max_k, 0.0, True, seed, offset)
+
+
+def _timed(timer, fn):
+    """``timer(fn)``, or the error as text (an op this torch lacks, a launch a graph cannot capture)."""
+    if isinstance(fn, str):
+        return fn
+    try:
+        return timer(fn)
     except (RuntimeError, TypeError) as error:
         return f"error: {error}"[:200]
 
