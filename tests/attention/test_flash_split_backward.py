@@ -108,23 +108,26 @@ def test_chosen_split_backward_at_batch_one(is_causal, d, monkeypatch):
 
 
 def test_backward_splits_fill_short_grids_only():
+    """The rule's counts against its fit (NOTES.md, sixth session): 16-bit d <= 32 fills to 32
+    warps per SM (dK/dV at most 8 slices, dQ 16), d = 64 to 16 (at most 4), d = 128 to 8 (at most
+    4); slices down to one tile; no split under 16 walked tiles; fp32 as first written."""
     bf16, fp32 = torch.bfloat16, torch.float32
     t = ft.KernelTiles(64, 64, 4, 3)
     fitted = ft.Tiles(t, t, t)
     leaderboard = ft.Tiles(ft.KernelTiles(128, 64, 8, 3), t, ft.KernelTiles(128, 64, 4, 4))
     assert ft.backward_splits(leaderboard, 16, 16384, 16384, 64, bf16, 132) == (1, 1)  # 4096 and 2048 programs
-    assert ft.backward_splits(fitted, 1, 1024, 1024, 64, bf16, 132) == (4, 4)        # 16 tiles: 4 slices of 4
-    assert ft.backward_splits(fitted, 1, 4096, 4096, 16, bf16, 132) == (8, 8)        # 64 x 8 x 4 warps = 2048
-    assert ft.backward_splits(fitted, 1, 4096, 4096, 64, bf16, 132) == (4, 4)        # at most 4 for bf16 d = 64
-    assert ft.backward_splits(fitted, 1, 8192, 8192, 16, bf16, 132) == (4, 4)        # 16 warps per SM: 2048 <= 2112
-    assert ft.backward_splits(fitted, 1, 16384, 16384, 64, bf16, 132) == (2, 2)
-    assert ft.backward_splits(fitted, 1, 32768, 32768, 16, bf16, 132) == (1, 1)      # 512 programs fill it
+    assert ft.backward_splits(fitted, 1, 1024, 1024, 64, bf16, 132) == (4, 4)        # at most 4 at d = 64
+    assert ft.backward_splits(fitted, 1, 4096, 4096, 16, bf16, 132) == (8, 16)       # 64 x 16 x 4 warps = 4096
+    assert ft.backward_splits(fitted, 1, 8192, 8192, 16, bf16, 132) == (8, 8)        # 32 warps per SM: 4096 <= 4224
+    assert ft.backward_splits(fitted, 1, 16384, 16384, 64, bf16, 132) == (2, 2)      # 16 per SM: 2048 <= 2112
+    assert ft.backward_splits(fitted, 1, 32768, 32768, 16, bf16, 132) == (2, 2)
+    assert ft.backward_splits(fitted, 1, 65536, 65536, 16, bf16, 132) == (1, 1)      # 1024 programs fill it
     assert ft.backward_splits(fitted, 1, 8192, 8192, 128, bf16, 132) == (2, 2)       # 8 warps per SM at d = 128
-    assert ft.backward_splits(fitted, 1, 2048, 2048, 64, fp32, 132) == (8, 8)        # 8 in fp32
-    assert ft.backward_splits(fitted, 1, 200, 200, 16, bf16, 132) == (1, 1)          # 4 tiles: nothing to split
+    assert ft.backward_splits(fitted, 1, 2048, 2048, 64, fp32, 132) == (8, 8)        # 32 tiles: 8 slices of 4
+    assert ft.backward_splits(fitted, 1, 960, 960, 16, bf16, 132) == (1, 1)          # 15 tiles: no split
     # Each kernel by its own tiles: dQ's 32-key tiles give twice the tiles to cut.
     own = ft.Tiles(t, t, ft.KernelTiles(64, 32, 4, 3))
-    assert ft.backward_splits(own, 1, 512, 512, 16, bf16, 132) == (2, 4)
+    assert ft.backward_splits(own, 1, 960, 960, 16, bf16, 132) == (1, 16)        # 15 and 30 tiles
     assert ft.backward_splits(ft.Tiles(t, t, None), 1, 1024, 1024, 64, bf16, 132) == (1, 1)  # fused: never
 
 

@@ -732,29 +732,36 @@ def forward_splits(t: KernelTiles, batch: int, n_q: int, n_k: int, d: int, dtype
 
 
 def _power_of_two_slices(programs: int, walked_tiles: int, num_warps: int, warps_per_sm: int, most: int,
-                         sms: int) -> int:
+                         sms: int, min_tiles: int = MIN_SLICE_TILES) -> int:
     """The largest power of two of slices, at most ``most``, that keeps a grid of ``programs``
     (times the slices) of ``num_warps`` warps within ``warps_per_sm`` per SM, each slice at least
-    MIN_SLICE_TILES of the ``walked_tiles`` that one program walks."""
+    ``min_tiles`` of the ``walked_tiles`` that one program walks."""
     splits = 1
     while (splits * 2 <= most and programs * splits * 2 * num_warps <= warps_per_sm * sms
-           and walked_tiles // (splits * 2) >= MIN_SLICE_TILES):
+           and walked_tiles // (splits * 2) >= min_tiles):
         splits *= 2
     return splits
 
 
 # How many programs share one key tile's query tiles (dK/dV) or one query tile's key tiles (dQ) in
-# the split backward. Not fitted to measurements yet (NOTES.md, sixth session); from the arithmetic
-# of programs per SM: a backward program holds more registers than a forward one (dK/dV: K, V, two
-# fp32 accumulators and two fp32 score tiles; dQ: Q, dO, one accumulator and two), so about half
-# as many fit on an SM, and the forward's fit (about two waves of resident programs: 32 warps per
-# SM, 16 for bf16 d = 128) halves to 16 warps per SM, 8 for bf16 d = 128. At most 8 slices (4 for
-# 16-bit d >= 64, where each slice's fp32 partials of dK and dV are the most bytes to add up).
-def _backward_split_limits(d: int, dtype: torch.dtype) -> tuple[int, int]:
-    """(warps per SM to fill to, most slices) for each backward kernel at this head dimension and dtype."""
-    if dtype == torch.float32 or d <= 32:
-        return 16, 8
-    return (16, 4) if d == 64 else (8, 4)
+# the split backward: (warps per SM to fill to, most slices, fewest tiles per slice) per kernel.
+# 16-bit inputs: fitted to the batch-1 bf16 sweep on the H100 (``probe --backward-splits``, NOTES.md,
+# sixth session; d = 16 to 128, N = 1024 to 16384, 1 to 16 slices): with these limits the chosen
+# count's time is within 2 % of the best count's at d >= 64 and within 15 % at every point. Small
+# head dimensions take the most slices (dQ, with one accumulator, up to 16); slices as short as one
+# tile still paid. fp32: not measured; the arithmetic of the first version (half the forward's
+# warps per SM, slices of at least MIN_SLICE_TILES tiles). No split where a program walks fewer
+# than SPLIT_BACKWARD_FROM tiles: the sweep's shortest length (N = 1024 at 64-row tiles), below which
+# the backward is a few microseconds and a combine launch would be most of it.
+SPLIT_BACKWARD_FROM = 16
+
+def _backward_split_limits(d: int, dtype: torch.dtype) -> dict[str, tuple[int, int, int]]:
+    if dtype == torch.float32:
+        return {"dkdv": (16, 8, MIN_SLICE_TILES), "dq": (16, 8, MIN_SLICE_TILES)}
+    if d <= 32:
+        return {"dkdv": (32, 8, 1), "dq": (32, 16, 1)}
+    limits = (16, 4, 1) if d == 64 else (8, 4, 1)
+    return {"dkdv": limits, "dq": limits}
 
 
 def backward_splits(tiles: Tiles, batch: int, n_q: int, n_k: int, d: int, dtype: torch.dtype,
@@ -764,12 +771,17 @@ def backward_splits(tiles: Tiles, batch: int, n_q: int, n_k: int, d: int, dtype:
     that already fill the GPU and for the fused backward (``tiles.dq is None``)."""
     if tiles.dq is None:
         return 1, 1
-    warps_per_sm, most = _backward_split_limits(d, dtype)
+    limits = _backward_split_limits(d, dtype)
+
+    def slices(kernel: str, t: KernelTiles, programs: int, walked: int) -> int:
+        if walked < SPLIT_BACKWARD_FROM:
+            return 1
+        warps_per_sm, most, min_tiles = limits[kernel]
+        return _power_of_two_slices(programs, walked, t.num_warps, warps_per_sm, most, sms, min_tiles)
+
     dkdv, dq = tiles.dkdv, tiles.dq
-    return (_power_of_two_slices(triton.cdiv(n_k, dkdv.block_k) * batch, triton.cdiv(n_q, dkdv.block_q),
-                                 dkdv.num_warps, warps_per_sm, most, sms),
-            _power_of_two_slices(triton.cdiv(n_q, dq.block_q) * batch, triton.cdiv(n_k, dq.block_k),
-                                 dq.num_warps, warps_per_sm, most, sms))
+    return (slices("dkdv", dkdv, triton.cdiv(n_k, dkdv.block_k) * batch, triton.cdiv(n_q, dkdv.block_q)),
+            slices("dq", dq, triton.cdiv(n_q, dq.block_q) * batch, triton.cdiv(n_k, dq.block_k)))
 
 
 def _forward_part_args(q, k, v, is_causal: bool, t: KernelTiles, splits: int):
