@@ -67,15 +67,27 @@ def test_gluon_dq_against_float64(shape, is_causal, dtype, setting):
 
 
 @pytest.mark.parametrize("stages", [2, 3])
-@pytest.mark.parametrize("loader_default", [False, True], ids=["loader-worker", "loader-default"])
+@pytest.mark.parametrize("consumers", [1, 2], ids=["one-consumer", "two-consumers"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gluon_warp_specialised_dkdv_against_float64(shape, is_causal, dtype, loader_default, stages):
+def test_gluon_warp_specialised_dkdv_against_float64(shape, is_causal, dtype, consumers, stages):
     (q, k, v, grad_out, lse, delta), (_, want_k, want_v) = problem(shape, is_causal, dtype)
     grad_k, grad_v = torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
     fg.launch_dkdv_ws(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, stages,
-                      maxnreg=168 if loader_default else 160, loader_default=loader_default)
+                      maxnreg=128 if consumers == 1 else 160, consumers=consumers)
     tol = GRAD_TOLERANCE[dtype]
     torch.testing.assert_close(grad_k.double(), want_k, atol=tol, rtol=tol, msg=lambda m: f"dk: {m}")
     torch.testing.assert_close(grad_v.double(), want_v, atol=tol, rtol=tol, msg=lambda m: f"dv: {m}")
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gluon_warp_specialised_dq_against_float64(shape, is_causal, dtype, stages):
+    (q, k, v, grad_out, lse, delta), (want_q, _, _) = problem(shape, is_causal, dtype)
+    grad_q = torch.full_like(q, float("nan"))
+    fg.launch_dq_ws(q, k, v, grad_out, lse, delta, grad_q, is_causal, stages)
+    tol = GRAD_TOLERANCE[dtype]
+    torch.testing.assert_close(grad_q.double(), want_q, atol=tol, rtol=tol, msg=lambda m: f"dq: {m}")

@@ -300,25 +300,30 @@ if HAVE_GLUON:
     # run while the other's products are on the tensor cores.
 
     @gluon.jit
-    def _ws_loader(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar,
-                   row0, key_row0, q_lo, n_iters, n_diag):
-        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
-        STAGES: gl.constexpr = q_smem.type.shape[0]
-        mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
-        for w in gl.static_range(2):
-            tma.async_copy_global_to_shared(k_desc, [key_row0 + w * k_desc.block_type.shape[0], 0], kv_bar,
-                                            k_smem.index(w))
-            tma.async_copy_global_to_shared(v_desc, [key_row0 + w * v_desc.block_type.shape[0], 0], kv_bar,
-                                            v_smem.index(w))
+    def _ws_loader(a_desc, b_desc, c_desc, e_desc, a_smem, b_smem, c_smem, e_smem, ready, empty, fixed_bar,
+                   row0, fixed_row0, lo, n_iters, n_diag):
+        """The loader warp: the program's fixed tiles (C and E: K and V in dK/dV, Q and dO in dQ),
+        one per consumer, then the streamed pairs (A, B: Q and dO in dK/dV, K and V in dQ) into the
+        ring, tile (i + n_diag) % n_iters at ring position i, each buffer once its consumers are
+        done with what it held."""
+        BLOCK: gl.constexpr = a_desc.block_type.shape[0]
+        STAGES: gl.constexpr = a_smem.type.shape[0]
+        CONSUMERS: gl.constexpr = c_smem.type.shape[0]
+        mbarrier.expect(fixed_bar, CONSUMERS * (c_desc.block_type.nbytes + e_desc.block_type.nbytes))
+        for w in gl.static_range(CONSUMERS):
+            tma.async_copy_global_to_shared(c_desc, [fixed_row0 + w * c_desc.block_type.shape[0], 0], fixed_bar,
+                                            c_smem.index(w))
+            tma.async_copy_global_to_shared(e_desc, [fixed_row0 + w * e_desc.block_type.shape[0], 0], fixed_bar,
+                                            e_smem.index(w))
         for i in range(n_iters):
-            j = (i + n_diag) % n_iters        # the diagonal tiles last (see _ws_consumer)
+            j = (i + n_diag) % n_iters
             slot = i % STAGES
             # Barriers start as if a phase had just completed: the first STAGES waits pass at once.
             mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-            row = row0 + q_lo + j * BLOCK_M
-            tma.async_copy_global_to_shared(q_desc, [row, 0], ready.index(slot), q_smem.index(slot))
-            tma.async_copy_global_to_shared(do_desc, [row, 0], ready.index(slot), do_smem.index(slot))
+            mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            row = row0 + lo + j * BLOCK
+            tma.async_copy_global_to_shared(a_desc, [row, 0], ready.index(slot), a_smem.index(slot))
+            tma.async_copy_global_to_shared(b_desc, [row, 0], ready.index(slot), b_smem.index(slot))
 
     @gluon.jit
     def _ws_masked_step(i, j, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base, offs_k, q_lo,
@@ -440,42 +445,137 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, L, DELTA, DK, DV, stride_lb, n_batch, n_queries, n_keys,
-                        scale, qk_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr, LOADER_DEFAULT: gl.constexpr,
+                        scale, qk_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr,
                         num_warps: gl.constexpr):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
         pid = gl.program_id(0)
         k_tile = pid // n_batch           # tile 0, the longest causal one, first
         b = pid % n_batch
-        k_lo = k_tile * 2 * BLOCK_N
+        k_lo = k_tile * CONSUMERS * BLOCK_N
         q_lo = k_lo if CAUSAL else 0
         n_iters = gl.cdiv(n_queries - q_lo, BLOCK_M)
-        # Query tiles that meet the causal diagonal of the program's 2 · BLOCK_N keys.
-        n_diag = gl.minimum(2 * BLOCK_N // BLOCK_M, n_iters) if CAUSAL else 0
+        # Query tiles that meet the causal diagonal of the program's CONSUMERS · BLOCK_N keys.
+        n_diag = gl.minimum(CONSUMERS * BLOCK_N // BLOCK_M, n_iters) if CAUSAL else 0
 
         q_smem = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
         do_smem = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
-        k_smem = gl.allocate_shared_memory(k_desc.dtype, [2] + k_desc.block_type.shape, k_desc.layout)
-        v_smem = gl.allocate_shared_memory(v_desc.dtype, [2] + v_desc.block_type.shape, v_desc.layout)
+        k_smem = gl.allocate_shared_memory(k_desc.dtype, [CONSUMERS] + k_desc.block_type.shape, k_desc.layout)
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [CONSUMERS] + v_desc.block_type.shape, v_desc.layout)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=2)
+            mbarrier.init(empty.index(i), count=CONSUMERS)
         mbarrier.init(kv_bar, count=1)
 
         consumer_args = (q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
                          q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, gl.to_tensor(1 if CAUSAL else 0))
         loader_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar,
                        b * n_queries, b * n_keys + k_lo, q_lo, n_iters, n_diag)
-        if LOADER_DEFAULT:
-            # The loader in the kernel's own four warps; both consumers with a register count of their own.
-            gl.warp_specialize([(_ws_loader, loader_args), (_ws_consumer_0, consumer_args),
-                                (_ws_consumer_1, consumer_args)], [4, 4], [WS_CONSUMER_REGS, WS_CONSUMER_REGS])
+        if CONSUMERS == 1:
+            gl.warp_specialize([(_ws_consumer_0, consumer_args), (_ws_loader, loader_args)], [1], [24])
         else:
             gl.warp_specialize([(_ws_consumer_0, consumer_args), (_ws_consumer_1, consumer_args),
                                 (_ws_loader, loader_args)], [4, 1], [WS_CONSUMER_REGS, 24])
+
+    # --- dQ, warp-specialised: the same loader streams key tiles (K, V) past one warpgroup that
+    # holds its query tile's Q and dO. The last key tiles (the causal diagonal, a ragged end) are
+    # masked inside the one asynchronous loop.
+
+    @gluon.jit
+    def _wsq_step(i, dq, q_op, do_op, k_smem, v_smem, ready, empty, lse, delta, offs_q, n_open, n_keys, qk_scale,
+                  causal, s_layout: gl.constexpr, p_layout: gl.constexpr):
+        STAGES: gl.constexpr = k_smem.type.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+        BLOCK_M: gl.constexpr = q_op.type.shape[0]
+        slot = i % STAGES
+        mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+        k_s = k_smem.index(slot)
+        v_s = v_smem.index(slot)
+        zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
+        s = warpgroup_mma(q_op, k_s.permute((1, 0)), zero, use_acc=False, is_async=True)
+        dp = warpgroup_mma(do_op, v_s.permute((1, 0)), zero, use_acc=False, is_async=True)
+        # With S done, so is the previous tile's dQ product, the last reader of its buffer.
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(lse * LOG2_E, 1))
+        dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp, ))
+        # The causal diagonal and a ragged end are masked without a branch: a branch here, or
+        # synchronous masked steps after the loop, made ptxas serialise the kernel's wgmma (C7515,
+        # C7511). Tiles before n_open keep everything.
+        offs_k = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        keep = gl.expand_dims((offs_k < n_keys) | (i < n_open), 0) & (
+            (gl.expand_dims(offs_q, 1) >= gl.expand_dims(offs_k, 0)) | (causal == 0) | (i < n_open))
+        p = gl.where(keep, p, 0.0)
+        ds = p * (dp - gl.expand_dims(delta, 1))
+        dq = warpgroup_mma(gl.convert_layout(ds.to(k_smem.dtype), p_layout), k_s, dq, is_async=True)
+        return dq
+
+    @gluon.jit
+    def _wsq_consumer(q_smem, do_smem, k_smem, v_smem, ready, empty, fixed_bar, L, DELTA, DQ, b, stride_lb, q_lo,
+                      n_iters, n_open, n_queries, n_keys, scale, qk_scale, causal):
+        BLOCK_M: gl.constexpr = q_smem.type.shape[1]
+        BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+        D: gl.constexpr = q_smem.type.shape[2]
+        STAGES: gl.constexpr = k_smem.type.shape[0]
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        offs_q = q_lo + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+        q_ok = offs_q < n_queries
+        lse = gl.load(L + b * stride_lb + offs_q, mask=q_ok, other=0.0)
+        delta = gl.load(DELTA + b * stride_lb + offs_q, mask=q_ok, other=0.0)
+        mbarrier.wait(fixed_bar, 0)
+        q_op = q_smem.index(0)
+        do_op = do_smem.index(0)
+        dq = warpgroup_mma_init(gl.zeros([BLOCK_M, D], gl.float32, layout=acc_layout))
+        for i in range(0, n_iters):
+            dq = _wsq_step(i, dq, q_op, do_op, k_smem, v_smem, ready, empty, lse, delta, offs_q, n_open, n_keys,
+                           qk_scale, causal, s_layout, p_layout)
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
+        rows = q_lo + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
+        offs = (b * n_queries + gl.expand_dims(rows, 1)) * D + gl.expand_dims(cols, 0)
+        gl.store(DQ + offs, (dq * scale).to(DQ.dtype.element_ty), mask=gl.expand_dims(rows < n_queries, 1))
+
+    @gluon.jit
+    def _dq_ws_kernel(q_desc, do_desc, k_desc, v_desc, L, DELTA, DQ, stride_lb, n_batch, n_queries, n_keys, scale,
+                      qk_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        pid = gl.program_id(0)
+        n_tiles = gl.cdiv(n_queries, BLOCK_M)
+        q_tile = pid // n_batch
+        if CAUSAL:
+            q_tile = n_tiles - 1 - q_tile          # the longest causal tiles first
+        b = pid % n_batch
+        q_lo = q_tile * BLOCK_M
+        k_hi = gl.minimum(q_lo + BLOCK_M, n_keys) if CAUSAL else n_keys
+        n_iters = gl.cdiv(k_hi, BLOCK_N)
+        # Key tiles wholly before the diagonal (causal) or wholly inside the keys: no mask.
+        n_open = gl.minimum(q_lo, n_keys) // BLOCK_N if CAUSAL else n_keys // BLOCK_N
+
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [1] + q_desc.block_type.shape, q_desc.layout)
+        do_smem = gl.allocate_shared_memory(do_desc.dtype, [1] + do_desc.block_type.shape, do_desc.layout)
+        k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        fixed_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(fixed_bar, count=1)
+        consumer_args = (q_smem, do_smem, k_smem, v_smem, ready, empty, fixed_bar, L, DELTA, DQ, b, stride_lb, q_lo,
+                         n_iters, n_open, n_queries, n_keys, scale, qk_scale, gl.to_tensor(1 if CAUSAL else 0))
+        # The dK/dV loader with the roles swapped: K, V stream; Q, dO are the fixed tiles.
+        loader_args = (k_desc, v_desc, q_desc, do_desc, k_smem, v_smem, q_smem, do_smem, ready, empty, fixed_bar,
+                       b * n_keys, b * n_queries + q_lo, 0, n_iters, 0)
+        gl.warp_specialize([(_wsq_consumer, consumer_args), (_ws_loader, loader_args)], [1], [24])
 
 
 @functools.lru_cache(maxsize=None)
@@ -505,18 +605,31 @@ def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, 
 
 
 def launch_dkdv_ws(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, stages: int = 3,
-                   maxnreg: int = 160, loader_default: bool = False) -> None:
+                   maxnreg: int = 160, consumers: int = 2) -> None:
     """dK, dV by the warp-specialised kernel: 128-key programs, two consumer warpgroups and a
     loader warp; query tiles of 64 rows."""
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     assert grad_k.is_contiguous() and grad_v.is_contiguous()
     scale = 1.0 / math.sqrt(d)
-    grid = (triton_cdiv(n_k, 128) * batch, )
+    grid = (triton_cdiv(n_k, 64 * consumers) * batch, )
     _dkdv_ws_kernel[grid](_descriptor(q, 64), _descriptor(grad_out, 64), _descriptor(k, 64), _descriptor(v, 64), lse,
                           delta, grad_k, grad_v, stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q, n_keys=n_k,
                           scale=scale, qk_scale=scale * 1.4426950408889634, CAUSAL=is_causal, STAGES=stages,
-                          LOADER_DEFAULT=loader_default, num_warps=4, maxnreg=maxnreg)
+                          CONSUMERS=consumers, num_warps=4, maxnreg=maxnreg)
+
+
+def launch_dq_ws(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, stages: int = 4, maxnreg: int = 128) -> None:
+    """dQ by the warp-specialised kernel: 64-query programs, one consumer warpgroup and a loader
+    warp streaming 64-key tiles."""
+    batch, n_q, d = q.shape
+    assert grad_q.is_contiguous()
+    scale = 1.0 / math.sqrt(d)
+    grid = (triton_cdiv(n_q, 64) * batch, )
+    _dq_ws_kernel[grid](_descriptor(q, 64), _descriptor(grad_out, 64), _descriptor(k, 64), _descriptor(v, 64), lse,
+                        delta, grad_q, stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q, n_keys=k.shape[1],
+                        scale=scale, qk_scale=scale * 1.4426950408889634, CAUSAL=is_causal, STAGES=stages,
+                        num_warps=4, maxnreg=maxnreg)
 
 
 def launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, block_m: int = 128, block_n: int = 64,
@@ -562,14 +675,24 @@ def probe(q, k, v, out, grad, lse, delta, buffers, bench) -> dict:
             results[name] = {"rel_err_vs_tl": err, "ms": bench(run) if err < 2e-2 else None}
         except Exception as exc:  # noqa: BLE001 - a setting that does not compile or fit is a result
             results[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-    for stages, maxnreg, loader_default in ((2, 160, False), (3, 160, False), (4, 160, False), (3, 168, False),
-                                            (2, 168, True), (3, 168, True), (4, 168, True)):
-        name = f"dkdv_ws_s{stages}_r{maxnreg}" + ("_loader_default" if loader_default else "")
+    for stages, maxnreg, consumers in ((3, 160, 2), (2, 128, 1), (3, 128, 1), (4, 128, 1), (6, 128, 1),
+                                       (3, 96, 1)):
+        name = f"dkdv_ws_s{stages}_r{maxnreg}_c{consumers}"
         try:
             gk, gv = torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
-            run = lambda: launch_dkdv_ws(q, k, v, grad, lse, delta, gk, gv, True, stages, maxnreg, loader_default)  # noqa: E731,B023
+            run = lambda: launch_dkdv_ws(q, k, v, grad, lse, delta, gk, gv, True, stages, maxnreg, consumers)  # noqa: E731,B023
             run()
             err = max(rel(gk, "dk"), rel(gv, "dv"))
+            results[name] = {"rel_err_vs_tl": err, "ms": bench(run) if err < 2e-2 else None}
+        except Exception as exc:  # noqa: BLE001
+            results[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    for stages, maxnreg in ((2, 128), (3, 128), (4, 128), (6, 128)):
+        name = f"dq_ws_s{stages}_r{maxnreg}"
+        try:
+            gq = torch.full_like(q, float("nan"))
+            run = lambda: launch_dq_ws(q, k, v, grad, lse, delta, gq, True, stages, maxnreg)  # noqa: E731,B023
+            run()
+            err = rel(gq, "dq")
             results[name] = {"rel_err_vs_tl": err, "ms": bench(run) if err < 2e-2 else None}
         except Exception as exc:  # noqa: BLE001
             results[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
