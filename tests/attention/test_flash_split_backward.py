@@ -110,7 +110,8 @@ def test_chosen_split_backward_at_batch_one(is_causal, d, monkeypatch):
 def test_backward_splits_fill_short_grids_only():
     """The rule's counts against its fit (NOTES.md, sixth session): 16-bit d <= 32 fills to 32
     warps per SM (dK/dV at most 8 slices, dQ 16), d = 64 to 16 (at most 4), d = 128 to 8 (at most
-    4); slices down to one tile; no split under 16 walked tiles; fp32 as first written."""
+    4); slices down to one tile; no 16-bit split under 16 walked tiles; fp32 to 16 warps per SM, at
+    most 8 slices, from the shortest length (dQ slices of two tiles or more)."""
     bf16, fp32 = torch.bfloat16, torch.float32
     t = ft.KernelTiles(64, 64, 4, 3)
     fitted = ft.Tiles(t, t, t)
@@ -123,7 +124,8 @@ def test_backward_splits_fill_short_grids_only():
     assert ft.backward_splits(fitted, 1, 32768, 32768, 16, bf16, 132) == (2, 2)
     assert ft.backward_splits(fitted, 1, 65536, 65536, 16, bf16, 132) == (1, 1)      # 1024 programs fill it
     assert ft.backward_splits(fitted, 1, 8192, 8192, 128, bf16, 132) == (2, 2)       # 8 warps per SM at d = 128
-    assert ft.backward_splits(fitted, 1, 2048, 2048, 64, fp32, 132) == (8, 8)        # 32 tiles: 8 slices of 4
+    assert ft.backward_splits(fitted, 1, 2048, 2048, 64, fp32, 132) == (8, 8)        # at most 8
+    assert ft.backward_splits(fitted, 1, 256, 256, 64, fp32, 132) == (4, 2)          # 4 tiles: dQ slices of 2
     assert ft.backward_splits(fitted, 1, 960, 960, 16, bf16, 132) == (1, 1)          # 15 tiles: no split
     # Each kernel by its own tiles: dQ's 32-key tiles give twice the tiles to cut.
     own = ft.Tiles(t, t, ft.KernelTiles(64, 32, 4, 3))

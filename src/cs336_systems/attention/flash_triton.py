@@ -744,23 +744,22 @@ def _power_of_two_slices(programs: int, walked_tiles: int, num_warps: int, warps
 
 
 # How many programs share one key tile's query tiles (dK/dV) or one query tile's key tiles (dQ) in
-# the split backward: (warps per SM to fill to, most slices, fewest tiles per slice) per kernel.
-# 16-bit inputs: fitted to the batch-1 bf16 sweep on the H100 (``probe --backward-splits``, NOTES.md,
-# sixth session; d = 16 to 128, N = 1024 to 16384, 1 to 16 slices): with these limits the chosen
-# count's time is within 2 % of the best count's at d >= 64 and within 15 % at every point. Small
-# head dimensions take the most slices (dQ, with one accumulator, up to 16); slices as short as one
-# tile still paid. fp32: not measured; the arithmetic of the first version (half the forward's
-# warps per SM, slices of at least MIN_SLICE_TILES tiles). No split where a program walks fewer
-# than SPLIT_BACKWARD_FROM tiles: the sweep's shortest length (N = 1024 at 64-row tiles), below which
-# the backward is a few microseconds and a combine launch would be most of it.
-SPLIT_BACKWARD_FROM = 16
-
-def _backward_split_limits(d: int, dtype: torch.dtype) -> dict[str, tuple[int, int, int]]:
+# the split backward, per kernel: (warps per SM to fill to, most slices, fewest tiles per slice,
+# fewest tiles a program walks for any split at all). Fitted to batch-1 sweeps on the H100
+# (``probe --backward-splits``, NOTES.md, sixth session; results/h100/B5/tuning/backward_splits_*):
+# - 16-bit, d = 16 to 128, N = 256 to 16384: small head dimensions take the most slices (dQ, with
+#   one accumulator, up to 16), slices as short as one tile pay, but below 16 tiles (N < 1024 at
+#   64-row tiles) no split did: the backward is a few microseconds and the combine launch costs more.
+# - fp32, d = 16 to 128, N = 256 to 4096: splitting pays from the shortest length on (its 32-row
+#   tiles and 3xTF32 products make each tile long), dQ with slices of at least two tiles.
+# With these limits the chosen count's time is within 2 % of the best count's at 16-bit d >= 64 and
+# within 17 % at every measured point.
+def _backward_split_limits(d: int, dtype: torch.dtype) -> dict[str, tuple[int, int, int, int]]:
     if dtype == torch.float32:
-        return {"dkdv": (16, 8, MIN_SLICE_TILES), "dq": (16, 8, MIN_SLICE_TILES)}
+        return {"dkdv": (16, 8, 1, 1), "dq": (16, 8, 2, 1)}
     if d <= 32:
-        return {"dkdv": (32, 8, 1), "dq": (32, 16, 1)}
-    limits = (16, 4, 1) if d == 64 else (8, 4, 1)
+        return {"dkdv": (32, 8, 1, 16), "dq": (32, 16, 1, 16)}
+    limits = (16, 4, 1, 16) if d == 64 else (8, 4, 1, 16)
     return {"dkdv": limits, "dq": limits}
 
 
@@ -774,9 +773,9 @@ def backward_splits(tiles: Tiles, batch: int, n_q: int, n_k: int, d: int, dtype:
     limits = _backward_split_limits(d, dtype)
 
     def slices(kernel: str, t: KernelTiles, programs: int, walked: int) -> int:
-        if walked < SPLIT_BACKWARD_FROM:
+        warps_per_sm, most, min_tiles, from_tiles = limits[kernel]
+        if walked < from_tiles:
             return 1
-        warps_per_sm, most, min_tiles = limits[kernel]
         return _power_of_two_slices(programs, walked, t.num_warps, warps_per_sm, most, sms, min_tiles)
 
     dkdv, dq = tiles.dkdv, tiles.dq
