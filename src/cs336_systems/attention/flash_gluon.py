@@ -1,7 +1,9 @@
 """Hopper-only FlashAttention backward kernels in Gluon (issue #23): dK/dV and dQ with TMA loads
-into a ring of shared-memory stages and asynchronous warpgroup MMAs (wgmma). Not used by
-``FlashAttentionTriton``: on the H100 both are slower than the ``tl`` kernels (NOTES.md, fourth
-session), so they stay a tested starting point for a warp-specialised version.
+into a ring of shared-memory stages and asynchronous warpgroup MMAs (wgmma), and warp-specialised
+versions of both (a TMA loader warp beside the MMA warpgroups). None is used by
+``FlashAttentionTriton``: on the H100 only the warp-specialised dK/dV with one consumer is faster
+than the ``tl`` kernel, by 4-6 % (NOTES.md, sixth session), and the dQ side did not follow; they stay
+a tested starting point.
 
 The portable ``tl`` kernels of ``flash_triton`` stay the reference. These need a Hopper GPU (sm_90)
 and a Triton with Gluon (``available``); ``tests/attention/test_flash_gluon.py`` compares them with
@@ -291,13 +293,14 @@ if HAVE_GLUON:
         gl.store(DQ + offs, (dq * scale).to(DQ.dtype.element_ty), mask=gl.expand_dims(rows < n_queries, 1))
 
     # --- dK/dV, warp-specialised (issue #23, sixth session) -------------------------------------
-    # One program per 128-key tile: two consumer warpgroups, each owning 64 of its keys (its own
+    # One program per CONSUMERS × 64 keys: CONSUMERS warpgroups, each owning 64 of them (its own
     # dK, dV accumulators), and one loader warp. The loader fills a ring of query tiles (Q and dO)
-    # by TMA; both consumers read every tile from the same buffers, so each Q/dO tile crosses L2
-    # once per 128 keys instead of once per 64 (at the leaderboard shape 4.3 GB instead of 8.6), and
-    # a buffer goes back to the loader when both have finished with it (its ``empty`` barrier counts
-    # two arrivals). The two warpgroups wait on nothing of each other's, so one's exponentials can
-    # run while the other's products are on the tensor cores.
+    # by TMA; with two consumers both read every tile from the same buffers, so each Q/dO tile
+    # crosses L2 once per 128 keys instead of once per 64 (at the leaderboard shape 4.3 GB instead
+    # of 8.6), and a buffer goes back to the loader when all have finished with it (its ``empty``
+    # barrier counts CONSUMERS arrivals). Consumers wait on nothing of each other's. On Triton 3.6
+    # ptxas serialises the wgmma of a consumer in a worker partition (C7512), so only the
+    # one-consumer version (2 programs per SM) runs at speed (NOTES.md, sixth session).
 
     @gluon.jit
     def _ws_loader(a_desc, b_desc, c_desc, e_desc, a_smem, b_smem, c_smem, e_smem, ready, empty, fixed_bar,
@@ -606,8 +609,10 @@ def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, 
 
 def launch_dkdv_ws(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, stages: int = 3,
                    maxnreg: int = 160, consumers: int = 2) -> None:
-    """dK, dV by the warp-specialised kernel: 128-key programs, two consumer warpgroups and a
-    loader warp; query tiles of 64 rows."""
+    """dK, dV by the warp-specialised kernel: programs of ``consumers`` × 64 keys, one consumer
+    warpgroup per 64 and a loader warp; query tiles of 64 rows. ``maxnreg`` caps the registers per
+    thread at entry (the consumers get more by setmaxnreg): 128 gives two one-consumer programs per
+    SM."""
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     assert grad_k.is_contiguous() and grad_v.is_contiguous()
