@@ -311,3 +311,36 @@ def test_section_names_the_timing_that_judged(tmp_path):
     assert "judged on graph time at every point" in text          # flash: every bf16 point has both
     assert "**do_bench against graph time.**" in text
     assert "ours 6 of 6" in text           # ours' do_bench time is 10x its graph time: launch-bound everywhere
+
+
+@pytest.mark.parametrize("forward, backward", [(None, None), (2048, None), (2048, 8192)])
+def test_section_describes_the_splits_the_records_show(tmp_path, forward, backward):
+    """The writeup names a split only where our records' launches used one, with the longest length."""
+    from cs336_systems.report.writeup import Renderer
+
+    def launch(seq):
+        return {"splits": 4 if forward and seq <= forward else 1,
+                "backward_splits": [4, 2] if backward and seq <= backward else [1, 1]}
+
+    rows = []
+    for impl in ("ours", "plain"):
+        records = [_timed(impl, seq, seq / 1000, which=which) for seq in (1024, 2048, 8192, 16384)
+                   for which in bench.PASSES]
+        for r in records:
+            if impl == "ours":
+                r["metrics"]["launch"] = launch(r["params"]["seq"])
+        path = tmp_path / f"{impl}.json"
+        path.write_text(json.dumps(records))
+        rows.append(str(path))
+    board = tmp_path / "board.json"
+    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 2, "seq": 64, "d": 16}, "ok",
+                                             {"ms": ms, "tflops": 1.0})
+                                 for i, ms in (("ours", 2.0), ("sdpa-cudnn", 1.6), ("sdpa-flash", 3.0))]))
+    out = tmp_path / "B5"
+    assert b5.main(["--rows", *rows, "--leaderboard", str(board), "--out-dir", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["ours_splits"] == {"forward": forward, "backward": backward}
+    text = " ".join(Renderer("md", tmp_path / "writeup" / "w.md", TEMPLATES).section("B5", out / "summary.json").split())
+    assert ("in the forward each query tile's keys (in these records up to N = 2048)" in text) == bool(forward)
+    assert ("in the backward each tile's range (up to N = 8192)" in text) == bool(backward)
+    assert ("a tile's work is split over several programs" in text) == bool(forward or backward)
+    assert ("issued first) against plain PyTorch attention" in text) == (not (forward or backward))

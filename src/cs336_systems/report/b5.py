@@ -334,6 +334,24 @@ def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
     return df
 
 
+def ours_splits(records: list[dict]) -> dict:
+    """Whether our records show a split launch at any point (the forward's key split, the
+    backward's split of either kernel), and the longest length where each was used, so that the
+    writeup describes the kernels these records ran rather than the present code."""
+    longest = {"forward": None, "backward": None}
+    for r in records:
+        if r.get("id") != "B5" or r["params"].get("impl") != "ours":
+            continue
+        launch = r.get("metrics", {}).get("launch") or {}
+        seq = r["params"].get("seq")
+        used = {"forward": (launch.get("splits") or 1) > 1,
+                "backward": max(launch.get("backward_splits") or [1]) > 1}
+        for part, on in used.items():
+            if on and (longest[part] is None or seq > longest[part]):
+                longest[part] = seq
+    return longest
+
+
 def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dict:
     ok = df[df["status"] == "ok"]
     ratios = {}
@@ -367,6 +385,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "bf16_gap_trend": gap_trend(df),
         "flat_factor": FLAT_FACTOR, "flat_span": FLAT_SPAN,
         "timing_check": timing_check(df),
+        "ours_splits": ours_splits(records),
         "ours_first_oom_seq": int(ours_oom["seq"].min()) if len(ours_oom) else None,
         "max_seq": int(df["seq"].max()),
         "leaderboard": board_ms,
