@@ -82,6 +82,18 @@ def _tile_and_batch(n_tiles, n_batch, HEAVY_LAST: tl.constexpr):
 
 
 @triton.jit
+def _tile_split_and_batch(n_tiles, n_batch, SPLITS: tl.constexpr, HEAVY_LAST: tl.constexpr):
+    """(tile, slice, batch entry) of this program in the one-dimensional grid of a split kernel:
+    as ``_tile_and_batch``, each tile's SPLITS slices adjacent in program order."""
+    pid = tl.program_id(0)
+    per_tile = SPLITS * n_batch
+    tile = pid // per_tile
+    if HEAVY_LAST:
+        tile = n_tiles - 1 - tile
+    return tile, (pid % per_tile) // n_batch, pid % n_batch
+
+
+@triton.jit
 def _load_rows(base, offs_rows, stride_row, offs_d, n_rows, MASK: tl.constexpr):
     """The (rows, D) tile at ``base``; with ``MASK``, rows at or past ``n_rows`` read as zeros."""
     ptrs = base + offs_rows[:, None] * stride_row + offs_d[None, :]
@@ -186,13 +198,7 @@ def _forward_part_kernel(Q, K, V, PART, stride_qb, stride_qn, stride_kb, stride_
     ACC = PART
     M = ACC + SPLITS * n_batch * n_queries * D
     LS = M + SPLITS * n_batch * n_queries
-    pid = tl.program_id(0)
-    per_tile = SPLITS * n_batch
-    q_tile = pid // per_tile
-    if CAUSAL:
-        q_tile = tl.cdiv(n_queries, BLOCK_Q) - 1 - q_tile      # the longest causal tiles first
-    split = (pid % per_tile) // n_batch
-    b = pid % n_batch
+    q_tile, split, b = _tile_split_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, SPLITS, CAUSAL)
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D)
@@ -435,11 +441,8 @@ def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_
     critical path."""
     qk_scale = tl.cast(qk_scale, tl.float32)
     scale = tl.cast(scale, tl.float32)
-    pid = tl.program_id(0)
-    per_tile = SPLITS * n_batch
-    k_tile = pid // per_tile                  # tile 0 first: it sees the most causal queries
-    split = (pid % per_tile) // n_batch
-    b = pid % n_batch
+    # Tile 0 first: it sees the most causal queries.
+    k_tile, split, b = _tile_split_and_batch(tl.cdiv(n_keys, BLOCK_K), n_batch, SPLITS, False)
     k_lo = k_tile * BLOCK_K
     offs_k = k_lo + tl.arange(0, BLOCK_K)
     offs_d = tl.arange(0, D)
@@ -499,13 +502,7 @@ def _dq_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb
     PART (SPLITS, batch, Nq, D); ``_dq_combine_kernel`` adds the slices. The key slices are cut as
     in ``_forward_part_kernel``."""
     qk_scale = tl.cast(qk_scale, tl.float32)
-    pid = tl.program_id(0)
-    per_tile = SPLITS * n_batch
-    q_tile = pid // per_tile
-    if CAUSAL:
-        q_tile = tl.cdiv(n_queries, BLOCK_Q) - 1 - q_tile      # the longest causal tiles first
-    split = (pid % per_tile) // n_batch
-    b = pid % n_batch
+    q_tile, split, b = _tile_split_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, SPLITS, CAUSAL)
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D)
