@@ -290,13 +290,13 @@ def test_rates_of_a_graph_judged_loss_come_from_graph_time():
     assert worst["other_tflops"] == pytest.approx(flops / 0.5 / 1e9)
 
 
-def test_section_names_the_timing_that_judged(tmp_path):
+def _report_from(tmp_path, records_by_impl: dict) -> tuple[dict, str]:
+    """Write each implementation's records as a row file beside a leaderboard, run the B5 report,
+    and return its summary and rendered section."""
     from cs336_systems.report.writeup import Renderer
 
     rows = []
-    for impl, scale, graph_scale in (("ours", 1.0, 0.1), ("plain", 3.0, 0.6), ("sdpa-flash", 0.5, 0.2)):
-        records = [_timed(impl, seq, scale * seq / 1000, graph=graph_scale * seq / 1000, which=which)
-                   for seq in (1024, 2048) for which in bench.PASSES]
+    for impl, records in records_by_impl.items():
         path = tmp_path / f"{impl}.json"
         path.write_text(json.dumps(records))
         rows.append(str(path))
@@ -307,6 +307,14 @@ def test_section_names_the_timing_that_judged(tmp_path):
     out = tmp_path / "B5"
     assert b5.main(["--rows", *rows, "--leaderboard", str(board), "--out-dir", str(out)]) == 0
     text = Renderer("md", tmp_path / "writeup" / "w.md", TEMPLATES).section("B5", out / "summary.json")
+    return json.loads((out / "summary.json").read_text()), text
+
+
+def test_section_names_the_timing_that_judged(tmp_path):
+    _, text = _report_from(tmp_path, {
+        impl: [_timed(impl, seq, scale * seq / 1000, graph=graph_scale * seq / 1000, which=which)
+               for seq in (1024, 2048) for which in bench.PASSES]
+        for impl, scale, graph_scale in (("ours", 1.0, 0.1), ("plain", 3.0, 0.6), ("sdpa-flash", 0.5, 0.2))})
     assert "the *graph time*" in text
     assert "judged on graph time at every point" in text          # flash: every bf16 point has both
     assert "**do_bench against graph time.**" in text
@@ -316,30 +324,18 @@ def test_section_names_the_timing_that_judged(tmp_path):
 @pytest.mark.parametrize("forward, backward", [(None, None), (2048, None), (2048, 8192)])
 def test_section_describes_the_splits_the_records_show(tmp_path, forward, backward):
     """The writeup names a split only where our records' launches used one, with the longest length."""
-    from cs336_systems.report.writeup import Renderer
 
     def launch(seq):
         return {"splits": 4 if forward and seq <= forward else 1,
                 "backward_splits": [4, 2] if backward and seq <= backward else [1, 1]}
 
-    rows = []
-    for impl in ("ours", "plain"):
-        records = [_timed(impl, seq, seq / 1000, which=which) for seq in (1024, 2048, 8192, 16384)
-                   for which in bench.PASSES]
-        for r in records:
-            if impl == "ours":
-                r["metrics"]["launch"] = launch(r["params"]["seq"])
-        path = tmp_path / f"{impl}.json"
-        path.write_text(json.dumps(records))
-        rows.append(str(path))
-    board = tmp_path / "board.json"
-    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 2, "seq": 64, "d": 16}, "ok",
-                                             {"ms": ms, "tflops": 1.0})
-                                 for i, ms in (("ours", 2.0), ("sdpa-cudnn", 1.6), ("sdpa-flash", 3.0))]))
-    out = tmp_path / "B5"
-    assert b5.main(["--rows", *rows, "--leaderboard", str(board), "--out-dir", str(out)]) == 0
-    assert json.loads((out / "summary.json").read_text())["ours_splits"] == {"forward": forward, "backward": backward}
-    text = " ".join(Renderer("md", tmp_path / "writeup" / "w.md", TEMPLATES).section("B5", out / "summary.json").split())
+    records = {impl: [_timed(impl, seq, seq / 1000, which=which) for seq in (1024, 2048, 8192, 16384)
+                      for which in bench.PASSES] for impl in ("ours", "plain")}
+    for r in records["ours"]:
+        r["metrics"]["launch"] = launch(r["params"]["seq"])
+    summary, text = _report_from(tmp_path, records)
+    assert summary["ours_splits"] == {"forward": forward, "backward": backward}
+    text = " ".join(text.split())
     assert ("in the forward each query tile's keys (in these records up to N = 2048)" in text) == bool(forward)
     assert ("in the backward each tile's range (up to N = 8192)" in text) == bool(backward)
     assert ("a tile's work is split over several programs" in text) == bool(forward or backward)
