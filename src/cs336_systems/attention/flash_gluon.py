@@ -357,7 +357,7 @@ if HAVE_GLUON:
         return dk, dv
 
     @gluon.jit
-    def _ws_step(i, j, first, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base, q_lo, qk_scale,
+    def _ws_step(i, j, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base, q_lo, qk_scale,
                  BLOCK_N: gl.constexpr, s_layout: gl.constexpr, p_layout: gl.constexpr):
         """Whole query tile ``j`` (ring position ``i``), products asynchronous: the previous tile's
         dK/dV products are still running when this tile's scores are issued, and its buffer is
@@ -376,7 +376,7 @@ if HAVE_GLUON:
         dp_t = warpgroup_mma(v_op, do_s.permute((1, 0)), zero, use_acc=False, is_async=True)
         # Groups complete in order: with Sᵀ done, so are the previous tile's dV and dK products.
         s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t, ))
-        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > first)
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
         p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse * LOG2_E, 0))
         dv = warpgroup_mma(gl.convert_layout(p_t.to(q_smem.dtype), p_layout), do_s, dv, is_async=True)
         dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t, ))
@@ -414,7 +414,7 @@ if HAVE_GLUON:
         dk = warpgroup_mma_init(gl.zeros([BLOCK_N, D], gl.float32, layout=acc_layout))
         dv = warpgroup_mma_init(gl.zeros([BLOCK_N, D], gl.float32, layout=acc_layout))
         for i in range(0, t2 - n_diag):
-            dk, dv = _ws_step(i, i + n_diag, 0, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base,
+            dk, dv = _ws_step(i, i + n_diag, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base,
                               q_lo, qk_scale, BLOCK_N, s_layout, p_layout)
         dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
         if t2 > n_diag:
@@ -434,6 +434,8 @@ if HAVE_GLUON:
         gl.store(DK + offs, (dk * scale).to(DK.dtype.element_ty), mask=keep)
         gl.store(DV + offs, dv.to(DV.dtype.element_ty), mask=keep)
 
+    # One entry point per warpgroup: W must stay a constexpr, and constexprs passed through
+    # gl.warp_specialize's argument tuples arrive as tensors (Triton 3.6).
     @gluon.jit
     def _ws_consumer_1(q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
                        q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal):
