@@ -37,15 +37,11 @@ def main(argv=None) -> int:
     p.add_argument("--host", action="store_true", help="host time per call at batch 1 (bf16, d = 64, --seqs[0])")
     args = p.parse_args(argv)
     if args.backward_splits:
-        print(json.dumps(backward_split_sweep(args.rep_ms, args.ds, args.seqs, args.split_counts, args.dtype)),
-              flush=True)
-        return 0
+        return _print(backward_split_sweep(args.rep_ms, args.ds, args.seqs, args.split_counts, args.dtype), argv)
     if args.splits:
-        print(json.dumps(split_sweep(args.rep_ms, args.ds, args.seqs, args.split_counts, args.dtype)), flush=True)
-        return 0
+        return _print(split_sweep(args.rep_ms, args.ds, args.seqs, args.split_counts, args.dtype), argv)
     if args.host:
-        print(json.dumps(host_times(args.seqs[0])), flush=True)
-        return 0
+        return _print(host_times(args.seqs[0]), argv)
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
@@ -78,7 +74,16 @@ def main(argv=None) -> int:
         from cs336_systems.attention import flash_gluon as fg
 
         result["gluon"] = fg.probe(q, k, v, out, grad, lse, delta, (dq, dk, dv), bench)
-    print(json.dumps(result), flush=True)
+    return _print(result, argv)
+
+
+def _print(result: dict, argv) -> int:
+    """Print the probe's JSON with what made it: the command's arguments and the records'
+    provenance (commit, GPU, versions), so a sweep committed under results/ says where it came from."""
+    from cs336_systems.records import provenance
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    print(json.dumps({**result, "argv": argv, "provenance": provenance()}), flush=True)
     return 0
 
 
