@@ -11,6 +11,24 @@ from snakemake.utils import min_version
 min_version("9.0")      # profiles/default's keys and `rule: name:` in loops
 
 
+# The code that runs is this checkout's own src/ and cs336-basics/, whatever else is installed: the
+# rules list those files as inputs (staleness), so they must be what the jobs import. First on the
+# Snakefile's own path (the rule files import the package), then on every job's PYTHONPATH.
+import os, sys
+
+_CHECKOUT_CODE = [os.path.join(workflow.basedir, "src"), os.path.join(workflow.basedir, "cs336-basics")]
+sys.path[:0] = _CHECKOUT_CODE
+os.environ.update(PYTHONPATH=os.pathsep.join(
+    [*_CHECKOUT_CODE, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _CHECKOUT_CODE)]))
+import cs336_basics, cs336_systems
+
+for _package, _folder in ((cs336_systems, _CHECKOUT_CODE[0]), (cs336_basics, _CHECKOUT_CODE[1])):
+    if not os.path.realpath(_package.__file__).startswith(os.path.realpath(_folder) + os.sep):
+        sys.exit(f"cs336-systems: {_package.__name__} loads from {os.path.dirname(_package.__file__)}, not from "
+                 f"this checkout's {_folder}; the jobs would run other code than the rules list. Run snakemake "
+                 "in a fresh process (nothing imported the package before the Snakefile), from this checkout")
+
+
 configfile: "config.yaml"
 # The image each job runs in under `--software-deployment-method apptainer` (README, "Running in
 # Docker"); ignored otherwise. CS336_CONTAINER names another: a .sif file, a registry image.

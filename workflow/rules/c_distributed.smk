@@ -3,13 +3,14 @@
 # `world_size` GPUs under NCCL, or CPU ranks under Gloo in the smoke preset, in each precision of
 # DDP.precisions; the reports C2–C8, C10–C12.
 
+from functools import partial
+
 from cs336_systems.distributed import variants as ddp_variants
 from cs336_systems.pipeline.rule_helpers import records_on_disk
 from cs336_systems.report import ddp as ddp_report
 
 C1 = GRID["C1"]
 DDP = GRID["DDP"]
-ON_GPUS = GRID["device"].startswith("cuda")
 DDP_BACKEND = "nccl" if ON_GPUS else "gloo"
 TRACED = DDP["traced"]      # a subset of DDP.variants: the config check makes sure
 DDP_PRECISIONS = DDP["precisions"]
@@ -29,7 +30,7 @@ rule C1_row:
     """All-reduce of each tensor size on `world` ranks; a JSON list of records (skipped where the
     machine has too few GPUs or cores). NCCL rows lease up to `world` GPUs; Gloo rows use none."""
     input:
-        measuring_code("cs336_systems.distributed.allreduce_bench"),
+        measuring_code("cs336_systems.distributed.allreduce_bench", deliverable="C1"),
     output:
         f"{RESULTS}/C1/records/{{backend}}_x{{world}}.json",
     log:
@@ -57,8 +58,8 @@ rule C1_row:
 rule C1_report:
     """C1 table, time and bandwidth plots, and the per-call overhead and bandwidth fitted for C8."""
     input:
-        rows=expand(f"{RESULTS}/C1/records/{{backend}}_x{{world}}.json", backend=C1["backends"],
-                    world=C1["world_sizes"]),
+        rows=(records_present if "C1" in REBUILD_ONLY else list)(
+            expand(f"{RESULTS}/C1/records/{{backend}}_x{{world}}.json", backend=C1["backends"], world=C1["world_sizes"])),
         code=code("cs336_systems.report.c1"),
     output:
         csv=f"{RESULTS}/C1/table.csv",
@@ -102,7 +103,7 @@ for ident in ddp_variants.deliverables():
         name:
             f"{ident}_variant"
         input:
-            measuring_code("cs336_systems.distributed.train_bench"),
+            measuring_code("cs336_systems.distributed.train_bench", deliverable=ident),
         output:
             record=f"{RESULTS}/{ident}/records/{{variant}}_{{precision}}.json",
             trace=f"{RESULTS}/{ident}/traces/{{variant}}_{{precision}}.json.gz",
@@ -123,11 +124,12 @@ for ident in ddp_variants.deliverables():
             DDP_VARIANT_COMMAND
 
 
-# The records (or traces) of some variants in every precision, fp32's first; in a rebuild from
-# records (reuse_records with sections) only those the run has (rule_helpers.records_on_disk).
-ddp_files = lambda kind, chosen, suffix: records_on_disk(
-    [f"{DDP_FOLDER[v]}/{kind}/{ddp_variants.stem(v, p)}{suffix}" for p in DDP_PRECISIONS for v in chosen],
-    rebuilding=CHOSEN.reuse_records and CHOSEN.sections is not None)
+# The records (or traces) of some variants in every precision, fp32's first, for deliverable `ident`'s
+# report; in a rebuild from records (reuse_records with sections) only those the run has
+# (rule_helpers.records_on_disk), and only those for a deliverable this machine cannot measure.
+ddp_files = lambda ident, kind, chosen, suffix: (records_present if ident in REBUILD_ONLY else partial(
+    records_on_disk, rebuilding=CHOSEN.reuse_records and CHOSEN.sections is not None))(
+    [f"{DDP_FOLDER[v]}/{kind}/{ddp_variants.stem(v, p)}{suffix}" for p in DDP_PRECISIONS for v in chosen])
 
 
 # One report per deliverable C2–C8, C10–C12 (report.ddp READS says which variants each reads):
@@ -140,8 +142,8 @@ for ident in ddp_report.SECTIONS:
         name:
             f"{ident}_report"
         input:
-            records=ddp_files("records", chosen, ".json"),
-            traces=ddp_files("traces", TRACED, ".json.gz") if ident in ddp_report.READS_TRACES else [],
+            records=ddp_files(ident, "records", chosen, ".json"),
+            traces=ddp_files(ident, "traces", TRACED, ".json.gz") if ident in ddp_report.READS_TRACES else [],
             c1=rules.C1_report.output.summary if ident in ddp_report.READS_C1 else [],
             code=code("cs336_systems.report.ddp"),
         output:

@@ -11,17 +11,11 @@ SECTION_OUTPUTS = {
     ident: [outputs.summary, *(path for path in outputs if path.endswith(".png"))]
     for ident, outputs in ((d.id, getattr(rules, d.report_rule).output) for d in deliverables.DELIVERABLES)
 }
-WRITTEN = [ident for ident in deliverables.IDS if CHOSEN.writes(ident)]
-
-# GPUs each section's jobs need in this preset (0 on CPUs), so that a missing section can say
-# "needs 2 GPUs; this run's jobs had 1". C1 runs its Gloo rows on CPUs, its NCCL rows on GPUs.
-GPUS_NEEDED = {
-    d.id: 0 if d.needs == deliverables.CPU or not ON_GPUS
-    else 1 if d.needs == deliverables.ONE_GPU
-    else (min(C1["world_sizes"]) if "nccl" in C1["backends"] else 0) if d.id == "C1"
-    else DDP["world_size"]
-    for d in deliverables.DELIVERABLES
-}
+# A section this machine cannot measure (REBUILD_ONLY) is built only from records the run already
+# holds; with none, the writeup says what it needs.
+WRITTEN = [ident for ident in deliverables.IDS if CHOSEN.writes(ident) and (
+    ident not in REBUILD_ONLY
+    or any("/records/" in path for path in getattr(rules, deliverables.get(ident).report_rule).input))]
 
 
 rule writeup:
@@ -40,8 +34,9 @@ rule writeup:
         preset=PRESET,
         sections=",".join(CHOSEN.sections) if CHOSEN.sections is not None else "all",
         gpus_needed=" ".join(f"{ident}={n}" for ident, n in GPUS_NEEDED.items()),
+        gpus_here=f"--gpus-here {GPUS_HERE}" if GPUS_HERE is not None else "",
         templates=lambda wildcards, input: os.path.commonpath(input.templates),
     shell:
         "python -m cs336_systems.report.writeup --run {params.run} --preset {params.preset} --templates {params.templates}"
-        " --sections {params.sections} --gpus-needed {params.gpus_needed}"
+        " --sections {params.sections} --gpus-needed {params.gpus_needed} {params.gpus_here}"
         " --summaries {input.summaries} --md {output.md} --html {output.html} > {log} 2>&1"

@@ -6,9 +6,21 @@ import os
 from cs336_systems.pipeline.sources import module_sources
 
 
-def code(*modules: str) -> list[str]:
-    """The source files a rule's command runs: inputs, so editing them makes the rule stale."""
-    return list(module_sources(*modules))
+def code(*modules: str, kept: bool = False) -> list:
+    """The source files a rule's command runs: inputs, so editing them makes the rule stale.
+    ``kept``: marked `ancient`, so outputs already on disk count as fresh whatever the code's age
+    (a rebuild from records; a deliverable this machine cannot measure again)."""
+    files = list(module_sources(*modules))
+    if not kept:
+        return files
+    from snakemake.io import ancient
+
+    return [ancient(f) for f in files]
+
+
+def records_present(paths: list[str]) -> list[str]:
+    """The records among ``paths`` that the run folder holds: what a rebuild-only report reads."""
+    return [p for p in paths if os.path.exists(p)]
 
 
 def out_dir(name: str):
