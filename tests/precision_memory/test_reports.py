@@ -193,13 +193,14 @@ def test_a4_report_with_skipped_cuda_and_no_timing(tmp_path):
 
 
 def test_a4_report_bad_input_is_one_line(tmp_path):
-    """A damaged record stops the report with one line naming it, and is set aside (records.set_aside)."""
+    """A damaged record stops the report with one line naming it, and stays where it is for the other
+    readers (the next run sets it aside before it plans: pipeline.run_folder)."""
     (tmp_path / "bad.json").write_text('{"not": "a list"}')
     with pytest.raises(SystemExit) as exit_info:
         a4.main(["--dtypes", str(tmp_path / "bad.json"), "--out-dir", str(tmp_path / "out")])
     message = str(exit_info.value.code)
     assert message.count("\n") == 0 and "bad.json: expected a JSON list of records" in message
-    assert (tmp_path / "bad.json.damaged").exists() and not (tmp_path / "bad.json").exists()
+    assert (tmp_path / "bad.json").exists() and not (tmp_path / "bad.json.damaged").exists()
 
 
 def _render(ident, summary_path, tmp_path):

@@ -151,3 +151,26 @@ def _without_provenance(path: Path):
         if isinstance(record, dict):
             record.pop("provenance", None)
     return data
+
+
+@pytest.mark.parametrize("run", COMMITTED_RUNS)
+def test_a_committed_writeup_hints_at_readmes_rebuild_command(run):
+    """Each committed writeup tells its reader how to rebuild it with the exact command README gives
+    for that run (and the test above runs that command)."""
+    text = (REPO / "writeup" / run / "writeup.md").read_text()
+    hint = re.search(r"measuring nothing: `(snakemake [^`]+)`", text)
+    assert hint, f"writeup/{run}/writeup.md has no rebuild command"
+    assert hint.group(1) in by_kind("rebuild"), f"{hint.group(1)!r} is not README's rebuild command for {run}"
+
+
+def test_readme_says_what_a_target_after_resources_does(tmp_path):
+    """README warns that a target after `--resources` is read as a resource; what it quotes is what
+    Snakemake prints."""
+    text = readme.README.read_text()
+    quoted = re.search(r"after `--resources` it stops with Python's `([^`]+)`", text)
+    assert quoted, "README no longer says what a target after --resources does"
+    copy = make_copy(tmp_path)
+    proc = shell(copy, "snakemake --cores 1 --resources gpu=2 results/smoke/A3/table.md")
+    assert proc.returncode != 0 and quoted.group(1) in proc.stderr, _show(proc)
+    proc = shell(copy, "snakemake --cores 1 --config run=x results/smoke/A3/table.md")
+    assert proc.returncode != 0 and "Unparsable value" in proc.stderr, _show(proc)

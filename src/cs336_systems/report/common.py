@@ -11,18 +11,18 @@ matplotlib.use("Agg")   # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from cs336_systems.records import (DamagedRecord, read_record, read_record_list, set_aside,  # noqa: E402
-                                   write_json_atomic)
+from cs336_systems.records import DamagedRecord, read_record, read_record_list, write_json_atomic  # noqa: E402
 
 
 def _read_or_stop(read, path):
-    """``read(path)``; a damaged record is set aside and the report stops with one line naming it."""
+    """``read(path)``; a damaged record stops the report with one line naming it. It is left where it
+    is: other reports may read it too, and the next run sets it aside before it plans anything
+    (``pipeline.run_folder``), so the point is measured again once and every reader sees the new record."""
     try:
         return read(path)
     except DamagedRecord as error:
-        aside = set_aside(error)
-        raise SystemExit(f"damaged record {error.path}: {error.why}. Moved to {aside.name}; "
-                         "the next run measures it again.") from None
+        raise SystemExit(f"damaged record {error.path}: {error.why}. The next run sets it aside and "
+                         "measures it again.") from None
 
 
 def load_records(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:

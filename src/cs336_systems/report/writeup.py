@@ -2,12 +2,13 @@
 
     python -m cs336_systems.report.writeup --run h100 --preset full --templates writeup/templates \\
         --summaries results/h100/A1/summary.json ... --md writeup/h100/writeup.md --html writeup/h100/writeup.html \\
-        [--sections A2,A4,...] [--gpus-needed C1=2 C3=2 ...] [--gpus-here 1]
+        [--sections A2,A4,...] [--gpus-needed C1=2 C3=2 ...]
 
 Every deliverable ID (``cs336_systems.deliverables``, in its order and with its title) has a
 section. A section whose report rule left a ``summary.json`` renders ``<templates>/sections/<ID>.md.j2`` with that summary as ``d``; any other section says why it
-is missing (``--sections``, ``--gpus-needed`` and ``--gpus-here`` say what this run chose, what each
-section needs and what a job got on the machine that built it). The header is a table of contents that names, for every section, the run, card and commit
+is missing (``--sections`` and ``--gpus-needed`` say what this run chose and what each section
+needs; the records say how many GPUs the run's jobs had, so the text is the same on whatever machine
+renders it). The header is a table of contents that names, for every section, the run, card and commit
 its numbers come from. Templates are rendered twice, once per output format: ``table()`` and
 ``figure()`` return Markdown in the first and HTML (images and long tables' CSV inlined as base64)
 in the second, and markdown-it-py turns the rest of the second into HTML.
@@ -211,9 +212,6 @@ class Renderer:
         cell = f"run `{run}` · {cards} · commit {commits}{' (dirty)' if p.get('dirty') else ''} · {dates} · {records}"
         if source.get("parts"):
             cell += " · only part " + ", ".join(f"({part})" for part in source["parts"])
-        if source.get("kept_from"):
-            cell += (f" · measured earlier with {source['kept_from']} GPUs; this machine has {source['gpus_here']}, "
-                     "so these records were kept and not measured again")
         return cell
 
 
@@ -225,10 +223,9 @@ def rebuild_command(run: str, preset: str, chosen: list[str] | None) -> str:
 
 
 def section_sources(run: str, summaries: dict[str, Path], chosen: list[str] | None,
-                    gpus_needed: dict[str, int], gpus_here: int | None = None) -> dict[str, dict]:
+                    gpus_needed: dict[str, int]) -> dict[str, dict]:
     """For each section: the provenance its numbers come from, or why it is missing (and which other
-    runs beside this one, under the same results folder, have it). ``gpus_here``: the most GPUs a
-    job got on the machine building this writeup, where known; else what the run's records say."""
+    runs beside this one, under the same results folder, have it)."""
     provenance = {ident: json.loads(path.read_text()).get("provenance") or {} for ident, path in summaries.items()}
     had = max((c for p in provenance.values() for c in p.get("gpu_counts") or []), default=None)
     roots = {path.parents[2] for path in summaries.values()}
@@ -237,15 +234,10 @@ def section_sources(run: str, summaries: dict[str, Path], chosen: list[str] | No
         if ident in summaries:
             parts = [s[len(ident):] for s in chosen or [] if s[:-1] == ident and s[-1].isalpha()]
             sources[ident] = {"provenance": provenance[ident], "parts": [] if ident in (chosen or []) else parts}
-            measured_with = max(provenance[ident].get("gpu_counts") or [0])
-            if gpus_here is not None and gpus_needed.get(ident, 0) > gpus_here and measured_with > gpus_here:
-                sources[ident].update(kept_from=measured_with, gpus_here=gpus_here)
             continue
         rebuild = f"`sections={','.join([*chosen, ident])}`" if chosen else ""
         need = gpus_needed.get(ident, 0)
-        if gpus_here is not None and need > gpus_here:
-            why = f"needs {need} GPU{'s' if need > 1 else ''}; this machine has {gpus_here}"
-        elif had is not None and need > had:
+        if had is not None and need > had:
             why = f"needs {need} GPU{'s' if need > 1 else ''}; this run's jobs had {had}" + (
                 f" (measure it on a {need}-GPU machine with {rebuild})" if rebuild else "")
         elif chosen is not None and ident not in chosen:
@@ -265,15 +257,14 @@ def section_sources(run: str, summaries: dict[str, Path], chosen: list[str] | No
 
 
 def render(run: str, preset: str, summary_paths: list[Path], md_path: Path, html_path: Path, templates: Path,
-           chosen: list[str] | None = None, gpus_needed: dict[str, int] | None = None,
-           gpus_here: int | None = None) -> None:
+           chosen: list[str] | None = None, gpus_needed: dict[str, int] | None = None) -> None:
     summaries = {}
     for path in summary_paths:
         ident = path.parent.name
         if ident not in SECTIONS:
             raise SystemExit(f"writeup: {path} is not in a deliverable's folder (one of {', '.join(SECTIONS)})")
         summaries[ident] = path
-    sources = section_sources(run, summaries, chosen, gpus_needed or {}, gpus_here)
+    sources = section_sources(run, summaries, chosen, gpus_needed or {})
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(Renderer("md", md_path, templates, run).document(run, preset, summaries, sources, chosen))
     body = to_html(Renderer("html", html_path, templates, run).document(run, preset, summaries, sources, chosen))
@@ -304,12 +295,10 @@ def main(argv=None) -> int:
                    help="the run's `sections` setting (comma-separated IDs, or 'all'), to say why a section is missing")
     p.add_argument("--gpus-needed", nargs="*", default=[], metavar="ID=N",
                    help="GPUs a section's jobs need in this preset, to say why a section is missing")
-    p.add_argument("--gpus-here", type=int, default=None,
-                   help="the most GPUs one job gets on this machine, where the pipeline knows it")
     args = p.parse_args(argv)
     chosen = None if args.sections == "all" else [s.strip() for s in args.sections.split(",") if s.strip()]
     render(args.run, args.preset, args.summaries, args.md, args.html, args.templates, chosen,
-           _gpus_needed(args.gpus_needed), args.gpus_here)
+           _gpus_needed(args.gpus_needed))
     print(f"writeup: {len(args.summaries)} of {len(SECTIONS)} sections built -> {args.md}, {args.html}", file=sys.stderr)
     return 0
 
