@@ -1,7 +1,9 @@
 """distributed.variants (the one list of data-parallel variants) and distributed.traces (stored steps)."""
 
+import errno
 import gzip
 import json
+import os
 import random
 
 import pytest
@@ -60,3 +62,52 @@ def test_a_stored_trace_reads_back_exactly_and_is_a_chrome_trace(tmp_path):
     before = path.read_bytes()
     traces.write(path, "overlap", intervals)       # no time stamp in the gzip header: same bytes
     assert path.read_bytes() == before
+
+
+def test_a_trace_write_that_fails_midway_leaves_the_old_trace_and_no_temp_file(tmp_path, monkeypatch):
+    path = tmp_path / "t.json.gz"
+    traces.write(path, "overlap", _intervals(10))
+    before = path.read_bytes()
+    real_fdopen = os.fdopen
+
+    class HalfWritten:
+        """Writes half of what it is given, then fails as a full disk does."""
+
+        def __init__(self, fd, mode):
+            self.file = real_fdopen(fd, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def write(self, data):
+            self.file.write(data[: len(data) // 2])
+            self.file.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fdopen", HalfWritten)
+    with pytest.raises(OSError, match="No space left on device"):
+        traces.write(path, "overlap", _intervals(2000))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz"]
+    assert path.read_bytes() == before
+
+
+def test_a_trace_written_to_a_full_device_leaves_no_temp_file(tmp_path, monkeypatch):
+    """The temp file's descriptor is /dev/full, so the kernel itself refuses the bytes (ENOSPC)."""
+    if not os.access("/dev/full", os.W_OK):
+        pytest.skip("no writable /dev/full")
+    made = []
+
+    def full_mkstemp(dir, prefix, suffix):
+        tmp = os.path.join(dir, f"{prefix}full{suffix}")
+        open(tmp, "w").close()
+        made.append(tmp)
+        return os.open("/dev/full", os.O_WRONLY), tmp
+
+    monkeypatch.setattr(traces.tempfile, "mkstemp", full_mkstemp)
+    with pytest.raises(OSError) as raised:
+        traces.write(tmp_path / "t.json.gz", "overlap", _intervals(2000))
+    assert raised.value.errno == errno.ENOSPC
+    assert len(made) == 1 and list(tmp_path.iterdir()) == []

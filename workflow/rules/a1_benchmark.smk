@@ -19,11 +19,11 @@ A1_WARMUP_RECORDS = expand(f"{RESULTS}/A1/warmup/{{size}}_ctx{A1_STUDY['context'
 
 # One benchmark process on its own GPU; both A1 rules run it, with their grid point in params.
 BENCHMARK = (
-    "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+    logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
     " python -m cs336_systems.benchmark --size {wildcards.size} --context {wildcards.context}"
     " --mode {params.mode} --precision {params.precision} --batch {params.batch}"
     " --warmup {params.warmup} --steps {params.steps} --attention {params.attention}"
-    " --device {params.device} --out {output} > {log} 2>&1"
+    " --device {params.device} --out {output} > {log} 2>&1")
 )
 
 
@@ -102,5 +102,5 @@ rule A1_report:
     params:
         out_dir=out_dir("csv"),
     shell:
-        "python -m cs336_systems.report.a1 --records {input.records} --warmup-records {input.warmup}"
-        " --profiles {input.profiles} --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.a1 --records {input.records} --warmup-records {input.warmup}"
+        " --profiles {input.profiles} --out-dir {params.out_dir} > {log} 2>&1")

@@ -34,10 +34,10 @@ rule A2_profile:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.profiling.profile --size {wildcards.size} --context {wildcards.context}"
         " --modes {params.modes} --batch {params.batch} --warmup {params.warmup} --steps {params.steps}"
-        " --device {params.device} --nsys {params.nsys} --out {output} > {log} 2>&1"
+        " --device {params.device} --nsys {params.nsys} --out {output} > {log} 2>&1")
 
 
 rule A2_report:
@@ -59,5 +59,5 @@ rule A2_report:
     params:
         out_dir=out_dir("summary"),
     shell:
-        "python -m cs336_systems.report.a2 --records {input.records} --a1-records {input.a1}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.a2 --records {input.records} --a1-records {input.a1}"
+        " --out-dir {params.out_dir} > {log} 2>&1")

@@ -35,7 +35,7 @@ rule A3_accumulation:
     params:
         terms=" ".join(map(str, GRID["A3"]["terms"])),
     shell:
-        "python -m cs336_systems.precision.accumulation --terms {params.terms} --out {output} > {log} 2>&1"
+        logged("python -m cs336_systems.precision.accumulation --terms {params.terms} --out {output} > {log} 2>&1")
 
 
 rule A3_report:
@@ -53,7 +53,7 @@ rule A3_report:
     params:
         out_dir=out_dir("csv"),
     shell:
-        "python -m cs336_systems.report.a3 --record {input.record} --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.a3 --record {input.record} --out-dir {params.out_dir} > {log} 2>&1")
 
 
 rule A4_dtypes:
@@ -73,9 +73,9 @@ rule A4_dtypes:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.precision.autocast_dtypes --devices {params.devices} --dtypes {params.dtypes}"
-        " --out {output} > {log} 2>&1"
+        " --out {output} > {log} 2>&1")
 
 
 rule A4_kernels:
@@ -101,10 +101,10 @@ rule A4_kernels:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.profiling.step_kernels --size {wildcards.size} --context {wildcards.context}"
         " --mode {wildcards.mode} --precision {wildcards.precision} --batch {params.batch}"
-        " --warmup {params.warmup} --steps {params.steps} --device {params.device} --out {output} > {log} 2>&1"
+        " --warmup {params.warmup} --steps {params.steps} --device {params.device} --out {output} > {log} 2>&1")
 
 
 rule A4_report:
@@ -127,5 +127,5 @@ rule A4_report:
     params:
         out_dir=out_dir("csv"),
     shell:
-        "python -m cs336_systems.report.a4 --dtypes {input.dtypes} --timing-records {input.timing}"
-        " --kernel-records {input.kernels} --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.a4 --dtypes {input.dtypes} --timing-records {input.timing}"
+        " --kernel-records {input.kernels} --out-dir {params.out_dir} > {log} 2>&1")

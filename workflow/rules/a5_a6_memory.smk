@@ -42,11 +42,11 @@ rule A5_snapshot:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.memory.snapshot --size {params.size} --context {wildcards.context}"
         " --mode {wildcards.mode} --precision {wildcards.precision} --batch {params.batch}"
         " --warmup {params.warmup} --max-entries {params.max_entries} --device {params.device}"
-        " --out {output.record} --timeline {output.timeline} --pickle {params.pickle} > {log} 2>&1"
+        " --out {output.record} --timeline {output.timeline} --pickle {params.pickle} > {log} 2>&1")
 
 
 rule A5_report:
@@ -68,8 +68,8 @@ rule A5_report:
     params:
         out_dir=out_dir("summary"),
     shell:
-        "python -m cs336_systems.report.a5 --records {input.records} --timelines {input.timelines}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.a5 --records {input.records} --timelines {input.timelines}"
+        " --out-dir {params.out_dir} > {log} 2>&1")
 
 
 rule A6_checkpoint:
@@ -93,10 +93,10 @@ rule A6_checkpoint:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.memory.checkpoint_bench --size {params.size} --context {params.context}"
         " --batch {params.batch} --group {wildcards.group} --mode forward-backward --device {params.device}"
-        " --out {output} > {log} 2>&1"
+        " --out {output} > {log} 2>&1")
 
 
 rule A6_report:
@@ -114,4 +114,4 @@ rule A6_report:
     params:
         out_dir=out_dir("csv"),
     shell:
-        "python -m cs336_systems.report.a6 --records {input.records} --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.a6 --records {input.records} --out-dir {params.out_dir} > {log} 2>&1")

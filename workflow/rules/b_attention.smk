@@ -34,10 +34,10 @@ rule B1_row:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.attention.sweep --d {wildcards.d} --seqs {params.seqs} {params.extend_to}"
         " {params.compile} --batch {params.batch} --iters {params.iters} --device {params.device}"
-        " --out {output} > {log} 2>&1"
+        " --out {output} > {log} 2>&1")
 
 
 rule B1_report:
@@ -56,7 +56,7 @@ rule B1_report:
     params:
         out_dir=out_dir("csv"),
     shell:
-        "python -m cs336_systems.report.b1 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.b1 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1")
 
 
 # B2(b) compiles each Transformer block in place ("blocks", regional compilation) rather than the
@@ -97,10 +97,10 @@ rule B2_whole_model:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.compile_bench --size {wildcards.size} --mode {wildcards.mode}"
         " --context {params.context} --batch {params.batch} --warmup {params.warmup} --steps {params.steps}"
-        " --compile {params.compile} --backend {params.backend} --device {params.device} --out {output} > {log} 2>&1"
+        " --compile {params.compile} --backend {params.backend} --device {params.device} --out {output} > {log} 2>&1")
 
 
 rule B2_report:
@@ -124,8 +124,8 @@ rule B2_report:
     params:
         out_dir=out_dir("csv"),
     shell:
-        "python -m cs336_systems.report.b2 --rows {input.rows} --whole-model {input.whole_model}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.b2 --rows {input.rows} --whole-model {input.whole_model}"
+        " --out-dir {params.out_dir} > {log} 2>&1")
 
 
 rule B3_checks:
@@ -146,9 +146,9 @@ rule B3_checks:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.attention.check --shape {params.shape} --bench-shape {params.bench_shape}"
-        " --dtypes {params.dtypes} --device {params.device} --out {output} > {log} 2>&1"
+        " --dtypes {params.dtypes} --device {params.device} --out {output} > {log} 2>&1")
 
 
 # B3 and B4 both read the one checks record: the errors are B3's table, the backward timings B4's.
@@ -170,8 +170,8 @@ for ident, item in (("B3", "errors"), ("B4", "backward timings")):
             ident=ident,
             out_dir=out_dir("summary"),
         shell:
-            "python -m cs336_systems.report.flash_checks {params.ident} --records {input.records}"
-            " --out-dir {params.out_dir} > {log} 2>&1"
+            logged("python -m cs336_systems.report.flash_checks {params.ident} --records {input.records}"
+            " --out-dir {params.out_dir} > {log} 2>&1")
 
 
 rule B5_grid_row:
@@ -197,9 +197,9 @@ rule B5_grid_row:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.attention.bench grid --impl {wildcards.impl} --dtype {wildcards.dtype}"
-        " --d {wildcards.d} --seqs {params.seqs} --device {params.device} --out {output} > {log} 2>&1"
+        " --d {wildcards.d} --seqs {params.seqs} --device {params.device} --out {output} > {log} 2>&1")
 
 
 rule B5_leaderboard:
@@ -221,9 +221,9 @@ rule B5_leaderboard:
     resources:
         gpu=1,
     shell:
-        "python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.attention.bench leaderboard --shape {params.shape} --warmup-ms {params.warmup}"
-        " --rep-ms {params.rep} --device {params.device} --out {output} > {log} 2>&1"
+        " --rep-ms {params.rep} --device {params.device} --out {output} > {log} 2>&1")
 
 
 rule B5_report:
@@ -245,5 +245,5 @@ rule B5_report:
     params:
         out_dir=out_dir("csv"),
     shell:
-        "python -m cs336_systems.report.b5 --rows {input.rows} --leaderboard {input.leaderboard}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.b5 --rows {input.rows} --leaderboard {input.leaderboard}"
+        " --out-dir {params.out_dir} > {log} 2>&1")

@@ -20,4 +20,4 @@ rule C9_report:
     params:
         out_dir=out_dir("csv"),
     shell:
-        "python -m cs336_systems.report.c9 --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.c9 --out-dir {params.out_dir} > {log} 2>&1")

@@ -50,9 +50,9 @@ rule C1_row:
         # A preset without GPUs still runs its NCCL rows, which record that they were skipped.
         gpu=lambda wildcards: int(wildcards.world) if wildcards.backend == "nccl" and ON_GPUS else 0,
     shell:
-        "{params.lease} python -m cs336_systems.distributed.allreduce_bench --backend {wildcards.backend}"
+        logged("{params.lease} python -m cs336_systems.distributed.allreduce_bench --backend {wildcards.backend}"
         " --world-size {wildcards.world} --sizes-mb {params.sizes} --warmup {params.warmup} --iters {params.iters}"
-        " --out {output} > {log} 2>&1"
+        " --out {output} > {log} 2>&1")
 
 
 rule C1_report:
@@ -71,19 +71,19 @@ rule C1_report:
     params:
         out_dir=out_dir("csv"),
     shell:
-        "python -m cs336_systems.report.c1 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1"
+        logged("python -m cs336_systems.report.c1 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1")
 
 
 # The data-parallel variants: each runs under its own deliverable's rule (C3_variant for naive
 # and PyTorch DDP, C4_variant for flat, ...; distributed.variants says which) and leaves its
 # record and a one-step trace in that deliverable's folder. Same command for all of them.
 DDP_VARIANT_COMMAND = (
-    "{params.lease} python -m cs336_systems.distributed.train_bench --variant {wildcards.variant}"
+    logged("{params.lease} python -m cs336_systems.distributed.train_bench --variant {wildcards.variant}"
     " --precision {wildcards.precision}"
     f" --size {DDP['size']} --context {DDP['context']} --global-batch {DDP['global_batch']}"
     f" --world-size {DDP['world_size']} --warmup {DDP['warmup']} --steps {DDP['steps']}"
     f" --accuracy-steps {DDP['accuracy_steps']}"
-    " --backend {params.backend} --trace {output.trace} --out {output.record} > {log} 2>&1"
+    " --backend {params.backend} --trace {output.trace} --out {output.record} > {log} 2>&1")
 )
 
 
@@ -157,5 +157,5 @@ for ident in ddp_report.SECTIONS:
             c1=lambda wildcards, input: f"--c1-summary {input.c1}" if input.c1 else "",
             out_dir=out_dir("summary"),
         shell:
-            "python -m cs336_systems.report.ddp {params.ident} --records {input.records} --traces {input.traces}"
-            " --traced {params.traced} {params.c1} --out-dir {params.out_dir} > {log} 2>&1"
+            logged("python -m cs336_systems.report.ddp {params.ident} --records {input.records} --traces {input.traces}"
+            " --traced {params.traced} {params.c1} --out-dir {params.out_dir} > {log} 2>&1")

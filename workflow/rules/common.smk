@@ -46,10 +46,11 @@ else:
     RUN_CONFLICT = None
 
 # GPUs: the most one job gets here (machine.gpus_for_jobs: visible GPUs, capped by --resources gpu=N;
-# None on a cluster or where no GPU shows), and what each deliverable's jobs need in this preset (0
-# on CPUs): C1's NCCL rows one GPU per rank, the data-parallel variants `world_size`.
+# None on a cluster, inside a cluster job, or where no GPU shows), and what each deliverable's jobs
+# need in this preset (0 on CPUs): C1's NCCL rows one GPU per rank, the data-parallel variants `world_size`.
 _resources_gpu = workflow.global_resources.get("gpu")
-GPUS_HERE = machine.gpus_for_jobs(workflow.local_exec, getattr(_resources_gpu, "value", _resources_gpu))
+GPUS_HERE = machine.gpus_for_jobs(workflow.local_exec and workflow.is_main_process,
+                                  getattr(_resources_gpu, "value", _resources_gpu))
 ON_GPUS = GRID["device"].startswith("cuda")
 GPUS_NEEDED = {
     d.id: 0 if d.needs == deliverables.CPU or not ON_GPUS
@@ -63,6 +64,10 @@ GPUS_NEEDED = {
 # kept whatever the code's age, or says what it needs.
 REBUILD_ONLY = {ident for ident, need in GPUS_NEEDED.items() if GPUS_HERE is not None and need > GPUS_HERE}
 
+
+# Every command sends its output to its log (`logged`); where it fails, one line on the console says why (the
+# exception, or a full disk that left the log empty: pipeline.job_failed), and the job still fails.
+logged = lambda command: command + " || python -m cs336_systems.pipeline.job_failed {log} $?"
 
 # The code inputs of a measuring step of `deliverable`. With reuse_records, or for a deliverable
 # this machine cannot measure, records already on disk count as fresh whatever the code's age, so

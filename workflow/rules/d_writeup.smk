@@ -36,6 +36,6 @@ rule writeup:
         gpus_needed=" ".join(f"{ident}={n}" for ident, n in GPUS_NEEDED.items()),
         templates=lambda wildcards, input: os.path.commonpath(input.templates),
     shell:
-        "python -m cs336_systems.report.writeup --run {params.run} --preset {params.preset} --templates {params.templates}"
+        logged("python -m cs336_systems.report.writeup --run {params.run} --preset {params.preset} --templates {params.templates}"
         " --sections {params.sections} --gpus-needed {params.gpus_needed}"
-        " --summaries {input.summaries} --md {output.md} --html {output.html} > {log} 2>&1"
+        " --summaries {input.summaries} --md {output.md} --html {output.html} > {log} 2>&1")

@@ -53,17 +53,24 @@ def from_chrome(trace: dict) -> tuple[str, list[dict]]:
 
 
 def write(path: str | os.PathLike, variant: str, intervals: list[dict]) -> None:
-    """Gzipped Chrome trace, written atomically (temp file + rename); byte-identical for the same
-    intervals (no time stamp or file name in the gzip header)."""
+    """Gzipped Chrome trace, written atomically (temp file + rename, the temp file removed if
+    writing fails); byte-identical for the same intervals (no time stamp or file name in the gzip
+    header)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as zipped:
         zipped.write(json.dumps(to_chrome(variant, intervals), separators=(",", ":")).encode())
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(buffer.getvalue())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buffer.getvalue())
+        os.replace(tmp, path)
+    except BaseException:
+        # A failed write (a full disk, an interrupt) would otherwise leave the partial temp file
+        # behind, taking space and never read again.
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read(path: str | os.PathLike) -> tuple[str, list[dict]]:
