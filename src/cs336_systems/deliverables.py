@@ -1,36 +1,46 @@
-"""The one registry of deliverables: ID -> title, rule file, module, report, results folder, section.
+"""The one registry of deliverables: ID -> title, rules, module, report, results folder, section.
 
 Every deliverable is one hop from its ID:
 
-    ID  ->  rules named ``<ID>_...`` in ``workflow/rules/<rules>``
-        ->  ``python -m <module>`` (what it measures or implements)
+    ID  ->  rules ``measures`` and ``<ID>_report`` in ``workflow/rules/<rules>``
+        ->  ``python -m <runs>`` (what its measuring rules run; ``about``: the code the
+            deliverable is about, where that is not the same module)
         ->  ``python -m <report> ...`` writes ``results/<run>/<ID>/`` (table, figures, summary.json,
-            and ``records/`` where it measures)
+            and ``records/`` where it measures; ``reads``: the other deliverables whose records it reads)
         ->  ``writeup/templates/sections/<ID>.md.j2``
 
-The Snakefile reads this table for the writeup's inputs and the GPUs each section needs, the
-writeup for its titles and order, the data-parallel report for which sections it writes. The
-data-parallel variants each deliverable measures are in ``distributed.variants``.
+``python -m cs336_systems.deliverables`` prints that map. The Snakefile reads this table for the
+writeup's inputs and the GPUs each section needs, the writeup for its titles and order, the
+data-parallel report for which sections it writes and which variants each reads.
 
 Kept free of torch: the Snakefile imports it while parsing.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 # What a deliverable's measuring jobs need: nothing but CPUs, one GPU of the preset's device, or
 # one GPU per rank (the C1 NCCL rows and the data-parallel variants; Gloo ranks on CPUs in smoke).
 CPU, ONE_GPU, RANKS = "cpu", "one GPU", "ranks"
+BUCKET_SIZES = "bucketed-<MB>"     # every bucket size of the data-parallel variants (distributed.variants)
 
 
 @dataclass(frozen=True)
 class Deliverable:
     id: str
     title: str
-    rules: str          # the rule file under workflow/rules/ holding its rules
-    module: str         # the code it measures or implements
-    report: str         # the report module that writes its results folder
-    needs: str          # CPU, ONE_GPU or RANKS
+    rules: str                    # the rule file under workflow/rules/ holding its rules
+    runs: str                     # the module its measuring rules run with `python -m`
+    report: str                   # the report module that writes its results folder
+    needs: str                    # CPU, ONE_GPU or RANKS
+    measures: tuple[str, ...] = ()   # its measuring rules (its report rule is `<ID>_report`)
+    reads: tuple[str, ...] = ()   # other deliverables whose records (or summary) its report reads
+    about: str = ""               # the code it is about, where not `runs` (DDPBucketed for C7)
+    # Data-parallel deliverables: the variants (distributed.variants names) whose records its report
+    # reads, None for every variant of the run; whether it reads their traces.
+    variants: tuple[str, ...] | None = ()
+    traces: bool = False
 
     def folder(self, run: str) -> str:
         return f"results/{run}/{self.id}"
@@ -44,42 +54,68 @@ class Deliverable:
         """The rule whose outputs (``summary`` and its figures) the writeup renders."""
         return f"{self.id}_report"
 
+    @property
+    def module(self) -> str:
+        """The code the deliverable is about."""
+        return self.about or self.runs
+
 
 _S = "cs336_systems"
 _DDP = "c_distributed.smk"
+_TRAIN = f"{_S}.distributed.train_bench"
+_DDP_REPORT = f"{_S}.report.ddp"
+_MEMORY_VARIANTS = ("no-comm", "overlap", "overlap-sharded", "torch-ddp", "fsdp", "fsdp-bf16")
+
+
+def _ddp(ident: str, title: str, variants: tuple[str, ...] | None, about: str = "", measures: bool = False,
+         traces: bool = False, reads: tuple[str, ...] = ()) -> Deliverable:
+    """A data-parallel deliverable: its report reads the records of ``variants`` wherever they live."""
+    return Deliverable(ident, title, _DDP, _TRAIN, _DDP_REPORT, RANKS, (f"{ident}_variant",) if measures else (),
+                       reads, about, variants, traces)
+
 
 DELIVERABLES: tuple[Deliverable, ...] = (
-    Deliverable("A1", "End-to-end benchmark", "a1_benchmark.smk", f"{_S}.benchmark", f"{_S}.report.a1", ONE_GPU),
-    Deliverable("A2", "Nsight Systems profile", "a2_profile.smk", f"{_S}.profiling.profile", f"{_S}.report.a2", ONE_GPU),
+    Deliverable("A1", "End-to-end benchmark", "a1_benchmark.smk", f"{_S}.benchmark", f"{_S}.report.a1", ONE_GPU,
+                ("A1_benchmark", "A1_warmup_study"), reads=("A2",)),
+    Deliverable("A2", "Nsight Systems profile", "a2_profile.smk", f"{_S}.profiling.profile", f"{_S}.report.a2",
+                ONE_GPU, ("A2_profile",)),
     Deliverable("A3", "Accumulation in low precision", "a3_a4_precision.smk", f"{_S}.precision.accumulation",
-                f"{_S}.report.a3", CPU),
+                f"{_S}.report.a3", CPU, ("A3_accumulation",)),
     Deliverable("A4", "Mixed precision", "a3_a4_precision.smk", f"{_S}.precision.autocast_dtypes",
-                f"{_S}.report.a4", ONE_GPU),
-    Deliverable("A5", "Memory", "a5_a6_memory.smk", f"{_S}.memory.snapshot", f"{_S}.report.a5", ONE_GPU),
+                f"{_S}.report.a4", ONE_GPU, ("A4_dtypes", "A4_kernels"), reads=("A1",)),
+    Deliverable("A5", "Memory", "a5_a6_memory.smk", f"{_S}.memory.snapshot", f"{_S}.report.a5", ONE_GPU,
+                ("A5_snapshot",)),
     Deliverable("A6", "Gradient checkpointing", "a5_a6_memory.smk", f"{_S}.memory.checkpoint_bench",
-                f"{_S}.report.a6", ONE_GPU),
-    Deliverable("B1", "PyTorch attention sweep", "b_attention.smk", f"{_S}.attention.sweep", f"{_S}.report.b1", ONE_GPU),
-    Deliverable("B2", "torch.compile", "b_attention.smk", f"{_S}.compile_bench", f"{_S}.report.b2", ONE_GPU),
+                f"{_S}.report.a6", ONE_GPU, ("A6_checkpoint",), about=f"{_S}.memory.checkpointing"),
+    Deliverable("B1", "PyTorch attention sweep", "b_attention.smk", f"{_S}.attention.sweep", f"{_S}.report.b1",
+                ONE_GPU, ("B1_row",)),
+    Deliverable("B2", "torch.compile", "b_attention.smk", f"{_S}.compile_bench", f"{_S}.report.b2", ONE_GPU,
+                ("B2_whole_model",), reads=("B1",)),
     Deliverable("B3", "FlashAttention-2 forward", "b_attention.smk", f"{_S}.attention.check",
-                f"{_S}.report.flash_checks", ONE_GPU),
+                f"{_S}.report.flash_checks", ONE_GPU, ("B3_checks",), about=f"{_S}.attention.flash_triton"),
     Deliverable("B4", "FlashAttention-2 backward", "b_attention.smk", f"{_S}.attention.check",
-                f"{_S}.report.flash_checks", ONE_GPU),
-    Deliverable("B5", "FlashAttention benchmark", "b_attention.smk", f"{_S}.attention.bench", f"{_S}.report.b5", ONE_GPU),
-    Deliverable("C1", "All-reduce benchmark", _DDP, f"{_S}.distributed.allreduce_bench", f"{_S}.report.c1", RANKS),
-    Deliverable("C2", "Naive DDP", _DDP, f"{_S}.distributed.ddp", f"{_S}.report.ddp", RANKS),
-    Deliverable("C3", "Naive DDP benchmark", _DDP, f"{_S}.distributed.train_bench", f"{_S}.report.ddp", RANKS),
-    Deliverable("C4", "Flat DDP", _DDP, f"{_S}.distributed.ddp", f"{_S}.report.ddp", RANKS),
-    Deliverable("C5", "Overlapping DDP", _DDP, f"{_S}.distributed.ddp", f"{_S}.report.ddp", RANKS),
-    Deliverable("C6", "Overlapping DDP benchmark", _DDP, f"{_S}.distributed.train_bench", f"{_S}.report.ddp", RANKS),
-    Deliverable("C7", "Bucketed DDP", _DDP, f"{_S}.distributed.ddp", f"{_S}.report.ddp", RANKS),
-    Deliverable("C8", "Bucket sizes and the overhead model", _DDP, f"{_S}.distributed.train_bench",
-                f"{_S}.report.ddp", RANKS),
-    Deliverable("C9", "4D-parallelism accounting", "c9_accounting.smk", f"{_S}.accounting.c9", f"{_S}.report.c9", CPU),
-    Deliverable("C10", "Optimizer state sharding", _DDP, f"{_S}.distributed.sharded_optimizer", f"{_S}.report.ddp",
-                RANKS),
-    Deliverable("C11", "Optimizer state sharding: memory and time", _DDP, f"{_S}.distributed.train_bench",
-                f"{_S}.report.ddp", RANKS),
-    Deliverable("C12", "FSDP", _DDP, f"{_S}.distributed.fsdp", f"{_S}.report.ddp", RANKS),
+                f"{_S}.report.flash_checks", ONE_GPU, reads=("B3",), about=f"{_S}.attention.flash_triton"),
+    Deliverable("B5", "FlashAttention benchmark", "b_attention.smk", f"{_S}.attention.bench", f"{_S}.report.b5",
+                ONE_GPU, ("B5_grid_row", "B5_leaderboard")),
+    Deliverable("C1", "All-reduce benchmark", _DDP, f"{_S}.distributed.allreduce_bench", f"{_S}.report.c1", RANKS,
+                ("C1_row",)),
+    _ddp("C2", "Naive DDP", ("naive",), about=f"{_S}.distributed.ddp", reads=("C3",)),
+    _ddp("C3", "Naive DDP benchmark", ("naive", "torch-ddp"), measures=True),
+    _ddp("C4", "Flat DDP", ("naive", "flat"), about=f"{_S}.distributed.ddp", measures=True, reads=("C3",)),
+    _ddp("C5", "Overlapping DDP", ("overlap",), about=f"{_S}.distributed.ddp", reads=("C3", "C6")),
+    _ddp("C6", "Overlapping DDP benchmark", ("naive", "flat", "overlap", "torch-ddp"), measures=True, traces=True,
+         reads=("C3", "C4")),
+    _ddp("C7", "Bucketed DDP", (BUCKET_SIZES,), about=f"{_S}.distributed.ddp", reads=("C3", "C8")),
+    _ddp("C8", "Bucket sizes and the overhead model", None, measures=True, traces=True,
+         reads=("C1", "C3", "C4", "C6", "C11", "C12")),
+    Deliverable("C9", "4D-parallelism accounting", "c9_accounting.smk", f"{_S}.report.c9", f"{_S}.report.c9", CPU,
+                about=f"{_S}.accounting"),
+    _ddp("C10", "Optimizer state sharding", ("overlap", "overlap-sharded"), about=f"{_S}.distributed.sharded_optimizer",
+         reads=("C3", "C6", "C11")),
+    _ddp("C11", "Optimizer state sharding: memory and time", _MEMORY_VARIANTS, measures=True,
+         reads=("C3", "C6", "C12")),
+    _ddp("C12", "FSDP", ("fsdp", "fsdp-bf16", "overlap", "torch-ddp"), about=f"{_S}.distributed.fsdp",
+         measures=True, traces=True, reads=("C1", "C3", "C6")),
 )
 
 BY_ID: dict[str, Deliverable] = {d.id: d for d in DELIVERABLES}
@@ -96,3 +132,27 @@ def get(ident: str) -> Deliverable:
 def reported_by(report: str) -> list[str]:
     """The IDs whose folder the report module ``report`` writes, in registry order."""
     return [d.id for d in DELIVERABLES if d.report == report]
+
+
+def rules_of(d: Deliverable) -> tuple[str, ...]:
+    """Every rule of ``d``: its measuring rules and its report rule."""
+    return (*d.measures, d.report_rule)
+
+
+def map_lines() -> list[str]:
+    """The map, one line per deliverable: ID, title, rules, what runs, results folder, section."""
+    lines = []
+    for d in DELIVERABLES:
+        runs = f"python -m {d.runs}" + (f" (about {d.about})" if d.about else "")
+        reads = f"; reads {', '.join(d.reads)}" if d.reads else ""
+        lines.append(f"{d.id:<4} {d.title}\n"
+                     f"     rules    {', '.join(rules_of(d))} (workflow/rules/{d.rules})\n"
+                     f"     runs     {runs}\n"
+                     f"     report   python -m {d.report} -> results/<run>/{d.id}/{reads}\n"
+                     f"     section  writeup/templates/{d.section}")
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(map_lines()))
+    sys.exit(0)

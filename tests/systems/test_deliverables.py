@@ -32,14 +32,49 @@ def test_ids_are_the_assignment_s_in_order():
     assert list(SECTIONS) == list(deliverables.IDS)           # the writeup reads titles and order here
 
 
+def _runnable(module: str) -> bool:
+    path = module_file(module)
+    return path is not None and 'if __name__ == "__main__":' in path.read_text()
+
+
 @pytest.mark.parametrize("d", deliverables.DELIVERABLES, ids=lambda d: d.id)
 def test_one_hop_from_the_id(d, rule_names):
-    assert (REPO / "workflow" / "rules" / d.rules).is_file()
+    rule_file = (REPO / "workflow" / "rules" / d.rules).read_text()
     assert (REPO / "writeup" / "templates" / d.section).is_file()
-    assert module_file(d.module) is not None and module_file(d.report) is not None
-    assert d.report_rule in rule_names
+    assert _runnable(d.runs) and _runnable(d.report), "what the map prints as `python -m` must run"
+    assert module_file(d.module) is not None
+    assert set(deliverables.rules_of(d)) <= set(rule_names)
+    for rule in deliverables.rules_of(d):        # each defined in the registry's rule file (loops by f-string)
+        assert f"rule {rule}:" in rule_file or f'f"{{ident}}_{rule.split("_", 1)[1]}"' in rule_file, rule
     assert d.folder("h200") == f"results/h200/{d.id}"
     assert d.needs in (deliverables.CPU, deliverables.ONE_GPU, deliverables.RANKS)
+    assert set(d.reads) <= set(deliverables.IDS) - {d.id}
+
+
+def test_the_registry_names_every_rule(rule_names):
+    named = {rule for d in deliverables.DELIVERABLES for rule in deliverables.rules_of(d)}
+    assert named | {"all", "writeup"} == set(rule_names)
+
+
+def test_the_printed_map_has_every_id_one_hop_each_way():
+    proc = subprocess.run([sys.executable, "-m", "cs336_systems.deliverables"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    blocks = proc.stdout.split("\n")
+    heads = [line.split()[0] for line in blocks if line and not line[0].isspace()]
+    assert heads == list(deliverables.IDS)
+    for d in deliverables.DELIVERABLES:
+        block = proc.stdout.split(f"\n{d.id} ", 1)[-1] if d.id != "A1" else proc.stdout
+        assert f"python -m {d.runs}" in block and f"results/<run>/{d.id}/" in block and d.section in block
+
+
+def test_data_parallel_reads_are_where_their_variants_live():
+    for ident in ddp_report.SECTIONS:
+        d = deliverables.get(ident)
+        wanted = variants.names() if d.variants is None else [*d.variants, variants.BASELINE]
+        by_name = {v.name: v for v in variants.VARIANTS}          # names as listed (families too)
+        folders = {by_name[v].deliverable for v in wanted} - {ident}
+        assert folders <= set(d.reads), (ident, folders)
 
 
 def test_every_rule_is_named_by_its_deliverable(rule_names):

@@ -6,7 +6,7 @@ figures, and the summary its section quotes.
         --traces results/RUN/C3/traces/naive_fp32.json.gz ... --traced naive overlap \
         --c1-summary results/RUN/C1/summary.json --out-dir results/RUN/C8
 
-Which variants each deliverable reads is ``READS`` below; where their records live is
+Which variants each deliverable reads is the registry's (``deliverables``, as ``READS`` below); where their records live is
 ``cs336_systems.distributed.variants`` (each variant's own deliverable). The summary's rows are the
 first precision's (fp32 where the run has it); ``by_precision`` holds the same rows for each.
 """
@@ -29,25 +29,15 @@ from cs336_systems.report.common import load_records, run_provenance, save_figur
 GIB = 2**30
 PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms")
 SECTIONS = tuple(deliverables.reported_by("cs336_systems.report.ddp"))
-BUCKETED = "bucketed-<MB>"
-MEMORY_VARIANTS = ("no-comm", "overlap", "overlap-sharded", "torch-ddp", "fsdp", "fsdp-bf16")
+BUCKETED = deliverables.BUCKET_SIZES
+MEMORY_VARIANTS = deliverables.get("C11").variants
 
 # The variants (registry names; bucketed-<MB> is every bucket size) whose records each deliverable's
-# report reads, and whether it reads their traces and C1's fit. None: every variant of the run.
-READS: dict[str, tuple[str, ...] | None] = {
-    "C2": ("naive",),
-    "C3": ("naive", "torch-ddp"),
-    "C4": ("naive", "flat"),
-    "C5": ("overlap",),
-    "C6": ("naive", "flat", "overlap", "torch-ddp"),
-    "C7": (BUCKETED,),
-    "C8": None,
-    "C10": ("overlap", "overlap-sharded"),
-    "C11": MEMORY_VARIANTS,
-    "C12": ("fsdp", "fsdp-bf16", "overlap", "torch-ddp"),
-}
-READS_TRACES = ("C6", "C8", "C12")
-READS_C1 = ("C8", "C12")
+# report reads, and whether it reads their traces and C1's fit: the registry says. None: every
+# variant of the run.
+READS: dict[str, tuple[str, ...] | None] = {ident: deliverables.get(ident).variants for ident in SECTIONS}
+READS_TRACES = tuple(ident for ident in SECTIONS if deliverables.get(ident).traces)
+READS_C1 = tuple(ident for ident in SECTIONS if "C1" in deliverables.get(ident).reads)
 
 
 def reads(ident: str, chosen: list[str]) -> list[str]:
