@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, ContextManager
 
 import torch
+from torch import nn
 
 from cs336_systems.models import MODES, VOCAB_SIZE, ModelSize, build_model, random_batch
 from cs336_systems.records import log
@@ -106,11 +107,13 @@ class Workload:
 
 def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, precision: str = "fp32",
                    compile: bool | str = False, attention: str = "naive", device: str | torch.device = "cpu",
-                   vocab_size: int = VOCAB_SIZE, checkpoint_group: int | None = None,
+                   vocab_size: int = VOCAB_SIZE, wrap_model: Callable[[nn.Module], object] | None = None,
                    backend: str = "inductor") -> Workload:
     """A randomly initialised model on ``device`` with a random batch, ready to step.
 
-    ``checkpoint_group=k`` recomputes activations in groups of k consecutive blocks (A6).
+    ``wrap_model(model)`` changes the built model in place before anything else sees it: A6 passes
+    its activation checkpointing, so this module (which A1, A2, A5 and B2 run too) does not import
+    A6's code, and editing A6 re-measures A6 alone.
     ``compile``: ``False``/``"none"`` runs eager; ``True``/``"model"`` wraps the whole model in
     ``torch.compile``; ``"blocks"`` compiles each Transformer block in place (regional
     compilation: the blocks share one compiled graph, so compiling costs one block's time
@@ -123,10 +126,8 @@ def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, prec
         raise ValueError(f"unknown precision {precision!r}; one of {', '.join(PRECISIONS)}")
     device = torch.device(device)
     model = build_model(size, context, vocab_size=vocab_size, device=device, attention=attention)
-    if checkpoint_group is not None:
-        from cs336_systems.memory.checkpointing import checkpoint_blocks
-
-        checkpoint_blocks(model, checkpoint_group)
+    if wrap_model is not None:
+        wrap_model(model)
     compile = {False: "none", True: "model"}.get(compile, compile)
     if compile not in COMPILE_MODES:
         raise ValueError(f"unknown compile mode {compile!r}; one of {', '.join(COMPILE_MODES)}")

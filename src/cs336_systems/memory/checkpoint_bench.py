@@ -2,7 +2,7 @@
 
     python -m cs336_systems.memory.checkpoint_bench --size xl --context 2048 --batch 4 --group 2 --out g2.json
 
-Builds the shared workload (``workload.build_workload(..., checkpoint_group=k)``; k = 0 is no
+Builds the shared workload with its blocks regrouped by ``checkpointing.checkpoint_blocks`` (k = 0 is no
 checkpointing), runs ``--warmup`` untimed steps, notes the memory in use (the baseline: weights,
 and in ``train-step`` mode AdamW's state; gradients are cleared after every step), resets the
 peak counter, then times ``--steps`` steps and reads ``torch.cuda.max_memory_allocated``.
@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict
+from functools import partial
 
 import torch
 
 from cs336_systems.cli import parse_device, require_at_least
+from cs336_systems.memory.checkpointing import checkpoint_blocks
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import attempt, free_device_memory, synchronize
@@ -33,7 +35,7 @@ def measure(size_name: str, *, context: int, batch: int, group: int, mode: str, 
             device: str) -> dict:
     device = torch.device(device)
     workload = build_workload(get_size(size_name), context=context, batch=batch, mode=mode, device=device,
-                              checkpoint_group=group)
+                              wrap_model=partial(checkpoint_blocks, group_size=group))
     def baseline() -> dict:                # what the step starts from: weights (and optimizer state)
         synchronize(device)
         return {"baseline_bytes": torch.cuda.memory_allocated(device) if device.type == "cuda" else None}

@@ -100,7 +100,7 @@ def _thin(bands: Bands, points: int) -> Bands:
 
 def render_timeline(trace: MemoryTrace, path: str | Path, title: str, k: int = 8, points: int = 3000) -> Bands:
     """Draw the timeline PNG at ``path``; return the exact bands it was drawn from."""
-    from cs336_systems.report.common import plt, save_figure
+    from cs336_systems.figures import plt, save_figure
 
     bands = stack_bands(trace, k)
     drawn = _thin(bands, points)
@@ -148,7 +148,7 @@ def render_timeline(trace: MemoryTrace, path: str | Path, title: str, k: int = 8
 
 def render_placeholder(path: str | Path, title: str, message: str) -> None:
     """A figure that says why there is no timeline (e.g. out of memory before the step began)."""
-    from cs336_systems.report.common import plt, save_figure
+    from cs336_systems.figures import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(11, 2.5))
     ax.axis("off")

@@ -5,13 +5,10 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")   # files only, never a window
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from cs336_systems.records import DamagedRecord, read_record, read_record_list, write_json_atomic  # noqa: E402
+from cs336_systems.figures import plt, save_figure  # noqa: F401 (the reports draw through these)
+from cs336_systems.records import DamagedRecord, read_record, read_record_list, write_json_atomic
 
 
 def _read_or_stop(read, path):
@@ -72,12 +69,6 @@ def write_table(df: pd.DataFrame, out_dir: Path, stem: str = "table") -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_dir / f"{stem}.csv", index=False)
     (out_dir / f"{stem}.md").write_text(df.to_markdown(index=False) + "\n")
-
-
-def save_figure(fig: plt.Figure, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:
