@@ -1,14 +1,14 @@
-"""Hopper-only FlashAttention backward kernels in Gluon (issue #23): dK/dV and dQ with TMA loads
+"""Hopper-only FlashAttention backward kernels in Gluon: dK/dV and dQ with TMA loads
 into a ring of shared-memory stages and asynchronous warpgroup MMAs (wgmma), and warp-specialised
 versions of both (a TMA loader warp beside the MMA warpgroups). None is used by
 ``FlashAttentionTriton``: on the H100 only the warp-specialised dK/dV with one consumer is faster
-than the ``tl`` kernel, by 4-6 % (NOTES.md, sixth session), and the dQ side did not follow; they stay
-a tested starting point.
+than the ``tl`` kernel, by 4-6 % (NOTES.md, "Gluon warp-specialised dK/dV"), and the dQ side did
+not follow; they stay a tested starting point.
 
-The portable ``tl`` kernels of ``flash_triton`` stay the reference. These need a Hopper GPU (sm_90)
-and a Triton with Gluon (``available``); ``tests/attention/test_flash_gluon.py`` compares them with
-float64 attention on ragged shapes, and ``python -m cs336_systems.attention.probe --gluon`` times
-them beside the ``tl`` kernels and cuDNN.
+The portable ``tl`` kernels of the package (``cs336_systems.attention.flash_backward``) stay the
+reference. These need a Hopper GPU (sm_90) and a Triton with Gluon (``available``);
+``tests/test_flash_gluon.py`` beside this file compares them with float64 attention on ragged
+shapes, and ``python lab/attention/probe.py --gluon`` times them beside the ``tl`` kernels and cuDNN.
 
 dK/dV: one program per (key tile, batch entry), longest causal key tiles first, like the ``tl``
 kernel. The key tile (BLOCK_N = 16 rows per warp, one or two warpgroups) stays in shared memory;
@@ -292,7 +292,7 @@ if HAVE_GLUON:
         offs = (b * n_queries + gl.expand_dims(rows, 1)) * D + gl.expand_dims(cols, 0)
         gl.store(DQ + offs, (dq * scale).to(DQ.dtype.element_ty), mask=gl.expand_dims(rows < n_queries, 1))
 
-    # --- dK/dV, warp-specialised (issue #23, sixth session) -------------------------------------
+    # --- dK/dV, warp-specialised -----------------------------------------------------------------
     # One program per CONSUMERS × 64 keys: CONSUMERS warpgroups, each owning 64 of them (its own
     # dK, dV accumulators), and one loader warp. The loader fills a ring of query tiles (Q and dO)
     # by TMA; with two consumers both read every tile from the same buffers, so each Q/dO tile
@@ -300,7 +300,7 @@ if HAVE_GLUON:
     # of 8.6), and a buffer goes back to the loader when all have finished with it (its ``empty``
     # barrier counts CONSUMERS arrivals). Consumers wait on nothing of each other's. On Triton 3.6
     # ptxas serialises the wgmma of a consumer in a worker partition (C7512), so only the
-    # one-consumer version (2 programs per SM) runs at speed (NOTES.md, sixth session).
+    # one-consumer version (2 programs per SM) runs at speed (NOTES.md, "Gluon warp-specialised dK/dV").
 
     @gluon.jit
     def _ws_loader(a_desc, b_desc, c_desc, e_desc, a_smem, b_smem, c_smem, e_smem, ready, empty, fixed_bar,
@@ -659,7 +659,7 @@ def triton_cdiv(a: int, b: int) -> int:
 
 def probe(q, k, v, out, grad, lse, delta, buffers, bench) -> dict:
     """Check these kernels against the ``tl`` kernels' results on the same inputs, then time them
-    over a few settings (for attention.probe)."""
+    over a few settings (for probe.py --gluon)."""
     from cs336_systems.attention import flash_triton as ft
 
     dq, dk, dv = buffers

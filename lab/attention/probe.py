@@ -1,8 +1,8 @@
 """Where the leaderboard step's time goes, kernel by kernel (a probe for NOTES.md, not a record).
 
-    python -m cs336_systems.attention.probe [--shape 16 16384 64] [--rep-ms 300] [--gluon]
-    python -m cs336_systems.attention.probe --splits [--rep-ms 100]
-    python -m cs336_systems.attention.probe --backward-splits [--rep-ms 100]
+    python lab/attention/probe.py [--shape 16 16384 64] [--rep-ms 300] [--gluon]
+    python lab/attention/probe.py --splits [--rep-ms 100]
+    python lab/attention/probe.py --backward-splits [--rep-ms 100]
 
 Times each of our kernels alone on the leaderboard inputs (bf16, causal) with their chosen tiles,
 and PyTorch SDPA's cuDNN forward and backward beside them, with ``triton.testing.do_bench``
@@ -24,7 +24,7 @@ import torch
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cs336_systems.attention.probe")
+    p = argparse.ArgumentParser(prog="python lab/attention/probe.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", nargs=3, type=int, default=[16, 16384, 64])
     p.add_argument("--rep-ms", type=float, default=300.0)
     p.add_argument("--gluon", action="store_true")
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
         ms["cudnn_backward"] = bench(lambda: o.backward(grad[:, None], retain_graph=True))
     result = {"shape": args.shape, "gpu": torch.cuda.get_device_name(), "tiles": tiles.to_json(), "ms": ms}
     if args.gluon:
-        from cs336_systems.attention import flash_gluon as fg
+        import flash_gluon as fg      # beside this file: on the path when it runs as a script
 
         result["gluon"] = fg.probe(q, k, v, out, grad, lse, delta, (dq, dk, dv), bench)
     return _print(result, argv)

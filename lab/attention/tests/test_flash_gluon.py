@@ -1,13 +1,13 @@
-"""The Hopper Gluon dK/dV and dQ kernels (``attention.flash_gluon``) against float64 attention's gradients,
+"""The Hopper Gluon dK/dV and dQ kernels (``lab/attention/flash_gluon.py``) against float64 attention's gradients,
 on ragged shapes: lengths that are not multiples of the tiles, so a tile reads the next batch
 entry's rows through the 2-D TMA view and must mask them, with and without causal masking. Runs
 only on an sm_90 GPU with a Triton that has Gluon (marked ``gpu``)."""
 from __future__ import annotations
 
+import flash_gluon as fg
 import pytest
 import torch
 
-from cs336_systems.attention import flash_gluon as fg
 from cs336_systems.attention import flash_triton as ft
 from cs336_systems.attention.reference import attention_with_logsumexp
 

@@ -11,11 +11,10 @@ import re
 import subprocess
 import sys
 
+import flash_gluon as fg
 import pytest
 import torch
 import triton
-
-from cs336_systems.attention import flash_gluon as fg
 
 pytestmark = pytest.mark.skipif(not fg.HAVE_GLUON or not triton.__version__.startswith("3.6"),
                                 reason="written against Triton 3.6's Gluon")
@@ -59,10 +58,12 @@ def test_gluon_kernels_compile_without_serialised_wgmma(which, is_causal, tmp_pa
     if not ptxas:
         pytest.skip("this Triton has no bundled ptxas")
     ptx = tmp_path / "kernel.ptx"
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_flash_gluon_compile as t; "
-            "open(sys.argv[2], 'w').write(t.compiled_ptx(sys.argv[3], sys.argv[4] == 'True'))")
+    # This folder for the test module, the lab's for flash_gluon (conftest.py puts it there in this process).
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = ("import sys; sys.path[:0] = sys.argv[1:3]; import test_flash_gluon_compile as t; "
+            "open(sys.argv[3], 'w').write(t.compiled_ptx(sys.argv[4], sys.argv[5] == 'True'))")
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__), str(ptx), which, str(is_causal)],
+    run = subprocess.run([sys.executable, "-c", code, here, os.path.dirname(here), str(ptx), which, str(is_causal)],
                          env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     report = subprocess.run([ptxas[0], "-arch=sm_90a", "-v", str(ptx), "-o", os.devnull], capture_output=True,

@@ -1,9 +1,9 @@
-"""attention.probe's output says what made it (the probes themselves need an H100)."""
+"""probe.py's output says what made it (the probes themselves need an H100)."""
 from __future__ import annotations
 
 import json
 
-from cs336_systems.attention import probe
+import probe
 
 
 def test_probe_output_carries_its_arguments_and_provenance(capsys, monkeypatch):
