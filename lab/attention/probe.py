@@ -166,7 +166,7 @@ def backward_split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 
                 delta_launch(O=out, DO=grad, DELTA=delta)
                 dq_out, dk_out, dv_out = (torch.empty_like(t) for t in (q, k, v))
                 row["us"][f"dkdv_split{s}"] = bench(lambda: dkdv(Q=q, K=k, V=v, DO=grad, L=lse, DELTA=delta,  # noqa: B023
-                                                                DK=dk_out, DV=dv_out, DQ=dk_out, DQ_DESC=None))  # noqa: B023
+                                                                DK=dk_out, DV=dv_out))  # noqa: B023
                 row["us"][f"dq_split{s}"] = bench(lambda: dq(Q=q, K=k, V=v, DO=grad, L=lse, DELTA=delta,  # noqa: B023
                                                             DQ=dq_out))  # noqa: B023
             whole_backwards = {}

@@ -145,33 +145,6 @@ def test_model_with_flash_backend_matches_naive(device):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
 
 
-FUSED_SHAPES = [(2, 45, 45, 16), (3, 37, 70, 64), (1, 50, 23, 128)]
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("is_causal", [False, True])
-@pytest.mark.parametrize("shape", FUSED_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("bulk", [True, False], ids=["tma", "pointer"])
-def test_fused_backward_with_atomic_dq(device, is_causal, shape, bulk, monkeypatch):
-    """The backward that adds dQ atomically inside the dK/dV kernel (``Tiles.dq is None``) against
-    float64 autograd; on a GPU both ways of adding (TMA bulk reductions where the GPU has them, and
-    element atomics); the interpreter has only the second."""
-    from cs336_systems.attention import flash_triton as ft
-
-    if bulk and device == "cpu":
-        pytest.skip("the interpreter has no bulk tensor reductions")
-    monkeypatch.setenv("CS336_FLASH_TMA", "1" if bulk else "0")
-    batch, n_q, n_k, d = shape
-    if is_causal:
-        n_k = n_q
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    small = ft.KernelTiles(16, 16, 1, 1) if device == "cpu" else ft.KernelTiles(32, 64, 4, 2)
-    fused = ft.Tiles(ft.KernelTiles(32, 16, 1, 1) if device == "cpu" else ft.KernelTiles(64, 32), small, None)
-    monkeypatch.setattr(ft, "choose_tiles", lambda *_: fused)
-    monkeypatch.setattr(ft, "_PLANS", {})       # plans cached by earlier tests hold other tiles
-    check_against_reference(FlashAttentionTriton, *random_qkv(batch, n_q, n_k, d, dtype, device), is_causal)
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_cached_plan_serves_new_inputs(device, monkeypatch):
     """The second call of a shape goes through the plan cached by the first (and on a GPU through

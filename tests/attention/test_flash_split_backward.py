@@ -130,7 +130,6 @@ def test_backward_splits_fill_short_grids_only():
     # Each kernel by its own tiles: dQ's 32-key tiles give twice the tiles to cut.
     own = ft.Tiles(t, t, ft.KernelTiles(64, 32, 4, 3))
     assert ft.backward_splits(own, 1, 960, 960, 16, bf16, 132) == (1, 16)        # 15 and 30 tiles
-    assert ft.backward_splits(ft.Tiles(t, t, None), 1, 1024, 1024, 64, bf16, 132) == (1, 1)  # fused: never
 
 
 

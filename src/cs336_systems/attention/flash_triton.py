@@ -12,10 +12,9 @@ The backward's two kernels split the same way on short grids: each key tile's qu
 or each query tile's key tiles (dQ) over several programs that write fp32 partials, which a small
 kernel adds up (``backward_splits``; NOTES.md, sixth session).
 Backward, after D = rowsum(dO ∘ O): one program per *key* tile accumulates dK and dV over the
-query tiles. dQ then comes either from a second kernel, one program per *query* tile walking the
-key tiles (no two programs write the same memory, but S and dP are computed twice), or from the
-first kernel itself, each key tile adding its share into an fp32 dQ with atomic adds
-(``Tiles.dq is None``). The tuner picks whichever is faster for a shape.
+query tiles; then a second kernel, one program per *query* tile walking the key tiles, computes dQ.
+No two programs write the same memory, at the price of computing S and dP twice (adding dQ across
+programs with atomics cost more than the two products it saves: lab/attention/NOTES.md).
 
 Every kernel walks its tiles in two or three ranges, each a call of its ``_*_tiles`` loop with
 ``MASK`` fixed: tiles that need no mask at all, the causal diagonal, and a ragged last tile when a
@@ -45,7 +44,6 @@ from dataclasses import asdict, dataclass, replace
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from cs336_systems.attention.backward import compiled_flash_backward
 from cs336_systems.attention.inputs import causal_flag, check_inputs
@@ -57,9 +55,6 @@ LOG2_E = tl.constexpr(1.4426950408889634)
 # Added to masked scores: exp2 of it is exactly 0, and no inf - inf can occur. A constexpr, because
 # compiled kernels may read only constexpr globals (the interpreter is laxer).
 MASKED = tl.constexpr(-1.0e6)
-# Where dQ comes from (the dK/dV kernel's ATOMIC_DQ): the separate dQ kernel, or the dK/dV kernel
-# adding it with element atomics or with TMA bulk tensor reductions.
-DQ_SEPARATE, DQ_ELEMENT_ATOMICS, DQ_BULK_REDUCTION = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 
 
 def interpreting() -> bool:
@@ -273,14 +268,11 @@ def _delta_kernel(O, DO, DELTA, stride_ob, stride_on, stride_dob, stride_don, st
 
 
 @triton.jit
-def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, dq_desc, b, stride_qn, stride_don, stride_dqn,
-                offs_k, offs_d, q_lo, q_hi, n_queries, scale, qk_scale, BLOCK_Q: tl.constexpr, MASK: tl.constexpr,
-                CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, PRECISION: tl.constexpr):
+def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d, q_lo, q_hi,
+                n_queries, qk_scale, BLOCK_Q: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                PRECISION: tl.constexpr):
     """Add the contributions of query tiles [q_lo, q_hi) to one key tile's dK and dV (transposed
-    scores). Unless ``ATOMIC_DQ`` is ``DQ_SEPARATE``, also add this key tile's share of each query
-    tile's dQ into the fp32 buffer that other programs add theirs to: element by element through
-    pointers, or as one bulk tensor reduction per tile through the TMA descriptor ``dq_desc``
-    (Hopper and later; it skips rows past the end itself)."""
+    scores)."""
     for start in range(q_lo, q_hi, BLOCK_Q):
         offs_q = start + tl.arange(0, BLOCK_Q)
         q = _load_rows(q_base, offs_q, stride_qn, offs_d, n_queries, MASK)
@@ -305,26 +297,15 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, dq_desc,
         dv += _mm(p_t.to(do.dtype), do, PRECISION)
         ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
         dk += _mm(ds_t, q, PRECISION)
-        if ATOMIC_DQ != DQ_SEPARATE:
-            dq = _mm(tl.trans(ds_t), k, PRECISION) * scale
-        if ATOMIC_DQ == DQ_BULK_REDUCTION:
-            dq_desc.atomic_add([b, start, 0], tl.reshape(dq, [1, BLOCK_Q, dq.shape[1]]))
-        elif ATOMIC_DQ == DQ_ELEMENT_ATOMICS:
-            # Relaxed: the additions commute and nothing reads dQ before the kernel ends.
-            dq_ptrs = dq_base + offs_q[:, None] * stride_dqn + offs_d[None, :]
-            if MASK:
-                tl.atomic_add(dq_ptrs, dq, mask=in_range[:, None], sem="relaxed")
-            else:
-                tl.atomic_add(dq_ptrs, dq, sem="relaxed")
     return dk, dv
 
 
 @triton.jit
-def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, DQ, DQ_DESC, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb,
-                       stride_vn, stride_dob, stride_don, stride_lb, stride_dkb, stride_dkn, stride_dvb, stride_dvn,
-                       stride_dqb, stride_dqn, n_batch, n_queries, n_keys, scale, qk_scale,
+def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
+                       stride_dob, stride_don, stride_lb, stride_dkb, stride_dkn, stride_dvb, stride_dvn,
+                       n_batch, n_queries, n_keys, scale, qk_scale,
                        D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
-                       ATOMIC_DQ: tl.constexpr, PRECISION: tl.constexpr):
+                       PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
     scale = tl.cast(scale, tl.float32)
@@ -335,7 +316,7 @@ def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, DQ, DQ_DESC, stride_qb, st
     k_valid = offs_k < n_keys
     k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, n_keys, True)
     v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, n_keys, True)
-    q_base, do_base, dq_base = Q + b * stride_qb, DO + b * stride_dob, DQ + b * stride_dqb
+    q_base, do_base = Q + b * stride_qb, DO + b * stride_dob
     l_base, d_base = L + b * stride_lb, DELTA + b * stride_lb
     dk = tl.zeros([BLOCK_K, D], tl.float32)
     dv = tl.zeros([BLOCK_K, D], tl.float32)
@@ -345,22 +326,17 @@ def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, DQ, DQ_DESC, stride_qb, st
         # masked; later whole tiles are not; a ragged last query tile is masked again.
         diag_hi = tl.minimum(k_lo + BLOCK_K, n_queries)
         rest_hi = tl.maximum(full, diag_hi)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, DQ_DESC, b, stride_qn, stride_don,
-                             stride_dqn, offs_k, offs_d, k_lo, diag_hi, n_queries, scale, qk_scale, BLOCK_Q, True, True,
-                             ATOMIC_DQ, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, DQ_DESC, b, stride_qn, stride_don,
-                             stride_dqn, offs_k, offs_d, diag_hi, rest_hi, n_queries, scale, qk_scale, BLOCK_Q, False, True,
-                             ATOMIC_DQ, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, DQ_DESC, b, stride_qn, stride_don,
-                             stride_dqn, offs_k, offs_d, rest_hi, n_queries, n_queries, scale, qk_scale, BLOCK_Q, True, True,
-                             ATOMIC_DQ, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             k_lo, diag_hi, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             diag_hi, rest_hi, n_queries, qk_scale, BLOCK_Q, False, True, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             rest_hi, n_queries, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
     else:
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, DQ_DESC, b, stride_qn, stride_don,
-                             stride_dqn, offs_k, offs_d, 0, full, n_queries, scale, qk_scale, BLOCK_Q, False, False,
-                             ATOMIC_DQ, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, dq_base, DQ_DESC, b, stride_qn, stride_don,
-                             stride_dqn, offs_k, offs_d, full, n_queries, n_queries, scale, qk_scale, BLOCK_Q, True, False,
-                             ATOMIC_DQ, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             0, full, n_queries, qk_scale, BLOCK_Q, False, False, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             full, n_queries, n_queries, qk_scale, BLOCK_Q, True, False, PRECISION)
     tl.store(DK + b * stride_dkb + offs_k[:, None] * stride_dkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
              mask=k_valid[:, None])
     tl.store(DV + b * stride_dvb + offs_k[:, None] * stride_dvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
@@ -431,7 +407,7 @@ def _clamp(x, lo, hi):
 
 @triton.jit
 def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                      stride_dob, stride_don, stride_lb, n_batch, n_queries, n_keys, scale, qk_scale,
+                      stride_dob, stride_don, stride_lb, n_batch, n_queries, n_keys, qk_scale,
                       D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
                       CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """One key tile's dK (unscaled) and dV over one of SPLITS slices of the query tiles it sees,
@@ -440,7 +416,6 @@ def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_
     programs than SMs (batch 1, short N), where one key tile walking all its queries is the
     critical path."""
     qk_scale = tl.cast(qk_scale, tl.float32)
-    scale = tl.cast(scale, tl.float32)
     # Tile 0 first: it sees the most causal queries.
     k_tile, split, b = _tile_split_and_batch(tl.cdiv(n_keys, BLOCK_K), n_batch, SPLITS, False)
     k_lo = k_tile * BLOCK_K
@@ -461,31 +436,25 @@ def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_
     full = (n_queries // BLOCK_Q) * BLOCK_Q
     dk = tl.zeros([BLOCK_K, D], tl.float32)
     dv = tl.zeros([BLOCK_K, D], tl.float32)
-    # DQ_SEPARATE: the dQ pointer, descriptor and stride are never read (PART, None, 0 stand in).
     if CAUSAL:
         diag_hi = _clamp(k_lo + BLOCK_K, lo, hi)
         rest_hi = _clamp(full, diag_hi, hi)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
-                             offs_k, offs_d, lo, diag_hi, n_queries, scale, qk_scale, BLOCK_Q, True, True,
-                             DQ_SEPARATE, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
-                             offs_k, offs_d, diag_hi, rest_hi, n_queries, scale, qk_scale, BLOCK_Q, False, True,
-                             DQ_SEPARATE, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             lo, diag_hi, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             diag_hi, rest_hi, n_queries, qk_scale, BLOCK_Q, False, True, PRECISION)
         # The ragged end (at most one tile, past `full`) lies in the slice that reaches n_queries;
         # written as [.., n_queries) rather than [rest_hi, hi), with which ptxas spilled 128-136
         # bytes at bf16 d = 64 (0-4 this way; the unsplit kernel 0).
         ragged_lo = tl.where(hi < n_queries, n_queries, rest_hi)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
-                             offs_k, offs_d, ragged_lo, n_queries, n_queries, scale, qk_scale, BLOCK_Q, True, True,
-                             DQ_SEPARATE, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             ragged_lo, n_queries, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
     else:
         mid = _clamp(full, lo, hi)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
-                             offs_k, offs_d, lo, mid, n_queries, scale, qk_scale, BLOCK_Q, False, False,
-                             DQ_SEPARATE, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, PART, None, b, stride_qn, stride_don, 0,
-                             offs_k, offs_d, mid, hi, n_queries, scale, qk_scale, BLOCK_Q, True, False,
-                             DQ_SEPARATE, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             lo, mid, n_queries, qk_scale, BLOCK_Q, False, False, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                             mid, hi, n_queries, qk_scale, BLOCK_Q, True, False, PRECISION)
     row = (split * n_batch + b) * n_keys + offs_k
     at = row[:, None] * D + offs_d[None, :]
     k_valid = (offs_k < n_keys)[:, None]
@@ -584,35 +553,28 @@ class KernelTiles:
 
 @dataclass(frozen=True)
 class Tiles:
-    """The kernels' launches. ``dq=None`` selects the fused backward: the dK/dV kernel also adds each
-    key tile's share of dQ into an fp32 buffer with atomic adds (five products instead of seven:
-    S and dP are not recomputed by a separate dQ pass), at the cost of atomic traffic.
+    """The kernels' launches: the forward's, the dK/dV kernel's and the dQ kernel's.
 
     The causal split needs BLOCK_Q to be a multiple of BLOCK_K in the forward and the dQ pass (they
     walk keys up to their own diagonal tile), and BLOCK_K a multiple of BLOCK_Q in the dK/dV pass
     (it walks queries from its own)."""
     forward: KernelTiles
     dkdv: KernelTiles
-    dq: KernelTiles | None
+    dq: KernelTiles
 
     def __post_init__(self):
         for name, big, small in (("forward", "block_q", "block_k"), ("dq", "block_q", "block_k"),
                                  ("dkdv", "block_k", "block_q")):
             t = getattr(self, name)
-            if t is not None and getattr(t, big) % getattr(t, small):
+            if getattr(t, big) % getattr(t, small):
                 raise ValueError(f"{name} tiles {t}: {big} must be a multiple of {small} (the causal split)")
 
-    @property
-    def atomic_dq(self) -> bool:
-        return self.dq is None
-
     def to_json(self) -> dict:
-        return {name: (asdict(t) if (t := getattr(self, name)) else None) for name in ("forward", "dkdv", "dq")}
+        return {name: asdict(getattr(self, name)) for name in ("forward", "dkdv", "dq")}
 
     @classmethod
     def from_json(cls, data: dict) -> "Tiles":
-        return cls(**{name: (KernelTiles(**data[name]) if data.get(name) else None)
-                      for name in ("forward", "dkdv", "dq")})
+        return cls(**{name: KernelTiles(**data[name]) for name in ("forward", "dkdv", "dq")})
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -764,9 +726,7 @@ def backward_splits(tiles: Tiles, batch: int, n_q: int, n_k: int, d: int, dtype:
                     sms: int) -> tuple[int, int]:
     """(slices of each key tile's query tiles in dK/dV, slices of each query tile's key tiles in
     dQ): powers of two as in ``forward_splits``, with ``_backward_split_limits``; (1, 1) for grids
-    that already fill the GPU and for the fused backward (``tiles.dq is None``)."""
-    if tiles.dq is None:
-        return 1, 1
+    that already fill the GPU."""
     limits = _backward_split_limits(d, dtype)
 
     def slices(kernel: str, t: KernelTiles, programs: int, walked: int) -> int:
@@ -811,7 +771,7 @@ def _delta_args(out, grad_out, delta):
     return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block)
 
 
-def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, dq, is_causal: bool, atomic, t: KernelTiles):
+def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, is_causal: bool, t: KernelTiles):
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     scale = 1.0 / math.sqrt(d)
@@ -819,10 +779,8 @@ def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, dq, is_causal: bool, atom
                    stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
                    stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dkb=grad_k.stride(0),
                    stride_dkn=grad_k.stride(1), stride_dvb=grad_v.stride(0), stride_dvn=grad_v.stride(1),
-                   stride_dqb=dq.stride(0), stride_dqn=dq.stride(1), n_batch=batch, n_queries=n_q, n_keys=n_k,
-                   scale=scale, qk_scale=scale * LOG2_E.value)
-    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, ATOMIC_DQ=atomic,
-                      PRECISION=_precision(q.dtype))
+                   n_batch=batch, n_queries=n_q, n_keys=n_k, scale=scale, qk_scale=scale * LOG2_E.value)
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_k, t.block_k) * batch,), scalars, constexprs
 
 
@@ -838,30 +796,25 @@ def _dq_args(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles):
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 
-def _backward_part_scalars(q, k, v, grad_out, lse) -> dict:
-    """The split backward kernels' strides and sizes, in their signatures' order (up to the scales)."""
-    batch, n_q, _ = q.shape
-    return dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
-                stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
-                stride_don=grad_out.stride(1), stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q,
-                n_keys=k.shape[1])
+def _backward_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int, n_tiles: int):
+    """The launch of either split backward kernel (their signatures are the same): ``n_tiles`` tiles
+    (key tiles for dK/dV, query tiles for dQ), each over ``splits`` programs."""
+    batch, n_q, d = q.shape
+    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
+                   stride_don=grad_out.stride(1), stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q,
+                   n_keys=k.shape[1], qk_scale=LOG2_E.value / math.sqrt(d))
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
+                      PRECISION=_precision(q.dtype))
+    return (n_tiles * splits * batch,), scalars, constexprs
 
 
 def _dkdv_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int):
-    batch, _, d = q.shape
-    scale = 1.0 / math.sqrt(d)
-    scalars = dict(**_backward_part_scalars(q, k, v, grad_out, lse), scale=scale, qk_scale=scale * LOG2_E.value)
-    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
-                      PRECISION=_precision(q.dtype))
-    return (triton.cdiv(k.shape[1], t.block_k) * splits * batch,), scalars, constexprs
+    return _backward_part_args(q, k, v, grad_out, lse, is_causal, t, splits, triton.cdiv(k.shape[1], t.block_k))
 
 
 def _dq_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int):
-    batch, n_q, d = q.shape
-    scalars = dict(**_backward_part_scalars(q, k, v, grad_out, lse), qk_scale=LOG2_E.value / math.sqrt(d))
-    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
-                      PRECISION=_precision(q.dtype))
-    return (triton.cdiv(n_q, t.block_q) * splits * batch,), scalars, constexprs
+    return _backward_part_args(q, k, v, grad_out, lse, is_causal, t, splits, triton.cdiv(q.shape[1], t.block_q))
 
 
 def _dkdv_combine_args(grad_k, grad_v, splits: int):
@@ -909,25 +862,10 @@ def backward_delta(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     return delta
 
 
-def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, t: KernelTiles,
-                grad_q_accumulator: torch.Tensor | None = None) -> None:
-    """The dK/dV kernel; given a zeroed fp32 ``grad_q_accumulator``, it also adds dQ into it."""
-    # grad_k: a placeholder pointer, never written as dQ. The modes go in as plain ints (.value).
-    dq, dq_desc, atomic = grad_k, None, DQ_SEPARATE
-    if grad_q_accumulator is not None:
-        dq, atomic = grad_q_accumulator, DQ_ELEMENT_ATOMICS
-        if _bulk_reductions(q.device):
-            dq_desc = TensorDescriptor.from_tensor(grad_q_accumulator, [1, t.block_q, q.shape[2]])
-            atomic = DQ_BULK_REDUCTION
-    grid, scalars, constexprs = _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, dq, is_causal, atomic.value, t)
-    _flash_dkdv_kernel[grid](Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v, DQ=dq,
-                             DQ_DESC=dq_desc, **scalars, **constexprs, **_options(t))
-
-
-def _bulk_reductions(device: torch.device) -> bool:
-    """TMA bulk tensor reductions: Hopper (sm_90) and later, compiled (the interpreter has none)."""
-    return (not interpreting() and device.type == "cuda" and os.environ.get("CS336_FLASH_TMA", "1") != "0"
-            and torch.cuda.get_device_capability(device)[0] >= 9)
+def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, t: KernelTiles) -> None:
+    grid, scalars, constexprs = _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, is_causal, t)
+    _flash_dkdv_kernel[grid](Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v, **scalars,
+                             **constexprs, **_options(t))
 
 
 def launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelTiles) -> None:
@@ -950,14 +888,9 @@ def launch_dq_split(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: K
 
 
 def backward_kernels(q, k, v, grad_out, lse, delta, is_causal: bool, tiles: Tiles, splits: tuple[int, int] = (1, 1)):
-    """dQ, dK, dV from the backward kernels that ``tiles`` selects: dK/dV then dQ, or the fused one.
-    ``splits``: (dK/dV, dQ) slices for the split kernels (``backward_splits``); the fused one is not split."""
-    grad_k, grad_v = torch.empty_like(k), torch.empty_like(v)
-    if tiles.atomic_dq:
-        accumulator = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv, accumulator)
-        return accumulator.to(q.dtype), grad_k, grad_v
-    grad_q = torch.empty_like(q)
+    """dQ, dK, dV from the dK/dV kernel and then the dQ kernel, with ``tiles``. ``splits``: (dK/dV,
+    dQ) slices for the split kernels (``backward_splits``)."""
+    grad_k, grad_v, grad_q = torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)
     dkdv_splits, dq_splits = splits
     if dkdv_splits > 1:
         launch_dkdv_split(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv, dkdv_splits)
@@ -1054,9 +987,8 @@ class _SplitForward:
 
 class _SplitLaunch:
     """A split backward kernel and its combine as one launch for a plan, called like the one-program
-    kernel's ``_Launch`` with the tensors by the kernels' names (names that neither takes, such as
-    the dK/dV kernel's DQ placeholder, are ignored): a fresh fp32 buffer for the partials, the part
-    kernel, then the combine."""
+    kernel's ``_Launch`` with the tensors by the kernels' names (each of the two gets those it
+    takes): a fresh fp32 buffer for the partials, the part kernel, then the combine."""
 
     def __init__(self, part: _Launch, combine: _Launch, part_numel: int, device: torch.device):
         self.part, self.combine = part, combine
@@ -1117,11 +1049,9 @@ class _Plan:
         """Each kernel's program count (the grid) for this layout."""
         batch, n_q, _ = self.new_out["size"]
         t = self.tiles
-        out = {"forward": triton.cdiv(n_q, t.forward.block_q) * batch * self.splits,
-               "dkdv": triton.cdiv(self.n_k, t.dkdv.block_k) * batch * self.backward_splits[0]}
-        if t.dq is not None:
-            out["dq"] = triton.cdiv(n_q, t.dq.block_q) * batch * self.backward_splits[1]
-        return out
+        return {"forward": triton.cdiv(n_q, t.forward.block_q) * batch * self.splits,
+                "dkdv": triton.cdiv(self.n_k, t.dkdv.block_k) * batch * self.backward_splits[0],
+                "dq": triton.cdiv(n_q, t.dq.block_q) * batch * self.backward_splits[1]}
 
     def backward(self, q, k, v, out, grad_out, lse):
         """dQ, dK, dV through the launches for this layout of dO (made on first use)."""
@@ -1132,8 +1062,7 @@ class _Plan:
         delta = torch.empty(**self.new_lse)
         delta_launch(O=out, DO=grad_out, DELTA=delta)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        # DQ: a placeholder pointer (the separate dQ kernel writes dQ), as in launch_dkdv.
-        dkdv(Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v, DQ=grad_k, DQ_DESC=None)
+        dkdv(Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v)
         dq(Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DQ=grad_q)
         return grad_q, grad_k, grad_v
 
@@ -1141,12 +1070,12 @@ class _Plan:
         t, causal = self.tiles, self.is_causal
         delta = torch.empty(**self.new_lse)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        dkdv_args = _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, grad_k, causal, DQ_SEPARATE.value, t.dkdv)
         dkdv_splits, dq_splits = self.backward_splits
         if dkdv_splits > 1:
             dkdv = _split_dkdv_launch(q, k, v, grad_out, lse, grad_k, grad_v, causal, t.dkdv, dkdv_splits)
         else:
-            dkdv = _Launch(_flash_dkdv_kernel, *dkdv_args, _options(t.dkdv))
+            dkdv = _Launch(_flash_dkdv_kernel, *_dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, causal, t.dkdv),
+                           _options(t.dkdv))
         if dq_splits > 1:
             dq = _split_dq_launch(q, k, v, grad_out, lse, grad_q, causal, t.dq, dq_splits)
         else:
@@ -1160,8 +1089,7 @@ _PLANS: dict = {}
 def _plan(q, k, v, is_causal: bool) -> _Plan | None:
     """The cached plan for these inputs, or None where the plain path must run them: under
     torch.compile (which traces the plain launches), for a strided last dimension (the plain
-    path copies it), for pointers off 16-byte alignment (the compiled kernels assume it), and for
-    the fused backward (its TMA descriptor is made per call)."""
+    path copies it), and for pointers off 16-byte alignment (the compiled kernels assume it)."""
     if (torch.compiler.is_compiling() or not all(isinstance(t, torch.Tensor) for t in (q, k, v))
             or (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16):
         return None
@@ -1171,8 +1099,7 @@ def _plan(q, k, v, is_causal: bool) -> _Plan | None:
     if plan is None:
         check_inputs(q, k, v, is_causal)
         _check_device(q)
-        if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 \
-                or choose_tiles(q.shape[-1], q.dtype).atomic_dq:
+        if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
             return None
         if len(_PLANS) >= 4096:       # many distinct shapes (varying lengths): start afresh
             _PLANS.clear()

@@ -3,13 +3,12 @@
     python -m cs336_systems.attention.tune --shape 16 16384 64 --dtype bf16 --causal \\
         --out tuning.json --write-config
 
-Each kernel (forward, dK/dV, dQ, and the fused backward that adds dQ atomically inside the dK/dV
-kernel) is tuned on its own, the others untouched: every candidate launch is first checked against float32 attention on the same random inputs (a launch
-that computes something else is recorded as wrong and never wins), then timed with
-``triton.testing.do_bench`` (median). A candidate the GPU cannot host (too much shared memory) is
-recorded as skipped. The backward is then whichever is faster: the best dK/dV plus the best dQ, or
-the best fused launch. ``--write-config`` puts the winners into ``tuned_tiles.py`` under
-"<dtype>_d<head dim>", which ``flash_triton.choose_tiles`` reads, so runs never re-tune.
+Each kernel (forward, dK/dV, dQ) is tuned on its own, the others untouched: every candidate launch
+is first checked against float32 attention on the same random inputs (a launch that computes
+something else is recorded as wrong and never wins), then timed with ``triton.testing.do_bench``
+(median). A candidate the GPU cannot host (too much shared memory) is recorded as skipped.
+``--write-config`` puts the winners into ``tuned_tiles.py`` under "<dtype>_d<head dim>", which
+``flash_triton.choose_tiles`` reads, so runs never re-tune.
 """
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from cs336_systems.cli import parse_device
 from cs336_systems.records import log, make_record, write_json_atomic
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-KERNELS = ("forward", "dkdv", "dq", "fused")
+KERNELS = ("forward", "dkdv", "dq")
 WARPS, STAGES = (4, 8), (2, 3, 4)
 # Relative error against float32 attention above which a launch is wrong, per input dtype (bf16
 # rounding of P and dS gives about 1e-2 at most here; a wrong launch gives order 1).
@@ -35,8 +34,8 @@ TOLERANCE = {"bf16": 5e-2, "fp16": 2e-2, "fp32": 1e-3}
 
 def candidates(kernel: str) -> list[ft.KernelTiles]:
     """Launches to try. Forward and dQ walk keys up to their diagonal (block_q a multiple of
-    block_k); dK/dV, fused or not, walks queries from its own (block_k a multiple of block_q)."""
-    if kernel in ("dkdv", "fused"):
+    block_k); dK/dV walks queries from its own (block_k a multiple of block_q)."""
+    if kernel == "dkdv":
         shapes = [(q, k) for k in (64, 128) for q in (16, 32, 64) if k % q == 0]
     else:
         shapes = [(q, k) for q in (64, 128) for k in (16, 32, 64, 128) if q % k == 0 and k >= (32 if kernel == "forward" else 16)]
@@ -81,12 +80,6 @@ class Problem:
                                             self.buffers["dk"], self.buffers["dv"], self.causal, tiles)
             launch()
             return launch, {n: relative_error(self.buffers[n], self.ref[n]) for n in ("dk", "dv")}
-        if kernel == "fused":
-            # Timed with its zeroed fp32 dQ buffer and the final cast: both are part of its cost.
-            fused = ft.Tiles(self.default.forward, tiles, None)
-            launch = lambda: ft.backward_kernels(self.q, self.k, self.v, self.grad, self.lse,  # noqa: E731
-                                                 self.delta, self.causal, fused)
-            return launch, {n: relative_error(g, self.ref[n]) for n, g in zip(("dq", "dk", "dv"), launch())}
         launch = lambda: ft.launch_dq(self.q, self.k, self.v, self.grad, self.lse, self.delta,  # noqa: E731
                                       self.buffers["dq"], self.causal, tiles)
         launch()
@@ -162,13 +155,10 @@ def main(argv=None) -> int:
     default = {kernel: next((r for r in rows if r["kernel"] == kernel and r["status"] == "ok"
                              and all(r[f] == v for f, v in vars(getattr(problem.default, kernel)).items())), None)
                for kernel in ("forward", "dkdv", "dq")}
-    fused = winners["fused"]["ms"] < winners["dkdv"]["ms"] + winners["dq"]["ms"]
     chosen = lambda k: ft.KernelTiles(*(winners[k][f] for f in ("block_q", "block_k", "num_warps", "num_stages")))  # noqa: E731
-    tiles = ft.Tiles(chosen("forward"), chosen("fused"), None) if fused else \
-        ft.Tiles(chosen("forward"), chosen("dkdv"), chosen("dq"))
+    tiles = ft.Tiles(chosen("forward"), chosen("dkdv"), chosen("dq"))
     key = f"{args.dtype}_d{args.shape[2]}"
     measured = {"shape": args.shape, "causal": args.causal, "gpu": torch.cuda.get_device_name(device),
-                "backward": "fused" if fused else "dkdv+dq",
                 "ms": {k: round(winners[k]["ms"], 4) for k in winners},
                 "default_ms": {k: (round(r["ms"], 4) if r else None) for k, r in default.items()}}
     params = {"shape": args.shape, "dtype": args.dtype, "causal": args.causal, "warmup_ms": args.warmup_ms,
@@ -180,7 +170,6 @@ def main(argv=None) -> int:
     for k in KERNELS:
         was = f"; default {default[k]['ms']:.3f} ms" if default.get(k) else ""
         log(f"{k}: best {winners[k]['ms']:.3f} ms {chosen(k)}{was}")
-    log(f"backward: {measured['backward']}")
     return 0
 
 
