@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cs336_systems.pipeline import machine, run_folder
+from fake_gpus import fake_nvidia_smi
 from cs336_systems.records import make_record, write_json_atomic
 
 
@@ -85,27 +86,12 @@ def test_damaged_records_are_found_and_set_aside(tmp_path):
     assert tuning.exists() and run_folder.scan(folder).damaged == []
 
 
-FAKE_SMI = """#!/bin/sh
-i=0
-while [ $i -lt {count} ]; do
-  case "$*" in
-    *query-gpu=index,name*) echo "$i, {name}" ;;
-    *) echo "GPU $i: {name} (UUID: GPU-fake-$i)" ;;
-  esac
-  i=$((i+1))
-done
-"""
-
-
 @pytest.fixture
 def gpus(tmp_path, monkeypatch):
     """Make this machine show ``count`` GPUs called ``name``."""
     def show(count, name="NVIDIA H100 80GB HBM3"):
-        smi = tmp_path / "bin" / "nvidia-smi"
-        smi.parent.mkdir(exist_ok=True)
-        smi.write_text(FAKE_SMI.format(count=count, name=name))
-        smi.chmod(0o755)
-        monkeypatch.setenv("PATH", f"{smi.parent}:/usr/bin:/bin")
+        folder = fake_nvidia_smi(tmp_path / "bin", count, name)
+        monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return show
 

@@ -17,31 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from fake_gpus import fake_nvidia_smi
 from workflow.readme import main_command
 from workflow.test_snakemake import REPO, SNAKEMAKE, _show, env_for, job_stats, make_copy, planned_outputs, snakemake
 
 MAIN = shlex.split(main_command())[1:]
 
-FAKE_SMI = """#!/bin/sh
-i=0
-while [ $i -lt {count} ]; do
-  case "$*" in
-    *query-gpu=index,name*) echo "$i, {name}" ;;
-    *query-gpu=*) echo "580.00" ;;
-    *) echo "GPU $i: {name} (UUID: GPU-fake-$i)" ;;
-  esac
-  i=$((i+1))
-done
-"""
-
-
 def _with_gpus(copy: Path, count: int, name: str) -> dict:
     """The copy's environment on a machine that shows ``count`` GPUs called ``name``."""
-    bin_dir = copy / ".fake-bin"
-    bin_dir.mkdir(exist_ok=True)
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(FAKE_SMI.format(count=count, name=name))
-    smi.chmod(0o755)
+    bin_dir = fake_nvidia_smi(copy / ".fake-bin", count, name)
     env = env_for(copy)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
