@@ -1,5 +1,5 @@
 """pipeline.job_times: Snakemake's benchmark files summed by deliverable, against sums done here;
-README's command for it; one-line errors for a folder without them."""
+the command README or docs/ show for it; one-line errors for a folder without them."""
 from __future__ import annotations
 
 import random
@@ -10,7 +10,8 @@ import pytest
 
 from cs336_systems.pipeline import job_times
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]      # README and the docs it links
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
 
@@ -50,7 +51,8 @@ def test_a_folder_without_benchmarks_is_one_line(tmp_path, capsys):
 
 
 def test_readme_shows_the_command_and_it_runs(tmp_path, seed):
-    (command,) = set(re.findall(r"python -m cs336_systems\.pipeline\.job_times results/[\w.-]+", README.read_text()))
+    text = "\n".join(page.read_text() for page in PAGES)
+    (command,) = set(re.findall(r"python -m cs336_systems\.pipeline\.job_times results/[\w.-]+", text))
     run = command.split()[-1]
     _write(tmp_path / run, random.Random(seed))
     import os

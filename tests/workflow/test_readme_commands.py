@@ -1,10 +1,11 @@
-"""Every snakemake command README shows, run as written (README cannot drift from the code).
+"""Every snakemake command README and docs/ show, run as written (the pages cannot drift from the code).
 
 Commands run for real where this CPU machine can run them: the smoke preset's, and rebuilding the
 committed runs from their records. A command that measures on GPUs runs as a dry run, and for real
 only to check that it stops before any job with one line. Slurm's need its executor plugin and the
 apptainer one a container runtime: dry runs, the runtime answered by a stand-in that only knows
-its version.
+its version. A command that asks a committed run for one part of it runs as a dry run on a copy of
+that run.
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def kind(command: str) -> str:
         return "slurm"
     run = re.search(r"\brun=(\S+)", command)
     if run and run.group(1) in COMMITTED_RUNS:
-        targets = re.search(r"\bresults/", command)
-        return "rebuild" if "reuse_records=true" in command and "sections=" in command and not targets else "history"
+        whole = "reuse_records=true" in command and "sections=" in command and not re.search(r"\bresults/", command)
+        return "rebuild" if whole else "committed-part"
     if "preset=full" in command:
         return "needs-gpu"
     return "smoke"
@@ -51,10 +52,32 @@ def shell(copy: Path, command: str, timeout: float = 600, path_first: Path | Non
 
 
 def test_readme_shows_runnable_commands():
+    """README shows the main command, --unlock and one rebuild command per committed run; the rest is
+    in docs/, and the pages together show every kind of command this file runs."""
     assert readme.main_command() == "snakemake --cores 1 --resources gpu=2"
-    assert len(COMMANDS) >= 15 and {kind(c) for c in COMMANDS} == {"smoke", "needs-gpu", "slurm", "rebuild", "history"}
+    shown = readme.readme_commands()
+    assert "snakemake --unlock" in shown
+    rebuilds = [c for c in shown if kind(c) == "rebuild"]
+    assert sorted(re.search(r"\brun=(\S+)", c).group(1) for c in rebuilds) == COMMITTED_RUNS
+    assert len(COMMANDS) >= 12 and {kind(c) for c in COMMANDS} == {"smoke", "needs-gpu", "slurm", "rebuild",
+                                                                   "committed-part"}
     for command in COMMANDS:
-        assert not re.search(r"[<>…]", command), f"README shows a command with a placeholder: {command}"
+        assert not re.search(r"[<>…]", command), f"README or docs/ show a command with a placeholder: {command}"
+
+
+def test_readme_links_every_page_of_docs():
+    text = readme.README.read_text()
+    for page in readme.pages()[1:]:
+        assert f"](docs/{page.name})" in text, f"README does not link docs/{page.name}"
+
+
+def test_readme_id_map_is_the_registry():
+    """README's table from an ID to its code is what `python -m cs336_systems.deliverables` prints,
+    row for row (readme.id_map_rows gives the rows to paste when the registry changes)."""
+    text = readme.README.read_text()
+    assert "python -m cs336_systems.deliverables" in text
+    shown = [line for line in text.splitlines() if re.match(r"^\| [ABC]\d+ \|", line)]
+    assert shown == readme.id_map_rows()
 
 
 def test_the_main_command_loads_the_default_profile(smoke):
@@ -114,7 +137,7 @@ def _copy_committed_run(copy: Path, run: str) -> None:
         shutil.copytree(REPO / top / run, copy / top / run)
 
 
-@pytest.mark.parametrize("command", by_kind("history"))
+@pytest.mark.parametrize("command", by_kind("committed-part"))
 def test_committed_run_command_dry_run(command, tmp_path):
     copy = make_copy(tmp_path)
     _copy_committed_run(copy, re.search(r"\brun=(\S+)", command).group(1))
@@ -160,15 +183,16 @@ def test_a_committed_writeup_hints_at_readmes_rebuild_command(run):
     text = (REPO / "writeup" / run / "writeup.md").read_text()
     hint = re.search(r"measuring nothing: `(snakemake [^`]+)`", text)
     assert hint, f"writeup/{run}/writeup.md has no rebuild command"
-    assert hint.group(1) in by_kind("rebuild"), f"{hint.group(1)!r} is not README's rebuild command for {run}"
+    assert kind(hint.group(1)) == "rebuild" and hint.group(1) in readme.readme_commands(), \
+        f"{hint.group(1)!r} is not README's rebuild command for {run}"
 
 
 def test_readme_says_what_a_target_after_resources_does(tmp_path):
-    """README warns that a target after `--resources` is read as a resource; what it quotes is what
-    Snakemake prints."""
-    text = readme.README.read_text()
-    quoted = re.search(r"after `--resources` it stops with Python's `([^`]+)`", text)
-    assert quoted, "README no longer says what a target after --resources does"
+    """README or docs/ warn that a target after `--resources` is read as a resource; what they quote
+    is what Snakemake prints."""
+    text = readme.text()
+    quoted = re.search(r"after `--resources` it stops with Python's `([^`]+)`", re.sub(r"\s+", " ", text))
+    assert quoted, "neither README nor docs/ say what a target after --resources does"
     copy = make_copy(tmp_path)
     proc = shell(copy, "snakemake --cores 1 --resources gpu=2 results/smoke/A3/table.md")
     assert proc.returncode != 0 and quoted.group(1) in proc.stderr, _show(proc)
