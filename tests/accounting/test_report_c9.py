@@ -1,4 +1,5 @@
-"""The C9 report step and its writeup section, in a temporary folder."""
+"""C9's two steps (the closed forms into a record, the record into tables) and its writeup section,
+in a temporary folder."""
 
 from pathlib import Path
 import csv
@@ -6,6 +7,7 @@ import json
 
 import pytest
 
+from cs336_systems.accounting import study
 from cs336_systems.records import read_record
 from cs336_systems.report import c9, writeup
 
@@ -16,7 +18,8 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("c9")
     out = root / "C9"
-    assert c9.main(["--out-dir", str(out)]) == 0
+    assert study.main(["--out", str(out / "records" / "accounting.json")]) == 0
+    assert c9.main(["--record", str(out / "records" / "accounting.json"), "--out-dir", str(out)]) == 0
     md, html = root / "writeup.md", root / "writeup.html"
     assert writeup.main(["--templates", str(TEMPLATES), "--run", "t", "--preset", "smoke", "--summaries", str(out / "summary.json"),
                          "--md", str(md), "--html", str(html)]) == 0
@@ -55,6 +58,21 @@ def test_section_quotes_the_numbers(built):
 ])
 def test_bad_arguments_exit_with_one_line(tmp_path, args, message):
     with pytest.raises(SystemExit) as exc:
-        c9.main(["--out-dir", str(tmp_path / "out"), *args])
+        study.main(["--out", str(tmp_path / "out" / "accounting.json"), *args])
     assert message in str(exc.value) and "\n" not in str(exc.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_report_formats_the_record_and_computes_nothing(built, tmp_path):
+    """A record whose numbers were changed comes out changed: the report reads them, it does not
+    recompute them from the closed forms."""
+    out, _, _ = built
+    record = json.loads((out / "records" / "accounting.json").read_text())
+    record["metrics"]["c9"]["a"]["h100s_for_state"] = 4321
+    record["metrics"]["grid"] = record["metrics"]["grid"][:40]
+    changed = tmp_path / "accounting.json"
+    changed.write_text(json.dumps(record))
+    assert c9.main(["--record", str(changed), "--out-dir", str(tmp_path / "C9")]) == 0
+    assert "4,321 devices" in (tmp_path / "C9" / "table.csv").read_text()
+    assert len((tmp_path / "C9" / "scaling_grid.csv").read_text().splitlines()) == 41
+    assert json.loads((tmp_path / "C9" / "summary.json").read_text())["a"]["h100s_for_state"] == 4321

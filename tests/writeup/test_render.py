@@ -160,10 +160,12 @@ def test_a_run_with_every_section_says_nothing_is_missing(tmp_path, monkeypatch)
 
 
 def test_the_page_is_one_file(tmp_path):
+    from cs336_systems.accounting import study
     from cs336_systems.report import c9
 
-    out = tmp_path / "results" / "r" / "C9"
-    assert c9.main(["--out-dir", str(out)]) == 0            # a section with tables and a figure, no records
+    out = tmp_path / "results" / "r" / "C9"                 # a section with tables and a figure
+    assert study.main(["--out", str(out / "records" / "accounting.json")]) == 0
+    assert c9.main(["--record", str(out / "records" / "accounting.json"), "--out-dir", str(out)]) == 0
     summaries = [str(out / "summary.json")]
     page = tmp_path / "writeup" / "r" / "writeup.html"
     assert writeup.main(["--templates", str(TEMPLATES), "--run", "r", "--preset", "smoke", "--summaries", *summaries, "--md", str(page.with_suffix(".md")),
