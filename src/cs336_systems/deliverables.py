@@ -134,6 +134,11 @@ def reported_by(report: str) -> list[str]:
     return [d.id for d in DELIVERABLES if d.report == report]
 
 
+def readers() -> dict[str, list[str]]:
+    """ID -> the deliverables whose reports read its records: itself and those that name it in ``reads``."""
+    return {d.id: [d.id, *(r.id for r in DELIVERABLES if d.id in r.reads)] for d in DELIVERABLES}
+
+
 def rules_of(d: Deliverable) -> tuple[str, ...]:
     """Every rule of ``d``: its measuring rules and its report rule."""
     return (*d.measures, d.report_rule)

@@ -80,9 +80,15 @@ def test_damaged_records_are_found_and_set_aside(tmp_path):
     tuning.write_text("{}")
     found = run_folder.scan(folder)
     assert sorted(e.path.name for e in found.damaged) == ["cut.json", "gloo_x2.json", "stranger.json", "w.json"]
-    lines = run_folder.set_aside_damaged(found)
+    for ident in ("A1", "A4", "B5", "C1", "C8"):
+        (folder / ident / "summary.json").parent.mkdir(parents=True, exist_ok=True)
+        (folder / ident / "summary.json").write_text("{}")
+    lines = run_folder.set_aside_damaged(folder, found, {"A1": ["A1", "A4"], "C1": ["C1", "C8"]})
     assert len(lines) == 4 and all("\n" not in line and "moved to" in line for line in lines)
     assert good.exists() and not cut.exists() and (cut.parent / "cut.json.damaged").exists()
+    # The reports that read a damaged record lose their summary, so Snakemake rebuilds them.
+    assert {p.parent.name for p in folder.glob("*/summary.json")} == set()
+    assert "rebuilds A1, A4" in next(line for line in lines if "cut.json" in line)
     assert tuning.exists() and run_folder.scan(folder).damaged == []
 
 

@@ -8,9 +8,10 @@ before that file existed is read from its records' provenance: the GPU names it 
 preset) or none (the smoke preset, on CPUs).
 
 **Damaged records.** A record cut short or replaced by something that is not a record is set aside
-(``<name>.json.damaged``) while the Snakefile is read, before Snakemake decides what is stale, so the
-point is measured again and every report that reads it sees the new record, instead of the first
-report to meet it moving it away from under the others.
+(``<name>.json.damaged``) while the Snakefile is read, before Snakemake decides what is stale, and
+the summaries of the reports that read it are taken away, so the point is measured again and every
+report that reads it sees the new record, instead of the first report to meet it moving it away
+from under the others.
 
 Kept free of torch: the Snakefile calls it while it is parsed (about 0.1 s for a thousand records).
 """
@@ -74,13 +75,20 @@ def scan(folder: str | os.PathLike) -> Scan:
     return Scan(names, count, damaged)
 
 
-def set_aside_damaged(found: Scan) -> list[str]:
-    """Move every damaged record aside; one line for each, to print."""
+def set_aside_damaged(folder: str | os.PathLike, found: Scan, readers: dict[str, list[str]]) -> list[str]:
+    """Move every damaged record aside, and take away the summary of each deliverable that reads it
+    (``readers``: ID -> the IDs whose reports read that ID's records, itself included). Snakemake
+    measures a missing record again only for a job that is out of date, so the readers' reports
+    must be; one line for each record, to print."""
     lines = []
     for error in found.damaged:
         aside = set_aside(error)
+        ident = error.path.parent.parent.name
+        rebuilt = readers.get(ident, [ident])
+        for reader in rebuilt:
+            (Path(folder) / reader / "summary.json").unlink(missing_ok=True)
         lines.append(f"cs336-systems: damaged record {error.path} ({error.why}): moved to {aside.name}; "
-                     "this run measures it again")
+                     f"this run measures it again and rebuilds {', '.join(rebuilt)}")
     return lines
 
 
