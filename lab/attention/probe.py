@@ -92,7 +92,8 @@ def split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 4096, 819
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
-    from cs336_systems.attention import flash_triton as ft
+    from cs336_systems.attention import flash_plan as fp
+    from cs336_systems.attention.flash_triton import FlashAttentionTriton
 
     bench = lambda fn: round(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median") * 1e3, 1)  # noqa: E731
     rows = []
@@ -104,18 +105,18 @@ def split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 4096, 819
             want = torch.nn.functional.scaled_dot_product_attention(q[:, None].float(), k[:, None].float(),
                                                                     v[:, None].float(), is_causal=True)[:, 0]
             for s in splits:
-                plan = ft._Plan(q, k, v, True, splits=s)
+                plan = fp._Plan(q, k, v, True, splits=s)
                 out, lse = torch.empty(**plan.new_out), torch.empty(**plan.new_lse)
                 run = lambda: plan.forward(Q=q, K=k, V=v, O=out, L=lse)  # noqa: E731,B023
                 run()
                 err = float((out.float() - want.float()).abs().max())
                 row["us"][f"split{s}"] = bench(run) if err < 5e-2 else f"wrong ({err:.3g})"
-            ft._PLANS.clear()
+            fp._PLANS.clear()
             rows.append(row)
             with torch.no_grad():
-                row["us"]["ours_auto"] = bench(lambda: ft.FlashAttentionTriton.apply(q, k, v, True))  # noqa: B023
-                row["auto_splits"] = ft._plan(q, k, v, True).splits
-                row["tiles"] = ft._plan(q, k, v, True).tiles.forward.__dict__
+                row["us"]["ours_auto"] = bench(lambda: FlashAttentionTriton.apply(q, k, v, True))  # noqa: B023
+                row["auto_splits"] = fp._plan(q, k, v, True).splits
+                row["tiles"] = fp._plan(q, k, v, True).tiles.forward.__dict__
                 if dtype == "fp32":
                     continue
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -137,7 +138,7 @@ def backward_split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 
     as much host time as the flush takes."""
     from triton.testing import do_bench, do_bench_cudagraph
 
-    from cs336_systems.attention import flash_triton as ft
+    from cs336_systems.attention import flash_plan as fp
 
     bench = lambda fn: round(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median") * 1e3, 1)  # noqa: E731
     graph = lambda fn: round(do_bench_cudagraph(fn, rep=rep_ms, return_mode="median") * 1e3, 1)  # noqa: E731
@@ -155,7 +156,7 @@ def backward_split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 
                 return out, lse, lambda: plan.backward(q, k, v, out, grad, lse)  # noqa: B023
 
             for s in splits:
-                plan = ft._Plan(q, k, v, True, split_backward=(s, s))
+                plan = fp._Plan(q, k, v, True, split_backward=(s, s))
                 out, lse, backward = whole(plan)
                 err = max(float((got.float() - ref).abs().max() / ref.abs().max()) for got, ref in zip(backward(), want))
                 if err > 5e-2:
@@ -171,7 +172,7 @@ def backward_split_sweep(rep_ms: float, ds=(16, 32, 64, 128), seqs=(1024, 2048, 
                                                             DQ=dq_out))  # noqa: B023
             whole_backwards = {}
             for name, forced in (("ours_unsplit", (1, 1)), ("ours_auto", None)):
-                plan = ft._Plan(q, k, v, True, split_backward=forced)
+                plan = fp._Plan(q, k, v, True, split_backward=forced)
                 whole_backwards[name] = whole(plan)[2]
             row["auto_splits"] = list(plan.backward_splits)
             row["tiles"] = {"dkdv": plan.tiles.dkdv.__dict__, "dq": plan.tiles.dq.__dict__}

@@ -149,12 +149,12 @@ def test_model_with_flash_backend_matches_naive(device):
 def test_cached_plan_serves_new_inputs(device, monkeypatch):
     """The second call of a shape goes through the plan cached by the first (and on a GPU through
     the compiled kernels' own launchers): it must compute the same function of new inputs."""
-    from cs336_systems.attention import flash_triton as ft
+    from cs336_systems.attention import flash_plan
 
-    monkeypatch.setattr(ft, "_PLANS", {})
+    monkeypatch.setattr(flash_plan, "_PLANS", {})
     for _ in range(2):
         check_against_reference(FlashAttentionTriton, *random_qkv(2, 53, 53, 32, torch.float32, device), True)
-    assert len(ft._PLANS) == 1
+    assert len(flash_plan._PLANS) == 1
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -182,14 +182,14 @@ def test_fit_to_grid_fills_the_sms():
 def test_triton_36_interpreter_with_numpy_24_is_one_clear_error(monkeypatch):
     import numpy
 
-    from cs336_systems.attention import flash_triton
+    from cs336_systems.attention import flash_plan
 
     monkeypatch.setattr(numpy, "__version__", "2.4.0")
     with pytest.raises(RuntimeError, match=r"Triton 3\.6\.0's interpreter needs NumPy < 2\.4"):
-        flash_triton._check_interpreter_numpy("3.6.0")
-    flash_triton._check_interpreter_numpy("3.9.1")            # newer Tritons squeeze the arrays
+        flash_plan._check_interpreter_numpy("3.6.0")
+    flash_plan._check_interpreter_numpy("3.9.1")            # newer Tritons squeeze the arrays
     monkeypatch.setattr(numpy, "__version__", "2.3.5")
-    flash_triton._check_interpreter_numpy("3.6.0")
+    flash_plan._check_interpreter_numpy("3.6.0")
 
 
 # (batch, Nq, Nk, d, splits): ragged lengths; more slices than some query tiles have key tiles (their
@@ -203,6 +203,7 @@ SPLIT_SHAPES = [(2, 45, 45, 16, 2), (1, 77, 77, 32, 4), (2, 37, 70, 64, 3), (1, 
 def test_split_key_forward(device, is_causal, shape, monkeypatch):
     """The forward with each query tile's keys split across programs and then combined, through a
     plan that forces the split, against float64 (the backward reads its O and L)."""
+    from cs336_systems.attention import flash_plan
     from cs336_systems.attention import flash_triton as ft
 
     batch, n_q, n_k, d, splits = shape
@@ -210,9 +211,9 @@ def test_split_key_forward(device, is_causal, shape, monkeypatch):
         n_k = n_q
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     q, k, v = random_qkv(batch, n_q, n_k, d, dtype, device)
-    plan = ft._Plan(q, k, v, is_causal, splits=splits)
-    assert plan.splits == splits and isinstance(plan.forward, ft._SplitForward)
-    monkeypatch.setattr(ft, "_plan", lambda *_: plan)
+    plan = flash_plan._Plan(q, k, v, is_causal, splits=splits)
+    assert plan.splits == splits and isinstance(plan.forward, flash_plan._SplitForward)
+    monkeypatch.setattr(ft, "_plan", lambda *_: plan)      # the plan FlashAttentionTriton takes
     check_against_reference(FlashAttentionTriton, q, k, v, is_causal)
     out, lse = ft.flash_forward_triton(q.detach(), k.detach(), v.detach(), is_causal, splits=splits)
     ref_out, ref_lse, _ = reference(q, k, v, is_causal, torch.zeros_like(q))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cs336_systems.attention import flash_plan as fp
 from cs336_systems.attention import flash_triton as ft
 from cs336_systems.attention.flash_triton import FlashAttentionTriton
 
@@ -41,13 +42,13 @@ def test_split_backward_through_plan(device, is_causal, shape, monkeypatch):
     with new inputs, since on a GPU the second call goes through the compiled kernels' launchers."""
     batch, n_q, n_k, d, splits = _lengths(shape, device, is_causal)
     q, k, v = random_qkv(batch, n_q, n_k, d, _dtype(device), device)
-    plan = ft._Plan(q, k, v, is_causal, split_backward=splits)
+    plan = fp._Plan(q, k, v, is_causal, split_backward=splits)
     assert plan.backward_splits == splits
-    monkeypatch.setattr(ft, "_plan", lambda *_: plan)
+    monkeypatch.setattr(ft, "_plan", lambda *_: plan)      # the plan FlashAttentionTriton takes
     check_against_reference(FlashAttentionTriton, q, k, v, is_causal)
     check_against_reference(FlashAttentionTriton, *random_qkv(batch, n_q, n_k, d, _dtype(device), device), is_causal)
     for i, kernel in enumerate(("dkdv", "dq")):
-        assert isinstance(plan.backwards[q.stride()][1 + i], ft._SplitLaunch) == (splits[i] > 1), kernel
+        assert isinstance(plan.backwards[q.stride()][1 + i], fp._SplitLaunch) == (splits[i] > 1), kernel
     programs = plan.programs()
     assert programs["dkdv"] == -(-n_k // plan.tiles.dkdv.block_k) * batch * splits[0]
     assert programs["dq"] == -(-n_q // plan.tiles.dq.block_q) * batch * splits[1]
@@ -82,11 +83,11 @@ def test_split_backward_with_diagonals_of_several_tiles(device, is_causal, monke
     tiles = ft.Tiles(ft.KernelTiles(32 * scale, 16 * scale, 1 if device == "cpu" else 4, 1),
                      ft.KernelTiles(16 * scale, 32 * scale, 1 if device == "cpu" else 4, 1),
                      ft.KernelTiles(32 * scale, 16 * scale, 1 if device == "cpu" else 4, 1))
-    monkeypatch.setattr(ft, "choose_tiles", lambda *_: tiles)
-    monkeypatch.setattr(ft, "fit_to_grid", lambda t, *_: t)
+    monkeypatch.setattr(fp, "choose_tiles", lambda *_: tiles)       # what _Plan reads
+    monkeypatch.setattr(fp, "fit_to_grid", lambda t, *_: t)
     n = 83 * scale
     q, k, v = random_qkv(1, n, n, 16, _dtype(device), device)
-    plan = ft._Plan(q, k, v, is_causal, split_backward=(3, 5))
+    plan = fp._Plan(q, k, v, is_causal, split_backward=(3, 5))
     monkeypatch.setattr(ft, "_plan", lambda *_: plan)
     check_against_reference(FlashAttentionTriton, q, k, v, is_causal)
 
@@ -97,18 +98,18 @@ def test_split_backward_with_diagonals_of_several_tiles(device, is_causal, monke
 def test_chosen_split_backward_at_batch_one(is_causal, d, monkeypatch):
     """At batch 1 and N = 1000 (ragged) the rule splits both kernels on an H100 (16 programs
     each); the chosen plan's gradients against float64."""
-    monkeypatch.setattr(ft, "_PLANS", {})
+    monkeypatch.setattr(fp, "_PLANS", {})
     q, k, v = random_qkv(1, 1000, 1000, d, torch.bfloat16, "cuda")
     check_against_reference(FlashAttentionTriton, q, k, v, is_causal)
-    plan = ft._plan(q, k, v, is_causal)
-    sms = ft._sm_count(q.device)
+    plan = fp._plan(q, k, v, is_causal)
+    sms = fp._sm_count(q.device)
     assert plan.backward_splits == ft.backward_splits(plan.tiles, 1, 1000, 1000, d, q.dtype, sms)
     if sms >= 64:
         assert min(plan.backward_splits) > 1, plan.backward_splits
 
 
 def test_backward_splits_fill_short_grids_only():
-    """The rule's counts against its fit (NOTES.md, sixth session): 16-bit d <= 32 fills to 32
+    """The rule's counts against its fit (lab/attention/tuning/backward_splits_*): 16-bit d <= 32 fills to 32
     warps per SM (dK/dV at most 8 slices, dQ 16), d = 64 to 16 (at most 4), d = 128 to 8 (at most
     4); slices down to one tile; no 16-bit split under 16 walked tiles; fp32 to 16 warps per SM, at
     most 8 slices, from the shortest length (dQ slices of two tiles or more)."""
@@ -138,27 +139,29 @@ _COMPILE_FOR_SM90 = """
 import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from cs336_systems.attention import flash_triton as ft
+from cs336_systems.attention import flash_backward as fb
+from cs336_systems.attention import flash_plan as fp
+from cs336_systems.attention.flash_tiles import KernelTiles
 
 def compile_sm90(kernel, args, tensors, t=None):
     _, scalars, constexprs = args
     types = {name: tensors.get(name) or ("fp32" if isinstance(scalars.get(name), float) else "i32")
              for name in kernel.arg_names if name not in constexprs}
     signature = {name: types.get(name, "constexpr") for name in kernel.arg_names}
-    options = ft._options(t) if t else {}
+    options = fp._options(t) if t else {}
     source = ASTSource(kernel, signature, constexprs=constexprs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
 
-t = ft.KernelTiles(64, 64, 4, 3)
+t = KernelTiles(64, 64, 4, 3)
 inputs = {name: "*bf16" for name in ("Q", "K", "V", "DO")} | {"L": "*fp32", "DELTA": "*fp32", "PART": "*fp32"}
 for d in (64, 128):
     q, lse = torch.empty(1, 1000, d, dtype=torch.bfloat16), torch.empty(1, 1000)
     for causal in (False, True):
-        for name, kernel, args in (("dkdv", ft._dkdv_part_kernel, ft._dkdv_part_args(q, q, q, q, lse, causal, t, 4)),
-                                   ("dq", ft._dq_part_kernel, ft._dq_part_args(q, q, q, q, lse, causal, t, 4))):
+        for name, kernel, args in (("dkdv", fb._dkdv_part_kernel, fp._dkdv_part_args(q, q, q, q, lse, causal, t, 4)),
+                                   ("dq", fb._dq_part_kernel, fp._dq_part_args(q, q, q, q, lse, causal, t, 4))):
             print(name, d, causal, "wgmma" in compile_sm90(kernel, args, inputs, t))
-    compile_sm90(ft._dkdv_combine_kernel, ft._dkdv_combine_args(q, q, 4), {"PART": "*fp32", "DK": "*bf16", "DV": "*bf16"})
-    compile_sm90(ft._dq_combine_kernel, ft._dq_combine_args(q, 4), {"PART": "*fp32", "DQ": "*bf16"})
+    compile_sm90(fb._dkdv_combine_kernel, fp._dkdv_combine_args(q, q, 4), {"PART": "*fp32", "DK": "*bf16", "DV": "*bf16"})
+    compile_sm90(fb._dq_combine_kernel, fp._dq_combine_args(q, 4), {"PART": "*fp32", "DQ": "*bf16"})
 """
 
 

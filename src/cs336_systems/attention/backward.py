@@ -8,7 +8,7 @@ From Q, K, V, O, dO and the saved log-sum-exp L (no attention matrix was kept):
     dQ = dS K / √d                 dK = dSᵀ Q / √d
 
 It materialises S for the whole sequence, so it is the simple path, not the fast one; the Triton
-kernels in ``flash_triton`` compute the same thing tile by tile.
+kernels in ``flash_backward`` compute the same thing tile by tile.
 """
 from __future__ import annotations
 

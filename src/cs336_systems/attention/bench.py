@@ -21,8 +21,8 @@ do_bench, the Triton kernels run in the interpreter, and the SDPA anchors are re
 
 **Graph time.** At batch 1 and short sequences do_bench's median carries the host's time: do_bench
 flushes the L2 cache with a memset before each call, and when the host takes longer to launch the
-call than the GPU takes for that memset, the GPU waits and the wait is measured (NOTES.md, "Small
-N is noise"). So ``grid`` also times every point with CUDA graphs and records it beside ``ms`` as
+call than the GPU takes for that memset, the GPU waits and the wait is measured (lab/attention/NOTES.md,
+"Small N is noise"). So ``grid`` also times every point with CUDA graphs and records it beside ``ms`` as
 ``graph_ms`` (with ``graph_status``; ``graph_reason`` when there is none). ``graph_ms`` is the GPU
 time of one call with no host in it: ``calls`` calls of the pass are captured into one
 ``torch.cuda.CUDAGraph`` (after warm-up calls on the capture stream, as capture requires); the GPU

@@ -1,0 +1,427 @@
+"""How the FlashAttention kernels are launched: their arguments, plain launches and cached plans.
+
+The plain launch functions (``flash_forward_triton``, ``flash_backward_triton`` and the single
+kernels' ``launch_*``) are what torch.compile traces and what odd layouts (a strided last
+dimension, pointers off 16-byte alignment) take.
+
+Eager calls of ``FlashAttentionTriton`` go through a plan cached per input layout (``_Plan``: tiles
+fitted to the grid, buffer sizes, and each kernel's launch with its arguments fixed), so that a
+small call costs little more host time than its launches.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+
+from cs336_systems.attention.flash_backward import (_delta_kernel, _dkdv_combine_kernel, _dkdv_part_kernel,
+                                                    _dq_combine_kernel, _dq_part_kernel, _flash_dkdv_kernel,
+                                                    _flash_dq_kernel)
+from cs336_systems.attention.flash_forward import (LOG2_E, _flash_forward_kernel, _forward_combine_kernel,
+                                                   _forward_part_kernel)
+from cs336_systems.attention.flash_tiles import (KernelTiles, Tiles, _precision, backward_splits, choose_tiles,
+                                                 fit_to_grid, forward_splits, interpreting)
+from cs336_systems.attention.inputs import check_inputs
+
+
+def _check_device(q: torch.Tensor) -> None:
+    if q.device.type != "cuda" and not interpreting():
+        raise ValueError(f"FlashAttentionTriton needs CUDA tensors (got {q.device}); on a CPU, set "
+                         "TRITON_INTERPRET=1 before importing it to run the kernels in Triton's interpreter")
+    if interpreting():
+        _check_interpreter_numpy(triton.__version__)
+
+
+def _check_interpreter_numpy(triton_version: str) -> None:
+    """One clear line instead of the interpreter's 'only 0-dimensional arrays' deep in a kernel."""
+    import numpy
+
+    def major_minor(version: str) -> tuple[int, int]:
+        return tuple(int(part) for part in version.split(".")[:2])
+
+    if major_minor(triton_version) <= (3, 6) and major_minor(numpy.__version__) >= (2, 4):
+        raise RuntimeError(f"Triton {triton_version}'s interpreter needs NumPy < 2.4 (this is {numpy.__version__}): "
+                           "pip install 'numpy<2.4', or a newer Triton")
+
+
+def _options(t: KernelTiles) -> dict:
+    return dict(num_warps=t.num_warps, num_stages=t.num_stages)
+
+
+# Each kernel's launch is described once, by a function of the tensors and tiles that returns the
+# grid, the arguments after the tensors (strides, sizes, scales) and the constexprs, both as
+# keyword arguments named as in the kernel's signature. The plain launch functions below and the
+# cached per-shape plans (``_Launch``, ``_Plan``) both build their launches from these.
+
+def _forward_args(q, k, v, out, lse, is_causal: bool, t: KernelTiles):
+    batch, n_q, d = q.shape
+    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_ob=out.stride(0), stride_on=out.stride(1),
+                   stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q, n_keys=k.shape[1],
+                   qk_scale=LOG2_E.value / math.sqrt(d))
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
+
+
+def _forward_part_args(q, k, v, is_causal: bool, t: KernelTiles, splits: int):
+    batch, n_q, d = q.shape
+    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                   stride_vb=v.stride(0), stride_vn=v.stride(1), n_batch=batch, n_queries=n_q, n_keys=k.shape[1],
+                   qk_scale=LOG2_E.value / math.sqrt(d))
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
+                      PRECISION=_precision(q.dtype))
+    return (triton.cdiv(n_q, t.block_q) * splits * batch,), scalars, constexprs
+
+
+def _combine_args(out, lse, splits: int):
+    batch, n_q, d = out.shape
+    block = max(16, 4096 // d)
+    scalars = dict(stride_ob=out.stride(0), stride_on=out.stride(1), stride_lb=lse.stride(0), n_batch=batch,
+                   n_queries=n_q)
+    return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block, SPLITS=splits)
+
+
+def _part_numel(q, splits: int) -> int:
+    batch, n_q, d = q.shape
+    return splits * batch * n_q * (d + 2)
+
+
+def _delta_args(out, grad_out, delta):
+    batch, n_q, d = out.shape
+    block = max(16, 8192 // d)
+    scalars = dict(stride_ob=out.stride(0), stride_on=out.stride(1), stride_dob=grad_out.stride(0),
+                   stride_don=grad_out.stride(1), stride_db=delta.stride(0), n_batch=batch, n_rows=n_q)
+    return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block)
+
+
+def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, is_causal: bool, t: KernelTiles):
+    batch, n_q, d = q.shape
+    n_k = k.shape[1]
+    scale = 1.0 / math.sqrt(d)
+    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
+                   stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dkb=grad_k.stride(0),
+                   stride_dkn=grad_k.stride(1), stride_dvb=grad_v.stride(0), stride_dvn=grad_v.stride(1),
+                   n_batch=batch, n_queries=n_q, n_keys=n_k, scale=scale, qk_scale=scale * LOG2_E.value)
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    return (triton.cdiv(n_k, t.block_k) * batch,), scalars, constexprs
+
+
+def _dq_args(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles):
+    batch, n_q, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
+                   stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dqb=grad_q.stride(0),
+                   stride_dqn=grad_q.stride(1), n_batch=batch, n_queries=n_q, n_keys=k.shape[1], scale=scale,
+                   qk_scale=scale * LOG2_E.value)
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
+
+
+def _backward_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int, n_tiles: int):
+    """The launch of either split backward kernel (their signatures are the same): ``n_tiles`` tiles
+    (key tiles for dK/dV, query tiles for dQ), each over ``splits`` programs."""
+    batch, n_q, d = q.shape
+    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
+                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
+                   stride_don=grad_out.stride(1), stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q,
+                   n_keys=k.shape[1], qk_scale=LOG2_E.value / math.sqrt(d))
+    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
+                      PRECISION=_precision(q.dtype))
+    return (n_tiles * splits * batch,), scalars, constexprs
+
+
+def _dkdv_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int):
+    return _backward_part_args(q, k, v, grad_out, lse, is_causal, t, splits, triton.cdiv(k.shape[1], t.block_k))
+
+
+def _dq_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int):
+    return _backward_part_args(q, k, v, grad_out, lse, is_causal, t, splits, triton.cdiv(q.shape[1], t.block_q))
+
+
+def _dkdv_combine_args(grad_k, grad_v, splits: int):
+    batch, n_k, d = grad_k.shape
+    block = max(16, 2048 // d)        # two outputs: half the forward combine's rows
+    scalars = dict(stride_dkb=grad_k.stride(0), stride_dkn=grad_k.stride(1), stride_dvb=grad_v.stride(0),
+                   stride_dvn=grad_v.stride(1), n_batch=batch, n_keys=n_k, scale=1.0 / math.sqrt(d))
+    return (triton.cdiv(n_k, block) * batch,), scalars, dict(D=d, BLOCK=block, SPLITS=splits)
+
+
+def _dq_combine_args(grad_q, splits: int):
+    batch, n_q, d = grad_q.shape
+    block = max(16, 4096 // d)
+    scalars = dict(stride_dqb=grad_q.stride(0), stride_dqn=grad_q.stride(1), n_batch=batch, n_queries=n_q,
+                   scale=1.0 / math.sqrt(d))
+    return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block, SPLITS=splits)
+
+
+# --- plain launches ---------------------------------------------------------------------------
+
+def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+                         tiles: Tiles | None = None, splits: int = 1):
+    """Launch the forward kernel, or with ``splits`` > 1 the split-key forward and its combine;
+    returns (O in q's dtype, L fp32 of shape (batch, Nq))."""
+    batch, n_q, d = q.shape
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    t = (tiles or choose_tiles(d, q.dtype)).forward
+    out = torch.empty(batch, n_q, d, dtype=q.dtype, device=q.device)
+    lse = torch.empty(batch, n_q, dtype=torch.float32, device=q.device)
+    if splits > 1:
+        part = torch.empty(_part_numel(q, splits), dtype=torch.float32, device=q.device)
+        grid, scalars, constexprs = _forward_part_args(q, k, v, is_causal, t, splits)
+        _forward_part_kernel[grid](Q=q, K=k, V=v, PART=part, **scalars, **constexprs, **_options(t))
+        grid, scalars, constexprs = _combine_args(out, lse, splits)
+        _forward_combine_kernel[grid](PART=part, O=out, L=lse, **scalars, **constexprs)
+        return out, lse
+    grid, scalars, constexprs = _forward_args(q, k, v, out, lse, is_causal, t)
+    _flash_forward_kernel[grid](Q=q, K=k, V=v, O=out, L=lse, **scalars, **constexprs, **_options(t))
+    return out, lse
+
+
+def backward_delta(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
+    """D = rowsum(dO ∘ O) in fp32, shape (batch, Nq); both inputs with unit last stride."""
+    delta = torch.empty(out.shape[:2], dtype=torch.float32, device=out.device)
+    grid, scalars, constexprs = _delta_args(out, grad_out, delta)
+    _delta_kernel[grid](O=out, DO=grad_out, DELTA=delta, **scalars, **constexprs)
+    return delta
+
+
+def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, t: KernelTiles) -> None:
+    grid, scalars, constexprs = _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, is_causal, t)
+    _flash_dkdv_kernel[grid](Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v, **scalars,
+                             **constexprs, **_options(t))
+
+
+def launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelTiles) -> None:
+    grid, scalars, constexprs = _dq_args(q, k, v, grad_out, lse, grad_q, is_causal, t)
+    _flash_dq_kernel[grid](Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DQ=grad_q, **scalars, **constexprs,
+                           **_options(t))
+
+
+def launch_dkdv_split(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, t: KernelTiles,
+                      splits: int) -> None:
+    """The dK/dV kernel with each key tile's query tiles split over ``splits`` programs, then their sum."""
+    _split_dkdv_launch(q, k, v, grad_out, lse, grad_k, grad_v, is_causal, t, splits)(
+        Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v)
+
+
+def launch_dq_split(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, t: KernelTiles, splits: int) -> None:
+    """The dQ kernel with each query tile's key tiles split over ``splits`` programs, then their sum."""
+    _split_dq_launch(q, k, v, grad_out, lse, grad_q, is_causal, t, splits)(Q=q, K=k, V=v, DO=grad_out, L=lse,
+                                                                           DELTA=delta, DQ=grad_q)
+
+
+def backward_kernels(q, k, v, grad_out, lse, delta, is_causal: bool, tiles: Tiles, splits: tuple[int, int] = (1, 1)):
+    """dQ, dK, dV from the dK/dV kernel and then the dQ kernel, with ``tiles``. ``splits``: (dK/dV,
+    dQ) slices for the split kernels (``backward_splits``)."""
+    grad_k, grad_v, grad_q = torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)
+    dkdv_splits, dq_splits = splits
+    if dkdv_splits > 1:
+        launch_dkdv_split(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv, dkdv_splits)
+    else:
+        launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal, tiles.dkdv)
+    if dq_splits > 1:
+        launch_dq_split(q, k, v, grad_out, lse, delta, grad_q, is_causal, tiles.dq, dq_splits)
+    else:
+        launch_dq(q, k, v, grad_out, lse, delta, grad_q, is_causal, tiles.dq)
+    return grad_q, grad_k, grad_v
+
+
+def flash_backward_triton(q, k, v, out, grad_out, lse, is_causal: bool, tiles: Tiles | None = None,
+                          splits: tuple[int, int] = (1, 1)):
+    """dQ, dK, dV by recomputation: D = rowsum(dO ∘ O), then the backward kernels."""
+    q, k, v, grad_out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, grad_out))
+    tiles = tiles or choose_tiles(q.shape[-1], q.dtype)
+    return backward_kernels(q, k, v, grad_out, lse, backward_delta(out, grad_out), is_causal, tiles, splits)
+
+
+# --- per-shape plans: the eager hot path ------------------------------------------------------
+
+class _Launch:
+    """One kernel with its grid and every argument but the tensors fixed: its launch for one input
+    layout, called with the tensors by the kernel's names for them. The first call goes through
+    Triton's dispatcher, which compiles the kernel or finds it; later calls go straight to the
+    compiled kernel's launcher, because the dispatcher re-derives the specialisation key from every
+    argument on every call (lab/attention/NOTES.md measures that). Valid only for tensors with the
+    layout and 16-byte alignment of the first call's."""
+
+    def __init__(self, kernel, grid: tuple, scalars: dict, constexprs: dict, options: dict):
+        fixed = [*scalars, *constexprs]
+        # The compiled launcher takes every argument positionally: the tensors (named at each
+        # call), then the fixed ones, which must therefore be the signature's last, in order.
+        if fixed != kernel.arg_names[-len(fixed):]:
+            raise ValueError(f"{fixed} are not the last arguments of {kernel.arg_names}, in order")
+        self.kernel, self.grid, self.scalars, self.constexprs, self.options = kernel, grid, scalars, constexprs, options
+        self.tensor_names = tuple(kernel.arg_names[:-len(fixed)])
+        self.tail = (*scalars.values(), *constexprs.values())
+        self.launcher = None
+
+    def __call__(self, **tensors) -> None:
+        if self.launcher is not None:
+            self.launcher(*(tensors[name] for name in self.tensor_names), *self.tail)
+            return
+        compiled = self.kernel[self.grid](**tensors, **self.scalars, **self.constexprs, **self.options)
+        if not interpreting():
+            self.launcher = compiled[(*self.grid, 1, 1)[:3]]      # its launcher takes all three sizes
+
+
+def _sm_count(device: torch.device) -> int:
+    return _sm_count_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count_of(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+class _SplitForward:
+    """The split-key forward as one launch for a plan: the partials' buffer, the part kernel, the
+    combine kernel (called like the one-program forward's ``_Launch``)."""
+
+    def __init__(self, q, k, v, out, lse, is_causal: bool, t: KernelTiles, splits: int):
+        self.new_part = dict(size=(_part_numel(q, splits),), dtype=torch.float32, device=q.device)
+        self.part = _Launch(_forward_part_kernel, *_forward_part_args(q, k, v, is_causal, t, splits), _options(t))
+        self.combine = _Launch(_forward_combine_kernel, *_combine_args(out, lse, splits), {})
+
+    def __call__(self, Q, K, V, O, L) -> None:  # noqa: N803 - the kernels' names for them
+        part = torch.empty(**self.new_part)
+        self.part(Q=Q, K=K, V=V, PART=part)
+        self.combine(PART=part, O=O, L=L)
+
+
+class _SplitLaunch:
+    """A split backward kernel and its combine as one launch for a plan, called like the one-program
+    kernel's ``_Launch`` with the tensors by the kernels' names (each of the two gets those it
+    takes): a fresh fp32 buffer for the partials, the part kernel, then the combine."""
+
+    def __init__(self, part: _Launch, combine: _Launch, part_numel: int, device: torch.device):
+        self.part, self.combine = part, combine
+        self.new_part = dict(size=(part_numel,), dtype=torch.float32, device=device)
+
+    def __call__(self, **tensors) -> None:
+        part = torch.empty(**self.new_part)
+        self.part(**{name: tensors[name] for name in self.part.tensor_names if name != "PART"}, PART=part)
+        self.combine(**{name: tensors[name] for name in self.combine.tensor_names if name != "PART"}, PART=part)
+
+
+def _split_dkdv_launch(q, k, v, grad_out, lse, grad_k, grad_v, is_causal: bool, t: KernelTiles,
+                       splits: int) -> _SplitLaunch:
+    return _SplitLaunch(_Launch(_dkdv_part_kernel, *_dkdv_part_args(q, k, v, grad_out, lse, is_causal, t, splits),
+                                _options(t)),
+                        _Launch(_dkdv_combine_kernel, *_dkdv_combine_args(grad_k, grad_v, splits), {}),
+                        2 * splits * k.numel(), q.device)
+
+
+def _split_dq_launch(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles, splits: int) -> _SplitLaunch:
+    return _SplitLaunch(_Launch(_dq_part_kernel, *_dq_part_args(q, k, v, grad_out, lse, is_causal, t, splits),
+                                _options(t)),
+                        _Launch(_dq_combine_kernel, *_dq_combine_args(grad_q, splits), {}),
+                        splits * q.numel(), q.device)
+
+
+class _Plan:
+    """Everything about one call of FlashAttentionTriton that depends only on the inputs' shapes,
+    strides, dtype, device and causality: the tiles fitted to the grid, the output buffers' sizes
+    and the kernels' launches (the backward's are made on its first call, per layout of dO)."""
+
+    def __init__(self, q, k, v, is_causal: bool, splits: int | None = None,
+                 split_backward: tuple[int, int] | None = None):
+        batch, n_q, d = q.shape
+        tiles = choose_tiles(d, q.dtype)
+        if not interpreting():
+            sms = _sm_count(q.device)
+            tiles = fit_to_grid(tiles, batch, n_q, k.shape[1], sms)
+            if splits is None:
+                splits = forward_splits(tiles.forward, batch, n_q, k.shape[1], d, q.dtype, sms)
+            if split_backward is None:
+                split_backward = backward_splits(tiles, batch, n_q, k.shape[1], d, q.dtype, sms)
+        self.tiles, self.is_causal, self.splits, self.n_k = tiles, is_causal, splits or 1, k.shape[1]
+        # (dK/dV, dQ) slices of the split backward; forced by the caller, or 1 where the rule does
+        # not run (the interpreter, which has no SM count).
+        self.backward_splits = tuple(split_backward or (1, 1))
+        self.new_out = dict(size=q.shape, dtype=q.dtype, device=q.device)
+        self.new_lse = dict(size=(batch, n_q), dtype=torch.float32, device=q.device)
+        out, lse = torch.empty(**self.new_out), torch.empty(**self.new_lse)
+        if self.splits > 1:
+            self.forward = _SplitForward(q, k, v, out, lse, is_causal, tiles.forward, self.splits)
+        else:
+            self.forward = _Launch(_flash_forward_kernel, *_forward_args(q, k, v, out, lse, is_causal, tiles.forward),
+                                   _options(tiles.forward))
+        self.backwards: dict = {}
+
+    def programs(self) -> dict[str, int]:
+        """Each kernel's program count (the grid) for this layout."""
+        batch, n_q, _ = self.new_out["size"]
+        t = self.tiles
+        return {"forward": triton.cdiv(n_q, t.forward.block_q) * batch * self.splits,
+                "dkdv": triton.cdiv(self.n_k, t.dkdv.block_k) * batch * self.backward_splits[0],
+                "dq": triton.cdiv(n_q, t.dq.block_q) * batch * self.backward_splits[1]}
+
+    def backward(self, q, k, v, out, grad_out, lse):
+        """dQ, dK, dV through the launches for this layout of dO (made on first use)."""
+        launches = self.backwards.get(grad_out.stride())
+        if launches is None:
+            launches = self.backwards[grad_out.stride()] = self._backward_launches(q, k, v, out, grad_out, lse)
+        delta_launch, dkdv, dq = launches
+        delta = torch.empty(**self.new_lse)
+        delta_launch(O=out, DO=grad_out, DELTA=delta)
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dkdv(Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v)
+        dq(Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DQ=grad_q)
+        return grad_q, grad_k, grad_v
+
+    def _backward_launches(self, q, k, v, out, grad_out, lse):
+        t, causal = self.tiles, self.is_causal
+        delta = torch.empty(**self.new_lse)
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dkdv_splits, dq_splits = self.backward_splits
+        if dkdv_splits > 1:
+            dkdv = _split_dkdv_launch(q, k, v, grad_out, lse, grad_k, grad_v, causal, t.dkdv, dkdv_splits)
+        else:
+            dkdv = _Launch(_flash_dkdv_kernel, *_dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, causal, t.dkdv),
+                           _options(t.dkdv))
+        if dq_splits > 1:
+            dq = _split_dq_launch(q, k, v, grad_out, lse, grad_q, causal, t.dq, dq_splits)
+        else:
+            dq = _Launch(_flash_dq_kernel, *_dq_args(q, k, v, grad_out, lse, grad_q, causal, t.dq), _options(t.dq))
+        return _Launch(_delta_kernel, *_delta_args(out, grad_out, delta), {}), dkdv, dq
+
+
+_PLANS: dict = {}
+
+
+def _plan(q, k, v, is_causal: bool) -> _Plan | None:
+    """The cached plan for these inputs, or None where the plain path must run them: under
+    torch.compile (which traces the plain launches), for a strided last dimension (the plain
+    path copies it), and for pointers off 16-byte alignment (the compiled kernels assume it)."""
+    if (torch.compiler.is_compiling() or not all(isinstance(t, torch.Tensor) for t in (q, k, v))
+            or (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16):
+        return None
+    key = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+           k.device, v.device, is_causal)
+    plan = _PLANS.get(key)
+    if plan is None:
+        check_inputs(q, k, v, is_causal)
+        _check_device(q)
+        if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+            return None
+        if len(_PLANS) >= 4096:       # many distinct shapes (varying lengths): start afresh
+            _PLANS.clear()
+        plan = _PLANS[key] = _Plan(q, k, v, is_causal)
+    return plan
+
+
+def describe_launch(q, k, v, is_causal: bool) -> dict:
+    """What ``FlashAttentionTriton`` launches for these inputs (for benchmark records): each
+    kernel's tiles and program count, the SM count, the key splits of the forward, the (dK/dV, dQ)
+    slices of the backward and how fp32 products are computed."""
+    plan = _plan(q, k, v, is_causal)
+    if plan is None:
+        return {}
+    sms = _sm_count(q.device) if q.device.type == "cuda" else None
+    return {"tiles": plan.tiles.to_json(), "splits": plan.splits, "backward_splits": list(plan.backward_splits),
+            "programs": plan.programs(), "sms": sms,
+            "products": _precision(q.dtype)}
