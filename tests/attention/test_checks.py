@@ -86,3 +86,7 @@ def test_b4_states_the_backward_the_tuner_measured_faster():
     choices = flash_checks.tuner_choices({"bf16_d64": entry(3.9, 2.2, 1.4), "bf16_d128": entry(1.5, 1.0, 0.6)})
     assert [(c["key"], c["chosen"]) for c in choices] == [("bf16_d128", "fused"), ("bf16_d64", "dkdv+dq")]
     assert choices[1]["separate_ms"] == pytest.approx(3.6) and choices[1]["fused_over_separate"] == pytest.approx(3.9 / 3.6)
+    # An entry tuned since the fused path left the kernels has no fused time and ran the two kernels.
+    [later] = flash_checks.tuner_choices({"bf16_d64": {"measured": {"causal": True, "gpu": "GPU", "shape": [1, 8, 64],
+                                                                    "ms": {"forward": 1.0, "dkdv": 2.0, "dq": 1.0}}}})
+    assert later["fused_ms"] is None and later["fused_over_separate"] is None and later["chosen"] == "dkdv+dq"

@@ -65,16 +65,20 @@ def backward_speedup(times: pd.DataFrame) -> dict:
 
 
 def tuner_choices(tuned: dict = TUNED) -> list[dict]:
-    """The backward the tuner chose per (dtype, head dim), from what it measured and committed in
-    ``attention/tuned_tiles.py``: the best fused dK/dV/dQ launch against the best dK/dV plus the best
-    dQ, on its GPU and shape."""
+    """What the tuner measured and committed in ``attention/tuned_tiles.py`` per (dtype, head dim): the
+    best dK/dV and the best dQ launch on its GPU and shape, and, for entries tuned while a fused
+    backward (dQ added atomically inside the dK/dV pass) was still a candidate, that fused launch
+    too. The fused path lost every such measurement and is gone from the kernels; an entry tuned
+    since has no fused time (None), and the backward that runs is dK/dV then dQ."""
     out = []
     for key, entry in sorted(tuned.items()):
         m = entry["measured"]
         separate = m["ms"]["dkdv"] + m["ms"]["dq"]
-        out.append({"key": key, "gpu": m["gpu"], "shape": m["shape"], "causal": m["causal"], "chosen": m["backward"],
-                    "fused_ms": m["ms"]["fused"], "dkdv_ms": m["ms"]["dkdv"], "dq_ms": m["ms"]["dq"],
-                    "separate_ms": separate, "fused_over_separate": m["ms"]["fused"] / separate})
+        fused = m["ms"].get("fused")
+        out.append({"key": key, "gpu": m["gpu"], "shape": m["shape"], "causal": m["causal"],
+                    "chosen": m.get("backward", "dkdv+dq"), "fused_ms": fused, "dkdv_ms": m["ms"]["dkdv"],
+                    "dq_ms": m["ms"]["dq"], "separate_ms": separate,
+                    "fused_over_separate": None if fused is None else fused / separate})
     return out
 
 
