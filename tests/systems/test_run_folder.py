@@ -83,7 +83,10 @@ def test_damaged_records_are_found_and_set_aside(tmp_path):
     for ident in ("A1", "A4", "B5", "C1", "C8"):
         (folder / ident / "summary.json").parent.mkdir(parents=True, exist_ok=True)
         (folder / ident / "summary.json").write_text("{}")
-    lines = run_folder.set_aside_damaged(folder, found, {"A1": ["A1", "A4"], "C1": ["C1", "C8"]})
+    page = tmp_path / "writeup.md"
+    page.write_text("old")
+    lines = run_folder.set_aside_damaged(folder, found, {"A1": ["A1", "A4"], "C1": ["C1", "C8"]}, [page])
+    assert not page.exists()
     assert len(lines) == 4 and all("\n" not in line and "moved to" in line for line in lines)
     assert good.exists() and not cut.exists() and (cut.parent / "cut.json.damaged").exists()
     # The reports that read a damaged record lose their summary, so Snakemake rebuilds them.

@@ -37,7 +37,8 @@ print(f"cs336-systems: preset {PRESET} ({CHOSEN.why}); results in {RESULTS}/, wr
 HERE = run_folder.Identity(PRESET, machine.device_kind(GRID["device"]) or "")
 if workflow.is_main_process:
     _found = run_folder.scan(RESULTS)
-    for _line in run_folder.set_aside_damaged(RESULTS, _found, deliverables.readers()):
+    for _line in run_folder.set_aside_damaged(RESULTS, _found, deliverables.readers(),
+                                              [f"{WRITEUP}/writeup.md", f"{WRITEUP}/writeup.html"]):
         print(_line, file=sys.stderr)
     RUN_CONFLICT = run_folder.conflict(RESULTS, run_folder.identity(RESULTS, _found), PRESET, HERE.device or None)
     if RUN_CONFLICT and not CHOSEN.reuse_records:

@@ -75,12 +75,17 @@ def scan(folder: str | os.PathLike) -> Scan:
     return Scan(names, count, damaged)
 
 
-def set_aside_damaged(folder: str | os.PathLike, found: Scan, readers: dict[str, list[str]]) -> list[str]:
+def set_aside_damaged(folder: str | os.PathLike, found: Scan, readers: dict[str, list[str]],
+                      writeup: list[str | os.PathLike]) -> list[str]:
     """Move every damaged record aside, and take away the summary of each deliverable that reads it
-    (``readers``: ID -> the IDs whose reports read that ID's records, itself included). Snakemake
-    measures a missing record again only for a job that is out of date, so the readers' reports
-    must be; one line for each record, to print."""
+    (``readers``: ID -> the IDs whose reports read that ID's records, itself included) and the
+    ``writeup`` files. Snakemake remakes a missing file only for a job that has to run anyway (a
+    missing input of an up-to-date output counts as consumed), so the chain down to the record must
+    be missing from the top; one line for each record, to print."""
     lines = []
+    if found.damaged:
+        for path in writeup:
+            Path(path).unlink(missing_ok=True)
     for error in found.damaged:
         aside = set_aside(error)
         ident = error.path.parent.parent.name
