@@ -30,8 +30,8 @@ for _package, _folder in ((cs336_systems, _CHECKOUT_CODE[0]), (cs336_basics, _CH
 
 
 configfile: "config.yaml"
-# The image each job runs in under `--software-deployment-method apptainer` (README, "Running in
-# Docker"); ignored otherwise. CS336_CONTAINER names another: a .sif file, a registry image.
+# The image each job runs in under `--software-deployment-method apptainer` (docs/containers.md);
+# ignored otherwise. CS336_CONTAINER names another: a .sif file, a registry image.
 container: os.environ.get("CS336_CONTAINER", "docker://cs336-systems:latest")
 
 

@@ -5,7 +5,7 @@ No container registry is reachable from CI, so the base image is made here: a mi
 goes through a proxy that needs them), imported into podman. The Dockerfile is built on it with
 PyTorch's CPU build (the wheel the host's pip picks for the host's torch, served to the build over
 127.0.0.1) and without Nsight Systems (NVIDIA's apt repository is not in a plain Debian base).
-Not checked here: the real CUDA base image, the GPU runtime, nsys inside the image (see README).
+Not checked here: the real CUDA base image, the GPU runtime, nsys inside the image (see docs/containers.md).
 
 podman runs with its own configuration and its own storage under CACHE (never the host's): the
 limits and the OCI runtime these machines need, and the overlay driver. The base image and the

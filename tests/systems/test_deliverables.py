@@ -106,7 +106,7 @@ def test_variants_live_in_deliverables_that_measure_them():
 
 
 def test_every_registered_back_end_and_implementation_loads():
-    # Registered as strings (README, "Layout" says why): a misspelled entry would fail only when run.
+    # Registered as strings (docs/design.md says why): a misspelled entry would fail only when run.
     from cs336_systems.attention.backends import BACKENDS, BENCH_IMPLS, load
 
     for table in (BACKENDS, BENCH_IMPLS):
