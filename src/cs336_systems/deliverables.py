@@ -78,7 +78,7 @@ DELIVERABLES: tuple[Deliverable, ...] = (
     Deliverable("A1", "End-to-end benchmark", "a1_benchmark.smk", f"{_S}.benchmark", f"{_S}.report.a1", ONE_GPU,
                 ("A1_benchmark", "A1_warmup_study"), reads=("A2",)),
     Deliverable("A2", "Nsight Systems profile", "a2_profile.smk", f"{_S}.profiling.profile", f"{_S}.report.a2",
-                ONE_GPU, ("A2_profile",)),
+                ONE_GPU, ("A2_profile",), reads=("A1",)),
     Deliverable("A3", "Accumulation in low precision", "a3_a4_precision.smk", f"{_S}.precision.accumulation",
                 f"{_S}.report.a3", CPU, ("A3_accumulation",)),
     Deliverable("A4", "Mixed precision", "a3_a4_precision.smk", f"{_S}.precision.autocast_dtypes",

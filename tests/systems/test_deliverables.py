@@ -112,3 +112,31 @@ def test_every_registered_back_end_and_implementation_loads():
     for table in (BACKENDS, BENCH_IMPLS):
         for name in table:
             assert callable(load(name, table)), name
+
+
+def test_every_report_reads_records_only_of_the_deliverables_the_registry_names(tmp_path):
+    """The folders whose records (and summaries) each report rule takes as input, in a dry run of
+    the whole smoke DAG, are its own and those of the deliverables in its ``reads``. Traces are the
+    config's (``DDP.traced``): a report that reads them may read any data-parallel folder's."""
+    snakemake = Path(sys.executable).with_name("snakemake")
+    proc = subprocess.run([str(snakemake), "-n", "--forceall", "--cores", "1", "--config", "preset=smoke",
+                           "run=registry-check"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rule = None
+    read: dict[str, dict[str, set[str]]] = {}
+    for line in proc.stdout.splitlines():
+        head = re.match(r"^(?:local)?rule (\w+):$", line)
+        if head:
+            rule = head.group(1)
+        elif rule and rule.endswith("_report") and line.strip().startswith("input:"):
+            for path in line.split(":", 1)[1].split(","):
+                found = re.match(r"\s*results/registry-check/(\w+)/(records|traces|summary\.json)", path)
+                if found:
+                    kind = "traces" if found.group(2) == "traces" else "records"
+                    read.setdefault(rule, {}).setdefault(kind, set()).add(found.group(1))
+    assert set(read) >= {f"{d.id}_report" for d in deliverables.DELIVERABLES if d.measures}
+    data_parallel = {v.deliverable for v in variants.VARIANTS}
+    for d in deliverables.DELIVERABLES:
+        found = read.get(d.report_rule, {})
+        assert found.get("records", set()) - {d.id} == set(d.reads), d.id
+        assert not found.get("traces") or d.traces and found["traces"] <= data_parallel, d.id
