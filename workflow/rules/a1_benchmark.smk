@@ -10,9 +10,6 @@ A1_STUDY = A1["warmup_study"]
 A1_POINT = dict(size="|".join(map(re.escape, A1["sizes"] + A1_STUDY["sizes"])), context=r"\d+",
                 mode="|".join(MODES), precision="fp32|bf16")
 
-
-A1_RECORDS = expand(f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
-                    size=A1["sizes"], context=A1["contexts"], mode=A1["modes"], precision=A1["precisions"])
 A1_WARMUP_RECORDS = expand(f"{RESULTS}/A1/warmup/{{size}}_ctx{A1_STUDY['context']}_w{{warmup}}.json",
                            size=A1_STUDY["sizes"], warmup=A1_STUDY["warmups"])
 
@@ -83,12 +80,11 @@ rule A1_warmup_study:
 
 rule A1_report:
     """A1 table (mean ± std per phase, TFLOP/s, MFU, what bounds each step), figures and the numbers
-    the writeup quotes. Where the run builds A2 too, its profiles give the fp32 steps' GPU busy share
-    (A2_RECORDS is defined in a2_profile.smk, included after this file: hence the function)."""
+    the writeup quotes. Where the run builds A2 too, its profiles give the fp32 steps' GPU busy share."""
     input:
         records=A1_RECORDS,
         warmup=A1_WARMUP_RECORDS,
-        profiles=lambda wildcards: A2_RECORDS if CHOSEN.builds("A2") else [],
+        profiles=A2_RECORDS if CHOSEN.builds("A2") else [],
         code=code("cs336_systems.report.a1"),
     output:
         csv=f"{RESULTS}/A1/table.csv",

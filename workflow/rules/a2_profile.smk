@@ -5,7 +5,6 @@
 
 A2 = GRID["A2"]
 
-A2_RECORDS = expand(f"{RESULTS}/A2/records/{{size}}_ctx{{context}}.json", size=A2["sizes"], context=A2["contexts"])
 # (a) compares the NVTX forward with A1's own timing of the same point, when this run builds A1:
 # its fp32 forward records (an A2-only run does not wait for the A1 grid).
 A2_A1_FORWARD = [r for r in A1_RECORDS if r.endswith("_forward_fp32.json")] if CHOSEN.builds("A1") else []

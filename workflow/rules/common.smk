@@ -66,6 +66,14 @@ GPUS_NEEDED = {
 REBUILD_ONLY = {ident for ident, need in GPUS_NEEDED.items() if GPUS_HERE is not None and need > GPUS_HERE}
 
 
+# The record lists another deliverable's report reads too (the registry's `reads`: A1 reads A2's
+# profiles, A2 A1's fp32 forward points), defined once here so no rule file reads another's globals.
+A1_RECORDS = expand(f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
+                    size=GRID["A1"]["sizes"], context=GRID["A1"]["contexts"], mode=GRID["A1"]["modes"],
+                    precision=GRID["A1"]["precisions"])
+A2_RECORDS = expand(f"{RESULTS}/A2/records/{{size}}_ctx{{context}}.json", size=GRID["A2"]["sizes"],
+                    context=GRID["A2"]["contexts"])
+
 # Every command sends its output to its log (`logged`); where it fails, one line on the console says why (the
 # exception, or a full disk that left the log empty: pipeline.job_failed), and the job still fails.
 logged = lambda command: command + " || python -m cs336_systems.pipeline.job_failed {log} $?"
