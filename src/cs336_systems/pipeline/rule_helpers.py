@@ -35,4 +35,4 @@ def records_on_disk(paths: list[str], rebuilding: bool) -> list[str]:
     "not measured in this run"; a run that has none of them measures them all."""
     if not rebuilding:
         return paths
-    return [p for p in paths if os.path.exists(p)] or paths
+    return records_present(paths) or paths
