@@ -8,6 +8,7 @@ import statistics
 
 import pytest
 
+from cs336_systems.accounting import study
 from cs336_systems.precision import accumulation
 from cs336_systems.records import make_record, write_json_atomic
 from cs336_systems.report import a1, a3, c9, writeup
@@ -54,7 +55,9 @@ def page(tmp_path_factory):
     a3_record = root / "a3.json"
     assert accumulation.main(["--terms", "1", "10", "100", "--out", str(a3_record)]) == 0
     assert a3.main(["--record", str(a3_record), "--out-dir", str(results / "A3")]) == 0
-    assert c9.main(["--out-dir", str(results / "C9")]) == 0
+    c9_record = root / "c9.json"
+    assert study.main(["--out", str(c9_record)]) == 0
+    assert c9.main(["--record", str(c9_record), "--out-dir", str(results / "C9")]) == 0
     html = root / "writeup" / "synthetic" / "writeup.html"
     assert writeup.main(["--templates", str(TEMPLATES), "--run", "synthetic", "--preset", "smoke", "--sections", "A1,A3,C9",
                          "--gpus-needed", "C3=2", "C12=2",
