@@ -24,6 +24,22 @@ from dataclasses import dataclass
 # one GPU per rank (the C1 NCCL rows and the data-parallel variants; Gloo ranks on CPUs in smoke).
 CPU, ONE_GPU, RANKS = "cpu", "one GPU", "ranks"
 BUCKET_SIZES = "bucketed-<MB>"     # every bucket size of the data-parallel variants (distributed.variants)
+SUMMARY = "summary.json"           # the numbers the writeup's section quotes; every report writes one
+
+
+def tables(*stems: str) -> tuple[str, ...]:
+    """A report's tables: each written twice (report.common.write_table), as CSV and as Markdown."""
+    return tuple(f"{stem}.{ext}" for stem in stems for ext in ("csv", "md"))
+
+
+def output_name(file: str) -> str:
+    """The name of ``file`` among its report rule's outputs: ``table.csv`` -> ``table_csv``,
+    ``timelines/{point}.png`` -> ``timelines``, the summary -> ``summary``."""
+    if file == SUMMARY:
+        return "summary"
+    if "{" in file:
+        return file.split("/")[0]
+    return file.replace(".", "_")
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,9 @@ class Deliverable:
     # reads, None for every variant of the run; whether it reads their traces.
     variants: tuple[str, ...] | None = ()
     traces: bool = False
+    # What its report writes in its results folder besides summary.json: the rule declares exactly
+    # these and the writeup takes them as inputs. ``{point}`` stands for each measured point.
+    outputs: tuple[str, ...] = ()
 
     def folder(self, run: str) -> str:
         return f"results/{run}/{self.id}"
@@ -53,6 +72,11 @@ class Deliverable:
     def report_rule(self) -> str:
         """The rule whose outputs (``summary`` and its figures) the writeup renders."""
         return f"{self.id}_report"
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every file its report writes under its results folder, the summary first."""
+        return (SUMMARY, *self.outputs)
 
     @property
     def module(self) -> str:
@@ -68,54 +92,63 @@ _MEMORY_VARIANTS = ("no-comm", "overlap", "overlap-sharded", "torch-ddp", "fsdp"
 
 
 def _ddp(ident: str, title: str, variants: tuple[str, ...] | None, about: str = "", measures: bool = False,
-         traces: bool = False, reads: tuple[str, ...] = ()) -> Deliverable:
+         traces: bool = False, reads: tuple[str, ...] = (), outputs: tuple[str, ...] = tables("table")) -> Deliverable:
     """A data-parallel deliverable: its report reads the records of ``variants`` wherever they live."""
     return Deliverable(ident, title, _DDP, _TRAIN, _DDP_REPORT, RANKS, (f"{ident}_variant",) if measures else (),
-                       reads, about, variants, traces)
+                       reads, about, variants, traces, outputs)
 
 
 DELIVERABLES: tuple[Deliverable, ...] = (
     Deliverable("A1", "End-to-end benchmark", "a1_benchmark.smk", f"{_S}.benchmark", f"{_S}.report.a1", ONE_GPU,
-                ("A1_benchmark", "A1_warmup_study"), reads=("A2",)),
+                ("A1_benchmark", "A1_warmup_study"), reads=("A2",),
+                outputs=tables("table") + ("time_vs_context.png", "warmup.png")),
     Deliverable("A2", "Nsight Systems profile", "a2_profile.smk", f"{_S}.profiling.profile", f"{_S}.report.a2",
-                ONE_GPU, ("A2_profile",), reads=("A1",)),
+                ONE_GPU, ("A2_profile",), reads=("A1",),
+                outputs=tables("table_a", "table_b", "table_c", "table_d", "table_e", "failed") + ("category_shares.png",)),
     Deliverable("A3", "Accumulation in low precision", "a3_a4_precision.smk", f"{_S}.precision.accumulation",
-                f"{_S}.report.a3", CPU, ("A3_accumulation",)),
+                f"{_S}.report.a3", CPU, ("A3_accumulation",), outputs=tables("table") + ("error_vs_terms.png",)),
     Deliverable("A4", "Mixed precision", "a3_a4_precision.smk", f"{_S}.precision.autocast_dtypes",
-                f"{_S}.report.a4", ONE_GPU, ("A4_dtypes", "A4_kernels"), reads=("A1",)),
+                f"{_S}.report.a4", ONE_GPU, ("A4_dtypes", "A4_kernels"), reads=("A1",),
+                outputs=tables("table", "layernorm", "timing", "kernels") + ("speedup.png",)),
     Deliverable("A5", "Memory", "a5_a6_memory.smk", f"{_S}.memory.snapshot", f"{_S}.report.a5", ONE_GPU,
-                ("A5_snapshot",)),
+                ("A5_snapshot",), outputs=tables("peak_fp32", "peak_bf16", "top_allocations")),
     Deliverable("A6", "Gradient checkpointing", "a5_a6_memory.smk", f"{_S}.memory.checkpoint_bench",
-                f"{_S}.report.a6", ONE_GPU, ("A6_checkpoint",), about=f"{_S}.memory.checkpointing"),
+                f"{_S}.report.a6", ONE_GPU, ("A6_checkpoint",), about=f"{_S}.memory.checkpointing",
+                outputs=tables("table") + ("peak_vs_group.png",)),
     Deliverable("B1", "PyTorch attention sweep", "b_attention.smk", f"{_S}.attention.sweep", f"{_S}.report.b1",
-                ONE_GPU, ("B1_row",)),
+                ONE_GPU, ("B1_row",), outputs=tables("table") + ("time_and_memory.png",)),
     Deliverable("B2", "torch.compile", "b_attention.smk", f"{_S}.compile_bench", f"{_S}.report.b2", ONE_GPU,
-                ("B2_whole_model",), reads=("B1",)),
+                ("B2_whole_model",), reads=("B1",), outputs=tables("table", "whole_model") + ("whole_model_speedup.png",)),
     Deliverable("B3", "FlashAttention-2 forward", "b_attention.smk", f"{_S}.attention.check",
-                f"{_S}.report.flash_checks", ONE_GPU, ("B3_checks",), about=f"{_S}.attention.flash_triton"),
+                f"{_S}.report.flash_checks", ONE_GPU, ("B3_checks",), about=f"{_S}.attention.flash_triton",
+                outputs=tables("table")),
     Deliverable("B4", "FlashAttention-2 backward", "b_attention.smk", f"{_S}.attention.check",
-                f"{_S}.report.flash_checks", ONE_GPU, reads=("B3",), about=f"{_S}.attention.flash_triton"),
+                f"{_S}.report.flash_checks", ONE_GPU, reads=("B3",), about=f"{_S}.attention.flash_triton",
+                outputs=tables("table")),
     Deliverable("B5", "FlashAttention benchmark", "b_attention.smk", f"{_S}.attention.bench", f"{_S}.report.b5",
-                ONE_GPU, ("B5_grid_row", "B5_leaderboard")),
+                ONE_GPU, ("B5_grid_row", "B5_leaderboard"),
+                outputs=tables("table") + ("leaderboard.csv", "speedup.png", "tflops.png")),
     Deliverable("C1", "All-reduce benchmark", _DDP, f"{_S}.distributed.allreduce_bench", f"{_S}.report.c1", RANKS,
-                ("C1_row",)),
+                ("C1_row",), outputs=tables("table") + ("allreduce.png",)),
     _ddp("C2", "Naive DDP", ("naive",), about=f"{_S}.distributed.ddp", reads=("C3",)),
     _ddp("C3", "Naive DDP benchmark", ("naive", "torch-ddp"), measures=True),
     _ddp("C4", "Flat DDP", ("naive", "flat"), about=f"{_S}.distributed.ddp", measures=True, reads=("C3",)),
     _ddp("C5", "Overlapping DDP", ("overlap",), about=f"{_S}.distributed.ddp", reads=("C3", "C6")),
     _ddp("C6", "Overlapping DDP benchmark", ("naive", "flat", "overlap", "torch-ddp"), measures=True, traces=True,
-         reads=("C3", "C4")),
+         reads=("C3", "C4"), outputs=tables("table") + ("timeline.png",)),
     _ddp("C7", "Bucketed DDP", (BUCKET_SIZES,), about=f"{_S}.distributed.ddp", reads=("C3", "C8")),
     _ddp("C8", "Bucket sizes and the overhead model", None, measures=True, traces=True,
-         reads=("C1", "C3", "C4", "C6", "C11", "C12")),
+         reads=("C1", "C3", "C4", "C6", "C11", "C12"),
+         outputs=tables("table", "variants", "overhead", "accuracy") + ("phases.png", "overhead.png", "overhead_model.png")),
     Deliverable("C9", "4D-parallelism accounting", "c9_accounting.smk", f"{_S}.accounting.study", f"{_S}.report.c9",
-                CPU, ("C9_accounting",), about=f"{_S}.accounting"),
+                CPU, ("C9_accounting",), about=f"{_S}.accounting",
+                outputs=tables("table", "scaling") + ("scaling_grid.csv", "scaling.png")),
     _ddp("C10", "Optimizer state sharding", ("overlap", "overlap-sharded"), about=f"{_S}.distributed.sharded_optimizer",
          reads=("C3", "C6", "C11")),
     _ddp("C11", "Optimizer state sharding: memory and time", _MEMORY_VARIANTS, measures=True,
          reads=("C3", "C6", "C12")),
     _ddp("C12", "FSDP", ("fsdp", "fsdp-bf16", "overlap", "torch-ddp"), about=f"{_S}.distributed.fsdp",
-         measures=True, traces=True, reads=("C1", "C3", "C6")),
+         measures=True, traces=True, reads=("C1", "C3", "C6"), outputs=tables("table") + ("timeline.png",)),
 )
 
 BY_ID: dict[str, Deliverable] = {d.id: d for d in DELIVERABLES}

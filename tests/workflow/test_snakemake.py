@@ -120,6 +120,24 @@ def test_smoke_dag_completes(smoke):
 
 
 @pytest.mark.slow
+def test_every_report_writes_what_the_registry_declares(smoke):
+    """A report writes nothing it does not declare: the files each leaves beside its records are
+    exactly the registry's outputs for its ID (records, traces and other measured data sit in
+    subfolders, which are the measuring jobs')."""
+    from cs336_systems import deliverables
+
+    copy, proc, _ = smoke
+    assert proc.returncode == 0, _show(proc)
+    for d in deliverables.DELIVERABLES:
+        folder = copy / "results" / "smoke" / d.id
+        written = {p.name for p in folder.iterdir() if p.is_file()}
+        declared = {f for f in d.files if "/" not in f}
+        assert written == declared, (d.id, written ^ declared)
+        for pattern in (f for f in d.files if "{point}" in f):
+            drawn = sorted(p.stem for p in (folder / pattern.split("/")[0]).iterdir())
+            assert drawn == sorted(p.stem for p in (folder / "records").glob("*.json")), (d.id, drawn)
+
+@pytest.mark.slow
 def test_every_measuring_job_leaves_its_benchmark(smoke):
     """Snakemake's benchmark: beside each measuring job's log, and none for reports or the writeup
     (a rebuild from records on a CPU must not overwrite a GPU run's job times)."""

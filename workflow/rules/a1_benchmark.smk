@@ -87,16 +87,11 @@ rule A1_report:
         profiles=A2_RECORDS if CHOSEN.builds("A2") else [],
         code=code("cs336_systems.report.a1"),
     output:
-        csv=f"{RESULTS}/A1/table.csv",
-        md=report(f"{RESULTS}/A1/table.md", category="A1 benchmark", labels={"item": "table"}),
-        summary=f"{RESULTS}/A1/summary.json",
-        contexts=report(f"{RESULTS}/A1/time_vs_context.png", category="A1 benchmark",
-                        labels={"item": "time vs context"}),
-        warmup=report(f"{RESULTS}/A1/warmup.png", category="A1 benchmark", labels={"item": "warm-up effect"}),
+        **report_outputs("A1"),
     log:
         f"{LOGS}/A1/report.log",
     params:
-        out_dir=out_dir("csv"),
+        out_dir=out_dir("summary"),
     shell:
         logged("python -m cs336_systems.report.a1 --records {input.records} --warmup-records {input.warmup}"
         " --profiles {input.profiles} --out-dir {params.out_dir} > {log} 2>&1")

@@ -46,13 +46,7 @@ rule A2_report:
         a1=A2_A1_FORWARD,
         code=code("cs336_systems.report.a2"),
     output:
-        summary=f"{RESULTS}/A2/summary.json",
-        a=f"{RESULTS}/A2/table_a.csv",
-        b=f"{RESULTS}/A2/table_b.csv",
-        c=f"{RESULTS}/A2/table_c.csv",
-        d=f"{RESULTS}/A2/table_d.csv",
-        e=report(f"{RESULTS}/A2/table_e.md", category="A2 profile", labels={"item": "softmax vs matmuls"}),
-        shares=report(f"{RESULTS}/A2/category_shares.png", category="A2 profile", labels={"item": "category shares"}),
+        **report_outputs("A2"),
     log:
         f"{LOGS}/A2/report.log",
     params:

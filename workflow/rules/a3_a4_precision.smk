@@ -44,14 +44,11 @@ rule A3_report:
         record=rules.A3_accumulation.output,
         code=code("cs336_systems.report.a3"),
     output:
-        csv=f"{RESULTS}/A3/table.csv",
-        md=report(f"{RESULTS}/A3/table.md", category="A3 accumulation", labels={"item": "table"}),
-        summary=f"{RESULTS}/A3/summary.json",
-        plot=report(f"{RESULTS}/A3/error_vs_terms.png", category="A3 accumulation", labels={"item": "error vs terms"}),
+        **report_outputs("A3"),
     log:
         f"{LOGS}/A3/report.log",
     params:
-        out_dir=out_dir("csv"),
+        out_dir=out_dir("summary"),
     shell:
         logged("python -m cs336_systems.report.a3 --record {input.record} --out-dir {params.out_dir} > {log} 2>&1")
 
@@ -115,17 +112,11 @@ rule A4_report:
         kernels=A4_KERNEL_RECORDS,
         code=code("cs336_systems.report.a4"),
     output:
-        csv=f"{RESULTS}/A4/table.csv",
-        md=report(f"{RESULTS}/A4/table.md", category="A4 mixed precision", labels={"item": "dtypes"}),
-        layernorm=f"{RESULTS}/A4/layernorm.csv",
-        timing=report(f"{RESULTS}/A4/timing.md", category="A4 mixed precision", labels={"item": "fp32 vs bf16"}),
-        summary=f"{RESULTS}/A4/summary.json",
-        plot=report(f"{RESULTS}/A4/speedup.png", category="A4 mixed precision", labels={"item": "bf16 speedup"}),
-        kernels=report(f"{RESULTS}/A4/kernels.md", category="A4 mixed precision", labels={"item": "kernels per step"}),
+        **report_outputs("A4"),
     log:
         f"{LOGS}/A4/report.log",
     params:
-        out_dir=out_dir("csv"),
+        out_dir=out_dir("summary"),
     shell:
         logged("python -m cs336_systems.report.a4 --dtypes {input.dtypes} --timing-records {input.timing}"
         " --kernel-records {input.kernels} --out-dir {params.out_dir} > {log} 2>&1")

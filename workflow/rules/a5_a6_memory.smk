@@ -56,13 +56,7 @@ rule A5_report:
         timelines=A5_TIMELINES,
         code=code("cs336_systems.report.a5"),
     output:
-        fp32_csv=f"{RESULTS}/A5/peak_fp32.csv",
-        fp32_md=report(f"{RESULTS}/A5/peak_fp32.md", category="A5 memory", labels={"item": "peak fp32"}),
-        bf16_csv=f"{RESULTS}/A5/peak_bf16.csv",
-        bf16_md=report(f"{RESULTS}/A5/peak_bf16.md", category="A5 memory", labels={"item": "peak bf16"}),
-        top_csv=f"{RESULTS}/A5/top_allocations.csv",
-        top_md=f"{RESULTS}/A5/top_allocations.md",
-        summary=f"{RESULTS}/A5/summary.json",
+        **report_outputs("A5"),
     log:
         f"{LOGS}/A5/report.log",
     params:
@@ -105,13 +99,10 @@ rule A6_report:
         records=expand(f"{RESULTS}/A6/records/group{{group}}.json", group=A6["group_sizes"]),
         code=code("cs336_systems.report.a6"),
     output:
-        csv=f"{RESULTS}/A6/table.csv",
-        md=report(f"{RESULTS}/A6/table.md", category="A6 checkpointing", labels={"item": "table"}),
-        summary=f"{RESULTS}/A6/summary.json",
-        plot=report(f"{RESULTS}/A6/peak_vs_group.png", category="A6 checkpointing", labels={"item": "peak vs k"}),
+        **report_outputs("A6"),
     log:
         f"{LOGS}/A6/report.log",
     params:
-        out_dir=out_dir("csv"),
+        out_dir=out_dir("summary"),
     shell:
         logged("python -m cs336_systems.report.a6 --records {input.records} --out-dir {params.out_dir} > {log} 2>&1")

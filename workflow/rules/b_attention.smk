@@ -46,15 +46,11 @@ rule B1_report:
         rows=expand(f"{RESULTS}/B1/records/{{variant}}_d{{d}}.json", variant=B1["variants"], d=B1["head_dims"]),
         code=code("cs336_systems.report.b1"),
     output:
-        csv=f"{RESULTS}/B1/table.csv",
-        md=report(f"{RESULTS}/B1/table.md", category="B1 attention sweep", labels={"item": "table"}),
-        summary=f"{RESULTS}/B1/summary.json",
-        plot=report(f"{RESULTS}/B1/time_and_memory.png", category="B1 attention sweep",
-                    labels={"item": "time and memory"}),
+        **report_outputs("B1"),
     log:
         f"{LOGS}/B1/report.log",
     params:
-        out_dir=out_dir("csv"),
+        out_dir=out_dir("summary"),
     shell:
         logged("python -m cs336_systems.report.b1 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1")
 
@@ -111,18 +107,11 @@ rule B2_report:
         whole_model=B2_WHOLE_MODEL,
         code=code("cs336_systems.report.b2"),
     output:
-        csv=f"{RESULTS}/B2/table.csv",
-        md=report(f"{RESULTS}/B2/table.md", category="B2 torch.compile", labels={"item": "attention table"}),
-        whole_model_csv=f"{RESULTS}/B2/whole_model.csv",
-        whole_model_md=report(f"{RESULTS}/B2/whole_model.md", category="B2 torch.compile",
-                              labels={"item": "whole-model table"}),
-        speedup=report(f"{RESULTS}/B2/whole_model_speedup.png", category="B2 torch.compile",
-                       labels={"item": "whole-model speed-up"}),
-        summary=f"{RESULTS}/B2/summary.json",
+        **report_outputs("B2"),
     log:
         f"{LOGS}/B2/report.log",
     params:
-        out_dir=out_dir("csv"),
+        out_dir=out_dir("summary"),
     shell:
         logged("python -m cs336_systems.report.b2 --rows {input.rows} --whole-model {input.whole_model}"
         " --out-dir {params.out_dir} > {log} 2>&1")
@@ -152,7 +141,7 @@ rule B3_checks:
 
 
 # B3 and B4 both read the one checks record: the errors are B3's table, the backward timings B4's.
-for ident, item in (("B3", "errors"), ("B4", "backward timings")):
+for ident in deliverables.reported_by("cs336_systems.report.flash_checks"):
 
     rule:
         """B3: the error tables against float64; B4: the backward paths timed; each its summary."""
@@ -162,8 +151,7 @@ for ident, item in (("B3", "errors"), ("B4", "backward timings")):
             records=rules.B3_checks.output,
             code=code("cs336_systems.report.flash_checks"),
         output:
-            md=report(f"{RESULTS}/{ident}/table.md", category=f"{ident} FlashAttention", labels={"item": item}),
-            summary=f"{RESULTS}/{ident}/summary.json",
+            **report_outputs(ident),
         log:
             f"{LOGS}/{ident}/report.log",
         params:
@@ -234,16 +222,11 @@ rule B5_report:
         leaderboard=rules.B5_leaderboard.output,
         code=code("cs336_systems.report.b5"),
     output:
-        csv=f"{RESULTS}/B5/table.csv",
-        md=report(f"{RESULTS}/B5/table.md", category="B5 FlashAttention", labels={"item": "table"}),
-        leaderboard=f"{RESULTS}/B5/leaderboard.csv",
-        summary=f"{RESULTS}/B5/summary.json",
-        speedup=report(f"{RESULTS}/B5/speedup.png", category="B5 FlashAttention", labels={"item": "speed-up map"}),
-        tflops=report(f"{RESULTS}/B5/tflops.png", category="B5 FlashAttention", labels={"item": "TFLOP/s"}),
+        **report_outputs("B5"),
     log:
         f"{LOGS}/B5/report.log",
     params:
-        out_dir=out_dir("csv"),
+        out_dir=out_dir("summary"),
     shell:
         logged("python -m cs336_systems.report.b5 --rows {input.rows} --leaderboard {input.leaderboard}"
         " --out-dir {params.out_dir} > {log} 2>&1")

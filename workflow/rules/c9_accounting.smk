@@ -22,16 +22,10 @@ rule C9_report:
         record=rules.C9_accounting.output,
         code=code("cs336_systems.report.c9"),
     output:
-        csv=f"{RESULTS}/C9/table.csv",
-        md=report(f"{RESULTS}/C9/table.md", category="C9 accounting", labels={"item": "table"}),
-        scaling_csv=f"{RESULTS}/C9/scaling.csv",
-        scaling_md=report(f"{RESULTS}/C9/scaling.md", category="C9 accounting", labels={"item": "scaling table"}),
-        grid=f"{RESULTS}/C9/scaling_grid.csv",
-        summary=f"{RESULTS}/C9/summary.json",
-        plot=report(f"{RESULTS}/C9/scaling.png", category="C9 accounting", labels={"item": "scaling"}),
+        **report_outputs("C9"),
     log:
         f"{LOGS}/C9/report.log",
     params:
-        out_dir=out_dir("csv"),
+        out_dir=out_dir("summary"),
     shell:
         logged("python -m cs336_systems.report.c9 --record {input.record} --out-dir {params.out_dir} > {log} 2>&1")

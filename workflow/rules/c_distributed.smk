@@ -15,16 +15,6 @@ DDP_BACKEND = "nccl" if ON_GPUS else "gloo"
 TRACED = DDP["traced"]      # a subset of DDP.variants: the config check makes sure
 DDP_PRECISIONS = DDP["precisions"]
 
-# The figures each data-parallel report draws (every report also writes summary.json and tables).
-DDP_FIGURES = {
-    "C6": {"timeline": report(f"{RESULTS}/C6/timeline.png", category="C DDP", labels={"item": "trace"})},
-    "C8": {"phases": report(f"{RESULTS}/C8/phases.png", category="C DDP", labels={"item": "time per step"}),
-           "model": report(f"{RESULTS}/C8/overhead_model.png", category="C DDP", labels={"item": "overhead model"}),
-           "overhead": report(f"{RESULTS}/C8/overhead.png", category="C DDP",
-                              labels={"item": "overhead per variant and precision"})},
-    "C12": {"fsdp_timeline": report(f"{RESULTS}/C12/timeline.png", category="C DDP", labels={"item": "FSDP trace"})},
-}
-
 
 rule C1_row:
     """All-reduce of each tensor size on `world` ranks; a JSON list of records (skipped where the
@@ -62,14 +52,11 @@ rule C1_report:
             expand(f"{RESULTS}/C1/records/{{backend}}_x{{world}}.json", backend=C1["backends"], world=C1["world_sizes"])),
         code=code("cs336_systems.report.c1"),
     output:
-        csv=f"{RESULTS}/C1/table.csv",
-        md=report(f"{RESULTS}/C1/table.md", category="C1 all-reduce", labels={"item": "table"}),
-        summary=f"{RESULTS}/C1/summary.json",
-        plot=report(f"{RESULTS}/C1/allreduce.png", category="C1 all-reduce", labels={"item": "time and bandwidth"}),
+        **report_outputs("C1"),
     log:
         f"{LOGS}/C1/report.log",
     params:
-        out_dir=out_dir("csv"),
+        out_dir=out_dir("summary"),
     shell:
         logged("python -m cs336_systems.report.c1 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1")
 
@@ -147,8 +134,7 @@ for ident in ddp_report.SECTIONS:
             c1=rules.C1_report.output.summary if ident in ddp_report.READS_C1 else [],
             code=code("cs336_systems.report.ddp"),
         output:
-            summary=f"{RESULTS}/{ident}/summary.json",
-            **DDP_FIGURES.get(ident, {}),
+            **report_outputs(ident),
         log:
             f"{LOGS}/{ident}/report.log",
         params:

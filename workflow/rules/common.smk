@@ -85,6 +85,17 @@ measuring_code = lambda *modules, deliverable=None: code(
     *modules, kept=CHOSEN.reuse_records or deliverable in REBUILD_ONLY)
 
 
+# A report rule's outputs, as the registry declares them: every file its report writes in
+# results/<run>/<ID>/, named by deliverables.output_name; `{point}` files are expanded over `points`.
+# Tables' Markdown and figures also go into Snakemake's own HTML report (`snakemake --report`).
+def report_outputs(ident, points=()):
+    d = deliverables.get(ident)
+    shown = lambda path, file: (report(path, category=f"{ident} {d.title}", labels={"item": file})
+                                if file.endswith((".md", ".png")) else path)
+    return {deliverables.output_name(file): [shown(f"{RESULTS}/{ident}/{file}".format(point=p), file) for p in points]
+            if "{point}" in file else shown(f"{RESULTS}/{ident}/{file}", file) for file in d.files}
+
+
 
 onstart:
     # After Snakemake has decided what is stale, before the first job: a run that would measure on

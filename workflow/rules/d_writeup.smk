@@ -3,16 +3,12 @@
 
 TEMPLATES = "writeup/templates"
 
-# Each section's report rule (`<ID>_report`, named in cs336_systems.deliverables) and the figures
-# it draws: its outputs other than the summary. `sections` in the config picks which are built into
-# this run's writeup (the others say "Not built yet"): a committed run that measured only some
-# deliverables can then be re-rendered without measuring the rest.
-SECTION_OUTPUTS = {
-    ident: [outputs.summary, *(path for path in outputs if path.endswith(".png"))]
-    for ident, outputs in ((d.id, getattr(rules, d.report_rule).output) for d in deliverables.DELIVERABLES)
-}
+# The writeup reads, of each section it builds (`sections` in the config; the others say "Not built
+# yet", so a committed run that measured only some deliverables can be re-rendered without measuring
+# the rest), the summary and every other file its report rule declares (tables and figures).
 # A section this machine cannot measure (REBUILD_ONLY) is built only from records the run already
 # holds; with none, the writeup says what it needs.
+report_files = lambda ident: getattr(rules, deliverables.get(ident).report_rule).output
 WRITTEN = [ident for ident in deliverables.IDS if CHOSEN.writes(ident) and (
     ident not in REBUILD_ONLY
     or any("/records/" in path for path in getattr(rules, deliverables.get(ident).report_rule).input))]
@@ -20,8 +16,8 @@ WRITTEN = [ident for ident in deliverables.IDS if CHOSEN.writes(ident) and (
 
 rule writeup:
     input:
-        summaries=[SECTION_OUTPUTS[ident][0] for ident in WRITTEN],
-        figures=[figure for ident in WRITTEN for figure in SECTION_OUTPUTS[ident][1:]],
+        summaries=[report_files(ident).summary for ident in WRITTEN],
+        tables_and_figures=[path for ident in WRITTEN for path in report_files(ident) if path != report_files(ident).summary],
         templates=sorted(glob.glob(f"{TEMPLATES}/**/*.j2", recursive=True)),
         code=code("cs336_systems.report.writeup"),
     output:

@@ -393,6 +393,10 @@ def trace_label(variant: str, precision: str) -> str:
     return variant if precision == variants.DEFAULT_PRECISION else f"{variant} ({precision})"
 
 
+def _none(why: str) -> pd.DataFrame:
+    return pd.DataFrame({"(no rows)": [why]})
+
+
 def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced: list[str],
           c1: dict | None, out: Path) -> dict:
     """Write deliverable ``ident``'s table and figures into ``out``; return its summary. ``traces``
@@ -425,12 +429,13 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         plot_phases(table, out / "phases.png")
         found = overheads(records)
         over = overhead_table(records, found)
-        if over is not None:
-            write_table(over.round(3), out, stem="overhead")
+        # Every table the registry declares is written, one saying why where there are no rows.
+        write_table(over.round(3) if over is not None
+                    else _none(f"no {variants.BASELINE} step to measure the overheads against"), out, stem="overhead")
         plot_overheads(found, out / "overhead.png")
         accuracy = accuracy_rows(records)
-        if accuracy:
-            write_table(pd.DataFrame(accuracy), out, stem="accuracy")
+        write_table(pd.DataFrame(accuracy) if accuracy else _none("no variant recorded its bf16 gradients' error"),
+                    out, stem="accuracy")
         table_out, model = _bucket_model(records, table, setup, c1, out)
         # What the traces show is left: the compute lane's idle time in one step of each traced
         # variant of C8's and of PyTorch DDP's.
@@ -441,14 +446,13 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     elif ident == "C11":
         # The table every precision's rows; the summary (which the section reads by variant) the first's.
         memory = memory_rows(records, MEMORY_VARIANTS)
-        table_out = pd.DataFrame(memory) if memory else None
+        table_out = pd.DataFrame(memory) if memory else _none("no variant recorded its memory")
         summary |= {"memory": [m for m in memory if m["precision"] == first]}
     elif ident == "C12":
         summary |= {"memory": [m for m in memory_rows(records, MEMORY_VARIANTS) if m["precision"] == first],
                     "predicted_state_GiB": _fsdp_prediction(setup),
                     "fsdp_forward": fsdp_forward(rows, setup, c1)}
-    if table_out is not None:
-        write_table(table_out.round(3), out)
+    write_table(table_out.round(3), out)
     return summary
 
 
