@@ -114,22 +114,56 @@ def test_every_registered_back_end_and_implementation_loads():
             assert callable(load(name, table)), name
 
 
-def test_every_report_reads_records_only_of_the_deliverables_the_registry_names(tmp_path):
-    """The folders whose records (and summaries) each report rule takes as input, in a dry run of
-    the whole smoke DAG, are its own and those of the deliverables in its ``reads``. Traces are the
-    config's (``DDP.traced``): a report that reads them may read any data-parallel folder's."""
+@pytest.fixture(scope="module")
+def planned() -> dict[str, dict[str, list[str]]]:
+    """A dry run of the whole smoke DAG: rule -> {"input": [...], "output": [...]} (paths)."""
     snakemake = Path(sys.executable).with_name("snakemake")
     proc = subprocess.run([str(snakemake), "-n", "--forceall", "--cores", "1", "--config", "preset=smoke",
                            "run=registry-check"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rule = None
-    read: dict[str, dict[str, set[str]]] = {}
+    rule, jobs = None, {}
     for line in proc.stdout.splitlines():
         head = re.match(r"^(?:local)?rule (\w+):$", line)
         if head:
             rule = head.group(1)
-        elif rule and rule.endswith("_report") and line.strip().startswith("input:"):
-            for path in line.split(":", 1)[1].split(","):
+        field = re.match(r"^\s+(input|output): (.*)$", line)
+        if rule and field:
+            jobs.setdefault(rule, {}).setdefault(field.group(1), []).extend(
+                path.strip() for path in field.group(2).split(","))
+    return jobs
+
+
+def test_report_rules_declare_the_registry_s_files_and_the_writeup_reads_them(planned):
+    folder = "results/registry-check"
+    for d in deliverables.DELIVERABLES:
+        outputs = planned[d.report_rule]["output"]
+        fixed = {f"{folder}/{d.id}/{f}" for f in d.files if "{point}" not in f}
+        pointed = [f for f in d.files if "{point}" in f]
+        assert fixed <= set(outputs), d.id
+        assert len(outputs) - len(fixed) == sum(len([o for o in outputs if o.startswith(f"{folder}/{d.id}/{f.split('/')[0]}/")])
+                                               for f in pointed), d.id
+        assert set(outputs) <= set(planned["writeup"]["input"]), d.id
+
+
+def test_output_names_are_unique_and_tables_come_in_pairs():
+    assert deliverables.tables("a", "b") == ("a.csv", "a.md", "b.csv", "b.md")
+    assert deliverables.output_name("table.csv") == "table_csv"
+    assert deliverables.output_name("timelines/{point}.png") == "timelines"
+    assert deliverables.output_name(deliverables.SUMMARY) == "summary"
+    for d in deliverables.DELIVERABLES:
+        names = [deliverables.output_name(f) for f in d.files]
+        assert len(set(names)) == len(names) and d.files[0] == deliverables.SUMMARY, d.id
+        assert not any(f.startswith(("records/", "traces/")) for f in d.outputs), d.id
+
+
+def test_every_report_reads_records_only_of_the_deliverables_the_registry_names(planned):
+    """The folders whose records (and summaries) each report rule takes as input, in a dry run of
+    the whole smoke DAG, are its own and those of the deliverables in its ``reads``. Traces are the
+    config's (``DDP.traced``): a report that reads them may read any data-parallel folder's."""
+    read: dict[str, dict[str, set[str]]] = {}
+    for rule, fields in planned.items():
+        if rule.endswith("_report"):
+            for path in fields.get("input", []):
                 found = re.match(r"\s*results/registry-check/(\w+)/(records|traces|summary\.json)", path)
                 if found:
                     kind = "traces" if found.group(2) == "traces" else "records"
