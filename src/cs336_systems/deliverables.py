@@ -111,7 +111,7 @@ DELIVERABLES: tuple[Deliverable, ...] = (
                 f"{_S}.report.a4", ONE_GPU, ("A4_dtypes", "A4_kernels"), reads=("A1",),
                 outputs=tables("table", "layernorm", "timing", "kernels") + ("speedup.png",)),
     Deliverable("A5", "Memory", "a5_a6_memory.smk", f"{_S}.memory.snapshot", f"{_S}.report.a5", ONE_GPU,
-                ("A5_snapshot",), outputs=tables("peak_fp32", "peak_bf16", "top_allocations")),
+                ("A5_snapshot",), outputs=tables("peak_fp32", "peak_bf16", "top_allocations") + ("timelines/{point}.png",)),
     Deliverable("A6", "Gradient checkpointing", "a5_a6_memory.smk", f"{_S}.memory.checkpoint_bench",
                 f"{_S}.report.a6", ONE_GPU, ("A6_checkpoint",), about=f"{_S}.memory.checkpointing",
                 outputs=tables("table") + ("peak_vs_group.png",)),

@@ -1,19 +1,40 @@
-"""The A5 report on synthetic records, one of them out of memory."""
+"""The A5 report on synthetic records, one of them out of memory, and the timelines it draws."""
 from pathlib import Path
 import json
 import random
+import struct
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from cs336_systems.report import a5
+from cs336_systems.memory.events import MemoryEvent, MemoryTrace, Phase
+from cs336_systems.memory.timeline import INITIAL_BAND, timeline_data
+from cs336_systems.report import a5, a5_timeline
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
 PROVENANCE = {"gpu": "test GPU", "host": "h", "commit": "0" * 40, "dirty": False, "torch": "x", "utc": "2026-01-01T00:00:00"}
 
 
-def record(context, mode, precision, peak=None, status="ok"):
+def synthetic_timeline(rng: random.Random, events: int = 300, oom: bool = False) -> dict:
+    """What a record keeps of a step: ``timeline_data`` of a random trace over three phases."""
+    live, out = [], []
+    for i in range(events):
+        if live and rng.random() < 0.45:
+            addr, size = live.pop(rng.randrange(len(live)))
+            out.append(MemoryEvent(float(i), "free", addr, size))
+        else:
+            size, site = rng.randrange(1, 64) * 2**20, rng.randrange(12)
+            live.append((i, size))
+            out.append(MemoryEvent(float(i), "alloc", i, size, frame=f"cs336_basics/model.py:{site} f"))
+    phases = [Phase("forward", 0, 100), Phase("backward", 101, 200), Phase("optimizer", 201, events)]
+    trace = MemoryTrace(out, {-1: rng.randrange(2, 5) * 2**30}, phases, "synthetic source",
+                        oom_us=[events - 1.0] if oom else [])
+    return timeline_data(trace)
+
+
+def record(context, mode, precision, peak=None, status="ok", timeline=None):
     params = {"size": "2.7B", "d_model": 2560, "num_layers": 32, "context": context, "batch": 4, "mode": mode,
               "precision": precision, "warmup": 2, "device": "cuda"}
     metrics = {}
@@ -26,25 +47,29 @@ def record(context, mode, precision, peak=None, status="ok"):
                    "top_allocations": [{"size_bytes": 2**27, "count": 32, "frame": "cs336_basics/model.py:90 softmax",
                                         "op": "exp", "node": None}],
                    "max_allocated_bytes": peak, "max_reserved_bytes": peak + 2**20}
-    name = f"ctx{context}_{mode}_{precision}.png"
     r = {"id": "A5", "params": params, "metrics": metrics, "status": status, "provenance": PROVENANCE,
-         "artifacts": {"timeline": name, "snapshot": None}}
+         "timeline": timeline, "artifacts": {"snapshot": None}}
     if status == "oom":
         r["message"] = "OutOfMemoryError: CUDA out of memory"
     return r
 
 
 def write(tmp_path, records):
-    paths, pngs = [], []
-    (tmp_path / "A5" / "timelines").mkdir(parents=True)
-    for i, r in enumerate(records):
-        path = tmp_path / f"r{i}.json"
+    """Each record as ``records/<point>.json``, named as the measuring rule names it."""
+    paths = []
+    (tmp_path / "records").mkdir()
+    for r in records:
+        p = r["params"]
+        path = tmp_path / "records" / f"ctx{p['context']}_{p['mode']}_{p['precision']}.json"
         path.write_text(json.dumps(r))
         paths.append(str(path))
-        png = tmp_path / "A5" / "timelines" / r["artifacts"]["timeline"]
-        png.write_bytes(b"\x89PNG")
-        pngs.append(str(png))
-    return paths, pngs
+    return paths
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
 
 
 def test_tables_summary_and_oom(tmp_path, seed):
@@ -53,9 +78,9 @@ def test_tables_summary_and_oom(tmp_path, seed):
              for p in ("fp32", "bf16")}
     records = [record(c, m, p, peak) for (c, m, p), peak in peaks.items() if (c, m, p) != (512, "train-step", "fp32")]
     records.append(record(512, "train-step", "fp32", status="oom"))
-    paths, pngs = write(tmp_path, records)
+    paths = write(tmp_path, records)
     out = tmp_path / "A5"
-    assert a5.main(["--records", *paths, "--timelines", *pngs, "--out-dir", str(out)]) == 0
+    assert a5.main(["--records", *paths, "--out-dir", str(out)]) == 0
     fp32 = pd.read_csv(out / "peak_fp32.csv", keep_default_na=False, dtype=str)
     assert fp32["context"].tolist() == ["128", "512"]
     assert fp32.loc[1, "full train step peak (MiB)"] == "OOM"
@@ -67,6 +92,9 @@ def test_tables_summary_and_oom(tmp_path, seed):
     assert [r["mib"] for r in summary["residual"]] == [5.0, 20.0]
     assert summary["not_ok"] == ["context 512 train-step fp32: oom (OutOfMemoryError: CUDA out of memory)"]
     assert summary["timelines"][0]["path"] == "timelines/ctx128_forward_fp32.png"
+    assert sorted(t["path"] for t in summary["timelines"]) == sorted(
+        f"timelines/{Path(p).stem}.png" for p in paths)
+    assert sorted(p.name for p in (out / "timelines").iterdir()) == sorted(f"{Path(p).stem}.png" for p in paths)
     assert summary["top_context"] == 512 and summary["top_precision"] == "fp32"
     assert summary["allocator_check"]["max_relative_difference"] == 0
     ratios = {(r["mode"], r["context"]): r["ratio"] for r in summary["bf16_vs_fp32"]}
@@ -75,13 +103,70 @@ def test_tables_summary_and_oom(tmp_path, seed):
     assert "cs336_basics/model.py:90 softmax" in (out / "top_allocations.md").read_text()
 
 
-def test_missing_timeline_or_file_is_one_line(tmp_path, capsys):
-    paths, pngs = write(tmp_path, [record(128, "forward", "fp32", 2**30)])
+def test_a_timeline_per_record_and_a_note_where_there_is_none(tmp_path, monkeypatch, seed):
+    """Each record's PNG is drawn from the bands it keeps; a step that recorded nothing, and a record
+    measured before records kept their bands, get a note saying so instead."""
+    rng = random.Random(seed)
+    drawn, notes = {}, {}
+    monkeypatch.setattr(a5, "draw", lambda t, path, title: (drawn.__setitem__(Path(path).name, (t, title)),
+                                                           a5_timeline.draw(t, path, title)))
+    monkeypatch.setattr(a5, "draw_placeholder", lambda path, title, message: (
+        notes.__setitem__(Path(path).name, message), a5_timeline.draw_placeholder(path, title, message)))
+    ok = record(128, "forward", "fp32", 2**30, timeline=synthetic_timeline(rng))
+    oom_late = record(128, "train-step", "fp32", status="oom", timeline=synthetic_timeline(rng, oom=True))
+    oom_early = record(512, "train-step", "fp32", status="oom")                       # "timeline": None
+    old = record(512, "forward", "fp32", 2**30)
+    del old["timeline"]
+    paths = write(tmp_path, [ok, oom_late, oom_early, old])
+    out = tmp_path / "A5"
+    assert a5.main(["--records", *paths, "--out-dir", str(out)]) == 0
+    assert drawn == {"ctx128_forward_fp32.png": (ok["timeline"], "A5 active memory: 2.7B, context 128, batch 4, "
+                                                                  "forward, fp32"),
+                     "ctx128_train-step_fp32.png": (oom_late["timeline"], "A5 active memory: 2.7B, context 128, "
+                                                                          "batch 4, train-step, fp32 (out of memory)")}
+    assert notes == {"ctx512_train-step_fp32.png": "OOM: OutOfMemoryError: CUDA out of memory",
+                     "ctx512_forward_fp32.png": "this record predates stored timelines; re-measure A5 to draw it"}
+    sizes = {name: png_size(out / "timelines" / name) for name in [*drawn, *notes]}
+    assert all(sizes[t][1] > 1.5 * sizes[n][1] for t in drawn for n in notes)      # a plot, not a line of text
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(t["path"], t["status"]) for t in summary["timelines"]] == [
+        ("timelines/ctx128_forward_fp32.png", "ok"), ("timelines/ctx512_forward_fp32.png", "ok"),
+        ("timelines/ctx128_train-step_fp32.png", "oom"), ("timelines/ctx512_train-step_fp32.png", "oom")]
+
+
+@pytest.mark.parametrize("gib", [False, True])
+def test_the_drawing_stacks_the_stored_bands(monkeypatch, seed, gib):
+    """What ``draw`` puts on the axes: the bands stacked in order (legend top to bottom), the top
+    edge their sum, the exact peak as a dashed line in the unit the peak calls for, the phases
+    named, an out-of-memory line."""
+    timeline = synthetic_timeline(random.Random(seed), oom=True)
+    if not gib:     # a small step: everything in MiB
+        timeline["values_mib"] = [[round(v / 64, 2) for v in row] for row in timeline["values_mib"]]
+        timeline["peak_bytes"] //= 64
+    saved = []
+    monkeypatch.setattr(a5_timeline, "save_figure", lambda fig, path: saved.append(fig))
+    a5_timeline.draw(timeline, "unused.png", "title")
+    (ax,) = saved[0].axes
+    unit, scale = ("GiB", 1024) if gib else ("MiB", 1)
+    assert timeline["peak_bytes"] >= 2 * 2**30 if gib else timeline["peak_bytes"] < 2 * 2**30
+    assert ax.get_ylabel() == f"live allocations ({unit})"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == timeline["labels"][::-1]
+    assert timeline["labels"][0] == INITIAL_BAND
+    edge = [line for line in ax.lines if line.get_drawstyle() == "steps-post"]
+    assert len(edge) == 1
+    np.testing.assert_allclose(edge[0].get_ydata(), np.sum(timeline["values_mib"], axis=0) / scale)
+    peak = timeline["peak_bytes"] / 2**20 / scale
+    assert [line.get_ydata()[0] for line in ax.lines if line.get_linestyle() == "--"] == [peak]
+    texts = [t.get_text() for t in ax.texts]
+    assert f"peak {peak:,.2f} {unit}" in texts
+    assert {"forward", "backward", "optimizer", " out of memory"} <= set(texts)
+    assert [line.get_xdata()[0] for line in ax.lines if line.get_color() == "red"] == timeline["oom_ms"]
+    assert ax.get_ylim()[1] == pytest.approx(peak * 1.12)
+
+
+def test_missing_file_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        a5.main(["--records", *paths, "--timelines", str(tmp_path / "other.png"), "--out-dir", str(tmp_path / "o")])
-    assert "no timeline 'ctx128_forward_fp32.png'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        a5.main(["--records", str(tmp_path / "missing.json"), "--timelines", *pngs, "--out-dir", str(tmp_path / "o")])
+        a5.main(["--records", str(tmp_path / "missing.json"), "--out-dir", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip().splitlines()
     assert "missing.json" in err[-1] and "Traceback" not in "".join(err)
 
@@ -91,9 +176,9 @@ def test_section_renders_from_the_summary(tmp_path):
 
     records = [record(c, m, "fp32", 10 * 2**30) for c in (128, 512) for m in ("forward", "train-step")]
     records[-1] = record(512, "train-step", "fp32", status="oom")
-    paths, pngs = write(tmp_path, records)
+    paths = write(tmp_path, records)
     out = tmp_path / "A5"
-    a5.main(["--records", *paths, "--timelines", *pngs, "--out-dir", str(out)])
+    a5.main(["--records", *paths, "--out-dir", str(out)])
     text = Renderer("md", tmp_path / "w" / "writeup.md", TEMPLATES).section("A5", out / "summary.json")
     assert "| OOM" in text or "OOM |" in text
     assert "4 × 512 × 2560 × 4 B = 20.00 MB" in text
@@ -109,9 +194,9 @@ def test_phase_times_name_their_clock(tmp_path, gpu_ms):
     r = record(128, "forward", "fp32", 4 * 2**30)
     if gpu_ms is not None:
         r["metrics"]["phase_gpu_ms"] = {"forward": gpu_ms}
-    paths, pngs = write(tmp_path, [r])
+    paths = write(tmp_path, [r])
     out = tmp_path / "A5"
-    a5.main(["--records", *paths, "--timelines", *pngs, "--out-dir", str(out)])
+    a5.main(["--records", *paths, "--out-dir", str(out)])
     (phase,) = json.loads((out / "summary.json").read_text())["phases"][0]["phases"]
     assert phase["host_ms"] == 2.0 and phase["gpu_ms"] == gpu_ms
     text = Renderer("md", tmp_path / "w" / "writeup.md", TEMPLATES).section("A5", out / "summary.json")

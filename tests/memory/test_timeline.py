@@ -1,12 +1,15 @@
-"""The normalised trace and the timeline renderer, on a snapshot dict built by hand."""
+"""The normalised trace and the timeline's bands, on a snapshot dict built by hand and on a long
+random trace."""
+import json
 import random
 
 import numpy as np
 import pytest
 
 from cs336_systems.memory.analysis import analyse, peak, top_allocations
-from cs336_systems.memory.events import PHASE_PREFIX, live_series, trace_from_snapshot
-from cs336_systems.memory.timeline import INITIAL_BAND, render_timeline, stack_bands
+from cs336_systems.memory.events import PHASE_PREFIX, MemoryEvent, MemoryTrace, Phase, live_series, trace_from_snapshot
+from cs336_systems.memory.timeline import INITIAL_BAND, _thin, stack_bands, timeline_data
+from cs336_systems.records import write_json_atomic
 
 OUR_FRAME = {"name": "softmax", "filename": "/somewhere/cs336-basics/cs336_basics/model.py", "line": 90}
 OP_FRAME = {"name": "at::_ops::exp::call(at::Tensor const&)", "filename": "??", "line": 0}
@@ -88,8 +91,6 @@ def test_free_requested_is_the_fallback_when_no_free_completes(seed):
 
 
 def test_wall_clock_marks_are_used_without_annotations(seed):
-    from cs336_systems.memory.events import Phase
-
     snapshot, _ = synthetic_snapshot(random.Random(seed))
     del snapshot["external_annotations"]
     trace = trace_from_snapshot(snapshot, marks=[Phase("forward", 0, 45)])
@@ -97,19 +98,86 @@ def test_wall_clock_marks_are_used_without_annotations(seed):
 
 
 @pytest.mark.parametrize("k", [1, 8])
-def test_rendered_bands_stack_to_the_live_series(tmp_path, k, seed):
+def test_bands_stack_to_the_live_series(k, seed):
     snapshot, s = synthetic_snapshot(random.Random(seed))
     trace = trace_from_snapshot(snapshot)
     initial, series = expected_series(s)
-    path = tmp_path / "timeline.png"
-    bands = render_timeline(trace, path, "synthetic")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bands = stack_bands(trace, k)
     assert bands.values.sum(axis=0).tolist() == [initial] + series
     assert bands.labels[0] == INITIAL_BAND
     assert bands.values[0].tolist() == [initial] * 5 + [s["kept"]] * 3      # "old" freed at event 5
-    small = stack_bands(trace, k)
-    assert small.values.sum(axis=0).tolist() == [initial] + series
-    assert len([b for b in small.labels if b != INITIAL_BAND and not b.startswith("other")]) <= k
+    assert len([b for b in bands.labels if b != INITIAL_BAND and not b.startswith("other")]) <= k
+
+
+@pytest.mark.parametrize("k", [1, 8])
+def test_timeline_data_of_a_short_trace_is_every_event(k, seed):
+    snapshot, s = synthetic_snapshot(random.Random(seed))
+    trace = trace_from_snapshot(snapshot)
+    initial, series = expected_series(s)
+    data = timeline_data(trace, k)
+    json.dumps(data)                                          # the record keeps it as it is
+    assert data["k"] == k and data["source"] == "torch.cuda.memory._record_memory_history"
+    assert data["peak_bytes"] == max([initial] + series)
+    # Trace times are µs from the first phase start (5 µs): the initial point, then each event.
+    assert data["times_ms"] == [0.0, 0.005, 0.015, 0.025, 0.035, 0.045, 0.055, 0.065]
+    assert data["labels"] == stack_bands(trace, k).labels and data["labels"][0] == INITIAL_BAND
+    assert len(data["values_mib"]) == len(data["labels"])
+    sums = np.sum(data["values_mib"], axis=0)
+    assert sums == pytest.approx(np.array([initial] + series) / 2**20, abs=0.005 * len(data["labels"]))
+    assert data["phases"] == [{"name": "forward", "start_ms": 0.0, "end_ms": 0.03},
+                              {"name": "backward", "start_ms": 0.031, "end_ms": 0.07}]
+    assert data["oom_ms"] == []
+
+
+def long_trace(rng: random.Random, events: int, sites: int = 20) -> MemoryTrace:
+    """A step of ``events`` allocations and frees from ``sites`` lines of code, over three phases,
+    with GiB-sized blocks live before it and an allocation failure near the end."""
+    initial = {10**12 + i: rng.randrange(2**30, 8 * 2**30, 512) for i in range(3)}
+    live, out, t = [], [], 0.0
+    for i in range(events):
+        t += rng.uniform(0.5, 20.0)
+        if live and (len(live) > 400 or rng.random() < 0.45):
+            addr, size = live.pop(rng.randrange(len(live)))
+            out.append(MemoryEvent(t, "free", addr, size))
+        else:
+            addr, size = i * 2**12, rng.randrange(1, 2**10) * 2**19
+            live.append((addr, size))
+            site = rng.randrange(sites)
+            out.append(MemoryEvent(t, "alloc", addr, size, frame=f"cs336_basics/model.py:{site} f{site}"))
+    bounds = [0.0, t / 3, 2 * t / 3, t]
+    phases = [Phase(name, bounds[i], bounds[i + 1]) for i, name in enumerate(("forward", "backward", "optimizer"))]
+    return MemoryTrace(out, initial, phases, "synthetic", oom_us=[t * 0.99], phase_source="test")
+
+
+@pytest.mark.parametrize("points", [50, 250])
+def test_thinning_keeps_the_peak_and_the_live_bytes_at_every_kept_time(seed, points):
+    trace = long_trace(random.Random(seed), 20_000)
+    times, live = live_series(trace)
+    exact = stack_bands(trace)
+    assert exact.times_ms[1:] == pytest.approx((np.array(times) - trace.start_us) / 1e3)
+    thinned = _thin(exact, points)
+    assert thinned.times_ms.size <= 2 * points + 2 < exact.times_ms.size
+    total = thinned.values.sum(axis=0)
+    assert total.max() == max(live)                           # the peak survives, to the byte
+    assert total[0] == trace.initial_bytes and thinned.times_ms[-1] == exact.times_ms[-1]
+    kept = np.searchsorted(exact.times_ms, thinned.times_ms)      # event times increase strictly
+    assert total.tolist() == [([trace.initial_bytes] + live)[i] for i in kept]
+    data = timeline_data(trace, points=points)
+    assert data["peak_bytes"] == max(live)
+    assert data["times_ms"] == [round(float(t), 3) for t in thinned.times_ms]
+    sums = np.sum(data["values_mib"], axis=0)
+    assert sums == pytest.approx(total / 2**20, abs=0.005 * len(data["labels"]))
+    assert data["oom_ms"] == [round((trace.oom_us[0] - trace.start_us) / 1e3, 3)]
+    assert [p["name"] for p in data["phases"]] == ["forward", "backward", "optimizer"]
+
+
+def test_a_long_trace_keeps_the_record_small(tmp_path, seed):
+    """The bands go into the committed record, whose writer puts every number on its own line: with
+    every band busy all the time (the worst case), the bands stay under 100 KB."""
+    trace = long_trace(random.Random(seed), 50_000)
+    path = write_json_atomic(tmp_path / "record.json", {"timeline": timeline_data(trace)})
+    assert len(json.loads(path.read_text())["timeline"]["labels"]) == 1 + 3 + 8     # initial, others, k sites
+    assert path.stat().st_size < 100_000
 
 
 def test_analysis_series_keeps_the_peak(seed):

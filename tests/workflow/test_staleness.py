@@ -22,7 +22,6 @@ MEASURING = {rule: d.id for d in deliverables.DELIVERABLES for rule in d.measure
 @pytest.mark.parametrize("module, remeasured", [
     ("memory/checkpointing.py", {"A6"}),                # A6's code: A6 alone, not every workload user
     ("report/common.py", set()),                        # a report helper: reports and the writeup only
-    ("figures.py", {"A5"}),                             # A5 draws its timeline while it measures
     ("attention/flash_triton.py", {"B3", "B5"}),        # our kernels: their checks and benchmark rows
     ("precision/accumulation.py", {"A3"}),
 ])

@@ -1,9 +1,11 @@
 # A5: memory snapshots. One process per context x mode x precision records one step (CUDA memory
-# history on a GPU, torch.profiler's memory events on the CPU), analyses it and draws its timeline.
+# history on a GPU, torch.profiler's memory events on the CPU) and analyses it into its record,
+# which keeps the timeline's bands too. The report draws the timelines (one PNG per point), so
+# rebuilding from committed records redraws them and an edit to the drawing measures nothing.
 #
 # The CUDA snapshot pickle (memory_viz's format) is written beside the record but declared nowhere:
 # it is too large for git, and a declared file that a fresh checkout lacks would make Snakemake
-# re-measure. Everything downstream reads the committed record and PNG only.
+# re-measure. Everything downstream reads the committed record only.
 #
 # The size is not a wildcard (GRID["A5"]["size"]). A6: gradient checkpointing, peak memory per
 # checkpoint group size.
@@ -11,19 +13,16 @@
 A5 = GRID["A5"]
 A6 = GRID["A6"]
 A5_POINT = "ctx{context}_{mode}_{precision}"
-A5_RECORDS = expand(f"{RESULTS}/A5/records/{A5_POINT}.json",
-                    context=A5["contexts"], mode=A5["modes"], precision=A5["precisions"])
-A5_TIMELINES = expand(f"{RESULTS}/A5/timelines/{A5_POINT}.png",
-                      context=A5["contexts"], mode=A5["modes"], precision=A5["precisions"])
+A5_POINTS = expand(A5_POINT, context=A5["contexts"], mode=A5["modes"], precision=A5["precisions"])
+A5_RECORDS = [f"{RESULTS}/A5/records/{point}.json" for point in A5_POINTS]
 
 
 rule A5_snapshot:
-    """One recorded step: the record (peaks, phases, largest allocations) and its timeline PNG."""
+    """One recorded step: the record (peaks, phases, largest allocations, the timeline's bands)."""
     input:
         measuring_code("cs336_systems.memory.snapshot"),
     output:
         record=f"{RESULTS}/A5/records/{A5_POINT}.json",
-        timeline=f"{RESULTS}/A5/timelines/{A5_POINT}.png",
     log:
         f"{LOGS}/A5/{A5_POINT}.log",
     benchmark:
@@ -46,24 +45,23 @@ rule A5_snapshot:
         " python -m cs336_systems.memory.snapshot --size {params.size} --context {wildcards.context}"
         " --mode {wildcards.mode} --precision {wildcards.precision} --batch {params.batch}"
         " --warmup {params.warmup} --max-entries {params.max_entries} --device {params.device}"
-        " --out {output.record} --timeline {output.timeline} --pickle {params.pickle} > {log} 2>&1")
+        " --out {output.record} --pickle {params.pickle} > {log} 2>&1")
 
 
 rule A5_report:
-    """A5 peak tables (fp32, bf16), largest forward allocations, and the numbers the writeup quotes."""
+    """A5 peak tables (fp32, bf16), largest forward allocations, a timeline per point, and the numbers
+    the writeup quotes."""
     input:
         records=A5_RECORDS,
-        timelines=A5_TIMELINES,
         code=code("cs336_systems.report.a5"),
     output:
-        **report_outputs("A5"),
+        **report_outputs("A5", points=A5_POINTS),
     log:
         f"{LOGS}/A5/report.log",
     params:
         out_dir=out_dir("summary"),
     shell:
-        logged("python -m cs336_systems.report.a5 --records {input.records} --timelines {input.timelines}"
-        " --out-dir {params.out_dir} > {log} 2>&1")
+        logged("python -m cs336_systems.report.a5 --records {input.records} --out-dir {params.out_dir} > {log} 2>&1")
 
 
 rule A6_checkpoint:

@@ -9,7 +9,7 @@ from cs336_systems.attention.backends import BENCH_IMPLS, module_of as attention
 from cs336_systems.models import MODES
 from cs336_systems.pipeline import machine, run_folder
 from cs336_systems.pipeline.config import ConfigError, resolve
-from cs336_systems.pipeline.rule_helpers import code, out_dir, records_present
+from cs336_systems.pipeline.rule_helpers import code, out_dir, records_present, report_outputs as registry_outputs
 
 # Snakemake's `validate` with the schema (defaults filled in), then the names our tables define;
 # a mistake stops here with one line naming the key.
@@ -76,7 +76,7 @@ A2_RECORDS = expand(f"{RESULTS}/A2/records/{{size}}_ctx{{context}}.json", size=G
 
 # Every command sends its output to its log (`logged`); where it fails, one line on the console says why (the
 # exception, or a full disk that left the log empty: pipeline.job_failed), and the job still fails.
-logged = lambda command: command + " || python -m cs336_systems.pipeline.job_failed {log} $?"
+logged = lambda command: f"{command} || python -m cs336_systems.pipeline.job_failed {{log}} $?"
 
 # The code inputs of a measuring step of `deliverable`. With reuse_records, or for a deliverable
 # this machine cannot measure, records already on disk count as fresh whatever the code's age, so
@@ -85,16 +85,9 @@ measuring_code = lambda *modules, deliverable=None: code(
     *modules, kept=CHOSEN.reuse_records or deliverable in REBUILD_ONLY)
 
 
-# A report rule's outputs, as the registry declares them: every file its report writes in
-# results/<run>/<ID>/, named by deliverables.output_name; `{point}` files are expanded over `points`.
-# Tables' Markdown and figures also go into Snakemake's own HTML report (`snakemake --report`).
-def report_outputs(ident, points=()):
-    d = deliverables.get(ident)
-    shown = lambda path, file: (report(path, category=f"{ident} {d.title}", labels={"item": file})
-                                if file.endswith((".md", ".png")) else path)
-    return {deliverables.output_name(file): [shown(f"{RESULTS}/{ident}/{file}".format(point=p), file) for p in points]
-            if "{point}" in file else shown(f"{RESULTS}/{ident}/{file}", file) for file in d.files}
-
+# A report rule's outputs, as the registry declares them (rule_helpers.report_outputs); tables'
+# Markdown and figures also go into Snakemake's own HTML report (`snakemake --report`).
+report_outputs = lambda ident, points=(): registry_outputs(RESULTS, ident, points, shown=report)
 
 
 onstart:

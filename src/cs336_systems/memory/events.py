@@ -10,7 +10,7 @@ Two recorders feed it:
   allocation event has a pointer, a signed size and a time; its parents are the op and the Python
   frames that made it.
 
-Both become a ``MemoryTrace``; the analysis and the timeline renderer read only that.
+Both become a ``MemoryTrace``; the analysis and the timeline's data (memory.timeline) read only that.
 """
 from __future__ import annotations
 

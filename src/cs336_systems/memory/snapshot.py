@@ -1,7 +1,7 @@
-"""A5: a memory snapshot of one step, its analysis and its active-memory timeline.
+"""A5: a memory snapshot of one step, its analysis and the data of its active-memory timeline.
 
     python -m cs336_systems.memory.snapshot --size 2.7B --context 128 --mode train-step --precision fp32 \\
-        --out rec.json --timeline timeline.png --pickle snapshot.pickle
+        --out rec.json --pickle snapshot.pickle
 
 Builds the workload (``cs336_systems.workload``), runs ``--warmup`` steps, then records one step:
 
@@ -13,9 +13,10 @@ Builds the workload (``cs336_systems.workload``), runs ``--warmup`` steps, then 
 Each phase (forward, backward, optimizer) runs inside ``record_function("cs336.phase:<name>")``
 and between two wall-clock marks, so the phases can be placed on the trace's clock. The same
 process then analyses the trace (peak, phases, largest allocations with the line of our code that
-made them) into the JSON record and draws the timeline PNG; the report reads only those, never
-the pickle. An allocation failure is a result: the record says ``oom`` and the timeline shows the
-step up to the failure.
+made them) into the JSON record, with the timeline's bands (``memory.timeline.timeline_data``) under
+``"timeline"``. The job writes data only: the report draws the timelines from the records and
+never reads the pickle, so committed records redraw every figure. An allocation failure is a
+result: the record says ``oom`` and its timeline holds the step up to the failure.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import torch
 from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.memory.analysis import analyse
 from cs336_systems.memory.events import PHASE_PREFIX, MemoryTrace, Phase, trace_from_profiler, trace_from_snapshot
-from cs336_systems.memory.timeline import render_placeholder, render_timeline
+from cs336_systems.memory.timeline import timeline_data
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import failure_status, oom_during
@@ -183,7 +184,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--top", type=int, default=10, help="largest allocations to keep in the record")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu")
     p.add_argument("--out", required=True, type=Path, help="the JSON record")
-    p.add_argument("--timeline", required=True, type=Path, help="the timeline PNG")
     p.add_argument("--pickle", type=Path, help="where the CUDA snapshot goes (default: beside --out)")
     args = p.parse_args(argv)
     require_at_least(p, args, 1, "context", "batch", "max_entries", "top")
@@ -200,7 +200,6 @@ def main(argv=None) -> int:
     params = {"size": args.size, **asdict(size), "context": args.context, "batch": args.batch, "mode": args.mode,
               "precision": args.precision, "warmup": args.warmup, "device": args.device,
               "max_entries": args.max_entries if device.type == "cuda" else None}
-    label = f"{args.size}, context {args.context}, batch {args.batch}, {args.mode}, {args.precision}"
     log(f"A5 snapshot: {params}")
     pickle_path = args.pickle or args.out.with_suffix(".pickle")
     metrics, status, message, trace = {}, "ok", None, None
@@ -216,20 +215,17 @@ def main(argv=None) -> int:
         status = "oom" if message else "ok"
     except Exception as exc:  # noqa: BLE001 - an allocation failure is a result, anything else an error
         status, message = failure_status(exc)
-    if trace is not None and trace.events:
-        render_timeline(trace, args.timeline, f"A5 active memory: {label}" + (" (out of memory)" if status == "oom" else ""))
-    else:
-        render_placeholder(args.timeline, f"A5 active memory: {label}", f"{status.upper()}: {message}")
     record = make_record("A5", params, status, metrics if status == "ok" else {}, reason=message)
     if status != "ok" and metrics:
         record["partial_metrics"] = metrics      # what the failed step did before it failed
-    # The files this run left: the timeline (committed) and, on CUDA, the snapshot (memory_viz's
-    # pickle; too large for git, so nothing downstream reads it).
-    record["artifacts"] = {"timeline": args.timeline.name,
-                           "snapshot": pickle_path.name if device.type == "cuda" and pickle_path.exists() else None}
+    # None where nothing was recorded (a failure before the step): the report draws a note instead.
+    record["timeline"] = timeline_data(trace) if trace is not None and trace.events else None
+    # On CUDA, the snapshot this run left (memory_viz's pickle; too large for git, so nothing
+    # downstream reads it).
+    record["artifacts"] = {"snapshot": pickle_path.name if device.type == "cuda" and pickle_path.exists() else None}
     write_json_atomic(args.out, record)
     summary = f"peak {metrics['peak']['bytes'] / 2**20:,.1f} MiB ({metrics['source']})" if status == "ok" else message
-    log(f"A5 {status}: {summary} -> {args.out}, {args.timeline}")
+    log(f"A5 {status}: {summary} -> {args.out}")
     return 0
 
 

@@ -6,11 +6,14 @@ our code that made the allocation, or for the backward pass the autograd node); 
 else, grouped by the phase that allocated it. A band per site rather than per allocation, because a
 large model makes thousands of equally sized activation blocks and what the reader wants to know is
 which line of code makes the peak. The top edge of the stack is the live-bytes series itself.
+
+The measuring job stores the bands in its record (``timeline_data``) and the A5 report draws them
+(``cs336_systems.report.a5_timeline``), so that a figure redraws from committed records; nothing
+here draws, and an edit to the drawing re-runs the report, not the measurement.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -84,74 +87,39 @@ def stack_bands(trace: MemoryTrace, k: int = 8) -> Bands:
 
 
 def _thin(bands: Bands, points: int) -> Bands:
-    """Keep each bucket's lowest and highest total, so the drawn top edge keeps the peak."""
+    """Keep each of ``points`` buckets' lowest and highest total, so the top edge keeps the peak."""
     n = bands.times_ms.size
     if n <= 2 * points:
         return bands
     total = bands.values.sum(axis=0)
-    step = n // points
+    bounds = np.linspace(0, n, points + 1).astype(int)      # equal buckets: at most 2 * points + 2 kept
     keep = {0, n - 1}
-    for start in range(0, n, step):
-        chunk = total[start:start + step]
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        chunk = total[start:end]
         keep.update((start + int(np.argmin(chunk)), start + int(np.argmax(chunk))))
     idx = np.array(sorted(keep))
     return Bands(bands.times_ms[idx], bands.labels, bands.values[:, idx])
 
 
-def render_timeline(trace: MemoryTrace, path: str | Path, title: str, k: int = 8, points: int = 3000) -> Bands:
-    """Draw the timeline PNG at ``path``; return the exact bands it was drawn from."""
-    from cs336_systems.figures import plt, save_figure
+def timeline_data(trace: MemoryTrace, k: int = 8, points: int = 200) -> dict:
+    """The timeline as the record keeps it (JSON-ready), for the report to draw.
 
+    The bands are thinned to at most ``2 * points + 2`` times, values in MiB to two decimals: the
+    record is committed, and the writer indents every number onto its own line. The peak is the
+    exact one, from the unthinned bands.
+    """
     bands = stack_bands(trace, k)
-    drawn = _thin(bands, points)
+    thinned = _thin(bands, points)
     total = bands.values.sum(axis=0)
-    peak = int(total.max()) if total.size else 0
-    unit, scale = ("GiB", 2**30) if peak >= 2 * 2**30 else ("MiB", 2**20)
-    fig, ax = plt.subplots(figsize=(11, 5))
-    site_colours = iter(c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7)   # 7 is grey
-    colours = []
-    for b in drawn.labels:
-        if b == INITIAL_BAND:
-            colours.append("#8c8c8c")
-        elif b.startswith("other"):
-            phase = b.rsplit(" ", 1)[-1]
-            colours.append(PHASE_COLOURS.get(phase, "#bbbbbb"))
-        else:
-            colours.append(next(site_colours, "#cccccc"))
-    alphas = [0.35 if b.startswith("other") else 0.9 for b in drawn.labels]
-    lower = np.zeros(drawn.times_ms.size)
-    for values, colour, alpha, label in zip(drawn.values, colours, alphas, drawn.labels):
-        upper = lower + values / scale
-        ax.fill_between(drawn.times_ms, lower, upper, step="post", color=colour, alpha=alpha, linewidth=0,
-                        label=label)
-        lower = upper
-    ax.step(drawn.times_ms, lower, where="post", color="black", linewidth=0.6)
-    top = peak / scale * 1.12 if peak else 1
-    for p in trace.phases:
-        start, end = (p.start_us - trace.start_us) / 1e3, (p.end_us - trace.start_us) / 1e3
-        ax.axvspan(start, end, color=PHASE_COLOURS.get(p.name, "#999999"), alpha=0.07, linewidth=0)
-        ax.axvline(start, color="black", linewidth=0.5, linestyle=":")
-        ax.text((start + end) / 2, top * 0.97, p.name, ha="center", va="top", fontsize=9)
-    for t in trace.oom_us:
-        ax.axvline((t - trace.start_us) / 1e3, color="red", linewidth=1.2)
-        ax.text((t - trace.start_us) / 1e3, top * 0.9, " out of memory", color="red", fontsize=8)
-    if total.size:
-        ax.axhline(peak / scale, color="black", linewidth=0.6, linestyle="--")
-        ax.text(0, peak / scale, f"peak {peak / scale:,.2f} {unit}", va="bottom", fontsize=8)
-    ax.set(xlabel="host time since the step began (ms)", ylabel=f"live allocations ({unit})", ylim=(0, top), title=title)
-    handles, labels = ax.get_legend_handles_labels()
-    ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    ax.annotate(f"source: {trace.source}", (1.0, -0.13), xycoords="axes fraction", ha="right", fontsize=7, color="#555")
-    save_figure(fig, Path(path))
-    return bands
-
-
-def render_placeholder(path: str | Path, title: str, message: str) -> None:
-    """A figure that says why there is no timeline (e.g. out of memory before the step began)."""
-    from cs336_systems.figures import plt, save_figure
-
-    fig, ax = plt.subplots(figsize=(11, 2.5))
-    ax.axis("off")
-    ax.set_title(title)
-    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, fontsize=10, color="#a00")
-    save_figure(fig, Path(path))
+    t0 = trace.start_us
+    return {
+        "source": trace.source,
+        "k": k,
+        "peak_bytes": int(total.max()) if total.size else 0,
+        "labels": thinned.labels,
+        "times_ms": [round(float(t), 3) for t in thinned.times_ms],
+        "values_mib": [[round(float(v) / 2**20, 2) for v in row] for row in thinned.values],
+        "phases": [{"name": p.name, "start_ms": round((p.start_us - t0) / 1e3, 3),
+                    "end_ms": round((p.end_us - t0) / 1e3, 3)} for p in trace.phases],
+        "oom_ms": [round((t - t0) / 1e3, 3) for t in trace.oom_us],
+    }

@@ -36,3 +36,22 @@ def records_on_disk(paths: list[str], rebuilding: bool) -> list[str]:
     if not rebuilding:
         return paths
     return records_present(paths) or paths
+
+
+def report_outputs(results: str, ident: str, points=(), shown=None) -> dict:
+    """A report rule's outputs, as the registry declares them: every file the report of ``ident``
+    writes in ``results/<ID>/``, keyed by ``deliverables.output_name``; a ``{point}`` file is expanded
+    over ``points``. ``shown`` (Snakemake's ``report``) marks tables' Markdown and figures for
+    Snakemake's HTML report, filed under the deliverable."""
+    from cs336_systems import deliverables
+
+    d = deliverables.get(ident)
+
+    def path(file: str, point=None) -> str:
+        where = f"{results}/{ident}/{file}".format(point=point) if point is not None else f"{results}/{ident}/{file}"
+        if shown is None or not file.endswith((".md", ".png")):
+            return where
+        return shown(where, category=f"{ident} {d.title}", labels={"item": file})
+
+    return {deliverables.output_name(file): [path(file, p) for p in points] if "{point}" in file else path(file)
+            for file in d.files}

@@ -1,10 +1,12 @@
 """A5 report: peak-memory tables (fp32 and bf16), the residual-stream size, the largest forward
-allocations with the code that made them, the phases of each step, and the writeup's numbers.
+allocations with the code that made them, the phases of each step, each step's active-memory
+timeline, and the writeup's numbers.
 
-    python -m cs336_systems.report.a5 --records r1.json ... --timelines t1.png ... --out-dir DIR
+    python -m cs336_systems.report.a5 --records r1.json ... --out-dir DIR
 
 Reads the JSON records of ``cs336_systems.memory.snapshot`` (never the snapshot pickles, which stay
-out of git) and the timeline PNGs it drew, which the section embeds by their path below DIR.
+out of git) and draws each record's timeline from the bands it keeps into ``DIR/timelines/<record
+name>.png``, which the section embeds by that path below DIR.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pandas as pd
 
 from cs336_systems.models import get_size
 from cs336_systems.models import MODES as MODE_ORDER
+from cs336_systems.report.a5_timeline import draw, draw_placeholder
 from cs336_systems.report.common import load_records, run_provenance, write_summary, write_table
 
 MODE_TITLES = {"forward": "forward", "forward-backward": "forward + backward", "train-step": "full train step"}
@@ -113,16 +116,24 @@ def allocator_check(records: list[dict]) -> dict | None:
             "max_reserved_over_allocated_mib": _mib(max(reserved)) if reserved else None}
 
 
-def timeline_figures(records: list[dict], timelines: list[Path], out_dir: Path) -> list[dict]:
-    """Each record's timeline PNG, as a path relative to ``out_dir`` (what the template embeds)."""
-    by_name = {p.name: p for p in timelines}
+def timeline_figures(records: list[dict], stems: list[str], out_dir: Path) -> list[dict]:
+    """Draw each record's timeline PNG as ``out_dir/timelines/<stem>.png`` (``stems``: the record
+    files' names, in the same order), or a note saying why there is none; return their paths
+    relative to ``out_dir`` (what the template embeds)."""
     out = []
-    for r in records:
-        name = r.get("artifacts", {}).get("timeline")
-        if name not in by_name:
-            raise ValueError(f"no timeline {name!r} among --timelines for the record of {r['params']}")
+    for r, stem in zip(records, stems, strict=True):
         p = r["params"]
-        out.append({"path": os.path.relpath(by_name[name], out_dir), "context": p["context"], "mode": p["mode"],
+        title = (f"A5 active memory: {p['size']}, context {p['context']}, batch {p['batch']}, {p['mode']}, "
+                 f"{p['precision']}")
+        path = out_dir / "timelines" / f"{stem}.png"
+        if r.get("timeline"):
+            draw(r["timeline"], path, title + (" (out of memory)" if r["status"] == "oom" else ""))
+        elif "timeline" in r:       # nothing was recorded: the step failed before it began
+            why = r.get("message") or r.get("reason") or "no allocation was recorded"
+            draw_placeholder(path, title, f"{r['status'].upper()}: {why}")
+        else:
+            draw_placeholder(path, title, "this record predates stored timelines; re-measure A5 to draw it")
+        out.append({"path": os.path.relpath(path, out_dir), "context": p["context"], "mode": p["mode"],
                     "precision": p["precision"], "status": r["status"]})
     out.sort(key=lambda f: (f["precision"] != "fp32", f["precision"], MODE_ORDER.index(f["mode"]), f["context"]))
     return out
@@ -171,7 +182,6 @@ def summarize(records: list[dict], timelines: list[dict], top_record: dict | Non
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.a5", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", nargs="+", required=True, help="A5 records (JSON)")
-    p.add_argument("--timelines", nargs="+", required=True, type=Path, help="the timeline PNGs of those records")
     p.add_argument("--out-dir", required=True, type=Path)
     args = p.parse_args(argv)
     try:
@@ -179,9 +189,9 @@ def main(argv=None) -> int:
         bad = [r["id"] for r in records if r["id"] != "A5"]
         if bad:
             raise ValueError(f"not A5 records: ids {sorted(set(bad))}")
-        timelines = timeline_figures(records, args.timelines, args.out_dir)
     except (OSError, ValueError, KeyError) as exc:
         p.error(str(exc))
+    timelines = timeline_figures(records, [Path(path).stem for path in args.records], args.out_dir)
     for precision in ("fp32", "bf16"):
         write_table(peak_table(records, precision), args.out_dir, f"peak_{precision}")
     top, top_record = top_allocations(records)

@@ -7,8 +7,19 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from cs336_systems.figures import plt, save_figure  # noqa: F401 (the reports draw through these)
-from cs336_systems.records import DamagedRecord, read_record, read_record_list, write_json_atomic
+import matplotlib
+
+matplotlib.use("Agg")   # files only, never a window
+import matplotlib.pyplot as plt  # noqa: E402
+
+from cs336_systems.records import DamagedRecord, read_record, read_record_list, write_json_atomic  # noqa: E402
+
+
+def save_figure(fig: plt.Figure, path: Path) -> None:
+    """Write ``fig`` as a PNG at ``path`` (no software stamp, so the same figure gives the same bytes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
 
 
 def _read_or_stop(read, path):
