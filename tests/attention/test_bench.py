@@ -336,7 +336,91 @@ def test_section_describes_the_splits_the_records_show(tmp_path, forward, backwa
     summary, text = _report_from(tmp_path, records)
     assert summary["ours_splits"] == {"forward": forward, "backward": backward}
     text = " ".join(text.split())
-    assert ("in the forward each query tile's keys (in these records up to N = 2048)" in text) == bool(forward)
-    assert ("in the backward each tile's range (up to N = 8192)" in text) == bool(backward)
-    assert ("a tile's work is split over several programs" in text) == bool(forward or backward)
-    assert ("issued first) against plain PyTorch attention" in text) == (not (forward or backward))
+    assert ("the forward's keys up to N = 2048" in text) == bool(forward)
+    assert ("the backward's tiles up to N = 8192" in text) == bool(backward)
+    assert ("a tile's work over several programs, then a combine kernel" in text) == bool(forward or backward)
+    assert ("| split launches | none | the records |" in text) == (not (forward or backward))
+
+
+# --- the section opens with its answer; what ran and where ours loses are tables -------------------
+
+def _grid(rng, impls=("ours", "plain", "sdpa-flash"), seqs=(256, 1024, 4096, 16384), commit=None, launch=None):
+    """Records of every implementation at bf16 and fp32, d = 64, over ``seqs`` and the passes, each
+    time drawn at random around the work (ours sometimes slower, short lengths sometimes flat)."""
+    records = {}
+    for impl in impls:
+        rows = []
+        for dtype in ("bf16", "fp32") if impl != "sdpa-flash" else ("bf16",):
+            for which in bench.PASSES:
+                for seq in seqs:
+                    ms = max(0.02, bench.causal_flops(1, seq, 64, which) / 2e13 * rng.uniform(0.3, 3.0))
+                    r = _point(impl, seq, ms, dtype=dtype, which=which, launch=launch if impl == "ours" else None)
+                    if commit:
+                        r["provenance"].update(commit=commit, dirty=False)
+                    rows.append(r)
+        records[impl] = rows
+    return records
+
+
+def test_the_section_opens_with_its_answer_and_tabulates_the_losses(tmp_path, seed):
+    import random
+
+    rng = random.Random(seed)
+    commit = "493df71ec1f7c7342a59764da58f2a0ae4871231"      # records that do not say what ran
+    summary, text = _report_from(tmp_path, _grid(rng, commit=commit))
+    L = summary["losses_vs_plain"]
+    body = text.split("\n\n")
+    assert body[2].startswith("Ours is as fast as plain PyTorch attention or faster at "
+                              f"{L['points'] - L['lost']} of the {L['points']} points")
+    # The losses, counted independently of the report's grouping.
+    df = b5.grid_frame([r for rows in _grid(random.Random(seed), commit=commit).values() for r in rows])
+    pair = b5.judged(df, "ours", "plain")
+    lost = pair[pair["t"] > pair["t_other"]]
+    assert L["lost"] == len(lost) and L["by_dtype"] == lost["dtype"].value_counts().sort_index().to_dict()
+    flat = b5.flat_points(df[df["status"] == "ok"])
+    is_flat = [("ours", r["dtype"], r["d"], r["pass"], r["seq"]) in flat for _, r in lost.iterrows()]
+    assert L["flat_lost"] == sum(is_flat)
+    shares = [row["tflops"] * 1e12 / b5.peak(row["gpu"], "ours", row["dtype"], "ieee" if row["dtype"] == "fp32" else None)[1]
+              for (_, row), f in zip(lost.iterrows(), is_flat) if not f]
+    assert L["max_of_peak"] == (pytest.approx(max(shares)) if shares else None)
+    # One table row per group, the repeated sentence gone, the grids counted from the commit's tiles.
+    rows = [line for line in text.splitlines() if " | no: a fixed cost | " in line or " | yes | " in line]
+    assert len(rows) == len(L["groups"]) + len(summary["flash_goal"]["groups"])
+    if L["lost"]:
+        assert "Grids the records do not give are counted from the tiles of the code of 493df71" in text
+    assert "do not say how many programs" not in text
+    assert "| causal tile order | tiles in index order" in text and "the code of 493df71 (the records do not say)" in text
+
+
+def test_what_ran_names_the_records_where_they_say_it(tmp_path, seed):
+    import random
+
+    launch = {"tiles": {k: {"block_q": 64, "block_k": 64, "num_warps": 4, "num_stages": 2} for k in ("forward", "dkdv", "dq")},
+              "tiles_from": "default", "path": "plan", "order": "longest-first", "products": "tf32x3", "splits": 1,
+              "backward_splits": [1, 1], "delta": "triton", "backward": "dkdv+dq", "programs": {}, "sms": 132}
+    summary, text = _report_from(tmp_path, _grid(random.Random(seed), launch=launch))
+    rows = {row["fact"]: row for row in summary["ours_ran"]["facts"]}
+    assert {row["source"] for row in rows.values()} == {"the records"}
+    assert rows["products"]["values"] == ["three TF32 tensor-core products each (3xTF32)"]
+    assert "| causal tile order | the longest causal tiles issued first | the records |" in text
+    # Records of a commit whose code cannot be read say so instead.
+    unknown = "9f0266d95a5b0cbb3ac3e0d6e2b5bd0ec03ba5d6"
+    summary, text = _report_from(tmp_path, _grid(random.Random(seed), commit=unknown))
+    assert all(row["values"] == [] and row["source"].startswith("not known") for row in summary["ours_ran"]["facts"])
+    assert "not in this repository's history" in text
+
+
+def test_the_rate_plot_is_logarithmic_and_says_its_timing(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(b5, "save_figure", lambda fig, path: figures.append(fig))
+    records = [_timed("ours", 256, 0.5, graph=0.01), _timed("ours", 4096, 1.0, graph=0.8), _timed("plain", 256, 0.5),
+               _timed("plain", 4096, 2.0)]
+    df = b5.grid_frame(records)
+    rates = b5.plotted_rates(df)
+    flops = bench.causal_flops(1, 256, 64, "forward")
+    assert rates["rate"].iloc[0] == pytest.approx(flops / 0.01 / 1e9) and list(rates["timing"]) == ["graph"] * 2 + ["do_bench"] * 2
+    info = b5.plot_tflops(df, tmp_path / "tflops.png")
+    assert (info["graph"], info["do_bench"], info["peak"]) == (2, 2, "the dense bf16 tensor-core peak")
+    ax = figures[0].axes[0]
+    assert ax.get_yscale() == "log" and ax.get_xscale() == "log"
+    assert {text.get_text() for text in ax.get_legend().get_texts()} >= {"ours (graph time)", "plain (do_bench)"}

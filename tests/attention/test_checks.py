@@ -90,3 +90,89 @@ def test_b4_states_the_backward_the_tuner_measured_faster():
     [later] = flash_checks.tuner_choices({"bf16_d64": {"measured": {"causal": True, "gpu": "GPU", "shape": [1, 8, 64],
                                                                     "ms": {"forward": 1.0, "dkdv": 2.0, "dq": 1.0}}}})
     assert later["fused_ms"] is None and later["fused_over_separate"] is None and later["chosen"] == "dkdv+dq"
+
+
+# --- B4 counts FLOPs and bytes before it explains a time; B3 judges errors against plain attention's ---
+
+def _time_record(function, dtype, ms, launch=None, commit="24a6f999d755f49243561872a5123685552b9bbb",
+                 shape=(1, 8192, 64), precision=None):
+    metrics = {"forward_ms": 0.1, "backward_ms": ms, **({"launch": launch} if launch else {}),
+               **({"float32_matmul_precision": precision} if precision else {})}
+    record = make_record("B4", {"kind": "time", "function": function, "dtype": dtype, "causal": True,
+                                "shape": list(shape), "device": "cuda"}, "ok", metrics)
+    record["provenance"].update(commit=commit, dirty=False, gpu="NVIDIA H200")
+    return record
+
+
+@pytest.mark.parametrize("products", [None, "tf32x3"], ids=["code-of-its-commit", "said-by-the-record"])
+def test_b4_explains_a_backward_only_where_its_flops_and_bytes_do(seed, products):
+    import random
+
+    from cs336_systems.accounting.hardware import H200_SXM
+
+    rng = random.Random(seed)
+    batch, n, d = 1, rng.choice([4096, 8192, 16384]), 64
+    launch = {"products": products, "backward": "dkdv+dq"} if products else None
+    times = {dtype: (rng.uniform(0.05, 8.0), rng.uniform(0.5, 4.0)) for dtype in ("bf16", "fp32")}
+    records = [r for dtype, (ours, theirs) in times.items() for r in (
+        _time_record("triton", dtype, ours, launch, shape=(batch, n, d)),
+        _time_record("triton-pytorch-backward", dtype, theirs, shape=(batch, n, d)))]
+    result = flash_checks.backward_accounting(records)
+    for dtype, (ours, theirs) in times.items():
+        a = result[dtype]
+        # Independently: 7 causal-half products against 5 whole ones in fp32 (24a6f99's code: "highest"),
+        # S, P, dP, dS written and read once as fp32.
+        flops_ours, flops_theirs = 7 * batch * n * n * d, 5 * 2 * batch * n * n * d
+        floor = flops_theirs / H200_SXM.fp32_flops * 1e3 + 8 * batch * n * n * 4 / H200_SXM.hbm_bandwidth * 1e3
+        assert a["triton_flops"] == flops_ours and a["pytorch_flops"] == flops_theirs
+        assert a["pytorch_floor_ms"] == pytest.approx(floor)
+        assert a["faster_than_floor"] == (ours < floor)
+        assert a["slower_by_rate"] == (ours > theirs and flops_ours / ours < flops_theirs / theirs)
+        if dtype == "fp32":
+            top = H200_SXM.tf32_flops / 3 if products else H200_SXM.fp32_flops       # 24a6f99: IEEE FMA
+            assert a["triton_of_peak"] == pytest.approx(flops_ours / ours / 1e-3 / top)
+            assert a["triton_mode"] == (products or "ieee")
+
+
+def test_b4_opens_with_the_times_and_says_why_only_where_the_count_does(tmp_path):
+    from pathlib import Path
+
+    from cs336_systems.report.writeup import Renderer
+
+    # bf16: ours under the PyTorch backward's floor; fp32: ours slower with fewer FLOPs (the h200 case).
+    records = [_time_record("triton", "bf16", 0.29), _time_record("triton-pytorch-backward", "bf16", 1.64),
+               _time_record("triton", "fp32", 4.47), _time_record("triton-pytorch-backward", "fp32", 1.62)]
+    path = tmp_path / "checks.json"
+    path.write_text(json.dumps(records))
+    assert flash_checks.main(["B4", "--records", str(path), "--out-dir", str(tmp_path / "B4")]) == 0
+    templates = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+    text = Renderer("md", tmp_path / "w" / "w.md", templates).section("B4", tmp_path / "B4" / "summary.json")
+    body = " ".join(text.split())
+    assert body.split("records (4 ok).* ")[1].startswith("At 1 × 8192 × 64, causal, the Triton backward takes 0.290 ms in bf16")
+    assert "In bf16 it takes less than the PyTorch backward's floor alone" in body
+    assert "In fp32 it does fewer FLOPs than the PyTorch backward (0.70×)" in body
+    assert "In fp32 the Triton kernels' products ran as IEEE FMA on the CUDA cores" in body
+    assert "what ran is the code of 24a6f99" in body
+
+
+def test_b3_calls_an_error_the_dtypes_rounding_only_within_the_factor(seed):
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for dtype in ("fp32", "bf16"):
+        for function in check.FUNCTIONS:
+            row = {"function": function, "dtype": dtype, "causal": True, "status": "ok"}
+            for q in check.QUANTITIES:
+                row[f"{q}_plain"] = rng.uniform(1e-6, 1e-2)
+                row[f"{q}_ours"] = row[f"{q}_plain"] * rng.uniform(0.1, 2 * flash_checks.SAME_ORDER)
+            rows.append(row)
+    import pandas as pd
+    errors = pd.DataFrame(rows)
+    worst = flash_checks.worst_ratio(errors)
+    for dtype, part in errors.groupby("dtype"):
+        ratio = max(r[f"{q}_ours"] / r[f"{q}_plain"] for _, r in part.iterrows() for q in check.QUANTITIES)
+        assert worst[dtype]["ratio"] == pytest.approx(ratio)
+        assert worst[dtype]["same_order"] == (ratio <= flash_checks.SAME_ORDER)
+        better = all(r["lse_ours"] < r["lse_plain"] for _, r in part.iterrows())
+        assert (dtype in flash_checks.lse_better(errors)) == (better and dtype != "fp32")

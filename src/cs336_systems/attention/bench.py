@@ -5,8 +5,9 @@
 
 ``grid`` times one implementation at one dtype and head dimension over sequence lengths and the
 three passes (forward, backward, forward+backward), batch 1, causal, with ``triton.testing.do_bench``
-(median of its repetitions), with what each implementation says it launched (ours: tiles,
-programs, SM count) and PyTorch's float32 matmul precision. One process covers one such row — compiling and warming a kernel per
+(median of its repetitions), with what ran (ours: ``flash_record.describe``: the path, tiles,
+programs, SM count, splits, product mode, tile order and backward) and PyTorch's float32 matmul
+precision. One process covers one such row — compiling and warming a kernel per
 point would dominate the sweep — and writes a JSON list with one record per (sequence, pass); an
 out-of-memory point is recorded as ``oom``, its memory freed, and the row goes on.
 
@@ -51,6 +52,7 @@ from contextlib import nullcontext
 
 import torch
 
+from cs336_systems.attention import flash_record
 from cs336_systems.attention.backends import BENCH_IMPLS, load
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import attempt, failure_status, free_device_memory, is_out_of_memory, median_ms
@@ -251,16 +253,11 @@ def graph_metrics(impl: str, q, k, v, which: str, device: str) -> dict:
     return {"graph_status": status, **metrics, **({"graph_reason": message} if message else {})}
 
 
-def launch_metrics(impl: str, q, k, v) -> dict:
-    """What the implementation launched, where its module can say (ours: tiles, programs, SMs; the
-    report compares the grid with the SM count), and PyTorch's float32 matmul precision, which
-    decides whether plain attention's fp32 products use TF32."""
-    import importlib
-
-    from cs336_systems.attention.backends import module_of
-
-    describe = getattr(importlib.import_module(module_of(impl, BENCH_IMPLS)), "describe", None)
-    launch = describe(q, k, v, True) if describe else {}
+def launch_metrics(impl: str, q, k, v, compiled: bool = False) -> dict:
+    """What ran, for ours (``flash_record.describe``: the report states nothing about our kernels
+    that the record does not say), and PyTorch's float32 matmul precision, which decides whether
+    plain attention's fp32 products use TF32."""
+    launch = flash_record.describe(q, k, v, True, compiled=compiled) if impl == "ours" else {}
     return {"float32_matmul_precision": torch.get_float32_matmul_precision(), **({"launch": launch} if launch else {})}
 
 
@@ -323,7 +320,7 @@ def _leaderboard_time(impl: str, which: str, case: dict, device: str, compiled: 
             step = lambda: loss.backward(retain_graph=True)  # noqa: E731
         ms = median_ms(step, warmup_ms=case["warmup_ms"], rep_ms=case["rep_ms"], grad_to_none=[q, k, v])
     flops = causal_flops(case["batch"], case["seq"], case["d"], which)
-    return {"ms": ms, "tflops": flops / ms / 1e9}
+    return {"ms": ms, "tflops": flops / ms / 1e9, **launch_metrics(impl, q, k, v, compiled)}
 
 
 def main(argv=None) -> int:

@@ -10,7 +10,10 @@ the yardstick for what that dtype can do. The default shape's length, 1000, is n
 tile, so boundary masks are exercised. Then forward and backward times of each Function at one
 larger causal shape for the two Triton-forward Functions (do_bench medians on CUDA; a timer loop on the
 CPU) — the comparison B4 asks about. The PyTorch Function is not timed: its forward is a Python loop
-over tiles, written to be read, not raced. One record per case.
+over tiles, written to be read, not raced. One record per case, with what ran for it
+(``flash_record``: the Triton kernels' path, tiles, splits, product mode, tile order and backward)
+and, for the timings, PyTorch's float32 matmul precision, which decides how the compiled PyTorch
+backward's fp32 matmuls run.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import sys
 
 import torch
 
+from cs336_systems.attention import flash_record
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import attempt, free_device_memory, median_ms
 
@@ -77,6 +81,14 @@ def max_errors(name: str, dtype: torch.dtype, is_causal: bool, shape: tuple[int,
     return {"ours": err(ours), "plain": err(plain)}
 
 
+def what_ran(name: str, dtype: torch.dtype, is_causal: bool, shape: tuple[int, int, int], device: str) -> dict:
+    """What Function ``name`` runs on inputs of this shape and dtype (``flash_record``)."""
+    if name == "pytorch":
+        return flash_record.describe_pytorch()
+    q, k, v = (torch.empty(*shape, device=device, dtype=dtype) for _ in range(3))
+    return flash_record.describe(q, k, v, is_causal, backward=flash_record.BACKWARD_OF[name])
+
+
 def backward_times(name: str, dtype: torch.dtype, shape: tuple[int, int, int], device: str) -> dict:
     q, k, v, grad = (torch.randn(*shape, device=device, dtype=dtype, requires_grad=i < 3) for i in range(4))
     apply = function(name).apply
@@ -84,7 +96,8 @@ def backward_times(name: str, dtype: torch.dtype, shape: tuple[int, int, int], d
         forward = median_ms(lambda: apply(q, k, v, True))
     out = apply(q, k, v, True)
     backward = median_ms(lambda: out.backward(grad, retain_graph=True), grad_to_none=[q, k, v])
-    return {"forward_ms": forward, "backward_ms": backward}
+    return {"forward_ms": forward, "backward_ms": backward,
+            "float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 
 def run_checks(shape, bench_shape, dtypes, functions, device) -> list[dict]:
@@ -94,13 +107,15 @@ def run_checks(shape, bench_shape, dtypes, functions, device) -> list[dict]:
             for is_causal in (False, True):
                 params = {"kind": "error", "function": name, "dtype": dtype, "causal": is_causal,
                           "shape": list(shape), "device": device}
-                records.append(_attempt("B3", params, lambda: max_errors(name, DTYPES[dtype], is_causal,
-                                                                          tuple(shape), device)))
+                records.append(_attempt("B3", params, lambda: {
+                    **max_errors(name, DTYPES[dtype], is_causal, tuple(shape), device),
+                    "launch": what_ran(name, DTYPES[dtype], is_causal, tuple(shape), device)}))
         for dtype in dtypes if name in TIMED else ():
             params = {"kind": "time", "function": name, "dtype": dtype, "causal": True, "shape": list(bench_shape),
                       "device": device}
-            records.append(_attempt("B4", params, lambda: backward_times(name, DTYPES[dtype], tuple(bench_shape),
-                                                                         device)))
+            records.append(_attempt("B4", params, lambda: {
+                **backward_times(name, DTYPES[dtype], tuple(bench_shape), device),
+                "launch": what_ran(name, DTYPES[dtype], True, tuple(bench_shape), device)}))
     return records
 
 
@@ -109,7 +124,8 @@ def _attempt(ident: str, params: dict, measure) -> dict:
     status, metrics, message = attempt(measure)
     free_device_memory(params["device"])
     if status == "ok":
-        log(f"{ident} {params['kind']} {params['function']} {params['dtype']} causal={params['causal']}: {metrics}")
+        shown = {key: value for key, value in metrics.items() if key != "launch"}
+        log(f"{ident} {params['kind']} {params['function']} {params['dtype']} causal={params['causal']}: {shown}")
     else:
         log(f"{ident} {params['kind']} {params['function']} {params['dtype']}: {status}")
     return make_record(ident, params, status, metrics, reason=message)

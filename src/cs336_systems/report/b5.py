@@ -8,6 +8,10 @@ a point is judged on graph time where both have it, else on do_bench's median, a
 Where a point has both, do_bench's median is *launch-bound* when it exceeds the slowest graph replay
 by more than a cold cache can explain (``cold_cache_ms``): the rest of its time is spent launching.
 
+What our kernels ran (tiles, tile order, fp32 products, splits, backward) comes from the records,
+else from the code of the commit that made them (``attention.flash_record.ran``); ``what_ran``
+puts it in words with its source, and the writeup states nothing about our kernels beyond it.
+
     python -m cs336_systems.report.b5 --rows row1.json ... --leaderboard leaderboard.json --out-dir DIR
 """
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
+from cs336_systems.attention.flash_record import TREE, ran, shape_of
 from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
 
 PASSES = ("forward", "backward", "forward-backward")
@@ -31,33 +36,36 @@ FLASH_GOAL_MIN_SEQ = 1024
 
 
 def grid_frame(records: list[dict]) -> pd.DataFrame:
-    """One row per record, with what the loss analysis needs where the record has it: the GPU, our
-    kernels' smallest grid for the pass and the SM count (records from before they carried it: NaN),
-    how fp32 products were computed (ours: the kernels' choice; plain: PyTorch's float32 matmul
-    precision), and the graph time with its range and what bounds a cold cache's cost (records from
-    before graph timing: NaN, graph status None)."""
+    """One row per record, with what the loss analysis needs where it is known: the GPU, our
+    kernels' smallest grid for the pass and the SM count, how fp32 products were computed (ours:
+    the kernels' choice; plain: PyTorch's float32 matmul precision), each of ours as
+    ``flash_record.ran`` gives it (the record, else the code of its commit; unknown: NaN / None,
+    with ``programs_from`` naming the source of the grid), and the graph time with its range and
+    what bounds a cold cache's cost (records from before graph timing: NaN, graph status None)."""
     rows = []
     for r in records:
         m = r["metrics"]
-        launch = m.get("launch") or {}
-        programs = [n for k in PASS_KERNELS[r["params"]["pass"]] if (n := launch.get("programs", {}).get(k))]
+        what = ran(r) if r["params"]["impl"] == "ours" else {"facts": {}, "source": {}}
+        facts = what["facts"]
+        programs = [n for k in PASS_KERNELS[r["params"]["pass"]] if (n := (facts.get("programs") or {}).get(k))]
         graph_ok = m.get("graph_status") == "ok"
         rows.append({**{k: r["params"][k] for k in ("impl", "dtype", "d", "seq", "pass")}, "status": r["status"],
                      "ms": m.get("ms", math.nan), "tflops": m.get("tflops", math.nan),
                      "flops": m.get("flops", math.nan),
                      "gpu": (r.get("provenance") or {}).get("gpu"),
                      "programs": min(programs) if programs else math.nan,
-                     "sms": launch.get("sms") or math.nan,
-                     "fp32_products": launch.get("products") or m.get("float32_matmul_precision"),
+                     "programs_from": what["source"].get("programs") if programs else None,
+                     "sms": facts.get("sms") or math.nan,
+                     "fp32_products": facts.get("products") or m.get("float32_matmul_precision"),
                      "graph_status": m.get("graph_status"), "graph_reason": m.get("graph_reason"),
                      **{k: (m[k] if graph_ok and m.get(k) is not None else math.nan)
                         for k in ("graph_ms", "graph_ms_min", "graph_ms_max", "resident_bytes", "l2_bytes")}})
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 
-FRAME_COLUMNS = ["impl", "dtype", "d", "seq", "pass", "status", "ms", "tflops", "flops", "gpu", "programs", "sms",
-                 "fp32_products", "graph_status", "graph_reason", "graph_ms", "graph_ms_min", "graph_ms_max",
-                 "resident_bytes", "l2_bytes"]
+FRAME_COLUMNS = ["impl", "dtype", "d", "seq", "pass", "status", "ms", "tflops", "flops", "gpu", "programs",
+                 "programs_from", "sms", "fp32_products", "graph_status", "graph_reason", "graph_ms", "graph_ms_min",
+                 "graph_ms_max", "resident_bytes", "l2_bytes"]
 KEYS = ["dtype", "d", "seq", "pass"]
 
 
@@ -172,25 +180,54 @@ def plot_speedup(df: pd.DataFrame, path: Path, baseline: str = "plain") -> None:
     save_figure(fig, path)
 
 
-def plot_tflops(df: pd.DataFrame, path: Path) -> None:
-    """Achieved TFLOP/s over sequence length, one panel per pass (rows) and head dimension 64 and
-    128 (columns; the largest measured one if neither), every implementation, bf16 where measured."""
-    ok = df[df["status"] == "ok"]
+def plotted_rates(ok: pd.DataFrame) -> pd.DataFrame:
+    """Each point's achieved TFLOP/s in the timing that judges it alone: its graph time where it has
+    one (GPU time, no host), else do_bench's median; ``timing`` says which."""
+    graph = ok["graph_ms"].notna() & ok["flops"].notna()
+    rate = np.where(graph, ok["flops"] / ok["graph_ms"] / 1e9, ok["tflops"])
+    return ok.assign(rate=rate, timing=np.where(graph, "graph", "do_bench"))
+
+
+def tflops_panels(ok: pd.DataFrame) -> tuple[str, list[int]]:
+    """The dtype (bf16 where measured) and head dimensions (64 and 128, else the largest) plotted."""
     dtype = "bf16" if "bf16" in set(ok["dtype"]) else sorted(set(ok["dtype"]))[0] if len(ok) else "bf16"
-    ds = [d for d in (64, 128) if d in set(ok["d"])] or sorted(set(ok["d"]))[-1:] or [64]
+    return dtype, [d for d in (64, 128) if d in set(ok["d"])] or sorted(set(ok["d"]))[-1:] or [64]
+
+
+def plot_tflops(df: pd.DataFrame, path: Path) -> dict:
+    """Achieved TFLOP/s over sequence length on log-log axes (the short lengths' rates are a
+    thousandth of the long ones'), one panel per pass (rows) and head dimension (columns;
+    ``tflops_panels``), every implementation, each point in its ``plotted_rates`` timing (the
+    legend says which). Returns what the caption needs: dtype, head dims and the points per timing."""
+    ok = plotted_rates(df[df["status"] == "ok"])
+    dtype, ds = tflops_panels(ok)
     fig, axes = plt.subplots(len(PASSES), len(ds), figsize=(5.5 * len(ds), 3.4 * len(PASSES)), squeeze=False,
                              layout="constrained")
+    shown = ok[(ok["dtype"] == dtype) & ok["d"].isin(ds)]
+    # One card and a 16-bit dtype: every implementation's products run on its tensor cores, one peak.
+    gpus = set(shown["gpu"].dropna())
+    name, top = peak(gpus.pop(), "ours", dtype, None) if len(gpus) == 1 and dtype != "fp32" else (None, math.nan)
     for row, which in zip(axes, PASSES):
         for ax, d in zip(row, ds):
-            for impl, part in ok[(ok["dtype"] == dtype) & (ok["d"] == d) & (ok["pass"] == which)].groupby("impl"):
+            for impl, part in shown[(shown["d"] == d) & (shown["pass"] == which)].groupby("impl"):
                 part = part.sort_values("seq")
-                ax.plot(part["seq"], part["tflops"], marker="o", label=impl)
+                timings = set(part["timing"])
+                label = {frozenset({"graph"}): "graph time", frozenset({"do_bench"}): "do_bench"}.get(
+                    frozenset(timings), "graph time where measured, else do_bench")
+                ax.plot(part["seq"], part["rate"], marker="o", label=f"{impl} ({label})")
+            if name and ax.has_data():
+                ax.axhline(top / 1e12, color="grey", linestyle="--", linewidth=1,
+                           label=PEAK_SHORT.get(name, name) + " peak")
             ax.set_xscale("log", base=2)
-            ax.set(title=f"{dtype}, d = {d}, causal, {which}", xlabel="sequence length", ylabel="TFLOP/s")
-            ax.grid(alpha=0.3)
+            ax.set_yscale("log")
+            ax.set(title=f"{dtype}, d = {d}, causal, {which}", xlabel="sequence length",
+                   ylabel="TFLOP/s (log scale)")
+            ax.grid(alpha=0.3, which="both")
             if ax.has_data():
-                ax.legend(fontsize=8)
+                ax.legend(fontsize=7)
     save_figure(fig, path)
+    return {"dtype": dtype, "ds": [int(d) for d in ds], "points": int(len(shown)), "peak": name,
+            "graph": int((shown["timing"] == "graph").sum()), "do_bench": int((shown["timing"] == "do_bench").sum())}
 
 
 def peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> tuple[str | None, float]:
@@ -216,6 +253,13 @@ def peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> t
     if fp32_products in ("highest", "ieee") or impl != "ours":
         return "the fp32 CUDA-core peak", card.fp32_flops
     return "the fp32 CUDA-core peak, the lowest its products could run at", card.fp32_flops
+
+
+# The peaks of ``peak`` as a table cell names them.
+PEAK_SHORT = {"the dense bf16 tensor-core peak": "bf16 tensor cores", "the TF32 tensor-core peak": "TF32 tensor cores",
+              "a third of the TF32 tensor-core peak (3xTF32)": "TF32 tensor cores ÷ 3",
+              "the fp32 CUDA-core peak": "fp32 CUDA cores",
+              "the fp32 CUDA-core peak, the lowest its products could run at": "fp32 CUDA cores (the lowest)"}
 
 
 # A point's time is not set by its work when the time moves by less than FLAT_FACTOR between it and
@@ -258,10 +302,11 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
     if dtypes is not None:
         both = both[both["dtype"].isin(dtypes)]
     lost = both[both["t"] > both["t_other"]].sort_values(["dtype", "d", "pass", "timing", "seq"])
-    groups = []
+    groups, points = [], []
     for _, row in lost.iterrows():
         is_flat = ("ours", row["dtype"], row["d"], row["pass"], int(row["seq"])) in flat[row["timing"]]
         point = _diagnose(row, other) | {"flat": bool(is_flat)}
+        points.append(point | {"dtype": row["dtype"]})
         last = groups[-1] if groups else None
         if last and (last["dtype"], last["d"], last["pass"], last["timing"], last["flat"]) == \
                 (row["dtype"], int(row["d"]), row["pass"], row["timing"], is_flat):
@@ -275,9 +320,17 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
         g["other_ms"] = [min(p["other_ms"] for p in g["points"]), max(p["other_ms"] for p in g["points"])]
         g["worst"] = max(g["points"], key=lambda p: p["ours_ms"] / p["other_ms"])
         del g["points"]
+    work_set = [p for p in points if not p["flat"]]
+    shares = [p["ours_of_peak"] for p in work_set if p["ours_of_peak"] is not None]
     return {"points": int(len(both)), "lost": int(len(lost)), "by_graph": int((both["timing"] == "graph").sum()),
             "groups": groups,
-            "unexplained": sum(1 for g in groups if not g["flat"] and not g["worst"].get("grid_explains"))}
+            "unexplained": sum(1 for g in groups if not g["flat"] and not g["worst"].get("grid_explains")),
+            "by_dtype": {dtype: sum(p["dtype"] == dtype for p in points) for dtype in sorted({p["dtype"] for p in points})},
+            "flat_lost": len(points) - len(work_set), "work_groups": sum(1 for g in groups if not g["flat"]),
+            "max_of_peak": max(shares) if shares else None,
+            "grid_explained": sum(1 for g in groups if g["worst"].get("grid_explains")),
+            "programs_from": sorted({p["programs_from"] for p in points if p.get("programs_from")}),
+            "sms_missing": any(p.get("programs") is not None and p.get("sms") is None for p in points)}
 
 
 def _diagnose(row: pd.Series, other: str) -> dict:
@@ -289,11 +342,13 @@ def _diagnose(row: pd.Series, other: str) -> dict:
     point = {"seq": int(row["seq"]), "ours_ms": float(row["t"]), "other_ms": float(row["t_other"]),
              "ours_tflops": float(ours_tflops), "other_tflops": float(other_tflops),
              "peak": name, "peak_tflops": flops / 1e12, "ours_of_peak": ours_tflops * 1e12 / flops,
-             "other_peak": other_name, "other_of_peak": other_tflops * 1e12 / other_flops}
+             "other_peak": other_name, "other_of_peak": other_tflops * 1e12 / other_flops,
+             "peak_short": PEAK_SHORT.get(name), "other_peak_short": PEAK_SHORT.get(other_name)}
+    if not math.isnan(row["programs"]):
+        point.update(programs=int(row["programs"]), programs_from=row["programs_from"])
     if not (math.isnan(row["programs"]) or math.isnan(row["sms"])):
         busy = min(1.0, row["programs"] / row["sms"])
-        point.update(programs=int(row["programs"]), sms=int(row["sms"]), busy=busy,
-                     of_busy_peak=ours_tflops * 1e12 / (busy * flops))
+        point.update(sms=int(row["sms"]), busy=busy, of_busy_peak=ours_tflops * 1e12 / (busy * flops))
         if not math.isnan(flops):       # without the card's peak the share says nothing
             point["grid_explains"] = bool(busy < 1 and point["of_busy_peak"] >= GRID_EXPLAINS)
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in point.items()}
@@ -336,21 +391,192 @@ def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
 
 
 def ours_splits(records: list[dict]) -> dict:
-    """Whether our records show a split launch at any point (the forward's key split, the
-    backward's split of either kernel), and the longest length where each was used, so that the
-    writeup describes the kernels these records ran rather than the present code."""
+    """Whether our records' launches split a tile's work at any point (the forward's key split, the
+    backward's split of either kernel), as ``flash_record.ran`` gives it, and the longest length
+    where each was used, so that the writeup describes the kernels these records ran rather than
+    the present code."""
     longest = {"forward": None, "backward": None}
     for r in records:
         if r.get("id") != "B5" or r["params"].get("impl") != "ours":
             continue
-        launch = r.get("metrics", {}).get("launch") or {}
+        facts = ran(r)["facts"]
         seq = r["params"].get("seq")
-        used = {"forward": (launch.get("splits") or 1) > 1,
-                "backward": max(launch.get("backward_splits") or [1]) > 1}
+        used = {"forward": (facts.get("splits") or 1) > 1,
+                "backward": max(facts.get("backward_splits") or [1]) > 1}
         for part, on in used.items():
             if on and (longest[part] is None or seq > longest[part]):
                 longest[part] = seq
     return longest
+
+
+# --- what ran: the facts about our kernels the writeup may state, each with where it comes from ---
+
+FACT_LABELS = {"order": "causal tile order", "tiles": "tiles", "products": "fp32 products", "splits": "split launches",
+               "backward": "backward", "path": "launch path"}
+PHRASES = {
+    "order": {"longest-first": "the longest causal tiles issued first",
+              "index": "tiles in index order (the first programs of the forward and dQ passes hold the shortest "
+                       "causal query tiles)"},
+    "products": {"ieee": "IEEE fp32 FMA (on a GPU, the CUDA cores)", "tf32x3": "three TF32 tensor-core products each (3xTF32)",
+                 "tf32": "TF32 tensor cores", "upcast": "fp32 (Triton's CPU interpreter)"},
+    "backward": {"dkdv+dq": "a dK/dV kernel, then a dQ kernel (no atomics)",
+                 "fused": "one dK/dV kernel adding dQ atomically", "compiled-pytorch": "the compiled PyTorch backward"},
+    "delta": {"pytorch": "D = rowsum(dO ∘ O) in PyTorch", "triton": "D = rowsum(dO ∘ O) in a Triton kernel"},
+    "tiles_from": {"fixed": "one set per dtype and head dimension (that code has no tuner)",
+                   "tuned": "the tuner's (attention/tuned_tiles.py) where it has an entry",
+                   "default": "the defaults where the tuner has no entry",
+                   "interpreter": "the small tiles of Triton's CPU interpreter"},
+    "path": {"plan": "the eager call's cached per-shape plan", "plain": "plain launches",
+             "compiled": "plain launches traced by torch.compile", "pytorch": "PyTorch tiles (no Triton)"},
+}
+
+
+def _phrase(fact: str, record: dict, facts: dict) -> str | None:
+    """One record's value of ``fact`` in words; "" where the fact does not apply to the record
+    (fp32 products of a bf16 record, splits of the compiled PyTorch backward); None where unknown."""
+    if fact == "products" and record["params"].get("dtype") != "fp32":
+        return ""
+    if fact == "order" and not shape_of(record)["causal"]:
+        return ""                           # every tile is as long without the mask
+    if fact == "backward":
+        kernels = facts.get("backward")
+        if kernels is None:
+            return None
+        delta = PHRASES["delta"].get(facts.get("delta"))
+        after = f", after {delta}" if delta and kernels != "compiled-pytorch" else ""
+        return PHRASES["backward"].get(kernels, kernels) + after
+    if fact == "splits":
+        if "splits" not in facts:
+            return None
+        return "split" if facts["splits"] > 1 or max(facts.get("backward_splits") or [1]) > 1 else "none"
+    if fact == "tiles":
+        if not facts.get("tiles"):
+            return None
+        return PHRASES["tiles_from"].get(facts.get("tiles_from"), "as listed")
+    value = facts.get(fact)
+    return None if value is None else PHRASES[fact].get(value, value)
+
+
+def _source(sources: set, missing: int, total: int, unreadable: dict) -> str:
+    """Where a fact came from, in words: the records, the code of their commit, both, or neither."""
+    commits = sorted(s[:7] for s in sources if s != "record")
+    code = f"the code of {', '.join(commits)}" if commits else ""
+    said = ("the records" + (f" where they say it, else {code}" if code else "") if "record" in sources
+            else f"{code} (the records do not say)" if code else "")
+    if not missing:
+        return said
+    why = "; ".join(f"{c}: {reason}" for c, reason in unreadable.items())
+    unknown = f"not known for {missing} of {total} records" if said else "not known: the records do not say"
+    return (f"{said}; " if said else "") + unknown + (f" (commit {why})" if why else "")
+
+
+def _tile(t: dict | None) -> str:
+    if not t:
+        return "—"
+    extra = f" ({t['num_warps']}w, {t['num_stages']}s)" if "num_warps" in t else ""
+    return f"{t['block_q']}×{t['block_k']}{extra}"
+
+
+def shape_seq(record: dict) -> int:
+    p = record["params"]
+    return int(p["shape"][1] if "shape" in p else p["seq"])
+
+
+def by_dtype_and_d(record: dict) -> tuple:
+    return record["params"].get("dtype"), record["params"].get("d")
+
+
+def tile_rows(resolved: list[tuple[dict, dict]], key=by_dtype_and_d) -> list[dict]:
+    """One row per (``key``, tile set): the lengths it ran at and each kernel's tiles."""
+    rows: dict = {}
+    for record, what in resolved:
+        tiles = what["facts"].get("tiles")
+        if not tiles:
+            continue
+        cells = tuple(_tile(tiles.get(k)) for k in ("forward", "dkdv", "dq"))
+        row = rows.setdefault((*key(record), cells), {"seqs": set(), "source": set()})
+        row["seqs"].add(shape_seq(record))
+        row["source"].add("record" if what["source"]["tiles"] == "record" else what["source"]["tiles"][:7])
+    out = []
+    for (*k, cells), row in sorted(rows.items(), key=lambda item: (item[0][:-1], min(item[1]["seqs"]))):
+        seqs = sorted(row["seqs"])
+        out.append({"key": list(k), "seqs": f"{seqs[0]}" if len(seqs) == 1 else f"{seqs[0]}–{seqs[-1]}",
+                    "forward": cells[0], "dkdv": cells[1], "dq": cells[2],
+                    "source": "record" if row["source"] == {"record"} else ", ".join(sorted(row["source"]))})
+    return out
+
+
+def tree_differences(resolved: list[tuple[dict, dict]]) -> dict | None:
+    """How the kernels of these records compare with this tree's in the facts of
+    ``flash_record.TREE``: ``compared``, the facts known for them, and ``differs``, those in which
+    they differ, each with what ran and what the tree runs, in words. fp32 products count only on a
+    card with TF32 tensor cores (where the tree runs 3xTF32), the order only under the causal mask.
+    None where the records and their commits say none of these facts."""
+    seen: dict[str, set] = {}
+    for record, what in resolved:
+        facts = what["facts"]
+        for name in TREE:
+            value = facts.get(name)
+            card = BY_DEVICE_NAME.get((record.get("provenance") or {}).get("gpu") or "")
+            if value is None or (name == "products" and (record["params"].get("dtype") != "fp32" or card is None
+                                                         or card.tf32_flops is None)):
+                continue
+            if (name == "order" and not shape_of(record)["causal"]) or value == "compiled-pytorch":
+                continue                    # no order without the mask; the PyTorch backward by choice
+            seen.setdefault(name, set()).add(value)
+    if not seen:
+        return None
+    out = []
+    for name, values in ((name, seen[name]) for name in TREE if name in seen):
+        tree = TREE[name] if isinstance(TREE[name], tuple) else (TREE[name],)
+        if values - set(tree):
+            words = SHORT[name]
+            out.append({"fact": name, "label": words["label"], "ran": sorted(words.get(v, v) for v in values - set(tree)),
+                        "tree": [words.get(v, v) for v in tree]})
+    return {"compared": [SHORT[name]["label"] for name in TREE if name in seen], "differs": out}
+
+
+# The facts of ``tree_differences`` in a few words.
+SHORT = {"order": {"label": "causal tile order", "longest-first": "longest first", "index": "index order"},
+         "tiles_from": {"label": "tile choice", "fixed": "fixed per dtype and head dimension", "tuned": "the tuner's",
+                        "default": "defaults", "interpreter": "the interpreter's"},
+         "products": {"label": "fp32 products", "ieee": "IEEE FMA", "tf32x3": "3xTF32"},
+         "delta": {"label": "where D = rowsum(dO ∘ O) is computed", "pytorch": "in PyTorch", "triton": "in a Triton kernel"},
+         "backward": {"label": "backward kernels", "dkdv+dq": "dK/dV then dQ", "fused": "fused, dQ added atomically"}}
+
+
+def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) -> dict:
+    """What our kernels ran in ``records`` (ours only), for the writeup: per fact its value(s) in
+    words and where they come from (``flash_record.ran``: the record, or the code of its commit);
+    the commits; the tile sets (``tile_rows``); whether the tiles changed with the length."""
+    resolved = [(r, ran(r)) for r in records]
+    unreadable = {w["commit"][:10]: w["unreadable"] for _, w in resolved if w["unreadable"]}
+    rows = []
+    for fact in facts:
+        values, sources, missing, applies = set(), set(), 0, 0
+        for record, what in resolved:
+            phrase = _phrase(fact, record, what["facts"])
+            if phrase == "":
+                continue
+            applies += 1
+            if phrase is None:
+                missing += 1
+                continue
+            values.add(phrase)
+            companion = {"backward": "delta", "tiles": "tiles_from"}.get(fact, fact)
+            sources.update({what["source"].get(fact), what["source"].get(companion)} - {None})
+        if applies:
+            rows.append({"fact": fact, "label": FACT_LABELS[fact], "values": sorted(values),
+                         "source": _source(sources, missing, applies, unreadable), "known": applies - missing,
+                         "records": applies})
+    tiles = tile_rows(resolved, key)
+    tree = tree_differences(resolved)
+    varies = {tuple(t["key"]) for t in tiles}
+    dates = sorted(r["provenance"]["utc"][:10] for r in records if r.get("provenance"))
+    return {"records": len(records), "commits": sorted({w["commit"][:10] for _, w in resolved}),
+            "dates": [dates[0], dates[-1]] if dates else [], "unreadable": unreadable, "facts": rows,
+            "tiles": tiles, "tiles_vary_with_length": len(varies) < len(tiles), "tree": tree,
+            "lengths": len({shape_seq(r) for r in records})}
 
 
 def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dict:
@@ -387,6 +613,9 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "flat_factor": FLAT_FACTOR, "flat_span": FLAT_SPAN,
         "timing_check": timing_check(df),
         "ours_splits": ours_splits(records),
+        "ours_ran": what_ran([r for r in records if r.get("id") == "B5" and r["params"].get("impl") == "ours"]),
+        "leaderboard_ran": what_ran([r for r in records if r.get("id") == "B5-leaderboard"
+                                     and r["params"].get("impl") == "ours"], facts=("path", "order", "backward")),
         "ours_first_oom_seq": int(ours_oom["seq"].min()) if len(ours_oom) else None,
         "max_seq": int(df["seq"].max()),
         "leaderboard": board_ms,
@@ -412,8 +641,9 @@ def main(argv=None) -> int:
     board = leaderboard_frame(board_records)
     board.to_csv(args.out_dir / "leaderboard.csv", index=False)
     plot_speedup(df, args.out_dir / "speedup.png")
-    plot_tflops(df, args.out_dir / "tflops.png")
-    write_summary(args.out_dir / "summary.json", summarize(df, board, records + board_records))
+    plotted = plot_tflops(df, args.out_dir / "tflops.png")
+    summary = summarize(df, board, records + board_records) | {"tflops_plot": plotted}
+    write_summary(args.out_dir / "summary.json", summary)
     print(f"B5 report: {len(df)} points -> {args.out_dir}", file=sys.stderr)
     return 0
 

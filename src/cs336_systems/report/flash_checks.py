@@ -1,6 +1,8 @@
 """B3 / B4 report, from the one checks record ``attention.check`` writes: B3, the error tables of our
-FlashAttention Functions against float64; B4, the two backward paths timed side by side (and the
-worst error, which B4's text quotes too). Each run of it writes one deliverable's folder.
+FlashAttention Functions against float64; B4, the two backward paths timed side by side, with what
+each computes and moves (``backward_accounting``), and the worst error, which B4's text quotes too.
+Both say what the Triton kernels ran (``report.b5.what_ran``). Each run of it writes one
+deliverable's folder.
 
     python -m cs336_systems.report.flash_checks B3 --records results/RUN/B3/records/checks.json --out-dir DIR
 """
@@ -12,7 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.accounting.hardware import BY_DEVICE_NAME
+from cs336_systems.attention.flash_record import ran
 from cs336_systems.attention.tuned_tiles import TUNED
+from cs336_systems.report.b5 import peak, what_ran
 from cs336_systems.report.common import load_record_lists, run_provenance, write_summary, write_table
 
 QUANTITIES = ("o", "lse", "dq", "dk", "dv")
@@ -28,12 +33,19 @@ def error_table(records: list[dict]) -> pd.DataFrame:
             row[f"{key}_ours"] = r["metrics"]["ours"][key] if r["status"] == "ok" else None
             row[f"{key}_plain"] = r["metrics"]["plain"][key] if r["status"] == "ok" else None
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["function", "dtype", "causal", "status",
+                                       *(f"{key}_{who}" for key in QUANTITIES for who in ("ours", "plain"))])
+
+
+# Our error within this factor of plain attention's in the same dtype is the dtype's own rounding:
+# the tiling and the online softmax add nothing that the order of a sum does not.
+SAME_ORDER = 3.0
 
 
 def worst_ratio(errors: pd.DataFrame) -> dict:
     """Per dtype: the largest ours ÷ plain error ratio over functions, causal settings and quantities
-    (how far from what plain attention in that dtype achieves our worst case is)."""
+    (how far from what plain attention in that dtype achieves our worst case is), and whether it is
+    within SAME_ORDER."""
     out = {}
     for dtype, part in errors[errors["status"] == "ok"].groupby("dtype"):
         worst = None
@@ -43,8 +55,29 @@ def worst_ratio(errors: pd.DataFrame) -> dict:
                 if worst is None or ratio > worst["ratio"]:
                     worst = {"ratio": float(ratio), "function": row["function"], "causal": bool(row["causal"]),
                              "quantity": key, "ours": float(row[f"{key}_ours"]), "plain": float(row[f"{key}_plain"])}
-        out[dtype] = worst
+        out[dtype] = worst | {"same_order": worst["ratio"] <= SAME_ORDER}
     return out
+
+
+def lse_better(errors: pd.DataFrame) -> list[str]:
+    """The 16-bit dtypes in which our L is closer to float64's than plain attention's in every row."""
+    ok = errors[(errors["status"] == "ok") & (errors["dtype"] != "fp32")]
+    return [dtype for dtype, part in ok.groupby("dtype") if (part["lse_ours"] < part["lse_plain"]).all()]
+
+
+def ragged(records: list[dict]) -> bool | None:
+    """Whether the error checks' lengths are a multiple of no tile their Triton kernels ran with
+    (``flash_record.ran``; the PyTorch Function's too), so that every kernel's boundary masks ran;
+    None where no record says its tiles."""
+    sizes, lengths = set(), set()
+    for r in records:
+        tiles = ran(r)["facts"].get("tiles") if r["params"]["function"] != "pytorch" else None
+        tiles = tiles or (r["metrics"].get("launch") or {}).get("tiles")
+        if not tiles:
+            continue
+        sizes.update(size for t in tiles.values() if t for size in (t["block_q"], t["block_k"]))
+        lengths.add(r["params"]["shape"][1])
+    return all(n % size for n in lengths for size in sizes) if sizes else None
 
 
 def time_table(records: list[dict]) -> pd.DataFrame:
@@ -62,6 +95,84 @@ def backward_speedup(times: pd.DataFrame) -> dict:
                     "speedup": float(ok[(dtype, "triton-pytorch-backward")] / ok[(dtype, "triton")])}
             for dtype in sorted({d for d, _ in ok.index})
             if (dtype, "triton") in ok.index and (dtype, "triton-pytorch-backward") in ok.index}
+
+
+# Products of N x N x d (or N x d x N) per backward: the Triton dK/dV and dQ kernels each recompute S
+# and dP (seven); the fused backward computes them once (five), as does the PyTorch backward.
+TRITON_PRODUCTS = {"dkdv+dq": 7, "fused": 5}
+PYTORCH_PRODUCTS = 5
+# N x N fp32 matrices the compiled PyTorch backward passes between its matmuls (S, P, dP, dS): each
+# written once and read at least once, whatever the compiler fuses around the library matmuls.
+PYTORCH_MATRIX_PASSES = 8
+# The peak of an fp32 matmul by PyTorch's float32 matmul precision, and its name.
+MATMUL_PEAK = {"highest": "fp32_flops", "high": "tf32_flops", "medium": "bf16_flops"}
+PEAK_NAMES = {"fp32_flops": "the fp32 CUDA-core peak", "tf32_flops": "the TF32 tensor-core peak",
+              "bf16_flops": "the dense bf16 tensor-core peak"}
+
+
+def backward_accounting(records: list[dict]) -> dict:
+    """Per dtype, what each timed backward at B4's shape computes and moves, against its time and
+    the card's datasheet rates (``accounting.hardware``), as far as ``flash_record.ran`` says what
+    ran: FLOPs (the Triton kernels over the causal half of the tiles, the compiled PyTorch backward
+    over whole N x N matrices), each one's achieved rate and share of the peak of the units its
+    products ran on, and the PyTorch backward's floor: its matmuls at that peak plus its N x N
+    intermediates at the memory bandwidth. ``faster_than_floor``: the Triton backward took less
+    than the PyTorch one's floor, so the work it skips explains its lead; ``slower_by_rate``: the
+    Triton backward did fewer FLOPs yet took longer, at a lower rate."""
+    ok = {(r["params"]["dtype"], r["params"]["function"]): r for r in records
+          if r["params"].get("kind") == "time" and r["status"] == "ok"}
+    out = {}
+    for dtype in sorted({dtype for dtype, _ in ok}):
+        tri, pyt = ok.get((dtype, "triton")), ok.get((dtype, "triton-pytorch-backward"))
+        if tri is None or pyt is None:
+            continue
+        batch, n, d = tri["params"]["shape"]
+        gpu = (tri.get("provenance") or {}).get("gpu")
+        card = BY_DEVICE_NAME.get(gpu or "")
+        ran_t, ran_p = ran(tri), ran(pyt)
+        facts_t, facts_p = ran_t["facts"], ran_p["facts"]
+        products = TRITON_PRODUCTS.get(facts_t.get("backward"))
+        entry = {"shape": [batch, n, d], "triton_ms": tri["metrics"]["backward_ms"],
+                 "pytorch_ms": pyt["metrics"]["backward_ms"], "triton_backward": facts_t.get("backward"),
+                 "triton_products": products, "pytorch_products": PYTORCH_PRODUCTS,
+                 "triton_flops": products * batch * n * n * d if products else None,
+                 "pytorch_flops": PYTORCH_PRODUCTS * 2 * batch * n * n * d,
+                 "pytorch_arithmetic": facts_p.get("backward_arithmetic"),
+                 "pytorch_precision": facts_p.get("float32_matmul_precision"),
+                 "triton_mode": facts_t.get("products") if dtype == "fp32" else None,
+                 "sources": sorted({c[:7] for c in (*ran_t["source"].values(), *ran_p["source"].values())
+                                    if c != "record"})}
+        entry.update(_rates(entry, gpu, card, dtype, facts_t.get("products")))
+        out[dtype] = entry
+    return out
+
+
+def _rates(e: dict, gpu: str | None, card, dtype: str, products: str | None) -> dict:
+    """Achieved rates, peak shares and the PyTorch backward's floor of one accounting entry."""
+    rates = {"triton_tflops": e["triton_flops"] / e["triton_ms"] / 1e9 if e["triton_flops"] else None,
+             "pytorch_tflops": e["pytorch_flops"] / e["pytorch_ms"] / 1e9}
+    name, top = peak(gpu, "ours", dtype, products) if products or dtype != "fp32" else (None, float("nan"))
+    known = name is not None and rates["triton_tflops"] is not None
+    rates.update(triton_peak=name if known else None,
+                 triton_of_peak=rates["triton_tflops"] * 1e12 / top if known else None)
+    field = MATMUL_PEAK.get(e["pytorch_precision"]) if e["pytorch_arithmetic"] == "fp32" else None
+    flops_peak = getattr(card, field) if card is not None and field else None
+    n2 = e["shape"][0] * e["shape"][1] ** 2
+    matrix_bytes = PYTORCH_MATRIX_PASSES * n2 * 4 if e["pytorch_arithmetic"] == "fp32" else None
+    rates.update(
+        pytorch_peak=PEAK_NAMES.get(field),
+        pytorch_of_peak=rates["pytorch_tflops"] * 1e12 / flops_peak if flops_peak else None,
+        pytorch_matrix_bytes=matrix_bytes,
+        pytorch_flops_floor_ms=e["pytorch_flops"] / flops_peak * 1e3 if flops_peak else None,
+        pytorch_bytes_floor_ms=(matrix_bytes / card.hbm_bandwidth * 1e3
+                                if matrix_bytes and card is not None and card.hbm_bandwidth else None))
+    floors = [rates["pytorch_flops_floor_ms"], rates["pytorch_bytes_floor_ms"]]
+    rates["pytorch_floor_ms"] = sum(f for f in floors if f is not None) if any(f is not None for f in floors) else None
+    rates["faster_than_floor"] = (rates["pytorch_floor_ms"] is not None and e["triton_ms"] < rates["pytorch_floor_ms"])
+    rates["slower_by_rate"] = bool(e["triton_flops"] and e["triton_ms"] > e["pytorch_ms"]
+                                   and e["triton_flops"] < e["pytorch_flops"]
+                                   and rates["triton_tflops"] < rates["pytorch_tflops"])
+    return rates
 
 
 def tuner_choices(tuned: dict = TUNED) -> list[dict]:
@@ -82,6 +193,10 @@ def tuner_choices(tuned: dict = TUNED) -> list[dict]:
     return out
 
 
+def by_function(record: dict) -> tuple:
+    return record["params"]["function"], record["params"]["dtype"]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.flash_checks", description=__doc__.split("\n\n")[0])
     p.add_argument("deliverable", choices=["B3", "B4"])
@@ -94,19 +209,23 @@ def main(argv=None) -> int:
     errors_records = [r for r in records if r["params"]["kind"] == "error"]
     time_records = [r for r in records if r["params"]["kind"] == "time"]
     errors, times = error_table(errors_records), time_table(time_records)
+    triton = [r for r in records if r["params"]["function"] != "pytorch"]
     if args.deliverable == "B3":
         write_table(errors, args.out_dir)
         shape = errors_records[0]["params"]["shape"] if errors_records else None
         write_summary(args.out_dir / "summary.json", {
             "provenance": run_provenance(errors_records), "shape": shape,
-            "statuses": errors["status"].value_counts().to_dict(), "worst_ratio": worst_ratio(errors)})
+            "statuses": errors["status"].value_counts().to_dict(), "worst_ratio": worst_ratio(errors),
+            "same_order": SAME_ORDER, "ragged": ragged(errors_records), "lse_better": lse_better(errors),
+            "ran": what_ran([r for r in triton if r["params"]["kind"] == "error"], key=by_function)})
     else:
         write_table(times, args.out_dir)
         write_summary(args.out_dir / "summary.json", {
             "provenance": run_provenance(records), "shape": time_records[0]["params"]["shape"] if time_records else None,
             "statuses": times["status"].value_counts().to_dict() if len(times) else {},
             "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors),
-            "tuner": tuner_choices()})
+            "accounting": backward_accounting(records), "tuner": tuner_choices(),
+            "ran": what_ran([r for r in triton if r["params"]["kind"] == "time"], key=by_function)})
     print(f"{args.deliverable} report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
     return 0
 
