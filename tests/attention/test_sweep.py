@@ -43,7 +43,8 @@ def test_real_points_on_cpu_and_report(tmp_path):
     summary = json.loads((tmp_path / "B1" / "summary.json").read_text())
     assert summary["smallest_oom"]["seq"] == 96
     assert summary["smallest_oom"]["predicted_saved_MiB"] == pytest.approx(sweep.attention_memory(2, 96, 16)["saved"] / 2**20)
-    assert summary["measured_over_predicted"] is None        # no CUDA memory readings on a CPU
+    assert summary["before_backward"] is None and summary["peaks"] is None   # no CUDA memory readings on a CPU
+    assert summary["smallest_oom"]["cause"] == b1.NOT_SETTLED                  # a made-up failure with no message
 
 
 def test_allocator_state_reads_pytorchs_oom_message():
@@ -51,7 +52,8 @@ def test_allocator_state_reads_pytorchs_oom_message():
                "139.80 GiB of which 10.96 GiB is free. Including non-PyTorch memory, this process has 128.84 GiB "
                "memory in use. Of the allocated memory 96.13 GiB is allocated by PyTorch, and 31.99 GiB is reserved")
     assert b1.allocator_state(message) == pytest.approx(
-        {"capacity_MiB": 139.80 * 1024, "requested_MiB": 32 * 1024, "allocated_MiB": 96.13 * 1024})
+        {"capacity_MiB": 139.80 * 1024, "free_MiB": 10.96 * 1024, "requested_MiB": 32 * 1024,
+         "allocated_MiB": 96.13 * 1024, "reserved_unallocated_MiB": 31.99 * 1024})
     assert b1.allocator_state("DefaultCPUAllocator: can't allocate memory") == {}
     assert b1.allocator_state(None) == {}
 

@@ -101,7 +101,7 @@ def test_b1_rows_only_keeps_part_a(tmp_path):
     assert summary["whole_model"] is None
     assert (out / "whole_model.csv").read_text().startswith("size,mode,")
     text = _render(out)
-    assert "Forward: 2.00×" in text and "was not measured in this run" in text
+    assert "runs forward at 2.00× eager's speed" in text and "was not measured in this run" in text
 
 
 def test_both_parts(tmp_path):
@@ -112,7 +112,7 @@ def test_both_parts(tmp_path):
     assert summary["provenance"]["records"] == 3
     assert summary["speedup"]["forward"]["median"] == 2.0 and summary["whole_model"]["points"] == 1
     text = _render(out)
-    assert "Forward: 2.00×" in text and "medium" in text
+    assert "runs forward at 2.00× eager's speed" in text and "medium" in text
 
 
 def test_a_committed_summary_without_part_b_still_renders(tmp_path):
@@ -122,7 +122,7 @@ def test_a_committed_summary_without_part_b_still_renders(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     del summary["whole_model"], summary["attention_points"]
     (out / "summary.json").write_text(json.dumps(summary))
-    assert "Forward: 2.00×" in _render(out)
+    assert "runs forward at 2.00× eager's speed" in _render(out)
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -179,11 +179,14 @@ def test_part_a_says_what_the_memory_data_show(tmp_path, compiled_peak_mib, lowe
     assert mem["held_for_backward"]["same"] and mem["backward_peak"]["lower"] is lower
     assert mem["backward_peak"]["max"] == pytest.approx(compiled_peak_mib / 10)
     assert summary["fits_only_compiled"] == [{"d": 16, "seq": 8192, "eager_failed_during": "backward",
+                                              "eager_failed_during_known": "recorded", "eager_held_MiB": None,
+                                              "eager_cause": "not settled", "eager_needed_at_least_MiB": None,
+                                              "predicted_forward_peak_MiB": None,
                                               "compiled_backward_peak_MiB": compiled_peak_mib}]
     assert summary["forward_losses"]["seqs"] == [64] and summary["forward_losses"]["all_shorter_than_wins"]
     assert summary["forward_losses"]["extra_us"] == [pytest.approx(30.0)]
     text = _render(out)
-    assert "eager ran out during backward" in text
+    assert "Eager ran out during backward, as its records say" in text
     assert ("backward peak: 0.700–0.700, lower at every point" in text) is lower
 
 
@@ -191,3 +194,133 @@ def test_records_without_peaks_say_so(tmp_path):
     out = tmp_path / "B2"
     assert b2.main(["--rows", *_b1_rows(tmp_path), "--out-dir", str(out)]) == 0
     assert "hold no forward or backward peaks" in _render(out)
+
+
+def _b1_oom_rows(tmp_path: Path, held_squares: int) -> list[str]:
+    """Eager runs out at the longer length with an allocator message (no recorded pass) holding
+    ``held_squares`` N × N matrices and asking for one more, with reserved-but-unallocated memory
+    that would have covered it; compiled runs there."""
+    from cs336_systems.attention.sweep import attention_memory
+    batch, d, seq = 8, 16, 4096
+
+    def row(seq, compiled, status="ok", message=None):
+        params = {"d": d, "seq": seq, "batch": batch, "iters": 3, "compiled": compiled, "device": "cuda"}
+        metrics = {"accounting_bytes": attention_memory(batch, seq, d)}
+        if status == "ok":
+            metrics |= {"forward_ms": 1.0, "backward_ms": 2.0, "memory_before_backward_bytes": 2**20}
+        return make_record("B1", params, status, metrics, reason=message)
+
+    acc = attention_memory(batch, seq, d)
+    square = acc["backward_peak"] - acc["forward_peak"]
+    held = acc["saved"] + (held_squares - 1) * square
+    gib = lambda n: f"{n / 2**30:.2f} GiB"                                           # noqa: E731
+    message = (f"OutOfMemoryError: CUDA out of memory. Tried to allocate {gib(square)}. GPU 0 has a total capacity "
+               f"of {gib(4 * acc['backward_peak'])} of which {gib(square / 4)} is free. Including non-PyTorch memory, "
+               f"this process has {gib(held + square)} memory in use. Of the allocated memory {gib(held)} is allocated "
+               f"by PyTorch, and {gib(square)} is reserved by PyTorch but unallocat")
+    eager = [row(1024, False), row(seq, False, "oom", message)]
+    compiled = [row(1024, True), row(seq, True)]
+    paths = []
+    for name, rows in (("eager.json", eager), ("compiled.json", compiled)):
+        (tmp_path / name).write_text(json.dumps(rows))
+        paths.append(str(tmp_path / name))
+    return paths
+
+
+@pytest.mark.parametrize("held_squares, inferred", [(3, True), (2, False)])
+def test_the_pass_eager_ran_out_in_is_inferred_from_the_allocator(tmp_path, held_squares, inferred):
+    """Records that do not name the pass: backward is inferred only when the tensors held at the
+    failure exceed what forward ever holds (B1's rule); a failure by fragmentation is not read as
+    compiled needing less memory."""
+    out = tmp_path / "B2"
+    assert b2.main(["--rows", *_b1_oom_rows(tmp_path, held_squares), "--out-dir", str(out)]) == 0
+    (point,) = json.loads((out / "summary.json").read_text())["fits_only_compiled"]
+    assert point["eager_cause"] == "fragmentation"
+    assert (point["eager_failed_during"], point["eager_failed_during_known"]) == \
+        (("backward", "inferred") if inferred else (None, None))
+    text = _render(out)
+    assert ("Eager ran out in backward: these records predate" in text) is inferred
+    assert ("do not say in which pass eager ran out" in text) is not inferred
+    assert "not that\ncompiled needs less memory" in text and "(by\nfragmentation" in text
+
+
+def _timed(mean: float, jitter: float, n: int = 5) -> list[float]:
+    return [mean * (1 + random.uniform(-jitter, jitter)) for _ in range(n)]
+
+
+def _variant_of(mode, forward_ms, backward_ms, optimizer, peak_bytes) -> dict:
+    """A variant from its phase samples (optimizer: a list of samples; a forward times only forward) and its peak."""
+    samples = {"forward": _timed(forward_ms, 0.01)}
+    if mode == "train-step":
+        samples |= {"backward": _timed(backward_ms, 0.01), "optimizer": optimizer}
+    metrics = {phase: summarize(s) | {"samples": s} for phase, s in samples.items()}
+    step = [sum(s) for s in zip(*samples.values())]
+    metrics["step"] = summarize(step) | {"samples": step}
+    return {"status": "ok", **metrics, "initial_loss": 9.21, "first_calls_overhead_seconds": 1.0,
+            "peak_memory_bytes": peak_bytes}
+
+
+def _record_of(size: str, mode: str, eager: dict, compiled: dict) -> dict:
+    variants = {"eager": eager, "compiled": compiled}
+    metrics = {"variants": variants, "loss_check": compile_bench.loss_check(eager, compiled),
+               "speedup": compile_bench.speedups(eager, compiled), "parameters": 1,
+               "compile_seconds": 5.0, "compiled_graphs": 1}
+    params = {"size": size, "context": 512, "batch": 4, "mode": mode, "compile": "blocks", "warmup": 3, "steps": 5}
+    return make_record("B2", params, "ok", metrics)
+
+
+def _differ(a: list[float], b: list[float]) -> str:
+    """An independent two-standard-error test of two means: 'slower' if b's is larger beyond it."""
+    se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+    gap = statistics.fmean(b) - statistics.fmean(a)
+    return "slower" if gap > 2 * se else "faster" if gap < -2 * se else "within"
+
+
+def test_whole_model_memory_and_the_uncompiled_optimizer(tmp_path, seed):
+    """B2(b) states how much lower compiled peaks are per mode, and the optimizer phase (not compiled)
+    by its range and a spread test per size, never as one median."""
+    rng = random.Random(seed)
+    records, cuts, verdicts = [], {"forward": [], "train-step": []}, {}
+    for size in ("small", "medium", "large"):
+        for mode in ("forward", "train-step"):
+            eager_peak = rng.uniform(2, 60) * 2**30
+            cut = rng.uniform(0.0, 0.04) if mode == "forward" else rng.uniform(0.1, 0.3)
+            cuts[mode].append(cut)
+            opt_mean = rng.uniform(10, 50)
+            eager_opt = _timed(opt_mean, 0.01)
+            compiled_opt = _timed(opt_mean * rng.choice([0.7, 1.0, 1.4]), 0.01)
+            if mode == "train-step":
+                verdicts[size] = _differ(eager_opt, compiled_opt)
+            eager = _variant_of(mode, 20.0, 40.0, eager_opt, eager_peak)
+            compiled = _variant_of(mode, 15.0, 30.0, compiled_opt, eager_peak * (1 - cut))
+            records.append(_record_of(size, mode, eager, compiled))
+    out = tmp_path / "B2"
+    assert b2.main(["--whole-model", *_whole_files(tmp_path, records), "--out-dir", str(out)]) == 0
+    w = json.loads((out / "summary.json").read_text())["whole_model"]
+    for mode, values in cuts.items():
+        got = w["peak_memory"]["by_mode"][mode]
+        assert (got["min"], got["max"]) == (pytest.approx(min(values)), pytest.approx(max(values)))
+    assert w["peak_memory"]["only_with_backward"] is (min(cuts["train-step"]) > max(cuts["forward"]))
+    ratios = [r["metrics"]["speedup"]["optimizer"] for r in records if r["params"]["mode"] == "train-step"]
+    opt = w["optimizer"]
+    assert (opt["ratio"]["min"], opt["ratio"]["max"]) == (pytest.approx(min(ratios)), pytest.approx(max(ratios)))
+    for key, verdict in (("compiled_slower", "slower"), ("compiled_faster", "faster"), ("within", "within")):
+        assert opt[key] == [s for s, v in verdicts.items() if v == verdict]
+    text = _render(out)
+    assert f"{100 * min(cuts['train-step']):.1f} %–{100 * max(cuts['train-step']):.1f} % lower than eager" in text
+    assert f"yet its ratio ranges\n{min(ratios):.2f}–{max(ratios):.2f}×" in text
+
+
+def test_no_whole_model_records_write_a_placeholder_the_section_does_not_show(tmp_path, monkeypatch):
+    """The declared figure exists, says what is missing and has no axes to read as an empty plot;
+    the section does not embed it."""
+    drawn = []
+    monkeypatch.setattr(b2.whole, "save_figure", lambda fig, path: (drawn.append(fig), path.write_bytes(b"png")))
+    out = tmp_path / "B2"
+    assert b2.main(["--rows", *_b1_rows(tmp_path), "--out-dir", str(out)]) == 0
+    (fig,) = drawn
+    assert fig.axes == [] and [t.get_text() for t in fig.texts] == [b2.whole.PLACEHOLDER]
+    assert "not measured in this run" in b2.whole.PLACEHOLDER and (out / "whole_model_speedup.png").exists()
+    md = _render(out)
+    html = Renderer("html", out.parent / "writeup" / "w.html", TEMPLATES).section("B2", out / "summary.json")
+    assert "](whole_model_speedup.png" not in md and "whole_model_speedup.png)" not in md and "<figure>" not in html

@@ -1,5 +1,6 @@
 """B1 / B2(a) report: plain attention time and memory over d × sequence, eager and compiled, and the
-memory accounting of the smallest out-of-memory case set beside the measurements.
+memory accounting set beside what the records measured: the memory held before backward, the peaks
+(where the records have them) and, for each out-of-memory point, what the allocator's message says.
 
     python -m cs336_systems.report.b1 --rows eager_d16.json ... --out-dir DIR
 """
@@ -31,8 +32,19 @@ def frame(records: list[dict]) -> pd.DataFrame:
                      "backward_peak_MiB": (m.get("backward_peak_bytes") or math.nan) / MIB,
                      "failed_during": m.get("failed_during"),
                      "predicted_saved_MiB": acc.get("saved", math.nan) / MIB,
+                     "predicted_forward_peak_MiB": acc.get("forward_peak", math.nan) / MIB,
                      "predicted_backward_peak_MiB": acc.get("backward_peak", math.nan) / MIB})
     return pd.DataFrame(rows).sort_values(["compiled", "d", "seq"]).reset_index(drop=True)
+
+
+def square_MiB(row) -> float:
+    """One N × N fp32 matrix of the batch: the closed form's backward peak exceeds its forward peak by one."""
+    return row["predicted_backward_peak_MiB"] - row["predicted_forward_peak_MiB"]
+
+
+def vector_MiB(row) -> float:
+    """One (batch, N, d) tensor: the closed form saves four (q, k, v, O) beside the N × N matrix P."""
+    return (row["predicted_saved_MiB"] - square_MiB(row)) / 4
 
 
 def plot(df: pd.DataFrame, path: Path) -> None:
@@ -49,21 +61,26 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     for ax, label in zip(axes, ("forward + backward (ms)", "memory before backward (MiB)")):
         ax.set(xscale="log", yscale="log", xlabel="sequence length", ylabel=label)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:       # a run where nothing ran has no lines to name
+            ax.legend(fontsize=7)
     save_figure(fig, path)
 
 
-_UNITS = {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
+_UNITS = {"bytes": 1 / MIB, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
 _ALLOCATOR_FIELDS = {
     "capacity_MiB": r"total capacity of ([\d.]+) (\w+)",
+    "free_MiB": r"of which ([\d.]+) (\w+) is free",
     "requested_MiB": r"Tried to allocate ([\d.]+) (\w+)",
     "allocated_MiB": r"([\d.]+) (\w+) is allocated by PyTorch",
+    # "... is reserved by PyTorch but unallocated": the record cuts the message at 300 characters, in that clause
+    "reserved_unallocated_MiB": r"and ([\d.]+) (\w+) is reserved",
 }
 
 
 def allocator_state(message: str | None) -> dict[str, float]:
-    """The numbers in PyTorch's CUDA out-of-memory message (card capacity, the allocation that
-    failed, what tensors held then), so the accounting can be set beside what really happened."""
+    """The numbers in PyTorch's CUDA out-of-memory message (card capacity, what was free on it, the
+    allocation that failed, what tensors held then, what the caching allocator held unused), so the
+    accounting can be set beside what really happened."""
     state = {}
     for key, pattern in _ALLOCATOR_FIELDS.items():
         match = re.search(pattern, message or "")
@@ -72,30 +89,148 @@ def allocator_state(message: str | None) -> dict[str, float]:
     return state
 
 
+ARITHMETIC = "arithmetic"          # the closed form's peak alone exceeds the card
+FRAGMENTATION = "fragmentation"    # it fits, and memory the allocator held unused would have served the request
+NOT_SETTLED = "not settled"        # neither: the records cannot say why
+
+
+def oom_cause(closed_form_peak_MiB: float, alloc: dict[str, float]) -> str:
+    """Why a point ran out of memory, as far as its record can say. Blamed on the arithmetic only
+    when the closed form's peak exceeds the card; on fragmentation when it fits and the card's free
+    memory plus what the caching allocator held reserved but unallocated would have covered the
+    failed request, which the free memory alone did not; otherwise the data does not settle it."""
+    capacity = alloc.get("capacity_MiB")
+    if capacity is None or math.isnan(closed_form_peak_MiB):
+        return NOT_SETTLED
+    if closed_form_peak_MiB > capacity:
+        return ARITHMETIC
+    free, unused, requested = (alloc.get(k) for k in ("free_MiB", "reserved_unallocated_MiB", "requested_MiB"))
+    if None not in (free, unused, requested) and unused > 0 and free < requested <= free + unused:
+        return FRAGMENTATION
+    return NOT_SETTLED
+
+
+def failed_pass(row, alloc: dict[str, float]) -> tuple[str | None, str | None]:
+    """The pass a point ran out in, and how it is known: ``recorded`` when the record names it;
+    ``inferred`` (backward) when tensors held more at the failure than forward ever holds. Forward
+    holds at most the closed form's forward peak, plus the upstream gradient and q, k, v's gradients
+    (four (batch, N, d) tensors the benchmark keeps, also through a warm-up's second forward, whose
+    previous graph still holds its P); half an N × N matrix more than that can only be backward's."""
+    recorded = row.get("failed_during")
+    if isinstance(recorded, str):
+        return recorded, "recorded"
+    held, square = alloc.get("allocated_MiB"), square_MiB(row)
+    if held is None or not square > 0:
+        return None, None
+    if held > row["predicted_forward_peak_MiB"] + 4 * vector_MiB(row) + square / 2:
+        return "backward", "inferred"
+    return None, None
+
+
+UNDERCOUNT = 0.01       # a lower bound 1 % above the closed form and the benchmark's own tensors shows an undercount
+
+
+def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[dict]:
+    """Each out-of-memory point with its allocator state, the pass it failed in, the cause, and what
+    the failure proves about the closed form: the failing pass needed at least what tensors held plus
+    the request; where that exceeds the closed form's peak of that pass (with the four (batch, N, d)
+    gradients the benchmark keeps beside it), the closed form undercounts."""
+    messages = {(r["params"]["d"], r["params"]["seq"], r["params"]["compiled"]): r.get("message")
+                for r in records if r["status"] == "oom"}
+    points = []
+    for _, row in df[df["status"] == "oom"].sort_values(["compiled", "seq", "d"]).iterrows():
+        alloc = allocator_state(messages.get((row["d"], row["seq"], row["compiled"])))
+        during, known = failed_pass(row, alloc)
+        closed = row["predicted_forward_peak_MiB" if during == "forward" else "predicted_backward_peak_MiB"]
+        needed = alloc["allocated_MiB"] + alloc["requested_MiB"] if {"allocated_MiB", "requested_MiB"} <= set(alloc) \
+            else math.nan
+        square = square_MiB(row)
+        undercounts = needed > (closed + 4 * vector_MiB(row)) * (1 + UNDERCOUNT) and square > 0
+        points.append({
+            "variant": "compiled" if row["compiled"] else "eager", "d": int(row["d"]), "seq": int(row["seq"]),
+            "predicted_saved_MiB": _num(row["predicted_saved_MiB"]),
+            "predicted_forward_peak_MiB": _num(row["predicted_forward_peak_MiB"]),
+            "predicted_backward_peak_MiB": _num(row["predicted_backward_peak_MiB"]),
+            "square_MiB": _num(square), "allocator": alloc, "needed_at_least_MiB": _num(needed),
+            "failed_during": during, "failed_during_known": known,
+            "cause": oom_cause(row["predicted_backward_peak_MiB"], alloc),
+            "undercount": {"closed_form_MiB": float(closed), "at_least_MiB": float(needed - closed),
+                           "matrices": float((needed - closed) / square),
+                           "needed_over_saved": float(needed / row["predicted_saved_MiB"])} if undercounts else None})
+    return points
+
+
+def _num(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+CONSTANT = 1.0      # MiB: offsets this close together are one constant
+
+
+def before_backward_check(df: pd.DataFrame) -> dict | None:
+    """The memory read before backward against the closed form's saved bytes. The benchmark also holds
+    the upstream gradient (one (batch, N, d) tensor, not saved by autograd), so the reading should be
+    saved + that tensor + whatever does not depend on the shapes: the range of that remainder over the
+    points, and whether it is one constant."""
+    ok = df[(df["status"] == "ok") & df["measured_before_backward_MiB"].notna()]
+    if ok.empty:
+        return None
+    rest = ok["measured_before_backward_MiB"] - ok["predicted_saved_MiB"] - ok.apply(vector_MiB, axis=1)
+    longest = ok.sort_values(["seq", "d"]).iloc[-1]
+    return {"points": int(len(ok)), "rest_min_MiB": float(rest.min()), "rest_max_MiB": float(rest.max()),
+            "constant": bool(rest.max() - rest.min() <= CONSTANT),
+            "longest": {"d": int(longest["d"]), "seq": int(longest["seq"]),
+                        "compiled": bool(longest["compiled"]),
+                        "measured_MiB": float(longest["measured_before_backward_MiB"]),
+                        "predicted_MiB": float(longest["predicted_saved_MiB"])}}
+
+
+def peaks_check(df: pd.DataFrame) -> dict | None:
+    """Where the records hold the peaks of one forward and one backward: each against the closed
+    form's peak of that pass, per variant, as measured ÷ closed form, and at the longest length as
+    the excess in N × N matrices (what the closed form leaves out there)."""
+    found = {}
+    for compiled, part in df[df["status"] == "ok"].groupby("compiled"):
+        for phase in ("forward", "backward"):
+            rows = part.dropna(subset=[f"{phase}_peak_MiB"])
+            if rows.empty:
+                continue
+            ratio = rows[f"{phase}_peak_MiB"] / rows[f"predicted_{phase}_peak_MiB"]
+            longest = rows.sort_values(["seq", "d"]).iloc[-1]
+            excess = longest[f"{phase}_peak_MiB"] - longest[f"predicted_{phase}_peak_MiB"]
+            found.setdefault("compiled" if compiled else "eager", {})[phase] = {
+                "points": int(len(rows)), "min": float(ratio.min()), "max": float(ratio.max()),
+                "median": float(ratio.median()),
+                "longest": {"d": int(longest["d"]), "seq": int(longest["seq"]),
+                            "measured_MiB": float(longest[f"{phase}_peak_MiB"]),
+                            "predicted_MiB": float(longest[f"predicted_{phase}_peak_MiB"]),
+                            "excess_matrices": float(excess / square_MiB(longest)) if square_MiB(longest) > 0 else None,
+                            "over_saved": float(longest[f"{phase}_peak_MiB"] / longest["predicted_saved_MiB"])}}
+    return found or None
+
+
+def limits(df: pd.DataFrame) -> dict:
+    """Per variant, the longest sequence that ran and the first that ran out, over the head dims."""
+    found = {}
+    for compiled, part in df.groupby("compiled"):
+        fit = part[part["status"] == "ok"].groupby("d")["seq"].max()
+        oom = part[part["status"] == "oom"].groupby("d")["seq"].min()
+        found["compiled" if compiled else "eager"] = {"largest_fit": sorted({int(s) for s in fit}),
+                                                      "first_oom": sorted({int(s) for s in oom})}
+    return found
+
+
 def summarize(df: pd.DataFrame, records: list[dict]) -> dict:
-    eager = df[~df["compiled"]]
-    oom = eager[eager["status"] == "oom"].sort_values(["seq", "d"])
-    ok = eager[eager["status"] == "ok"]
-    smallest = oom.iloc[0] if len(oom) else None
-    messages = {(r["params"]["d"], r["params"]["seq"]): r.get("message") for r in records
-                if r["status"] == "oom" and not r["params"]["compiled"]}
-    # Accounting check where both exist: measured memory before backward ÷ predicted saved bytes.
-    check = (ok["measured_before_backward_MiB"] / ok["predicted_saved_MiB"]).dropna()
-    largest_ok = ok.sort_values("seq").iloc[-1] if len(ok) else None
+    ooms = out_of_memory_points(df, records)
+    eager_ooms = [p for p in ooms if p["variant"] == "eager"]
     return {
         "provenance": run_provenance(records),
         "points": int(len(df)), "statuses": df["status"].value_counts().to_dict(),
-        "smallest_oom": None if smallest is None else {
-            "d": int(smallest["d"]), "seq": int(smallest["seq"]),
-            "predicted_saved_MiB": float(smallest["predicted_saved_MiB"]),
-            "predicted_backward_peak_MiB": float(smallest["predicted_backward_peak_MiB"]),
-            "allocator": allocator_state(messages.get((smallest["d"], smallest["seq"])))},
-        "largest_ok": None if largest_ok is None else {
-            "d": int(largest_ok["d"]), "seq": int(largest_ok["seq"]),
-            "measured_MiB": float(largest_ok["measured_before_backward_MiB"]),
-            "predicted_MiB": float(largest_ok["predicted_saved_MiB"])},
-        "measured_over_predicted": {"median": float(check.median()), "min": float(check.min()),
-                                    "max": float(check.max())} if len(check) else None,
+        "limits": limits(df),
+        "smallest_oom": min(eager_ooms, key=lambda p: (p["seq"], p["d"])) if eager_ooms else None,
+        "out_of_memory": ooms,
+        "before_backward": before_backward_check(df),
+        "peaks": peaks_check(df),
     }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from cs336_systems.report import b2_whole_model as whole
-from cs336_systems.report.b1 import frame
+from cs336_systems.report.b1 import frame, out_of_memory_points
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, write_summary,
                                          write_table)
 
@@ -75,9 +75,28 @@ def memory_findings(table: pd.DataFrame) -> dict:
             "backward_peak": ratio("backward_peak_MiB")}
 
 
+def fits_only_compiled(table: pd.DataFrame, records: list[dict]) -> list[dict]:
+    """The points where eager ran out of memory and compiled ran: the pass eager failed in, recorded
+    or inferred from the allocator's message by B1's rule (``b1.failed_pass``), what tensors held then,
+    why it ran out (``b1.oom_cause``: a failure by fragmentation does not show that compiled needs
+    less), and the compiled backward peak where the record has it."""
+    eager_oom = {(p["d"], p["seq"]): p for p in out_of_memory_points(frame(records), records)
+                 if p["variant"] == "eager"}
+    found = []
+    for r in table[(table["eager_status"] == "oom") & (table["compiled_status"] == "ok")].itertuples():
+        oom = eager_oom.get((r.d, r.seq), {})
+        found.append({"d": int(r.d), "seq": int(r.seq), "eager_failed_during": oom.get("failed_during"),
+                      "eager_failed_during_known": oom.get("failed_during_known"),
+                      "eager_held_MiB": oom.get("allocator", {}).get("allocated_MiB"),
+                      "eager_cause": oom.get("cause"), "eager_needed_at_least_MiB": oom.get("needed_at_least_MiB"),
+                      "predicted_forward_peak_MiB": oom.get("predicted_forward_peak_MiB"),
+                      "compiled_backward_peak_MiB": None if pd.isna(r.compiled_backward_peak_MiB)
+                      else float(r.compiled_backward_peak_MiB)})
+    return found
+
+
 def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
     longest_both = table.dropna(subset=["forward_speedup"]).sort_values(["seq", "d"]).tail(1)
-    only_compiled = table[(table["eager_status"] == "oom") & (table["compiled_status"] == "ok")]
     losses = table[table["forward_speedup"].astype(float) < 1]
     wins = table[table["forward_speedup"].astype(float) >= 1]
     return {
@@ -92,9 +111,7 @@ def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
         "at_longest": None if longest_both.empty else {
             k: (float(v) if isinstance(v, float) else int(v)) for k, v in longest_both.iloc[0].items()
             if k in ("d", "seq", "forward_speedup", "backward_speedup", "eager_MiB", "compiled_MiB")},
-        "fits_only_compiled": [{"d": int(r.d), "seq": int(r.seq), "eager_failed_during": r.eager_failed_during,
-                                "compiled_backward_peak_MiB": None if pd.isna(r.compiled_backward_peak_MiB)
-                                else float(r.compiled_backward_peak_MiB)} for r in only_compiled.itertuples()],
+        "fits_only_compiled": fits_only_compiled(table, records),
     }
 
 

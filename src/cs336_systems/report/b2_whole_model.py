@@ -16,6 +16,7 @@ import pandas as pd
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.report.common import save_figure
+from cs336_systems.report.spread import WITHIN, Estimate, compare, trend
 
 PHASES = ("forward", "backward", "optimizer", "step")
 DISPLAY_COLUMNS = ["size", "mode", "eager step (ms)", "compiled step (ms)", "step ×", "forward ×", "backward ×",
@@ -46,8 +47,10 @@ def frame(records: list[dict]) -> pd.DataFrame:
             row[f"{name}_status"] = v["status"]
             row[f"{name}_message"] = v.get("message")
             for phase in PHASES:
-                row[f"{name}_{phase}_ms"] = v.get(phase, {}).get("mean", math.nan)
-            row[f"{name}_step_std_ms"] = v.get("step", {}).get("std", math.nan)
+                timed = v.get(phase, {})
+                row[f"{name}_{phase}_ms"] = timed.get("mean", math.nan)
+                row[f"{name}_{phase}_std_ms"] = timed.get("std", math.nan)
+                row[f"{name}_{phase}_n"] = timed.get("n") or len(timed.get("samples") or ()) or math.nan
             row[f"{name}_peak_GiB"] = (v.get("peak_memory_bytes") or math.nan) / 2**30
         row["compile_s"] = math.nan if m.get("compile_seconds") is None else m["compile_seconds"]
         for phase in PHASES:
@@ -94,13 +97,29 @@ def empty_table() -> pd.DataFrame:
     return pd.DataFrame(columns=DISPLAY_COLUMNS)
 
 
+PLACEHOLDER = ("Placeholder, not a plot.\n"
+               "B2(b) was not measured in this run: it has no whole-model records, so there is no speed-up\n"
+               "or compile time to plot. The report writes this file only because B2 declares it; the figure\n"
+               "is in the run that measured B2(b) (python -m cs336_systems.compile_bench).")
+
+
+def plot_placeholder(path: Path) -> None:
+    """The declared figure of a run without whole-model records: no axes, only what is missing, so
+    it cannot be read as an empty plot."""
+    fig = plt.figure(figsize=(8, 1.6))
+    fig.text(0.5, 0.5, PLACEHOLDER, ha="center", va="center", fontsize=10)
+    save_figure(fig, path)
+
+
 def plot(df: pd.DataFrame | None, path: Path) -> None:
     """Left: step speed-up per size, one bar per mode (x where a variant did not run). Right: compile
-    time. Without records, a figure that says so (the rule's output exists either way)."""
+    time. Without records, a placeholder that says what is missing (the rule's output exists either way)."""
+    if df is None or df.empty:
+        plot_placeholder(path)
+        return
     fig, (speed, comp) = plt.subplots(1, 2, figsize=(11, 4))
-    empty = df is None or df.empty
-    sizes = [] if empty else list(df["size"].cat.categories)
-    modes = [] if empty else list(df["mode"].cat.categories)
+    sizes = list(df["size"].cat.categories)
+    modes = list(df["mode"].cat.categories)
     width = 0.8 / max(1, len(modes))
     x = np.arange(len(sizes))
     for i, mode in enumerate(modes):
@@ -118,10 +137,7 @@ def plot(df: pd.DataFrame | None, path: Path) -> None:
         ax.set_xticks(x, sizes)
         ax.set_xlabel("model size")
         ax.grid(alpha=0.3, axis="y")
-    if modes:
-        speed.legend(fontsize=8, title="mode (x: a variant did not run)", title_fontsize=8)
-    else:
-        speed.text(0.5, 0.5, "no whole-model records", ha="center", transform=speed.transAxes)
+    speed.legend(fontsize=8, title="mode (x: a variant did not run)", title_fontsize=8)
     save_figure(fig, path)
 
 
@@ -137,6 +153,71 @@ def _point(row: pd.Series) -> dict:
             "eager_ms": float(row["eager_step_ms"]), "compiled_ms": float(row["compiled_step_ms"])}
 
 
+def _estimate(row: pd.Series, variant: str, phase: str) -> Estimate:
+    n = row[f"{variant}_{phase}_n"]
+    if isinstance(n, float) and math.isnan(n):
+        return Estimate(float(row[f"{variant}_{phase}_ms"]), math.nan)
+    return Estimate.from_samples(row[f"{variant}_{phase}_ms"], row[f"{variant}_{phase}_std_ms"], int(n))
+
+
+def _both_ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["eager_status"] == "ok") & (df["compiled_status"] == "ok")]
+
+
+def peak_memory(df: pd.DataFrame) -> dict | None:
+    """Per mode, how much lower the compiled variant's peak is (``1 − compiled ÷ eager``) over the
+    sizes where both ran, with the largest model's peaks; and whether the saving comes only with a
+    backward: every mode that runs one cuts more, at its smallest, than forward (under no_grad) at
+    its largest."""
+    both = _both_ok(df).dropna(subset=["eager_peak_GiB", "compiled_peak_GiB"])
+    by_mode = {}
+    for mode, part in both.groupby("mode", observed=True):
+        cut = 1 - part["compiled_peak_GiB"] / part["eager_peak_GiB"]
+        largest = part.loc[part["eager_peak_GiB"].idxmax()]
+        by_mode[str(mode)] = {"min": float(cut.min()), "max": float(cut.max()), "points": int(len(part)),
+                              "largest": {"size": str(largest["size"]), "eager_GiB": float(largest["eager_peak_GiB"]),
+                                          "compiled_GiB": float(largest["compiled_peak_GiB"]),
+                                          "cut": float(1 - largest["compiled_peak_GiB"] / largest["eager_peak_GiB"])}}
+    if not by_mode:
+        return None
+    with_backward = [m for m in by_mode if m != "forward"]
+    only = "forward" in by_mode and bool(with_backward) and all(
+        by_mode[m]["min"] > by_mode["forward"]["max"] for m in with_backward)
+    return {"by_mode": by_mode, "only_with_backward": only}
+
+
+def optimizer_phase(df: pd.DataFrame) -> dict | None:
+    """The optimizer step is not compiled: the same AdamW runs in both variants. Its eager ÷ compiled
+    ratio, the sizes where the two differ beyond the spread of their timed steps (``spread.compare``)
+    and where they do not, and the optimizer's share of the eager step."""
+    rows = _both_ok(df).dropna(subset=["optimizer_speedup"])
+    if rows.empty:
+        return None
+    verdicts = {"higher": [], "lower": [], WITHIN: []}
+    for _, r in rows.iterrows():
+        verdict = compare(_estimate(r, "eager", "optimizer"), _estimate(r, "compiled", "optimizer"))
+        verdicts[verdict].append(str(r["size"]))
+    return {"ratio": _spread(rows["optimizer_speedup"]), "compiled_faster": verdicts["higher"],
+            "compiled_slower": verdicts["lower"], "within": verdicts[WITHIN],
+            "share_of_step": _spread(rows["eager_optimizer_ms"] / rows["eager_step_ms"])}
+
+
+def size_trend(df: pd.DataFrame) -> dict:
+    """Per mode, how the step speed-up moves from the smallest model to the largest: ``spread.trend``
+    of the eager ÷ compiled estimates in size order (every step), and the largest model's speed-up
+    against the smallest's (``spread.compare``: "lower", "higher" or within the spread), with both."""
+    found = {}
+    for mode, part in _both_ok(df).groupby("mode", observed=True):
+        part = part.sort_values("size")
+        if len(part) < 2:
+            continue
+        estimates = [_estimate(r, "eager", "step") / _estimate(r, "compiled", "step") for _, r in part.iterrows()]
+        ends = [{"size": str(part.iloc[i]["size"]), "speedup": float(estimates[i].mean)} for i in (0, -1)]
+        found[str(mode)] = {"trend": trend(estimates), "largest_against_smallest": compare(estimates[-1], estimates[0]),
+                            "first": ends[0], "last": ends[1]}
+    return found
+
+
 def summarize(df: pd.DataFrame) -> dict:
     """The numbers the B2(b) part of the section quotes."""
     ok = df.dropna(subset=["step_speedup"])
@@ -147,17 +228,14 @@ def summarize(df: pd.DataFrame) -> dict:
         "context": int(first["context"]), "batch": int(first["batch"]),
         "points": len(df), "both_ok": len(ok),
         "step_speedup": _spread(ok["step_speedup"]),
-        "step_speedup_by_mode": {str(mode): _spread(part["step_speedup"])
-                                 for mode, part in ok.groupby("mode", observed=True)},
-        "step_speedup_by_size": {str(size): float(part["step_speedup"].median())
-                                 for size, part in ok.groupby("size", observed=True)},
         "compiled_graphs": sorted({int(g) for g in df["compiled_graphs"].dropna()}),
-        "phase_speedup": {phase: _spread(ok[f"{phase}_speedup"]) for phase in ("forward", "backward", "optimizer")},
+        "phase_speedup": {phase: _spread(ok[f"{phase}_speedup"]) for phase in PHASES},
+        "peak_memory": peak_memory(df),
+        "optimizer": optimizer_phase(df),
+        "size_trend": size_trend(df),
         "best": _point(ok.loc[ok["step_speedup"].idxmax()]) if len(ok) else None,
         "worst": _point(ok.loc[ok["step_speedup"].idxmin()]) if len(ok) else None,
         "compile_seconds": _spread(df["compile_s"]),
-        "compile_seconds_by_size": {str(size): float(part["compile_s"].max())
-                                    for size, part in df.dropna(subset=["compile_s"]).groupby("size", observed=True)},
         "loss_checks": {"checked": len(checked), "passed": int(checked["loss_passed"].astype(bool).sum()),
                         "max_abs_diff": float(checked["loss_abs_diff"].max()) if len(checked) else None,
                         "rtol": float(checked["loss_rtol"].max()) if len(checked) else None,

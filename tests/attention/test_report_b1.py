@@ -1,0 +1,199 @@
+"""B1 report on synthetic records: why a point ran out of memory, in which pass, and how the closed
+form compares with what the records hold (memory before backward, peaks, out-of-memory messages)."""
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from cs336_systems.attention.sweep import attention_memory
+from cs336_systems.records import make_record
+from cs336_systems.report import b1
+from cs336_systems.report.writeup import Renderer
+from cs336_systems.timing import exception_line
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+MIB, GIB = 2**20, 2**30
+BATCH = 8
+
+
+def _size(n_bytes: float) -> str:
+    """A size as PyTorch's out-of-memory message writes it (format_size in the caching allocator)."""
+    if n_bytes < 1024:
+        return f"{int(n_bytes)} bytes"
+    for unit, scale in (("KiB", 2**10), ("MiB", 2**20)):
+        if n_bytes < scale * 1024:
+            return f"{n_bytes / scale:.2f} {unit}"
+    return f"{n_bytes / GIB:.2f} GiB"
+
+
+def _oom_message(capacity, free, requested, allocated, unused) -> str:
+    """The record's line of a CUDA out-of-memory error, built as the sweep builds it (cut at 300
+    characters, which falls inside the reserved-but-unallocated clause)."""
+    text = (f"CUDA out of memory. Tried to allocate {_size(requested)}. GPU 0 has a total capacity of "
+            f"{_size(capacity)} of which {_size(free)} is free. Including non-PyTorch memory, this process has "
+            f"{_size(capacity - free)} memory in use. Of the allocated memory {_size(allocated)} is allocated by "
+            f"PyTorch, and {_size(unused)} is reserved by PyTorch but unallocated. If reserved but unallocated "
+            "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+    return exception_line(torch.OutOfMemoryError(text))
+
+
+def _oom_record(d, seq, message, compiled=False, during=None):
+    params = {"d": d, "seq": seq, "batch": BATCH, "iters": 3, "compiled": compiled, "device": "cuda"}
+    metrics = {"accounting_bytes": attention_memory(BATCH, seq, d)}
+    if during:
+        metrics["failed_during"] = during
+    return make_record("B1", params, "oom", metrics, reason=message)
+
+
+def _case(rng: random.Random, cause: str, seq: int, d: int) -> tuple[str, float]:
+    """An out-of-memory message whose cause is known by construction, with margins wide enough
+    that the message's rounding to 0.01 GiB cannot move it across the rule's lines."""
+    acc = attention_memory(BATCH, seq, d)
+    peak, square = acc["backward_peak"], acc["backward_peak"] - acc["forward_peak"]
+    requested = square
+    if cause == b1.ARITHMETIC:
+        capacity = peak / rng.uniform(1.2, 3.0)
+        free, unused = capacity * rng.uniform(0.0, 0.1), rng.choice([0.0, requested * rng.uniform(0.5, 2)])
+    else:
+        capacity = peak * rng.uniform(1.2, 2.0)
+        free = requested * rng.uniform(0.05, 0.8)
+        if cause == b1.FRAGMENTATION:
+            unused = (requested - free) * rng.uniform(1.1, 3.0)
+        else:                                   # reserved-but-unallocated absent, or too small to have helped
+            unused = rng.choice([0.0, (requested - free) * rng.uniform(0.1, 0.8)])
+    allocated = acc["forward_peak"] * rng.uniform(0.5, 1.5)
+    return _oom_message(capacity, free, requested, allocated, unused), capacity / MIB
+
+
+def test_oom_cause_follows_the_rule(tmp_path, seed):
+    """Arithmetic only when the closed-form peak exceeds the card; fragmentation when it fits and
+    free + reserved-but-unallocated memory covered the failed request; otherwise not settled."""
+    rng = random.Random(seed)
+    expected, records = {}, []
+    for i in range(24):
+        cause = rng.choice([b1.ARITHMETIC, b1.FRAGMENTATION, b1.NOT_SETTLED])
+        d, seq = rng.choice([16, 32, 64, 128]), 2 ** rng.randint(10, 16) + i    # distinct points
+        message, _ = _case(rng, cause, seq, d)
+        records.append(_oom_record(d, seq, message))
+        expected[(d, seq)] = cause
+    path = tmp_path / "eager.json"
+    path.write_text(json.dumps(records))
+    assert b1.main(["--rows", str(path), "--out-dir", str(tmp_path / "B1")]) == 0
+    summary = json.loads((tmp_path / "B1" / "summary.json").read_text())
+    assert {(p["d"], p["seq"]): p["cause"] for p in summary["out_of_memory"]} == expected
+    smallest = min(expected, key=lambda k: (k[1], k[0]))
+    opening = {b1.ARITHMETIC: "by the closed form, more", b1.FRAGMENTATION: "ran out by fragmentation",
+               b1.NOT_SETTLED: "does not settle why it ran out"}
+    text = _render(tmp_path / "B1")
+    assert [c for c, phrase in opening.items() if phrase in text.split("\n\n")[2]] == [expected[smallest]]
+
+
+def test_allocator_state_reads_the_cut_message(seed):
+    rng = random.Random(seed)
+    capacity, free, requested, allocated, unused = (rng.uniform(1, 140) * GIB for _ in range(5))
+    state = b1.allocator_state(_oom_message(capacity, free, requested, allocated, unused))
+    reference = {"capacity_MiB": capacity, "free_MiB": free, "requested_MiB": requested,
+                 "allocated_MiB": allocated, "reserved_unallocated_MiB": unused}
+    assert state == pytest.approx({k: v / MIB for k, v in reference.items()}, abs=0.006 * 1024)
+    assert b1.allocator_state(_oom_message(capacity, free, requested, allocated, 0))["reserved_unallocated_MiB"] == 0
+
+
+@pytest.mark.parametrize("held_squares, recorded, expected", [
+    (2, None, (None, None)),                       # P and the scores: what forward can hold, the pass is not known
+    (3, None, ("backward", "inferred")),           # three N × N matrices: more than forward ever holds
+    (2, "forward", ("forward", "recorded")),       # the record's own word wins
+    (3, "forward", ("forward", "recorded")),
+])
+def test_the_failing_pass_is_inferred_only_beyond_what_forward_holds(seed, held_squares, recorded, expected):
+    rng = random.Random(seed)
+    d, seq = rng.choice([16, 64, 128]), 2 ** rng.randint(12, 15)
+    acc = attention_memory(BATCH, seq, d)
+    square, vector = acc["backward_peak"] - acc["forward_peak"], BATCH * seq * d * 4
+    # q, k, v, O, the four (batch, N, d) gradients the benchmark keeps, and held_squares N × N matrices
+    held = 4 * vector + 4 * vector + held_squares * square + rng.uniform(0, 128) * MIB
+    message = _oom_message(200 * GIB, 1 * GIB, square, held, 0)
+    df = b1.frame([_oom_record(d, seq, message, during=recorded)])
+    assert b1.failed_pass(df.iloc[0], b1.allocator_state(message)) == expected
+
+
+def test_out_of_memory_points_show_where_the_closed_form_undercounts(tmp_path, seed):
+    """A failure holding the closed form's backward peak and asking for one more N × N matrix needed
+    at least that peak plus the request: one matrix more than the closed form, ~4x what forward saves."""
+    rng = random.Random(seed)
+    d, seq = rng.choice([16, 32, 64, 128]), 2 ** rng.randint(14, 15)
+    acc = attention_memory(BATCH, seq, d)
+    square = acc["backward_peak"] - acc["forward_peak"]
+    extra = rng.uniform(50, 300) * MIB
+    message = _oom_message(2 * acc["backward_peak"], square / 3, square, acc["backward_peak"] + extra, square)
+    fits = _oom_record(d, 2 * seq, _oom_message(10 * acc["backward_peak"], 0, 2, 1, 0))   # a failure that shows nothing
+    path = tmp_path / "eager.json"
+    path.write_text(json.dumps([_oom_record(d, seq, message), fits]))
+    assert b1.main(["--rows", str(path), "--out-dir", str(tmp_path / "B1")]) == 0
+    summary = json.loads((tmp_path / "B1" / "summary.json").read_text())
+    first, second = summary["out_of_memory"]
+    needed = acc["backward_peak"] + extra + square
+    assert first["failed_during"] == "backward" and first["failed_during_known"] == "inferred"
+    assert first["needed_at_least_MiB"] == pytest.approx(needed / MIB, rel=1e-3)
+    assert first["undercount"]["matrices"] == pytest.approx((needed - acc["backward_peak"]) / square, rel=1e-3)
+    assert first["undercount"]["needed_over_saved"] == pytest.approx(needed / acc["saved"], rel=1e-3)
+    assert first["cause"] == b1.FRAGMENTATION and second["undercount"] is None
+    assert summary["smallest_oom"] == first
+    text = _render(tmp_path / "B1")
+    assert "ran out by fragmentation" in text and "needed at least\none N × N matrix more" in text
+    assert "backward (inferred)" in text
+
+
+def _ok_record(d, seq, measured, compiled=False, peaks=None):
+    params = {"d": d, "seq": seq, "batch": BATCH, "iters": 3, "compiled": compiled, "device": "cuda"}
+    metrics = {"forward_ms": 1.0, "backward_ms": 2.0, "memory_before_backward_bytes": measured,
+               "accounting_bytes": attention_memory(BATCH, seq, d), **(peaks or {})}
+    return make_record("B1", params, "ok", metrics)
+
+
+@pytest.mark.parametrize("perturbed", [False, True])
+def test_memory_before_backward_against_the_closed_form(tmp_path, seed, perturbed):
+    """The reading should be the saved bytes, plus the upstream gradient, plus one constant."""
+    rng = random.Random(seed)
+    constant = rng.randint(1, 256) * MIB
+    points = [(d, 2 ** rng.randint(8, 14)) for d in (16, 32, 64, 128)]
+    records = []
+    for i, (d, seq) in enumerate(points):
+        measured = attention_memory(BATCH, seq, d)["saved"] + BATCH * seq * d * 4 + constant
+        records.append(_ok_record(d, seq, measured + (8 * MIB if perturbed and i == 0 else 0)))
+    path = tmp_path / "eager.json"
+    path.write_text(json.dumps(records))
+    assert b1.main(["--rows", str(path), "--out-dir", str(tmp_path / "B1")]) == 0
+    check = json.loads((tmp_path / "B1" / "summary.json").read_text())["before_backward"]
+    assert check["constant"] is not perturbed
+    assert check["rest_min_MiB"] == pytest.approx(constant / MIB)
+    text = _render(tmp_path / "B1")
+    assert ("holds\nexactly" in text) is not perturbed and ("not one\nconstant" in text) is perturbed
+
+
+def test_measured_peaks_against_the_closed_form(tmp_path, seed):
+    rng = random.Random(seed)
+    extra = rng.randint(1, 3)
+    records = []
+    for seq in (1024, 4096):
+        acc = attention_memory(BATCH, seq, 64)
+        square = acc["backward_peak"] - acc["forward_peak"]
+        records.append(_ok_record(64, seq, acc["saved"], peaks={
+            "forward_peak_bytes": acc["forward_peak"], "backward_peak_bytes": acc["backward_peak"] + extra * square}))
+    path = tmp_path / "eager.json"
+    path.write_text(json.dumps(records))
+    assert b1.main(["--rows", str(path), "--out-dir", str(tmp_path / "B1")]) == 0
+    peaks = json.loads((tmp_path / "B1" / "summary.json").read_text())["peaks"]["eager"]
+    assert peaks["forward"]["min"] == pytest.approx(1)
+    assert peaks["forward"]["longest"]["excess_matrices"] == pytest.approx(0)
+    assert peaks["backward"]["longest"]["excess_matrices"] == pytest.approx(extra)
+    acc = attention_memory(BATCH, 4096, 64)
+    assert peaks["backward"]["longest"]["over_saved"] == pytest.approx(
+        (acc["backward_peak"] + extra * (acc["backward_peak"] - acc["forward_peak"])) / acc["saved"])
+    assert f"{extra:.2f} N × N matrices more" in _render(tmp_path / "B1")
+
+
+def _render(out_dir: Path) -> str:
+    Renderer("html", out_dir.parent / "writeup" / "w.html", TEMPLATES).section("B1", out_dir / "summary.json")
+    return Renderer("md", out_dir.parent / "writeup" / "w.md", TEMPLATES).section("B1", out_dir / "summary.json")
