@@ -78,18 +78,29 @@ def test_grows_with_size_is_refused_when_a_step_is_within_the_spread(tmp_path, r
     assert [st["direction"] for st in forward["steps"]] == ["higher", "higher", "within the spread", "higher"]
     assert forward["verdict"] == "not settled" and not s["speedup_grows_with_size"]
     assert "grows with model size" not in text
-    assert "Whether it grows with size the data does not settle: large → xl lies within the spread" in text
+    assert "| not settled: large → xl within the spread |" in text
     # small's bf16 forward (125 ms against fp32's 100) is a slowdown the prose names
     assert [(r["size"], r["series"]) for r in s["bf16_slower"]] == [("small", "forward of forward+backward"),
                                                                      ("small", "backward of forward+backward")]
-    assert "- small, context 512, forward of forward+backward: fp32 100." in text
+    assert "| small | 512 | forward of forward+backward | 100." in text
 
 
 def test_grows_with_size_when_every_step_exceeds_the_spread(tmp_path, rng):
     timing = timing_records(tmp_path, rng, {"small": (90.0, 0.5), "medium": (60.0, 0.5), "large": (40.0, 0.5)})
     s, text = report(tmp_path, timing)
     assert s["speedup_grows_with_size"] and "In every series the gain grows with model size" in text
+    assert "| yes, at every step beyond the spread |" in text
     assert not s["bf16_slower"] and "Where bf16 autocast is slower" not in text
+
+
+def test_timings_say_which_a1_points_they_are(tmp_path, rng):
+    """A4(c)'s timings are A1's benchmark run at A4's points only: the section names those points
+    and does not send the reader to an A1 section the run may not build."""
+    s, text = report(tmp_path, timing_records(tmp_path, rng, {"small": (90.0, 0.5), "xl": (40.0, 0.5)}))
+    assert s["timing_grid"] == {"records": 4, "sizes": ["small", "xl"], "contexts": [512],
+                                "modes": ["forward-backward"], "precisions": ["fp32", "bf16"]}
+    assert "run for this section at 4 points: small, xl, context\n512, forward-backward, fp32 and bf16" in text
+    assert "they are not A1's grid" in text and "From the A1 records" not in text
 
 
 def test_missing_kernel_records_say_not_measured(tmp_path, rng):

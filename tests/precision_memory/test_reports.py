@@ -102,6 +102,14 @@ def test_a6_report_with_oom_rows(tmp_path):
     assert table[0]["peak (GiB)"] == "" and table[0]["predicted peak (GiB)"] != ""
     assert table[0]["step (ms)"] == "" and all(re.fullmatch(r"\d+\.\d ± \d+\.\d", row["step (ms)"]) for row in table[1:4])
     assert (out / "peak_vs_group.png").stat().st_size > 1000
+    # step time against k, step by step by the spread test: named only where it moves beyond the spread
+    steps = {(x["from"], x["to"]): x["direction"] for x in summary["step_steps"]}
+    assert list(steps) == [(1, 2), (2, 4)]
+    timed = {int(r["k"]): r for r in summary["rows"] if r["status"] == "ok"}
+    for (k1, k2), direction in steps.items():
+        a, b = timed[k1], timed[k2]
+        gap, needed = b["step_ms"] - a["step_ms"], 2 * math.hypot(a["step_std_ms"], b["step_std_ms"]) / math.sqrt(3)
+        assert direction == ("higher" if gap > needed else "lower" if gap < -needed else "within the spread")
     _render("A6", out / "summary.json", tmp_path)
 
 
@@ -177,6 +185,10 @@ def test_a4_report_and_section(tmp_path):
     assert ok and all(" ± " in row["fp32 (ms)"] and " ± " in row["bf16 autocast (ms)"] for row in ok)
     assert all(re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d×", row["speedup fp32/bf16"]) for row in ok)
     assert (out / "speedup.png").stat().st_size > 1000
+    # the prose states the table's pattern: which stages are fp32 in every column, which follow autocast
+    rules = {r["stage"]: r["kind"] for r in summary["dtype_rules"]}
+    assert {s for s, k in rules.items() if k == "float32"} == {"parameters (inside autocast)", "loss", "parameter gradients"}
+    assert rules["LayerNorm output"] == "mixed" and rules["fc1 output"] == "autocast"
     _render("A4", out / "summary.json", tmp_path)
 
 
@@ -204,8 +216,11 @@ def test_a4_report_bad_input_is_one_line(tmp_path):
 
 
 def _render(ident, summary_path, tmp_path):
-    """The section template renders from this summary in both formats (StrictUndefined)."""
+    """The section template renders from this summary in both formats (StrictUndefined); in
+    Markdown it opens with its answer, right after the run line."""
     for fmt in ("md", "html"):
         text = writeup.Renderer(fmt, tmp_path / f"w.{fmt}", TEMPLATES).section(ident, summary_path)
         assert text.startswith(f"## {ident}.")
         assert "Run:" in text
+        if fmt == "md" and json.loads(summary_path.read_text()).get("timing_grid", True) is not None:
+            assert text.split("\n\n")[2].startswith("**Answer.**"), text[:400]

@@ -2,12 +2,15 @@
 import argparse
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
 from cs336_systems.profiling import profile
 from cs336_systems.profiling.torch_tables import Event, range_table, range_totals
-from cs336_systems.report import a2
+from cs336_systems.report import a2, writeup
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +88,13 @@ def test_report_on_records_with_an_oom(record, tmp_path):
     d16 = [row for row in s["d"] if row["point"] == "tiny ctx 16"]
     assert len(d16) == 3 and all(sum(row[f"{c}_share"] for c in a2.CATEGORIES) == pytest.approx(1) for row in d16)
     e = s["e"][0]
-    assert e["flops_softmax_over_matmuls"] == pytest.approx(2 * 4 * 16 * (5 * 16 - 2) / (2 * 2 * 2 * 4 * 16 * 16 * 16))
+    assert e["flops_softmax_over_both_matmuls"] == pytest.approx(2 * 4 * 16 * (5 * 16 - 2) / (2 * 2 * 2 * 4 * 16 * 16 * 16))
+    assert e["flops_softmax_over_final"] == pytest.approx(2 * 4 * 16 * (5 * 16 - 2) / (2 * 2 * 4 * 16 * 16 * 16))
     assert (tmp_path / "out" / "category_shares.png").stat().st_size > 0
     assert s["sources"] == ["torch.profiler"]
+    # the section renders from a CPU profile and opens with its answer, right after the run line
+    text = writeup.Renderer("md", tmp_path / "w.md", TEMPLATES).section("A2", tmp_path / "out" / "summary.json")
+    assert text.split("\n\n")[2].startswith("**Answer.**"), text[:600]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -124,13 +131,22 @@ def test_attention_times_come_from_the_gpu_projection_under_nsys():
     decoy = [{"name": "sm80_xmma_gemm_f32f32", "total_ns": 1e9, "instances": 1, "category": "GEMM"}]
     forward = {"status": "ok", "tables": {name: decoy for name in per_call},
                "gpu_projection": [{"domain": "forward", "range": name, "instances": calls, "proj_ns": t * calls,
-                                   "range_ns": 1.0, "gpu_ops": 3} for name, t in per_call.items()]}
-    params = {"size": "small", "context": 64, "batch": 2, "num_heads": 4, "d_model": 32}
-    df = table_e([{"params": params, "status": "ok", "metrics": {"modes": {"forward": forward}}}])
+                                   "range_ns": 1.0, "gpu_ops": 3 * calls} for name, t in per_call.items()]}
+    params = {"size": "small", "context": 64, "batch": 2, "num_heads": 4, "d_model": 32, "precision": "fp32"}
+    df = table_e([{"params": params, "status": "ok", "metrics": {"modes": {"forward": forward}},
+                   "provenance": {"gpu": "NVIDIA H100 80GB HBM3"}}])
     row = df.iloc[0]
     assert row["softmax_us"] == pytest.approx(per_call["computing softmax"] / 1e3)
     expected = per_call["computing softmax"] / (per_call["computing attention scores"] + per_call["final matmul"])
-    assert row["time_softmax_over_matmuls"] == pytest.approx(expected)
+    assert row["time_softmax_over_scores_and_final"] == pytest.approx(expected)
     f = attention_flops(2, 4, 64, 8)
-    assert row["flops_softmax_over_matmuls"] == pytest.approx(f["softmax"] / (f["scores_matmul"] + f["final_matmul"]))
+    assert row["flops_softmax_over_both_matmuls"] == pytest.approx(f["softmax"] / (f["scores_matmul"] + f["final_matmul"]))
+    # the softmax against the final matmul alone: its range holds no scaling or mask
+    per_flop = (per_call["computing softmax"] / per_call["final matmul"]) / (f["softmax"] / f["final_matmul"])
+    assert row["per_flop_vs_final"] == pytest.approx(per_flop)
+    assert row["per_flop_vs_scores_and_final"] == pytest.approx(expected / (f["softmax"] / (2 * f["final_matmul"])))
+    assert row["kernels_per_call"] == "3 / 3 / 3"                  # each range's GPU operations per call
+    # the softmax's bytes: 8 fp32 passes over the 2·4·64² scores, against the H100's 3.35 TB/s
+    moved = 8 * 2 * 4 * 64 * 64 * 4
+    assert row["softmax_hbm_share"] == pytest.approx(moved / (per_call["computing softmax"] / 1e9) / 3.35e12)
     assert row["source"] == "nsys GPU projection"

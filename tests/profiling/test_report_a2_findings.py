@@ -3,17 +3,22 @@ a shorter context slower than a longer one (host or GPU), A1's independent timin
 top-kernel and non-matmul summaries."""
 from __future__ import annotations
 
+import math
 import random
+import statistics
 
 import pytest
 
 from cs336_systems.report import a2
 
 
-def _a2(size, context, range_ms, kernels):
-    """An A2 record whose forward mode ran ``kernels`` = [(name, category, ms, calls)]."""
+def _a2(size, context, range_ms, kernels, steps_ms=None):
+    """An A2 record whose forward mode ran ``kernels`` = [(name, category, ms, calls)]; its Python
+    timer measured ``steps_ms`` (by default two steps 0.1 % apart around the range)."""
     table = [{"name": n, "category": c, "total_ns": ms * 1e6, "instances": k} for n, c, ms, k in kernels]
-    forward = {"status": "ok", "python_ms": {"forward": {"mean": range_ms * 0.999}},
+    steps = steps_ms or [range_ms * 0.9985, range_ms * 0.9995]
+    timer = {"mean": statistics.fmean(steps), "std": statistics.stdev(steps), "n": len(steps), "samples": steps}
+    forward = {"status": "ok", "python_ms": {"forward": timer},
                "ranges": [{"range": "forward", "instances": 2, "avg_ns": range_ms * 1e6}],
                "tables": {"forward": table}}
     return {"id": "A2", "status": "ok", "params": {"size": size, "context": context, "batch": 4},
@@ -38,10 +43,43 @@ def test_a_host_bound_shorter_context_is_explained_by_the_host_only_when_its_ker
     assert [h["point"] for h in found["host_bound"]] == ["medium ctx 128"]
     (slower,) = found["slower_shorter"]
     assert (slower["short"], slower["long"], slower["kernels_grow"]) == (128, 256, True)
+    # as many kernels in more wall time: the host issued them more slowly in that process
+    assert slower["slower_issue"] and slower["short_kernels"] == slower["long_kernels"] == 148
     # the GPU's own work shrinking with context as well: not the host's doing
     records[0] = _a2("medium", 128, 75.0, [(GEMM, "GEMM", 70.0, 48)])
     (slower,) = a2.a_findings(a2.table_a(records))["slower_shorter"]
     assert slower["kernels_grow"] is False
+
+
+def test_a_kernel_time_per_kernel_is_not_the_range_time_per_kernel(seed):
+    """Two "per kernel" times: the GPU's (kernel time / kernels) and the range's wall time per kernel."""
+    rng = random.Random(seed)
+    range_ms = rng.uniform(10, 20)
+    kernels = [(GEMM, "GEMM", rng.uniform(1, 3), rng.randint(50, 80)), ("mul", "elementwise", rng.uniform(0.5, 1), 700)]
+    row = a2.table_a([_a2("small", 128, range_ms, kernels)]).iloc[0]
+    count = sum(k for *_, k in kernels)
+    assert row["kernel_us_per_kernel"] == pytest.approx(1e3 * sum(ms for _, _, ms, _ in kernels) / count)
+    assert row["range_us_per_kernel"] == pytest.approx(1e3 * range_ms / count)
+    assert row["kernel_us_per_kernel"] < row["range_us_per_kernel"]
+    (host,) = a2.a_findings(a2.table_a([_a2("small", 128, range_ms, kernels)]))["host_bound"]
+    assert host["kernel_us_per_kernel"] == pytest.approx(row["kernel_us_per_kernel"])
+
+
+@pytest.mark.parametrize("spread_ms, settled", [(0.2, True), (12.0, False)])
+def test_a_shorter_context_is_slower_only_beyond_the_spread_of_its_steps(seed, spread_ms, settled):
+    """A shorter context whose forward took longer is a finding only where the measured steps
+    separate the two (the spread test on the Python timer); else it is named as not settled."""
+    rng = random.Random(seed)
+    short_ms, long_ms = rng.uniform(66, 70), rng.uniform(64, 65.5)
+    steps = lambda centre: [centre - spread_ms / 2, centre + spread_ms / 2]  # noqa: E731
+    records = [_a2("large", 128, short_ms, [(GEMM, "GEMM", 30.0, 2286)], steps(short_ms)),
+               _a2("large", 256, long_ms, [(GEMM, "GEMM", 60.0, 2286)], steps(long_ms))]
+    found = a2.a_findings(a2.table_a(records))
+    # independent reference: two standard errors of the difference of the two timers' means
+    se = statistics.stdev(steps(0.0)) / math.sqrt(2)
+    assert (short_ms - long_ms > 2 * math.hypot(se, se)) is settled
+    assert [x["short"] for x in found["slower_shorter"]] == ([128] if settled else [])
+    assert [x["short"] for x in found["shorter_within_spread"]] == ([] if settled else [128])
 
 
 @pytest.mark.parametrize("a1_mean, outside", [(40.5, []), (30.0, ["medium ctx 256"])])
@@ -70,3 +108,69 @@ def test_top_kernel_and_non_matmul_summaries():
     shares = {k["kernel"]: (k["points"], k["median_share"]) for k in c["kernels"]}
     assert shares["at::native::elementwise_kernel[MulFunctor]"][0] == 2   # the variants together, once per point
     assert shares[a2.short_name("gather")][0] == 1
+
+
+def _d_rows(shares):
+    """table_d rows from {(size, context, mode): (GEMM, elementwise, optimizer)} shares."""
+    return a2.pd.DataFrame([{"point": f"{size} ctx {context}", "mode": mode, "step_kernel_ms": 1.0,
+                             "GEMM_share": g, "attention-softmax_share": 0.0, "elementwise_share": e,
+                             "optimizer_share": o, "other_share": 1 - g - e - o}
+                            for (size, context, mode), (g, e, o) in shares.items()])
+
+
+def test_d_gemm_share_rises_with_size_only_where_every_size_step_rises(seed):
+    rng = random.Random(seed)
+    sizes, shares = ["small", "medium", "large"], {}
+    rising = sorted(rng.uniform(0.5, 0.9) for _ in sizes)
+    for size, g in zip(sizes, rising):
+        shares[(size, 128, "forward")] = (g, 0.95 - g, 0.0)
+        # at context 256 the middle size dips below the smallest: not rising with size
+        shares[(size, 256, "forward")] = (g - (0.3 if size == "medium" else 0.0), 0.0, 0.0)
+        opt = {"small": 0.2, "medium": 0.1, "large": 0.05}[size]
+        shares[(size, 128, "train-step")] = (g - opt, 0.95 - g, opt)
+    d = _d_rows(shares)
+    growth = [{"point": f"{s} ctx 128", "GEMM": -shares[(s, 128, "train-step")][2], "attention-softmax": 0.0,
+               "elementwise": 0.0, "optimizer": shares[(s, 128, "train-step")][2], "other": 0.0,
+               "gemm_forward": shares[(s, 128, "forward")][0], "gemm_train": shares[(s, 128, "train-step")][0]}
+              for s in sizes]
+    found = a2.d_findings(d, growth)
+    assert found["gemm_by_mode"]["forward"]["rising_with_size"] == [128]
+    assert found["gemm_by_mode"]["forward"]["series"][128]["shares"] == pytest.approx(rising)
+    assert found["empty_categories"] == ["attention-softmax"]
+    assert found["train"]["largest_gain"] == {"optimizer": 3}
+    assert found["train"]["gemm_drop"] == pytest.approx([0.05, 0.2])
+
+
+def test_d_table_and_figure_leave_out_empty_categories(tmp_path):
+    d = _d_rows({("small", 128, "forward"): (0.7, 0.3, 0.0), ("small", 128, "train-step"): (0.5, 0.3, 0.2)})
+    assert a2.empty_categories(d) == ["attention-softmax"]
+    assert a2.empty_categories(d.assign(**{"attention-softmax_share": [0.0, 0.01]})) == []
+    a2.plot_shares(d, tmp_path / "shares.png", "CUDA kernels")
+    assert (tmp_path / "shares.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("share, bound", [(0.8, True), (0.3, False)])
+def test_e_softmax_is_called_memory_bound_only_near_the_cards_bandwidth(seed, share, bound):
+    """The prose blames memory traffic only where the softmax's bytes move at over half the card's
+    bandwidth at every size's longest context."""
+    rng = random.Random(seed)
+    records = []
+    for size, heads in (("small", 12), ("medium", 16)):
+        for context in (256, 512):
+            moved = 8 * 4 * heads * context ** 2 * 4                   # 8 fp32 passes over B·H·T² scores
+            softmax_ns = moved / (share * 3.35e12) * 1e9 if context == 512 else rng.uniform(1e4, 1e5)
+            times = {"computing attention scores": 3e5, "computing softmax": softmax_ns, "final matmul": 1e5}
+            forward = {"status": "ok", "tables": {}, "gpu_projection": [
+                {"range": name, "instances": 2, "proj_ns": 2 * t, "gpu_ops": 10} for name, t in times.items()]}
+            records.append({"status": "ok", "provenance": {"gpu": "NVIDIA H100 80GB HBM3"},
+                            "params": {"size": size, "context": context, "batch": 4, "num_heads": heads,
+                                       "d_model": 64 * heads, "precision": "fp32"},
+                            "metrics": {"modes": {"forward": forward}}})
+    found = a2.e_findings(a2.table_e(records))
+    assert [x["point"] for x in found["longest"]] == ["small ctx 512", "medium ctx 512"]
+    assert found["softmax_hbm_share"] == pytest.approx([share, share])
+    assert found["memory_bound"] is bound
+    # a card without a known bandwidth settles nothing
+    for r in records:
+        r["provenance"]["gpu"] = "NVIDIA GeForce RTX 4090"
+    assert a2.e_findings(a2.table_e(records))["memory_bound"] is None

@@ -3,6 +3,7 @@
 from pathlib import Path
 import csv
 import json
+import math
 import random
 import re
 import statistics
@@ -188,12 +189,16 @@ def test_writeup_markdown_sections(built):
             assert "*Not built yet: no summary was given to the writeup.*" in body
     a1_text, a3_text = sections["A1"], sections["A3"]
     for point, t in s1["fp32_forward_backward"].items():
-        assert f"forward {t['forward']:,.2f} ms, backward {t['backward']:,.2f} ms" in a1_text
+        ratio = t["backward"] / t["forward"]
+        assert f"{t['forward']:,.2f} / {t['backward']:,.2f} ({ratio:,.2f}×)" in a1_text
+    # each section opens with its answer, right after the run line
+    for text in (a1_text, a3_text):
+        assert text.split("\n\n")[2].startswith("**Answer.**"), text[:400]
     assert f"{100 * s1['cv_max']:.1f} %" in a1_text
     assert f"{s1['ok']} of {s1['points']} grid points ran" in a1_text
     assert "OOM" in a1_text
     for variant, r in s3["at_course_terms"].items():
-        assert f"`{variant}`: {r['value']:,.6f}" in a3_text
+        assert f"| `{variant}` | {r['value']:,.6f} | {r['abs_error']:,.6f} |" in a3_text
     assert "run `testrun`" in md and "smoke run" in md
     # Markdown figures point at the real files, relative to the writeup.
     for target in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
@@ -243,8 +248,6 @@ def test_a_report_sets_a_damaged_record_aside_and_stops_in_one_line(tmp_path):
     import subprocess
     import sys
 
-    from cs336_systems.records import make_record, write_json_atomic
-
     good, bad = tmp_path / "ok.json", tmp_path / "bad.json"
     for path in (good, bad):
         write_json_atomic(path, [make_record("C1", {"backend": "gloo", "world_size": 2, "mb": 1}, "ok",
@@ -282,5 +285,79 @@ def test_warmup_summary_says_which_way_the_mean_moved(first, later, mean_directi
 
     cold, warm = warmup_summary([record(0, first, later), record(5, 100.0, 100.0)])
     assert cold["first_slowest"] == (first > later + 1)       # later steps lie within ±1 ms
-    assert (cold["vs_longest_direction"], cold["later_direction"]) == (mean_direction, later_direction)
-    assert warm["vs_longest_direction"] == warm["later_direction"] == "within the spread"
+    # one warm process: how processes differ is not measured, so its own spread stands in
+    assert cold["ref_between"] is False and cold["ref_processes"] == 1
+    assert (cold["vs_warm_direction"], cold["later_direction"]) == (mean_direction, later_direction)
+    assert warm["vs_warm_direction"] is None and warm["later_direction"] is None
+
+
+def _warmup_record(size, warmup, samples):
+    return make_record("A1", {"size": size, "context": 16, "batch": BATCH, "mode": "forward-backward", "warmup": warmup,
+                              "steps": len(samples), "precision": "fp32"}, "ok",
+                       {"step": _summary(samples)})
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_a_cold_process_differs_only_beyond_the_scatter_between_processes(tmp_path, seed, inside):
+    """Two processes differ by more than one process's standard error says: a cold process's later
+    steps are called slower only beyond the scatter of the warm processes' means. A gap beyond each
+    process's own standard error (0.1 % between two 2.7B processes, say) is no difference between
+    processes where the warm processes differ among themselves by as much."""
+    rng = random.Random(seed)
+    base, noise, between = rng.uniform(100, 500), 0.05, rng.uniform(1.0, 2.0)
+    # warm processes 1, 2, 5 sit at base + between, base, base - between: the longest warm-up is the fastest
+    warm = [_warmup_record("tiny", w, [base + offset + noise * rng.gauss(0, 1) for _ in range(STEPS)])
+            for w, offset in ((1, between), (2, 0.0), (5, -between))]
+    gap = rng.uniform(0.2, 0.6) * between if inside else rng.uniform(5, 8) * between
+    later = [base + gap + noise * rng.gauss(0, 1) for _ in range(STEPS - 1)]
+    cold = _warmup_record("tiny", 0, [10 * base] + later)
+    rows = a1.warmup_summary([cold, *warm])
+    row = rows[0]
+    # independent reference: the warm means' scatter, as a new process would show it
+    means = [r["metrics"]["step"]["mean"] for r in warm]
+    ref_se = statistics.stdev(means) * (1 + 1 / 3) ** 0.5
+    cold_se = statistics.stdev(later) / (len(later)) ** 0.5
+    difference = statistics.fmean(later) - statistics.fmean(means)
+    assert row["ref_mean"] == pytest.approx(statistics.fmean(means))
+    assert row["later_direction"] == ("higher" if difference > 2 * math.hypot(ref_se, cold_se) else "within the spread")
+    assert row["later_direction"] == ("within the spread" if inside else "higher")
+    # the longest warm process's own standard error alone would have called even the small gap a difference
+    longest = warm[-1]["metrics"]["step"]
+    own = 2 * math.hypot(longest["std"] / STEPS ** 0.5, cold_se)
+    assert statistics.fmean(later) - longest["mean"] > own
+    assert row["vs_warm_direction"] == "higher" and row["first_slowest"]
+
+    paths = [write_json_atomic(tmp_path / "w" / f"{i}.json", r) for i, r in enumerate([cold, *warm])]
+    point = write_json_atomic(tmp_path / "r" / "0.json", a1_record(rng, "tiny", 16, "forward", "fp32"))
+    out = tmp_path / "A1"
+    assert a1.main(["--records", str(point), "--warmup-records", *map(str, paths), "--out-dir", str(out)]) == 0
+    text = writeup.Renderer("md", tmp_path / "w.md", TEMPLATES).section("A1", out / "summary.json")
+    assert ("also lie\noutside that spread" in text) is not inside
+    assert ("For tiny the first step alone raises the mean" in text) is inside
+    assert "forward-backward step at context 16, fp32, batch 3" in text      # the figure and table say what ran
+
+
+def test_warm_processes_fall_with_warmup_only_when_each_step_is_faster(seed):
+    rng = random.Random(seed)
+    steady = lambda centre: [centre + 0.01 * rng.gauss(0, 1) for _ in range(STEPS)]  # noqa: E731
+    falling = [_warmup_record("tiny", w, steady(c)) for w, c in ((1, 120.0), (2, 110.0), (5, 100.0))]
+    mixed = [_warmup_record("small", w, steady(c)) for w, c in ((1, 100.0), (2, 110.0), (5, 100.0))]
+    found = {w["size"]: w for w in a1.warm_processes(a1.warmup_summary(falling + mixed))}
+    assert found["tiny"]["order"] == "falls" and found["small"]["order"] == "mixed"
+    assert found["tiny"]["spread"] == pytest.approx(120 / 100 - 1, abs=1e-3)
+
+
+def test_warmup_records_of_two_workloads_stop_the_report_in_one_line(tmp_path, capsys, seed):
+    """The warm-up figure and prose name one workload (mode, context, precision): records of two
+    cannot be drawn as one study."""
+    rng = random.Random(seed)
+    paths = [write_json_atomic(tmp_path / "w" / f"{i}.json", _warmup_record("tiny", w, [10.0 + rng.random() for _ in range(3)]))
+             for i, w in enumerate((0, 1))]
+    other = json.loads(paths[1].read_text())
+    other["params"]["context"] = 32
+    paths[1].write_text(json.dumps(other))
+    point = write_json_atomic(tmp_path / "r" / "0.json", a1_record(rng, "tiny", 16, "forward", "fp32"))
+    with pytest.raises(SystemExit):
+        a1.main(["--records", str(point), "--warmup-records", *map(str, paths), "--out-dir", str(tmp_path / "A1")])
+    err = capsys.readouterr().err
+    assert "warm-up records mix workloads" in err and "Traceback" not in err

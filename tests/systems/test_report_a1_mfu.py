@@ -64,7 +64,7 @@ def test_bf16_slower_is_named_only_beyond_the_spread(tmp_path, rng):
     assert [(c["context"], c["bf16_is"]) for c in s["bf16_slower"]] == [(32, "slower")]
     assert [(c["context"], c["bf16_is"]) for c in s["bf16_within_spread"]] == [(16, "within the spread")]
     slow = s["bf16_slower"][0]
-    assert f"tiny, context 32, forward-backward: bf16 {slow['bf16_ms']:.2f} ± {slow['bf16_std_ms']:.2f} ms" in text
+    assert f"| tiny | 32 | forward-backward | {slow['bf16_ms']:.2f} ± {slow['bf16_std_ms']:.2f} |" in text
     assert "bf16 is slower at 1:" in text and "1 lie within the spread (tiny ctx 16 forward-backward)" in text
 
 
@@ -88,7 +88,7 @@ def test_mfu_against_a_step_of_known_flops(tmp_path, rng):
     assert df[df["precision"] == "fp32"]["mfu"].isna().all()
     assert "a CPU run: no peak" in s["mfu_peaks"] and any("not in the peak table" in b for b in s["mfu_peaks"])
     assert s["mfu_best"]["bf16"]["mfu"] == pytest.approx(0.01, rel=1e-3)
-    assert "1.0 % of H200 SXM dense bf16 tensor cores, 989 TFLOP/s" in text
+    assert "| bf16 |" in text and "| 1.0 % | H200 SXM dense bf16 tensor cores, 989 TFLOP/s |" in text
 
 
 def test_flat_in_work_and_profiled_launch_bound(tmp_path, rng):

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from cs336_systems.report.spread import WITHIN, Estimate, compare, trend
+from cs336_systems.report.spread import WITHIN, Estimate, across_processes, compare, trend
 
 
 def test_two_standard_errors_of_the_difference():
@@ -43,3 +43,18 @@ def test_ratio_standard_error_against_a_monte_carlo():
 ])
 def test_trend(means, expected):
     assert trend([Estimate(m, 0.1) for m in means]) == expected
+
+
+def test_across_processes_is_the_scatter_a_new_process_would_show(seed):
+    rng = random.Random(seed)
+    k = rng.randint(2, 8)
+    processes = [Estimate(rng.gauss(100, 3), rng.uniform(0.01, 0.1)) for _ in range(k)]
+    pooled = across_processes(processes)
+    means = [e.mean for e in processes]
+    assert pooled.mean == pytest.approx(statistics.fmean(means))
+    # a new process's deviation from the mean of k others: sd·√(1 + 1/k), whatever each one's own se
+    assert pooled.se == pytest.approx(statistics.stdev(means) * math.sqrt(1 + 1 / k))
+    assert math.isnan(across_processes(processes[:1]).se)
+    # within the processes' scatter: no difference, however small the new process's own error
+    assert compare(Estimate(pooled.mean + 0.5 * pooled.se, 0.01), pooled) == WITHIN
+    assert compare(Estimate(pooled.mean + 3 * pooled.se, 0.01), pooled) == "higher"

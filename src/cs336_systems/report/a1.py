@@ -34,7 +34,7 @@ from cs336_systems.profiling.busy import profile_busy
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import WITHIN, Estimate, compare
+from cs336_systems.report.spread import WITHIN, Estimate, across_processes, compare, trend
 
 PHASES = ("forward", "backward", "optimizer", "step")
 MORE_WORK = 1.5          # FLOPs ratio of a neighbour whose equal time marks a point launch-bound
@@ -183,6 +183,18 @@ def plot_time_vs_context(df: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
+def warmup_point(records: list[dict]) -> dict | None:
+    """The one workload the warm-up study times (mode, context, precision, batch, steps), or None
+    without records; the figure and the prose name it."""
+    keys = ("mode", "context", "precision", "batch", "steps")
+    points = {tuple(r["params"].get(k) for k in keys) for r in records}
+    if not points:
+        return None
+    if len(points) > 1:
+        raise ValueError(f"A1 warm-up records mix workloads: {sorted(points, key=str)}")
+    return dict(zip(keys, points.pop()))
+
+
 def plot_warmup(records: list[dict], path: Path) -> None:
     sizes = [s for s in MODEL_SIZES if any(r["params"]["size"] == s for r in records)]
     fig, axes = plt.subplots(1, max(1, len(sizes)), figsize=(4 * max(1, len(sizes)), 3.6), squeeze=False)
@@ -193,14 +205,26 @@ def plot_warmup(records: list[dict], path: Path) -> None:
                 ax.plot(range(1, len(samples) + 1), samples, marker=".", label=f"{r['params']['warmup']} warm-up")
         ax.set(title=size, xlabel="timed step", ylim=(0, None))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, title="one process each", title_fontsize=7)
     axes[0][0].set_ylabel("step time (ms)")
+    point = warmup_point(records)
+    if point:
+        fig.suptitle(f"{point['mode']} step, context {point['context']}, {point['precision']}, batch {point['batch']}: "
+                     "each timed step after 0, 1, 2, … untimed warm-up steps", fontsize=9)
     save_figure(fig, path)
 
 
 def warmup_summary(records: list[dict]) -> list[dict]:
     """Per size and warm-up count: mean, std, first vs later steps, and the mean relative to the
-    longest warm-up of the same size (``vs_longest``: 0.05 = 5 % slower)."""
+    longest warm-up of the same size (``vs_longest``: 0.05 = 5 % slower).
+
+    A process without warm-up (``warmup == 0``) is compared with the processes of its size that had
+    some (``ref_*``, ``vs_warm``, ``later_vs_warm``): its mean, and its later steps alone, each by
+    ``spread.compare`` against ``spread.across_processes`` of the warm processes, since two
+    processes differ by more than one process's standard error says. With a single warm process
+    that scatter is unknown, and the comparison falls back to that process's own spread
+    (``ref_between`` False). The standard error of the cold process is its steady steps' (all
+    but the first): its own std holds the slow first step."""
     rows = []
     for r in records:
         if r["status"] != "ok":
@@ -220,14 +244,46 @@ def warmup_summary(records: list[dict]) -> list[dict]:
         row["first_vs_rest"] = row["first"] / row["rest_mean"]
         row["vs_longest"] = row["mean"] / ref["mean"] - 1
         row["std_vs_longest"] = row["std"] / ref["std"] if ref["std"] else None
-        # Which way the mean moved, and whether the later steps (all but the first) moved too, each
-        # by report.spread against the longest warm-up, with the standard errors of the steady
-        # steps (all but the first) of this process. The prose names a direction only from these.
-        steady_se = row["rest_std"] / math.sqrt(max(1, row["n"] - 1))
-        ref_estimate = Estimate.from_samples(ref["mean"], ref["std"], ref["n"])
-        row["vs_longest_direction"] = compare(Estimate(row["mean"], steady_se), ref_estimate)
-        row["later_direction"] = compare(Estimate(row["rest_mean"], steady_se), ref_estimate)
+        row.update(_against_warm(row, [w for w in rows if w["size"] == row["size"] and w["warmup"] > 0]))
     return rows
+
+
+def _against_warm(row: dict, warm: list[dict]) -> dict:
+    """A cold process (no warm-up) against the warm processes of its size (see warmup_summary)."""
+    if row["warmup"] > 0 or not warm:
+        return {"ref_mean": None, "ref_processes": len(warm), "ref_between": None, "vs_warm": None,
+                "later_vs_warm": None, "vs_warm_direction": None, "later_direction": None}
+    estimates = [Estimate.from_samples(w["mean"], w["std"], w["n"]) for w in warm]
+    ref = across_processes(estimates) if len(estimates) > 1 else estimates[0]
+    steady_se = row["rest_std"] / math.sqrt(max(1, row["n"] - 1))
+    return {"ref_mean": ref.mean, "ref_processes": len(warm), "ref_between": len(warm) > 1,
+            "vs_warm": row["mean"] / ref.mean - 1, "later_vs_warm": row["rest_mean"] / ref.mean - 1,
+            "vs_warm_direction": compare(Estimate(row["mean"], steady_se), ref),
+            "later_direction": compare(Estimate(row["rest_mean"], steady_se), ref)}
+
+
+def warm_processes(rows: list[dict]) -> list[dict]:
+    """Per size, the processes with warm-up against each other: how far apart their means are
+    (``spread``: largest over smallest, minus one) and ``order``, ``spread.trend`` of their means
+    in order of warm-up count ("falls": each longer warm-up faster beyond the spread)."""
+    out = []
+    for size in dict.fromkeys(row["size"] for row in rows):
+        warm = [w for w in rows if w["size"] == size and w["warmup"] > 0]
+        if len(warm) < 2:
+            continue
+        means = [w["mean"] for w in warm]
+        out.append({"size": size, "warmups": [w["warmup"] for w in warm], "spread": max(means) / min(means) - 1,
+                    "order": trend([Estimate.from_samples(w["mean"], w["std"], w["n"]) for w in warm])})
+    return out
+
+
+def fb_rows(fb: pd.DataFrame) -> list[dict]:
+    """fp32 forward+backward points as the prose's table reads them: size, context, forward,
+    backward and step means (ms) and backward / forward, in the table's order."""
+    return [{"size": str(r["size"]), "context": int(r["context"]), "forward": float(r["forward_mean"]),
+             "backward": float(r["backward_mean"]), "ratio": float(r["backward_mean"] / r["forward_mean"]),
+             "step": float(r["step_mean"])}
+            for _, r in fb.iterrows()]
 
 
 def _point(row) -> dict:
@@ -272,6 +328,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
     launch = ok[ok["launch_bound"] == True]     # noqa: E712 - None (no profile) is neither
     flat = ok[ok["flat_in_work"] == True]       # noqa: E712
     comparisons = bf16_against_fp32(df)
+    warmups = warmup_summary(warmup_records)
     # The spread where the step's time is not set by its work against where it is (coefficient of
     # variation of the step); the prose says "larger where flat" only if the medians say so.
     step_cv = ok["step_std"] / ok["step_mean"]
@@ -283,6 +340,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "points": len(df), "ok": int(len(ok)),
         "not_ok": [f"{r['size']} ctx {r['context']} {r['mode']} {r['precision']}: {r['status']}" for _, r in failed.iterrows()],
         "fp32_forward_backward": timed,
+        "fp32_forward_backward_rows": fb_rows(fb),
         "cv_median": float(cv.median()) if len(cv) else None,
         "cv_max": float(cv.max()) if len(cv) else None,
         "cv_max_point": f"{worst['size']} ctx {worst['context']} {worst['mode']} {worst['precision']}" if worst is not None else None,
@@ -306,7 +364,9 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "bf16_within_spread": [c for c in comparisons if c["bf16_is"] == WITHIN],
         "bf16_faster_count": sum(c["bf16_is"] == "faster" for c in comparisons),
         "bf16_compared": len(comparisons),
-        "warmup": warmup_summary(warmup_records),
+        "warmup": warmups,
+        "warm_processes": warm_processes(warmups),
+        "warmup_point": warmup_point(warmup_records),
         "on_gpu": any(r["provenance"].get("gpu") for r in warmup_records),
         "batch": int(records[0]["params"]["batch"]) if records else None,
         "warmup_steps": int(records[0]["params"]["warmup"]) if records else None,
@@ -323,6 +383,10 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", required=True, type=Path)
     args = p.parse_args(argv)
     records, warmup_records = load_records(args.records), load_records(args.warmup_records)
+    try:
+        warmup_point(warmup_records)
+    except ValueError as exc:
+        p.error(str(exc))
     df = mark_launch_bound(records_frame(records), [b for r in load_records(args.profiles) for b in profile_busy(r)])
     write_table(display_table(df), args.out_dir)
     plot_time_vs_context(df, args.out_dir / "time_vs_context.png")

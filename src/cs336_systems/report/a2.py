@@ -20,14 +20,22 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.profiling.busy import mode_busy
 from cs336_systems.profiling.classify import CATEGORIES, short_name
 from cs336_systems.profiling.flops import attention_flops
+from cs336_systems.profiling.ranges import ATTENTION_RANGES as ATTENTION
 from cs336_systems.profiling.ranges import FINAL, MODE_PHASES, PHASE_RANGES, SCORES, SOFTMAX
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.spread import Estimate, compare
 
 SHARE_THRESHOLD = 0.01        # (c): a non-matmul kernel with at least this share of forward time
+# (e): passes our softmax (cs336_basics.model.softmax) makes over the B·H·T² scores: amax reads them;
+# the subtraction, exp and division each read and write them; the sum reads them
+SOFTMAX_PASSES = 8
+ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+MEMORY_BOUND = 0.5            # (e): a kernel moving bytes at over this share of the card's bandwidth
 MODES = tuple(MODE_PHASES)
 PHASE_RANGE_NAMES = set(PHASE_RANGES.values())
 
@@ -117,38 +125,68 @@ def table_a(records: list[dict], a1_records: list[dict] = ()) -> pd.DataFrame:
         count = busy["kernels"] if busy else 0
         p = r["params"]
         other = a1.get((p["size"], p["context"], p["batch"]))
+        timer = forward_estimate(m["python_ms"]["forward"])
         rows.append({"point": _point(r), "nvtx_forward_ms": nv_ms, "python_forward_ms": py,
+                     "python_forward_se_ms": timer.se,
                      "nvtx_over_python": nv_ms / py, "instances": nv["instances"] if nv else 0,
                      # the kernel table is the first measured forward's; the range's mean is close to it
                      "kernel_ms": kernel_ms, "kernels": count, "gpu_busy": busy["busy_share"] if busy else math.nan,
-                     "us_per_kernel": 1e3 * nv_ms / count if count else math.nan,
+                     # two different "per kernel" times: the GPU's time in each kernel, and the
+                     # range's wall time per kernel launched (the host's pace where the GPU waits)
+                     "kernel_us_per_kernel": 1e3 * kernel_ms / count if count else math.nan,
+                     "range_us_per_kernel": 1e3 * nv_ms / count if count else math.nan,
                      "a1_forward_ms": other["mean"] if other else math.nan,
                      "a1_std_ms": other["std"] if other else math.nan,
                      "nvtx_over_a1": nv_ms / other["mean"] if other else math.nan})
     return pd.DataFrame(rows)
 
 
+def forward_estimate(timed: dict) -> Estimate:
+    """The Python timer's forward mean with its standard error (nan without its samples)."""
+    n = timed.get("n") or len(timed.get("samples") or ())
+    if not n:
+        return Estimate(timed["mean"], math.nan)
+    return Estimate.from_samples(timed["mean"], timed.get("std", math.nan), n)
+
+
 def a_findings(a: pd.DataFrame) -> dict:
     """What (a)'s prose says, from the table: host-bound points, and a shorter context whose
-    forward took longer than the next longer one's, with whether the GPU's own work agrees."""
+    forward took longer than the next longer one's.
+
+    "Took longer" is ``spread.compare`` of the Python timer's means (the range encloses it), so a
+    pair the measured steps do not separate is ``shorter_within_spread``, not a finding. For a pair
+    that is separated: whether the GPU's own work still grew with context (``kernels_grow``), and
+    whether the host issued kernels at a slower pace in the shorter point's process
+    (``slower_issue``: more wall time per kernel launched), which is no property of the workload
+    when the two launched about as many kernels."""
     if not len(a):
-        return {"host_bound": [], "slower_shorter": [], "a1_compared": 0}
+        return {"host_bound": [], "slower_shorter": [], "shorter_within_spread": [], "a1_compared": 0}
     host = a[a["gpu_busy"] < HOST_BOUND]
-    slower = []
+    slower, unsettled = [], []
     for size, part in a.assign(size=a["point"].str.split(" ctx ").str[0],
                                context=a["point"].str.split(" ctx ").str[1].astype(int)).groupby("size", sort=False):
         part = part.sort_values("context")
         for (_, short), (_, long) in zip(part.iterrows(), part.iloc[1:].iterrows()):
-            if short["nvtx_forward_ms"] > long["nvtx_forward_ms"]:
-                slower.append({"size": size, "short": int(short["context"]), "long": int(long["context"]),
-                               "short_ms": float(short["nvtx_forward_ms"]), "long_ms": float(long["nvtx_forward_ms"]),
-                               "short_kernel_ms": float(short["kernel_ms"]), "long_kernel_ms": float(long["kernel_ms"]),
-                               "short_busy": float(short["gpu_busy"]),
-                               # the GPU's work still grew with context: the wall time is the host's
-                               "kernels_grow": bool(short["kernel_ms"] < long["kernel_ms"])})
+            pair = {"size": size, "short": int(short["context"]), "long": int(long["context"]),
+                    "short_ms": float(short["python_forward_ms"]), "long_ms": float(long["python_forward_ms"])}
+            direction = compare(Estimate(short["python_forward_ms"], short["python_forward_se_ms"]),
+                                Estimate(long["python_forward_ms"], long["python_forward_se_ms"]))
+            if direction == "higher":
+                slower.append(pair | {
+                    "short_kernel_ms": float(short["kernel_ms"]), "long_kernel_ms": float(long["kernel_ms"]),
+                    "short_busy": float(short["gpu_busy"]),
+                    "short_kernels": int(short["kernels"]), "long_kernels": int(long["kernels"]),
+                    "short_range_us_per_kernel": float(short["range_us_per_kernel"]),
+                    "long_range_us_per_kernel": float(long["range_us_per_kernel"]),
+                    "kernels_grow": bool(short["kernel_ms"] < long["kernel_ms"]),
+                    "slower_issue": bool(short["range_us_per_kernel"] > long["range_us_per_kernel"])})
+            elif short["python_forward_ms"] > long["python_forward_ms"]:
+                unsettled.append(pair)
     return {"host_bound": [{"point": r.point, "gpu_busy": float(r.gpu_busy), "kernels": int(r.kernels),
-                            "us_per_kernel": float(r.us_per_kernel)} for r in host.itertuples()],
-            "slower_shorter": slower, "a1_compared": int(a["a1_forward_ms"].notna().sum()),
+                            "kernel_us_per_kernel": float(r.kernel_us_per_kernel),
+                            "range_us_per_kernel": float(r.range_us_per_kernel)} for r in host.itertuples()],
+            "slower_shorter": slower, "shorter_within_spread": unsettled,
+            "a1_compared": int(a["a1_forward_ms"].notna().sum()),
             # same work, another process: a difference beyond two of A1's standard deviations is real
             "a1_outside_spread": [r.point for r in a.itertuples()
                                   if abs(r.nvtx_forward_ms - r.a1_forward_ms) > 2 * r.a1_std_ms],
@@ -250,64 +288,159 @@ def table_d(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def attention_call_ns(m: dict) -> tuple[dict[str, float], str] | None:
-    """GPU time of one call of each attention range, and where it comes from.
+def _size_context(point: pd.Series) -> tuple[pd.Series, pd.Series]:
+    parts = point.str.split(" ctx ")
+    return parts.str[0], parts.str[1].astype(int)
+
+
+def empty_categories(d: pd.DataFrame) -> list[str]:
+    """Categories with no kernel time at any point and mode: the table and the figure leave them
+    out (our softmax's kernels are generic ones, counted as elementwise, so "attention-softmax"
+    holds only fused softmax or attention kernels, which the naive model does not launch)."""
+    return [c for c in CATEGORIES if not len(d) or not (d[f"{c}_share"].fillna(0) > 0).any()]
+
+
+def d_findings(d: pd.DataFrame, growth: list[dict]) -> dict | None:
+    """(d) in numbers, from one profiled step per point and mode (so no spread: "rises" means the
+    single measurements rise): per mode, the contexts at which the GEMM share rises with model size
+    at every step, and how a training step's shares differ from inference's."""
+    if not len(d):
+        return None
+    sizes, contexts = _size_context(d["point"])
+    by_mode = {}
+    for mode, part in d.assign(size=sizes, context=contexts).groupby("mode", sort=False):
+        rising, series = [], {}
+        for context, rows in part.groupby("context"):
+            shares = rows.set_index("size")["GEMM_share"].reindex([s for s in MODEL_SIZES if s in set(rows["size"])])
+            series[int(context)] = {"sizes": list(shares.index), "shares": [float(v) for v in shares]}
+            if len(shares) > 1 and all(b > a for a, b in zip(shares, shares.iloc[1:])):
+                rising.append(int(context))
+        by_mode[mode] = {"contexts": sorted(series), "rising_with_size": rising, "series": series}
+    out = {"gemm_by_mode": by_mode, "empty_categories": empty_categories(d)}
+    if growth:
+        g = pd.DataFrame(growth)
+        gained = [max(("elementwise", "optimizer", "other"), key=lambda c: row[c]) for row in growth]
+        g_sizes, g_contexts = _size_context(g["point"])
+        falls = [size for size, part in g.assign(size=g_sizes, context=g_contexts).groupby("size", sort=False)
+                 if len(part) > 1 and part.sort_values("context")["optimizer"].is_monotonic_decreasing]
+        out["train"] = {"gemm_drop": [float((g["gemm_forward"] - g["gemm_train"]).min()),
+                                      float((g["gemm_forward"] - g["gemm_train"]).max())],
+                        "optimizer_gain": [float(g["optimizer"].min()), float(g["optimizer"].max())],
+                        "largest_gain": {c: gained.count(c) for c in dict.fromkeys(gained)},
+                        "points": len(growth), "optimizer_falls_with_context": falls,
+                        "sizes": int(g_sizes.nunique())}
+    return out
+
+
+def attention_call_ns(m: dict) -> tuple[dict[str, float], dict[str, float], str] | None:
+    """GPU time of one call of each attention range, the kernels one call launches, and where
+    they come from.
 
     nsys: the range's GPU projection (the span of the GPU work launched inside it, summed over its
-    instances) over its instance count. Its ``--filter-nvtx`` kernel table cannot serve: an
-    attention range holds no synchronisation, so its CPU time window closes long before the kernels
-    it launched run, and the window catches whatever else the GPU was running then.
-    torch.profiler: the range's table, which assigns each kernel to the operator that launched it.
+    instances) and its GPU operations, each over its instance count. Its ``--filter-nvtx`` kernel
+    table cannot serve: an attention range holds no synchronisation, so its CPU time window closes
+    long before the kernels it launched run, and the window catches whatever else the GPU was
+    running then. torch.profiler: the range's table, which assigns each kernel to the operator
+    that launched it.
     """
     projection = {x["range"]: x for x in m.get("gpu_projection") or []}
-    if all(name in projection and projection[name]["instances"] for name in (SCORES, SOFTMAX, FINAL)):
-        return {name: projection[name]["proj_ns"] / projection[name]["instances"]
-                for name in (SCORES, SOFTMAX, FINAL)}, "nsys GPU projection"
-    if not m.get("gpu_projection") and all(m["tables"].get(name) for name in (SCORES, SOFTMAX, FINAL)):
-        return {name: sum(x["total_ns"] for x in m["tables"][name]) for name in (SCORES, SOFTMAX, FINAL)}, \
-            "torch.profiler range tables"
+    if all(name in projection and projection[name]["instances"] for name in ATTENTION):
+        per_call = {name: projection[name]["instances"] for name in ATTENTION}
+        return ({name: projection[name]["proj_ns"] / per_call[name] for name in ATTENTION},
+                {name: projection[name]["gpu_ops"] / per_call[name] for name in ATTENTION}, "nsys GPU projection")
+    if not m.get("gpu_projection") and all(m["tables"].get(name) for name in ATTENTION):
+        return ({name: sum(x["total_ns"] for x in m["tables"][name]) for name in ATTENTION},
+                {name: sum(x["instances"] for x in m["tables"][name]) for name in ATTENTION},
+                "torch.profiler range tables")
     return None
 
 
 def table_e(records: list[dict]) -> pd.DataFrame:
+    """(e): per point, one attention call's three ranges, the kernels each launches, and the
+    softmax against two references, time ratio over FLOP ratio ("per FLOP"): the final matmul
+    alone (its range holds the product with V, and a copy), and the scores range plus the final
+    one (the scores range holds QKᵀ with the 1/√d scaling and the causal mask: elementwise work
+    over the T² scores beside its product)."""
     rows = []
     for r in _sorted(records):
         m = _ok(r, "forward")
         found = attention_call_ns(m) if m else None
         if not found:
             continue
-        t, source = found
+        t, kernels, source = found
         p = r["params"]
         flops = attention_flops(p["batch"], p["num_heads"], p["context"], p["d_model"] // p["num_heads"])
-        matmuls = t[SCORES] + t[FINAL]
-        rows.append({"point": _point(r), "scores_us": t[SCORES] / 1e3, "softmax_us": t[SOFTMAX] / 1e3,
-                     "final_matmul_us": t[FINAL] / 1e3,
-                     "scores_matmul_flops": flops["scores_matmul"], "softmax_flops": flops["softmax"],
-                     "final_matmul_flops": flops["final_matmul"],
-                     "time_softmax_over_matmuls": t[SOFTMAX] / matmuls if matmuls else math.nan,
-                     "flops_softmax_over_matmuls": flops["softmax"] / (flops["scores_matmul"] + flops["final_matmul"]),
+        both = t[SCORES] + t[FINAL]
+        time_final = t[SOFTMAX] / t[FINAL] if t[FINAL] else math.nan
+        time_both = t[SOFTMAX] / both if both else math.nan
+        flops_final = flops["softmax"] / flops["final_matmul"]
+        flops_both = flops["softmax"] / (flops["scores_matmul"] + flops["final_matmul"])
+        softmax_bytes = SOFTMAX_PASSES * p["batch"] * p["num_heads"] * p["context"] ** 2 \
+            * ELEMENT_BYTES.get(p.get("precision", "fp32"), 4)
+        card = BY_DEVICE_NAME.get(r.get("provenance", {}).get("gpu") or "")
+        bandwidth = softmax_bytes / (t[SOFTMAX] / 1e9) if t[SOFTMAX] else math.nan
+        rows.append({"point": _point(r), "scores_us": t[SCORES] / 1e3, "softmax_us": t[SOFTMAX] / 1e3, "final_matmul_us": t[FINAL] / 1e3,
+                     "kernels_per_call": " / ".join(f"{kernels[name]:g}" for name in ATTENTION),
+                     "matmul_flops": flops["final_matmul"], "softmax_flops": flops["softmax"],
+                     "time_softmax_over_final": time_final, "flops_softmax_over_final": flops_final,
+                     "per_flop_vs_final": time_final / flops_final,
+                     "time_softmax_over_scores_and_final": time_both, "flops_softmax_over_both_matmuls": flops_both,
+                     "per_flop_vs_scores_and_final": time_both / flops_both,
+                     "softmax_gb": softmax_bytes / 1e9, "softmax_tb_per_s": bandwidth / 1e12,
+                     "softmax_hbm_share": bandwidth / card.hbm_bandwidth if card and card.hbm_bandwidth else math.nan,
                      "source": source})
-    df = pd.DataFrame(rows)
-    if len(df):
-        df["time_ratio_over_flop_ratio"] = df["time_softmax_over_matmuls"] / df["flops_softmax_over_matmuls"]
-    return df
+    return pd.DataFrame(rows)
+
+
+def e_findings(e: pd.DataFrame) -> dict | None:
+    """(e) in numbers: the per-FLOP ratios at each size's longest context (where a range's span is
+    its kernels' work more than the gaps between their launches) and their medians over all points."""
+    if not len(e):
+        return None
+    sizes, contexts = e["point"].str.split(" ctx ").str[0], e["point"].str.split(" ctx ").str[1].astype(int)
+    longest = e.loc[contexts.groupby(sizes, sort=False).idxmax()]
+    pick = lambda df, col: [float(df[col].min()), float(df[col].max())]  # noqa: E731
+    return {"longest": [{"point": r.point, "per_flop_vs_final": float(r.per_flop_vs_final),
+                         "softmax_gb": float(r.softmax_gb), "softmax_tb_per_s": float(r.softmax_tb_per_s),
+                         "softmax_hbm_share": None if math.isnan(r.softmax_hbm_share) else float(r.softmax_hbm_share),
+                         "per_flop_vs_scores_and_final": float(r.per_flop_vs_scores_and_final),
+                         "time_softmax_over_final": float(r.time_softmax_over_final),
+                         "flops_softmax_over_final": float(r.flops_softmax_over_final)} for r in longest.itertuples()],
+            "longest_vs_final": pick(longest, "per_flop_vs_final"),
+            "longest_vs_scores_and_final": pick(longest, "per_flop_vs_scores_and_final"),
+            # the two matmuls do the same FLOPs: the scores range's extra time is its scaling and mask
+            "longest_scores_over_final": pick(longest.assign(r=longest["scores_us"] / longest["final_matmul_us"]), "r"),
+            "median_vs_final": float(e["per_flop_vs_final"].median()),
+            "median_vs_scores_and_final": float(e["per_flop_vs_scores_and_final"].median()),
+            "kernels_per_call": sorted(set(e["kernels_per_call"])), "sources": sorted(set(e["source"])),
+            # memory-bound where, at every longest context, the softmax moves its bytes at over
+            # MEMORY_BOUND of the card's bandwidth (None: no card bandwidth known)
+            "softmax_hbm_share": pick(longest, "softmax_hbm_share") if longest["softmax_hbm_share"].notna().all() else None,
+            "memory_bound": bool((longest["softmax_hbm_share"] > MEMORY_BOUND).all())
+            if longest["softmax_hbm_share"].notna().all() else None,
+            "softmax_passes": SOFTMAX_PASSES, "memory_bound_share": MEMORY_BOUND}
 
 
 def plot_shares(d: pd.DataFrame, path: Path, unit: str) -> None:
+    """Stacked shares of one step's kernel time per category, a panel per mode; categories with no
+    time anywhere are left out (``empty_categories``), each keeping its colour."""
     modes = [m for m in MODES if len(d) and m in set(d["mode"])]
+    shown = [c for c in CATEGORIES if c not in empty_categories(d)]
     fig, axes = plt.subplots(1, max(1, len(modes)), figsize=(4.5 * max(1, len(modes)), 4), squeeze=False, sharey=True)
     for ax, mode in zip(axes[0], modes):
         part = d[d["mode"] == mode]
         bottom = [0.0] * len(part)
         for i, c in enumerate(CATEGORIES):
+            if c not in shown:
+                continue
             values = part[f"{c}_share"].fillna(0).tolist()
             ax.bar(range(len(part)), values, bottom=bottom, color=f"C{i}", label=c)
             bottom = [b + v for b, v in zip(bottom, values)]
         ax.set_xticks(range(len(part)), part["point"], rotation=60, ha="right", fontsize=7)
         ax.set(title=mode, ylim=(0, 1))
-    axes[0][0].set_ylabel(f"share of one step's time ({unit})")
+    axes[0][0].set_ylabel(f"share of one step's summed kernel time\n({unit}, first measured step)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=len(CATEGORIES), fontsize=8, bbox_to_anchor=(0.5, 1.08))
+    fig.legend(handles, labels, loc="upper center", ncol=max(1, len(shown)), fontsize=8, bbox_to_anchor=(0.5, 1.08))
     save_figure(fig, path)
 
 
@@ -352,9 +485,8 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "a": records_list(tables["a"]), "b": records_list(tables["b"]), "c": records_list(tables["c"]),
         "a_findings": a_findings(tables["a"]), "host_bound_below": HOST_BOUND,
         "b_findings": b_findings(tables["b"]), "c_findings": c_findings(records),
-        "d": records_list(d), "d_growth": growth, "e": records_list(e),
-        "e_median_time_ratio": float(e["time_softmax_over_matmuls"].median()) if len(e) else None,
-        "e_median_flop_ratio": float(e["flops_softmax_over_matmuls"].median()) if len(e) else None,
+        "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth), "e": records_list(e),
+        "e_findings": e_findings(e),
         "b_same_top_all": bool(tables["b"]["same_top"].dropna().all()) if len(tables["b"]) and tables["b"]["same_top"].notna().any() else None,
     }
 
@@ -377,7 +509,10 @@ def main(argv=None) -> int:
         p.error("--a1-records: not all records are A1 records")
     tables = {"a": table_a(records, a1_records), "b": table_b(records), "c": table_c(records), "d": table_d(records),
               "e": table_e(records), "failed": pd.DataFrame(failed_points(records))}
-    for key, df in tables.items():
+    # table_d leaves out the categories with no kernel time anywhere (as the figure does); the summary keeps them
+    written = dict(tables, d=tables["d"].drop(columns=[f"{c}_share" for c in empty_categories(tables["d"])
+                                                       if f"{c}_share" in tables["d"]]))
+    for key, df in written.items():
         write_table(_fmt(df) if len(df) else pd.DataFrame({"(none)": []}), args.out_dir, f"table_{key}" if key != "failed" else "failed")
     units = sorted({r["metrics"].get("table_unit") for r in records if r["metrics"].get("table_unit")})
     plot_shares(tables["d"], args.out_dir / "category_shares.png", ", ".join(units) or "no data")

@@ -58,6 +58,27 @@ def dtype_table(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(table)
 
 
+def dtype_rules(records: list[dict]) -> list[dict]:
+    """Per stage of the toy model, what every column that ran agrees on: "float32" when the stage
+    is float32 in all of them, "autocast" when it has each column's autocast dtype, else the
+    dtype per column (``cells``), so the prose states the table's pattern instead of repeating it."""
+    names = {"fp16": "float16", "bf16": "bfloat16"}
+    ran = [r for r in records if r["params"]["part"] == "dtypes" and r["status"] == "ok"]
+    out = []
+    for stage in STAGES:
+        cells = {_column(r["params"]): r["metrics"]["stages"][stage] for r in ran}
+        if not cells:
+            continue
+        if all(v == "float32" for v in cells.values()):
+            kind = "float32"
+        elif all(r["metrics"]["stages"][stage] == names.get(r["params"]["autocast_dtype"]) for r in ran):
+            kind = "autocast"
+        else:
+            kind = "mixed"
+        out.append({"stage": stage, "kind": kind, "cells": cells})
+    return out
+
+
 def _error(value: float) -> str:
     return "inf/NaN" if math.isinf(value) or math.isnan(value) else f"{value:.1e}"
 
@@ -262,6 +283,16 @@ def kernel_table(summary: dict | None) -> pd.DataFrame:
     return pd.DataFrame(rows).fillna("")
 
 
+def timing_grid(records: list[dict]) -> dict | None:
+    """Which A1 points (c) times: sizes, contexts, modes and precisions, and how many records."""
+    if not records:
+        return None
+    seen = lambda key: {r["params"][key] for r in records}  # noqa: E731
+    return {"records": len(records), "sizes": [s for s in MODEL_SIZES if s in seen("size")],
+            "contexts": sorted(seen("context")), "modes": sorted(seen("mode")),
+            "precisions": [p for p in ("fp32", "bf16") if p in seen("precision")]}
+
+
 def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.DataFrame, timing: pd.DataFrame,
               kernel_records: list[dict] = ()) -> dict:
     dtypes = {}
@@ -301,6 +332,8 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "dtypes_not_ok": skipped,
         "layernorm": layernorm,
         "layernorm_focus": focus,
+        "dtype_rules": dtype_rules(dtype_records),
+        "timing_grid": timing_grid(timing_records),
         "layernorm_autocast_output": [f"{device} {dtype}: {e['stages']['LayerNorm output']}" for device, per in dtypes.items()
                                       for dtype, e in per.items() if e["status"] == "ok"],
         "speedups": speedups,

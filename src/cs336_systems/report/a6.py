@@ -21,6 +21,7 @@ from cs336_systems.memory.activation_model import (block_input_bytes, block_save
                                                    optimal_group_size, predicted_peak)
 from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.spread import Estimate, compare, trend
 
 GIB = 2**30
 
@@ -118,10 +119,21 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
         k, peak = grouped["k"].astype(float), grouped["peak_gib"]
         slope = float(((k - k.mean()) * (peak - peak.mean())).sum() / ((k - k.mean()) ** 2).sum())
     timed = df[(df["status"] == "ok") & (df["k"] >= 1)]["step_ms"].dropna()
+    # how the step time moves with k, each step by report.spread (the recomputed FLOPs do not)
+    by_k = sorted((r for r in records if r["status"] == "ok" and r["params"]["group"] >= 1 and r["metrics"].get("step")),
+                  key=lambda r: r["params"]["group"])
+    estimates = [Estimate.of(r["metrics"]["step"]) for r in by_k]
+    step_trend = trend(estimates) if len(by_k) > 1 else None
+    step_steps = [{"from": int(a["params"]["group"]), "to": int(b["params"]["group"]), "direction": compare(eb, ea)}
+                  for a, b, ea, eb in zip(by_k, by_k[1:], estimates, estimates[1:])]
     return {
         "provenance": run_provenance(records),
         "peak_slope_gib_per_block": slope,
         "step_ms_range": [float(timed.min()), float(timed.max())] if len(timed) else None,
+        "step_ms_at_k": {int(r["params"]["group"]): float(r["metrics"]["step"]["mean"]) for r in by_k},
+        "step_trend": step_trend,
+        "step_steps": step_steps,
+        "fitting_k": [int(k) for k in ok["k"]],
         "workload": workload,
         "num_blocks": N,
         "a_bytes": a, "A_bytes": A,

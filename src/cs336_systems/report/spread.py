@@ -70,3 +70,26 @@ def trend(estimates: list[Estimate]) -> str:
     if all(s == "lower" for s in steps):
         return "falls"
     return "mixed" if {"higher", "lower"} <= set(steps) else "not settled"
+
+
+def across_processes(estimates: list[Estimate]) -> Estimate:
+    """What one more process of the same kind would measure, from the means of ``estimates`` (one
+    per process).
+
+    A mean's standard error says how well one process pins down its own speed; separate processes
+    (another allocator layout, another core, other clocks) differ by more than that, so a gap
+    between two processes is a difference only beyond what processes of the same kind differ by.
+    Their scatter measures it: the mean of the means, with as spread the sample standard deviation
+    of the means × √(1 + 1/k), a new process's deviation from the mean of ``k`` others (nan with
+    fewer than two: one process says nothing about how processes differ).
+
+        compare(Estimate(cold_mean, cold_se), across_processes(warm))   # beyond the processes' scatter?
+    """
+    means = [e.mean for e in estimates]
+    if not means:
+        raise ValueError("across_processes needs at least one process")
+    centre = sum(means) / len(means)
+    if len(means) < 2:
+        return Estimate(centre, math.nan)
+    scatter = math.sqrt(sum((m - centre) ** 2 for m in means) / (len(means) - 1))
+    return Estimate(centre, scatter * math.sqrt(1 + 1 / len(means)))
