@@ -76,3 +76,34 @@ def test_the_report_formats_the_record_and_computes_nothing(built, tmp_path):
     assert "4,321 devices" in (tmp_path / "C9" / "table.csv").read_text()
     assert len((tmp_path / "C9" / "scaling_grid.csv").read_text().splitlines()) == 41
     assert json.loads((tmp_path / "C9" / "summary.json").read_text())["a"]["h100s_for_state"] == 4321
+
+
+def test_each_scaling_panel_names_its_own_tp_degree(built, tmp_path, monkeypatch):
+    """The FSDP+TP line uses a TP degree per (cluster, model); the legend is drawn once, so the
+    degree is in each panel's title and not in the legend."""
+    import pandas as pd
+
+    out, _, _ = built
+    grid = pd.read_csv(out / "scaling_grid.csv")
+    kept = {}
+    monkeypatch.setattr(c9, "save_figure", lambda fig, path: kept.setdefault("fig", fig))
+    c9.plot_scaling(grid, tmp_path / "scaling.png")
+    fsdp_tp = grid[grid["strategy"] == "FSDP+TP"]
+    titles = [ax.get_title() for ax in kept["fig"].axes if ax.get_title()]
+    assert len(titles) == len(fsdp_tp.groupby(["cluster", "model"]))
+    for (cluster, model), part in fsdp_tp.groupby(["cluster", "model"]):
+        (title,) = [t for t in titles if t.startswith(f"{model} — {cluster}")]
+        degrees = sorted({int(d) for d in part["tp_degree"]})
+        assert title.endswith(f"FSDP+TP at TP {', '.join(map(str, degrees))}"), title
+    labels = [t.get_text() for ax in kept["fig"].axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert labels and not any("(TP " in label and label[label.index("(TP ") + 4].isdigit() for label in labels)
+
+
+def test_section_opens_with_its_answer(built):
+    _, md, _ = built
+    section = md.split("## C9.")[1].split("## C10.")[0]
+    opening = section.split("\n\n")[2]        # after the heading and the run line
+    for text in ("3,517.58 GB", "N_FSDP = 46", "319.44 tokens per device"):
+        assert text in opening, text
+    tricks = section.split("**(d)")[1].split("**Beyond")[0]
+    assert "| trick |" in tricks and "\n- **" not in tricks

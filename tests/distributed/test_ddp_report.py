@@ -275,10 +275,26 @@ def test_c6_sets_overlaps_slower_backward_beside_the_shorter_wait(run, tmp_path)
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C6", folder / "summary.json")
     assert f"with overlap it is {naive['comm_wait_ms'] - overlap['comm_wait_ms']:.1f} ms shorter" in text
     slower = overlap["backward_ms"] - naive["backward_ms"]
-    assert (f"Backward itself takes {slower:.1f} ms longer with overlap" in text) is (slower > 0)
+    assert (f"Backward takes {slower:.1f} ms longer with overlap" in text) is (slower > 0)
     assert "nothing can hide" not in text
     # the same summary with overlap's backward made shorter than naive's: no slowdown sentence
     summary["overlap"]["backward_ms"] = naive["backward_ms"] - 1.0
     (folder / "summary.json").write_text(json.dumps(summary))
     text = Renderer("md", tmp_path / "w2" / "w.md", TEMPLATES).section("C6", folder / "summary.json")
     assert "longer with overlap" not in text
+
+
+@pytest.mark.parametrize("ident", ddp.SECTIONS)
+def test_each_section_opens_with_its_answer_and_keeps_lists_short(run, ident, tmp_path):
+    """The paragraph after the run line answers with the section's numbers (a time or a memory),
+    not the description of the code; rows go into tables, so no section has a list longer than three."""
+    folder = _report(run, ident)
+    text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section(ident, folder / "summary.json")
+    opening = text.split("\n\n")[2]
+    assert any(unit in opening for unit in (" ms", " GiB")), opening
+    assert not opening.startswith(("`", "Every data-parallel", "All in", "Each variant")), opening
+    run_of_bullets = longest = 0
+    for line in text.splitlines():
+        run_of_bullets = run_of_bullets + 1 if line.startswith("- ") else 0
+        longest = max(longest, run_of_bullets)
+    assert longest <= 3, text

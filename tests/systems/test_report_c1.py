@@ -50,3 +50,24 @@ def test_algorithm_bandwidth_is_said_to_fall_with_ranks_only_when_it_does(tmp_pa
     rows = [_row("nccl", 2, 1000, 1.0, 0.1, 4), _row("nccl", 4, 1000, ms_at_4, 0.1, 4)]
     (entry,) = _run(tmp_path, rows)["algbw_by_ranks"]
     assert entry["world_sizes"] == [2, 4] and entry["falls"] is falls
+
+
+def test_the_section_opens_with_both_back_ends_at_the_largest_size(tmp_path):
+    from pathlib import Path
+
+    from cs336_systems.report.writeup import Renderer
+
+    rows = [_row(b, 2, s, ms * s, 0.1, 2) for b, ms in (("nccl", 0.003), ("gloo", 0.5)) for s in (1, 10, 1000)]
+    summary = _run(tmp_path, rows)
+    h = summary["headline"]
+    assert h["world_size"] == 2 and h["size_mb"] == 1000.0
+    assert h["gloo_over_nccl"] == pytest.approx(0.5 / 0.003)
+    assert h["nccl"]["o_ms"] == summary["fits"]["nccl_x2"]["o_ms"]
+    templates = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+    text = Renderer("md", tmp_path / "w" / "w.md", templates).section("C1", tmp_path / "out" / "summary.json")
+    opening = text.split("\n\n")[2]
+    assert opening.startswith("With 2 ranks, NCCL all-reduces 1,000 MB in 3.000 ms") and "167 times as long" in opening
+    # no shared world size: no comparison is made
+    alone = _run(tmp_path, [_row("nccl", 2, s, 0.003 * s, 0.1, 2) for s in (1, 10)] +
+                 [_row("gloo", 4, s, 0.5 * s, 0.1, 2) for s in (1, 10)])
+    assert alone["headline"] is None

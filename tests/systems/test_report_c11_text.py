@@ -44,3 +44,19 @@ def test_torch_ddp_extra_memory_is_named_only_at_the_gradients_size(tmp_path, to
     text = _render(tmp_path, [_row("overlap", 30.025, 30.025), _row("torch-ddp", torch_before, torch_before)])
     assert ("a second copy of them" in text) is second_copy
     assert ("do not say what it is" in text) is (not second_copy)
+
+
+def test_zero_stage_one_is_said_to_keep_every_gradient_too(tmp_path):
+    """ZeRO's stage 1 partitions the optimizer state only: the comparison must not suggest it keeps
+    fewer gradients than ours; what differs is what is sent."""
+    text = _render(tmp_path, [_row("overlap", 30.025, 30.025), _row("overlap-sharded", 22.579, 22.579)])
+    zero = text.split("**Against ZeRO stage 1.**")[1]
+    assert "does not\nneed" not in zero and "it does not need" not in zero
+    assert "every gradient on every rank" in zero and "stage 1 partitions the optimizer state only" in zero
+    assert "3(N − 1)/N·P, 1.5× the data" in zero
+
+
+def test_the_section_opens_with_what_sharding_saves(tmp_path):
+    text = _render(tmp_path, [_row("overlap", 30.025, 30.025), _row("overlap-sharded", 22.579, 22.579)])
+    opening = text.split("\n\n")[2]
+    assert opening.startswith("Sharding Adam's moments over 2 ranks") and "from 30.02 to 22.58 GiB" in opening

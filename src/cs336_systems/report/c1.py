@@ -101,6 +101,37 @@ def algbw_by_ranks(largest: pd.DataFrame) -> list[dict]:
     return out
 
 
+def headline(largest: pd.DataFrame, fits: dict[str, dict]) -> dict | None:
+    """The section's opening: at the largest size and the fewest ranks both back ends ran, each
+    one's time and bus bandwidth, Gloo's time over NCCL's, and each one's fitted per-call cost;
+    None where the two back ends share no world size."""
+    ok = largest.dropna(subset=["ms"])
+    shared = sorted(set(ok.loc[ok["backend"] == "nccl", "world_size"]) & set(ok.loc[ok["backend"] == "gloo", "world_size"]))
+    if not shared:
+        return None
+    world = int(shared[0])
+    rows = {r.backend: r for r in ok[ok["world_size"] == world].itertuples()}
+    out = {"world_size": world, "size_mb": float(rows["nccl"].size_mb), "gloo_over_nccl": float(rows["gloo"].ms / rows["nccl"].ms)}
+    for backend, r in rows.items():
+        fit = fits.get(f"{backend}_x{world}") or {}
+        out[backend] = {"ms": float(r.ms), "busbw_GBps": float(r.busbw_GBps), "o_ms": fit.get("o_ms")}
+    return out
+
+
+def fit_table(fits: dict[str, dict], largest: pd.DataFrame) -> list[dict]:
+    """One row per (back end, world size) with a fit: o, w, and the time and bus bandwidth at the
+    largest size, for the section's table."""
+    at = {f"{r.backend}_x{int(r.world_size)}": r for r in largest.itertuples()}
+    out = []
+    for key, fit in fits.items():
+        backend, _, world = key.partition("_x")
+        row = at.get(key)
+        out.append({"backend": backend, "world_size": int(world), "o_ms": fit["o_ms"], "w_GBps": fit["w_GBps"],
+                    "largest_ms": float(row.ms) if row is not None else None,
+                    "largest_busbw_GBps": float(row.busbw_GBps) if row is not None else None})
+    return out
+
+
 def plot(df: pd.DataFrame, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for (backend, world), part in df[df["status"] == "ok"].groupby(["backend", "world_size"]):
@@ -134,6 +165,8 @@ def main(argv=None) -> int:
         "hosts": hosts_by_gpus(df),
         "slower_smaller": slower_smaller(records),
         "algbw_by_ranks": algbw_by_ranks(largest),
+        "headline": headline(largest, fits),
+        "fit_table": fit_table(fits, largest),
     })
     print(f"C1 report: {len(df)} rows -> {out_dir}", file=sys.stderr)
     return 0

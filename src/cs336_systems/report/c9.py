@@ -77,7 +77,19 @@ def scaling_table(verdicts: list[dict]) -> pd.DataFrame:
     } for v in verdicts])
 
 
+def panel_title(grid: pd.DataFrame, cluster: str, model: str) -> str:
+    """A panel's title: its model and cluster, and the TP degree its FSDP+TP line uses (it differs
+    between panels, so the shared legend cannot carry it)."""
+    part = grid[(grid["cluster"] == cluster) & (grid["model"] == model) & (grid["strategy"] == "FSDP+TP")]
+    degrees = sorted({int(d) for d in part["tp_degree"].dropna()})
+    tp = f"\nFSDP+TP at TP {', '.join(map(str, degrees))}" if degrees else ""
+    return f"{model} — {cluster}{tp}"
+
+
 def plot_scaling(grid: pd.DataFrame, path: Path) -> None:
+    """Per (cluster, model) panel: the math per step for every strategy and each strategy's
+    communication against device count; filled markers where the model state fits 80 GB. The
+    legend, drawn once, names strategies only; each panel's title gives its FSDP+TP degree."""
     clusters, models = list(dict.fromkeys(grid["cluster"])), list(dict.fromkeys(grid["model"]))
     fig, axes = plt.subplots(len(clusters), len(models), figsize=(11, 8), sharex=True, sharey=True, squeeze=False)
     colors = dict(zip(STRATEGIES, ["tab:blue", "tab:orange", "tab:green", "tab:red"]))
@@ -88,13 +100,13 @@ def plot_scaling(grid: pd.DataFrame, path: Path) -> None:
             ax.plot(dp["devices"], dp["compute_s"], color="black", lw=2, label="compute (every strategy)")
             for strategy, rows in part.groupby("strategy", sort=False):
                 rows = rows[rows["devices"] > 1]      # one device communicates nothing
-                label = strategy + (f" (TP {rows['tp_degree'].iloc[0]})" if strategy == "FSDP+TP" else "")
+                label = strategy + (" (TP degree in each title)" if strategy == "FSDP+TP" else "")
                 ax.plot(rows["devices"], rows["comm_s"], color=colors[strategy], label=f"comm {label}")
                 fits = rows[rows["fits"]]
                 ax.scatter(fits["devices"], fits["comm_s"], color=colors[strategy], s=14)
                 spill = rows[~rows["fits"]]
                 ax.scatter(spill["devices"], spill["comm_s"], facecolors="none", edgecolors=colors[strategy], s=14)
-            ax.set(xscale="log", yscale="log", title=f"{model} — {cluster}")
+            ax.set(xscale="log", yscale="log", title=panel_title(grid, cluster, model))
             ax.title.set_fontsize(9)
             ax.grid(alpha=0.3)
             if i == len(clusters) - 1:

@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems import deliverables
+from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.distributed import traces as stored_traces
 from cs336_systems.distributed import variants
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
@@ -39,6 +40,29 @@ READS: dict[str, tuple[str, ...] | None] = {ident: deliverables.get(ident).varia
 READS_TRACES = tuple(ident for ident in SECTIONS if deliverables.get(ident).traces)
 READS_C1 = tuple(ident for ident in SECTIONS if "C1" in deliverables.get(ident).reads)
 
+# PyTorch's DDP waits for its buckets inside backward (its reducer's hooks finish every all-reduce
+# before backward returns), so the phase after backward reads ~0 for it: its communication costs
+# show in its backward, never as nothing. Its rows carry no wait; ``backward_waits`` sets their
+# backward against one that communicates nothing.
+WAITS_IN_BACKWARD = ("torch-ddp",)
+# The variants whose backward communicates nothing (they communicate after it, or never): their
+# backward is the computation alone, the reference for a backward that waits inside.
+QUIET_BACKWARD = (variants.BASELINE, "naive", "flat")
+# Variants whose matmuls run in another dtype than their record's precision says (fsdp-bf16 casts
+# its weights to bf16): their steps are not the same computation as the others'.
+OTHER_COMPUTE = ("fsdp-bf16",)
+IN_BACKWARD_NOTE = "waits inside backward (PyTorch's reducer): nothing left to wait for after it"
+
+# Passes over every gradient (each reads and writes all of them) that a variant's
+# ``finish_gradient_synchronization`` makes on the compute stream after backward, besides the
+# all-reduces: naive and overlap divide each gradient in place; flat flattens them into one
+# buffer, divides it and copies the means back; bucketed-<MB> flattens each bucket during backward,
+# so after it divides and copies back; with the buckets as the gradients' storage (view, ready)
+# only the division is left. The bf16 buckets and FSDP are left out: their passes are not whole
+# fp32 read-and-write passes.
+AFTER_BACKWARD_PASSES = {"naive": 1, "flat": 3, "overlap": 1, "overlap-sharded": 1, BUCKETED: 2,
+                         "bucketed-view-<MB>": 1, "bucketed-ready-<MB>": 1}
+
 
 def reads(ident: str, chosen: list[str]) -> list[str]:
     """The variants among ``chosen`` (the run's, in config order) whose records ``ident`` reads; the
@@ -48,16 +72,22 @@ def reads(ident: str, chosen: list[str]) -> list[str]:
 
 
 def step_table(records: list[dict]) -> pd.DataFrame:
+    """One row per record. A variant that waits inside backward (``WAITS_IN_BACKWARD``) gets no
+    wait and no share of the step waiting, and a note saying where its wait went."""
     rows = []
     for r in records:
         m = r["metrics"]
         memory = (m.get("memory_per_rank") or [{}])[0]
+        inside = r["params"]["variant"] in WAITS_IN_BACKWARD
+        note = r.get("reason") or r.get("message") or ""
         rows.append({"variant": r["params"]["variant"], "precision": variants.precision_of(r), "status": r["status"],
                      **{phase: m.get(phase) for phase in PHASES},
                      "step_ms": m.get("step_ms"), "step_range_ms": _step_range(m.get("steps") or []),
                      "comm_share": m.get("comm_share"), "buckets": m.get("buckets"),
                      "peak_GiB": memory["peak"] / GIB if "peak" in memory else None,
-                     "note": r.get("reason") or r.get("message") or ""})
+                     "note": "; ".join(filter(None, [IN_BACKWARD_NOTE if inside else "", note]))})
+        if inside:
+            rows[-1] |= {"comm_wait_ms": None, "comm_share": None}
     return with_overhead(pd.DataFrame(rows))
 
 
@@ -107,6 +137,168 @@ def compare_overheads(ours: dict, anchor: dict) -> str:
     if ours["low_ms"] > anchor["high_ms"]:
         return "more"
     return "unsettled"
+
+
+def phase_spread(record: dict, phase: str) -> tuple[float, float, float] | None:
+    """(median, fastest, slowest) of one phase over rank 0's timed steps, ms; None for a record that
+    is not ok or has no such phase."""
+    if record["status"] != "ok" or record["metrics"].get(phase) is None:
+        return None
+    times = [s[phase] for s in record["metrics"].get("steps") or [] if s.get(phase) is not None]
+    median = record["metrics"][phase]
+    return (median, min(times, default=median), max(times, default=median))
+
+
+def difference(a: tuple[float, float, float], b: tuple[float, float, float]) -> dict:
+    """``a`` less ``b`` (each a (median, fastest, slowest) spread): the medians' difference and the
+    least and most it can be given the fastest and slowest of each; ``sign`` is +1 where even the
+    least is above zero, -1 where even the most is below, 0 where the spreads overlap."""
+    low, high = a[1] - b[2], a[2] - b[1]
+    return {"ms": a[0] - b[0], "low_ms": low, "high_ms": high, "sign": 1 if low > 0 else -1 if high < 0 else 0}
+
+
+def _by_variant(records: list[dict]) -> dict[str, dict[str, dict]]:
+    """The ok records per precision, by variant."""
+    out: dict[str, dict[str, dict]] = {}
+    for r in records:
+        if r["status"] == "ok":
+            out.setdefault(variants.precision_of(r), {})[r["params"]["variant"]] = r
+    return out
+
+
+def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
+    """Per precision, for each variant that waits inside backward (``WAITS_IN_BACKWARD``): its
+    backward against a backward that communicates nothing, the baseline's where the run has it,
+    else the longer of naive's and flat's (the smaller difference), with the range the steps allow
+    (``difference``); whether its backward is the longest of the precision's variants beyond the
+    steps' spread (its fastest slower than every other's slowest); and its step
+    against every other variant's that runs the same computation (``difference``, keyed by variant;
+    the baseline's is the overhead, and ``OTHER_COMPUTE`` computes otherwise)."""
+    out: dict[str, dict[str, dict]] = {}
+    for precision, found in _by_variant(records).items():
+        backward = {v: phase_spread(r, "backward_ms") for v, r in found.items()}
+        steps = {v: phase_spread(r, "step_ms") for v, r in found.items()}
+        quiet = [v for v in ((variants.BASELINE,) if variants.BASELINE in found else QUIET_BACKWARD)
+                 if v in found and backward[v]]
+        reference = max(quiet, key=lambda v: backward[v][0], default=None)
+        for variant in WAITS_IN_BACKWARD:
+            if variant not in found or not backward[variant]:
+                continue
+            mine = backward[variant]
+            out.setdefault(precision, {})[variant] = {
+                "backward_ms": mine[0], "reference": reference,
+                "reference_backward_ms": backward[reference][0] if reference else None,
+                "excess": difference(mine, backward[reference]) if reference else None,
+                "longest": all(mine[1] > b[2] for v, b in backward.items() if b and v != variant),
+                "steps": {v: difference(steps[variant], s) for v, s in steps.items()
+                          if s and v not in (variant, variants.BASELINE) and v not in OTHER_COMPUTE}}
+    return out
+
+
+def gradient_tensors(size_name: str) -> int:
+    """The model's trainable parameter tensors, each one all-reduce for naive DDP: token embedding
+    and LM head, per block four attention matrices, three feed-forward matrices and two norms, and
+    the final norm (the tensors ``ModelSize.parameter_count`` counts)."""
+    from cs336_systems.models import get_size
+
+    return 2 + 9 * get_size(size_name).num_layers + 1
+
+
+def after_backward_pass_ms(variant: str, grad_bytes: float, memory_Bps: float | None) -> float | None:
+    """The least time the variant's passes over the gradients after backward take
+    (``AFTER_BACKWARD_PASSES``; each reads and writes every gradient) at the card's datasheet memory
+    bandwidth; None where the variant's passes or the card's bandwidth are not known."""
+    passes = AFTER_BACKWARD_PASSES.get(variants.lookup(variant).name)
+    if passes is None or not memory_Bps:
+        return None
+    return passes * 2 * grad_bytes / memory_Bps * 1e3
+
+
+def memory_bandwidth(records: list[dict]) -> float | None:
+    """The datasheet memory bandwidth (bytes/s) of the card the records ran on; None for a card
+    ``accounting.hardware`` does not list, a CPU run, or records from more than one card."""
+    gpus = {r["provenance"].get("gpu") for r in records}
+    card = BY_DEVICE_NAME.get(gpus.pop()) if len(gpus) == 1 else None
+    return card.hbm_bandwidth if card else None
+
+
+def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
+    """Per precision where naive and flat both ran: the cost of one more all-reduce when calls are
+    issued back to back after backward, fitted where it is paid. Naive makes one call per gradient
+    tensor plus one to agree on which gradients exist; flat makes one for the same bytes but also
+    copies every gradient into its buffer and back (two passes naive does not make, at the least
+    time the card's memory bandwidth allows). So each extra call costs
+
+        o = (naive's wait − flat's wait + flat's extra passes) / (naive's calls − flat's calls),
+
+    ``o_ms`` from the medians and ``o_low_ms`` from naive's fastest wait against flat's slowest
+    (both lower bounds, the passes being counted at peak bandwidth). With C1's fit, ``o_high_ms``:
+    the most naive's calls can cost each, its slowest wait less its bytes at C1's bandwidth and its
+    own division pass. A CPU run (no memory bandwidth) counts no passes."""
+    out = {}
+    bandwidth = memory_bandwidth(records)
+    for precision, found in _by_variant(records).items():
+        naive, flat = found.get("naive"), found.get("flat")
+        if not naive or not flat or not naive["metrics"].get("parameter_count"):
+            continue
+        calls = {"naive": gradient_tensors(naive["params"]["size"]) + 1, "flat": 1}
+        grad_bytes = naive["metrics"]["parameter_count"] * variants.lookup("naive").gradient_bytes
+        waits = difference(phase_spread(naive, "comm_wait_ms"), phase_spread(flat, "comm_wait_ms"))
+        passes = {v: after_backward_pass_ms(v, grad_bytes, bandwidth) for v in calls}
+        extra = passes["flat"] - passes["naive"] if bandwidth else 0.0
+        extra_calls = calls["naive"] - calls["flat"]
+        found_here = {"calls": calls, "grad_MB": grad_bytes / 1e6, "waits": waits, "passes_ms": passes,
+                      "extra_passes_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
+                      "o_ms": (waits["ms"] + extra) / extra_calls, "o_low_ms": (waits["low_ms"] + extra) / extra_calls,
+                      "o_high_ms": None, "c1_o_ms": fit["o_ms"] if fit else None}
+        if fit and fit.get("w_GBps"):
+            slowest = phase_spread(naive, "comm_wait_ms")[2]
+            own = passes["naive"] or 0.0
+            found_here["o_high_ms"] = (slowest - grad_bytes / (fit["w_GBps"] * 1e9) * 1e3 - own) / calls["naive"]
+        out[precision] = found_here
+    return out
+
+
+def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
+    """Per precision: the bucket sizes' waits after backward against overlap's (``difference``, by
+    variant), and what the passes over the gradients after backward (``AFTER_BACKWARD_PASSES``)
+    account for: the least time the bucket sizes' extra pass takes at the card's memory bandwidth."""
+    out = {}
+    bandwidth = memory_bandwidth(records)
+    for precision, found in _by_variant(records).items():
+        overlap = found.get("overlap")
+        sizes = {v: r for v, r in found.items() if is_bucket_size(v)}
+        if not overlap or not sizes:
+            continue
+        mine = phase_spread(overlap, "comm_wait_ms")
+        waits = {v: difference(phase_spread(r, "comm_wait_ms"), mine) for v, r in sizes.items()}
+        grad_bytes = overlap["metrics"].get("parameter_count", 0) * variants.lookup("overlap").gradient_bytes
+        extra = None
+        if bandwidth and grad_bytes:
+            extra = after_backward_pass_ms(next(iter(sizes)), grad_bytes, bandwidth) - after_backward_pass_ms("overlap", grad_bytes, bandwidth)
+        low = min(w["low_ms"] for w in waits.values())
+        high = max(w["high_ms"] for w in waits.values())
+        out[precision] = {
+            "overlap_wait_ms": mine[0], "waits": waits,
+            "bucketed_wait_range_ms": [min(r["metrics"]["comm_wait_ms"] for r in sizes.values()),
+                                       max(r["metrics"]["comm_wait_ms"] for r in sizes.values())],
+            "every_size_longer": all(w["sign"] > 0 for w in waits.values()),
+            "extra_low_ms": low, "extra_high_ms": high, "extra_pass_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
+            # the extra pass can be the whole difference only where it fits in the least of it
+            "pass_fits": extra is not None and extra <= low}
+    return out
+
+
+def best_bucket_size(records: list[dict], precision: str) -> dict | None:
+    """C8: the bucket size with the shortest median step in ``precision``, and its step against the
+    other replicating variants' (``versus``): naive, flat, overlap and PyTorch's DDP."""
+    sizes = {v: r for v, r in _by_variant(records).get(precision, {}).items() if is_bucket_size(v)}
+    if not sizes:
+        return None
+    best = min(sizes, key=lambda v: sizes[v]["metrics"]["step_ms"])
+    others = ("naive", "flat", "overlap", "torch-ddp")
+    return {"variant": best, "step_ms": sizes[best]["metrics"]["step_ms"], "buckets": sizes[best]["metrics"].get("buckets"),
+            "versus": versus(records, [(best, o) for o in others], precision).get(best, {})}
 
 
 # The variants whose overhead stands against PyTorch DDP's: replicas of the whole model with plain
@@ -219,12 +411,18 @@ def optimal_buckets(grad_bytes: float, o_s: float, w_Bps: float) -> dict:
 
 
 def plot_phases(table: pd.DataFrame, path: Path) -> None:
+    """Each ok row's phases stacked. A variant that waits inside backward has no wait bar: its
+    label says where the wait is."""
     ok = table[table["status"] == "ok"]
     fig, ax = plt.subplots(figsize=(9, 4))
+    labels = [f"{v} ({p})" if p != variants.DEFAULT_PRECISION else v for v, p in zip(ok["variant"], ok["precision"])]
+    labels = [f"{label}: waits in backward" if v in WAITS_IN_BACKWARD else label
+              for label, v in zip(labels, ok["variant"])]
     bottom = pd.Series(0.0, index=ok.index)
     for phase in PHASES:
-        ax.barh(ok["variant"], ok[phase], left=bottom, label=phase[:-3].replace("_", " "))
-        bottom = bottom + ok[phase]
+        width = ok[phase].astype(float).fillna(0.0)
+        ax.barh(labels, width, left=bottom, label=phase[:-3].replace("_", " "))
+        bottom = bottom + width
     ax.set(xlabel="ms per training step (rank 0, median)")
     ax.invert_yaxis()
     ax.legend(fontsize=8)
@@ -305,10 +503,15 @@ def memory_rows(records: list[dict], chosen: tuple[str, ...]) -> list[dict]:
     return out
 
 
-def _bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict, out: Path):
-    """C8: the bucketed rows with the overhead model's prediction (o and w fitted in C1 for the same
-    backend and world size; s the bytes the bucketed variants send: every gradient, in the dtype
-    they communicate), its figure, and its summary (None without a fit)."""
+def _bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict, out: Path,
+                  per_call: dict[str, dict]):
+    """C8: the bucketed rows with the overhead model's prediction, its figure, and its summary (None
+    without C1's fit). w is C1's fit for the same backend and world size; s the bytes the bucketed
+    variants send (every gradient, in the dtype they communicate); o, where naive and flat ran, the
+    per-call cost those records pay (``paid_per_call``, the first precision's), else C1's, which
+    times one call alone between synchronisations. ``o_source`` says which; ``predicted_c1_ms``
+    is the model with C1's o either way, and ``after_backward_pass_ms`` the least time the rows'
+    passes over the gradients after backward take, which the model leaves out."""
     fit = c1["fits"].get(f"{setup['backend']}_x{setup['world_size']}")
     bucketed = table[(table["status"] == "ok") & table["variant"].map(is_bucket_size)].copy()
     sent = [r for r in records if r["params"]["variant"] in set(bucketed["variant"])]
@@ -317,14 +520,27 @@ def _bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dic
     if fit and fit["w_GBps"] and fit["o_ms"] > 0 and sent and sent[0]["metrics"].get("parameter_count"):
         element_bytes = variants.lookup(sent[0]["params"]["variant"]).gradient_bytes
         grad_bytes = sent[0]["metrics"]["parameter_count"] * element_bytes
-        o_s, w = fit["o_ms"] / 1e3, fit["w_GBps"] * 1e9
+        paid = next(iter(per_call.values()), None)
+        o_ms, source = (paid["o_ms"], "records") if paid and paid["o_ms"] > 0 else (fit["o_ms"], "C1")
+        o_s, c1_o_s, w = o_ms / 1e3, fit["o_ms"] / 1e3, fit["w_GBps"] * 1e9
         bucketed["predicted_ms"] = [overhead_model(n, grad_bytes, o_s, w) * 1e3 for n in bucketed["buckets"]]
+        bucketed["predicted_c1_ms"] = [overhead_model(n, grad_bytes, c1_o_s, w) * 1e3 for n in bucketed["buckets"]]
+        bandwidth = memory_bandwidth(sent)
+        bucketed["after_backward_pass_ms"] = [after_backward_pass_ms(v, grad_bytes, bandwidth) for v in bucketed["variant"]]
         backward = bucketed["backward_ms"].median() if len(bucketed) else None
-        model_summary = {"o_ms": fit["o_ms"], "w_GBps": fit["w_GBps"], "grad_MB": grad_bytes / 1e6,
+        waits = bucketed["comm_wait_ms"]
+        model_summary = {"o_ms": o_ms, "o_source": source, "c1_o_ms": fit["o_ms"], "w_GBps": fit["w_GBps"],
+                         "grad_MB": grad_bytes / 1e6,
                          "gradient_dtype": {4: "fp32", 2: "bf16"}.get(element_bytes, f"{element_bytes}-byte"),
                          "send_all_ms": grad_bytes / w * 1e3, "backward_ms": backward,
-                         "optimum": optimal_buckets(grad_bytes, o_s, w)}
-        plot_bucket_model(bucketed, grad_bytes, o_s, w, ax)
+                         "optimum": optimal_buckets(grad_bytes, o_s, w),
+                         "optimum_c1": optimal_buckets(grad_bytes, c1_o_s, w),
+                         "measured_wait_range_ms": [float(waits.min()), float(waits.max())],
+                         "predicted_range_ms": [float(bucketed["predicted_ms"].min()), float(bucketed["predicted_ms"].max())],
+                         "bucket_counts": [int(bucketed["buckets"].min()), int(bucketed["buckets"].max())],
+                         "pass_ms": next((x for x in bucketed["after_backward_pass_ms"] if x is not None), None),
+                         "memory_GBps": bandwidth / 1e9 if bandwidth else None}
+        plot_bucket_model(bucketed, grad_bytes, o_s, w, ax, c1_o_s=c1_o_s, source=source, pass_ms=model_summary["pass_ms"])
     else:
         ax.text(0.5, 0.5, "no C1 fit for this backend and world size", ha="center", transform=ax.transAxes)
     save_figure(fig, out / "overhead_model.png")
@@ -336,26 +552,38 @@ def is_bucket_size(variant: str) -> bool:
     return variants.lookup(variant).name == BUCKETED
 
 
-def plot_bucket_model(bucketed: pd.DataFrame, grad_bytes: float, o_s: float, w: float, ax) -> None:
+def plot_bucket_model(bucketed: pd.DataFrame, grad_bytes: float, o_s: float, w: float, ax,
+                      c1_o_s: float | None = None, source: str = "C1", pass_ms: float | None = None) -> None:
     """The model against the measurements on log-log axes (the model's n_b·o grows into seconds for
     tiny buckets, which on a linear axis flattened the ~10 ms measurements onto zero): the curve
-    for equal buckets, the model at each run's real bucket count (what the table's ``predicted_ms``
-    is: real buckets are not equal, a parameter larger than the bucket size gets its own), and the
-    measured wait."""
+    for equal buckets with the o the table's ``predicted_ms`` uses (``source``: the DDP records or
+    C1), with C1's o dashed where that is another, the model at each run's real bucket count (real
+    buckets are not equal, a parameter larger than the bucket size gets its own), and the measured
+    wait; where ``pass_ms`` is known, the least time of the passes over the gradients after backward,
+    which the model leaves out."""
     sizes_mb = [variants.bucket_size_mb(v) for v in bucketed["variant"]]
     low, high = min(sizes_mb) / 4, min(max(sizes_mb) * 4, grad_bytes / 1e6)
     curve = [low * (high / low) ** (k / 200) for k in range(201)]
-    ax.plot(curve, [overhead_model(max(1.0, grad_bytes / (mb * 1e6)), grad_bytes, o_s, w) * 1e3 for mb in curve],
-            label="model, equal buckets: n_b·o + s/(n_b·w)", color="tab:blue")
+    where = "paid by naive against flat" if source == "records" else "C1's, one call timed alone"
+    curves = [(o_s, "-", f"model, o = {o_s * 1e3:.3f} ms ({where})")]
+    if c1_o_s is not None and source != "C1":
+        curves.append((c1_o_s, "--", f"model, o = {c1_o_s * 1e3:.3f} ms (C1's, one call timed alone)"))
+    for o, style, label in curves:
+        ax.plot(curve, [overhead_model(max(1.0, grad_bytes / (mb * 1e6)), grad_bytes, o, w) * 1e3 for mb in curve],
+                style, label=label, color="tab:blue")
     ax.plot(sizes_mb, bucketed["predicted_ms"], "s", mfc="none", color="tab:blue", label="model at the real bucket count")
     precisions = bucketed["precision"] if "precision" in bucketed else pd.Series("fp32", index=bucketed.index)
     for (precision, marker), color in zip(zip(dict.fromkeys(precisions), "o^"), ("tab:red", "tab:orange")):
         mine = (precisions == precision).to_numpy()
         ax.plot([s for s, m in zip(sizes_mb, mine) if m], bucketed["comm_wait_ms"][mine], marker, ls="none",
                 color=color, label=f"measured wait ({precision})")
-    ax.set(xscale="log", yscale="log", xlabel="bucket size (MB)", ylabel="communication after backward (ms)")
+    if pass_ms:
+        ax.axhline(pass_ms, color="gray", ls=":", label="passes over the gradients after backward, at least")
+    ax.set(xscale="log", yscale="log", xlabel="bucket size (MB)", ylabel="wait after backward (ms)",
+           title=f"n_b·o + s/(n_b·w), s = {grad_bytes / 1e6:,.0f} MB, w = {w / 1e9:.0f} GB/s (C1)")
+    ax.title.set_fontsize(9)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
 
 
 def _picks(ident: str, rows: dict[str, dict | None], traced: list[str], traces: dict, memory: list[dict]) -> dict:
@@ -387,6 +615,24 @@ def _picks(ident: str, rows: dict[str, dict | None], traced: list[str], traces: 
     raise ValueError(f"report.ddp writes {', '.join(SECTIONS)}, not {ident!r}")
 
 
+# The steps each section's opening sets against each other: (variant, against), first precision.
+COMPARED = {"C3": (("torch-ddp", "naive"),), "C4": (("flat", "naive"),),
+            "C6": (("overlap", "naive"), ("overlap", "flat"), ("overlap", "torch-ddp")),
+            "C10": (("overlap-sharded", "overlap"),), "C11": (("overlap-sharded", "overlap"),),
+            "C12": (("fsdp", "overlap"), ("fsdp-bf16", "overlap"), ("fsdp", "torch-ddp"))}
+
+
+def versus(records: list[dict], pairs, precision: str) -> dict[str, dict[str, dict]]:
+    """``{a: {b: difference of a's step and b's}}`` (``difference``, ms) for the pairs that both ran
+    in ``precision``."""
+    found = _by_variant(records).get(precision, {})
+    out: dict[str, dict[str, dict]] = {}
+    for a, b in pairs:
+        if a in found and b in found:
+            out.setdefault(a, {})[b] = difference(phase_spread(found[a], "step_ms"), phase_spread(found[b], "step_ms"))
+    return out
+
+
 def trace_label(variant: str, precision: str) -> str:
     """How a trace is named in the summary and its timeline: the variant, with its precision where
     that is not fp32."""
@@ -407,13 +653,22 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     precisions = list(dict.fromkeys(table["precision"]))
     first = variants.DEFAULT_PRECISION if variants.DEFAULT_PRECISION in precisions else precisions[0]
     rows = {p: {v: _row(table, v, p) for v in dict.fromkeys(table["variant"])} for p in precisions}
+    # Every row that waits inside backward carries what its backward and step are against the others'.
+    for p, found in backward_waits(records).items():
+        for v, waits in found.items():
+            if rows[p].get(v):
+                rows[p][v]["inside_backward"] = waits
     params = records[0]["params"]
     setup = {k: params[k] for k in ("size", "context", "global_batch", "world_size", "backend", "warmup", "steps")}
+    fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
+    per_call = paid_per_call(records, fit)
     by_precision = {p: {"baseline": rows[p].get(variants.BASELINE)} | _picks(ident, rows[p], traced, traces, [])
                     for p in precisions}
     summary = {"provenance": run_provenance(records), "setup": setup, "precisions": precisions,
                "first_precision": first, **by_precision[first],
-               "by_precision": {p: by_precision[p] for p in precisions if p != first}}
+               "by_precision": {p: by_precision[p] for p in precisions if p != first},
+               "naive_calls": gradient_tensors(setup["size"]) + 1, "per_call": per_call.get(first),
+               "versus": versus(records, COMPARED.get(ident, ()), first)}
     table_out = table
     if ident in ("C6", "C12"):
         # C6 draws the variants it discusses, C12 the FSDP ones.
@@ -436,22 +691,30 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         accuracy = accuracy_rows(records)
         write_table(pd.DataFrame(accuracy) if accuracy else _none("no variant recorded its bf16 gradients' error"),
                     out, stem="accuracy")
-        table_out, model = _bucket_model(records, table, setup, c1, out)
+        table_out, model = _bucket_model(records, table, setup, c1, out, per_call)
         # What the traces show is left: the compute lane's idle time in one step of each traced
         # variant of C8's and of PyTorch DDP's.
         gaps = {label: compute_gaps(traces[label]) for p in precisions for v in traced
                 if (label := trace_label(v, p)) in traces and (variants.lookup(v).deliverable == "C8" or v == "torch-ddp")}
         summary |= {"bucketed": table_out.to_dict("records"), "model": model, "overheads": found,
-                    "has_overhead_table": over is not None, "accuracy": accuracy, "compute_gaps": gaps}
+                    "has_overhead_table": over is not None, "accuracy": accuracy, "compute_gaps": gaps,
+                    "against_overlap": bucketed_against_overlap(records).get(first),
+                    "best_bucket_size": best_bucket_size(records, first)}
     elif ident == "C11":
         # The table every precision's rows; the summary (which the section reads by variant) the first's.
         memory = memory_rows(records, MEMORY_VARIANTS)
         table_out = pd.DataFrame(memory) if memory else _none("no variant recorded its memory")
         summary |= {"memory": [m for m in memory if m["precision"] == first]}
     elif ident == "C12":
-        summary |= {"memory": [m for m in memory_rows(records, MEMORY_VARIANTS) if m["precision"] == first],
-                    "predicted_state_GiB": _fsdp_prediction(setup),
-                    "fsdp_forward": fsdp_forward(rows, setup, c1)}
+        memory = [m for m in memory_rows(records, MEMORY_VARIANTS) if m["precision"] == first]
+        predicted = _fsdp_prediction(setup)
+        forward = {(v, p): phase_spread(r, "forward_ms") for p, found in _by_variant(records).items()
+                   for v, r in found.items()}
+        untraced = {label: untraced_idle(summary["compute_gaps"].get(label), rows[p].get(v))
+                    for p in precisions for v in traced if (label := trace_label(v, p)) in traces}
+        summary |= {"memory": memory, "predicted_state_GiB": predicted,
+                    "fsdp_forward": fsdp_forward(rows, setup, c1, forward),
+                    "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced}
     write_table(table_out.round(3), out)
     return summary
 
@@ -482,13 +745,22 @@ def main(argv=None) -> int:
     return 0
 
 
-def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None) -> list[dict]:
+# The variants whose forward communicates nothing (they all-reduce gradients only): each one's
+# forward is the same computation as the baseline's, so where the run has no baseline it stands in.
+QUIET_FORWARD = (variants.BASELINE, "overlap", "naive", "flat")
+
+
+def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
+                 forward: dict[tuple[str, str], tuple[float, float, float]] | None = None) -> list[dict]:
     """C12: what an FSDP forward's time is made of, as far as the records settle it. Per FSDP row:
-    its forward against the no-communication baseline's forward in the precision its matmuls run
-    in (fsdp-bf16 gathers bf16 weights, so bf16), and the most the weight transfers can take: every
+    its forward against a forward that communicates nothing in the precision its matmuls run in
+    (fsdp-bf16 gathers bf16 weights, so bf16): the baseline's, else the first of ``QUIET_FORWARD``
+    the run has (``baseline_variant``), with the range the steps allow where ``forward`` gives each
+    record's (median, fastest, slowest) forward. And the most the weight transfers can take: every
     Linear and Embedding weight all-gathered once (each rank receives (N − 1)/N of it) at C1's bus
-    bandwidth for this back end and world size, plus one C1 per-call cost per gather as if none
-    overlapped. An excess beyond that bound is not the transfers; the text says so, and no more."""
+    bandwidth for this back end and world size, plus C1's per-call cost (one call timed alone, the
+    most a call costs) per gather as if none overlapped. An excess beyond that bound is not the
+    transfers; the text says so, and no more."""
     from cs336_systems.accounting.parallelism import all_gather_bytes
     from cs336_systems.models import get_size
 
@@ -496,6 +768,7 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None) -> list[di
     gathers = size.num_layers * 7 + 2           # q, k, v, o, w1, w2, w3 per block; embedding, LM head
     fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
     n = setup["world_size"]
+    forward = forward or {}
     out = []
     for precision, by_variant in rows.items():
         for variant in ("fsdp", "fsdp-bf16"):
@@ -504,11 +777,14 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None) -> list[di
                 continue
             element_bytes = variants.lookup(variant).gradient_bytes
             compute = "bf16" if element_bytes == 2 or precision == "bf16" else "fp32"
-            base = rows.get(compute, {}).get(variants.BASELINE)
+            quiet = rows.get(compute, {})
+            base_variant = next((v for v in QUIET_FORWARD if quiet.get(v)), None)
+            base = quiet.get(base_variant) if base_variant else None
             # the closed form, not the record's parameter_count: under FSDP that counts this rank's shards
             count = size.parameter_count()
             found = {"variant": variant, "precision": precision, "forward_ms": row["forward_ms"],
-                     "baseline_precision": compute, "baseline_forward_ms": base["forward_ms"] if base else None,
+                     "baseline_precision": compute, "baseline_variant": base_variant,
+                     "baseline_forward_ms": base["forward_ms"] if base else None,
                      "gathers": gathers, "gathered_GB": all_gather_bytes(count * element_bytes, n) / 1e9}
             if fit and fit.get("w_GBps"):
                 busbw = fit["w_GBps"] * 2 * (n - 1) / n            # C1's fit is algorithm bandwidth of an all-reduce
@@ -518,11 +794,54 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None) -> list[di
                 # a step moves each weight three times: gathered for forward, again for backward, and
                 # its gradient reduce-scattered (the same bytes each way)
                 found["step_bound_ms"] = 3 * found["bound_ms"]
-            if base and "bound_ms" in found:
+            if base:
                 found["excess_ms"] = row["forward_ms"] - base["forward_ms"]
-                found["beyond_transfers"] = found["excess_ms"] > found["bound_ms"]
+                mine, theirs = forward.get((variant, precision)), forward.get((base_variant, compute))
+                if mine and theirs:
+                    found["excess"] = difference(mine, theirs)
+                if "bound_ms" in found:
+                    found["beyond_transfers"] = found["excess_ms"] > found["bound_ms"]
+                    found["beyond_bytes"] = found["excess_ms"] > found["transfer_ms"]
             out.append(found)
     return out
+
+
+def untraced_idle(gaps: dict | None, row: dict | None) -> dict | None:
+    """How much of a traced step's idle compute lane the untraced step holds. The kernels kept the
+    lane busy for the trace's span less its idle time; if they take as long untraced, the timed step
+    (its median) holds its time less that busy time idle (``idle_ms``; more, where the profiler
+    slowed the kernels themselves); the rest of the trace's idle time is the profiler's
+    (``profiler_ms``). ``mostly_profiler``: the untraced step holds less than half the trace's
+    idle time."""
+    if not gaps or not row or not gaps.get("span_ms"):
+        return None
+    busy = gaps["span_ms"] - gaps["idle_ms"]
+    idle = max(0.0, row["step_ms"] - busy)
+    return {"traced_ms": gaps["span_ms"], "traced_idle_ms": gaps["idle_ms"], "busy_ms": busy,
+            "step_ms": row["step_ms"], "idle_ms": idle, "idle_share": idle / row["step_ms"],
+            "profiler_ms": gaps["idle_ms"] - idle, "mostly_profiler": idle < gaps["idle_ms"] / 2}
+
+
+def fsdp_saving(memory: list[dict], predicted: dict) -> dict | None:
+    """C12: the memory FSDP saves against DDP (overlap), predicted and measured at each point, and
+    whether the peak's saving is the saving without the gradients. The step starts with no gradients
+    (they are set to None), so the memory at its start is its peak less the rise above the start;
+    where the two variants rise alike the peak saves what the start saves: parameters and optimizer
+    state, not the gradients FSDP shards. ``reconciled``: the peak's saving is within a tenth of the
+    gradients' saving of the saving before the step less the gradients'."""
+    rows = {m["variant"]: m for m in memory}
+    fs, ov = rows.get("fsdp"), rows.get("overlap")
+    if not fs or not ov:
+        return None
+    start = {v: r["peak_GiB"] - r["activations_peak_GiB"] for v, r in (("fsdp", fs), ("overlap", ov))}
+    gradients = ov["gradients_GiB"] - fs["gradients_GiB"]
+    before = ov["before_step_GiB"] - fs["before_step_GiB"]
+    peak = ov["peak_GiB"] - fs["peak_GiB"]
+    return {"predicted_GiB": predicted["replicated"] - predicted["fsdp"], "before_step_GiB": before,
+            "start_GiB": start["overlap"] - start["fsdp"], "peak_GiB": peak, "gradients_GiB": gradients,
+            "rise_GiB": {"fsdp": fs["activations_peak_GiB"], "overlap": ov["activations_peak_GiB"]},
+            "without_gradients_GiB": before - gradients,
+            "reconciled": gradients > 0 and abs(peak - (before - gradients)) <= 0.1 * gradients}
 
 
 def _fsdp_prediction(setup: dict) -> dict:

@@ -1,0 +1,255 @@
+"""The rules report.ddp applies before its sections state a cause or a comparison, on seeded synthetic
+records with known answers: PyTorch DDP's wait is inside its backward, never nothing; the per-call cost
+is fitted where data-parallel calls pay it; bucketing's longer wait is set against overlap's with the
+passes over the gradients each makes; and C12's traced idle time, forward and memory saving are held
+to the timed steps and the memory breakdown."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cs336_systems.distributed import variants
+from cs336_systems.records import make_record
+from cs336_systems.report import ddp
+from cs336_systems.report.common import write_summary
+from cs336_systems.report.writeup import Renderer
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+H200_Bps = 4.8e12           # the datasheet memory bandwidth accounting.hardware gives the H200
+GIB = 2**30
+
+
+def _record(variant: str, steps: list[dict], *, precision: str = "fp32", gpu: str = "NVIDIA H200",
+            parameter_count: int = 2_000_000_000, buckets: int | None = None) -> dict:
+    """A train_bench record whose steps are ``steps`` (forward, backward, wait, optimizer in ms)."""
+    steps = [s | {"step_ms": sum(s.values())} for s in steps]
+    metrics = {k: sorted(s[k] for s in steps)[len(steps) // 2] for k in steps[0]} | {
+        "steps": steps, "parameter_count": parameter_count, "buckets": buckets}
+    metrics["comm_share"] = metrics["comm_wait_ms"] / metrics["step_ms"]
+    params = {"variant": variant, "precision": precision, "size": "xl", "context": 512, "global_batch": 8,
+              "warmup": 2, "steps": len(steps), "world_size": 2, "backend": "nccl"}
+    record = make_record(variants.lookup(variant).deliverable, params, "ok", metrics)
+    record["provenance"]["gpu"] = gpu
+    return record
+
+
+def _steps(rng: random.Random, forward: float, backward: float, wait: float, optimizer: float,
+           n: int = 5, jitter: float = 0.2) -> list[dict]:
+    return [{"forward_ms": forward + rng.uniform(-jitter, jitter), "backward_ms": backward + rng.uniform(-jitter, jitter),
+             "comm_wait_ms": max(0.0, wait + rng.uniform(-jitter, jitter)),
+             "optimizer_ms": optimizer + rng.uniform(-jitter, jitter)} for _ in range(n)]
+
+
+def _section(ident: str, summary: dict, tmp_path: Path) -> str:
+    write_summary(tmp_path / "summary.json", summary)
+    return Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section(ident, tmp_path / "summary.json")
+
+
+def _spread(record: dict, phase: str) -> tuple[float, float, float]:
+    times = [s[phase] for s in record["metrics"]["steps"]]
+    return record["metrics"][phase], min(times), max(times)
+
+
+# --- PyTorch DDP waits inside backward -------------------------------------------------------------
+
+@pytest.mark.parametrize("with_baseline", [False, True])
+def test_pytorch_ddp_waits_inside_backward_and_is_never_shown_waiting_nothing(seed, tmp_path, with_baseline):
+    rng = random.Random(seed)
+    quiet = rng.uniform(470, 490)
+    records = [_record("naive", _steps(rng, 243, quiet, rng.uniform(30, 45), 45)),
+               _record("flat", _steps(rng, 243, quiet + rng.uniform(-3, 3), rng.uniform(30, 45), 45)),
+               _record("overlap", _steps(rng, 243, quiet + rng.uniform(10, 25), rng.uniform(3, 8), 45)),
+               _record("torch-ddp", _steps(rng, 245, quiet + rng.uniform(28, 40), 0.0, 45))]
+    if with_baseline:
+        records.append(_record("no-comm", _steps(rng, 243, quiet - rng.uniform(1, 5), 0.0, 45)))
+    found = ddp.backward_waits(records)["fp32"]["torch-ddp"]
+    by = {r["params"]["variant"]: r for r in records}
+    # the reference: the baseline where the run has it, else the longer backward of naive and flat
+    expected = "no-comm" if with_baseline else max(("naive", "flat"), key=lambda v: by[v]["metrics"]["backward_ms"])
+    assert found["reference"] == expected
+    mine, ref = _spread(by["torch-ddp"], "backward_ms"), _spread(by[expected], "backward_ms")
+    assert found["excess"]["ms"] == pytest.approx(mine[0] - ref[0])
+    assert (found["excess"]["low_ms"], found["excess"]["high_ms"]) == pytest.approx((mine[1] - ref[2], mine[2] - ref[1]))
+    assert found["longest"] is all(mine[1] > _spread(r, "backward_ms")[2] for v, r in by.items() if v != "torch-ddp")
+    assert "no-comm" not in found["steps"] and set(found["steps"]) == set(by) - {"torch-ddp", "no-comm"}
+
+    # its row carries no wait and says where the wait is
+    table = ddp.step_table(records).set_index("variant")
+    assert pd.isna(table.loc["torch-ddp", "comm_wait_ms"]) and pd.isna(table.loc["torch-ddp", "comm_share"])
+    assert "inside backward" in table.loc["torch-ddp", "note"]
+    for ident in ("C3", "C6", "C8"):
+        mine = [r for r in records if r["params"]["variant"] in ddp.reads(ident, list(by))]
+        text = _section(ident, ddp.build(ident, mine, {}, [], {"fits": {}}, tmp_path), tmp_path)
+        assert "PyTorch's DDP shows no wait after backward because its reducer waits inside it" in text, ident
+        assert "0.0 % of the step waiting" not in text and "waiting for communication 0.00" not in text, ident
+        # each section sets it against the quiet backward among its own records (C3 reads no flat)
+        x = ddp.backward_waits(mine)["fp32"]["torch-ddp"]["excess"]
+        assert f"{x['ms']:.1f} ms ({x['low_ms']:.1f} to {x['high_ms']:.1f}) longer than" in text, ident
+
+
+def test_pytorch_ddp_without_a_quiet_backward_says_there_is_nothing_to_set_it_against(seed, tmp_path):
+    rng = random.Random(seed)
+    records = [_record("overlap", _steps(rng, 243, 500, 5, 45)), _record("torch-ddp", _steps(rng, 245, 512, 0.0, 45))]
+    found = ddp.backward_waits(records)["fp32"]["torch-ddp"]
+    assert found["reference"] is None and found["excess"] is None
+    text = _section("C6", ddp.build("C6", records, {}, [], None, tmp_path), tmp_path)
+    assert "has a backward that communicates nothing to set it against" in text
+
+
+# --- the per-call cost, where it is paid --------------------------------------------------------
+
+def _naive_and_flat(rng, o_ms: float, w_GBps: float, parameter_count: int, jitter: float = 0.0, gpu: str = "NVIDIA H200"):
+    """Naive and flat waits built from the model the report inverts: naive pays (tensors + 1) calls,
+    its bytes and one pass over the gradients; flat one call, the same bytes and three passes."""
+    s = parameter_count * 4
+    calls = ddp.gradient_tensors("xl") + 1
+    bytes_ms = s / (w_GBps * 1e9) * 1e3
+    pass_ms = 2 * s / H200_Bps * 1e3 if gpu == "NVIDIA H200" else 0.0
+    naive_wait = calls * o_ms + bytes_ms + pass_ms
+    flat_wait = o_ms + bytes_ms + 3 * pass_ms
+    naive = _record("naive", _steps(rng, 243, 482, naive_wait, 45, jitter=jitter), gpu=gpu, parameter_count=parameter_count)
+    flat = _record("flat", _steps(rng, 243, 482, flat_wait, 45, jitter=jitter), gpu=gpu, parameter_count=parameter_count)
+    return naive, flat, calls
+
+
+def test_the_per_call_cost_is_recovered_from_naive_against_flat(seed):
+    rng = random.Random(seed)
+    o_ms, w = rng.uniform(0.005, 0.05), rng.uniform(100, 400)
+    count = rng.randint(500_000_000, 3_000_000_000)
+    naive, flat, calls = _naive_and_flat(rng, o_ms, w, count)
+    found = ddp.paid_per_call([naive, flat], {"o_ms": 0.09, "w_GBps": w})["fp32"]
+    assert found["calls"] == {"naive": calls, "flat": 1} and calls == 48 * 9 + 3 + 1
+    assert found["extra_passes_ms"] == pytest.approx(4 * count * 4 / H200_Bps * 1e3)
+    assert found["o_ms"] == pytest.approx(o_ms, rel=1e-9)
+    # no spread: the bounds close on the same number
+    assert found["o_low_ms"] == pytest.approx(o_ms, rel=1e-9) and found["o_high_ms"] == pytest.approx(o_ms, rel=1e-9)
+    assert found["c1_o_ms"] == 0.09
+
+
+def test_the_per_call_bounds_hold_the_true_cost_under_spread(seed):
+    rng = random.Random(seed)
+    o_ms, w = rng.uniform(0.005, 0.05), rng.uniform(100, 400)
+    naive, flat, _ = _naive_and_flat(rng, o_ms, w, 2_000_000_000, jitter=0.3)
+    found = ddp.paid_per_call([naive, flat], {"o_ms": 0.09, "w_GBps": w})["fp32"]
+    assert found["o_low_ms"] <= o_ms + 0.3 / 435 and found["o_high_ms"] >= o_ms - 0.3 / 436
+    assert found["o_low_ms"] <= found["o_ms"] <= found["o_high_ms"]
+
+
+def test_without_the_card_s_bandwidth_the_copies_are_not_counted(seed):
+    rng = random.Random(seed)
+    naive, flat, calls = _naive_and_flat(rng, 0.02, 300, 2_000_000_000, gpu="Some GPU")
+    found = ddp.paid_per_call([naive, flat], None)["fp32"]
+    assert found["memory_GBps"] is None and found["extra_passes_ms"] == 0.0 and found["o_high_ms"] is None
+    waits = naive["metrics"]["comm_wait_ms"] - flat["metrics"]["comm_wait_ms"]
+    assert found["o_ms"] == pytest.approx(waits / (calls - 1))
+
+
+def test_the_gradient_tensor_count_is_the_model_s(seed):
+    from cs336_systems.models import build_model, get_size
+
+    for name in ("tiny", "small"):
+        model = build_model(get_size(name), 16, device="meta")
+        assert ddp.gradient_tensors(name) == sum(1 for p in model.parameters() if p.requires_grad), name
+
+
+@pytest.mark.parametrize("with_flat", [True, False])
+def test_the_overhead_model_says_which_per_call_cost_it_uses(seed, tmp_path, with_flat):
+    rng = random.Random(seed)
+    c1 = {"fits": {"nccl_x2": {"o_ms": 0.09, "w_GBps": 330.0}}}
+    naive, flat, _ = _naive_and_flat(rng, 0.018, 330.0, 2_000_000_000)
+    sizes = [_record(f"bucketed-{mb}", _steps(rng, 243, 500, 9.5 + rng.uniform(0, 0.6), 45), buckets=n)
+             for mb, n in ((1, 434), (10, 339), (100, 98), (1000, 8))]
+    records = [naive, *([flat] if with_flat else []), *sizes, _record("overlap", _steps(rng, 243, 502, 5.3, 45))]
+    summary = ddp.build("C8", records, {}, [], c1, tmp_path)
+    model, table = summary["model"], pd.read_csv(tmp_path / "table.csv")
+    s, w = 2_000_000_000 * 4, 330e9
+    o = summary["per_call"]["o_ms"] if with_flat else 0.09
+    assert model["o_source"] == ("records" if with_flat else "C1") and model["o_ms"] == pytest.approx(o)
+    assert list(table["predicted_ms"]) == pytest.approx([n * o + s / (n * w) * 1e3 for n in table["buckets"]], rel=1e-3)
+    assert list(table["predicted_c1_ms"]) == pytest.approx([n * 0.09 + s / (n * w) * 1e3 for n in table["buckets"]], rel=1e-3)
+    assert list(table["after_backward_pass_ms"]) == pytest.approx([4 * s / H200_Bps * 1e3] * 4, rel=1e-3)
+    text = _section("C8", summary, tmp_path)
+    assert ("fitted from naive against flat" in text) is with_flat
+    assert ("this run has no naive and flat pair" in text) is (not with_flat)
+
+
+# --- bucketing against overlap ------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra_ms, longer", [(4.4, True), (0.0, False)])
+def test_bucketing_s_longer_wait_is_set_against_its_extra_pass(seed, tmp_path, extra_ms, longer):
+    rng = random.Random(seed)
+    overlap = _record("overlap", _steps(rng, 243, 502, 5.3, 45, jitter=0.1))
+    sizes = [_record(f"bucketed-{mb}", _steps(rng, 243, 500, 5.3 + extra_ms, 45, jitter=0.1), buckets=n)
+             for mb, n in ((1, 434), (1000, 8))]
+    found = ddp.bucketed_against_overlap([overlap, *sizes])["fp32"]
+    assert found["every_size_longer"] is longer
+    ov = _spread(overlap, "comm_wait_ms")
+    for r in sizes:
+        mine = _spread(r, "comm_wait_ms")
+        x = found["waits"][r["params"]["variant"]]
+        assert (x["low_ms"], x["high_ms"]) == pytest.approx((mine[1] - ov[2], mine[2] - ov[1]))
+    # one more read-and-write pass over every fp32 gradient, at the H200's datasheet bandwidth
+    assert found["extra_pass_ms"] == pytest.approx(2 * 2_000_000_000 * 4 / H200_Bps * 1e3)
+    assert found["pass_fits"] is (found["extra_pass_ms"] <= found["extra_low_ms"])
+    text = _section("C8", ddp.build("C8", [overlap, *sizes], {}, [], {"fits": {}}, tmp_path), tmp_path)
+    assert ("Every bucket size waits longer after backward than overlap" in text) is longer
+    assert ("Not every bucket size waits longer" in text) is (not longer)
+
+
+# --- C12: the trace's idle time, the forward, the memory saving ----------------------------------
+
+@pytest.mark.parametrize("busy_share, profiler", [(0.99, True), (0.4, False)])
+def test_a_traced_step_s_idle_time_is_held_to_the_timed_step(seed, busy_share, profiler):
+    rng = random.Random(seed)
+    step = rng.uniform(400, 900)
+    busy = busy_share * step
+    traced_idle = rng.uniform(0.1, 0.3) * step + (step - busy)
+    gaps = {"span_ms": busy + traced_idle, "idle_ms": traced_idle, "longest_gap_ms": 1.0, "gaps_over_half_ms": 3}
+    found = ddp.untraced_idle(gaps, {"step_ms": step})
+    assert found["busy_ms"] == pytest.approx(busy) and found["idle_ms"] == pytest.approx(step - busy)
+    assert found["profiler_ms"] == pytest.approx(traced_idle - (step - busy))
+    assert found["mostly_profiler"] is profiler
+    assert ddp.untraced_idle(None, {"step_ms": step}) is None
+
+
+def _memory(variant, before, peak, rise, gradients):
+    return {"variant": variant, "precision": "fp32", "before_step_GiB": before, "peak_GiB": peak,
+            "activations_peak_GiB": rise, "gradients_GiB": gradients}
+
+
+@pytest.mark.parametrize("gradients_at_peak, reconciled", [(False, True), (True, False)])
+def test_the_fsdp_saving_at_the_peak_is_reconciled_only_where_the_gradients_do_not_count(seed, gradients_at_peak, reconciled):
+    rng = random.Random(seed)
+    params, grads, adam = rng.uniform(6, 8), rng.uniform(6, 8), rng.uniform(12, 16)
+    rise = rng.uniform(25, 35)
+    ddp_start, fsdp_start = params + adam, (params + adam) / 2
+    # a peak where gradients are live shows FSDP's sharded gradients as a smaller rise
+    fsdp_rise = rise - (grads / 2 if gradients_at_peak else 0.0)
+    memory = [_memory("overlap", ddp_start + grads, ddp_start + rise, rise, grads),
+              _memory("fsdp", fsdp_start + grads / 2, fsdp_start + fsdp_rise, fsdp_rise, grads / 2)]
+    found = ddp.fsdp_saving(memory, {"replicated": 16.0, "fsdp": 8.0})
+    assert found["predicted_GiB"] == 8.0
+    assert found["before_step_GiB"] == pytest.approx((params + adam + grads) / 2)
+    assert found["without_gradients_GiB"] == pytest.approx((params + adam) / 2)
+    assert found["reconciled"] is reconciled
+
+
+def test_an_fsdp_forward_without_a_baseline_is_set_against_ddp_s_forward(seed):
+    rng = random.Random(seed)
+    fsdp = _record("fsdp", _steps(rng, 263, 503, 3.3, 28))
+    overlap = _record("overlap", _steps(rng, 243, 502, 5.3, 45))
+    rows = {"fp32": {"fsdp": {"forward_ms": fsdp["metrics"]["forward_ms"]},
+                     "overlap": {"forward_ms": overlap["metrics"]["forward_ms"]}}}
+    forward = {("fsdp", "fp32"): _spread(fsdp, "forward_ms"), ("overlap", "fp32"): _spread(overlap, "forward_ms")}
+    setup = {"size": "xl", "world_size": 2, "backend": "nccl"}
+    (found,) = ddp.fsdp_forward(rows, setup, {"fits": {"nccl_x2": {"o_ms": 0.09, "w_GBps": 330.0}}}, forward)
+    assert found["baseline_variant"] == "overlap"
+    assert found["excess_ms"] == pytest.approx(fsdp["metrics"]["forward_ms"] - overlap["metrics"]["forward_ms"])
+    mine, theirs = forward[("fsdp", "fp32")], forward[("overlap", "fp32")]
+    assert (found["excess"]["low_ms"], found["excess"]["high_ms"]) == pytest.approx((mine[1] - theirs[2], mine[2] - theirs[1]))
+    assert found["beyond_bytes"] is (found["excess_ms"] > found["transfer_ms"])
+    assert found["beyond_transfers"] is (found["excess_ms"] > found["bound_ms"])
