@@ -44,6 +44,7 @@ include: "workflow/rules/a5_a6_memory.smk"
 include: "workflow/rules/b_attention.smk"
 include: "workflow/rules/c_distributed.smk"
 include: "workflow/rules/c9_accounting.smk"
+include: "workflow/rules/e1_training_step.smk"
 include: "workflow/rules/d_writeup.smk"
 
 

@@ -149,6 +149,9 @@ DELIVERABLES: tuple[Deliverable, ...] = (
          reads=("C3", "C6", "C12")),
     _ddp("C12", "FSDP", ("fsdp", "fsdp-bf16", "overlap", "torch-ddp"), about=f"{_S}.distributed.fsdp",
          measures=True, traces=True, reads=("C1", "C3", "C6"), outputs=tables("table") + ("timeline.png",)),
+    Deliverable("E1", "The training step, every technique together", "e1_training_step.smk",
+                f"{_S}.training_step.ladder", f"{_S}.report.e1", ONE_GPU, ("E1_step",),
+                outputs=tables("table") + ("ladder.png",)),
 )
 
 BY_ID: dict[str, Deliverable] = {d.id: d for d in DELIVERABLES}

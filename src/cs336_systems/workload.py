@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, ContextManager
+from functools import partial
+from typing import Callable, ContextManager, Iterable
 
 import torch
 from torch import nn
@@ -28,6 +29,9 @@ from cs336_systems.timing import PhaseTimer, peak_memory_bytes, reset_peak_memor
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 PHASES = {"forward": ("forward",), "forward-backward": ("forward", "backward"),
           "train-step": ("forward", "backward", "optimizer")}
+
+# The train step's learning rate, whichever AdamW takes it.
+LEARNING_RATE = 1e-4
 
 COMPILE_MODES = ("none", "model", "blocks")
 # torch.compile back ends: Inductor (what B1/B2 measure), or AOTAutograd's graphs run eagerly, which
@@ -85,8 +89,9 @@ class Workload:
     precision: str
     device: torch.device
 
-    def step(self, phase: Phase = no_phase) -> None:
-        """One step of ``mode``; gradients are cleared at the end so every step starts alike."""
+    def step(self, phase: Phase = no_phase) -> torch.Tensor:
+        """One step of ``mode``; gradients are cleared at the end so every step starts alike.
+        Returns the step's loss (detached; computed before the optimizer's update)."""
         from cs336_basics.nn_utils import cross_entropy
 
         dtype = PRECISIONS[self.precision]
@@ -96,19 +101,21 @@ class Workload:
             with phase("forward"), autocast:
                 loss = cross_entropy(self.runnable(self.inputs), self.targets)
         if self.mode == "forward":
-            return
+            return loss
         with phase("backward"):
             loss.backward()
         if self.optimizer is not None:
             with phase("optimizer"):
                 self.optimizer.step()
         self.model.zero_grad(set_to_none=True)
+        return loss.detach()
 
 
 def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, precision: str = "fp32",
                    compile: bool | str = False, attention: str = "naive", device: str | torch.device = "cpu",
                    vocab_size: int = VOCAB_SIZE, wrap_model: Callable[[nn.Module], object] | None = None,
-                   backend: str = "inductor") -> Workload:
+                   backend: str = "inductor",
+                   make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None) -> Workload:
     """A randomly initialised model on ``device`` with a random batch, ready to step.
 
     ``wrap_model(model)`` changes the built model in place before anything else sees it: A6 passes
@@ -119,6 +126,8 @@ def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, prec
     compilation: the blocks share one compiled graph, so compiling costs one block's time
     instead of the whole unrolled model's, measured at 161 s for xl forward+backward on an H100).
     ``backend``: the ``torch.compile`` back end (``COMPILE_BACKENDS``).
+    ``make_optimizer(parameters)``: the train step's optimizer; by default ``cs336_basics``' AdamW
+    with learning rate ``LEARNING_RATE`` (E1 passes PyTorch's fused AdamW).
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
@@ -139,7 +148,7 @@ def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, prec
             block.compile(backend=backend)
     optimizer = None
     if mode == "train-step":
-        optimizer = adamw(model.parameters(), lr=1e-4)
+        optimizer = (make_optimizer or partial(adamw, lr=LEARNING_RATE))(model.parameters())
     inputs, targets = random_batch(batch, context, vocab_size=vocab_size, device=device)
     return Workload(model, runnable, optimizer, inputs, targets, mode, precision, device)
 

@@ -24,9 +24,10 @@ from cs336_systems import deliverables
 from cs336_systems.attention.backends import BACKENDS, BENCH_IMPLS
 from cs336_systems.distributed import variants as ddp_variants
 from cs336_systems.models import MODEL_SIZES, MODES
+from cs336_systems.training_step import rungs as e1_rungs
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")   # a folder name, never '.', '..' or a path
-SECTION = re.compile(r"^([A-D][0-9]{1,2})([a-z]?)$")     # an ID, or an ID with a part letter (B2a)
+SECTION = re.compile(r"^([A-E][0-9]{1,2})([a-z]?)$")     # an ID, or an ID with a part letter (B2a)
 
 
 class ConfigError(ValueError):
@@ -76,6 +77,8 @@ _NAMED = {    # kind -> (what it is, the names to list, whether a value is one)
     ("B5", "impls"): ("a B5 implementation", list(BENCH_IMPLS), BENCH_IMPLS.__contains__),
     ("DDP", "variants"): _VARIANT,
     ("DDP", "traced"): _VARIANT,
+    ("E1", "rungs"): ("a rung of the E1 ladder", list(e1_rungs.RUNG_NAMES), e1_rungs.RUNG_NAMES.__contains__),
+    ("E1", "anchors"): ("an E1 anchor", list(e1_rungs.ANCHOR_NAMES), e1_rungs.ANCHOR_NAMES.__contains__),
 }
 
 
@@ -106,6 +109,11 @@ def check_names(config: dict[str, Any]) -> None:
         if untraceable:
             raise ConfigError(f"config error at presets.{name}.DDP.traced: {', '.join(map(repr, untraceable))} "
                               "not in DDP.variants (only variants that run leave a trace)")
+        e1 = preset.get("E1", {})
+        needs = e1_rungs.previous(e1_rungs.ONLY_WHEN_PREVIOUS_OOMS)
+        if e1_rungs.ONLY_WHEN_PREVIOUS_OOMS in e1.get("rungs", []) and needs not in e1.get("rungs", []):
+            raise ConfigError(f"config error at presets.{name}.E1.rungs: {e1_rungs.ONLY_WHEN_PREVIOUS_OOMS!r} needs "
+                              f"{needs!r} (it runs only where that rung runs out of memory)")
 
 
 def cuda_visible() -> bool:

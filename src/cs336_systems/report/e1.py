@@ -1,0 +1,331 @@
+"""E1 report: the training-step ladder per size x context, what each rung bought, the anchors beside
+it, each rung's first loss against fp32 eager's, and whether the goal point meets the issue's goal.
+
+    python -m cs336_systems.report.e1 --records rec1.json ... --goal-size 2.7B --goal-context 1024 \
+        --goal-mfu 0.55 --out-dir DIR
+
+Step times are the median of the timed steps (the spread: standard deviation, min and max). MFU is
+A1's: the step's matrix-product FLOPs in closed form (``profiling.flops.model_step_flops``, which
+counts the full context x context attention products whatever the kernel skips) over the median
+step, against the card's peak for the arithmetic the products ran in (``profiling.mfu.peak``: bf16
+tensor cores for the bf16 rungs and anchors, fp32 or TF32 for fp32 by the matmul precision).
+
+**Loss check.** Every rung and anchor starts from the same seeded weights and batch, and its record
+holds the loss of its first step, before any update. A rung's loss must lie within ``LOSS_RTOL``
+(relative) of fp32 eager's at the same point, or it is flagged and not ranked. A randomly initialised
+model's loss sits near ln 10 000 = 9.21 whatever it computes, so the tolerance must be tight: on the
+CPU, bf16 autocast moved the first loss by 1e-5 to 5e-5 relative (tiny to 2.7B), while attention
+that ignores the causal mask moved it by 9e-4 (tiny) to 6e-3 (large, 2.7B). 5e-4 sits ten times
+above the first and below the second; ``tests/training_step`` holds the tiny model to both sides.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
+from cs336_systems.profiling.flops import model_step_flops
+from cs336_systems.profiling.mfu import achieved, peak, utilisation
+from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.training_step import rungs
+
+LOSS_RTOL = 5e-4          # a rung's first loss against fp32 eager's (the module's doc says why)
+REFERENCE = rungs.RUNG_NAMES[0]
+ORDER = list(rungs.RUNG_NAMES + rungs.ANCHOR_NAMES)
+GIB = 2**30
+PHASES = ("forward", "backward", "optimizer")
+
+
+def _nan(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def records_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per record: the point, the rung, its status, step median and spread (ms), phases,
+    tokens/s, FLOPs, TFLOP/s, MFU, peak memory and first loss; then the loss against fp32 eager's
+    and each rung's difference from the rung before it."""
+    rows = []
+    for r in records:
+        p, m = r["params"], r["metrics"]
+        ok = r["status"] == "ok"
+        step = m.get("step", {})
+        size = ModelSize(p["d_model"], p["d_ff"], p["num_layers"], p["num_heads"])
+        flops = model_step_flops(size, batch=p["batch"], context=p["context"], mode="train-step",
+                                 vocab_size=p.get("vocab_size", VOCAB_SIZE))
+        card = peak(r["provenance"].get("gpu"), p["precision"], p.get("float32_matmul_precision"))
+        median = _nan(step.get("median")) if ok else math.nan
+        mfu = utilisation(flops, median / 1e3, card.flops) if ok else None
+        rows.append({
+            "size": p["size"], "context": int(p["context"]), "batch": int(p["batch"]), "rung": p["rung"],
+            "anchor": bool(p["anchor"]), "precision": p["precision"], "attention": p["attention"],
+            "sdpa_kernel": p.get("sdpa_kernel"), "optimizer": p["optimizer"],
+            "compiled": f"{p['compile_mode']}, {p['compile_backend']}" if p.get("compiled") else "",
+            "checkpoint_group": p.get("checkpoint_group"), "status": r["status"],
+            "note": r.get("reason") or r.get("message") or "",
+            "median_ms": median, "std_ms": _nan(step.get("std")) if ok else math.nan,
+            "min_ms": _nan(step.get("min")) if ok else math.nan, "max_ms": _nan(step.get("max")) if ok else math.nan,
+            "n": int(step.get("n") or 0),
+            **{f"{phase}_ms": _nan(m.get(phase, {}).get("median")) if ok else math.nan for phase in PHASES},
+            "tokens_per_s": _nan(m.get("tokens_per_s")) if ok else math.nan,
+            "flops": flops, "tflops": achieved(flops, median / 1e3) / 1e12 if ok and median > 0 else math.nan,
+            "mfu": _nan(mfu), "peak_basis": card.basis,
+            "peak_gib": _nan(m.get("peak_memory_bytes")) / GIB if ok else math.nan,
+            "loss": _nan(m.get("loss")) if ok else math.nan,
+        })
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df["size"] = pd.Categorical(df["size"], [s for s in MODEL_SIZES if s in set(df["size"])], ordered=True)
+    df["rung"] = pd.Categorical(df["rung"], [n for n in ORDER if n in set(df["rung"])], ordered=True)
+    df = df.sort_values(["size", "context", "rung"]).reset_index(drop=True)
+    return _against_reference_and_previous(df)
+
+
+def _against_reference_and_previous(df: pd.DataFrame) -> pd.DataFrame:
+    ref_loss, loss_diff, loss_ok, d_ms, d_pct, d_gib = [], [], [], [], [], []
+    by_point = {(str(r["size"]), r["context"], str(r["rung"])): r for _, r in df.iterrows()}
+    for _, row in df.iterrows():
+        point = (str(row["size"]), row["context"])
+        ref = by_point.get((*point, REFERENCE))
+        ref_ok = ref is not None and ref["status"] == "ok"
+        ref_loss.append(ref["loss"] if ref_ok else math.nan)
+        if row["status"] == "ok" and ref_ok:
+            diff = abs(row["loss"] - ref["loss"]) / abs(ref["loss"])
+            loss_diff.append(diff)
+            loss_ok.append(bool(diff <= LOSS_RTOL))
+        else:
+            loss_diff.append(math.nan)
+            loss_ok.append(None)            # not checked: this rung or fp32 eager did not run
+        before = rungs.previous(str(row["rung"]))
+        prev = by_point.get((*point, before)) if before else None
+        if row["status"] == "ok" and prev is not None and prev["status"] == "ok":
+            d_ms.append(row["median_ms"] - prev["median_ms"])
+            d_pct.append(row["median_ms"] / prev["median_ms"] - 1)
+            d_gib.append(row["peak_gib"] - prev["peak_gib"])
+        else:
+            d_ms.append(math.nan)
+            d_pct.append(math.nan)
+            d_gib.append(math.nan)
+    df = df.copy()
+    df["fp32_loss"], df["loss_rel_diff"], df["loss_ok"] = ref_loss, loss_diff, loss_ok
+    df["delta_ms"], df["delta_pct"], df["delta_peak_gib"] = d_ms, d_pct, d_gib
+    return df
+
+
+def _num(value: float, fmt: str) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, fmt)
+
+
+def display_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The ladder people read: one row per size, context and rung (anchors last), failures spelled out."""
+    out = pd.DataFrame({
+        "size": df["size"].astype(str), "context": df["context"], "rung": df["rung"].astype(str),
+        "step (ms)": [f"{r['median_ms']:.2f} ± {r['std_ms']:.2f}" if r["status"] == "ok" else r["status"].upper()
+                      for _, r in df.iterrows()],
+        "min–max (ms)": [f"{r['min_ms']:.2f}–{r['max_ms']:.2f}" if r["status"] == "ok" else "" for _, r in df.iterrows()],
+        "Δ vs rung before (ms)": [_num(v, "+.2f") for v in df["delta_ms"]],
+        "Δ (%)": [_num(100 * v, "+.1f") for v in df["delta_pct"]],
+        "tokens/s": [_num(v, ",.0f") for v in df["tokens_per_s"]],
+        "MFU": [_num(100 * v, ".1f") + (" %" if not math.isnan(v) else "") for v in df["mfu"]],
+        "peak (GiB)": [_num(v, ".2f") for v in df["peak_gib"]],
+        "Δ peak (GiB)": [_num(v, "+.2f") for v in df["delta_peak_gib"]],
+        "first loss": [_num(v, ".4f") for v in df["loss"]],
+        "vs fp32 loss": [_num(100 * v, ".4f") + (" %" if not math.isnan(v) else "") + (" (out)" if ok is False else "")
+                         for v, ok in zip(df["loss_rel_diff"], df["loss_ok"])],
+        "note": [n if len(n) <= 120 else n[:117] + "..." for n in df["note"]],
+    })
+    return out
+
+
+def plot_ladder(df: pd.DataFrame, path: Path) -> None:
+    """One panel per size x context: a bar per rung (median, whiskers min to max), anchors beside in
+    another colour; a rung that did not run is named on the axis with its status."""
+    points = list(dict.fromkeys((str(r["size"]), int(r["context"])) for _, r in df.iterrows()))
+    cols = max(1, len({c for _, c in points}))
+    rows = max(1, math.ceil(len(points) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(points):]:
+        ax.axis("off")
+    for ax, (size, context) in zip(axes.flat, points):
+        part = df[(df["size"].astype(str) == size) & (df["context"] == context)]
+        labels, heights, colours, low, high = [], [], [], [], []
+        for _, r in part.iterrows():
+            ok = r["status"] == "ok"
+            labels.append(str(r["rung"]) + ("" if ok else f"\n({r['status']})"))
+            heights.append(r["median_ms"] if ok else 0.0)
+            colours.append("C1" if r["anchor"] else "C0")
+            low.append(r["median_ms"] - r["min_ms"] if ok else 0.0)
+            high.append(r["max_ms"] - r["median_ms"] if ok else 0.0)
+        x = range(len(labels))
+        ax.bar(x, heights, color=colours, yerr=[low, high], capsize=2)
+        ax.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=7)
+        ax.set(title=f"{size}, context {context}", ylabel="time per step (ms, median)")
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("E1: one AdamW step per rung (blue: our ladder, each rung adds one technique; orange: anchors)",
+                 fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def _row(r) -> dict:
+    return {"rung": str(r["rung"]), "ms": float(r["median_ms"]), "std_ms": float(r["std_ms"]),
+            "mfu": None if math.isnan(r["mfu"]) else float(r["mfu"]), "tokens_per_s": float(r["tokens_per_s"]),
+            "peak_gib": None if math.isnan(r["peak_gib"]) else float(r["peak_gib"]),
+            "phases_ms": {phase: None if math.isnan(r[f"{phase}_ms"]) else float(r[f"{phase}_ms"]) for phase in PHASES},
+            "loss_checked": r["loss_ok"] is not None}
+
+
+def _rankable(part: pd.DataFrame) -> pd.DataFrame:
+    """Rows that ran and whose loss is not outside the tolerance (unchecked where fp32 eager did not run)."""
+    return part[(part["status"] == "ok") & (part["loss_ok"] != False)]     # noqa: E712 - None: not checked
+
+
+def points_summary(df: pd.DataFrame) -> list[dict]:
+    """Per size x context: fp32 eager, our best rung, the best anchor, and what did not run."""
+    out = []
+    for (size, context), part in df.groupby(["size", "context"], observed=True, sort=True):
+        ours = _rankable(part[~part["anchor"]])
+        anchors = _rankable(part[part["anchor"]])
+        best = ours.loc[ours["median_ms"].idxmin()] if len(ours) else None
+        anchor = anchors.loc[anchors["median_ms"].idxmin()] if len(anchors) else None
+        ref = part[(part["rung"] == REFERENCE) & (part["status"] == "ok")]
+        out.append({
+            "size": str(size), "context": int(context), "batch": int(part["batch"].iloc[0]),
+            "fp32": _row(ref.iloc[0]) if len(ref) else None,
+            "best_rung": _row(best) if best is not None else None,
+            "best_anchor": _row(anchor) if anchor is not None else None,
+            "speedup_over_fp32": float(ref["median_ms"].iloc[0] / best["median_ms"]) if len(ref) and best is not None else None,
+            "best_vs_anchor": float(best["median_ms"] / anchor["median_ms"] - 1) if best is not None and anchor is not None else None,
+            "not_ok": [{"rung": str(r["rung"]), "status": r["status"], "note": r["note"]}
+                       for _, r in part[part["status"] != "ok"].iterrows()],
+        })
+    return out
+
+
+def bought(df: pd.DataFrame) -> list[dict]:
+    """Per rung after the first: over the points where it and the rung before both ran, the median
+    change of step time (ms and relative) and of peak memory."""
+    out = []
+    for name in rungs.RUNG_NAMES[1:]:
+        part = df[(df["rung"] == name) & df["delta_ms"].notna()] if name in set(df["rung"].astype(str)) else df.iloc[:0]
+        gib = part["delta_peak_gib"].dropna()
+        out.append({"rung": name, "adds": rungs.get(name).adds, "points": int(len(part)),
+                    "median_delta_ms": float(part["delta_ms"].median()) if len(part) else None,
+                    "median_delta_pct": float(part["delta_pct"].median()) if len(part) else None,
+                    "faster_at": int((part["delta_ms"] < 0).sum()), "slower_at": int((part["delta_ms"] > 0).sum()),
+                    "median_delta_peak_gib": float(gib.median()) if len(gib) else None})
+    return out
+
+
+def goal_check(points: list[dict], size: str, context: int, mfu_target: float) -> dict:
+    """The issue's goal at one point: our best rung at or below the best anchor's median step time,
+    and at least ``mfu_target`` MFU. ``met`` is True only when both are measured and hold;
+    ``shortfalls`` says, in words, each reason it is not."""
+    goal = {"size": size, "context": context, "mfu_target": mfu_target, "measured": False, "met": False,
+            "faster_or_equal": None, "mfu_met": None, "shortfalls": [], "point": None}
+    point = next((p for p in points if p["size"] == size and p["context"] == context), None)
+    if point is None:
+        goal["shortfalls"].append(f"{size} at context {context} was not measured in this run")
+        return goal
+    goal["point"], goal["measured"] = point, True
+    best, anchor = point["best_rung"], point["best_anchor"]
+    if best is None:
+        goal["shortfalls"].append("no rung of our ladder ran there with a loss within the tolerance")
+    if anchor is None:
+        goal["shortfalls"].append("no anchor ran there, so there is nothing to beat")
+    if best is not None and anchor is not None:
+        goal["faster_or_equal"] = best["ms"] <= anchor["ms"]
+        if not goal["faster_or_equal"]:
+            goal["shortfalls"].append(f"our best rung ({best['rung']}, {best['ms']:.1f} ms) is "
+                                      f"{100 * (best['ms'] / anchor['ms'] - 1):.1f} % slower than the best anchor "
+                                      f"({anchor['rung']}, {anchor['ms']:.1f} ms)")
+    if best is not None:
+        if best["mfu"] is None:
+            goal["shortfalls"].append("no MFU: the run has no peak for its device")
+        else:
+            goal["mfu_met"] = best["mfu"] >= mfu_target
+            if not goal["mfu_met"]:
+                goal["shortfalls"].append(f"our best rung reaches {100 * best['mfu']:.1f} % MFU, "
+                                          f"below {100 * mfu_target:.0f} %")
+    goal["met"] = bool(goal["faster_or_equal"] and goal["mfu_met"])
+    return goal
+
+
+def gap(point: dict | None) -> dict | None:
+    """Where the best rung's step goes, by phase (the optimizer's elementwise work is time MFU does
+    not count), and how far its MFU is from the peak."""
+    if point is None or point["best_rung"] is None:
+        return None
+    best = point["best_rung"]
+    phases = best["phases_ms"]
+    if any(v is None for v in phases.values()):
+        return None
+    total = sum(phases.values())
+    return {"rung": best["rung"], "size": point["size"], "context": point["context"], "ms": best["ms"],
+            "mfu": best["mfu"], "phases_ms": phases, "shares": {k: v / total for k, v in phases.items()},
+            "backward_over_forward": phases["backward"] / phases["forward"] if phases["forward"] else None}
+
+
+def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_context: int, goal_mfu: float) -> dict:
+    points = points_summary(df)
+    goal = goal_check(points, goal_size, goal_context, goal_mfu)
+    ok = df[df["status"] == "ok"]
+    checked = ok[ok["loss_ok"].notna() & (ok["rung"] != REFERENCE)]     # fp32 eager is the reference itself
+    out_of_tolerance = checked[checked["loss_ok"] == False]     # noqa: E712
+    first = records[0]["params"] if records else {}
+    best_anywhere = [p for p in points if p["best_rung"] and p["best_anchor"]]
+    return {
+        "provenance": run_provenance(records),
+        "records": len(records), "ok": int(len(ok)),
+        "statuses": {s: int((df["status"] == s).sum()) for s in ("ok", "oom", "skipped", "error")},
+        "ladder": [{"rung": r.name, "adds": r.adds, "optimizer": r.setup.optimizer} for r in rungs.LADDER],
+        "anchors": [{"rung": r.name, "adds": r.adds} for r in rungs.ANCHORS],
+        "batch": first.get("batch"), "warmup": first.get("warmup"), "steps": first.get("steps"),
+        "seed": first.get("seed"),
+        "compile": sorted({f"{p['params']['compile_mode']} ({p['params']['compile_backend']})"
+                           for p in records if p["params"].get("compiled")}),
+        "checkpoint_groups": sorted({p["params"]["checkpoint_group"] for p in records
+                                     if p["params"].get("checkpointed") and p["status"] == "ok"}),
+        "peaks": sorted(set(ok["peak_basis"])),
+        "on_gpu": any(r["provenance"].get("gpu") for r in records),
+        "loss_rtol": LOSS_RTOL,
+        "loss_checked": int(len(checked)),
+        "loss_unchecked": int((ok["loss_ok"].isna()).sum()),
+        "loss_out_of_tolerance": [{"size": str(r["size"]), "context": int(r["context"]), "rung": str(r["rung"]),
+                                   "rel_diff": float(r["loss_rel_diff"])} for _, r in out_of_tolerance.iterrows()],
+        "loss_max_rel_diff": float(checked["loss_rel_diff"].max()) if len(checked) else None,
+        "points": points,
+        "bought": bought(df),
+        "beats_anchor_at": [f"{p['size']} ctx {p['context']}" for p in best_anywhere if p["best_vs_anchor"] <= 0],
+        "compared_points": len(best_anywhere),
+        "goal": goal,
+        "gap": gap(goal["point"]),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.report.e1", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", nargs="+", required=True)
+    p.add_argument("--goal-size", required=True, choices=list(MODEL_SIZES))
+    p.add_argument("--goal-context", required=True, type=int)
+    p.add_argument("--goal-mfu", required=True, type=float, help="the MFU the goal asks for, 0.55 = 55 %%")
+    p.add_argument("--out-dir", required=True, type=Path)
+    args = p.parse_args(argv)
+    if not 0 < args.goal_mfu <= 1:
+        p.error(f"--goal-mfu is a share between 0 and 1, got {args.goal_mfu}")
+    records = load_records(args.records)
+    df = records_frame(records)
+    write_table(display_table(df), args.out_dir)
+    plot_ladder(df, args.out_dir / "ladder.png")
+    write_summary(args.out_dir / "summary.json", summarize(df, records, args.goal_size, args.goal_context, args.goal_mfu))
+    print(f"E1 report: {len(df)} records ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

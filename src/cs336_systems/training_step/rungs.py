@@ -1,0 +1,113 @@
+"""The E1 ladder as data: each rung adds one technique to the rung before it; anchors stand beside.
+
+    fp32          fp32 eager, naive attention (cs336_basics), cs336_basics' AdamW: the workload's step
+    bf16          + bf16 autocast around forward and loss (weights, gradients, optimizer state fp32)
+    flash         + our FlashAttention-2 (attention back end "flash")
+    compiled      + torch.compile of the model
+    fused-adamw   + torch.optim.AdamW(fused=True) in place of cs336_basics' AdamW
+    checkpointed  + activation checkpointing of groups of blocks, measured only where the rung
+                    before it runs out of memory (elsewhere it would only add recomputation)
+
+The anchors are what a practitioner writes in plain PyTorch: bf16 autocast, PyTorch's
+``scaled_dot_product_attention`` pinned to its flash or its cuDNN kernel, the model compiled,
+``torch.optim.AdamW(fused=True)``.
+
+Kept free of torch: the rule file reads the names and the code each rung runs (``code_of``), so a
+rung's rule depends on its own attention back end and nothing else's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cs336_systems.attention.backends import module_of as attention_module
+
+# Loaded by name, like the attention back ends, so that only the rung that checkpoints depends on
+# A6's code (pipeline.sources follows every import, even one inside a function).
+CHECKPOINTING = "cs336_systems.memory.checkpointing:checkpoint_blocks"
+OUR_ADAMW = "cs336_basics.optimizer.AdamW (the workload's)"
+FUSED_ADAMW = "torch.optim.AdamW(fused=True)"
+SDPA_KERNELS = ("flash", "cudnn")        # torch.nn.attention.SDPBackend FLASH_ATTENTION, CUDNN_ATTENTION
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What one step runs."""
+    precision: str = "fp32"              # "fp32", or "bf16" autocast around forward and loss
+    attention: str = "naive"             # an attention back end (attention.backends.BACKENDS)
+    sdpa_kernel: str | None = None       # with attention "sdpa": the one kernel SDPA may use
+    compiled: bool = False               # torch.compile of the model
+    fused_adamw: bool = False            # torch.optim.AdamW(fused=True) instead of cs336_basics' AdamW
+    checkpointed: bool = False           # blocks regrouped under torch.utils.checkpoint (A6's code)
+
+    @property
+    def optimizer(self) -> str:
+        return FUSED_ADAMW if self.fused_adamw else OUR_ADAMW
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    adds: str                            # what it adds to the rung before (an anchor: what it is)
+    setup: Setup
+    anchor: bool = False
+
+
+def _ladder() -> tuple[Rung, ...]:
+    steps = (
+        ("fp32", "fp32 eager: naive attention, cs336_basics' AdamW", {}),
+        ("bf16", "bf16 autocast around forward and loss", {"precision": "bf16"}),
+        ("flash", "our FlashAttention-2 for attention", {"attention": "flash"}),
+        ("compiled", "torch.compile of the model", {"compiled": True}),
+        ("fused-adamw", f"{FUSED_ADAMW} instead of cs336_basics' AdamW", {"fused_adamw": True}),
+        ("checkpointed", "activation checkpointing of groups of blocks, where the rung before runs out of memory",
+         {"checkpointed": True}),
+    )
+    setup, rungs = Setup(), []
+    for name, adds, change in steps:
+        setup = replace(setup, **change)
+        rungs.append(Rung(name, adds, setup))
+    return tuple(rungs)
+
+
+LADDER: tuple[Rung, ...] = _ladder()
+ANCHORS: tuple[Rung, ...] = tuple(
+    Rung(f"anchor-sdpa-{kernel}", f"plain PyTorch: bf16 autocast, SDPA pinned to its {kernel} kernel, compiled, "
+         f"{FUSED_ADAMW}",
+         Setup(precision="bf16", attention="sdpa", sdpa_kernel=kernel, compiled=True, fused_adamw=True), anchor=True)
+    for kernel in SDPA_KERNELS)
+RUNG_NAMES = tuple(r.name for r in LADDER)
+ANCHOR_NAMES = tuple(r.name for r in ANCHORS)
+BY_NAME: dict[str, Rung] = {r.name: r for r in LADDER + ANCHORS}
+# The rung that is measured only where the rung before it does not fit.
+ONLY_WHEN_PREVIOUS_OOMS = "checkpointed"
+
+
+def get(name: str) -> Rung:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown E1 rung {name!r}; known: {', '.join(BY_NAME)}") from None
+
+
+def previous(name: str) -> str | None:
+    """The rung ``name`` adds its technique to (None for the first rung and for anchors)."""
+    rung = get(name)
+    if rung.anchor or name == RUNG_NAMES[0]:
+        return None
+    return RUNG_NAMES[RUNG_NAMES.index(name) - 1]
+
+
+def code_of(name: str) -> tuple[str, ...]:
+    """The modules a rung runs beyond the ladder's own: its attention back end and, if it
+    checkpoints, A6's checkpointing."""
+    setup = get(name).setup
+    return (attention_module(setup.attention),) + ((CHECKPOINTING.partition(":")[0],) if setup.checkpointed else ())
+
+
+def needs_cuda(name: str) -> str | None:
+    """Why the rung cannot run on a CPU, or None where it can. PyTorch's SDPA has a CPU flash
+    kernel (the smoke preset runs it) but no cuDNN one."""
+    setup = get(name).setup
+    if setup.sdpa_kernel == "cudnn":
+        return "PyTorch's cuDNN attention kernel needs a CUDA GPU"
+    return None

@@ -1,0 +1,76 @@
+# E1: one AdamW training step per size x context x rung, the notebook's techniques added one at a
+# time (cs336_systems.training_step.rungs), the plain-PyTorch anchors beside; one process per point.
+#
+# A rung's rule depends on the ladder's code, its own attention back end and, for the checkpointed
+# rung, A6's checkpointing: editing our FlashAttention reruns the flash rungs, not fp32 eager or the
+# anchors. The checkpointed rung reads the record of the rung before it: it measures only where that
+# one ran out of memory.
+
+from cs336_systems.training_step import rungs as e1_rungs
+
+E1 = GRID["E1"]
+E1_NAMES = E1["rungs"] + E1["anchors"]
+E1_RECORD = f"{RESULTS}/E1/records/{{size}}_ctx{{context}}_{{rung}}.json"
+E1_RECORDS = expand(E1_RECORD, size=E1["sizes"], context=E1["contexts"], rung=E1_NAMES)
+
+
+def e1_previous(wildcards):
+    """The record the checkpointed rung reads: the rung before it at the same point."""
+    if wildcards.rung != e1_rungs.ONLY_WHEN_PREVIOUS_OOMS:
+        return []
+    return [E1_RECORD.format(size=wildcards.size, context=wildcards.context,
+                             rung=e1_rungs.previous(wildcards.rung))]
+
+
+rule E1_step:
+    """One rung of the E1 ladder (or an anchor) at one size and context: a fresh process, its own GPU, one record."""
+    input:
+        code=lambda wildcards: measuring_code("cs336_systems.training_step.ladder",
+                                              *e1_rungs.code_of(wildcards.rung), deliverable="E1"),
+        previous=e1_previous,
+    output:
+        E1_RECORD,
+    log:
+        f"{LOGS}/E1/{{size}}_ctx{{context}}_{{rung}}.log",
+    benchmark:
+        f"{BENCHMARKS}/E1/{{size}}_ctx{{context}}_{{rung}}.tsv",
+    wildcard_constraints:
+        size="|".join(map(re.escape, E1["sizes"])),
+        context=r"\d+",
+        rung="|".join(map(re.escape, E1_NAMES)),
+    params:
+        previous=lambda wildcards, input: f"--previous {input.previous}" if input.previous else "",
+        batch=E1["batch"],
+        warmup=E1["warmup"],
+        steps=E1["steps"],
+        seed=E1["seed"],
+        compile_mode=E1["compile"],
+        backend=GRID.get("compile_backend", "inductor"),
+        checkpoint_group=E1["checkpoint_group"],
+        device=GRID["device"],
+    resources:
+        gpu=1,
+    shell:
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.training_step.ladder --size {wildcards.size} --context {wildcards.context}"
+        " --rung {wildcards.rung} --batch {params.batch} --warmup {params.warmup} --steps {params.steps}"
+        " --seed {params.seed} --compile-mode {params.compile_mode} --backend {params.backend}"
+        " --checkpoint-group {params.checkpoint_group} {params.previous} --device {params.device}"
+        " --out {output} > {log} 2>&1")
+
+
+rule E1_report:
+    """E1 ladder table (Δ per rung, MFU, loss against fp32 eager), the figure, and the goal's verdict."""
+    input:
+        records=E1_RECORDS,
+        code=code("cs336_systems.report.e1"),
+    output:
+        **report_outputs("E1"),
+    log:
+        f"{LOGS}/E1/report.log",
+    params:
+        out_dir=out_dir("summary"),
+        goal=E1["goal"],
+    shell:
+        logged("python -m cs336_systems.report.e1 --records {input.records} --goal-size {params.goal[size]}"
+        " --goal-context {params.goal[context]} --goal-mfu {params.goal[mfu]} --out-dir {params.out_dir} > {log} 2>&1")
