@@ -100,7 +100,9 @@ def test_non_contiguous_inputs(device):
 
 @pytest.mark.parametrize("fn", [FlashAttentionTriton, FlashAttentionPytorch], ids=["triton", "pytorch"])
 @pytest.mark.parametrize("bad, message", [
-    (lambda q, k, v: (q[..., :24], k[..., :24], v[..., :24], False), "head dimension 24"),
+    (lambda q, k, v: (q[..., :20], k[..., :20], v[..., :20], False),
+     "head dimension 20 is not supported; supported: multiples of 8 from 8 to 256"),
+    (lambda q, k, v: (*(torch.cat([t] * 9, -1)[..., :264] for t in (q, k, v)), False), "head dimension 264"),
     (lambda q, k, v: (q.double(), k.double(), v.double(), False), "dtype"),
     (lambda q, k, v: (q, k.half(), v, False), "share a dtype"),
     (lambda q, k, v: (q, k[:, :10], v[:, :10], True), "causal attention needs as many queries as keys"),

@@ -17,34 +17,35 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from cs336_systems.attention.flash_forward import LOG2_E, _load_rows, _mm, _tile_and_batch, _tile_split_and_batch
+from cs336_systems.attention.flash_forward import (LOG2_E, _load_rows, _mm, _tile_and_batch, _tile_mask,
+                                                   _tile_split_and_batch)
 
 
 @triton.jit
 def _delta_kernel(O, DO, DELTA, stride_ob, stride_on, stride_dob, stride_don, stride_db, n_batch, n_rows,
-                  D: tl.constexpr, BLOCK: tl.constexpr):
+                  D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr):
     """D = rowsum(dO ∘ O) in fp32 for BLOCK rows of one batch entry (one launch, where PyTorch
     takes four: two casts, a product and a sum)."""
     pid = tl.program_id(0)
     b = pid % n_batch
     rows = (pid // n_batch) * BLOCK + tl.arange(0, BLOCK)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_PAD)
     valid = rows < n_rows
-    o = _load_rows(O + b * stride_ob, rows, stride_on, offs_d, n_rows, True)
-    do = _load_rows(DO + b * stride_dob, rows, stride_don, offs_d, n_rows, True)
+    o = _load_rows(O + b * stride_ob, rows, stride_on, offs_d, n_rows, D, True)
+    do = _load_rows(DO + b * stride_dob, rows, stride_don, offs_d, n_rows, D, True)
     tl.store(DELTA + b * stride_db + rows, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=valid)
 
 
 @triton.jit
 def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d, q_lo, q_hi,
-                n_queries, qk_scale, BLOCK_Q: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                n_queries, qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                 PRECISION: tl.constexpr):
     """Add the contributions of query tiles [q_lo, q_hi) to one key tile's dK and dV (transposed
     scores)."""
     for start in range(q_lo, q_hi, BLOCK_Q):
         offs_q = start + tl.arange(0, BLOCK_Q)
-        q = _load_rows(q_base, offs_q, stride_qn, offs_d, n_queries, MASK)
-        do = _load_rows(do_base, offs_q, stride_don, offs_d, n_queries, MASK)
+        q = _load_rows(q_base, offs_q, stride_qn, offs_d, n_queries, D, MASK)
+        do = _load_rows(do_base, offs_q, stride_don, offs_d, n_queries, D, MASK)
         if MASK:
             in_range = offs_q < n_queries
             lse = tl.load(l_base + offs_q, mask=in_range, other=0.0)
@@ -72,7 +73,7 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride
 def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
                        stride_dob, stride_don, stride_lb, stride_dkb, stride_dkn, stride_dvb, stride_dvn,
                        n_batch, n_queries, n_keys, scale, qk_scale,
-                       D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
+                       D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
                        PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
@@ -80,14 +81,14 @@ def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stri
     k_tile, b = _tile_and_batch(tl.cdiv(n_keys, BLOCK_K), n_batch, False)
     k_lo = k_tile * BLOCK_K
     offs_k = k_lo + tl.arange(0, BLOCK_K)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_PAD)
     k_valid = offs_k < n_keys
-    k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, n_keys, True)
-    v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, n_keys, True)
+    k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, n_keys, D, True)
+    v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, n_keys, D, True)
     q_base, do_base = Q + b * stride_qb, DO + b * stride_dob
     l_base, d_base = L + b * stride_lb, DELTA + b * stride_lb
-    dk = tl.zeros([BLOCK_K, D], tl.float32)
-    dv = tl.zeros([BLOCK_K, D], tl.float32)
+    dk = tl.zeros([BLOCK_K, D_PAD], tl.float32)
+    dv = tl.zeros([BLOCK_K, D_PAD], tl.float32)
     full = (n_queries // BLOCK_Q) * BLOCK_Q
     if CAUSAL:
         # Queries before k_lo see none of these keys: skipped. The diagonal [k_lo, k_lo + BLOCK_K) is
@@ -95,30 +96,30 @@ def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stri
         diag_hi = tl.minimum(k_lo + BLOCK_K, n_queries)
         rest_hi = tl.maximum(full, diag_hi)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             k_lo, diag_hi, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
+                             k_lo, diag_hi, n_queries, qk_scale, D, BLOCK_Q, True, True, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             diag_hi, rest_hi, n_queries, qk_scale, BLOCK_Q, False, True, PRECISION)
+                             diag_hi, rest_hi, n_queries, qk_scale, D, BLOCK_Q, False, True, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             rest_hi, n_queries, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
+                             rest_hi, n_queries, n_queries, qk_scale, D, BLOCK_Q, True, True, PRECISION)
     else:
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             0, full, n_queries, qk_scale, BLOCK_Q, False, False, PRECISION)
+                             0, full, n_queries, qk_scale, D, BLOCK_Q, False, False, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             full, n_queries, n_queries, qk_scale, BLOCK_Q, True, False, PRECISION)
+                             full, n_queries, n_queries, qk_scale, D, BLOCK_Q, True, False, PRECISION)
     tl.store(DK + b * stride_dkb + offs_k[:, None] * stride_dkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
-             mask=k_valid[:, None])
+             mask=_tile_mask(k_valid, offs_d, D))
     tl.store(DV + b * stride_dvb + offs_k[:, None] * stride_dvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
-             mask=k_valid[:, None])
+             mask=_tile_mask(k_valid, offs_d, D))
 
 
 @triton.jit
 def _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, k_lo, k_hi, n_keys,
-              qk_scale, BLOCK_K: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+              qk_scale, D: tl.constexpr, BLOCK_K: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """Add the contributions of key tiles [k_lo, k_hi) to one query tile's dQ."""
     for start in range(k_lo, k_hi, BLOCK_K):
         offs_k = start + tl.arange(0, BLOCK_K)
-        k = _load_rows(k_base, offs_k, stride_kn, offs_d, n_keys, MASK)
-        v = _load_rows(v_base, offs_k, stride_vn, offs_d, n_keys, MASK)
+        k = _load_rows(k_base, offs_k, stride_kn, offs_d, n_keys, D, MASK)
+        v = _load_rows(v_base, offs_k, stride_vn, offs_d, n_keys, D, MASK)
         s = _mm(q, tl.trans(k), PRECISION) * qk_scale
         p = tl.exp2(s - lse[:, None] * LOG2_E)
         if MASK:
@@ -136,34 +137,34 @@ def _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_
 def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
                      stride_dob, stride_don, stride_lb, stride_dqb, stride_dqn, n_batch, n_queries, n_keys, scale,
                      qk_scale,
-                     D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
+                     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
                      PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
     q_tile, b = _tile_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, CAUSAL)
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_PAD)
     q_valid = offs_q < n_queries
-    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, True)
-    do = _load_rows(DO + b * stride_dob, offs_q, stride_don, offs_d, n_queries, True)
+    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, D, True)
+    do = _load_rows(DO + b * stride_dob, offs_q, stride_don, offs_d, n_queries, D, True)
     lse = tl.load(L + b * stride_lb + offs_q, mask=q_valid, other=0.0)
     delta = tl.load(DELTA + b * stride_lb + offs_q, mask=q_valid, other=0.0)
     k_base, v_base = K + b * stride_kb, V + b * stride_vb
-    dq = tl.zeros([BLOCK_Q, D], tl.float32)
+    dq = tl.zeros([BLOCK_Q, D_PAD], tl.float32)
     if CAUSAL:
         dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, q_lo, n_keys,
-                       qk_scale, BLOCK_K, False, True, PRECISION)
+                       qk_scale, D, BLOCK_K, False, True, PRECISION)
         dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, q_lo,
-                       tl.minimum(q_lo + BLOCK_Q, n_keys), n_keys, qk_scale, BLOCK_K, True, True, PRECISION)
+                       tl.minimum(q_lo + BLOCK_Q, n_keys), n_keys, qk_scale, D, BLOCK_K, True, True, PRECISION)
     else:
         full = (n_keys // BLOCK_K) * BLOCK_K
         dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, full, n_keys,
-                       qk_scale, BLOCK_K, False, False, PRECISION)
+                       qk_scale, D, BLOCK_K, False, False, PRECISION)
         dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, full, n_keys,
-                       n_keys, qk_scale, BLOCK_K, True, False, PRECISION)
+                       n_keys, qk_scale, D, BLOCK_K, True, False, PRECISION)
     tl.store(DQ + b * stride_dqb + offs_q[:, None] * stride_dqn + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
-             mask=q_valid[:, None])
+             mask=_tile_mask(q_valid, offs_d, D))
 
 
 # --- backward with each tile's range split across programs (short grids) ----------------------
@@ -176,7 +177,7 @@ def _clamp(x, lo, hi):
 @triton.jit
 def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
                       stride_dob, stride_don, stride_lb, n_batch, n_queries, n_keys, qk_scale,
-                      D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
+                      D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
                       CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """One key tile's dK (unscaled) and dV over one of SPLITS slices of the query tiles it sees,
     in fp32 into PART: DK (SPLITS, batch, Nk, D), then DV of the same shape (one buffer: one
@@ -188,9 +189,9 @@ def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_
     k_tile, split, b = _tile_split_and_batch(tl.cdiv(n_keys, BLOCK_K), n_batch, SPLITS, False)
     k_lo = k_tile * BLOCK_K
     offs_k = k_lo + tl.arange(0, BLOCK_K)
-    offs_d = tl.arange(0, D)
-    k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, n_keys, True)
-    v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, n_keys, True)
+    offs_d = tl.arange(0, D_PAD)
+    k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, n_keys, D, True)
+    v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, n_keys, D, True)
     q_base, do_base = Q + b * stride_qb, DO + b * stride_dob
     l_base, d_base = L + b * stride_lb, DELTA + b * stride_lb
     # This slice's query tiles, balanced: [split * T // SPLITS, (split + 1) * T // SPLITS) of the T
@@ -202,30 +203,30 @@ def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_
     lo = q_start + (split * n_tiles // SPLITS) * BLOCK_Q
     hi = tl.minimum(q_start + ((split + 1) * n_tiles // SPLITS) * BLOCK_Q, n_queries)
     full = (n_queries // BLOCK_Q) * BLOCK_Q
-    dk = tl.zeros([BLOCK_K, D], tl.float32)
-    dv = tl.zeros([BLOCK_K, D], tl.float32)
+    dk = tl.zeros([BLOCK_K, D_PAD], tl.float32)
+    dv = tl.zeros([BLOCK_K, D_PAD], tl.float32)
     if CAUSAL:
         diag_hi = _clamp(k_lo + BLOCK_K, lo, hi)
         rest_hi = _clamp(full, diag_hi, hi)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             lo, diag_hi, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
+                             lo, diag_hi, n_queries, qk_scale, D, BLOCK_Q, True, True, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             diag_hi, rest_hi, n_queries, qk_scale, BLOCK_Q, False, True, PRECISION)
+                             diag_hi, rest_hi, n_queries, qk_scale, D, BLOCK_Q, False, True, PRECISION)
         # The ragged end (at most one tile, past `full`) lies in the slice that reaches n_queries;
         # written as [.., n_queries) rather than [rest_hi, hi), with which ptxas spilled 128-136
         # bytes at bf16 d = 64 (0-4 this way; the unsplit kernel 0).
         ragged_lo = tl.where(hi < n_queries, n_queries, rest_hi)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             ragged_lo, n_queries, n_queries, qk_scale, BLOCK_Q, True, True, PRECISION)
+                             ragged_lo, n_queries, n_queries, qk_scale, D, BLOCK_Q, True, True, PRECISION)
     else:
         mid = _clamp(full, lo, hi)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             lo, mid, n_queries, qk_scale, BLOCK_Q, False, False, PRECISION)
+                             lo, mid, n_queries, qk_scale, D, BLOCK_Q, False, False, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             mid, hi, n_queries, qk_scale, BLOCK_Q, True, False, PRECISION)
+                             mid, hi, n_queries, qk_scale, D, BLOCK_Q, True, False, PRECISION)
     row = (split * n_batch + b) * n_keys + offs_k
     at = row[:, None] * D + offs_d[None, :]
-    k_valid = (offs_k < n_keys)[:, None]
+    k_valid = _tile_mask(offs_k < n_keys, offs_d, D)
     tl.store(PART + at, dk, mask=k_valid)
     tl.store(PART + SPLITS * n_batch * n_keys * D + at, dv, mask=k_valid)
 
@@ -233,7 +234,7 @@ def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_
 @triton.jit
 def _dq_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
                     stride_dob, stride_don, stride_lb, n_batch, n_queries, n_keys, qk_scale,
-                    D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
+                    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
                     CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """One query tile's dQ (unscaled) over one of SPLITS slices of its key tiles, in fp32 into
     PART (SPLITS, batch, Nq, D); ``_dq_combine_kernel`` adds the slices. The key slices are cut as
@@ -242,10 +243,10 @@ def _dq_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb
     q_tile, split, b = _tile_split_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, SPLITS, CAUSAL)
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_PAD)
     q_valid = offs_q < n_queries
-    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, True)
-    do = _load_rows(DO + b * stride_dob, offs_q, stride_don, offs_d, n_queries, True)
+    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, D, True)
+    do = _load_rows(DO + b * stride_dob, offs_q, stride_don, offs_d, n_queries, D, True)
     lse = tl.load(L + b * stride_lb + offs_q, mask=q_valid, other=0.0)
     delta = tl.load(DELTA + b * stride_lb + offs_q, mask=q_valid, other=0.0)
     k_base, v_base = K + b * stride_kb, V + b * stride_vb
@@ -254,55 +255,55 @@ def _dq_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb
     lo = (split * n_tiles // SPLITS) * BLOCK_K
     hi = tl.minimum(((split + 1) * n_tiles // SPLITS) * BLOCK_K, key_end)
     mid = _clamp(q_lo if CAUSAL else (n_keys // BLOCK_K) * BLOCK_K, lo, hi)
-    dq = tl.zeros([BLOCK_Q, D], tl.float32)
+    dq = tl.zeros([BLOCK_Q, D_PAD], tl.float32)
     dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, lo, mid, n_keys,
-                   qk_scale, BLOCK_K, False, CAUSAL, PRECISION)
+                   qk_scale, D, BLOCK_K, False, CAUSAL, PRECISION)
     dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, mid, hi, n_keys,
-                   qk_scale, BLOCK_K, True, CAUSAL, PRECISION)
+                   qk_scale, D, BLOCK_K, True, CAUSAL, PRECISION)
     row = (split * n_batch + b) * n_queries + offs_q
-    tl.store(PART + row[:, None] * D + offs_d[None, :], dq, mask=q_valid[:, None])
+    tl.store(PART + row[:, None] * D + offs_d[None, :], dq, mask=_tile_mask(q_valid, offs_d, D))
 
 
 @triton.jit
-def _sum_slices(part, rows, valid, offs_d, slice_rows, D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+def _sum_slices(part, rows, valid, offs_d, slice_rows, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
     """The sum over SPLITS slices of fp32 (BLOCK, D) tiles at ``rows`` of ``part``, whose slices are
     ``slice_rows`` rows apart."""
-    total = tl.zeros([BLOCK, D], tl.float32)
+    total = tl.zeros([BLOCK, D_PAD], tl.float32)
     for s in tl.static_range(SPLITS):
-        total += tl.load(part + (s * slice_rows + rows)[:, None] * D + offs_d[None, :], mask=valid[:, None],
+        total += tl.load(part + (s * slice_rows + rows)[:, None] * D + offs_d[None, :], mask=_tile_mask(valid, offs_d, D),
                          other=0.0)
     return total
 
 
 @triton.jit
 def _dkdv_combine_kernel(PART, DK, DV, stride_dkb, stride_dkn, stride_dvb, stride_dvn, n_batch, n_keys, scale,
-                         D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+                         D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
     """dK (scaled) and dV of BLOCK key rows: the sums of ``_dkdv_part_kernel``'s slices."""
     scale = tl.cast(scale, tl.float32)
     pid = tl.program_id(0)
     b = pid % n_batch
     rows = (pid // n_batch) * BLOCK + tl.arange(0, BLOCK)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_PAD)
     valid = rows < n_keys
     slice_rows = n_batch * n_keys
-    dk = _sum_slices(PART, b * n_keys + rows, valid, offs_d, slice_rows, D, BLOCK, SPLITS)
-    dv = _sum_slices(PART + SPLITS * slice_rows * D, b * n_keys + rows, valid, offs_d, slice_rows, D, BLOCK, SPLITS)
+    dk = _sum_slices(PART, b * n_keys + rows, valid, offs_d, slice_rows, D, D_PAD, BLOCK, SPLITS)
+    dv = _sum_slices(PART + SPLITS * slice_rows * D, b * n_keys + rows, valid, offs_d, slice_rows, D, D_PAD, BLOCK, SPLITS)
     tl.store(DK + b * stride_dkb + rows[:, None] * stride_dkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
-             mask=valid[:, None])
+             mask=_tile_mask(valid, offs_d, D))
     tl.store(DV + b * stride_dvb + rows[:, None] * stride_dvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
-             mask=valid[:, None])
+             mask=_tile_mask(valid, offs_d, D))
 
 
 @triton.jit
 def _dq_combine_kernel(PART, DQ, stride_dqb, stride_dqn, n_batch, n_queries, scale,
-                       D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+                       D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
     """dQ (scaled) of BLOCK query rows: the sum of ``_dq_part_kernel``'s slices."""
     scale = tl.cast(scale, tl.float32)
     pid = tl.program_id(0)
     b = pid % n_batch
     rows = (pid // n_batch) * BLOCK + tl.arange(0, BLOCK)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_PAD)
     valid = rows < n_queries
-    dq = _sum_slices(PART, b * n_queries + rows, valid, offs_d, n_batch * n_queries, D, BLOCK, SPLITS)
+    dq = _sum_slices(PART, b * n_queries + rows, valid, offs_d, n_batch * n_queries, D, D_PAD, BLOCK, SPLITS)
     tl.store(DQ + b * stride_dqb + rows[:, None] * stride_dqn + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
-             mask=valid[:, None])
+             mask=_tile_mask(valid, offs_d, D))

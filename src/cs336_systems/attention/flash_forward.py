@@ -1,6 +1,8 @@
 """FlashAttention-2's forward in Triton (B3): the kernels, and the helpers the backward shares.
 
-Layout: q (batch, Nq, d); k, v (batch, Nk, d); any strides. The launch grid is one-dimensional over
+Layout: q (batch, Nq, d); k, v (batch, Nk, d); any row strides. d is any multiple of 8 up to 256;
+the tiles are D_PAD wide, d rounded up to a power of two, and the columns past d are masked
+(``_tile_mask``): read as zeros, never written. The launch grid is one-dimensional over
 (tile, batch entry), longest causal tiles first (``_tile_and_batch``).
 
 One program per query tile: stream key tiles, keep the running max ``m``, denominator ``l`` and
@@ -67,11 +69,26 @@ def _tile_split_and_batch(n_tiles, n_batch, SPLITS: tl.constexpr, HEAVY_LAST: tl
 
 
 @triton.jit
-def _load_rows(base, offs_rows, stride_row, offs_d, n_rows, MASK: tl.constexpr):
-    """The (rows, D) tile at ``base``; with ``MASK``, rows at or past ``n_rows`` read as zeros."""
+def _tile_mask(rows_ok, offs_d, D: tl.constexpr):
+    """Which elements of a (rows, D_PAD) tile exist: rows where ``rows_ok``, and the first D of its
+    ``offs_d`` columns. A head dimension that is not a power of two is padded to one (``tl.arange``
+    takes only powers of two), and the padding columns must never be written."""
+    mask = rows_ok[:, None]
+    if offs_d.shape[0] != D:
+        mask = mask & (offs_d < D)[None, :]
+    return mask
+
+
+@triton.jit
+def _load_rows(base, offs_rows, stride_row, offs_d, n_rows, D: tl.constexpr, MASK: tl.constexpr):
+    """The (rows, D_PAD) tile at ``base``; with ``MASK``, rows at or past ``n_rows`` read as zeros.
+    Padding columns past the head dimension D always read as zeros, so they add nothing to a product
+    over d (Q·Kᵀ, dO·Vᵀ, rowsum(dO ∘ O)) and leave zeros in the padding columns of the others."""
     ptrs = base + offs_rows[:, None] * stride_row + offs_d[None, :]
     if MASK:
-        tile = tl.load(ptrs, mask=(offs_rows < n_rows)[:, None], other=0.0)
+        tile = tl.load(ptrs, mask=_tile_mask(offs_rows < n_rows, offs_d, D), other=0.0)
+    elif offs_d.shape[0] != D:
+        tile = tl.load(ptrs, mask=(offs_d < D)[None, :], other=0.0)
     else:
         tile = tl.load(ptrs)
     return tile
@@ -89,12 +106,12 @@ def _mm(a, b, PRECISION: tl.constexpr):
 
 @triton.jit
 def _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, key_lo, key_hi, n_keys,
-                   qk_scale, BLOCK_K: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+                   qk_scale, D: tl.constexpr, BLOCK_K: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """Fold key tiles [key_lo, key_hi) into the running (acc, l, m) of one query tile."""
     for start in range(key_lo, key_hi, BLOCK_K):
         offs_k = start + tl.arange(0, BLOCK_K)
-        k = _load_rows(k_base, offs_k, stride_kn, offs_d, n_keys, MASK)
-        v = _load_rows(v_base, offs_k, stride_vn, offs_d, n_keys, MASK)
+        k = _load_rows(k_base, offs_k, stride_kn, offs_d, n_keys, D, MASK)
+        v = _load_rows(v_base, offs_k, stride_vn, offs_d, n_keys, D, MASK)
         s = _mm(q, tl.trans(k), PRECISION) * qk_scale          # log2 units
         if MASK:
             keep = (offs_k < n_keys)[None, :]
@@ -119,38 +136,38 @@ def _softmax_fold(acc, l, m, s, v, PRECISION: tl.constexpr):
 @triton.jit
 def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
                           stride_ob, stride_on, stride_lb, n_batch, n_queries, n_keys, qk_scale,
-                          D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
+                          D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
                           PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
     q_tile, b = _tile_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, CAUSAL)
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_PAD)
     q_valid = offs_q < n_queries
-    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, True)
+    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, D, True)
     k_base, v_base = K + b * stride_kb, V + b * stride_vb
 
     m = tl.full([BLOCK_Q], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_Q], tl.float32)
-    acc = tl.zeros([BLOCK_Q, D], tl.float32)
+    acc = tl.zeros([BLOCK_Q, D_PAD], tl.float32)
     if CAUSAL:
         # Keys before the tile's first query: every score is visible, no mask. Then the diagonal
         # keys [q_lo, q_lo + BLOCK_Q), masked; keys after them are never loaded.
         acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, q_lo,
-                                   n_keys, qk_scale, BLOCK_K, False, True, PRECISION)
+                                   n_keys, qk_scale, D, BLOCK_K, False, True, PRECISION)
         acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, q_lo,
-                                   tl.minimum(q_lo + BLOCK_Q, n_keys), n_keys, qk_scale, BLOCK_K, True, True, PRECISION)
+                                   tl.minimum(q_lo + BLOCK_Q, n_keys), n_keys, qk_scale, D, BLOCK_K, True, True, PRECISION)
     else:
         full = (n_keys // BLOCK_K) * BLOCK_K
         acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, full,
-                                   n_keys, qk_scale, BLOCK_K, False, False, PRECISION)
+                                   n_keys, qk_scale, D, BLOCK_K, False, False, PRECISION)
         acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, full, n_keys,
-                                   n_keys, qk_scale, BLOCK_K, True, False, PRECISION)
+                                   n_keys, qk_scale, D, BLOCK_K, True, False, PRECISION)
 
     out = acc / l[:, None]
     tl.store(O + b * stride_ob + offs_q[:, None] * stride_on + offs_d[None, :], out.to(O.dtype.element_ty),
-             mask=q_valid[:, None])
+             mask=_tile_mask(q_valid, offs_d, D))
     tl.store(L + b * stride_lb + offs_q, (m + tl.log2(l)) / LOG2_E, mask=q_valid)
 
 
@@ -159,7 +176,7 @@ def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride
 @triton.jit
 def _forward_part_kernel(Q, K, V, PART, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
                          n_batch, n_queries, n_keys, qk_scale,
-                         D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
+                         D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
                          CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """One query tile's share of the forward over one of SPLITS slices of its key tiles: the
     unnormalised fp32 accumulator and the running max and sum (log2 units) into the fp32 buffer
@@ -174,8 +191,8 @@ def _forward_part_kernel(Q, K, V, PART, stride_qb, stride_qn, stride_kb, stride_
     q_tile, split, b = _tile_split_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, SPLITS, CAUSAL)
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
-    offs_d = tl.arange(0, D)
-    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, True)
+    offs_d = tl.arange(0, D_PAD)
+    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, D, True)
     k_base, v_base = K + b * stride_kb, V + b * stride_vb
     # This slice's key tiles, balanced: [split * T // SPLITS, (split + 1) * T // SPLITS) of the T
     # tiles the query tile sees. Then, as in the one-program forward, the keys that need no mask
@@ -188,21 +205,21 @@ def _forward_part_kernel(Q, K, V, PART, stride_qb, stride_qn, stride_kb, stride_
     mid = tl.maximum(tl.minimum(hi, open_hi), lo)
     m = tl.full([BLOCK_Q], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_Q], tl.float32)
-    acc = tl.zeros([BLOCK_Q, D], tl.float32)
+    acc = tl.zeros([BLOCK_Q, D_PAD], tl.float32)
     acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, lo, mid, n_keys,
-                               qk_scale, BLOCK_K, False, CAUSAL, PRECISION)
+                               qk_scale, D, BLOCK_K, False, CAUSAL, PRECISION)
     acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, mid, hi, n_keys,
-                               qk_scale, BLOCK_K, True, CAUSAL, PRECISION)
+                               qk_scale, D, BLOCK_K, True, CAUSAL, PRECISION)
     row = (split * n_batch + b) * n_queries + offs_q
     q_valid = offs_q < n_queries
-    tl.store(ACC + row[:, None] * D + offs_d[None, :], acc, mask=q_valid[:, None])
+    tl.store(ACC + row[:, None] * D + offs_d[None, :], acc, mask=_tile_mask(q_valid, offs_d, D))
     tl.store(M + row, m, mask=q_valid)
     tl.store(LS + row, l, mask=q_valid)
 
 
 @triton.jit
 def _forward_combine_kernel(PART, O, L, stride_ob, stride_on, stride_lb, n_batch, n_queries,
-                            D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+                            D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
     """O and L (natural log) of BLOCK rows from the SPLITS partial (acc, m, l): rescale each to the
     rows' overall max, add, divide. A slice with no keys has m = -inf and weight 0."""
     ACC = PART
@@ -211,18 +228,18 @@ def _forward_combine_kernel(PART, O, L, stride_ob, stride_on, stride_lb, n_batch
     pid = tl.program_id(0)
     b = pid % n_batch
     rows = (pid // n_batch) * BLOCK + tl.arange(0, BLOCK)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_PAD)
     valid = rows < n_queries
     m = tl.full([BLOCK], float("-inf"), tl.float32)
     for s in tl.static_range(SPLITS):
         m = tl.maximum(m, tl.load(M + (s * n_batch + b) * n_queries + rows, mask=valid, other=0.0))
     l = tl.zeros([BLOCK], tl.float32)
-    acc = tl.zeros([BLOCK, D], tl.float32)
+    acc = tl.zeros([BLOCK, D_PAD], tl.float32)
     for s in tl.static_range(SPLITS):
         at = (s * n_batch + b) * n_queries + rows
         weight = tl.exp2(tl.load(M + at, mask=valid, other=0.0) - m)
         l += weight * tl.load(LS + at, mask=valid, other=0.0)
-        acc += weight[:, None] * tl.load(ACC + at[:, None] * D + offs_d[None, :], mask=valid[:, None], other=0.0)
+        acc += weight[:, None] * tl.load(ACC + at[:, None] * D + offs_d[None, :], mask=_tile_mask(valid, offs_d, D), other=0.0)
     tl.store(O + b * stride_ob + rows[:, None] * stride_on + offs_d[None, :], (acc / l[:, None]).to(O.dtype.element_ty),
-             mask=valid[:, None])
+             mask=_tile_mask(valid, offs_d, D))
     tl.store(L + b * stride_lb + rows, (m + tl.log2(l)) / LOG2_E, mask=valid)

@@ -22,7 +22,7 @@ from cs336_systems.attention.flash_backward import (_delta_kernel, _dkdv_combine
 from cs336_systems.attention.flash_forward import (LOG2_E, _flash_forward_kernel, _forward_combine_kernel,
                                                    _forward_part_kernel)
 from cs336_systems.attention.flash_tiles import (KernelTiles, Tiles, _precision, backward_splits, choose_tiles,
-                                                 fit_to_grid, forward_splits, interpreting)
+                                                 fit_to_grid, forward_splits, interpreting, padded_head_dim)
 from cs336_systems.attention.inputs import check_inputs
 
 
@@ -50,6 +50,12 @@ def _options(t: KernelTiles) -> dict:
     return dict(num_warps=t.num_warps, num_stages=t.num_stages)
 
 
+def _head(d: int) -> dict:
+    """The kernels' head-dimension constexprs: D, and D_PAD, the power of two their tiles are wide
+    (``padded_head_dim``; the columns past D are masked)."""
+    return dict(D=d, D_PAD=padded_head_dim(d))
+
+
 # Each kernel's launch is described once, by a function of the tensors and tiles that returns the
 # grid, the arguments after the tensors (strides, sizes, scales) and the constexprs, both as
 # keyword arguments named as in the kernel's signature. The plain launch functions below and the
@@ -61,7 +67,7 @@ def _forward_args(q, k, v, out, lse, is_causal: bool, t: KernelTiles):
                    stride_vb=v.stride(0), stride_vn=v.stride(1), stride_ob=out.stride(0), stride_on=out.stride(1),
                    stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q, n_keys=k.shape[1],
                    qk_scale=LOG2_E.value / math.sqrt(d))
-    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    constexprs = dict(**_head(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 
@@ -70,17 +76,17 @@ def _forward_part_args(q, k, v, is_causal: bool, t: KernelTiles, splits: int):
     scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
                    stride_vb=v.stride(0), stride_vn=v.stride(1), n_batch=batch, n_queries=n_q, n_keys=k.shape[1],
                    qk_scale=LOG2_E.value / math.sqrt(d))
-    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
+    constexprs = dict(**_head(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
                       PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_q, t.block_q) * splits * batch,), scalars, constexprs
 
 
 def _combine_args(out, lse, splits: int):
     batch, n_q, d = out.shape
-    block = max(16, 4096 // d)
+    block = max(16, 4096 // padded_head_dim(d))
     scalars = dict(stride_ob=out.stride(0), stride_on=out.stride(1), stride_lb=lse.stride(0), n_batch=batch,
                    n_queries=n_q)
-    return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block, SPLITS=splits)
+    return (triton.cdiv(n_q, block) * batch,), scalars, dict(**_head(d), BLOCK=block, SPLITS=splits)
 
 
 def _part_numel(q, splits: int) -> int:
@@ -90,10 +96,10 @@ def _part_numel(q, splits: int) -> int:
 
 def _delta_args(out, grad_out, delta):
     batch, n_q, d = out.shape
-    block = max(16, 8192 // d)
+    block = max(16, 8192 // padded_head_dim(d))
     scalars = dict(stride_ob=out.stride(0), stride_on=out.stride(1), stride_dob=grad_out.stride(0),
                    stride_don=grad_out.stride(1), stride_db=delta.stride(0), n_batch=batch, n_rows=n_q)
-    return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block)
+    return (triton.cdiv(n_q, block) * batch,), scalars, dict(**_head(d), BLOCK=block)
 
 
 def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, is_causal: bool, t: KernelTiles):
@@ -105,7 +111,7 @@ def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, is_causal: bool, t: Kerne
                    stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dkb=grad_k.stride(0),
                    stride_dkn=grad_k.stride(1), stride_dvb=grad_v.stride(0), stride_dvn=grad_v.stride(1),
                    n_batch=batch, n_queries=n_q, n_keys=n_k, scale=scale, qk_scale=scale * LOG2_E.value)
-    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    constexprs = dict(**_head(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_k, t.block_k) * batch,), scalars, constexprs
 
 
@@ -117,7 +123,7 @@ def _dq_args(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles):
                    stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dqb=grad_q.stride(0),
                    stride_dqn=grad_q.stride(1), n_batch=batch, n_queries=n_q, n_keys=k.shape[1], scale=scale,
                    qk_scale=scale * LOG2_E.value)
-    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    constexprs = dict(**_head(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 
@@ -129,7 +135,7 @@ def _backward_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles,
                    stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
                    stride_don=grad_out.stride(1), stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q,
                    n_keys=k.shape[1], qk_scale=LOG2_E.value / math.sqrt(d))
-    constexprs = dict(D=d, BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
+    constexprs = dict(**_head(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
                       PRECISION=_precision(q.dtype))
     return (n_tiles * splits * batch,), scalars, constexprs
 
@@ -144,18 +150,18 @@ def _dq_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, split
 
 def _dkdv_combine_args(grad_k, grad_v, splits: int):
     batch, n_k, d = grad_k.shape
-    block = max(16, 2048 // d)        # two outputs: half the forward combine's rows
+    block = max(16, 2048 // padded_head_dim(d))        # two outputs: half the forward combine's rows
     scalars = dict(stride_dkb=grad_k.stride(0), stride_dkn=grad_k.stride(1), stride_dvb=grad_v.stride(0),
                    stride_dvn=grad_v.stride(1), n_batch=batch, n_keys=n_k, scale=1.0 / math.sqrt(d))
-    return (triton.cdiv(n_k, block) * batch,), scalars, dict(D=d, BLOCK=block, SPLITS=splits)
+    return (triton.cdiv(n_k, block) * batch,), scalars, dict(**_head(d), BLOCK=block, SPLITS=splits)
 
 
 def _dq_combine_args(grad_q, splits: int):
     batch, n_q, d = grad_q.shape
-    block = max(16, 4096 // d)
+    block = max(16, 4096 // padded_head_dim(d))
     scalars = dict(stride_dqb=grad_q.stride(0), stride_dqn=grad_q.stride(1), n_batch=batch, n_queries=n_q,
                    scale=1.0 / math.sqrt(d))
-    return (triton.cdiv(n_q, block) * batch,), scalars, dict(D=d, BLOCK=block, SPLITS=splits)
+    return (triton.cdiv(n_q, block) * batch,), scalars, dict(**_head(d), BLOCK=block, SPLITS=splits)
 
 
 # --- plain launches ---------------------------------------------------------------------------

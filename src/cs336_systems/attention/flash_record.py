@@ -52,11 +52,12 @@ def programs_of(tiles: dict, batch: int, n_q: int, n_k: int, splits: int = 1,
 
 def tiles_from(d: int, dtype) -> str:
     """Where ``choose_tiles`` takes this shape's tiles from: the tuner's committed winners
-    ("tuned"), the defaults ("default"), or the interpreter's small tiles ("interpreter")."""
-    if _module("flash_tiles").interpreting():
+    ("tuned", for this head dimension or the power of two it is padded to: ``tuned_key``), the
+    defaults ("default"), or the interpreter's small tiles ("interpreter")."""
+    tiles = _module("flash_tiles")
+    if tiles.interpreting():
         return "interpreter"
-    name = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(dtype)]
-    return "tuned" if f"{name}_d{d}" in _module("tuned_tiles").TUNED else "default"
+    return "tuned" if tiles.tuned_key(d, dtype) else "default"
 
 
 def describe(q, k, v, is_causal: bool, *, compiled: bool = False, backward: str = "dkdv+dq") -> dict:

@@ -69,7 +69,20 @@ def _tuned() -> dict[str, Tiles]:
     return {key: Tiles.from_json(entry["tiles"]) for key, entry in TUNED.items()}
 
 
+def padded_head_dim(d: int) -> int:
+    """The width of the kernels' tiles along the head dimension: the next power of two (``tl.arange``
+    takes only powers of two; the columns past d are masked), at least 16 (``tl.dot``'s smallest
+    inner dimension)."""
+    return max(16, triton.next_power_of_2(d))
+
+
 def default_tiles(d: int, dtype: torch.dtype) -> Tiles:
+    """Tiles for a shape the tuner has not measured. A head dimension runs at its padded width
+    (``padded_head_dim``), whose tiles have the same registers and shared memory as the power of
+    two's, so it takes that width's tiles."""
+    d = padded_head_dim(d)
+    if d == 256:
+        return _wide_tiles(dtype)
     if dtype == torch.float32:
         # The fastest of a batch-1 sweep on the H100 with 3xTF32 products (lab/attention/NOTES.md);
         # at d = 128 every larger tile was slower or did not fit in shared memory.
@@ -81,11 +94,35 @@ def default_tiles(d: int, dtype: torch.dtype) -> Tiles:
     return Tiles(KernelTiles(128, 64, warps, 2), KernelTiles(bwd, bwd, warps, 2), KernelTiles(bwd, bwd, warps, 2))
 
 
+def _wide_tiles(dtype: torch.dtype) -> Tiles:
+    """Tiles for head dimensions 136 to 256 (256 wide), not yet timed: for each kernel the largest
+    of the tiles we compiled for the H100 (sm_90, Triton 3.6) that ptxas builds without spilling
+    registers, all within 101 KB of shared memory. Each row is twice d = 128's, and the fp32
+    accumulators of one (64, 256) tile alone are 128 registers a thread at 4 warps: at 16-bit the
+    forward with 64 x 64 tiles and dK/dV with 32 x 32 at 4 warps spilled 100-6600 bytes, and fp32
+    tiles twice as long as these spilled too."""
+    if dtype == torch.float32:
+        return Tiles(KernelTiles(32, 16, 4, 1), KernelTiles(16, 32, 8, 2), KernelTiles(32, 16, 8, 2))
+    return Tiles(KernelTiles(64, 32, 8, 2), KernelTiles(32, 32, 8, 2), KernelTiles(32, 32, 8, 2))
+
+
+def tuned_key(d: int, dtype: torch.dtype) -> str | None:
+    """The entry of the tuner's winners (``tuned_tiles.py``) that ``choose_tiles`` takes for this
+    shape, if any: the head dimension's own, else its padded width's (the same kernels, tiles for
+    tiles: a head dimension of 80 runs 128-wide tiles)."""
+    for width in (d, padded_head_dim(d)):
+        key = f"{_dtype_name(dtype)}_d{width}"
+        if key in TUNED:
+            return key
+    return None
+
+
 def choose_tiles(d: int, dtype: torch.dtype) -> Tiles:
     if interpreting():
         small = KernelTiles(16, 16, 1, 1)      # small: many tiles per test
         return Tiles(KernelTiles(32, 16, 1, 1), small, small)
-    return _tuned().get(f"{_dtype_name(dtype)}_d{d}") or default_tiles(d, dtype)
+    key = tuned_key(d, dtype)
+    return _tuned()[key] if key else default_tiles(d, dtype)
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -147,7 +184,7 @@ def forward_splits(t: KernelTiles, batch: int, n_q: int, n_k: int, d: int, dtype
     """The largest power of two of slices that keeps the grid's warps within ``_split_limits``'s
     per SM and its slices, each slice at least MIN_SLICE_TILES key tiles long: 1 for grids that
     already fill the GPU (the leaderboard case: 2048 programs of 8 warps)."""
-    warps_per_sm, most = _split_limits(d, dtype)
+    warps_per_sm, most = _split_limits(padded_head_dim(d), dtype)
     return _power_of_two_slices(triton.cdiv(n_q, t.block_q) * batch, triton.cdiv(n_k, t.block_k), t.num_warps,
                                 warps_per_sm, most, sms)
 
@@ -189,7 +226,7 @@ def backward_splits(tiles: Tiles, batch: int, n_q: int, n_k: int, d: int, dtype:
     """(slices of each key tile's query tiles in dK/dV, slices of each query tile's key tiles in
     dQ): powers of two as in ``forward_splits``, with ``_backward_split_limits``; (1, 1) for grids
     that already fill the GPU."""
-    limits = _backward_split_limits(d, dtype)
+    limits = _backward_split_limits(padded_head_dim(d), dtype)
 
     def slices(kernel: str, t: KernelTiles, programs: int, walked: int) -> int:
         warps_per_sm, most, min_tiles, from_tiles = limits[kernel]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-HEAD_DIMS = (16, 32, 64, 128)
+# Multiples of 8 up to 256; the kernels pad each to a power of two (``flash_tiles.padded_head_dim``).
+HEAD_DIMS = tuple(range(8, 257, 8))
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -36,7 +37,7 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: b
     if not (q.shape[2] == k.shape[2] == v.shape[2]):
         raise ValueError(f"q, k, v must share the head dimension; got {q.shape[2]}, {k.shape[2]}, {v.shape[2]}")
     if q.shape[2] not in HEAD_DIMS:
-        raise ValueError(f"head dimension {q.shape[2]} is not supported; supported: {HEAD_DIMS}")
+        raise ValueError(f"head dimension {q.shape[2]} is not supported; supported: multiples of 8 from 8 to 256")
     if min(q.shape[1], k.shape[1]) < 1:
         raise ValueError("sequence lengths must be at least 1")
     if is_causal and q.shape[1] != k.shape[1]:
