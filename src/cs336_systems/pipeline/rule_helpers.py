@@ -48,10 +48,13 @@ def report_outputs(results: str, ident: str, points=(), shown=None) -> dict:
     d = deliverables.get(ident)
 
     def path(file: str, point=None) -> str:
-        where = f"{results}/{ident}/{file}".format(point=point) if point is not None else f"{results}/{ident}/{file}"
+        name = file.format(point=point) if point is not None else file
+        where = f"{results}/{ident}/{name}"
         if shown is None or not file.endswith((".md", ".png")):
             return where
-        return shown(where, category=f"{ident} {d.title}", labels={"item": file})
+        # The label is the file's own name: Snakemake formats labels with the rule's wildcards,
+        # and a report rule has none, so a "{point}" left in would fail `snakemake --report`.
+        return shown(where, category=f"{ident} {d.title}", labels={"item": name})
 
     return {deliverables.output_name(file): [path(file, p) for p in points] if "{point}" in file else path(file)
             for file in d.files}
