@@ -62,13 +62,15 @@ def tiles_from(d: int, dtype) -> str:
 
 def describe(q, k, v, is_causal: bool, *, compiled: bool = False, backward: str = "dkdv+dq") -> dict:
     """What ``FlashAttentionTriton`` (``backward`` "dkdv+dq") or the Triton forward with the compiled
-    PyTorch backward ("compiled-pytorch") runs for these (batch, N, d) inputs: the eager call's
-    cached plan where it takes one ("plan": tiles fitted to the grid, split launches for short
-    grids), else the plain launches ("plain"; "compiled" under ``torch.compile``, which traces
-    them): the tuned or default tiles, no splits."""
+    PyTorch backward ("compiled-pytorch") runs for these (batch, N, d) inputs: the cached plan
+    where the shape takes one ("plan": tiles fitted to the grid, split launches for short grids),
+    else the plain launches ("plain": the tuned or default tiles, no splits). Under
+    ``torch.compile`` the model back end calls the same launches through its custom op
+    (``attention.flash_op``), so a compiled call takes the same plan ("compiled-plan") or plain
+    launches ("compiled")."""
     plan = _module("flash_plan")
-    launch = {} if compiled else plan.describe_launch(q, k, v, is_causal)
-    path = "plan" if launch else "compiled" if compiled else "plain"
+    launch = plan.describe_launch(q, k, v, is_causal)
+    path = ("compiled-plan" if compiled else "plan") if launch else ("compiled" if compiled else "plain")
     if not launch:
         tiles = _module("flash_tiles").choose_tiles(q.shape[-1], q.dtype).to_json()
         launch = {"tiles": tiles, "splits": 1, "backward_splits": [1, 1],

@@ -427,7 +427,8 @@ PHRASES = {
                    "default": "the defaults where the tuner has no entry",
                    "interpreter": "the small tiles of Triton's CPU interpreter"},
     "path": {"plan": "the eager call's cached per-shape plan", "plain": "plain launches",
-             "compiled": "plain launches traced by torch.compile", "pytorch": "PyTorch tiles (no Triton)"},
+             "compiled": "plain launches under torch.compile",
+             "compiled-plan": "the cached per-shape plan, called from the compiled graph through the custom op", "pytorch": "PyTorch tiles (no Triton)"},
 }
 
 
