@@ -2,6 +2,8 @@
 import importlib.util
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -68,7 +70,14 @@ def test_the_checkpointed_rung_runs_only_where_the_rung_before_ran_out_of_memory
     assert failed["status"] == "skipped" and "head dimension 80" in failed["reason"]
     if importlib.util.find_spec("cs336_systems.attention.flash_op") is None:
         pytest.skip("compiling our FlashAttention needs its torch.library custom op (issue 32, item 1)")
-    ran = run(tmp_path, "checkpointed", "--previous", str(tmp_path / "oom.json"), "--checkpoint-group", "1")
+    # In its own process, as the rule runs it: the Triton interpreter must be chosen before our
+    # kernels are first imported, and another test of this process may have imported them.
+    out = tmp_path / "ran.json"
+    proc = subprocess.run([sys.executable, "-m", "cs336_systems.training_step.ladder", *POINT, "--rung", "checkpointed",
+                           "--previous", str(tmp_path / "oom.json"), "--checkpoint-group", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ran = json.loads(out.read_text())
     assert ran["status"] == "ok", ran.get("message")
     assert ran["params"]["checkpoint_group"] == 1 and ran["params"]["attention"] == "flash"
 

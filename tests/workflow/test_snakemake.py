@@ -247,8 +247,10 @@ def test_full_preset_plans_the_whole_grid(tmp_path):
     assert stats["A6_checkpoint"] == len(presets["A6"]["group_sizes"])
     assert stats["B2_whole_model"] == len(presets["B2"]["sizes"]) * len(presets["B2"]["modes"])
     assert stats["A4_kernels"] == 2                         # one A1 point, fp32 and bf16
+    e1 = presets["E1"]
+    assert stats["E1_step"] == len(e1["sizes"]) * len(e1["contexts"]) * len(e1["rungs"] + e1["anchors"])
     per_point = ("A1_benchmark", "A1_warmup_study", "B5_grid_row", "B1_row", "C1_row", "A2_profile",
-                 "A5_snapshot", "A6_checkpoint", "B2_whole_model", "A4_kernels",
+                 "A5_snapshot", "A6_checkpoint", "B2_whole_model", "A4_kernels", "E1_step",
                  *(f"{i}_variant" for i in variants.deliverables()))
     once = {k: v for k, v in stats.items() if k not in per_point}
     assert set(once.values()) == {1}, once

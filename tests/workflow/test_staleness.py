@@ -20,9 +20,9 @@ MEASURING = {rule: d.id for d in deliverables.DELIVERABLES for rule in d.measure
 
 
 @pytest.mark.parametrize("module, remeasured", [
-    ("memory/checkpointing.py", {"A6"}),                # A6's code: A6 alone, not every workload user
+    ("memory/checkpointing.py", {"A6", "E1"}),          # A6's code: A6 and E1's checkpointed rung, not every workload user
     ("report/common.py", set()),                        # a report helper: reports and the writeup only
-    ("attention/flash_triton.py", {"B3", "B5"}),        # our kernels: their checks and benchmark rows
+    ("attention/flash_triton.py", {"B3", "B5", "E1"}),  # our kernels: their checks, benchmark rows and E1's flash rungs
     ("precision/accumulation.py", {"A3"}),
 ])
 def test_a_touched_module_remeasures_only_what_uses_it(smoke, tmp_path, module, remeasured):

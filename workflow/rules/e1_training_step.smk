@@ -14,20 +14,15 @@ E1_RECORD = f"{RESULTS}/E1/records/{{size}}_ctx{{context}}_{{rung}}.json"
 E1_RECORDS = expand(E1_RECORD, size=E1["sizes"], context=E1["contexts"], rung=E1_NAMES)
 
 
-def e1_previous(wildcards):
-    """The record the checkpointed rung reads: the rung before it at the same point."""
-    if wildcards.rung != e1_rungs.ONLY_WHEN_PREVIOUS_OOMS:
-        return []
-    return [E1_RECORD.format(size=wildcards.size, context=wildcards.context,
-                             rung=e1_rungs.previous(wildcards.rung))]
-
-
 rule E1_step:
     """One rung of the E1 ladder (or an anchor) at one size and context: a fresh process, its own GPU, one record."""
     input:
         code=lambda wildcards: measuring_code("cs336_systems.training_step.ladder",
                                               *e1_rungs.code_of(wildcards.rung), deliverable="E1"),
-        previous=e1_previous,
+        # the checkpointed rung reads the record of the rung before it at the same point
+        previous=lambda wildcards: [E1_RECORD.format(size=wildcards.size, context=wildcards.context,
+                                                     rung=e1_rungs.previous(wildcards.rung))]
+        if wildcards.rung == e1_rungs.ONLY_WHEN_PREVIOUS_OOMS else [],
     output:
         E1_RECORD,
     log:

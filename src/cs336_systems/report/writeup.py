@@ -83,7 +83,7 @@ def github_slug(text: str) -> str:
 def html_slug(text: str) -> str:
     """The anchor of a heading in the HTML page: a section's ID ("A1. End-to-end …" -> "A1"), else
     GitHub's slug, so the Markdown and the page link to the same words."""
-    m = re.match(r"([A-C]\d+)\. ", text)
+    m = re.match(r"([A-E]\d+)\. ", text)
     return m.group(1) if m else github_slug(text)
 
 
