@@ -1,0 +1,105 @@
+"""The E1 report on synthetic records whose answers are known: the ladder table with an OOM and a
+skipped row, the figure, and the section's claims about the goal conditioned on the numbers."""
+import json
+from pathlib import Path
+
+import pytest
+
+from cs336_systems.models import get_size
+from cs336_systems.profiling.flops import model_step_flops
+from cs336_systems.records import make_record, write_json_atomic
+from cs336_systems.report import e1, writeup
+from cs336_systems.training_step import rungs
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+GPU, BF16_PEAK = "NVIDIA H100 80GB HBM3", 989e12
+SIZE, CONTEXT, BATCH = "2.7B", 1024, 4
+
+
+def _ms_at(mfu: float) -> float:
+    return model_step_flops(get_size(SIZE), batch=BATCH, context=CONTEXT, mode="train-step") / (mfu * BF16_PEAK) * 1e3
+
+
+def record(rung: str, status="ok", ms=None, loss=9.47, peak_gib=40.0, reason=None, context=CONTEXT) -> dict:
+    setup = rungs.get(rung).setup
+    params = {"size": SIZE, **get_size(SIZE).__dict__, "vocab_size": 10_000, "context": context, "batch": BATCH,
+              "mode": "train-step", "rung": rung, "anchor": rungs.get(rung).anchor, "adds": rungs.get(rung).adds,
+              "previous_rung": rungs.previous(rung), **setup.__dict__, "optimizer": setup.optimizer,
+              "compile_mode": "model" if setup.compiled else None, "compile_backend": "inductor" if setup.compiled else None,
+              "checkpoint_group": 4 if setup.checkpointed else None, "warmup": 3, "steps": 8, "seed": 0,
+              "device": "cuda", "float32_matmul_precision": "highest"}
+    metrics = {}
+    if status == "ok":
+        samples = [ms * f for f in (0.99, 1.0, 1.01, 1.0)]
+        step = {"mean": ms, "std": 0.01 * ms, "median": ms, "min": min(samples), "max": max(samples), "n": 4,
+                "samples": samples}
+        metrics = {"step": step, "forward": {"median": 0.3 * ms}, "backward": {"median": 0.6 * ms},
+                   "optimizer": {"median": 0.1 * ms}, "loss": loss, "peak_memory_bytes": int(peak_gib * 2**30),
+                   "tokens_per_s": BATCH * context / (ms / 1e3)}
+    r = make_record("E1", params, status, metrics, reason=reason)
+    r["provenance"]["gpu"] = GPU
+    return r
+
+
+def ladder(best_ms: float, anchor_ms: float) -> list[dict]:
+    """fp32 out of memory at the goal point (so losses there check against nothing) is not what we
+    want here: fp32 runs; checkpointed is skipped (the rung before fits); the cuDNN anchor is OOM."""
+    return [record("fp32", ms=4 * best_ms, peak_gib=70), record("bf16", ms=2 * best_ms, loss=9.4702),
+            record("flash", ms=1.3 * best_ms, peak_gib=30, loss=9.4701), record("compiled", ms=1.1 * best_ms, peak_gib=28),
+            record("fused-adamw", ms=best_ms, peak_gib=28),
+            record("checkpointed", "skipped", reason="not needed: the previous rung (fused-adamw) fits"),
+            record("anchor-sdpa-flash", ms=anchor_ms), record("anchor-sdpa-cudnn", "oom", reason="CUDA out of memory"),
+            record("fp32", "oom", reason="CUDA out of memory", context=2048)]
+
+
+def build(tmp_path: Path, records: list[dict]) -> tuple[dict, str]:
+    paths = []
+    for i, r in enumerate(records):
+        paths.append(str(write_json_atomic(tmp_path / "records" / f"{i}.json", r)))
+    out = tmp_path / "E1"
+    assert e1.main(["--records", *paths, "--goal-size", SIZE, "--goal-context", str(CONTEXT), "--goal-mfu", "0.55",
+                    "--out-dir", str(out)]) == 0
+    for name in ("table.csv", "table.md", "ladder.png", "summary.json"):
+        assert (out / name).stat().st_size > 0, name
+    text = writeup.Renderer("md", tmp_path / "w" / "writeup.md", TEMPLATES).section("E1", out / "summary.json")
+    return json.loads((out / "summary.json").read_text()), text
+
+
+def test_the_goal_met_is_said_with_its_numbers(tmp_path):
+    best = _ms_at(0.60)
+    summary, text = build(tmp_path, ladder(best, anchor_ms=1.05 * best))
+    goal = summary["goal"]
+    assert goal["met"] and goal["faster_or_equal"] and goal["mfu_met"] and goal["shortfalls"] == []
+    assert goal["point"]["best_rung"]["rung"] == "fused-adamw"
+    assert goal["point"]["best_rung"]["mfu"] == pytest.approx(0.60)
+    assert "**is met**" in text and "is not met" not in text
+    assert "our best rung (*fused-adamw*)" in text and "60.0 % MFU" in text and "4.8 % faster by median step time" in text
+    table = (tmp_path / "E1" / "table.md").read_text()
+    assert "OOM" in table and "SKIPPED" in table and "not needed: the previous rung (fused-adamw) fits" in table
+    assert summary["statuses"] == {"ok": 6, "oom": 2, "skipped": 1, "error": 0}
+    bought = {b["rung"]: b for b in summary["bought"]}
+    assert bought["bf16"]["median_delta_pct"] == pytest.approx(-0.5) and bought["flash"]["median_delta_peak_gib"] == pytest.approx(-10)
+    assert bought["checkpointed"]["points"] == 0
+    assert summary["loss_out_of_tolerance"] == [] and "no rung is fast by computing something else" in text
+
+
+def test_the_goal_missed_is_said_plainly_with_each_reason(tmp_path):
+    best = _ms_at(0.45)
+    records = ladder(best, anchor_ms=0.9 * best)
+    records[3] = record("compiled", ms=0.5 * best, loss=9.60)      # fast and wrong: flagged, not ranked
+    summary, text = build(tmp_path, records)
+    goal = summary["goal"]
+    assert not goal["met"] and goal["faster_or_equal"] is False and goal["mfu_met"] is False
+    assert goal["point"]["best_rung"]["rung"] == "fused-adamw"
+    assert "**is not met**" in text and "**is met**" not in text
+    assert "11.1 % slower than the best anchor (anchor-sdpa-flash" in text and "45.0 % MFU, below 55 %" in text
+    assert [r["rung"] for r in summary["loss_out_of_tolerance"]] == ["compiled"]
+    assert "computed a first loss outside the tolerance" in text and "compiled at 2.7B ctx 1024" in text
+    assert "optimizer" in text and "10 %" in text      # the gap paragraph: the optimizer's share of the step
+
+
+def test_an_unmeasured_goal_point_is_not_met(tmp_path):
+    summary, text = build(tmp_path, [record("fp32", "oom", reason="CUDA out of memory"),
+                                     record("anchor-sdpa-cudnn", "skipped", reason="needs CUDA")])
+    assert not summary["goal"]["met"] and "no rung of our ladder ran there" in summary["goal"]["shortfalls"][0]
+    assert "This run has no measured step of our ladder at 2.7B, context 1024" in text and "**is not met**" in text
