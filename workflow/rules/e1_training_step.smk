@@ -6,6 +6,7 @@
 # anchors. The checkpointed rung reads the record of the rung before it: it measures only where that
 # one ran out of memory.
 
+from cs336_systems.pipeline.rule_helpers import records_on_disk
 from cs336_systems.training_step import rungs as e1_rungs
 
 E1 = GRID["E1"]
@@ -57,7 +58,9 @@ rule E1_step:
 rule E1_report:
     """E1 ladder table (Δ per rung, MFU, loss against fp32 eager), the figure, and the goal's verdict."""
     input:
-        records=E1_RECORDS,
+        # Rebuilding a committed run (reuse_records with sections): the records it has; the rows
+        # it lacks are "not measured in this run" (rule_helpers.records_on_disk).
+        records=records_on_disk(E1_RECORDS, CHOSEN.reuse_records and CHOSEN.sections is not None),
         code=code("cs336_systems.report.e1"),
     output:
         **report_outputs("E1"),
