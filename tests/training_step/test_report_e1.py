@@ -52,13 +52,13 @@ def ladder(best_ms: float, anchor_ms: float) -> list[dict]:
             record("fp32", "oom", reason="CUDA out of memory", context=2048)]
 
 
-def build(tmp_path: Path, records: list[dict]) -> tuple[dict, str]:
+def build(tmp_path: Path, records: list[dict], planned: tuple[str, ...] = ()) -> tuple[dict, str]:
     paths = []
     for i, r in enumerate(records):
         paths.append(str(write_json_atomic(tmp_path / "records" / f"{i}.json", r)))
     out = tmp_path / "E1"
     assert e1.main(["--records", *paths, "--goal-size", SIZE, "--goal-context", str(CONTEXT), "--goal-mfu", "0.55",
-                    "--out-dir", str(out)]) == 0
+                    "--out-dir", str(out), "--planned", *paths, *planned]) == 0
     for name in ("table.csv", "table.md", "ladder.png", "summary.json"):
         assert (out / name).stat().st_size > 0, name
     text = writeup.Renderer("md", tmp_path / "w" / "writeup.md", TEMPLATES).section("E1", out / "summary.json")
@@ -103,3 +103,29 @@ def test_an_unmeasured_goal_point_is_not_met(tmp_path):
                                      record("anchor-sdpa-cudnn", "skipped", reason="needs CUDA")])
     assert not summary["goal"]["met"] and "no rung of our ladder ran there" in summary["goal"]["shortfalls"][0]
     assert "This run has no measured step of our ladder at 2.7B, context 1024" in text and "**is not met**" in text
+
+
+def test_grid_points_without_a_record_are_named_as_not_measured(tmp_path):
+    best = _ms_at(0.60)
+    summary, text = build(tmp_path, ladder(best, anchor_ms=1.05 * best),
+                          planned=("records/xl_ctx2048_fp32.json", "records/xl_ctx2048_bf16.json"))
+    assert summary["not_measured"] == ["xl_ctx2048_fp32", "xl_ctx2048_bf16"]
+    assert summary["planned"] == len(ladder(best, anchor_ms=best)) + 2
+    assert f"Not measured in this run: 2 of the grid's {summary['planned']} points (xl_ctx2048_fp32, xl_ctx2048_bf16)" in text
+
+
+def test_a_run_with_every_point_says_nothing_is_missing(tmp_path):
+    best = _ms_at(0.60)
+    summary, text = build(tmp_path, ladder(best, anchor_ms=1.05 * best))
+    assert summary["not_measured"] == [] and "Not measured in this run" not in text
+
+
+def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
+    # 28 bytes a parameter (read p, g, m, v; write p, m, v in fp32) at the H100's 3.35 TB/s.
+    gap_ = {"size": "2.7B", "context": 1024, "rung": "fused-adamw", "phases_ms": {"optimizer": 40.0}}
+    record = {"params": {"size": "2.7B", "context": 1024, "rung": "fused-adamw"},
+              "provenance": {"gpu": "NVIDIA H100 80GB HBM3"}, "metrics": {"parameters": 3_000_000_000}}
+    floor = e1.optimizer_floor(gap_, [record])
+    assert floor["floor_ms"] == pytest.approx(3e9 * 28 / 3.35e12 * 1e3)
+    assert floor["over_floor"] == pytest.approx(40.0 / floor["floor_ms"])
+    assert e1.optimizer_floor(gap_, [{**record, "provenance": {"gpu": None}}]) is None     # no card, no floor

@@ -69,6 +69,8 @@ rule E1_report:
     params:
         out_dir=out_dir("summary"),
         goal=E1["goal"],
+        planned=E1_RECORDS,
     shell:
         logged("python -m cs336_systems.report.e1 --records {input.records} --goal-size {params.goal[size]}"
-        " --goal-context {params.goal[context]} --goal-mfu {params.goal[mfu]} --out-dir {params.out_dir} > {log} 2>&1")
+        " --goal-context {params.goal[context]} --goal-mfu {params.goal[mfu]} --planned {params.planned}"
+        " --out-dir {params.out_dir} > {log} 2>&1")

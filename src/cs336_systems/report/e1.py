@@ -28,6 +28,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
@@ -271,6 +272,30 @@ def gap(point: dict | None) -> dict | None:
             "backward_over_forward": phases["backward"] / phases["forward"] if phases["forward"] else None}
 
 
+# Bytes a fused fp32 AdamW step moves per parameter: it reads the parameter, its gradient and both
+# moments (4 x 4 B) and writes the parameter and both moments back (3 x 4 B).
+ADAMW_BYTES_PER_PARAMETER = 28
+
+
+def optimizer_floor(gap_: dict | None, records: list[dict]) -> dict | None:
+    """The optimizer phase of the gap's rung against the time its bytes take at the card's memory
+    bandwidth (datasheet): how far from its own limit the part MFU does not count runs."""
+    if gap_ is None:
+        return None
+    for r in records:
+        p = r["params"]
+        if (p.get("size"), p.get("context"), p.get("rung")) == (gap_["size"], gap_["context"], gap_["rung"]):
+            card = BY_DEVICE_NAME.get(r["provenance"].get("gpu") or "")
+            parameters = r["metrics"].get("parameters")
+            if card is None or card.hbm_bandwidth is None or not parameters:
+                return None
+            floor_ms = ADAMW_BYTES_PER_PARAMETER * parameters / card.hbm_bandwidth * 1e3
+            return {"parameters": parameters, "gigabytes": ADAMW_BYTES_PER_PARAMETER * parameters / 1e9,
+                    "card": card.name, "bandwidth_tb_s": card.hbm_bandwidth / 1e12, "floor_ms": floor_ms,
+                    "over_floor": gap_["phases_ms"]["optimizer"] / floor_ms}
+    return None
+
+
 def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_context: int, goal_mfu: float) -> dict:
     points = points_summary(df)
     goal = goal_check(points, goal_size, goal_context, goal_mfu)
@@ -305,7 +330,16 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         "compared_points": len(best_anywhere),
         "goal": goal,
         "gap": gap(goal["point"]),
+        "optimizer_floor": optimizer_floor(gap(goal["point"]), records),
     }
+
+
+def not_measured(planned: list[str], read: list[str]) -> tuple[int, list[str]]:
+    """How many points the grid names, and those among them the run has no record of, by name
+    (``<size>_ctx<context>_<rung>``)."""
+    have = {Path(r).stem for r in read}
+    names = [Path(p).stem for p in planned]
+    return len(names), [n for n in names if n not in have]
 
 
 def main(argv=None) -> int:
@@ -315,6 +349,9 @@ def main(argv=None) -> int:
     p.add_argument("--goal-context", required=True, type=int)
     p.add_argument("--goal-mfu", required=True, type=float, help="the MFU the goal asks for, 0.55 = 55 %%")
     p.add_argument("--out-dir", required=True, type=Path)
+    p.add_argument("--planned", nargs="*", default=[],
+                   help="every record the config's grid names: those absent from --records are listed as "
+                        "not measured in this run (a rebuild from a run that was cut off, or predates a point)")
     args = p.parse_args(argv)
     if not 0 < args.goal_mfu <= 1:
         p.error(f"--goal-mfu is a share between 0 and 1, got {args.goal_mfu}")
@@ -322,7 +359,9 @@ def main(argv=None) -> int:
     df = records_frame(records)
     write_table(display_table(df), args.out_dir)
     plot_ladder(df, args.out_dir / "ladder.png")
-    write_summary(args.out_dir / "summary.json", summarize(df, records, args.goal_size, args.goal_context, args.goal_mfu))
+    summary = summarize(df, records, args.goal_size, args.goal_context, args.goal_mfu)
+    summary["planned"], summary["not_measured"] = not_measured(args.planned, args.records)
+    write_summary(args.out_dir / "summary.json", summary)
     print(f"E1 report: {len(df)} records ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
     return 0
 
