@@ -73,7 +73,7 @@ def test_the_goal_met_is_said_with_its_numbers(tmp_path):
     assert goal["point"]["best_rung"]["rung"] == "fused-adamw"
     assert goal["point"]["best_rung"]["mfu"] == pytest.approx(0.60)
     assert "**is met**" in text and "is not met" not in text
-    assert "our best rung (*fused-adamw*)" in text and "60.0 % MFU" in text and "4.8 % faster by median step time" in text
+    assert "our best rung (*fused-adamw*)" in text and "60.0 % MFU" in text and "4.8 % faster by median step time, a difference beyond the spread" in text
     table = (tmp_path / "E1" / "table.md").read_text()
     assert "OOM" in table and "SKIPPED" in table and "not needed: the previous rung (fused-adamw) fits" in table
     assert summary["statuses"] == {"ok": 6, "oom": 2, "skipped": 1, "error": 0}
@@ -129,3 +129,11 @@ def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
     assert floor["floor_ms"] == pytest.approx(3e9 * 28 / 3.35e12 * 1e3)
     assert floor["over_floor"] == pytest.approx(40.0 / floor["floor_ms"])
     assert e1.optimizer_floor(gap_, [{**record, "provenance": {"gpu": None}}]) is None     # no card, no floor
+
+
+def test_a_lead_the_timed_steps_do_not_settle_is_said_to_be_unsettled(tmp_path):
+    # 0.2 % apart with each step's standard deviation at 1 % over 4 steps: within two standard errors.
+    best = _ms_at(0.60)
+    summary, text = build(tmp_path, ladder(best, anchor_ms=1.002 * best))
+    assert summary["goal"]["point"]["best_vs_anchor_spread"] == "within the spread"
+    assert "0.2 % faster by median step time: a difference the spread of the timed steps does not settle" in text

@@ -33,6 +33,7 @@ from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.spread import Estimate, compare
 from cs336_systems.training_step import rungs
 
 LOSS_RTOL = 5e-4          # a rung's first loss against fp32 eager's (the module's doc says why)
@@ -68,7 +69,8 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "compiled": f"{p['compile_mode']}, {p['compile_backend']}" if p.get("compiled") else "",
             "checkpoint_group": p.get("checkpoint_group"), "status": r["status"],
             "note": r.get("reason") or r.get("message") or "",
-            "median_ms": median, "std_ms": _nan(step.get("std")) if ok else math.nan,
+            "median_ms": median, "mean_ms": _nan(step.get("mean")) if ok else math.nan,
+            "std_ms": _nan(step.get("std")) if ok else math.nan,
             "min_ms": _nan(step.get("min")) if ok else math.nan, "max_ms": _nan(step.get("max")) if ok else math.nan,
             "n": int(step.get("n") or 0),
             **{f"{phase}_ms": _nan(m.get(phase, {}).get("median")) if ok else math.nan for phase in PHASES},
@@ -186,6 +188,10 @@ def _rankable(part: pd.DataFrame) -> pd.DataFrame:
     return part[(part["status"] == "ok") & (part["loss_ok"] != False)]     # noqa: E712 - None: not checked
 
 
+def _estimate(row) -> Estimate:
+    return Estimate.from_samples(row["mean_ms"], row["std_ms"], max(int(row["n"]), 1))
+
+
 def points_summary(df: pd.DataFrame) -> list[dict]:
     """Per size x context: fp32 eager, our best rung, the best anchor, and what did not run."""
     out = []
@@ -202,6 +208,8 @@ def points_summary(df: pd.DataFrame) -> list[dict]:
             "best_anchor": _row(anchor) if anchor is not None else None,
             "speedup_over_fp32": float(ref["median_ms"].iloc[0] / best["median_ms"]) if len(ref) and best is not None else None,
             "best_vs_anchor": float(best["median_ms"] / anchor["median_ms"] - 1) if best is not None and anchor is not None else None,
+            # Whether the timed steps settle which is faster (report.spread, on the means).
+            "best_vs_anchor_spread": compare(_estimate(best), _estimate(anchor)) if best is not None and anchor is not None else None,
             "not_ok": [{"rung": str(r["rung"]), "status": r["status"], "note": r["note"]}
                        for _, r in part[part["status"] != "ok"].iterrows()],
         })
