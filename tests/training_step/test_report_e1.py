@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from cs336_systems.models import get_size
+from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.records import make_record, write_json_atomic
 from cs336_systems.report import e1, writeup
@@ -52,14 +53,16 @@ def ladder(best_ms: float, anchor_ms: float) -> list[dict]:
             record("fp32", "oom", reason="CUDA out of memory", context=2048)]
 
 
-def build(tmp_path: Path, records: list[dict], planned: tuple[str, ...] = ()) -> tuple[dict, str]:
+def build(tmp_path: Path, records: list[dict], planned: tuple[str, ...] = (), profiles: tuple[dict, ...] = ()
+          ) -> tuple[dict, str]:
     paths = []
     for i, r in enumerate(records):
         paths.append(str(write_json_atomic(tmp_path / "records" / f"{i}.json", r)))
+    profile_paths = [str(write_json_atomic(tmp_path / "profiles" / f"{i}.json", r)) for i, r in enumerate(profiles)]
     out = tmp_path / "E1"
     assert e1.main(["--records", *paths, "--goal-size", SIZE, "--goal-context", str(CONTEXT), "--goal-mfu", "0.55",
-                    "--out-dir", str(out), "--planned", *paths, *planned]) == 0
-    for name in ("table.csv", "table.md", "ladder.png", "summary.json"):
+                    "--out-dir", str(out), "--planned", *paths, *planned, "--profiles", *profile_paths]) == 0
+    for name in ("table.csv", "table.md", "kernels.csv", "kernels.md", "ladder.png", "summary.json"):
         assert (out / name).stat().st_size > 0, name
     text = writeup.Renderer("md", tmp_path / "w" / "writeup.md", TEMPLATES).section("E1", out / "summary.json")
     return json.loads((out / "summary.json").read_text()), text
@@ -137,3 +140,36 @@ def test_a_lead_the_timed_steps_do_not_settle_is_said_to_be_unsettled(tmp_path):
     summary, text = build(tmp_path, ladder(best, anchor_ms=1.002 * best))
     assert summary["goal"]["point"]["best_vs_anchor_spread"] == "within the spread"
     assert "0.2 % faster by median step time: a difference the spread of the timed steps does not settle" in text
+
+
+def profile_record(rung: str, kinds_ms: dict, step_ms: float, busy_ms: float, status="ok") -> dict:
+    r = record(rung, status="ok" if status == "ok" else status, ms=step_ms, reason=None if status == "ok" else "CUDA out of memory")
+    r["params"]["part"] = "profile"
+    if status == "ok":
+        kinds = {k: {"count": 10.0, "ms": kinds_ms.get(k, 0.0)} for k in KINDS}
+        r["metrics"] = {"step": r["metrics"]["step"], "unit": "CUDA kernels", "kinds": kinds, "steps": 2,
+                        "count_per_step": [60, 60], "time_ms": sum(kinds_ms.values()), "busy_ms": busy_ms,
+                        "busy_share": busy_ms / step_ms}
+    return r
+
+
+def test_the_profiles_say_where_each_rung_s_kernel_time_goes(tmp_path):
+    best = _ms_at(0.45)
+    ours = profile_record("fused-adamw", {"GEMM": 120.0, "attention-softmax": 20.0, "elementwise": 40.0,
+                                          "optimizer": 30.0}, step_ms=best, busy_ms=205.0)
+    anchor = profile_record("anchor-sdpa-cudnn", {}, step_ms=best, busy_ms=0.0, status="oom")
+    summary, text = build(tmp_path, ladder(best, anchor_ms=1.05 * best), profiles=(ours, anchor))
+    assert [p["rung"] for p in summary["profiles"]] == ["fused-adamw", "anchor-sdpa-cudnn"]
+    assert summary["profiles"][1]["status"] == "oom"
+    assert "*fused-adamw* at 2.7B, context 1024: matrix products 120.0 ms, attention 20.0 ms" in text
+    assert f"busy 205.0 ms, {100 * 205.0 / best:.1f} % of its {best:.1f} ms step" in text
+    assert "This run holds no kernel profile" not in text
+    kernels = (tmp_path / "E1" / "kernels.md").read_text()
+    assert "GEMM" in kernels and "57.1 %" in kernels and "OOM" in kernels     # 120 of 210 ms
+
+
+def test_without_profiles_the_section_says_it_cannot_apportion_the_gap(tmp_path):
+    best = _ms_at(0.45)
+    summary, text = build(tmp_path, ladder(best, anchor_ms=1.05 * best))
+    assert summary["profiles"] == [] and "This run holds no kernel profile" in text
+    assert "(no rows)" in (tmp_path / "E1" / "kernels.md").read_text()

@@ -249,8 +249,9 @@ def test_full_preset_plans_the_whole_grid(tmp_path):
     assert stats["A4_kernels"] == 2                         # one A1 point, fp32 and bf16
     e1 = presets["E1"]
     assert stats["E1_step"] == len(e1["sizes"]) * len(e1["contexts"]) * len(e1["rungs"] + e1["anchors"])
+    assert stats["E1_profile"] == len(e1["profiled"])           # at the goal point
     per_point = ("A1_benchmark", "A1_warmup_study", "B5_grid_row", "B1_row", "C1_row", "A2_profile",
-                 "A5_snapshot", "A6_checkpoint", "B2_whole_model", "A4_kernels", "E1_step",
+                 "A5_snapshot", "A6_checkpoint", "B2_whole_model", "A4_kernels", "E1_step", "E1_profile",
                  *(f"{i}_variant" for i in variants.deliverables()))
     once = {k: v for k, v in stats.items() if k not in per_point}
     assert set(once.values()) == {1}, once

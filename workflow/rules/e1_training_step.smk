@@ -13,6 +13,9 @@ E1 = GRID["E1"]
 E1_NAMES = E1["rungs"] + E1["anchors"]
 E1_RECORD = f"{RESULTS}/E1/records/{{size}}_ctx{{context}}_{{rung}}.json"
 E1_RECORDS = expand(E1_RECORD, size=E1["sizes"], context=E1["contexts"], rung=E1_NAMES)
+# The profiles: the configured rungs at the goal point, each its own process after the ladder's.
+E1_PROFILE = f"{RESULTS}/E1/profiles/{{size}}_ctx{{context}}_{{rung}}.json"
+E1_PROFILES = expand(E1_PROFILE, size=E1["goal"]["size"], context=E1["goal"]["context"], rung=E1["profiled"])
 
 
 rule E1_step:
@@ -55,12 +58,48 @@ rule E1_step:
         " --out {output} > {log} 2>&1")
 
 
+rule E1_profile:
+    """One rung at the goal point, timed as E1_step times it, then its steps profiled by kernel kind."""
+    input:
+        code=lambda wildcards: measuring_code("cs336_systems.training_step.profile",
+                                              *e1_rungs.code_of(wildcards.rung), deliverable="E1"),
+    output:
+        E1_PROFILE,
+    log:
+        f"{LOGS}/E1/profile_{{size}}_ctx{{context}}_{{rung}}.log",
+    benchmark:
+        f"{BENCHMARKS}/E1/profile_{{size}}_ctx{{context}}_{{rung}}.tsv",
+    wildcard_constraints:
+        size="|".join(map(re.escape, E1["sizes"] + [E1["goal"]["size"]])),
+        context=r"\d+",
+        rung="|".join(map(re.escape, E1_NAMES)),
+    params:
+        batch=E1["batch"],
+        warmup=E1["warmup"],
+        steps=E1["steps"],
+        seed=E1["seed"],
+        compile_mode=E1["compile"],
+        backend=GRID.get("compile_backend", "inductor"),
+        checkpoint_group=E1["checkpoint_group"],
+        device=GRID["device"],
+    resources:
+        gpu=1,
+    shell:
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.training_step.profile --size {wildcards.size} --context {wildcards.context}"
+        " --rung {wildcards.rung} --batch {params.batch} --warmup {params.warmup} --steps {params.steps}"
+        " --seed {params.seed} --compile-mode {params.compile_mode} --backend {params.backend}"
+        " --checkpoint-group {params.checkpoint_group} --device {params.device} --out {output} > {log} 2>&1")
+
+
 rule E1_report:
     """E1 ladder table (Δ per rung, MFU, loss against fp32 eager), the figure, and the goal's verdict."""
     input:
         # Rebuilding a committed run (reuse_records with sections): the records it has; the rows
         # it lacks are "not measured in this run" (rule_helpers.records_on_disk).
         records=records_on_disk(E1_RECORDS, CHOSEN.reuse_records and CHOSEN.sections is not None),
+        # The profiles a rebuild has, none measured on the spot (a run made before E1 profiled has none).
+        profiles=(records_present if CHOSEN.reuse_records and CHOSEN.sections is not None else list)(E1_PROFILES),
         code=code("cs336_systems.report.e1"),
     output:
         **report_outputs("E1"),
@@ -73,4 +112,5 @@ rule E1_report:
     shell:
         logged("python -m cs336_systems.report.e1 --records {input.records} --goal-size {params.goal[size]}"
         " --goal-context {params.goal[context]} --goal-mfu {params.goal[mfu]} --planned {params.planned}"
+        " --profiles {input.profiles}"
         " --out-dir {params.out_dir} > {log} 2>&1")

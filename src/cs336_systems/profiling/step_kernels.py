@@ -147,30 +147,41 @@ def profiler_works(profiler, on_gpu: bool) -> tuple[list[Work], list[tuple[float
     return works, windows
 
 
-def measure(size, *, context: int, batch: int, mode: str, precision: str, warmup: int, steps: int,
-            device: str) -> dict:
+def profile_steps(step, steps: int, device, step_ms: float) -> dict:
+    """``steps`` calls of ``step`` under torch.profiler, each in its own range that ends with a
+    device synchronisation: the per-step tables (``per_step_tables``) and the kernels' busy share
+    of ``step_ms``, the step's time measured without the profiler (which slows the CPU side)."""
     import torch
 
     from cs336_systems.timing import synchronize
-    from cs336_systems.workload import build_workload, time_steps
 
     device = torch.device(device)
-    workload = build_workload(size, context=context, batch=batch, mode=mode, precision=precision, device=device)
-    timed = time_steps(workload, warmup=warmup, steps=steps)          # as A1 times it, no profiler
     on_gpu = device.type == "cuda"
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])
     synchronize(device)
     with torch.profiler.profile(activities=activities) as profiler:
         for _ in range(steps):
             with torch.profiler.record_function(STEP_RANGE):
-                workload.step()
+                step()
                 synchronize(device)     # inside the range: the step's kernels end within its window
     works, windows = profiler_works(profiler, on_gpu)
     table = per_step_tables(works, windows, on_gpu)
-    step_ms = timed["step"]["mean"]
-    return {"unit": "CUDA kernels" if on_gpu else "CPU operators (self time)",
-            "step": timed["step"], **{p: timed[p] for p in ("forward", "backward", "optimizer") if p in timed},
-            **table, "busy_share": table["busy_ms"] / step_ms if table["busy_ms"] is not None and step_ms > 0 else None}
+    return {"unit": "CUDA kernels" if on_gpu else "CPU operators (self time)", **table,
+            "busy_share": table["busy_ms"] / step_ms if table["busy_ms"] is not None and step_ms > 0 else None}
+
+
+def measure(size, *, context: int, batch: int, mode: str, precision: str, warmup: int, steps: int,
+            device: str) -> dict:
+    import torch
+
+    from cs336_systems.workload import build_workload, time_steps
+
+    workload = build_workload(size, context=context, batch=batch, mode=mode, precision=precision,
+                              device=torch.device(device))
+    timed = time_steps(workload, warmup=warmup, steps=steps)          # as A1 times it, no profiler
+    profile = profile_steps(workload.step, steps, device, timed["step"]["mean"])
+    return {"unit": profile.pop("unit"), "step": timed["step"],
+            **{p: timed[p] for p in ("forward", "backward", "optimizer") if p in timed}, **profile}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

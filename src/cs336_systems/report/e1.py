@@ -342,6 +342,48 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
     }
 
 
+def profile_table(profiles: list[dict]) -> pd.DataFrame:
+    """Kernel time per step by kind for each profiled rung (``training_step.profile``), its share of
+    the kernels' time, and the kernels' busy share of the unprofiled step (CUDA only); one row saying
+    why where no profile ran."""
+    rows = []
+    for r in profiles:
+        p, m = r["params"], r["metrics"]
+        point = f"{p['size']} ctx {p['context']}"
+        if r["status"] != "ok":
+            rows.append({"point": point, "rung": p["rung"], "kind": r["status"].upper(),
+                         "per step": "", "ms per step": None, "share of kernel time": r.get("reason") or ""})
+            continue
+        for kind, totals in m["kinds"].items():
+            rows.append({"point": point, "rung": p["rung"], "kind": kind, "per step": f"{totals['count']:.0f}",
+                         "ms per step": round(totals["ms"], 2),
+                         "share of kernel time": f"{100 * totals['ms'] / m['time_ms']:.1f} %" if m["time_ms"] else ""})
+        busy = m.get("busy_share")
+        rows.append({"point": point, "rung": p["rung"], "kind": "all (busy: kernels' union)",
+                     "per step": f"{sum(m['count_per_step']) / len(m['count_per_step']):.0f}",
+                     "ms per step": round(m["busy_ms"] if m.get("busy_ms") is not None else m["time_ms"], 2),
+                     "share of kernel time": f"busy {100 * busy:.1f} % of the {m['step']['median']:.1f} ms step"
+                     if busy is not None else m["unit"]})
+    if not rows:
+        return pd.DataFrame({"(no rows)": ["no step of this run was profiled"]})
+    return pd.DataFrame(rows)
+
+
+def profile_summary(profiles: list[dict]) -> list[dict]:
+    """What the section quotes of each profiled rung: ms per step by kind, busy time and share."""
+    out = []
+    for r in profiles:
+        p, m = r["params"], r["metrics"]
+        if r["status"] != "ok":
+            out.append({"rung": p["rung"], "size": p["size"], "context": p["context"], "status": r["status"],
+                        "reason": r.get("reason") or ""})
+            continue
+        out.append({"rung": p["rung"], "size": p["size"], "context": p["context"], "status": "ok", "unit": m["unit"],
+                    "kinds_ms": {k: v["ms"] for k, v in m["kinds"].items()}, "time_ms": m["time_ms"],
+                    "busy_ms": m.get("busy_ms"), "busy_share": m.get("busy_share"), "step_ms": m["step"]["median"]})
+    return out
+
+
 def not_measured(planned: list[str], read: list[str]) -> tuple[int, list[str]]:
     """How many points the grid names, and those among them the run has no record of, by name
     (``<size>_ctx<context>_<rung>``)."""
@@ -357,6 +399,7 @@ def main(argv=None) -> int:
     p.add_argument("--goal-context", required=True, type=int)
     p.add_argument("--goal-mfu", required=True, type=float, help="the MFU the goal asks for, 0.55 = 55 %%")
     p.add_argument("--out-dir", required=True, type=Path)
+    p.add_argument("--profiles", nargs="*", default=[], help="records of training_step.profile")
     p.add_argument("--planned", nargs="*", default=[],
                    help="every record the config's grid names: those absent from --records are listed as "
                         "not measured in this run (a rebuild from a run that was cut off, or predates a point)")
@@ -369,6 +412,9 @@ def main(argv=None) -> int:
     plot_ladder(df, args.out_dir / "ladder.png")
     summary = summarize(df, records, args.goal_size, args.goal_context, args.goal_mfu)
     summary["planned"], summary["not_measured"] = not_measured(args.planned, args.records)
+    profiles = load_records(args.profiles)
+    write_table(profile_table(profiles), args.out_dir, "kernels")
+    summary["profiles"] = profile_summary(profiles)
     write_summary(args.out_dir / "summary.json", summary)
     print(f"E1 report: {len(df)} records ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
     return 0

@@ -36,9 +36,10 @@ from cs336_systems.workload import COMPILE_BACKENDS, COMPILE_MODES, time_steps
 COMPILED = tuple(m for m in COMPILE_MODES if m != "none")     # how a compiled rung compiles
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m cs336_systems.training_step.ladder",
-                                description=__doc__.split("\n\n")[0],
+def parse_args(argv=None, prog: str = "python -m cs336_systems.training_step.ladder", doc: str = __doc__
+               ) -> argparse.Namespace:
+    """The point, the rung and how to time it (``training_step.profile`` takes the same arguments)."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--size", choices=list(MODEL_SIZES), required=True)
     p.add_argument("--context", type=int, required=True)
