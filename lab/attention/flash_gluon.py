@@ -53,9 +53,6 @@ def available(device: torch.device) -> bool:
 
 if HAVE_GLUON:
     LOG2_E = gl.constexpr(1.4426950408889634)
-    # Registers per thread of the second consumer warpgroup in ``_dkdv_ws_kernel`` (the first takes
-    # what the kernel's register cap leaves; the loader warp takes the minimum, 24).
-    WS_CONSUMER_REGS = gl.constexpr(232)
 
     @gluon.jit
     def _load_query_tile(j, q_desc, do_desc, q_smem, do_smem, bars, row0, q_lo, n_iters,
@@ -293,20 +290,23 @@ if HAVE_GLUON:
         gl.store(DQ + offs, (dq * scale).to(DQ.dtype.element_ty), mask=gl.expand_dims(rows < n_queries, 1))
 
     # --- dK/dV, warp-specialised -----------------------------------------------------------------
-    # One program per CONSUMERS × 64 keys: CONSUMERS warpgroups, each owning 64 of them (its own
-    # dK, dV accumulators), and one loader warp. The loader fills a ring of query tiles (Q and dO)
-    # by TMA; with two consumers both read every tile from the same buffers, so each Q/dO tile
-    # crosses L2 once per 128 keys instead of once per 64 (at the leaderboard shape 4.3 GB instead
-    # of 8.6), and a buffer goes back to the loader when all have finished with it (its ``empty``
-    # barrier counts CONSUMERS arrivals). Consumers wait on nothing of each other's. On Triton 3.6
-    # ptxas serialises the wgmma of a consumer in a worker partition (C7512), so only the
-    # one-consumer version (2 programs per SM) runs at speed (NOTES.md, "Gluon warp-specialised dK/dV").
+    # One program per CONSUMERS × 64 keys: CONSUMERS warpgroups, each owning 64 of them (its rows
+    # of the dK, dV accumulators), and one loader warp. The loader fills a ring of query tiles (Q
+    # and dO) by TMA; with two consumers both read every tile from the same buffers, so each Q/dO
+    # tile crosses L2 once per 128 keys instead of once per 64 (at the leaderboard shape 4.3 GB
+    # instead of 8.6). The consumers are all in the default partition (num_warps = 4 × CONSUMERS,
+    # one product of M = 64 · CONSUMERS rows, each warpgroup issuing its 64), not one worker
+    # partition each: ptxas (CUDA 12.8, Triton 3.6) serialises the wgmma of any consumer in a
+    # worker partition (C7512) unless the kernel's own register cap (.maxnreg, not the worker's
+    # setmaxnreg) covers the consumer, which with two consumers needs more registers per thread
+    # than the register file holds (ptxas_warnings.py; NOTES.md, "ptxas serialisation, again").
+    # The default partition gets setmaxnreg's count, and is clean at maxnreg 160 with two.
 
     @gluon.jit
     def _ws_loader(a_desc, b_desc, c_desc, e_desc, a_smem, b_smem, c_smem, e_smem, ready, empty, fixed_bar,
                    row0, fixed_row0, lo, n_iters, n_diag):
         """The loader warp: the program's fixed tiles (C and E: K and V in dK/dV, Q and dO in dQ),
-        one per consumer, then the streamed pairs (A, B: Q and dO in dK/dV, K and V in dQ) into the
+        one each, then the streamed pairs (A, B: Q and dO in dK/dV, K and V in dQ) into the
         ring, tile (i + n_diag) % n_iters at ring position i, each buffer once its consumers are
         done with what it held."""
         BLOCK: gl.constexpr = a_desc.block_type.shape[0]
@@ -385,29 +385,32 @@ if HAVE_GLUON:
         return dk, dv
 
     @gluon.jit
-    def _ws_consumer(W: gl.constexpr, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b,
-                     stride_lb, k_lo, q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal):
-        """Warpgroup W's 64 keys: dK, dV over the query tiles, written at the end."""
+    def _ws_consumer(q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
+                     q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal):
+        """The default partition's BLOCK_N = 16 · num_warps keys (64 per warpgroup): dK, dV over
+        the query tiles, written at the end."""
         BLOCK_M: gl.constexpr = q_smem.type.shape[1]
         BLOCK_N: gl.constexpr = k_smem.type.shape[1]
         D: gl.constexpr = k_smem.type.shape[2]
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+        # Each warpgroup holds 64 rows of Sᵀ, dPᵀ, dK, dV, as a one-warpgroup consumer does.
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
                                                            instr_shape=[16, BLOCK_M, 16])
-        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
                                                              instr_shape=[16, D, 16])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         STAGES: gl.constexpr = q_smem.type.shape[0]
-        key0 = k_lo + W * BLOCK_N
+        key0 = k_lo
         # The loader sends the tiles in ring order i = 0, 1, ...: tile (i + n_diag) % n_iters, so the
         # n_diag causal-diagonal tiles of the program's keys come last. Whole tiles [n_diag, t2) run
         # first with asynchronous products, then a ragged end [t2, n_iters) and the diagonal, masked
         # and synchronous. (Synchronous products issued before the asynchronous loop made ptxas
-        # serialise every wgmma of the kernel, warning C7511.) Diagonal tiles wholly above this
-        # warpgroup's keys are released unread.
+        # serialise every wgmma of the kernel, warning C7511.) With two warpgroups the second's
+        # rows of the first diagonal tile are all above the diagonal: computed and masked to
+        # P = dS = 0 (one 64 × 64 tile per 128 keys), since both warpgroups issue one product.
         t2 = gl.maximum((n_queries - q_lo) // BLOCK_M, n_diag)
         mbarrier.wait(kv_bar, 0)
-        k_op = k_smem.index(W)
-        v_op = v_smem.index(W)
+        k_op = k_smem.index(0)
+        v_op = v_smem.index(0)
         offs_k = key0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
         l_base = L + b * stride_lb
         d_base = DELTA + b * stride_lb
@@ -421,11 +424,8 @@ if HAVE_GLUON:
             mbarrier.arrive(empty.index((t2 - n_diag - 1) % STAGES), count=1)
         for i in range(t2 - n_diag, n_iters):
             j = (i + n_diag) % n_iters
-            if j < W * BLOCK_N // BLOCK_M * causal:
-                mbarrier.arrive(empty.index(i % STAGES), count=1)
-            else:
-                dk, dv = _ws_masked_step(i, j, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base,
-                                         offs_k, q_lo, n_queries, qk_scale, causal, BLOCK_N, s_layout, p_layout)
+            dk, dv = _ws_masked_step(i, j, dk, dv, k_op, v_op, q_smem, do_smem, ready, empty, l_base, d_base,
+                                     offs_k, q_lo, n_queries, qk_scale, causal, BLOCK_N, s_layout, p_layout)
 
         rows = key0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
         cols = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
@@ -434,56 +434,41 @@ if HAVE_GLUON:
         gl.store(DK + offs, (dk * scale).to(DK.dtype.element_ty), mask=keep)
         gl.store(DV + offs, dv.to(DV.dtype.element_ty), mask=keep)
 
-    # One entry point per warpgroup: W must stay a constexpr, and constexprs passed through
-    # gl.warp_specialize's argument tuples arrive as tensors (Triton 3.6).
-    @gluon.jit
-    def _ws_consumer_1(q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
-                       q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal):
-        _ws_consumer(1, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
-                     q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal)
-
-    @gluon.jit
-    def _ws_consumer_0(q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
-                       q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal):
-        _ws_consumer(0, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
-                     q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, causal)
-
     @gluon.jit
     def _dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, L, DELTA, DK, DV, stride_lb, n_batch, n_queries, n_keys,
                         scale, qk_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr,
                         num_warps: gl.constexpr):
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
-        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]     # the program's keys, 64 per consumer
+        gl.static_assert(BLOCK_N == 64 * CONSUMERS and num_warps == 4 * CONSUMERS)
         pid = gl.program_id(0)
         k_tile = pid // n_batch           # tile 0, the longest causal one, first
         b = pid % n_batch
-        k_lo = k_tile * CONSUMERS * BLOCK_N
+        k_lo = k_tile * BLOCK_N
         q_lo = k_lo if CAUSAL else 0
         n_iters = gl.cdiv(n_queries - q_lo, BLOCK_M)
-        # Query tiles that meet the causal diagonal of the program's CONSUMERS · BLOCK_N keys.
-        n_diag = gl.minimum(CONSUMERS * BLOCK_N // BLOCK_M, n_iters) if CAUSAL else 0
+        # Query tiles that meet the causal diagonal of the program's BLOCK_N keys.
+        n_diag = gl.minimum(BLOCK_N // BLOCK_M, n_iters) if CAUSAL else 0
 
         q_smem = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
         do_smem = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
-        k_smem = gl.allocate_shared_memory(k_desc.dtype, [CONSUMERS] + k_desc.block_type.shape, k_desc.layout)
-        v_smem = gl.allocate_shared_memory(v_desc.dtype, [CONSUMERS] + v_desc.block_type.shape, v_desc.layout)
+        k_smem = gl.allocate_shared_memory(k_desc.dtype, [1] + k_desc.block_type.shape, k_desc.layout)
+        v_smem = gl.allocate_shared_memory(v_desc.dtype, [1] + v_desc.block_type.shape, v_desc.layout)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=CONSUMERS)
+            # One arrival per release: Gluon's mbarrier.arrive syncs the whole partition (bar.sync
+            # over its num_warps) and arrives from one thread, so it follows both warpgroups' waits.
+            mbarrier.init(empty.index(i), count=1)
         mbarrier.init(kv_bar, count=1)
 
         consumer_args = (q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar, L, DELTA, DK, DV, b, stride_lb, k_lo,
                          q_lo, n_iters, n_diag, n_queries, n_keys, scale, qk_scale, gl.to_tensor(1 if CAUSAL else 0))
         loader_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, ready, empty, kv_bar,
                        b * n_queries, b * n_keys + k_lo, q_lo, n_iters, n_diag)
-        if CONSUMERS == 1:
-            gl.warp_specialize([(_ws_consumer_0, consumer_args), (_ws_loader, loader_args)], [1], [24])
-        else:
-            gl.warp_specialize([(_ws_consumer_0, consumer_args), (_ws_consumer_1, consumer_args),
-                                (_ws_loader, loader_args)], [4, 1], [WS_CONSUMER_REGS, 24])
+        gl.warp_specialize([(_ws_consumer, consumer_args), (_ws_loader, loader_args)], [1], [24])
 
     # --- dQ, warp-specialised: the same loader streams key tiles (K, V) past one warpgroup that
     # holds its query tile's Q and dO. The last key tiles (the causal diagonal, a ragged end) are
@@ -491,7 +476,9 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _wsq_step(i, dq, q_op, do_op, k_smem, v_smem, ready, empty, lse, delta, offs_q, n_open, n_keys, qk_scale,
-                  causal, s_layout: gl.constexpr, p_layout: gl.constexpr):
+                  causal, s_layout: gl.constexpr, p_layout: gl.constexpr, FIRST: gl.constexpr = False):
+        """Fold key tile ``i`` into dQ; with FIRST, dQ's product ignores the ``dq`` passed in
+        (use_acc=False: scale-d 0 in the wgmma) and starts the sum."""
         STAGES: gl.constexpr = k_smem.type.shape[0]
         BLOCK_N: gl.constexpr = k_smem.type.shape[1]
         BLOCK_M: gl.constexpr = q_op.type.shape[0]
@@ -509,13 +496,16 @@ if HAVE_GLUON:
         dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp, ))
         # The causal diagonal and a ragged end are masked without a branch: a branch here, or
         # synchronous masked steps after the loop, made ptxas serialise the kernel's wgmma (C7515,
-        # C7511). Tiles before n_open keep everything.
+        # C7511; before the first step was peeled, see _wsq_consumer, so perhaps for that reason).
+        # The mask goes on P, a copy of S that feeds the next product, never on an accumulator.
+        # Tiles before n_open keep everything.
         offs_k = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         keep = gl.expand_dims((offs_k < n_keys) | (i < n_open), 0) & (
             (gl.expand_dims(offs_q, 1) >= gl.expand_dims(offs_k, 0)) | (causal == 0) | (i < n_open))
         p = gl.where(keep, p, 0.0)
         ds = p * (dp - gl.expand_dims(delta, 1))
-        dq = warpgroup_mma(gl.convert_layout(ds.to(k_smem.dtype), p_layout), k_s, dq, is_async=True)
+        dq = warpgroup_mma(gl.convert_layout(ds.to(k_smem.dtype), p_layout), k_s, dq, use_acc=not FIRST,
+                           is_async=True)
         return dq
 
     @gluon.jit
@@ -537,8 +527,20 @@ if HAVE_GLUON:
         mbarrier.wait(fixed_bar, 0)
         q_op = q_smem.index(0)
         do_op = do_smem.index(0)
-        dq = warpgroup_mma_init(gl.zeros([BLOCK_M, D], gl.float32, layout=acc_layout))
-        for i in range(0, n_iters):
+        # The first key tile is peeled out of the loop and its dQ product ignores the old value
+        # (use_acc=False) instead of dQ being zeroed and carried into the loop. With a zeroed dQ
+        # carried in, LLVM sank the zeros into both sides of the loop's zero-trip guard, so on the
+        # path that skips the loop 32 `mov`s wrote dQ's accumulator registers, and that path joins
+        # the loop's exit, where the last dQ wgmma is still in flight, before the final wait: ptxas
+        # C7515 ("non wgmma instructions defining accumulator registers ... between start and end
+        # of the pipeline stage"), with every wgmma of the kernel serialised. Peeled, no
+        # instruction but a wgmma writes an accumulator (checked in the PTX). Same sum: the first
+        # product is dS·K alone, as 0 + dS·K was. Needs n_iters ≥ 1, i.e. n_keys ≥ 1
+        # (launch_dq_ws asserts it; before, zero keys gave dQ = 0).
+        dq = gl.zeros([BLOCK_M, D], gl.float32, layout=acc_layout)     # a placeholder: not read
+        dq = _wsq_step(0, dq, q_op, do_op, k_smem, v_smem, ready, empty, lse, delta, offs_q, n_open, n_keys,
+                       qk_scale, causal, s_layout, p_layout, True)
+        for i in range(1, n_iters):
             dq = _wsq_step(i, dq, q_op, do_op, k_smem, v_smem, ready, empty, lse, delta, offs_q, n_open, n_keys,
                            qk_scale, causal, s_layout, p_layout)
         dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
@@ -612,25 +614,27 @@ def launch_dkdv(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, 
 def launch_dkdv_ws(q, k, v, grad_out, lse, delta, grad_k, grad_v, is_causal: bool, stages: int = 3,
                    maxnreg: int = 160, consumers: int = 2) -> None:
     """dK, dV by the warp-specialised kernel: programs of ``consumers`` × 64 keys, one consumer
-    warpgroup per 64 and a loader warp; query tiles of 64 rows. ``maxnreg`` caps the registers per
-    thread at entry (the consumers get more by setmaxnreg): 128 gives two one-consumer programs per
-    SM."""
+    warpgroup per 64 (all in the default partition) and a loader warp; query tiles of 64 rows.
+    ``maxnreg`` caps the registers per thread at entry (the consumers get more by setmaxnreg): 128
+    gives two one-consumer programs per SM; two consumers need 160 (ptxas serialises at 128)."""
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     assert grad_k.is_contiguous() and grad_v.is_contiguous()
     scale = 1.0 / math.sqrt(d)
     grid = (triton_cdiv(n_k, 64 * consumers) * batch, )
-    _dkdv_ws_kernel[grid](_descriptor(q, 64), _descriptor(grad_out, 64), _descriptor(k, 64), _descriptor(v, 64), lse,
-                          delta, grad_k, grad_v, stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q, n_keys=n_k,
-                          scale=scale, qk_scale=scale * 1.4426950408889634, CAUSAL=is_causal, STAGES=stages,
-                          CONSUMERS=consumers, num_warps=4, maxnreg=maxnreg)
+    _dkdv_ws_kernel[grid](_descriptor(q, 64), _descriptor(grad_out, 64), _descriptor(k, 64 * consumers),
+                          _descriptor(v, 64 * consumers), lse, delta, grad_k, grad_v, stride_lb=lse.stride(0),
+                          n_batch=batch, n_queries=n_q, n_keys=n_k, scale=scale, qk_scale=scale * 1.4426950408889634,
+                          CAUSAL=is_causal, STAGES=stages, CONSUMERS=consumers, num_warps=4 * consumers,
+                          maxnreg=maxnreg)
 
 
 def launch_dq_ws(q, k, v, grad_out, lse, delta, grad_q, is_causal: bool, stages: int = 4, maxnreg: int = 128) -> None:
     """dQ by the warp-specialised kernel: 64-query programs, one consumer warpgroup and a loader
     warp streaming 64-key tiles."""
     batch, n_q, d = q.shape
-    assert grad_q.is_contiguous()
+    # The consumer issues key tile 0 before its loop: with no keys it would wait for it forever.
+    assert grad_q.is_contiguous() and k.shape[1] > 0
     scale = 1.0 / math.sqrt(d)
     grid = (triton_cdiv(n_q, 64) * batch, )
     _dq_ws_kernel[grid](_descriptor(q, 64), _descriptor(grad_out, 64), _descriptor(k, 64), _descriptor(v, 64), lse,
