@@ -34,6 +34,10 @@ def _rank_zero_dies(rank, world_size):
 
 
 def _rank_one_waits_forever(rank, world_size):
+    # Both ranks finish joining the group first: under load rank 0 could otherwise return and exit
+    # while rank 1's Gloo connections were still being made, and rank 1 would fail to connect
+    # instead of running past the timeout this test is about.
+    dist.barrier()
     if rank == 1:
         time.sleep(60)
     return rank
