@@ -424,3 +424,14 @@ def test_the_rate_plot_is_logarithmic_and_says_its_timing(tmp_path, monkeypatch)
     ax = figures[0].axes[0]
     assert ax.get_yscale() == "log" and ax.get_xscale() == "log"
     assert {text.get_text() for text in ax.get_legend().get_texts()} >= {"ours (graph time)", "plain (do_bench)"}
+
+
+def test_a_grid_row_takes_every_head_dimension_our_kernels_take_and_refuses_others(tmp_path, capsys):
+    out = tmp_path / "row.json"
+    assert bench.main(["grid", "--impl", "ours", "--dtype", "fp32", "--d", "80", "--seqs", "24",
+                       "--device", DEVICE, "--out", str(out)]) == 0
+    assert {r["status"] for r in json.loads(out.read_text())} == {"ok"}
+    with pytest.raises(SystemExit):
+        bench.main(["grid", "--impl", "plain", "--dtype", "fp32", "--d", "20", "--seqs", "24",
+                    "--device", DEVICE, "--out", str(out)])
+    assert "--d 20: our kernels take head dimensions multiples of 8 from 8 to 256" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import torch
 
 from cs336_systems.attention import flash_triton as ft
 from cs336_systems.attention import tune
+from cs336_systems.attention.inputs import HEAD_DIMS
 
 
 @pytest.mark.parametrize("kernel", tune.KERNELS)
@@ -61,5 +62,11 @@ def test_committed_config_entries_are_valid_tiles():
 
     for key, entry in TUNED.items():
         dtype, d = key.split("_d")
-        assert dtype in tune.DTYPES and int(d) in (16, 32, 64, 128)
+        assert dtype in tune.DTYPES and int(d) in HEAD_DIMS
         ft.Tiles.from_json(entry["tiles"])
+
+
+def test_the_tuner_refuses_a_head_dimension_the_kernels_do_not_take(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        tune.main(["--shape", "1", "64", "20", "--out", str(tmp_path / "t.json")])
+    assert "a head dimension our kernels take" in capsys.readouterr().err

@@ -329,7 +329,7 @@ def main(argv=None) -> int:
     g = sub.add_parser("grid", help="one implementation × dtype × head dimension over sequence lengths and passes")
     g.add_argument("--impl", choices=IMPLS, required=True)
     g.add_argument("--dtype", choices=list(DTYPES), required=True)
-    g.add_argument("--d", type=int, choices=(16, 32, 64, 128), required=True)
+    g.add_argument("--d", type=int, required=True, help="head dimension: one our kernels take (multiples of 8 to 256)")
     g.add_argument("--seqs", type=int, nargs="+", required=True)
     lb = sub.add_parser("leaderboard", help="the fixed (16, 16384, 64) bf16 causal case, ours vs SDPA")
     lb.add_argument("--shape", type=int, nargs=3, metavar=("BATCH", "SEQ", "D"), help="override (smoke runs)")
@@ -339,6 +339,8 @@ def main(argv=None) -> int:
         parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
         parser.add_argument("--out", required=True, help="where the JSON list of records goes")
     args = p.parse_args(argv)
+    if args.command == "grid" and args.d not in flash_record.head_dims():
+        p.error(f"--d {args.d}: our kernels take head dimensions {flash_record.describe_head_dims()}")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: CUDA is not available on this machine")
     if args.device == "cpu":

@@ -30,6 +30,17 @@ def _module(name: str):
     return importlib.import_module(f"cs336_systems.attention.{name}")
 
 
+def head_dims() -> tuple[int, ...]:
+    """The head dimensions our kernels take (``attention.inputs.HEAD_DIMS``), read by name so that
+    the benchmark's rows of other implementations do not depend on our kernels' source."""
+    return tuple(_module("inputs").HEAD_DIMS)
+
+
+def describe_head_dims() -> str:
+    dims = head_dims()
+    return f"multiples of {dims[0]} from {dims[0]} to {dims[-1]}"
+
+
 def order(is_causal: bool) -> str:
     """How the kernels order their programs' tiles: under the causal mask the longest tiles first
     (``flash_forward._tile_and_batch``: the forward and dQ passes from the last query tile, dK/dV
