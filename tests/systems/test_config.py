@@ -64,6 +64,9 @@ def test_schema_defaults_are_filled_in(shipped):
     (("full", "DDP", "variants"), "zero3", "data-parallel variant"),
     (("smoke", "A1", "modes"), "backward", "a mode"),
     (("full", "B5", "impls"), "flash3", "B5 implementation"),
+    (("full", "E1", "rungs"), "fp8", "a rung of the E1 ladder"),
+    (("full", "E1", "anchors"), "anchor-xformers", "an E1 anchor"),
+    (("full", "E1", "profiled"), "fused", "an E1 rung or anchor"),
 ])
 def test_unknown_name_in_a_list(shipped, where, value, what):
     c = copy.deepcopy(shipped)
@@ -232,3 +235,9 @@ def test_device_gate_stops_only_a_local_cuda_run_without_a_gpu():
     assert refusal("cuda", planned, cuda_visible=False, local=False, preset="full") is None    # Slurm's nodes
     assert refusal("cpu", planned, cuda_visible=False, local=True, preset="smoke") is None     # the smoke preset
     assert refusal("cuda", [("A1_report", 0), ("writeup", 0)], False, True, "full") is None     # rebuild from records
+
+
+def test_a_head_dimension_our_kernels_do_not_take_is_refused_in_b5(shipped):
+    c = copy.deepcopy(shipped)
+    c["presets"]["full"]["B5"]["head_dims"] = [64, 20]
+    assert _error(c).startswith("config error at presets.full.B5.head_dims.1:")
