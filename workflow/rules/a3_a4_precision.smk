@@ -17,7 +17,7 @@ A4_KERNEL_PATHS = expand(f"{RESULTS}/A4/records/kernels_{{size}}_ctx{{context}}_
                          **{k: A4_KERNELS[k] for k in ("size", "context", "mode")}, precision=["fp32", "bf16"])
 A4_KERNEL_RECORDS = (
     [p for p in A4_KERNEL_PATHS if os.path.exists(p)]
-    if CHOSEN.reuse_records and CHOSEN.sections is not None and os.path.exists(f"{RESULTS}/A4/records/dtypes.json")
+    if REBUILDING and os.path.exists(f"{RESULTS}/A4/records/dtypes.json")
     else A4_KERNEL_PATHS
 )
 

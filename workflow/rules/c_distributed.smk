@@ -115,7 +115,7 @@ for ident in ddp_variants.deliverables():
 # report; in a rebuild from records (reuse_records with sections) only those the run has
 # (rule_helpers.records_on_disk), and only those for a deliverable this machine cannot measure.
 ddp_files = lambda ident, kind, chosen, suffix: (records_present if ident in REBUILD_ONLY else partial(
-    records_on_disk, rebuilding=CHOSEN.reuse_records and CHOSEN.sections is not None))(
+    records_on_disk, rebuilding=REBUILDING))(
     [f"{DDP_FOLDER[v]}/{kind}/{ddp_variants.stem(v, p)}{suffix}" for p in DDP_PRECISIONS for v in chosen])
 
 

@@ -64,6 +64,9 @@ GPUS_NEEDED = {
 # from the records the run folder already holds (a bigger machine of the same kind measured them),
 # kept whatever the code's age, or says what it needs.
 REBUILD_ONLY = {ident for ident, need in GPUS_NEEDED.items() if GPUS_HERE is not None and need > GPUS_HERE}
+# Rebuilding a committed run's sections from its records (reuse_records with sections): reports whose
+# grid grew after the run read the records it has (rule_helpers.records_on_disk).
+REBUILDING = CHOSEN.reuse_records and CHOSEN.sections is not None
 
 
 # The record lists another deliverable's report reads too (the registry's `reads`: A1 reads A2's

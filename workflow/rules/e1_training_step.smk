@@ -16,6 +16,10 @@ E1_RECORDS = expand(E1_RECORD, size=E1["sizes"], context=E1["contexts"], rung=E1
 # The profiles: the configured rungs at the goal point, each its own process after the ladder's.
 E1_PROFILE = f"{RESULTS}/E1/profiles/{{size}}_ctx{{context}}_{{rung}}.json"
 E1_PROFILES = expand(E1_PROFILE, size=E1["goal"]["size"], context=E1["goal"]["context"], rung=E1["profiled"])
+# How every E1 point is built and timed: the same for the ladder's records and the profiles.
+E1_HOW = (f"--batch {E1['batch']} --warmup {E1['warmup']} --steps {E1['steps']} --seed {E1['seed']}"
+          f" --compile-mode {E1['compile']} --backend {GRID.get('compile_backend', 'inductor')}"
+          f" --checkpoint-group {E1['checkpoint_group']} --device {GRID['device']}")
 
 
 rule E1_step:
@@ -39,23 +43,13 @@ rule E1_step:
         rung="|".join(map(re.escape, E1_NAMES)),
     params:
         previous=lambda wildcards, input: f"--previous {input.previous}" if input.previous else "",
-        batch=E1["batch"],
-        warmup=E1["warmup"],
-        steps=E1["steps"],
-        seed=E1["seed"],
-        compile_mode=E1["compile"],
-        backend=GRID.get("compile_backend", "inductor"),
-        checkpoint_group=E1["checkpoint_group"],
-        device=GRID["device"],
+        how=E1_HOW,
     resources:
         gpu=1,
     shell:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.training_step.ladder --size {wildcards.size} --context {wildcards.context}"
-        " --rung {wildcards.rung} --batch {params.batch} --warmup {params.warmup} --steps {params.steps}"
-        " --seed {params.seed} --compile-mode {params.compile_mode} --backend {params.backend}"
-        " --checkpoint-group {params.checkpoint_group} {params.previous} --device {params.device}"
-        " --out {output} > {log} 2>&1")
+        " --rung {wildcards.rung} {params.how} {params.previous} --out {output} > {log} 2>&1")
 
 
 rule E1_profile:
@@ -74,22 +68,13 @@ rule E1_profile:
         context=r"\d+",
         rung="|".join(map(re.escape, E1_NAMES)),
     params:
-        batch=E1["batch"],
-        warmup=E1["warmup"],
-        steps=E1["steps"],
-        seed=E1["seed"],
-        compile_mode=E1["compile"],
-        backend=GRID.get("compile_backend", "inductor"),
-        checkpoint_group=E1["checkpoint_group"],
-        device=GRID["device"],
+        how=E1_HOW,
     resources:
         gpu=1,
     shell:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.training_step.profile --size {wildcards.size} --context {wildcards.context}"
-        " --rung {wildcards.rung} --batch {params.batch} --warmup {params.warmup} --steps {params.steps}"
-        " --seed {params.seed} --compile-mode {params.compile_mode} --backend {params.backend}"
-        " --checkpoint-group {params.checkpoint_group} --device {params.device} --out {output} > {log} 2>&1")
+        " --rung {wildcards.rung} {params.how} --out {output} > {log} 2>&1")
 
 
 rule E1_report:
@@ -97,9 +82,9 @@ rule E1_report:
     input:
         # Rebuilding a committed run (reuse_records with sections): the records it has; the rows
         # it lacks are "not measured in this run" (rule_helpers.records_on_disk).
-        records=records_on_disk(E1_RECORDS, CHOSEN.reuse_records and CHOSEN.sections is not None),
+        records=records_on_disk(E1_RECORDS, REBUILDING),
         # The profiles a rebuild has, none measured on the spot (a run made before E1 profiled has none).
-        profiles=(records_present if CHOSEN.reuse_records and CHOSEN.sections is not None else list)(E1_PROFILES),
+        profiles=(records_present if REBUILDING else list)(E1_PROFILES),
         code=code("cs336_systems.report.e1"),
     output:
         **report_outputs("E1"),

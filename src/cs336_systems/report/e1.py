@@ -312,6 +312,7 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
     out_of_tolerance = checked[checked["loss_ok"] == False]     # noqa: E712
     first = records[0]["params"] if records else {}
     best_anywhere = [p for p in points if p["best_rung"] and p["best_anchor"]]
+    where = gap(goal["point"])
     return {
         "provenance": run_provenance(records),
         "records": len(records), "ok": int(len(ok)),
@@ -337,8 +338,8 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         "beats_anchor_at": [f"{p['size']} ctx {p['context']}" for p in best_anywhere if p["best_vs_anchor"] <= 0],
         "compared_points": len(best_anywhere),
         "goal": goal,
-        "gap": gap(goal["point"]),
-        "optimizer_floor": optimizer_floor(gap(goal["point"]), records),
+        "gap": where,
+        "optimizer_floor": optimizer_floor(where, records),
     }
 
 

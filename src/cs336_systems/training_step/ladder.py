@@ -101,11 +101,17 @@ def skip_reason(args: argparse.Namespace, device: str) -> str | None:
     return None
 
 
-def measure(args: argparse.Namespace, device: str) -> dict:
+def build(args: argparse.Namespace, device: str):
+    """The rung's setup and its step, built from the command line's point and seed."""
     setup = rungs.get(args.rung).setup
-    workload = build_step(setup, get_size(args.size), context=args.context, batch=args.batch,
-                          device=torch.device(device), seed=args.seed, compile_mode=args.compile_mode,
-                          backend=args.backend, checkpoint_group=args.checkpoint_group, vocab_size=args.vocab_size)
+    return setup, build_step(setup, get_size(args.size), context=args.context, batch=args.batch,
+                             device=torch.device(device), seed=args.seed, compile_mode=args.compile_mode,
+                             backend=args.backend, checkpoint_group=args.checkpoint_group,
+                             vocab_size=args.vocab_size)
+
+
+def measure(args: argparse.Namespace, device: str) -> dict:
+    setup, workload = build(args, device)
     with kernel_context(setup):
         loss = float(workload.step())           # the first warm-up step; its loss precedes any update
         log(f"  first step's loss {loss:.6f}")
@@ -116,26 +122,30 @@ def measure(args: argparse.Namespace, device: str) -> dict:
     return metrics
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def run_point(args: argparse.Namespace, measure_point, summarize, label: str = "E1", **extra_params) -> int:
+    """One E1 record for the command line's point: skipped with why, or ``measure_point(args, device)``
+    under ``timing.attempt`` (an allocation failure is an ``oom`` record); ``summarize(metrics)`` is
+    the log line of a point that ran."""
     device = args.device
-    uses_flash = rungs.get(args.rung).setup.attention == "flash"
-    if device.startswith("cpu") and uses_flash:
+    if device.startswith("cpu") and rungs.get(args.rung).setup.attention == "flash":
         os.environ.setdefault("TRITON_INTERPRET", "1")    # before the kernels are first imported
-    params = params_of(args, device)
-    log(f"E1 {args.size} ctx {args.context} rung {args.rung}: {params['adds']}")
+    params = {**params_of(args, device), **extra_params}
+    log(f"{label} {args.size} ctx {args.context} rung {args.rung}: {params['adds']}")
     reason = skip_reason(args, device)
     if reason is not None:
         write_json_atomic(args.out, make_record("E1", params, "skipped", reason=reason))
-        log(f"E1 skipped: {reason} -> {args.out}")
+        log(f"{label} skipped: {reason} -> {args.out}")
         return 0
-    status, metrics, message = attempt(lambda: measure(args, device))
+    status, metrics, message = attempt(lambda: measure_point(args, device))
     free_device_memory(device)
     write_json_atomic(args.out, make_record("E1", params, status, metrics, reason=message))
-    summary = (f"step median {metrics['step']['median']:.2f} ms, loss {metrics['loss']:.4f}" if status == "ok"
-               else message)
-    log(f"E1 {status}: {summary} -> {args.out}")
+    log(f"{label} {status}: {summarize(metrics) if status == 'ok' else message} -> {args.out}")
     return 0
+
+
+def main(argv=None) -> int:
+    return run_point(parse_args(argv), measure,
+                     lambda m: f"step median {m['step']['median']:.2f} ms, loss {m['loss']:.4f}")
 
 
 if __name__ == "__main__":
