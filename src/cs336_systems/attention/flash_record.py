@@ -37,8 +37,7 @@ def head_dims() -> tuple[int, ...]:
 
 
 def describe_head_dims() -> str:
-    dims = head_dims()
-    return f"multiples of {dims[0]} from {dims[0]} to {dims[-1]}"
+    return _module("inputs").HEAD_DIMS_TEXT
 
 
 def order(is_causal: bool) -> str:

@@ -6,6 +6,7 @@ import torch
 
 # Multiples of 8 up to 256; the kernels pad each to a power of two (``flash_tiles.padded_head_dim``).
 HEAD_DIMS = tuple(range(8, 257, 8))
+HEAD_DIMS_TEXT = f"multiples of 8 from {HEAD_DIMS[0]} to {HEAD_DIMS[-1]}"
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -37,7 +38,7 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: b
     if not (q.shape[2] == k.shape[2] == v.shape[2]):
         raise ValueError(f"q, k, v must share the head dimension; got {q.shape[2]}, {k.shape[2]}, {v.shape[2]}")
     if q.shape[2] not in HEAD_DIMS:
-        raise ValueError(f"head dimension {q.shape[2]} is not supported; supported: multiples of 8 from 8 to 256")
+        raise ValueError(f"head dimension {q.shape[2]} is not supported; supported: {HEAD_DIMS_TEXT}")
     if min(q.shape[1], k.shape[1]) < 1:
         raise ValueError("sequence lengths must be at least 1")
     if is_causal and q.shape[1] != k.shape[1]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from cs336_systems.attention import flash_triton as ft
-from cs336_systems.attention.inputs import HEAD_DIMS
+from cs336_systems.attention.inputs import HEAD_DIMS, HEAD_DIMS_TEXT
 from cs336_systems.cli import parse_device
 from cs336_systems.records import log, make_record, write_json_atomic
 
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     p.add_argument("--write-config", action="store_true", help="write the winners into tuned_tiles.py")
     args = p.parse_args(argv)
     if min(args.shape) < 1 or args.shape[2] not in HEAD_DIMS:
-        p.error("--shape: positive sizes, and a head dimension our kernels take (a multiple of 8 from 8 to 256)")
+        p.error(f"--shape: positive sizes, and a head dimension our kernels take ({HEAD_DIMS_TEXT})")
     device = parse_device(p, args.device)
     if device.type != "cuda":
         p.error("--device: tuning times GPU kernels; give a CUDA device")
