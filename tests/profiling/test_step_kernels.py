@@ -82,3 +82,27 @@ def test_the_launch_links_come_from_kineto_where_the_events_lack_them(seed):
 
     events = list(prof.events())
     assert events and all(linked(Old(e)) == e.linked_correlation_id for e in events)
+
+
+def test_a_range_is_not_work(seed):
+    """The optimizer's own range (``Optimizer.step#AdamW.step``, a user annotation that on the GPU
+    spans its kernels) is not counted as work beside the operators inside it."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(16, 16)
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def step():
+        model(torch.randn(4, 16)).square().sum().backward()
+        optimizer.step()
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        with torch.profiler.record_function(step_kernels.STEP_RANGE):
+            step()
+    annotated = [e.name for e in profiler.events() if e.is_user_annotation]
+    assert any(name.startswith("Optimizer.step#") for name in annotated), annotated
+    works, windows = step_kernels.profiler_works(profiler, on_gpu=False)
+    assert len(windows) == 1 and works
+    assert not {w.name for w in works} & set(annotated)
+    assert any(w.name.startswith("aten::") and kind(w) != "other" for w in works)

@@ -136,7 +136,11 @@ def profiler_works(profiler, on_gpu: bool) -> tuple[list[Work], list[tuple[float
     works = []
     for e in events:
         is_gpu = "cuda" in str(e.device_type).lower()
-        if is_gpu != on_gpu or e.name == STEP_RANGE or e.name.startswith(("[", "ProfilerStep")):
+        # A user annotation (``record_function``: our step range, ``Optimizer.step#AdamW.step``,
+        # torch.compile's ``CompiledFunction``) is a range, not work: on the GPU its span covers
+        # the kernels launched inside it, which would then count twice.
+        if (is_gpu != on_gpu or getattr(e, "is_user_annotation", False) or e.name == STEP_RANGE
+                or e.name.startswith(("[", "ProfilerStep"))):
             continue
         start, end = float(e.time_range.start), float(e.time_range.end)
         if on_gpu:
