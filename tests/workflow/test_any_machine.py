@@ -67,6 +67,24 @@ def test_readme_main_command_plans_what_the_gpus_can_measure(tmp_path, gpus):
         assert {"C1_row", "C3_variant", "C8_variant", "C12_variant"} <= multi, stats
 
 
+def test_one_gpu_writes_the_multi_gpu_sections_text(tmp_path):
+    """README's main command on one GPU with only the C sections chosen: C9 (closed form, a CPU job)
+    is measured, the writeup is built, and each C section that needs two GPUs says so and what one
+    job had; a section not chosen says it was not measured. The same command on a real one-GPU
+    machine must write the same sections (checked on an H100 before this was resolved)."""
+    copy = make_copy(tmp_path)
+    chosen = ",".join(f"C{i}" for i in range(1, 13))
+    proc = _run(copy, _with_gpus(copy, 1, "NVIDIA H100 80GB HBM3"), *MAIN,
+                "--config", "preset=full", "run=onegpu", f"sections={chosen}")
+    assert proc.returncode == 0, _show(proc)
+    text = (copy / "writeup" / "onegpu" / "writeup.md").read_text()
+    for ident in MULTI_GPU_IDS:
+        assert (f"needs 2 GPUs; this run's jobs had 1 (measure it on a 2-GPU machine with "
+                f"`sections={chosen}`)") in text.split(f"## {ident}. ", 1)[1].split("\n## ", 1)[0], ident
+    assert f"not measured in this run: rebuild with `sections={chosen},A1`" in text
+    assert "this run's jobs had 0" not in text and "## C9. " in text
+
+
 def test_one_gpu_renders_a_bigger_machines_records_and_keeps_them(tmp_path):
     """On one H200, run h200 (whose C records come from two and four H200s) plans the C reports from
     those records and no job that would measure them again (which would replace them by skips)."""

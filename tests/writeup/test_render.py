@@ -143,6 +143,22 @@ def test_missing_sections_say_why(tmp_path):
     assert body.rstrip().endswith("[↑ Contents](#contents)")
 
 
+def test_a_run_without_gpu_jobs_counts_the_machines_gpus(tmp_path):
+    """A run whose only record is a CPU job's (C9's closed form; 0 GPUs on a CPU) counts what a job
+    gets on the rendering machine, not the CPU job's 0: a chosen section says what it needs; one not
+    chosen is not measured, whatever it needs; a rebuild hint names each section once."""
+    summaries = {"C9": _summary(tmp_path, "check", "C9", gpus=("CPU only",), counts=(0,))}
+    chosen = ["C3", "C9"]
+    sources = section_sources("check", summaries, chosen, {"A1": 1, "C3": 2}, gpus_here=1)
+    assert sources["C3"]["missing"] == ("needs 2 GPUs; this run's jobs had 1 "
+                                        "(measure it on a 2-GPU machine with `sections=C3,C9`)")
+    assert sources["A1"]["missing"] == "not measured in this run: rebuild with `sections=C3,C9,A1`"
+    # On a machine without GPUs the records decide: two-GPU records keep the C sections' text.
+    summaries["A2"] = _summary(tmp_path, "check", "A2", counts=(1, 2))
+    assert section_sources("check", summaries, ["A2", *chosen], {"C12": 4})["C12"]["missing"].startswith(
+        "needs 4 GPUs; this run's jobs had 2 ")
+
+
 def test_a_run_with_every_section_says_nothing_is_missing(tmp_path, monkeypatch):
     summaries = {ident: _summary(tmp_path, "all", ident, counts=(2,)) for ident in SECTIONS}
     sources = section_sources("all", summaries, None, {"C3": 2})

@@ -30,8 +30,9 @@ rule writeup:
         preset=PRESET,
         sections=",".join(CHOSEN.sections) if CHOSEN.sections is not None else "all",
         gpus_needed=" ".join(f"{ident}={n}" for ident, n in GPUS_NEEDED.items()),
+        gpus_here=f"--gpus-here {GPUS_HERE}" if GPUS_HERE is not None else "",
         templates=lambda wildcards, input: os.path.commonpath(input.templates),
     shell:
         logged("python -m cs336_systems.report.writeup --run {params.run} --preset {params.preset} --templates {params.templates}"
-        " --sections {params.sections} --gpus-needed {params.gpus_needed}"
+        " --sections {params.sections} --gpus-needed {params.gpus_needed} {params.gpus_here}"
         " --summaries {input.summaries} --md {output.md} --html {output.html} > {log} 2>&1")

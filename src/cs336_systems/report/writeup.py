@@ -223,11 +223,17 @@ def rebuild_command(run: str, preset: str, chosen: list[str] | None) -> str:
 
 
 def section_sources(run: str, summaries: dict[str, Path], chosen: list[str] | None,
-                    gpus_needed: dict[str, int]) -> dict[str, dict]:
+                    gpus_needed: dict[str, int], gpus_here: int | None = None) -> dict[str, dict]:
     """For each section: the provenance its numbers come from, or why it is missing (and which other
-    runs beside this one, under the same results folder, have it)."""
+    runs beside this one, under the same results folder, have it).
+
+    How many GPUs the run's jobs had is the most its records name, or what one job gets on the
+    machine that renders it (``gpus_here``, unknown on a machine without GPUs) where that is more:
+    a CPU job's record names the GPUs its machine showed, 0 on a CPU, so a run of C9's closed form
+    alone says the same on a one-GPU machine as in a test that fakes one."""
     provenance = {ident: json.loads(path.read_text()).get("provenance") or {} for ident, path in summaries.items()}
-    had = max((c for p in provenance.values() for c in p.get("gpu_counts") or []), default=None)
+    had = max([c for p in provenance.values() for c in p.get("gpu_counts") or [] if c > 0]
+              + ([gpus_here] if gpus_here else []), default=None)
     roots = {path.parents[2] for path in summaries.values()}
     sources = {}
     for ident in SECTIONS:
@@ -235,7 +241,7 @@ def section_sources(run: str, summaries: dict[str, Path], chosen: list[str] | No
             parts = [s[len(ident):] for s in chosen or [] if s[:-1] == ident and s[-1].isalpha()]
             sources[ident] = {"provenance": provenance[ident], "parts": [] if ident in (chosen or []) else parts}
             continue
-        rebuild = f"`sections={','.join([*chosen, ident])}`" if chosen else ""
+        rebuild = f"`sections={','.join(chosen if ident in chosen else [*chosen, ident])}`" if chosen else ""
         need = gpus_needed.get(ident, 0)
         if had is not None and need > had:
             why = f"needs {need} GPU{'s' if need > 1 else ''}; this run's jobs had {had}" + (
@@ -257,14 +263,15 @@ def section_sources(run: str, summaries: dict[str, Path], chosen: list[str] | No
 
 
 def render(run: str, preset: str, summary_paths: list[Path], md_path: Path, html_path: Path, templates: Path,
-           chosen: list[str] | None = None, gpus_needed: dict[str, int] | None = None) -> None:
+           chosen: list[str] | None = None, gpus_needed: dict[str, int] | None = None,
+           gpus_here: int | None = None) -> None:
     summaries = {}
     for path in summary_paths:
         ident = path.parent.name
         if ident not in SECTIONS:
             raise SystemExit(f"writeup: {path} is not in a deliverable's folder (one of {', '.join(SECTIONS)})")
         summaries[ident] = path
-    sources = section_sources(run, summaries, chosen, gpus_needed or {})
+    sources = section_sources(run, summaries, chosen, gpus_needed or {}, gpus_here)
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(Renderer("md", md_path, templates, run).document(run, preset, summaries, sources, chosen))
     body = to_html(Renderer("html", html_path, templates, run).document(run, preset, summaries, sources, chosen))
@@ -295,10 +302,12 @@ def main(argv=None) -> int:
                    help="the run's `sections` setting (comma-separated IDs, or 'all'), to say why a section is missing")
     p.add_argument("--gpus-needed", nargs="*", default=[], metavar="ID=N",
                    help="GPUs a section's jobs need in this preset, to say why a section is missing")
+    p.add_argument("--gpus-here", type=int, default=None, metavar="N",
+                   help="GPUs one job gets on this machine (none where it shows no GPU), counted with the records' GPUs per job")
     args = p.parse_args(argv)
     chosen = None if args.sections == "all" else [s.strip() for s in args.sections.split(",") if s.strip()]
     render(args.run, args.preset, args.summaries, args.md, args.html, args.templates, chosen,
-           _gpus_needed(args.gpus_needed))
+           _gpus_needed(args.gpus_needed), args.gpus_here)
     print(f"writeup: {len(args.summaries)} of {len(SECTIONS)} sections built -> {args.md}, {args.html}", file=sys.stderr)
     return 0
 
