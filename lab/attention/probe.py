@@ -246,8 +246,19 @@ def host_times(n: int, calls: int = 2000) -> dict:
         torch.cuda.synchronize()
         return round((time.perf_counter() - start) / calls * 1e6, 1)
 
+    from cs336_systems.attention import flash_plan as fp
+
     result = {"n": n, "us_per_call": {}}
-    for name, fn in (("ours", ours), ("sdpa_flash", sdpa)):
+    variants = (("ours", ours, {}), ("sdpa_flash", sdpa, {}),
+                # Triton's own launch (compiled[grid]) instead of flash_plan.direct_launcher
+                ("ours_triton_launch", ours, {"direct_launcher": lambda compiled, grid: compiled[grid]}),
+                # the backward unsplit (3 launches, not 5 at batch 1, N = 1024)
+                ("ours_unsplit", ours, {"backward_splits": lambda *args: (1, 1)}))
+    for name, fn, patch in variants:
+        saved = {attr: getattr(fp, attr) for attr in patch}
+        fp._PLANS.clear()           # plans and their launches are made afresh under the patch
+        for attr, value in patch.items():
+            setattr(fp, attr, value)
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             with torch.no_grad():
                 result["us_per_call"][f"{name}_forward"] = per_call(lambda: fn(q, k, v))  # noqa: B023
@@ -266,6 +277,9 @@ def host_times(n: int, calls: int = 2000) -> dict:
                 text = io.StringIO()
                 pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(18)
                 result["ours_backward_profile"] = text.getvalue()[-4000:]
+        for attr, value in saved.items():
+            setattr(fp, attr, value)
+    fp._PLANS.clear()
     return result
 
 

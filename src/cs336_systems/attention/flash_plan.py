@@ -271,7 +271,33 @@ class _Launch:
             return
         compiled = self.kernel[self.grid](**tensors, **self.scalars, **self.constexprs, **self.options)
         if not interpreting():
-            self.launcher = compiled[(*self.grid, 1, 1)[:3]]      # its launcher takes all three sizes
+            self.launcher = direct_launcher(compiled, (*self.grid, 1, 1)[:3])    # all three sizes
+
+
+def direct_launcher(compiled, grid: tuple[int, int, int]):
+    """A compiled kernel's launch for a fixed grid, with the tensors and the fixed arguments
+    positionally. Triton's own (``compiled[grid]``) asks the driver for the current device and
+    stream, builds launch metadata and has the launcher call the enter and exit hook chains, empty
+    or not, on every call: microseconds a launch, which an eager backward of five launches at small
+    N pays in full (lab/attention/NOTES.md). This one binds the device of the first launch (the one
+    the kernel was loaded on), reads only that device's current stream per call and calls the same
+    launcher (``CompiledKernel.run``, whose call shape Triton 3.6 and 3.9 share) without hooks;
+    while a hook is registered (Triton's profiler adds some), it hands the call to Triton's own."""
+    from triton import knobs
+
+    runner = compiled[grid]
+    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    hooked = lambda: any(h is not None and getattr(h, "calls", True) for h in (enter, leave))  # noqa: E731
+    run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+    device, current_stream = torch.cuda.current_device(), torch._C._cuda_getCurrentRawStream
+    grid_x, grid_y, grid_z = grid
+
+    def launch(*args) -> None:
+        if hooked():
+            runner(*args)
+        else:
+            run(grid_x, grid_y, grid_z, current_stream(device), function, metadata, None, None, None, *args)
+    return launch
 
 
 def _sm_count(device: torch.device) -> int:
