@@ -173,3 +173,46 @@ def test_without_profiles_the_section_says_it_cannot_apportion_the_gap(tmp_path)
     summary, text = build(tmp_path, ladder(best, anchor_ms=1.05 * best))
     assert summary["profiles"] == [] and "This run holds no kernel profile" in text
     assert "(no rows)" in (tmp_path / "E1" / "kernels.md").read_text()
+
+
+def _projection_flops() -> float:
+    """The closed form's train-step FLOPs less the attention products: per layer, two products of
+    2·B·N²·d_model FLOPs forward (heads × head width = d_model), three times for forward and backward."""
+    size = get_size(SIZE)
+    total = model_step_flops(size, batch=BATCH, context=CONTEXT, mode="train-step")
+    return total - 3 * size.num_layers * 2 * (2 * BATCH * CONTEXT**2 * size.d_model)
+
+
+def test_ours_against_the_anchor_names_the_kernel_kind_where_they_part(tmp_path):
+    best = _ms_at(0.45)
+    ours = profile_record("fused-adamw", {"GEMM": 120.0, "attention-softmax": 20.0, "elementwise": 40.0,
+                                          "optimizer": 30.0}, step_ms=best, busy_ms=205.0)
+    anchor = profile_record("anchor-sdpa-flash", {"GEMM": 119.5, "attention-softmax": 12.0, "elementwise": 40.4,
+                                                  "optimizer": 30.0}, step_ms=best - 6.0, busy_ms=199.0)
+    summary, text = build(tmp_path, ladder(best, anchor_ms=1.002 * best), profiles=(ours, anchor))
+    kc = summary["kernel_comparison"]
+    assert kc["anchor"]["rung"] == "anchor-sdpa-flash" and kc["anchor"]["largest"] == "attention-softmax"
+    assert kc["anchor"]["delta_ms"]["attention-softmax"] == pytest.approx(8.0)
+    assert kc["anchor"]["others_max_abs_ms"] == pytest.approx(0.5)
+    assert kc["gemm_tflops"] == pytest.approx(_projection_flops() / 0.120 / 1e12)
+    assert kc["bound"] is None              # the synthetic records name no parameter count: no optimizer floor
+    flat = " ".join(text.split())
+    assert ("*fused-adamw*'s attention kernels take 8.0 ms a step more than *anchor-sdpa-flash*'s; "
+            "no other kind differs by more than 0.5 ms. Its kernels are busy 6.0 ms longer and its profiled step "
+            "is 6.0 ms longer; the ladder's own processes") in flat
+    assert "which step is faster is not settled" in flat
+    assert f"at {_projection_flops() / 0.120 / 1e12:.0f} TFLOP/s" in flat
+
+
+def test_the_goal_leaves_the_step_it_allows_less_the_gemms_and_the_optimizer_floor():
+    ours = profile_record("fused-adamw", {"GEMM": 120.0, "attention-softmax": 20.0, "elementwise": 40.0,
+                                          "optimizer": 30.0}, step_ms=215.0, busy_ms=210.0)
+    kc = e1.kernel_comparison([ours], {"floor_ms": 28.0}, goal_mfu=0.55)
+    total = model_step_flops(get_size(SIZE), batch=BATCH, context=CONTEXT, mode="train-step")
+    assert kc["anchor"] is None
+    assert kc["bound"]["ms"] == pytest.approx(148.0)
+    assert kc["bound"]["mfu"] == pytest.approx(total / 0.148 / BF16_PEAK)
+    assert kc["bound"]["goal_ms"] == pytest.approx(total / (0.55 * BF16_PEAK) * 1e3)
+    assert kc["bound"]["room_ms"] == pytest.approx(kc["bound"]["goal_ms"] - 148.0)
+    assert kc["bound"]["rest_now_ms"] == pytest.approx(210.0 - 148.0)
+    assert e1.kernel_comparison([], None, 0.55) is None

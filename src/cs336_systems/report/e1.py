@@ -385,6 +385,59 @@ def profile_summary(profiles: list[dict]) -> list[dict]:
     return out
 
 
+def _projection_flops(params: dict) -> tuple[float, float]:
+    """(all matrix-product FLOPs of one train step in A1's closed form, the part in the attention
+    products): the rest are the projections and the LM head, which run as GEMM kernels, while the
+    attention products run inside the attention kernels (ours or cuDNN's)."""
+    from cs336_systems.profiling.flops import matmul_flops
+
+    size = ModelSize(params["d_model"], params["d_ff"], params["num_layers"], params["num_heads"])
+    total = model_step_flops(size, batch=params["batch"], context=params["context"], mode="train-step",
+                             vocab_size=params.get("vocab_size", VOCAB_SIZE))
+    per_product = matmul_flops(params["batch"], size.num_heads, params["context"], params["context"],
+                               size.d_model // size.num_heads)
+    return total, 3 * size.num_layers * 2 * per_product      # two products a layer; backward twice forward
+
+
+def kernel_comparison(profiles: list[dict], floor: dict | None, goal_mfu: float) -> dict | None:
+    """At the profiled point, ours (the profiled rung that is not an anchor) against the profiled
+    anchor, kind by kind; the GEMM kernels' rate on the projections' closed-form FLOPs against the
+    card's peak; the step the GEMMs at that rate plus the optimizer at its bandwidth floor alone
+    would take, with the MFU that bounds while the GEMMs run as they do; and, against the step the
+    goal's MFU allows, the room left for every other kernel beside what they take now."""
+    ok = [r for r in profiles if r["status"] == "ok"]
+    ours = next((r for r in ok if not r["params"]["anchor"]), None)
+    if ours is None:
+        return None
+    p, m = ours["params"], ours["metrics"]
+    total, attention = _projection_flops(p)
+    card = peak(ours["provenance"].get("gpu"), p["precision"], p.get("float32_matmul_precision"))
+    gemm_ms = m["kinds"]["GEMM"]["ms"] if card.flops else None     # CPU operators have no peak to set them against
+    out = {"rung": p["rung"], "size": p["size"], "context": p["context"], "gemm_ms": gemm_ms,
+           "gemm_tflops": (total - attention) / (gemm_ms / 1e3) / 1e12 if gemm_ms else None,
+           "gemm_share_of_peak": utilisation(total - attention, gemm_ms / 1e3, card.flops) if gemm_ms else None,
+           "peak": card.basis, "anchor": None, "bound": None}
+    if floor is not None and floor.get("floor_ms") and gemm_ms and card.flops:
+        bound_ms = gemm_ms + floor["floor_ms"]
+        goal_ms = total / (goal_mfu * card.flops) * 1e3
+        out["bound"] = {"ms": bound_ms, "mfu": total / (bound_ms / 1e3) / card.flops, "optimizer_floor_ms": floor["floor_ms"],
+                        "goal_mfu": goal_mfu, "goal_ms": goal_ms, "room_ms": goal_ms - bound_ms,
+                        # every kernel but the GEMMs, the optimizer's floor counted as the optimizer's share
+                        "rest_now_ms": (m["busy_ms"] - bound_ms) if m.get("busy_ms") is not None else None}
+    anchor = next((r for r in ok if r["params"]["anchor"]
+                   and (r["params"]["size"], r["params"]["context"]) == (p["size"], p["context"])), None)
+    if anchor is not None:
+        a = anchor["metrics"]
+        delta = {k: m["kinds"][k]["ms"] - a["kinds"][k]["ms"] for k in m["kinds"] if k in a["kinds"]}
+        largest = max(delta, key=lambda k: abs(delta[k]))
+        out["anchor"] = {"rung": anchor["params"]["rung"], "delta_ms": delta, "largest": largest,
+                         "others_max_abs_ms": max((abs(v) for k, v in delta.items() if k != largest), default=0.0),
+                         "busy_delta_ms": (m["busy_ms"] - a["busy_ms"]) if m.get("busy_ms") is not None
+                         and a.get("busy_ms") is not None else None,
+                         "step_delta_ms": m["step"]["median"] - a["step"]["median"]}
+    return out
+
+
 def not_measured(planned: list[str], read: list[str]) -> tuple[int, list[str]]:
     """How many points the grid names, and those among them the run has no record of, by name
     (``<size>_ctx<context>_<rung>``)."""
@@ -416,6 +469,7 @@ def main(argv=None) -> int:
     profiles = load_records(args.profiles)
     write_table(profile_table(profiles), args.out_dir, "kernels")
     summary["profiles"] = profile_summary(profiles)
+    summary["kernel_comparison"] = kernel_comparison(profiles, summary["optimizer_floor"], args.goal_mfu)
     write_summary(args.out_dir / "summary.json", summary)
     print(f"E1 report: {len(df)} records ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
     return 0
