@@ -230,10 +230,13 @@ def section_sources(run: str, summaries: dict[str, Path], chosen: list[str] | No
     How many GPUs the run's jobs had is the most its records name, or what one job gets on the
     machine that renders it (``gpus_here``, unknown on a machine without GPUs) where that is more:
     a CPU job's record names the GPUs its machine showed, 0 on a CPU, so a run of C9's closed form
-    alone says the same on a one-GPU machine as in a test that fakes one."""
+    alone says the same on a one-GPU machine as in a test that fakes one. A run whose records all
+    name 0, rendered where no GPU shows, had 0."""
     provenance = {ident: json.loads(path.read_text()).get("provenance") or {} for ident, path in summaries.items()}
-    had = max([c for p in provenance.values() for c in p.get("gpu_counts") or [] if c > 0]
-              + ([gpus_here] if gpus_here else []), default=None)
+    counts = [c for p in provenance.values() for c in p.get("gpu_counts") or []]
+    had = max([c for c in counts if c > 0] + ([gpus_here] if gpus_here else []), default=None)
+    if had is None and counts:
+        had = 0                 # every job ran where no GPU showed
     roots = {path.parents[2] for path in summaries.values()}
     sources = {}
     for ident in SECTIONS:
