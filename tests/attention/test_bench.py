@@ -282,6 +282,18 @@ def test_graph_time_judges_a_pair_only_where_both_sides_have_it():
     assert b5.timing_check(df)["failed"]["error"]["impls"] == ["sdpa-flash"]
 
 
+def test_the_eager_goal_counts_do_bench_times_within_its_ratio():
+    # Graph time does not enter: 1024 is host-bound for ours (4x flash in do_bench) however its graph
+    # time compares; 2048 is within 1.25x; 512 is below the goal's lengths; plain is not the other.
+    records = [_timed("ours", 1024, 0.20, graph=0.02), _timed("sdpa-flash", 1024, 0.05, graph=0.03),
+               _timed("ours", 2048, 0.12), _timed("sdpa-flash", 2048, 0.10),
+               _timed("ours", 512, 0.90), _timed("sdpa-flash", 512, 0.10), _timed("plain", 2048, 0.01)]
+    goal = b5.eager_goal(b5.grid_frame(records), "sdpa-flash", 1.25, dtypes=["bf16"], min_seq=1024)
+    assert (goal["points"], goal["within"]) == (2, 1)
+    assert goal["worst"]["seq"] == 1024 and goal["worst"]["ratio"] == pytest.approx(4.0)
+    assert b5.eager_goal(b5.grid_frame(records), "sdpa-flash", 1.25, dtypes=["fp32"])["points"] == 0
+
+
 def test_rates_of_a_graph_judged_loss_come_from_graph_time():
     flops = bench.causal_flops(1, 16384, 64, "forward")
     records = [_timed("ours", 16384, 2.0, graph=1.0), _timed("plain", 16384, 1.0, graph=0.5)]
