@@ -198,3 +198,20 @@ def test_readme_says_what_a_target_after_resources_does(tmp_path):
     assert proc.returncode != 0 and quoted.group(1) in proc.stderr, _show(proc)
     proc = shell(copy, "snakemake --cores 1 --config run=x results/smoke/A3/table.md")
     assert proc.returncode != 0 and "Unparsable value" in proc.stderr, _show(proc)
+
+
+def test_rebuilding_keeps_a_record_measured_from_a_newer_one(tmp_path):
+    """E1's checkpointed rung reads the record of the rung before it. Rebuilding h100 from its
+    records (README's command) with that record newer than the checkpointed one (re-measured, or
+    simply checked out later) plans no measurement; without reuse_records it would measure again."""
+    command = next(c for c in by_kind("rebuild") if "run=h100" in c)
+    copy = make_copy(tmp_path)
+    _copy_committed_run(copy, "h100")
+    records = copy / "results" / "h100" / "E1" / "records"
+    later = max(p.stat().st_mtime for p in records.iterdir()) + 60
+    for before in records.glob("*_fused-adamw.json"):
+        os.utime(before, (later, later))
+    proc = shell(copy, readme.dry(command))
+    assert proc.returncode == 0, _show(proc)
+    stats = job_stats(proc.stdout) if "Job stats:" in proc.stdout else {}
+    assert "E1_step" not in stats, stats

@@ -6,7 +6,7 @@
 # anchors. The checkpointed rung reads the record of the rung before it: it measures only where that
 # one ran out of memory.
 
-from cs336_systems.pipeline.rule_helpers import records_on_disk
+from cs336_systems.pipeline.rule_helpers import kept_inputs, records_on_disk
 from cs336_systems.training_step import rungs as e1_rungs
 
 E1 = GRID["E1"]
@@ -27,9 +27,11 @@ rule E1_step:
     input:
         code=lambda wildcards: measuring_code("cs336_systems.training_step.ladder",
                                               *e1_rungs.code_of(wildcards.rung), deliverable="E1"),
-        # the checkpointed rung reads the record of the rung before it at the same point
-        previous=lambda wildcards: [E1_RECORD.format(size=wildcards.size, context=wildcards.context,
-                                                     rung=e1_rungs.previous(wildcards.rung))]
+        # the checkpointed rung reads the record of the rung before it at the same point; rebuilding
+        # from records (reuse_records), a re-measured rung before it does not make it measure again
+        previous=lambda wildcards: kept_inputs([E1_RECORD.format(size=wildcards.size, context=wildcards.context,
+                                                                 rung=e1_rungs.previous(wildcards.rung))],
+                                               CHOSEN.reuse_records or "E1" in REBUILD_ONLY)
         if wildcards.rung == e1_rungs.ONLY_WHEN_PREVIOUS_OOMS else [],
     output:
         E1_RECORD,

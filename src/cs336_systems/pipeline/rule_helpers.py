@@ -10,12 +10,17 @@ def code(*modules: str, kept: bool = False) -> list:
     """The source files a rule's command runs: inputs, so editing them makes the rule stale.
     ``kept``: marked `ancient`, so outputs already on disk count as fresh whatever the code's age
     (a rebuild from records; a deliverable this machine cannot measure again)."""
-    files = list(module_sources(*modules))
+    return kept_inputs(list(module_sources(*modules)), kept)
+
+
+def kept_inputs(paths: list[str], kept: bool) -> list:
+    """``paths`` as a rule's inputs; ``kept``: marked `ancient`, so an output already on disk stays
+    fresh however new they are (a record measured from another record, when rebuilding)."""
     if not kept:
-        return files
+        return paths
     from snakemake.io import ancient
 
-    return [ancient(f) for f in files]
+    return [ancient(p) for p in paths]
 
 
 def records_present(paths: list[str]) -> list[str]:
