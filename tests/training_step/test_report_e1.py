@@ -222,3 +222,17 @@ def test_the_goal_leaves_the_step_it_allows_less_the_gemms_and_the_optimizer_flo
     assert kc["bound"]["room_ms"] == pytest.approx(kc["bound"]["goal_ms"] - 148.0)
     assert kc["bound"]["rest_now_ms"] == pytest.approx(210.0 - 148.0)
     assert e1.kernel_comparison([], None, 0.55) is None
+
+
+def test_what_a_rung_bought_counts_only_changes_beyond_the_spread(tmp_path):
+    # fused-adamw 0.2 % below compiled, each step's standard deviation 1 % over 4 steps: within the
+    # spread, so neither faster nor slower there; bf16 (half of fp32's time) is faster beyond it.
+    best = _ms_at(0.45)
+    records = [r if r["params"]["rung"] != "compiled" else record("compiled", ms=1.002 * best, peak_gib=28)
+               for r in ladder(best, anchor_ms=1.05 * best)]
+    summary, text = build(tmp_path, records)
+    bought = {b["rung"]: b for b in summary["bought"]}
+    assert (bought["fused-adamw"]["faster_at"], bought["fused-adamw"]["slower_at"],
+            bought["fused-adamw"]["within_spread_at"]) == (0, 0, 1)
+    assert (bought["bf16"]["faster_at"], bought["bf16"]["within_spread_at"]) == (1, 0)
+    assert "| fused-adamw | 1 | -0.4 | -0.2 % | 0 | 0 | 1 | +0.00 |" in text

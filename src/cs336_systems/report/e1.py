@@ -33,7 +33,7 @@ from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import Estimate, compare
+from cs336_systems.report.spread import WITHIN, Estimate, compare
 from cs336_systems.training_step import rungs
 
 LOSS_RTOL = 5e-4          # a rung's first loss against fp32 eager's (the module's doc says why)
@@ -90,7 +90,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
 
 
 def _against_reference_and_previous(df: pd.DataFrame) -> pd.DataFrame:
-    ref_loss, loss_diff, loss_ok, d_ms, d_pct, d_gib = [], [], [], [], [], []
+    ref_loss, loss_diff, loss_ok, d_ms, d_pct, d_gib, d_spread = [], [], [], [], [], [], []
     by_point = {(str(r["size"]), r["context"], str(r["rung"])): r for _, r in df.iterrows()}
     for _, row in df.iterrows():
         point = (str(row["size"]), row["context"])
@@ -110,13 +110,15 @@ def _against_reference_and_previous(df: pd.DataFrame) -> pd.DataFrame:
             d_ms.append(row["median_ms"] - prev["median_ms"])
             d_pct.append(row["median_ms"] / prev["median_ms"] - 1)
             d_gib.append(row["peak_gib"] - prev["peak_gib"])
+            d_spread.append(compare(_estimate(row), _estimate(prev)))     # is the change beyond the spread?
         else:
             d_ms.append(math.nan)
             d_pct.append(math.nan)
             d_gib.append(math.nan)
+            d_spread.append(None)
     df = df.copy()
     df["fp32_loss"], df["loss_rel_diff"], df["loss_ok"] = ref_loss, loss_diff, loss_ok
-    df["delta_ms"], df["delta_pct"], df["delta_peak_gib"] = d_ms, d_pct, d_gib
+    df["delta_ms"], df["delta_pct"], df["delta_peak_gib"], df["delta_spread"] = d_ms, d_pct, d_gib, d_spread
     return df
 
 
@@ -218,7 +220,8 @@ def points_summary(df: pd.DataFrame) -> list[dict]:
 
 def bought(df: pd.DataFrame) -> list[dict]:
     """Per rung after the first: over the points where it and the rung before both ran, the median
-    change of step time (ms and relative) and of peak memory."""
+    change of step time (ms and relative) and of peak memory, and at how many points it is faster
+    or slower beyond the spread of the timed steps (report.spread; the rest are within it)."""
     out = []
     for name in rungs.RUNG_NAMES[1:]:
         part = df[(df["rung"] == name) & df["delta_ms"].notna()] if name in set(df["rung"].astype(str)) else df.iloc[:0]
@@ -226,7 +229,9 @@ def bought(df: pd.DataFrame) -> list[dict]:
         out.append({"rung": name, "adds": rungs.get(name).adds, "points": int(len(part)),
                     "median_delta_ms": float(part["delta_ms"].median()) if len(part) else None,
                     "median_delta_pct": float(part["delta_pct"].median()) if len(part) else None,
-                    "faster_at": int((part["delta_ms"] < 0).sum()), "slower_at": int((part["delta_ms"] > 0).sum()),
+                    "faster_at": int((part["delta_spread"] == "lower").sum()),
+                    "slower_at": int((part["delta_spread"] == "higher").sum()),
+                    "within_spread_at": int((part["delta_spread"] == WITHIN).sum()),
                     "median_delta_peak_gib": float(gib.median()) if len(gib) else None})
     return out
 
