@@ -205,7 +205,7 @@ def test_ours_against_the_anchor_names_the_kernel_kind_where_they_part(tmp_path)
     # Attention 1.0 ms apart beside GEMMs 0.8 apart: no kind stands out.
     close = profile_record("anchor-sdpa-flash", {"GEMM": 119.2, "attention-softmax": 19.0, "elementwise": 40.0,
                                                  "optimizer": 30.0}, step_ms=best - 1.0, busy_ms=204.0)
-    kc = e1.kernel_comparison([ours, close], None, 0.55)
+    kc = e1.kernel_comparison([ours, close], None, None, 0.55)
     assert kc["anchor"]["largest"] == "attention-softmax" and not kc["anchor"]["largest_stands_out"]
     assert f"at {_projection_flops() / 0.120 / 1e12:.0f} TFLOP/s" in flat
 
@@ -213,7 +213,8 @@ def test_ours_against_the_anchor_names_the_kernel_kind_where_they_part(tmp_path)
 def test_the_goal_leaves_the_step_it_allows_less_the_gemms_and_the_optimizer_floor():
     ours = profile_record("fused-adamw", {"GEMM": 120.0, "attention-softmax": 20.0, "elementwise": 40.0,
                                           "optimizer": 30.0}, step_ms=215.0, busy_ms=210.0)
-    kc = e1.kernel_comparison([ours], {"floor_ms": 28.0}, goal_mfu=0.55)
+    gap_ = {"rung": "fused-adamw", "size": SIZE, "context": CONTEXT}
+    kc = e1.kernel_comparison([ours], gap_, {"floor_ms": 28.0}, goal_mfu=0.55)
     total = model_step_flops(get_size(SIZE), batch=BATCH, context=CONTEXT, mode="train-step")
     assert kc["anchor"] is None
     assert kc["bound"]["ms"] == pytest.approx(148.0)
@@ -221,7 +222,12 @@ def test_the_goal_leaves_the_step_it_allows_less_the_gemms_and_the_optimizer_flo
     assert kc["bound"]["goal_ms"] == pytest.approx(total / (0.55 * BF16_PEAK) * 1e3)
     assert kc["bound"]["room_ms"] == pytest.approx(kc["bound"]["goal_ms"] - 148.0)
     assert kc["bound"]["rest_now_ms"] == pytest.approx(210.0 - 148.0)
-    assert e1.kernel_comparison([], None, 0.55) is None
+    assert e1.kernel_comparison([], None, None, 0.55) is None
+    # The optimizer floor of another point is not this profile's; GEMMs that include naive
+    # attention's products are not the projections alone.
+    assert e1.kernel_comparison([ours], {**gap_, "context": 2048}, {"floor_ms": 28.0}, 0.55)["bound"] is None
+    naive = {**ours, "params": {**ours["params"], "attention": "naive"}}
+    assert e1.kernel_comparison([naive], gap_, {"floor_ms": 28.0}, 0.55)["gemm_tflops"] is None
 
 
 def test_what_a_rung_bought_counts_only_changes_beyond_the_spread(tmp_path):

@@ -51,6 +51,13 @@ def model_step_flops(size, *, batch: int, context: int, mode: str, vocab_size: i
     ``forward-backward`` is 3× forward, and so is ``train-step``, whose AdamW update is elementwise
     work that MFU conventionally leaves out. Norms, softmax, RoPE and the loss are not counted.
     """
+    return sum(model_step_flops_parts(size, batch=batch, context=context, mode=mode, vocab_size=vocab_size).values())
+
+
+def model_step_flops_parts(size, *, batch: int, context: int, mode: str, vocab_size: int | None = None) -> dict[str, int]:
+    """``model_step_flops`` in its two parts: ``projections`` (the attention and FFN projections and
+    the LM head, which run as GEMMs) and ``attention_products`` (the two context × context products
+    a layer, which a fused attention kernel runs inside itself)."""
     from cs336_systems.accounting.transformer import forward_flops, transformer_matmul_parameters
     from cs336_systems.models import MODES, VOCAB_SIZE
 
@@ -58,6 +65,6 @@ def model_step_flops(size, *, batch: int, context: int, mode: str, vocab_size: i
         raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
     vocab_size = VOCAB_SIZE if vocab_size is None else vocab_size
     d_head = size.d_model // size.num_heads
-    attention = size.num_layers * 2 * matmul_flops(batch, size.num_heads, context, context, d_head)
-    forward = forward_flops(transformer_matmul_parameters(size, vocab_size), batch * context) + attention
-    return forward if mode == "forward" else 3 * forward
+    passes = 1 if mode == "forward" else 3
+    return {"projections": passes * forward_flops(transformer_matmul_parameters(size, vocab_size), batch * context),
+            "attention_products": passes * size.num_layers * 2 * matmul_flops(batch, size.num_heads, context, context, d_head)}

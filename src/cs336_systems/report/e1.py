@@ -30,7 +30,7 @@ import pandas as pd
 
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
-from cs336_systems.profiling.flops import model_step_flops
+from cs336_systems.profiling.flops import model_step_flops, model_step_flops_parts
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
 from cs336_systems.report.spread import WITHIN, Estimate, compare
@@ -390,39 +390,33 @@ def profile_summary(profiles: list[dict]) -> list[dict]:
     return out
 
 
-def _projection_flops(params: dict) -> tuple[float, float]:
-    """(all matrix-product FLOPs of one train step in A1's closed form, the part in the attention
-    products): the rest are the projections and the LM head, which run as GEMM kernels, while the
-    attention products run inside the attention kernels (ours or cuDNN's)."""
-    from cs336_systems.profiling.flops import matmul_flops
-
-    size = ModelSize(params["d_model"], params["d_ff"], params["num_layers"], params["num_heads"])
-    total = model_step_flops(size, batch=params["batch"], context=params["context"], mode="train-step",
-                             vocab_size=params.get("vocab_size", VOCAB_SIZE))
-    per_product = matmul_flops(params["batch"], size.num_heads, params["context"], params["context"],
-                               size.d_model // size.num_heads)
-    return total, 3 * size.num_layers * 2 * per_product      # two products a layer; backward twice forward
-
-
-def kernel_comparison(profiles: list[dict], floor: dict | None, goal_mfu: float) -> dict | None:
+def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | None, goal_mfu: float) -> dict | None:
     """At the profiled point, ours (the profiled rung that is not an anchor) against the profiled
     anchor, kind by kind; the GEMM kernels' rate on the projections' closed-form FLOPs against the
     card's peak; the step the GEMMs at that rate plus the optimizer at its bandwidth floor alone
     would take, with the MFU that bounds while the GEMMs run as they do; and, against the step the
-    goal's MFU allows, the room left for every other kernel beside what they take now."""
+    goal's MFU allows, the room left for every other kernel beside what they take now. The
+    optimizer's floor (``optimizer_floor``, of the gap's rung) is used only where the gap is of
+    the profiled rung and point."""
     ok = [r for r in profiles if r["status"] == "ok"]
     ours = next((r for r in ok if not r["params"]["anchor"]), None)
     if ours is None:
         return None
     p, m = ours["params"], ours["metrics"]
-    total, attention = _projection_flops(p)
+    size = ModelSize(p["d_model"], p["d_ff"], p["num_layers"], p["num_heads"])
+    flops = model_step_flops_parts(size, batch=p["batch"], context=p["context"], mode="train-step",
+                                   vocab_size=p.get("vocab_size", VOCAB_SIZE))
+    total = sum(flops.values())
     card = peak(ours["provenance"].get("gpu"), p["precision"], p.get("float32_matmul_precision"))
-    gemm_ms = m["kinds"]["GEMM"]["ms"] if card.flops else None     # CPU operators have no peak to set them against
+    # The GEMM kernels run the projections alone where attention runs in its own kernels (naive
+    # attention's products are GEMMs too); CPU operators have no peak to set them against.
+    gemm_ms = m["kinds"]["GEMM"]["ms"] if card.flops and p["attention"] != "naive" else None
     out = {"rung": p["rung"], "size": p["size"], "context": p["context"], "gemm_ms": gemm_ms,
-           "gemm_tflops": (total - attention) / (gemm_ms / 1e3) / 1e12 if gemm_ms else None,
-           "gemm_share_of_peak": utilisation(total - attention, gemm_ms / 1e3, card.flops) if gemm_ms else None,
+           "gemm_tflops": flops["projections"] / (gemm_ms / 1e3) / 1e12 if gemm_ms else None,
+           "gemm_share_of_peak": utilisation(flops["projections"], gemm_ms / 1e3, card.flops) if gemm_ms else None,
            "peak": card.basis, "anchor": None, "bound": None}
-    if floor is not None and floor.get("floor_ms") and gemm_ms and card.flops:
+    same_point = gap_ is not None and (gap_["rung"], gap_["size"], gap_["context"]) == (p["rung"], p["size"], p["context"])
+    if same_point and floor is not None and floor.get("floor_ms") and gemm_ms:
         bound_ms = gemm_ms + floor["floor_ms"]
         goal_ms = total / (goal_mfu * card.flops) * 1e3
         out["bound"] = {"ms": bound_ms, "mfu": total / (bound_ms / 1e3) / card.flops, "optimizer_floor_ms": floor["floor_ms"],
@@ -478,7 +472,7 @@ def main(argv=None) -> int:
     profiles = load_records(args.profiles)
     write_table(profile_table(profiles), args.out_dir, "kernels")
     summary["profiles"] = profile_summary(profiles)
-    summary["kernel_comparison"] = kernel_comparison(profiles, summary["optimizer_floor"], args.goal_mfu)
+    summary["kernel_comparison"] = kernel_comparison(profiles, summary["gap"], summary["optimizer_floor"], args.goal_mfu)
     write_summary(args.out_dir / "summary.json", summary)
     print(f"E1 report: {len(df)} records ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
     return 0
