@@ -222,6 +222,9 @@ def test_the_goal_leaves_the_step_it_allows_less_the_gemms_and_the_optimizer_flo
     assert kc["bound"]["goal_ms"] == pytest.approx(total / (0.55 * BF16_PEAK) * 1e3)
     assert kc["bound"]["room_ms"] == pytest.approx(kc["bound"]["goal_ms"] - 148.0)
     assert kc["bound"]["rest_now_ms"] == pytest.approx(210.0 - 148.0)
+    assert kc["bound"]["cut_share"] == pytest.approx(1 - kc["bound"]["room_ms"] / (210.0 - 148.0))
+    # With a slow enough goal the rest fits, and nothing need go.
+    assert e1.kernel_comparison([ours], gap_, {"floor_ms": 28.0}, goal_mfu=0.30)["bound"]["cut_share"] == 0.0
     assert e1.kernel_comparison([], None, None, 0.55) is None
     # The optimizer floor of another point is not this profile's; GEMMs that include naive
     # attention's products are not the projections alone.

@@ -423,6 +423,9 @@ def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | Non
                         "goal_mfu": goal_mfu, "goal_ms": goal_ms, "room_ms": goal_ms - bound_ms,
                         # every kernel but the GEMMs, the optimizer's floor counted as the optimizer's share
                         "rest_now_ms": (m["busy_ms"] - bound_ms) if m.get("busy_ms") is not None else None}
+        rest, room = out["bound"]["rest_now_ms"], out["bound"]["room_ms"]
+        # the share of the rest that must go (removed, fused or overlapped) for the goal's step
+        out["bound"]["cut_share"] = 1 - max(room, 0) / rest if rest and rest > max(room, 0) else 0.0
     anchor = next((r for r in ok if r["params"]["anchor"]
                    and (r["params"]["size"], r["params"]["context"]) == (p["size"], p["context"])), None)
     if anchor is not None:
