@@ -287,13 +287,16 @@ def direct_launcher(compiled, grid: tuple[int, int, int]):
 
     runner = compiled[grid]
     enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-    hooked = lambda: any(h is not None and getattr(h, "calls", True) for h in (enter, leave))  # noqa: E731
+    chains = [h for h in (enter, leave) if h is not None]
+    if not all(hasattr(h, "calls") for h in chains):     # a hook set as a plain function
+        return runner
+    calls = [h.calls for h in chains]    # the chains' own lists, which adding a hook changes in place
     run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
     device, current_stream = torch.cuda.current_device(), torch._C._cuda_getCurrentRawStream
     grid_x, grid_y, grid_z = grid
 
     def launch(*args) -> None:
-        if hooked():
+        if any(calls):                   # a hook registered since: Triton's own launch calls it
             runner(*args)
         else:
             run(grid_x, grid_y, grid_z, current_stream(device), function, metadata, None, None, None, *args)

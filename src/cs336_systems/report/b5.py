@@ -41,8 +41,7 @@ EAGER_GOAL_RATIO = 1.25
 def eager_goal(df: pd.DataFrame, other: str, ratio: float, dtypes=None, min_seq: int = 0) -> dict:
     """How many of the points ours and ``other`` both ran (``dtypes``, N >= ``min_seq``) have ours'
     do_bench median within ``ratio`` of other's, and the point where ours is furthest behind."""
-    ok = df[df["status"] == "ok"]
-    both = ok[ok["impl"] == "ours"].merge(ok[ok["impl"] == other], on=KEYS, suffixes=("", "_other"))
+    both = judged(df, "ours", other)
     both = both[(both["seq"] >= min_seq) & both["ms"].notna() & both["ms_other"].notna()]
     if dtypes is not None:
         both = both[both["dtype"].isin(dtypes)]
