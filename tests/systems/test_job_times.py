@@ -2,6 +2,7 @@
 the command README or docs/ show for it; one-line errors for a folder without them."""
 from __future__ import annotations
 
+import json
 import random
 import re
 from pathlib import Path
@@ -41,6 +42,47 @@ def test_sums_by_deliverable_in_registry_order(tmp_path, seed, capsys):
     total = sum(sum(v) for v in truth.values())
     assert f"6 jobs, {total / 60:.1f} min one after another" in capsys.readouterr().out
     assert (tmp_path / "t.csv").read_text().startswith("deliverable,jobs,total_s")
+
+
+def _record(path: Path, status: str, step_ms: list[float] | None = None, warmup_ms: list[float] | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    metrics = {} if step_ms is None else {"step": {"mean": sum(step_ms) / len(step_ms), "n": len(step_ms),
+                                                    "samples": step_ms},
+                                          "warmup_step_samples": warmup_ms or []}
+    path.write_text(json.dumps({"id": path.parts[-3], "params": {}, "metrics": metrics, "status": status}))
+
+
+def test_timed_steps_and_the_floor_come_from_the_jobs_records(tmp_path, seed, capsys):
+    """A1's job0 and job2 hold step samples (job2's record sits in a sub-folder, as A1's warm-up
+    study's do), job1 has no record; C3's job0 is skipped, job1 is ok without step samples."""
+    rng = random.Random(seed)
+    truth = _write(tmp_path, rng)
+    (tmp_path / "benchmarks" / "A1" / "job2.tsv").rename(tmp_path / "benchmarks" / "A1" / "warmup.tsv")
+    (tmp_path / "benchmarks" / "A1" / "warmup").mkdir()
+    (tmp_path / "benchmarks" / "A1" / "warmup.tsv").rename(tmp_path / "benchmarks" / "A1" / "warmup" / "job2.tsv")
+    steps = {k: [rng.uniform(1, 900) for _ in range(rng.randint(1, 9))] for k in (0, 2)}
+    warm = {k: [rng.uniform(1, 900) for _ in range(rng.randint(0, 4))] for k in (0, 2)}
+    _record(tmp_path / "A1" / "records" / "job0.json", "ok", steps[0], warm[0])
+    _record(tmp_path / "A1" / "warmup" / "job2.json", "ok", steps[2], warm[2])
+    _record(tmp_path / "C3" / "records" / "job0.json", "skipped")
+    _record(tmp_path / "C3" / "records" / "job1.json", "ok")
+    jobs = job_times.read_benchmarks(tmp_path)
+    table = job_times.by_deliverable(jobs).set_index("deliverable")
+    expected = sum(sum(steps[k]) + sum(warm[k]) for k in (0, 2)) / 1000
+    assert table.loc["A1", "timed_s"] == pytest.approx(expected)
+    assert table.loc["C3", "timed_s"] != table.loc["C3", "timed_s"]        # NaN: no step samples there
+    assert job_times.process_floor(jobs) == pytest.approx(truth["C3"][0])
+    assert job_times.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"per-job floor (median of 1 jobs that skip their work): {truth['C3'][0]:.1f} s" in out
+    assert f"2 jobs whose records hold step samples: {(truth['A1'][0] + truth['A1'][2]) / 60:.1f} min" in out
+
+
+def test_without_skipped_records_there_is_no_floor(tmp_path, seed, capsys):
+    _write(tmp_path, random.Random(seed))
+    assert job_times.process_floor(job_times.read_benchmarks(tmp_path)) is None
+    assert job_times.main([str(tmp_path)]) == 0
+    assert "floor" not in capsys.readouterr().out
 
 
 def test_a_folder_without_benchmarks_is_one_line(tmp_path, capsys):

@@ -8,11 +8,20 @@ resident memory) and the total: the time the same jobs would take one after anot
 machine that ran them, an upper bound on a full rebuild there (Snakemake runs independent jobs
 side by side where the cores and GPUs allow). A job that was cut off leaves no file, so the
 sums cover the jobs that finished.
+
+Where the time goes: ``timed_s`` is the part of the jobs' time their records say was spent in
+timed steps (warm-up and measured samples of ``metrics.step``; blank for deliverables whose
+records time something else), so ``total_s - timed_s`` over those jobs is process start, model
+building, compilation and writing. A job whose record is ``skipped`` does no work at all: its time
+is the per-job floor of starting the processes, importing torch and writing a record, printed
+below the table where the run has such jobs.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -28,11 +37,47 @@ def read_benchmarks(run_dir: Path) -> pd.DataFrame:
         with path.open(newline="") as f:
             for row in csv.DictReader(f, delimiter="\t"):
                 parts = path.relative_to(folder).parts
+                record = _record_of(run_dir, parts)
                 rows.append({"deliverable": parts[0] if len(parts) > 1 else "-",
                              "job": "/".join(parts)[: -len(".tsv")],
                              "s": _number(row.get("s")), "max_rss_MB": _number(row.get("max_rss")),
-                             "cpu_s": _number(row.get("cpu_time"))})
-    return pd.DataFrame(rows, columns=["deliverable", "job", "s", "max_rss_MB", "cpu_s"])
+                             "cpu_s": _number(row.get("cpu_time")),
+                             "timed_s": _timed_seconds(record), "skipped": _status(record) == "skipped"})
+    return pd.DataFrame(rows, columns=["deliverable", "job", "s", "max_rss_MB", "cpu_s", "timed_s", "skipped"])
+
+
+def _record_of(run_dir: Path, parts: tuple[str, ...]) -> dict | None:
+    """The record a job wrote, found from its benchmark file's place: ``benchmarks/<ID>/<name>.tsv``
+    belongs to ``<ID>/records/<name>.json``, ``benchmarks/<ID>/<sub>/<name>.tsv`` to
+    ``<ID>/<sub>/<name>.json`` (A1's warm-up study, B2's whole-model rows). None where there is
+    no such file (a profile, a report) or it does not parse."""
+    if len(parts) < 2:
+        return None
+    ident, *sub, name = parts
+    name = name[: -len(".tsv")]
+    for path in (run_dir / ident / "records" / Path(*sub, f"{name}.json"), run_dir / ident / Path(*sub, f"{name}.json")):
+        if path.is_file():
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None
+            return record if isinstance(record, dict) else None
+    return None
+
+
+def _status(record: dict | None) -> str | None:
+    return record.get("status") if record else None
+
+
+def _timed_seconds(record: dict | None) -> float:
+    """Seconds of timed steps in a record: its step samples and warm-up step samples (milliseconds);
+    NaN where the record holds no step samples."""
+    metrics = record.get("metrics") if record else None
+    step = metrics.get("step") if isinstance(metrics, dict) else None
+    if not isinstance(step, dict) or not isinstance(step.get("samples"), list):
+        return float("nan")
+    samples = [*step["samples"], *(metrics.get("warmup_step_samples") or [])]
+    return sum(float(x) for x in samples) / 1000.0
 
 
 def _number(text: str | None) -> float:
@@ -45,10 +90,17 @@ def _number(text: str | None) -> float:
 
 def by_deliverable(jobs: pd.DataFrame) -> pd.DataFrame:
     table = jobs.groupby("deliverable", sort=False).agg(
-        jobs=("job", "count"), total_s=("s", "sum"), longest_s=("s", "max"), cpu_s=("cpu_s", "sum"),
-        max_rss_MB=("max_rss_MB", "max")).reset_index()
+        jobs=("job", "count"), total_s=("s", "sum"), timed_s=("timed_s", lambda t: t.sum(min_count=1)),
+        longest_s=("s", "max"), cpu_s=("cpu_s", "sum"), max_rss_MB=("max_rss_MB", "max")).reset_index()
     order = {ident: i for i, ident in enumerate(_ids())}
     return table.sort_values("deliverable", key=lambda c: c.map(lambda d: order.get(d, len(order)))).reset_index(drop=True)
+
+
+def process_floor(jobs: pd.DataFrame) -> float | None:
+    """Median wall time of the jobs whose record is ``skipped`` (they start, decide and write, nothing
+    else); None where the run has none."""
+    skipped = jobs.loc[jobs["skipped"].astype(bool), "s"].dropna()
+    return float(skipped.median()) if len(skipped) else None
 
 
 def _ids() -> list[str]:
@@ -69,9 +121,17 @@ def main(argv=None) -> int:
     table = by_deliverable(jobs)
     if args.out:
         table.round(1).to_csv(args.out, index=False)
-    print(table.round(1).to_markdown(index=False))
+    print(table.round(1).to_markdown(index=False, missingval=""))
     print(f"\n{len(jobs)} jobs, {jobs['s'].sum() / 60:.1f} min one after another "
           f"(the longest job {jobs['s'].max():.0f} s: {jobs.loc[jobs['s'].idxmax(), 'job']})")
+    timed = jobs["timed_s"].notna()
+    if timed.any():
+        print(f"{int(timed.sum())} jobs whose records hold step samples: {jobs.loc[timed, 's'].sum() / 60:.1f} min, "
+              f"{jobs.loc[timed, 'timed_s'].sum() / 60:.1f} min of it in timed steps")
+    floor = process_floor(jobs)
+    if floor is not None and not math.isnan(floor):
+        print(f"per-job floor (median of {int(jobs['skipped'].sum())} jobs that skip their work): {floor:.1f} s; "
+              f"{len(jobs)} jobs x floor = {len(jobs) * floor / 60:.1f} min")
     return 0
 
 
