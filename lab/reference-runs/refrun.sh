@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One device call of a reference run: README's main command in the background on a lent GPU
+# machine, outside the repository root, then the run's new files tarred into $OUT.
+#
+#   bash lab/reference-runs/refrun.sh RUN SHA WAIT_S [go|stop]
+#
+# RUN: the run's name (results/RUN); SHA: the code's commit, stamped into every record (the copy
+# on the machine has no usable git state). If .carry/pin-SHA.tar exists (git archive of SHA
+# without results/), the code comes from it and only results/RUN and writeup/RUN from this
+# checkout, so a run continued from a later checkout still measures SHA's code.
+# WAIT_S: how long this call waits for the run; "stop" ends the run gracefully after the wait
+# (Snakemake finishes the job in flight), for the last call before the machine goes back.
+set -u
+RUN=$1 SHA=$2 WAIT=$3 MODE=${4:-go}
+export CS336_GIT_COMMIT=$SHA CS336_GIT_DIRTY=false
+# Each device call copies the checkout over the repository root; /tmp/work is out of its way,
+# so what the background run writes is not overwritten by the next call's copy.
+W=/tmp/work
+if [ ! -d $W ]; then
+  mkdir -p $W
+  if [ -f .carry/pin-$SHA.tar ]; then
+    tar -xf .carry/pin-$SHA.tar -C $W && cp -a .carry $W/ && mkdir -p $W/results $W/writeup
+    [ -d results/$RUN ] && cp -a results/$RUN $W/results/
+    [ -d writeup/$RUN ] && cp -a writeup/$RUN $W/writeup/
+    echo "code from .carry/pin-$SHA.tar, results/$RUN from the checkout"
+  else
+    cp -a . $W/ && echo "copied the checkout to $W"
+  fi
+fi
+cd $W && source .carry/env.sh
+if [ "$MODE" = go ] && ! pgrep -f "snakemake --cores 1" >/dev/null && [ ! -e /tmp/smk.done ]; then
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
+  (setsid bash -c "date -u +%FT%TZ >> /tmp/smk.start; snakemake --cores 1 --resources gpu=2 --config preset=full run=$RUN reuse_records=true > /tmp/smk.log 2>&1; echo \$? > /tmp/smk.done" > /dev/null 2>&1 &)
+  echo started
+fi
+end=$((SECONDS+WAIT)); while [ $SECONDS -lt $end ] && [ ! -e /tmp/smk.done ]; do sleep 5; done
+if [ "$MODE" = stop ] && [ ! -e /tmp/smk.done ]; then
+  pkill -TERM -f "snakemake --cores 1"
+  for _ in $(seq 60); do pgrep -f "snakemake --cores 1" >/dev/null || break; sleep 1; done
+fi
+# raw Nsight reports, snapshots and SQLite exports stay behind: the records and summaries hold what the writeup needs
+tar -cf $OUT/out.tar --exclude='*.nsys-rep' --exclude='*.pickle' --exclude='*.sqlite' results/$RUN $( [ -d writeup/$RUN ] && echo writeup/$RUN )
+cp /tmp/smk.log /tmp/smk.start $OUT/ 2>/dev/null
+grep -E "of [0-9]+ steps" /tmp/smk.log | tail -1; grep -B2 -A8 "^Error in rule" /tmp/smk.log | tail -20
+cat /tmp/smk.done 2>/dev/null; date -u
