@@ -155,6 +155,27 @@ def test_b4_opens_with_the_times_and_says_why_only_where_the_count_does(tmp_path
     assert "what ran is the code of 24a6f99" in body
 
 
+def test_b4_says_the_floor_once_for_every_dtype_under_it(tmp_path):
+    """Both dtypes under the PyTorch backward's floor (the H200 checks of the one-command run): one
+    sentence naming both, not one per dtype, and no slower-by-rate sentence."""
+    from pathlib import Path
+
+    from cs336_systems.report.writeup import Renderer
+
+    records = [_time_record("triton", "bf16", 0.17), _time_record("triton-pytorch-backward", "bf16", 1.64),
+               _time_record("triton", "fp32", 0.77), _time_record("triton-pytorch-backward", "fp32", 1.63)]
+    path = tmp_path / "checks.json"
+    path.write_text(json.dumps(records))
+    assert flash_checks.main(["B4", "--records", str(path), "--out-dir", str(tmp_path / "B4")]) == 0
+    summary = json.loads((tmp_path / "B4" / "summary.json").read_text())
+    assert all(a["faster_than_floor"] for a in summary["accounting"].values())
+    templates = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+    body = " ".join(Renderer("md", tmp_path / "w" / "w.md", templates).section("B4", tmp_path / "B4" / "summary.json").split())
+    assert body.count("it takes less than the PyTorch backward's floor alone") == 1
+    assert "In bf16 and fp32 it takes less than the PyTorch backward's floor alone" in body
+    assert "yet is slower" not in body
+
+
 def test_b3_calls_an_error_the_dtypes_rounding_only_within_the_factor(seed):
     import random
 

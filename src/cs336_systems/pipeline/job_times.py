@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -129,7 +128,7 @@ def main(argv=None) -> int:
         print(f"{int(timed.sum())} jobs whose records hold step samples: {jobs.loc[timed, 's'].sum() / 60:.1f} min, "
               f"{jobs.loc[timed, 'timed_s'].sum() / 60:.1f} min of it in timed steps")
     floor = process_floor(jobs)
-    if floor is not None and not math.isnan(floor):
+    if floor is not None:
         print(f"per-job floor (median of {int(jobs['skipped'].sum())} jobs that skip their work): {floor:.1f} s; "
               f"{len(jobs)} jobs x floor = {len(jobs) * floor / 60:.1f} min")
     return 0
