@@ -104,3 +104,55 @@ def test_readme_shows_the_command_and_it_runs(tmp_path, seed):
         assert job_times.main(command.split()[3:]) == 0
     finally:
         os.chdir(here)
+
+
+def _rerun_log(run: Path, elapsed: float, exit_code: int) -> None:
+    path = run / "logs" / "rerun.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"command: snakemake --cores 1\nmachine: vm; NVIDIA H200\ncommit: abc\nstarted: 2026-01-01T00:00:00Z\n"
+                    f"exit: {exit_code}\nelapsed_s: {elapsed}\n--- its output ---\nelapsed_s: 999\n")
+
+
+def test_the_no_op_rerun_comes_from_its_log(tmp_path, seed, capsys):
+    rng = random.Random(seed)
+    _write(tmp_path / "r", rng)
+    assert job_times.no_op_rerun(tmp_path / "r") is None
+    elapsed = round(rng.uniform(1, 60), 1)
+    _rerun_log(tmp_path / "r", elapsed, 0)
+    assert job_times.no_op_rerun(tmp_path / "r") == {"elapsed_s": elapsed, "exit": 0}
+    assert job_times.main([str(tmp_path / "r")]) == 0
+    assert f"the no-op rerun took {elapsed:.1f} s (exit 0;" in capsys.readouterr().out
+    (tmp_path / "r" / "logs" / "rerun.log").write_text("command: x\nexit: 0\n")     # cut short: no elapsed_s
+    assert job_times.no_op_rerun(tmp_path / "r") is None
+
+
+def test_runs_side_by_side(tmp_path, seed, capsys):
+    """Two runs with different deliverables: each row has the run's own jobs and minutes, blank
+    where the run lacks the deliverable; the all-jobs row sums each run's jobs."""
+    rng = random.Random(seed)
+    one = _write(tmp_path / "one", rng)
+    two = _write(tmp_path / "two", rng)
+    for path in (tmp_path / "two" / "benchmarks" / "C3").iterdir():
+        two["C3"] = []
+        path.unlink()
+    _rerun_log(tmp_path / "two", 4.2, 0)
+    assert job_times.main([str(tmp_path / "one"), str(tmp_path / "two")]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[0].strip("| *"): [c.strip(" *") for c in line.strip("|").split(" | ")[1:]]
+            for line in out.splitlines() if line.startswith("| ")}
+    assert rows["A1"] == ["3", f"{sum(one['A1']) / 60:.1f}", "3", f"{sum(two['A1']) / 60:.1f}"]
+    assert rows["C3"] == ["2", f"{sum(one['C3']) / 60:.1f}", "", ""]
+    total = {k: sum(sum(v) for v in t.values()) / 60 for k, t in (("one", one), ("two", two))}
+    assert rows["all measuring jobs, one after another"] == ["6", f"{total['one']:.1f}", "4", f"{total['two']:.1f}"]
+    assert "one: no timed rerun" in out and "two: the no-op rerun took 4.2 s (exit 0;" in out
+
+
+def test_side_by_side_refuses_out_and_twin_names(tmp_path, seed, capsys):
+    rng = random.Random(seed)
+    _write(tmp_path / "a" / "h200", rng)
+    _write(tmp_path / "b" / "h200", rng)
+    with pytest.raises(SystemExit):
+        job_times.main([str(tmp_path / "a" / "h200"), str(tmp_path / "b" / "h200")])
+    assert "same name" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        job_times.main([str(tmp_path / "a" / "h200"), str(tmp_path / "b"), "--out", str(tmp_path / "t.csv")])

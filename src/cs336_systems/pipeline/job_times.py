@@ -2,12 +2,13 @@
 leaves (``results/<run>/benchmarks/<ID>/<job>.tsv``, one per job, written when the job ends).
 
     python -m cs336_systems.pipeline.job_times results/h200 [--out times.csv]
+    python -m cs336_systems.pipeline.job_times results/h200 results/h100    # README's table: runs side by side
 
 Prints one row per deliverable (jobs, total and longest wall time, summed CPU time, largest
 resident memory) and the total: the time the same jobs would take one after another on the
-machine that ran them, an upper bound on a full rebuild there (Snakemake runs independent jobs
-side by side where the cores and GPUs allow). A job that was cut off leaves no file, so the
-sums cover the jobs that finished.
+machine that ran them (Snakemake runs independent jobs side by side where the cores and GPUs
+allow). Only measuring jobs have benchmark files; the reports and the writeup, which read
+records, do not. A job that was cut off leaves no file, so the sums cover the jobs that finished.
 
 Where the time goes: ``timed_s`` is the part of the jobs' time their records say was spent in
 timed steps (warm-up and measured samples of ``metrics.step``; blank for deliverables whose
@@ -15,6 +16,12 @@ records time something else), so ``total_s - timed_s`` over those jobs is proces
 building, compilation and writing. A job whose record is ``skipped`` does no work at all: its time
 is the per-job floor of starting the processes, importing torch and writing a record, printed
 below the table where the run has such jobs.
+
+A run's ``logs/rerun.log``, where there is one, times README's main command run once more after
+the run ended, on the same machine: the no-op rerun, Snakemake building the DAG and finding
+nothing to do (the committed runs have one; ``lab/reference-runs/finish.sh`` writes it). With
+several runs the output is README's job-time table: minutes by deliverable for each run side by
+side, all measuring jobs, the floor, and each run's no-op rerun.
 """
 from __future__ import annotations
 
@@ -107,16 +114,78 @@ def _ids() -> list[str]:
     return list(IDS)
 
 
+def no_op_rerun(run_dir: Path) -> dict | None:
+    """``elapsed_s`` and ``exit`` of the timed rerun in ``logs/rerun.log``; None where the run has no
+    such log or it does not say both."""
+    path = run_dir / "logs" / "rerun.log"
+    if not path.is_file():
+        return None
+    header = path.read_text().split("\n--- its output ---", 1)[0]      # Snakemake's own output follows
+    fields = dict(line.split(": ", 1) for line in header.splitlines() if ": " in line)
+    try:
+        return {"elapsed_s": float(fields["elapsed_s"]), "exit": int(fields["exit"])}
+    except (KeyError, ValueError):
+        return None
+
+
+def side_by_side(runs: dict[str, pd.DataFrame]) -> str:
+    """README's job-time table: per deliverable and run, jobs and minutes one after another; then
+    each run's measuring jobs together, their timed steps, its per-job floor times its jobs."""
+    names = list(runs)
+    tables = {name: by_deliverable(jobs).set_index("deliverable") for name, jobs in runs.items()}
+    order = [d for d in _ids() if any(d in t.index for t in tables.values())]
+    order += sorted({d for t in tables.values() for d in t.index} - set(order))
+    header = "| deliverable | " + " | ".join(f"{n}: jobs | {n}: min" for n in names) + " |"
+    lines = [header, "|:--|" + "--:|--:|" * len(names)]
+
+    def cells(values: list[tuple[str, str]]) -> str:
+        return " | ".join(f"{a} | {b}" for a, b in values)
+
+    for d in order:
+        lines.append(f"| {d} | " + cells([(str(int(tables[n].loc[d, "jobs"])), f"{tables[n].loc[d, 'total_s'] / 60:.1f}")
+                                          if d in tables[n].index else ("", "") for n in names]) + " |")
+    lines.append("| **all measuring jobs, one after another** | "
+                 + cells([(f"**{len(runs[n])}**", f"**{runs[n]['s'].sum() / 60:.1f}**") for n in names]) + " |")
+    lines.append("| of it in timed steps | " + cells([("", f"{runs[n]['timed_s'].sum() / 60:.1f}") for n in names]) + " |")
+    floors = {n: process_floor(runs[n]) for n in names}
+    lines.append("| per-job floor × jobs | " + cells([(f"{floors[n]:.1f} s" if floors[n] is not None else "",
+                                                       f"{len(runs[n]) * floors[n] / 60:.1f}" if floors[n] is not None else "")
+                                                      for n in names]) + " |")
+    return "\n".join(lines)
+
+
+def _rerun_line(name: str, run_dir: Path) -> str:
+    rerun = no_op_rerun(run_dir)
+    if rerun is None:
+        return f"{name}: no timed rerun (no {run_dir}/logs/rerun.log)"
+    return f"{name}: the no-op rerun took {rerun['elapsed_s']:.1f} s (exit {rerun['exit']}; {run_dir}/logs/rerun.log)"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.pipeline.job_times", description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", type=Path, help="a run's results folder, e.g. results/h200")
-    p.add_argument("--out", type=Path, help="also write the per-deliverable table as CSV")
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="run_dir",
+                   help="a run's results folder, e.g. results/h200; several give README's table, side by side")
+    p.add_argument("--out", type=Path, help="also write the per-deliverable table as CSV (one run)")
     args = p.parse_args(argv)
-    if not (args.run_dir / "benchmarks").is_dir():
-        p.error(f"{args.run_dir}/benchmarks: no such folder (a run made before jobs were benchmarked, or not a run folder)")
-    jobs = read_benchmarks(args.run_dir)
-    if jobs.empty:
-        p.error(f"{args.run_dir}/benchmarks holds no job files yet")
+    runs = {}
+    for run_dir in args.run_dirs:
+        if not (run_dir / "benchmarks").is_dir():
+            p.error(f"{run_dir}/benchmarks: no such folder (a run made before jobs were benchmarked, or not a run folder)")
+        runs[run_dir.name] = read_benchmarks(run_dir)
+        if runs[run_dir.name].empty:
+            p.error(f"{run_dir}/benchmarks holds no job files yet")
+    if len(runs) != len(args.run_dirs):
+        p.error("two run folders with the same name: " + " ".join(map(str, args.run_dirs)))
+    if len(runs) > 1:
+        if args.out:
+            p.error("--out writes one run's table; name one run folder")
+        print(side_by_side(runs))
+        print()
+        for run_dir in args.run_dirs:
+            print(_rerun_line(run_dir.name, run_dir))
+        return 0
+    (run_dir,) = args.run_dirs
+    jobs = runs[run_dir.name]
     table = by_deliverable(jobs)
     if args.out:
         table.round(1).to_csv(args.out, index=False)
@@ -131,6 +200,8 @@ def main(argv=None) -> int:
     if floor is not None:
         print(f"per-job floor (median of {int(jobs['skipped'].sum())} jobs that skip their work): {floor:.1f} s; "
               f"{len(jobs)} jobs x floor = {len(jobs) * floor / 60:.1f} min")
+    if no_op_rerun(run_dir) is not None:
+        print(_rerun_line(run_dir.name, run_dir))
     return 0
 
 
