@@ -9,8 +9,9 @@
 # such a fix: the same command, which keeps every record (reuse_records=true) and renders what is
 # stale with the new code. Only the writeup may have failed in the pinned run; any other failure
 # stops here, so no record is ever made by code other than the pin's.
-# The third invocation should find nothing to do; its output and time go to
-# results/RUN/logs/rerun.log, which pipeline.job_times reads.
+# The second invocation's output joins the run's Snakemake logs (results/RUN/logs/snakemake/).
+# The third should find nothing to do; its output and time go to results/RUN/logs/rerun.log.
+# pipeline.job_times reads both.
 set -u
 RUN=$1 SHA=$2
 W=${REFRUN_DIR:-/tmp/work}
@@ -24,8 +25,10 @@ tar -cf - --exclude=./results --exclude=./writeup/$RUN --exclude=./.snakemake --
 cd $W
 [ -f .carry/env.sh ] && source .carry/env.sh
 export CS336_GIT_COMMIT=$SHA CS336_GIT_DIRTY=false
+started=$(date -u +%Y%m%dT%H%M%SZ)
 $CMD > /tmp/finish.log 2>&1
 rc=$?
+mkdir -p results/$RUN/logs/snakemake && cp /tmp/finish.log results/$RUN/logs/snakemake/$started.log
 echo "second invocation: exit $rc"; grep -E "of [0-9]+ steps|Nothing to be done" /tmp/finish.log | tail -1
 if [ $rc -eq 0 ]; then
   start=$(date -u +%FT%TZ) t0=$(date +%s.%N)

@@ -38,6 +38,11 @@ if [ "$MODE" = stop ] && [ ! -e /tmp/smk.done ]; then
   pkill -TERM -f "snakemake --cores 1"
   for _ in $(seq 60); do pgrep -f "snakemake --cores 1" >/dev/null || break; sleep 1; done
 fi
+# Snakemake's own output of this invocation, kept in the run folder: it times what the benchmark
+# files do not (the reports, the writeup, Snakemake between jobs); pipeline.job_times reads it
+if [ -e /tmp/smk.start ]; then
+  mkdir -p results/$RUN/logs/snakemake && cp /tmp/smk.log results/$RUN/logs/snakemake/$(tail -1 /tmp/smk.start | tr -d ':-').log
+fi
 # raw Nsight reports, snapshots and SQLite exports stay behind: the records and summaries hold what the writeup needs
 tar -cf $OUT/out.tar --exclude='*.nsys-rep' --exclude='*.pickle' --exclude='*.sqlite' results/$RUN $( [ -d writeup/$RUN ] && echo writeup/$RUN )
 cp /tmp/smk.log /tmp/smk.start $OUT/ 2>/dev/null

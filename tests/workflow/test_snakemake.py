@@ -154,6 +154,28 @@ def test_every_measuring_job_leaves_its_benchmark(smoke):
 
 
 @pytest.mark.slow
+def test_snakemake_log_reads_back_every_job_of_the_run(smoke):
+    """pipeline.snakemake_log on this run's real console output: as many finished jobs as Snakemake
+    counted steps, the benchmarked ones exactly the benchmark files, every report and the writeup
+    among the others, and the elapsed time no less than the jobs' (to Snakemake's whole seconds)."""
+    import re
+
+    from cs336_systems.pipeline import job_times, snakemake_log
+
+    copy, first, _ = smoke
+    assert first.returncode == 0, _show(first)
+    text = first.stdout + first.stderr
+    (steps,) = set(re.findall(r"^(\d+) of \1 steps \(100%\) done$", text, re.M))
+    jobs = snakemake_log.finished_jobs(text)
+    assert len(jobs) == int(steps)
+    benchmarks = job_times.read_benchmarks(copy / "results" / "smoke")
+    assert int(jobs["benchmarked"].sum()) == len(benchmarks)
+    others = set(jobs.loc[~jobs["benchmarked"], "rule"])
+    assert {"writeup", "all"} <= others and all(r.endswith("_report") for r in others - {"writeup", "all"})
+    assert snakemake_log.elapsed_seconds(text) >= jobs["s"].sum() - len(jobs)
+
+
+@pytest.mark.slow
 def test_second_run_has_nothing_to_do(smoke):
     copy, first, _ = smoke
     assert first.returncode == 0, _show(first)

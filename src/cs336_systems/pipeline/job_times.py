@@ -17,6 +17,11 @@ building, compilation and writing. A job whose record is ``skipped`` does no wor
 is the per-job floor of starting the processes, importing torch and writing a record, printed
 below the table where the run has such jobs.
 
+What benchmark files do not time, the reports, the writeup and Snakemake's own time between jobs,
+comes from Snakemake's console output of each invocation kept in the run's ``logs/snakemake/``
+(``pipeline.snakemake_log``; the committed runs have them, and a user may copy
+``.snakemake/log/*.snakemake.log`` there); with them the table has the whole DAG's time.
+
 A run's ``logs/rerun.log``, where there is one, times README's main command run once more after
 the run ended, on the same machine: the no-op rerun, Snakemake building the DAG and finding
 nothing to do (the committed runs have one; ``lab/reference-runs/finish.sh`` writes it). With
@@ -32,6 +37,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+
+from cs336_systems.pipeline import snakemake_log
 
 
 def read_benchmarks(run_dir: Path) -> pd.DataFrame:
@@ -128,10 +135,27 @@ def no_op_rerun(run_dir: Path) -> dict | None:
         return None
 
 
-def side_by_side(runs: dict[str, pd.DataFrame]) -> str:
+def beyond_benchmarks(run_dir: Path) -> dict | None:
+    """From the run's Snakemake logs (``logs/snakemake/*.log``): how many invocations, the jobs
+    without benchmark files that finished (``jobs``, ``s``: the reports and the writeup), and
+    Snakemake's own time (``between_s``: each invocation's elapsed time less its finished jobs',
+    over the invocations whose output says it). None where the run keeps no such logs."""
+    logs = snakemake_log.read_logs(run_dir / "logs" / "snakemake")
+    if not logs:
+        return None
+    others = [log["jobs"][~log["jobs"]["benchmarked"].astype(bool)] for log in logs]
+    between = [log["elapsed_s"] - log["jobs"]["s"].sum() for log in logs if log["elapsed_s"] is not None]
+    return {"invocations": len(logs), "jobs": sum(len(o) for o in others), "s": float(sum(o["s"].sum() for o in others)),
+            "between_s": float(sum(between)), "timed_invocations": len(between)}
+
+
+def side_by_side(runs: dict[str, pd.DataFrame], beyond: dict[str, dict | None] | None = None) -> str:
     """README's job-time table: per deliverable and run, jobs and minutes one after another; then
-    each run's measuring jobs together, their timed steps, its per-job floor times its jobs."""
+    each run's measuring jobs together, their timed steps, its per-job floor times its jobs; and
+    where the run keeps Snakemake's logs (``beyond``, from ``beyond_benchmarks``), the reports and
+    writeup, Snakemake's time between jobs, and the whole DAG."""
     names = list(runs)
+    beyond = beyond or {}
     tables = {name: by_deliverable(jobs).set_index("deliverable") for name, jobs in runs.items()}
     order = [d for d in _ids() if any(d in t.index for t in tables.values())]
     order += sorted({d for t in tables.values() for d in t.index} - set(order))
@@ -151,7 +175,26 @@ def side_by_side(runs: dict[str, pd.DataFrame]) -> str:
     lines.append("| per-job floor × jobs | " + cells([(f"{floors[n]:.1f} s" if floors[n] is not None else "",
                                                        f"{len(runs[n]) * floors[n] / 60:.1f}" if floors[n] is not None else "")
                                                       for n in names]) + " |")
+    if any(beyond.get(n) for n in names):
+        extra = {n: beyond.get(n) for n in names}
+        lines.append("| reports and writeup (Snakemake's logs) | "
+                     + cells([(str(extra[n]["jobs"]), f"{extra[n]['s'] / 60:.1f}") if extra[n] else ("", "") for n in names]) + " |")
+        lines.append("| Snakemake between jobs (its logs) | "
+                     + cells([("", f"{extra[n]['between_s'] / 60:.1f}") if extra[n] else ("", "") for n in names]) + " |")
+        lines.append("| **whole DAG** | "
+                     + cells([(f"**{len(runs[n]) + extra[n]['jobs']}**",
+                               f"**{(runs[n]['s'].sum() + extra[n]['s'] + extra[n]['between_s']) / 60:.1f}**")
+                              if extra[n] else ("", "") for n in names]) + " |")
     return "\n".join(lines)
+
+
+def _beyond_line(name: str, run_dir: Path, extra: dict | None) -> str | None:
+    if extra is None:
+        return None
+    return (f"{name}: Snakemake's logs of {extra['invocations']} invocations ({run_dir}/logs/snakemake/): "
+            f"{extra['jobs']} jobs without benchmark files (reports, the writeup) took {extra['s'] / 60:.1f} min; "
+            f"Snakemake's own time between jobs {extra['between_s'] / 60:.1f} min "
+            f"(over the {extra['timed_invocations']} invocations whose output gives their elapsed time)")
 
 
 def _rerun_line(name: str, run_dir: Path) -> str:
@@ -179,9 +222,13 @@ def main(argv=None) -> int:
     if len(runs) > 1:
         if args.out:
             p.error("--out writes one run's table; name one run folder")
-        print(side_by_side(runs))
+        beyond = {run_dir.name: beyond_benchmarks(run_dir) for run_dir in args.run_dirs}
+        print(side_by_side(runs, beyond))
         print()
         for run_dir in args.run_dirs:
+            line = _beyond_line(run_dir.name, run_dir, beyond[run_dir.name])
+            if line:
+                print(line)
             print(_rerun_line(run_dir.name, run_dir))
         return 0
     (run_dir,) = args.run_dirs
@@ -200,6 +247,9 @@ def main(argv=None) -> int:
     if floor is not None:
         print(f"per-job floor (median of {int(jobs['skipped'].sum())} jobs that skip their work): {floor:.1f} s; "
               f"{len(jobs)} jobs x floor = {len(jobs) * floor / 60:.1f} min")
+    line = _beyond_line(run_dir.name, run_dir, beyond_benchmarks(run_dir))
+    if line:
+        print(line)
     if no_op_rerun(run_dir) is not None:
         print(_rerun_line(run_dir.name, run_dir))
     return 0
