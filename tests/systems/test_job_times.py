@@ -93,15 +93,21 @@ def test_a_folder_without_benchmarks_is_one_line(tmp_path, capsys):
 
 
 def test_readme_shows_the_command_and_it_runs(tmp_path, seed):
+    """Every job_times command README and docs/ show (one run or several) runs on run folders of
+    those names."""
     text = "\n".join(page.read_text() for page in PAGES)
-    (command,) = set(re.findall(r"python -m cs336_systems\.pipeline\.job_times results/[\w.-]+", text))
-    run = command.split()[-1]
-    _write(tmp_path / run, random.Random(seed))
+    commands = set(re.findall(r"python -m cs336_systems\.pipeline\.job_times(?: results/[\w.-]+)+", text))
+    assert commands
+    rng = random.Random(seed)
     import os
     here = os.getcwd()
     try:
         os.chdir(tmp_path)
-        assert job_times.main(command.split()[3:]) == 0
+        for command in commands:
+            for run in command.split()[3:]:
+                if not Path(run).exists():
+                    _write(Path(run), rng)
+            assert job_times.main(command.split()[3:]) == 0, command
     finally:
         os.chdir(here)
 
