@@ -155,37 +155,31 @@ def side_by_side(runs: dict[str, pd.DataFrame], beyond: dict[str, dict | None] |
     where the run keeps Snakemake's logs (``beyond``, from ``beyond_benchmarks``), the reports and
     writeup, Snakemake's time between jobs, and the whole DAG."""
     names = list(runs)
-    beyond = beyond or {}
     tables = {name: by_deliverable(jobs).set_index("deliverable") for name, jobs in runs.items()}
     order = [d for d in _ids() if any(d in t.index for t in tables.values())]
     order += sorted({d for t in tables.values() for d in t.index} - set(order))
+    measured = {n: runs[n]["s"].sum() for n in names}
+    floors = {n: f for n in names if (f := process_floor(runs[n])) is not None}
+    logged = {n: extra for n, extra in (beyond or {}).items() if extra}
+    # (label, {run: (jobs cell, minutes cell)}); a run missing from a row gets blank cells
+    rows = [(d, {n: (str(int(t.loc[d, "jobs"])), f"{t.loc[d, 'total_s'] / 60:.1f}")
+                 for n, t in tables.items() if d in t.index})
+            for d in order]
+    rows += [("**all measuring jobs, one after another**",
+              {n: (f"**{len(runs[n])}**", f"**{measured[n] / 60:.1f}**") for n in names}),
+             ("of it in timed steps", {n: ("", f"{runs[n]['timed_s'].sum() / 60:.1f}") for n in names}),
+             ("per-job floor × jobs", {n: (f"{f:.1f} s", f"{len(runs[n]) * f / 60:.1f}") for n, f in floors.items()})]
+    if logged:
+        rows += [("reports and writeup (Snakemake's logs)",
+                  {n: (str(e["jobs"]), f"{e['s'] / 60:.1f}") for n, e in logged.items()}),
+                 ("Snakemake between jobs (its logs)", {n: ("", f"{e['between_s'] / 60:.1f}") for n, e in logged.items()}),
+                 ("**whole DAG**",
+                  {n: (f"**{len(runs[n]) + e['jobs']}**", f"**{(measured[n] + e['s'] + e['between_s']) / 60:.1f}**")
+                   for n, e in logged.items()})]
     header = "| deliverable | " + " | ".join(f"{n}: jobs | {n}: min" for n in names) + " |"
-    lines = [header, "|:--|" + "--:|--:|" * len(names)]
-
-    def cells(values: list[tuple[str, str]]) -> str:
-        return " | ".join(f"{a} | {b}" for a, b in values)
-
-    for d in order:
-        lines.append(f"| {d} | " + cells([(str(int(tables[n].loc[d, "jobs"])), f"{tables[n].loc[d, 'total_s'] / 60:.1f}")
-                                          if d in tables[n].index else ("", "") for n in names]) + " |")
-    lines.append("| **all measuring jobs, one after another** | "
-                 + cells([(f"**{len(runs[n])}**", f"**{runs[n]['s'].sum() / 60:.1f}**") for n in names]) + " |")
-    lines.append("| of it in timed steps | " + cells([("", f"{runs[n]['timed_s'].sum() / 60:.1f}") for n in names]) + " |")
-    floors = {n: process_floor(runs[n]) for n in names}
-    lines.append("| per-job floor × jobs | " + cells([(f"{floors[n]:.1f} s" if floors[n] is not None else "",
-                                                       f"{len(runs[n]) * floors[n] / 60:.1f}" if floors[n] is not None else "")
-                                                      for n in names]) + " |")
-    if any(beyond.get(n) for n in names):
-        extra = {n: beyond.get(n) for n in names}
-        lines.append("| reports and writeup (Snakemake's logs) | "
-                     + cells([(str(extra[n]["jobs"]), f"{extra[n]['s'] / 60:.1f}") if extra[n] else ("", "") for n in names]) + " |")
-        lines.append("| Snakemake between jobs (its logs) | "
-                     + cells([("", f"{extra[n]['between_s'] / 60:.1f}") if extra[n] else ("", "") for n in names]) + " |")
-        lines.append("| **whole DAG** | "
-                     + cells([(f"**{len(runs[n]) + extra[n]['jobs']}**",
-                               f"**{(runs[n]['s'].sum() + extra[n]['s'] + extra[n]['between_s']) / 60:.1f}**")
-                              if extra[n] else ("", "") for n in names]) + " |")
-    return "\n".join(lines)
+    return "\n".join([header, "|:--|" + "--:|--:|" * len(names)]
+                     + [f"| {label} | " + " | ".join(" | ".join(cells.get(n, ("", ""))) for n in names) + " |"
+                        for label, cells in rows])
 
 
 def _beyond_line(name: str, run_dir: Path, extra: dict | None) -> str | None:
@@ -197,8 +191,7 @@ def _beyond_line(name: str, run_dir: Path, extra: dict | None) -> str | None:
             f"(over the {extra['timed_invocations']} invocations whose output gives their elapsed time)")
 
 
-def _rerun_line(name: str, run_dir: Path) -> str:
-    rerun = no_op_rerun(run_dir)
+def _rerun_line(name: str, run_dir: Path, rerun: dict | None) -> str:
     if rerun is None:
         return f"{name}: no timed rerun (no {run_dir}/logs/rerun.log)"
     return f"{name}: the no-op rerun took {rerun['elapsed_s']:.1f} s (exit {rerun['exit']}; {run_dir}/logs/rerun.log)"
@@ -229,7 +222,7 @@ def main(argv=None) -> int:
             line = _beyond_line(run_dir.name, run_dir, beyond[run_dir.name])
             if line:
                 print(line)
-            print(_rerun_line(run_dir.name, run_dir))
+            print(_rerun_line(run_dir.name, run_dir, no_op_rerun(run_dir)))
         return 0
     (run_dir,) = args.run_dirs
     jobs = runs[run_dir.name]
@@ -250,8 +243,9 @@ def main(argv=None) -> int:
     line = _beyond_line(run_dir.name, run_dir, beyond_benchmarks(run_dir))
     if line:
         print(line)
-    if no_op_rerun(run_dir) is not None:
-        print(_rerun_line(run_dir.name, run_dir))
+    rerun = no_op_rerun(run_dir)
+    if rerun is not None:
+        print(_rerun_line(run_dir.name, run_dir, rerun))
     return 0
 
 

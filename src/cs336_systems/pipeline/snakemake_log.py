@@ -57,5 +57,8 @@ def elapsed_seconds(text: str) -> float | None:
 def read_logs(folder: Path) -> list[dict]:
     """Every ``*.log`` in ``folder`` (one per invocation, in name order): its path, finished jobs
     and elapsed time."""
-    return [{"path": path, "jobs": finished_jobs(path.read_text()), "elapsed_s": elapsed_seconds(path.read_text())}
-            for path in sorted(folder.glob("*.log"))] if folder.is_dir() else []
+    logs = []
+    for path in sorted(folder.glob("*.log")) if folder.is_dir() else []:
+        text = path.read_text()
+        logs.append({"path": path, "jobs": finished_jobs(text), "elapsed_s": elapsed_seconds(text)})
+    return logs
