@@ -4,6 +4,7 @@
 #
 #   bash lab/reference-runs/finish.sh RUN SHA
 #
+# RUN: as refrun.sh was given it ("auto" finds the run refrun.sh chose on this machine).
 # SHA: this checkout's commit. The measuring run is pinned to an older commit whose writeup
 # templates may have been fixed since; the second invocation is what a user does after pulling
 # such a fix: the same command, which keeps every record (reuse_records=true) and renders what is
@@ -13,9 +14,11 @@
 # The third should find nothing to do; its output and time go to results/RUN/logs/rerun.log.
 # pipeline.job_times reads both.
 set -u
-RUN=$1 SHA=$2
+source "$(dirname "$0")/common.sh"
+RUN=$(resolve_run "$1") || exit 1
+SHA=$2
 W=${REFRUN_DIR:-/tmp/work}
-CMD="snakemake --cores 1 --resources gpu=2 --config preset=${REFRUN_PRESET:-full} run=$RUN reuse_records=true"
+CMD=$(run_command $RUN)
 [ -e /tmp/smk.done ] || { echo "the run has not ended (no /tmp/smk.done): call refrun.sh again first"; exit 1; }
 failed=$(grep -oE "^Error in rule [A-Za-z0-9_]+" /tmp/smk.log | awk '{print $4}' | sort -u | grep -vx writeup)
 [ -z "$failed" ] || { echo "rules other than the writeup failed in the run: $failed"; exit 1; }
@@ -45,6 +48,6 @@ if [ $rc -eq 0 ]; then
   } > results/$RUN/logs/rerun.log
   head -6 results/$RUN/logs/rerun.log | tail -2
 fi
-tar -cf ${OUT:-/tmp}/out.tar --exclude='*.nsys-rep' --exclude='*.pickle' --exclude='*.sqlite' results/$RUN $( [ -d writeup/$RUN ] && echo writeup/$RUN )
+tar_run $RUN ${OUT:-/tmp}
 cp /tmp/finish.log ${OUT:-/tmp}/ 2>/dev/null
 exit $rc

@@ -4,14 +4,18 @@
 #
 #   bash lab/reference-runs/refrun.sh RUN SHA WAIT_S [go|stop]
 #
-# RUN: the run's name (results/RUN); SHA: the code's commit, stamped into every record (the copy
+# RUN: the run's name (results/RUN), or "auto" for the run of the machine's card (h200 on an H200,
+# h100 on an H100: a call that asked for one card and was lent the other goes on with that one's run); SHA: the code's commit, stamped into every record (the copy
 # on the machine has no usable git state). If .carry/pin-SHA.tar exists (git archive of SHA
 # without results/), the code comes from it and only results/RUN and writeup/RUN from this
 # checkout, so a run continued from a later checkout still measures SHA's code.
 # WAIT_S: how long this call waits for the run; "stop" ends the run gracefully after the wait
 # (Snakemake finishes the job in flight), for the last call before the machine goes back.
 set -u
-RUN=$1 SHA=$2 WAIT=$3 MODE=${4:-go}
+source "$(dirname "$0")/common.sh"
+RUN=$(resolve_run "$1") || exit 1
+SHA=$2 WAIT=$3 MODE=${4:-go}
+echo "run: $RUN"
 export CS336_GIT_COMMIT=$SHA CS336_GIT_DIRTY=false
 # Each device call copies the checkout over the repository root; /tmp/work is out of its way,
 # so what the background run writes is not overwritten by the next call's copy.
@@ -30,7 +34,7 @@ fi
 cd $W && source .carry/env.sh
 if [ "$MODE" = go ] && ! pgrep -f "snakemake --cores 1" >/dev/null && [ ! -e /tmp/smk.done ]; then
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
-  (setsid bash -c "date -u +%FT%TZ >> /tmp/smk.start; snakemake --cores 1 --resources gpu=2 --config preset=full run=$RUN reuse_records=true > /tmp/smk.log 2>&1; echo \$? > /tmp/smk.done" > /dev/null 2>&1 &)
+  (setsid bash -c "date -u +%FT%TZ >> /tmp/smk.start; $(run_command $RUN) > /tmp/smk.log 2>&1; echo \$? > /tmp/smk.done" > /dev/null 2>&1 &)
   echo started
 fi
 end=$((SECONDS+WAIT)); while [ $SECONDS -lt $end ] && [ ! -e /tmp/smk.done ]; do sleep 5; done
@@ -43,8 +47,7 @@ fi
 if [ -e /tmp/smk.start ]; then
   mkdir -p results/$RUN/logs/snakemake && cp /tmp/smk.log results/$RUN/logs/snakemake/$(tail -1 /tmp/smk.start | tr -d ':-').log
 fi
-# raw Nsight reports, snapshots and SQLite exports stay behind: the records and summaries hold what the writeup needs
-tar -cf $OUT/out.tar --exclude='*.nsys-rep' --exclude='*.pickle' --exclude='*.sqlite' results/$RUN $( [ -d writeup/$RUN ] && echo writeup/$RUN )
+tar_run $RUN $OUT
 cp /tmp/smk.log /tmp/smk.start $OUT/ 2>/dev/null
 grep -E "of [0-9]+ steps" /tmp/smk.log | tail -1; grep -B2 -A8 "^Error in rule" /tmp/smk.log | tail -20
 cat /tmp/smk.done 2>/dev/null; date -u

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Here, after a device call of refrun.sh or finish.sh: the run's folder in the checkout becomes
+# exactly the one the call brought home (out.tar holds all of it, so nothing older is kept).
+#
+#   bash lab/reference-runs/unpack.sh FILES_AT/out.tar [--writeup]
+#
+# --writeup also replaces writeup/RUN: after finish.sh, whose writeup is rendered by this
+# checkout's code. Without it the checkout's writeup stays (a refrun.sh call's writeup, where there
+# is one, is the pinned code's).
+set -eu
+TAR=$1 WITH_WRITEUP=${2:-}
+RUN=$(tar -tf "$TAR" | sed -n 's#^results/\([^/]*\)/.*#\1#p' | head -1)
+[ -n "$RUN" ] || { echo "unpack: $TAR holds no results/<run>/"; exit 1; }
+rm -rf "results/$RUN" && tar -xf "$TAR" "results/$RUN" && chmod -R u+w "results/$RUN"
+if [ "$WITH_WRITEUP" = --writeup ]; then
+  rm -rf "writeup/$RUN" && tar -xf "$TAR" "writeup/$RUN" && chmod -R u+w "writeup/$RUN"
+fi
+echo "results/$RUN: $(find results/$RUN -path '*/records/*.json' | wc -l) records$( [ "$WITH_WRITEUP" = --writeup ] && echo ", writeup/$RUN")"
