@@ -91,6 +91,20 @@ def test_bad_options_stop_in_one_line(capsys):
     assert "--previous is for the checkpointed rung only" in capsys.readouterr().err
 
 
+def test_a_previous_record_that_is_missing_or_damaged_stops_in_one_line(tmp_path, capsys):
+    cut_short = tmp_path / "cut.json"
+    cut_short.write_text(json.dumps(make_record("E1", {"rung": "fused-adamw"}, "oom", reason="x"))[:40])
+    not_a_record = tmp_path / "list.json"
+    not_a_record.write_text("[1, 2]")
+    for path, said in ((tmp_path / "absent.json", "No such file or directory"),
+                       (cut_short, "not JSON"), (not_a_record, "not a record")):
+        with pytest.raises(SystemExit) as stop:
+            ladder.main([*POINT, "--rung", "checkpointed", "--previous", str(path), "--out", str(tmp_path / "x.json")])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and f"--previous {path}: {said}" in err and "Traceback" not in err
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_the_loss_tolerance_tells_bf16_rounding_from_a_wrong_attention():
     """The report's tolerance (report.e1's doc says why) on the tiny model: bf16 autocast inside it,
     attention that ignores the causal mask outside it."""

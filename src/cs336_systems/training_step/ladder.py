@@ -27,7 +27,7 @@ import torch
 
 from cs336_systems.cli import parse_device
 from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, get_size
-from cs336_systems.records import log, make_record, read_record, write_json_atomic
+from cs336_systems.records import DamagedRecord, log, make_record, read_record, write_json_atomic
 from cs336_systems.timing import attempt, free_device_memory
 from cs336_systems.training_step import rungs
 from cs336_systems.training_step.step import build_step, kernel_context
@@ -65,9 +65,21 @@ def parse_args(argv=None, prog: str = "python -m cs336_systems.training_step.lad
                     + (" (the first warm-up step gives the loss)" if name == "warmup" else ""))
     if args.previous and args.rung != rungs.ONLY_WHEN_PREVIOUS_OOMS:
         p.error(f"--previous is for the {rungs.ONLY_WHEN_PREVIOUS_OOMS} rung only")
+    args.previous_record = _previous_record(p, args.previous) if args.previous else None
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     parse_device(p, args.device)
     return args
+
+
+def _previous_record(p: argparse.ArgumentParser, path: str) -> dict:
+    """The rung before's record, read before anything is built: a path that is not there or not a
+    record is the user's mistake, said in one line."""
+    try:
+        return read_record(path)
+    except DamagedRecord as error:
+        p.error(f"--previous {error}")
+    except OSError as error:
+        p.error(f"--previous {path}: {error.strerror or error}")
 
 
 def params_of(args: argparse.Namespace, device: str) -> dict:
@@ -89,8 +101,8 @@ def skip_reason(args: argparse.Namespace, device: str) -> str | None:
     """Why this point is not measured, or None."""
     if device.startswith("cpu") and rungs.needs_cuda(args.rung):
         return rungs.needs_cuda(args.rung)
-    if args.previous:
-        before = read_record(args.previous)
+    if args.previous_record is not None:
+        before = args.previous_record
         name = before["params"].get("rung", "the rung before")
         if before["status"] == "ok":
             return f"not needed: the previous rung ({name}) fits"
