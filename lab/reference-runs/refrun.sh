@@ -39,6 +39,9 @@ if [ "$MODE" = go ] && ! pgrep -f "snakemake --cores 1" >/dev/null && [ ! -e /tm
 fi
 end=$((SECONDS+WAIT)); while [ $SECONDS -lt $end ] && [ ! -e /tmp/smk.done ]; do sleep 5; done
 if [ "$MODE" = stop ] && [ ! -e /tmp/smk.done ]; then
+  # the pattern also matches the wrapper that would write /tmp/smk.done, so a stopped run leaves
+  # none and a later "go" on the same machine starts the command again (the machine stays lent
+  # until 30 minutes held: stop before that, or the job in flight is lost with the machine)
   pkill -TERM -f "snakemake --cores 1"
   for _ in $(seq 60); do pgrep -f "snakemake --cores 1" >/dev/null || break; sleep 1; done
 fi
