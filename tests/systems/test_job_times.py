@@ -162,3 +162,51 @@ def test_side_by_side_refuses_out_and_twin_names(tmp_path, seed, capsys):
     assert "same name" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         job_times.main([str(tmp_path / "a" / "h200"), str(tmp_path / "b"), "--out", str(tmp_path / "t.csv")])
+
+
+def test_compiling_is_the_compiled_jobs_untimed_median_less_the_eager_ones(tmp_path, seed, capsys):
+    """E1 jobs with random wall and step times, some compiled: the estimate is the difference of the
+    two groups' medians of wall time less timed steps, computed here with statistics.median; jobs
+    that did not run, and a deliverable with too few jobs on one side, are left out."""
+    import statistics
+
+    rng = random.Random(seed)
+    untimed: dict[bool, list[float]] = {True: [], False: []}
+    for k in range(rng.randint(6, 12)):
+        compiled = k % 2 == 0
+        steps = [rng.uniform(10, 900) for _ in range(rng.randint(2, 6))]
+        s = sum(steps) / 1000 + rng.uniform(2, 9) + (rng.uniform(10, 25) if compiled else 0.0)
+        path = tmp_path / "benchmarks" / "E1" / f"job{k}.tsv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(HEADER + f"{s}\t0:00:01\t100\t1\t1\t1\t0\t0\t50\t1\n")
+        _record(tmp_path / "E1" / "records" / f"job{k}.json", "ok", steps)
+        record = json.loads((tmp_path / "E1" / "records" / f"job{k}.json").read_text())
+        record["params"] = {"compiled": compiled}
+        (tmp_path / "E1" / "records" / f"job{k}.json").write_text(json.dumps(record))
+        untimed[compiled].append(s - sum(steps) / 1000)
+    # an oom record that says compiled, and B2 with two compiled jobs only: neither counts
+    for ident, k, status, compiled in (("E1", 99, "oom", True), ("B2", 0, "ok", True), ("B2", 1, "ok", True),
+                                       ("B2", 2, "ok", False), ("B2", 3, "ok", False), ("B2", 4, "ok", False)):
+        path = tmp_path / "benchmarks" / ident / f"job{k}.tsv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(HEADER + f"{rng.uniform(1, 99)}\t0:00:01\t100\t1\t1\t1\t0\t0\t50\t1\n")
+        _record(tmp_path / ident / "records" / f"job{k}.json", status, [1.0])
+        record = json.loads((tmp_path / ident / "records" / f"job{k}.json").read_text())
+        record["params"] = {"compiled": compiled}
+        (tmp_path / ident / "records" / f"job{k}.json").write_text(json.dumps(record))
+    table = job_times.compiling(job_times.read_benchmarks(tmp_path))
+    assert list(table["deliverable"]) == ["E1"]
+    row = table.iloc[0]
+    per_job = statistics.median(untimed[True]) - statistics.median(untimed[False])
+    assert (row["compiled"], row["eager"]) == (len(untimed[True]), len(untimed[False]))
+    assert row["per_job_s"] == pytest.approx(per_job) and row["total_s"] == pytest.approx(per_job * len(untimed[True]))
+    assert job_times.main([str(tmp_path)]) == 0
+    assert f"compiling costs about {per_job:.1f} s a compiled job, {per_job * len(untimed[True]) / 60:.1f} min" \
+        in capsys.readouterr().out
+
+
+def test_without_compiled_records_there_is_no_compiling_line(tmp_path, seed, capsys):
+    _write(tmp_path, random.Random(seed))
+    assert job_times.compiling(job_times.read_benchmarks(tmp_path)).empty
+    assert job_times.main([str(tmp_path)]) == 0
+    assert "compil" not in capsys.readouterr().out

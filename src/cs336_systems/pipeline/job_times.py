@@ -13,7 +13,8 @@ records, do not. A job that was cut off leaves no file, so the sums cover the jo
 Where the time goes: ``timed_s`` is the part of the jobs' time their records say was spent in
 timed steps (warm-up and measured samples of ``metrics.step``; blank for deliverables whose
 records time something else), so ``total_s - timed_s`` over those jobs is process start, model
-building, compilation and writing. A job whose record is ``skipped`` does no work at all: its time
+building, compilation and writing; where records say which steps were compiled (E1's rungs),
+compiling's share is estimated from compiled against eager jobs (``compiling``). A job whose record is ``skipped`` does no work at all: its time
 is the per-job floor of starting the processes, importing torch and writing a record, printed
 below the table where the run has such jobs.
 
@@ -55,8 +56,9 @@ def read_benchmarks(run_dir: Path) -> pd.DataFrame:
                              "job": "/".join(parts)[: -len(".tsv")],
                              "s": _number(row.get("s")), "max_rss_MB": _number(row.get("max_rss")),
                              "cpu_s": _number(row.get("cpu_time")),
-                             "timed_s": _timed_seconds(record), "skipped": _status(record) == "skipped"})
-    return pd.DataFrame(rows, columns=["deliverable", "job", "s", "max_rss_MB", "cpu_s", "timed_s", "skipped"])
+                             "timed_s": _timed_seconds(record), "skipped": _status(record) == "skipped",
+                             "compiled": _compiled(record)})
+    return pd.DataFrame(rows, columns=["deliverable", "job", "s", "max_rss_MB", "cpu_s", "timed_s", "skipped", "compiled"])
 
 
 def _record_of(run_dir: Path, parts: tuple[str, ...]) -> dict | None:
@@ -80,6 +82,14 @@ def _record_of(run_dir: Path, parts: tuple[str, ...]) -> dict | None:
 
 def _status(record: dict | None) -> str | None:
     return record.get("status") if record else None
+
+
+def _compiled(record: dict | None) -> bool | None:
+    """Whether a record that ran (``ok``) says its step was compiled (``params.compiled``, as E1's
+    rungs do); None where it did not run or does not say."""
+    params = record.get("params") if record and _status(record) == "ok" else None
+    compiled = params.get("compiled") if isinstance(params, dict) else None
+    return compiled if isinstance(compiled, bool) else None
 
 
 def _timed_seconds(record: dict | None) -> float:
@@ -114,6 +124,39 @@ def process_floor(jobs: pd.DataFrame) -> float | None:
     else); None where the run has none."""
     skipped = jobs.loc[jobs["skipped"].astype(bool), "s"].dropna()
     return float(skipped.median()) if len(skipped) else None
+
+
+LEAST_FOR_A_MEDIAN = 3      # jobs on each side before a difference of medians is worth printing
+
+
+def compiling(jobs: pd.DataFrame) -> pd.DataFrame:
+    """What compiling costs, estimated per deliverable whose records say which steps were compiled
+    (E1's rungs): the median untimed seconds of a compiled job (wall time less its timed steps:
+    process start, building, compiling, writing) less an eager job's of the same deliverable, whose
+    start, building and writing are the same. One row per deliverable with at least
+    ``LEAST_FOR_A_MEDIAN`` jobs on each side: ``compiled``, ``eager`` (jobs), their medians,
+    ``per_job_s`` and ``total_s`` (per job times the compiled jobs). Nothing is recorded about the
+    compiler itself, so this is a difference of two medians, not a measurement."""
+    known = jobs[jobs["compiled"].notna() & jobs["timed_s"].notna()]
+    rows = []
+    for ident, group in known.groupby("deliverable", sort=False):
+        untimed = group["s"] - group["timed_s"]
+        side = group["compiled"].astype(bool)
+        if side.sum() < LEAST_FOR_A_MEDIAN or (~side).sum() < LEAST_FOR_A_MEDIAN:
+            continue
+        compiled_s, eager_s = float(untimed[side].median()), float(untimed[~side].median())
+        rows.append({"deliverable": ident, "compiled": int(side.sum()), "eager": int((~side).sum()),
+                     "compiled_median_s": compiled_s, "eager_median_s": eager_s,
+                     "per_job_s": compiled_s - eager_s, "total_s": (compiled_s - eager_s) * int(side.sum())})
+    return pd.DataFrame(rows, columns=["deliverable", "compiled", "eager", "compiled_median_s", "eager_median_s",
+                                       "per_job_s", "total_s"])
+
+
+def _compiling_lines(name: str, jobs: pd.DataFrame) -> list[str]:
+    return [f"{name}: {row.deliverable}'s {row.compiled} compiled jobs take a median {row.compiled_median_s:.1f} s "
+            f"beyond their timed steps, its {row.eager} eager ones {row.eager_median_s:.1f} s: compiling costs about "
+            f"{row.per_job_s:.1f} s a compiled job, {row.total_s / 60:.1f} min in all (a difference of medians)"
+            for row in compiling(jobs).itertuples()]
 
 
 def _ids() -> list[str]:
@@ -169,6 +212,10 @@ def side_by_side(runs: dict[str, pd.DataFrame], beyond: dict[str, dict | None] |
               {n: (f"**{len(runs[n])}**", f"**{measured[n] / 60:.1f}**") for n in names}),
              ("of it in timed steps", {n: ("", f"{runs[n]['timed_s'].sum() / 60:.1f}") for n in names}),
              ("per-job floor × jobs", {n: (f"{f:.1f} s", f"{len(runs[n]) * f / 60:.1f}") for n, f in floors.items()})]
+    compiles = {n: c for n in names if not (c := compiling(runs[n])).empty}
+    if compiles:
+        rows.append(("compiling, estimated (see below)",
+                     {n: (str(int(c["compiled"].sum())), f"{c['total_s'].sum() / 60:.1f}") for n, c in compiles.items()}))
     if logged:
         rows += [("reports and writeup (Snakemake's logs)",
                   {n: (str(e["jobs"]), f"{e['s'] / 60:.1f}") for n, e in logged.items()}),
@@ -219,6 +266,8 @@ def main(argv=None) -> int:
         print(side_by_side(runs, beyond))
         print()
         for run_dir in args.run_dirs:
+            for line in _compiling_lines(run_dir.name, runs[run_dir.name]):
+                print(line)
             line = _beyond_line(run_dir.name, run_dir, beyond[run_dir.name])
             if line:
                 print(line)
@@ -240,6 +289,8 @@ def main(argv=None) -> int:
     if floor is not None:
         print(f"per-job floor (median of {int(jobs['skipped'].sum())} jobs that skip their work): {floor:.1f} s; "
               f"{len(jobs)} jobs x floor = {len(jobs) * floor / 60:.1f} min")
+    for line in _compiling_lines(run_dir.name, jobs):
+        print(line)
     line = _beyond_line(run_dir.name, run_dir, beyond_benchmarks(run_dir))
     if line:
         print(line)
