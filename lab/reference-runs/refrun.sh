@@ -21,6 +21,11 @@ export CS336_GIT_COMMIT=$SHA CS336_GIT_DIRTY=false
 # so what the background run writes is not overwritten by the next call's copy.
 W=/tmp/work
 if [ ! -d $W ]; then
+  # a record in the checkout's folder from another commit would be kept as if this run made it
+  # (reuse_records=true): the folder must be the run so far, not main's notebook; C records are
+  # the exception, kept from the two- and four-GPU machines one GPU cannot replace
+  python3 "$(dirname "$0")/check_run.py" results/$RUN --pin $SHA --kept C1,C2,C3,C4,C5,C6,C7,C8,C9,C10,C11,C12 \
+    > /tmp/check_run.txt || { grep PROBLEM /tmp/check_run.txt | head -3; echo "results/$RUN is not the run so far of $SHA: nothing started"; exit 1; }
   mkdir -p $W
   if [ -f .carry/pin-$SHA.tar ]; then
     tar -xf .carry/pin-$SHA.tar -C $W && cp -a .carry $W/ && mkdir -p $W/results $W/writeup
