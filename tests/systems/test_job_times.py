@@ -203,6 +203,12 @@ def test_compiling_is_the_compiled_jobs_untimed_median_less_the_eager_ones(tmp_p
     assert job_times.main([str(tmp_path)]) == 0
     assert f"compiling costs about {per_job:.1f} s a compiled job, {per_job * len(untimed[True]) / 60:.1f} min" \
         in capsys.readouterr().out
+    # side by side (README's table), beside a run without compiled records: its cells stay blank
+    _write(tmp_path / "other", rng)
+    assert job_times.main([str(tmp_path), str(tmp_path / "other")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| compiling"))
+    assert [c.strip() for c in row.strip("|").split("|")[1:]] == \
+        [str(len(untimed[True])), f"{per_job * len(untimed[True]) / 60:.1f}", "", ""]
 
 
 def test_without_compiled_records_there_is_no_compiling_line(tmp_path, seed, capsys):
