@@ -83,7 +83,11 @@ def test_job_times_counts_what_the_benchmarks_leave_out(tmp_path, seed, capsys):
     (tmp_path / "q" / "benchmarks" / "B5").mkdir(parents=True)
     (tmp_path / "q" / "benchmarks" / "B5" / "x.tsv").write_text(bench.read_text())
     assert job_times.main([str(run), str(tmp_path / "q")]) == 0
+    out = capsys.readouterr().out
     rows = {line.split(" | ")[0].strip("| *"): [c.strip(" *") for c in line.strip("|").split(" | ")[1:]]
-            for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
+            for line in out.splitlines() if line.startswith("| ")}
+    assert (f"r: Snakemake's logs of 2 invocations ({run}/logs/snakemake/): {len(others)} job"
+            f"{'' if len(others) == 1 else 's'} without benchmark files") in out
+    assert "(over the 2 invocations whose output gives the elapsed time)" in out
     assert rows["reports and writeup (Snakemake's logs)"] == [str(len(others)), f"{sum(others) / 60:.1f}", "", ""]
     assert rows["whole DAG"] == [str(1 + len(others)), f"{(120 + sum(others) + between) / 60:.1f}", "", ""]

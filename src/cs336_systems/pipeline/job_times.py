@@ -232,10 +232,14 @@ def side_by_side(runs: dict[str, pd.DataFrame], beyond: dict[str, dict | None] |
 def _beyond_line(name: str, run_dir: Path, extra: dict | None) -> str | None:
     if extra is None:
         return None
-    return (f"{name}: Snakemake's logs of {extra['invocations']} invocations ({run_dir}/logs/snakemake/): "
-            f"{extra['jobs']} jobs without benchmark files (reports, the writeup) took {extra['s'] / 60:.1f} min; "
-            f"Snakemake's own time between jobs {extra['between_s'] / 60:.1f} min "
-            f"(over the {extra['timed_invocations']} invocations whose output gives their elapsed time)")
+    return (f"{name}: Snakemake's logs of {_count(extra['invocations'], 'invocation')} ({run_dir}/logs/snakemake/): "
+            f"{_count(extra['jobs'], 'job')} without benchmark files (reports, the writeup) took {extra['s'] / 60:.1f} min; "
+            f"Snakemake's own time between jobs {extra['between_s'] / 60:.1f} min (over the "
+            f"{_count(extra['timed_invocations'], 'invocation')} whose output gives the elapsed time)")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _rerun_line(name: str, run_dir: Path, rerun: dict | None) -> str:
