@@ -74,7 +74,7 @@ def test_timed_steps_and_the_floor_come_from_the_jobs_records(tmp_path, seed, ca
     assert job_times.process_floor(jobs) == pytest.approx(truth["C3"][0])
     assert job_times.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert f"per-job floor (median of 1 jobs that skip their work): {truth['C3'][0]:.1f} s" in out
+    assert f"per-job floor (median of 1 job whose record is skipped): {truth['C3'][0]:.1f} s" in out
     assert f"2 jobs whose records hold step samples: {(truth['A1'][0] + truth['A1'][2]) / 60:.1f} min" in out
 
 

@@ -291,7 +291,7 @@ def main(argv=None) -> int:
               f"{jobs.loc[timed, 'timed_s'].sum() / 60:.1f} min of it in timed steps")
     floor = process_floor(jobs)
     if floor is not None:
-        print(f"per-job floor (median of {int(jobs['skipped'].sum())} jobs that skip their work): {floor:.1f} s; "
+        print(f"per-job floor (median of {_count(int(jobs['skipped'].sum()), 'job')} whose record is skipped): {floor:.1f} s; "
               f"{len(jobs)} jobs x floor = {len(jobs) * floor / 60:.1f} min")
     for line in _compiling_lines(run_dir.name, jobs):
         print(line)
