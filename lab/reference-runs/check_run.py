@@ -11,26 +11,30 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 from pathlib import Path
 
+# stdlib-only modules of the package: this runs on a lent machine before its environment is set up
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from cs336_systems.pipeline.run_folder import records_in  # noqa: E402
+from cs336_systems.records import DamagedRecord  # noqa: E402
+
 
 def records(run_dir: Path):
-    """(deliverable, path, record or None) for every record file: JSON under <ID>/, not the
-    summaries, run.json or logs; a file holding a list (one process's row) gives each record."""
+    """(deliverable, path, record or None) for every record file: JSON under <ID>/ (B2's whole-model
+    rows and E1's profiles too, which run_folder.record_files does not list), not the summaries,
+    logs or benchmarks; None for a file that is not a record."""
     for path in sorted(run_dir.glob("*/**/*.json")):
         rel = path.relative_to(run_dir)
         if rel.parts[0] in ("logs", "benchmarks") or path.name == "summary.json":
             continue
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            found = records_in(path)
+        except (DamagedRecord, OSError):
             yield rel.parts[0], rel, None
             continue
-        for record in data if isinstance(data, list) else [data]:
-            if isinstance(record, dict) and "status" in record:
-                yield rel.parts[0], rel, record
+        for record in found:
+            yield rel.parts[0], rel, record
 
 
 def main(argv=None) -> int:

@@ -229,6 +229,18 @@ def side_by_side(runs: dict[str, pd.DataFrame], beyond: dict[str, dict | None] |
                         for label, cells in rows])
 
 
+def _run_lines(run_dir: Path, jobs: pd.DataFrame, extra: dict | None, say_no_rerun: bool) -> list[str]:
+    """The lines under a run's table: compiling's estimate, what its Snakemake logs add, its no-op
+    rerun (or, with ``say_no_rerun``, that it has none)."""
+    lines = _compiling_lines(run_dir.name, jobs)
+    if (line := _beyond_line(run_dir.name, run_dir, extra)) is not None:
+        lines.append(line)
+    rerun = no_op_rerun(run_dir)
+    if rerun is not None or say_no_rerun:
+        lines.append(_rerun_line(run_dir.name, run_dir, rerun))
+    return lines
+
+
 def _beyond_line(name: str, run_dir: Path, extra: dict | None) -> str | None:
     if extra is None:
         return None
@@ -270,12 +282,7 @@ def main(argv=None) -> int:
         print(side_by_side(runs, beyond))
         print()
         for run_dir in args.run_dirs:
-            for line in _compiling_lines(run_dir.name, runs[run_dir.name]):
-                print(line)
-            line = _beyond_line(run_dir.name, run_dir, beyond[run_dir.name])
-            if line:
-                print(line)
-            print(_rerun_line(run_dir.name, run_dir, no_op_rerun(run_dir)))
+            print("\n".join(_run_lines(run_dir, runs[run_dir.name], beyond[run_dir.name], say_no_rerun=True)))
         return 0
     (run_dir,) = args.run_dirs
     jobs = runs[run_dir.name]
@@ -293,14 +300,8 @@ def main(argv=None) -> int:
     if floor is not None:
         print(f"per-job floor (median of {_count(int(jobs['skipped'].sum()), 'job')} whose record is skipped): {floor:.1f} s; "
               f"{len(jobs)} jobs x floor = {len(jobs) * floor / 60:.1f} min")
-    for line in _compiling_lines(run_dir.name, jobs):
+    for line in _run_lines(run_dir, jobs, beyond_benchmarks(run_dir), say_no_rerun=False):
         print(line)
-    line = _beyond_line(run_dir.name, run_dir, beyond_benchmarks(run_dir))
-    if line:
-        print(line)
-    rerun = no_op_rerun(run_dir)
-    if rerun is not None:
-        print(_rerun_line(run_dir.name, run_dir, rerun))
     return 0
 
 

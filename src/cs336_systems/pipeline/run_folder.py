@@ -46,7 +46,7 @@ def record_files(folder: str | os.PathLike) -> Iterator[Path]:
         yield from sorted(folder.glob(pattern))
 
 
-def _records(path: Path) -> list[dict]:
+def records_in(path: Path) -> list[dict]:
     """The records of one file (a record, or a JSON list of them: one process that measured a row)."""
     with open(path, "rb") as f:
         starts_a_list = f.read(4096).lstrip()[:1] == b"["
@@ -65,7 +65,7 @@ def scan(folder: str | os.PathLike) -> Scan:
     names, count, damaged = set(), 0, []
     for path in record_files(folder):
         try:
-            records = _records(path)
+            records = records_in(path)
         except DamagedRecord as error:
             damaged.append(error)
             continue
