@@ -21,9 +21,10 @@ resolve_run() {
   esac
 }
 
-# the run's records, logs, tables and writeup, into $2/out.tar; raw Nsight reports, snapshots and
+# the run's records, logs, tables and writeup, into $2/out.tgz (compressed: with its writeup a
+# run is over the 16 MiB a file that the device tool brings back); raw Nsight reports, snapshots and
 # SQLite exports stay behind: the records and summaries hold what the writeup needs
 tar_run() {
-  tar -cf "$2/out.tar" --exclude='*.nsys-rep' --exclude='*.pickle' --exclude='*.sqlite' \
+  tar -czf "$2/out.tgz" --exclude='*.nsys-rep' --exclude='*.pickle' --exclude='*.sqlite' \
     "results/$1" $( [ -d "writeup/$1" ] && echo "writeup/$1" )
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Here, after a device call of refrun.sh or finish.sh: the run's folder in the checkout becomes
-# exactly the one the call brought home (out.tar holds all of it, so nothing older is kept).
+# exactly the one the call brought home (out.tgz holds all of it, so nothing older is kept).
 #
-#   bash lab/reference-runs/unpack.sh FILES_AT/out.tar [--writeup]
+#   bash lab/reference-runs/unpack.sh FILES_AT/out.tgz [--writeup]
 #
 # --writeup also replaces writeup/RUN: after finish.sh, whose writeup is rendered by this
 # checkout's code. Without it the checkout's writeup stays (a refrun.sh call's writeup, where there

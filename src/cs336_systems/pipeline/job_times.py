@@ -281,8 +281,10 @@ def main(argv=None) -> int:
         beyond = {run_dir.name: beyond_benchmarks(run_dir) for run_dir in args.run_dirs}
         print(side_by_side(runs, beyond))
         print()
+        # a Markdown list under the table: README holds this output as it is printed
         for run_dir in args.run_dirs:
-            print("\n".join(_run_lines(run_dir, runs[run_dir.name], beyond[run_dir.name], say_no_rerun=True)))
+            for line in _run_lines(run_dir, runs[run_dir.name], beyond[run_dir.name], say_no_rerun=True):
+                print(f"- {line}")
         return 0
     (run_dir,) = args.run_dirs
     jobs = runs[run_dir.name]
