@@ -16,18 +16,15 @@ from pathlib import Path
 
 # stdlib-only modules of the package: this runs on a lent machine before its environment is set up
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from cs336_systems.pipeline.run_folder import records_in  # noqa: E402
+from cs336_systems.pipeline.run_folder import record_files, records_in  # noqa: E402
 from cs336_systems.records import DamagedRecord  # noqa: E402
 
 
 def records(run_dir: Path):
-    """(deliverable, path, record or None) for every record file: JSON under <ID>/ (B2's whole-model
-    rows and E1's profiles too, which run_folder.record_files does not list), not the summaries,
-    logs or benchmarks; None for a file that is not a record."""
-    for path in sorted(run_dir.glob("*/**/*.json")):
+    """(deliverable, path, record or None) for every record file the pipeline reads
+    (run_folder.record_files); None for a file that is not a record."""
+    for path in record_files(run_dir):
         rel = path.relative_to(run_dir)
-        if rel.parts[0] in ("logs", "benchmarks") or path.name == "summary.json":
-            continue
         try:
             found = records_in(path)
         except (DamagedRecord, OSError):

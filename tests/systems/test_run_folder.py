@@ -75,19 +75,26 @@ def test_damaged_records_are_found_and_set_aside(tmp_path):
     warmup = folder / "A1" / "warmup" / "w.json"
     warmup.parent.mkdir(parents=True)
     warmup.write_text("")
+    whole_model = folder / "B2" / "whole_model" / "small_forward.json"   # B2's whole-model rows are records too
+    whole_model.parent.mkdir(parents=True)
+    whole_model.write_text(json.dumps(make_record("B2", {"size": "small"}))[:-20])
+    profile = folder / "E1" / "profiles" / "xl_ctx512_flash.json"       # and E1's kernel profiles
+    profile.parent.mkdir(parents=True)
+    profile.write_text('{"id": "E1"}')
     tuning = folder / "B5" / "tuning" / "sweep.json"     # not a record folder: never read
     tuning.parent.mkdir(parents=True)
     tuning.write_text("{}")
     found = run_folder.scan(folder)
-    assert sorted(e.path.name for e in found.damaged) == ["cut.json", "gloo_x2.json", "stranger.json", "w.json"]
-    for ident in ("A1", "A4", "B5", "C1", "C8"):
+    assert sorted(e.path.name for e in found.damaged) == ["cut.json", "gloo_x2.json", "small_forward.json",
+                                                          "stranger.json", "w.json", "xl_ctx512_flash.json"]
+    for ident in ("A1", "A4", "B2", "B5", "C1", "C8", "E1"):
         (folder / ident / "summary.json").parent.mkdir(parents=True, exist_ok=True)
         (folder / ident / "summary.json").write_text("{}")
     page = tmp_path / "writeup.md"
     page.write_text("old")
     lines = run_folder.set_aside_damaged(folder, found, {"A1": ["A1", "A4"], "C1": ["C1", "C8"]}, [page])
     assert not page.exists()
-    assert len(lines) == 4 and all("\n" not in line and "moved to" in line for line in lines)
+    assert len(lines) == 6 and all("\n" not in line and "moved to" in line for line in lines)
     assert good.exists() and not cut.exists() and (cut.parent / "cut.json.damaged").exists()
     # The reports that read a damaged record lose their summary, so Snakemake rebuilds them.
     assert {p.parent.name for p in folder.glob("*/summary.json")} == set()

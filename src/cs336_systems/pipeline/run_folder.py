@@ -39,11 +39,16 @@ class Identity:
         return f"preset {self.preset} on {self.device}"
 
 
+# the folders under <ID>/ that measuring rules write records into: every deliverable's records/, A1's
+# warm-up study, B2's whole-model rows and E1's kernel profiles (the rules' outputs say which)
+RECORD_FOLDERS = ("records", "warmup", "whole_model", "profiles")
+
+
 def record_files(folder: str | os.PathLike) -> Iterator[Path]:
-    """Every record file of a run folder: ``<ID>/records/*.json`` and A1's ``<ID>/warmup/*.json``."""
+    """Every record file of a run folder: ``<ID>/<one of RECORD_FOLDERS>/*.json``."""
     folder = Path(folder)
-    for pattern in ("*/records/*.json", "*/warmup/*.json"):
-        yield from sorted(folder.glob(pattern))
+    for name in RECORD_FOLDERS:
+        yield from sorted(folder.glob(f"*/{name}/*.json"))
 
 
 def records_in(path: Path) -> list[dict]:
