@@ -15,4 +15,6 @@ rm -rf "results/$RUN" && tar -xf "$TAR" "results/$RUN" && chmod -R u+w "results/
 if [ "$WITH_WRITEUP" = --writeup ]; then
   rm -rf "writeup/$RUN" && tar -xf "$TAR" "writeup/$RUN" && chmod -R u+w "writeup/$RUN"
 fi
-echo "results/$RUN: $(find results/$RUN -path '*/records/*.json' | wc -l) records$( [ "$WITH_WRITEUP" = --writeup ] && echo ", writeup/$RUN")"
+# counted as the pipeline lists record files (run_folder.record_files: B2's and E1's other folders too)
+n=$(PYTHONPATH=src python3 -c "import sys; from cs336_systems.pipeline.run_folder import record_files; print(len(list(record_files(sys.argv[1]))))" "results/$RUN")
+echo "results/$RUN: $n record files$( [ "$WITH_WRITEUP" = --writeup ] && echo ", writeup/$RUN")"

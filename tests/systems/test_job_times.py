@@ -218,7 +218,7 @@ def test_without_compiled_records_there_is_no_compiling_line(tmp_path, seed, cap
     assert "compil" not in capsys.readouterr().out
 
 
-def test_readmes_job_time_table_is_what_job_times_prints_for_the_committed_runs(capsys):
+def test_readmes_job_time_table_is_what_job_times_prints_for_the_committed_runs(capsys, monkeypatch):
     """README quotes the command's output for the committed runs verbatim, between markers: a run
     measured again, or a change to what job_times prints, shows here until README is pasted anew."""
     text = (REPO / "README.md").read_text()
@@ -226,11 +226,6 @@ def test_readmes_job_time_table_is_what_job_times_prints_for_the_committed_runs(
     assert block, "README has no job_times block"
     command = "python -m cs336_systems.pipeline.job_times results/h200 results/h100"
     assert f"`{command}`" in text
-    import os
-    here = os.getcwd()
-    try:
-        os.chdir(REPO)
-        assert job_times.main(command.split()[3:]) == 0
-    finally:
-        os.chdir(here)
+    monkeypatch.chdir(REPO)
+    assert job_times.main(command.split()[3:]) == 0
     assert block.group(1) == capsys.readouterr().out.rstrip("\n")
