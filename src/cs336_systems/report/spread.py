@@ -93,3 +93,72 @@ def across_processes(estimates: list[Estimate]) -> Estimate:
         return Estimate(centre, math.nan)
     scatter = math.sqrt(sum((m - centre) ** 2 for m in means) / (len(means) - 1))
     return Estimate(centre, scatter * math.sqrt(1 + 1 / len(means)))
+
+
+# --- Paired verdicts: two points measured in one job, in interleaved rounds (cs336_systems.rounds) ---
+
+@dataclass(frozen=True)
+class Paired:
+    """``a`` against ``b`` round by round: ``difference`` is the median over rounds of ``a``'s round
+    median minus ``b``'s (or their ratio), ``spread`` the largest distance of a round's difference from
+    that median. ``verdict`` is ``"higher"``/``"lower"`` only where ``|difference - null|`` exceeds
+    ``spread`` — which also means every round points the same way — else ``WITHIN``."""
+    difference: float
+    spread: float
+    rounds: int
+    verdict: str
+    ratio: bool = False
+
+    @property
+    def relative_spread(self) -> float:
+        """The spread as a share of the difference's scale (a ratio's spread is already one)."""
+        return self.spread
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def paired(a_rounds: list[list[float]], b_rounds: list[list[float]], *, ratio: bool = False) -> Paired:
+    """Judge ``a`` against ``b`` from their samples per round (``a_rounds[i]`` and ``b_rounds[i]`` taken
+    in round ``i`` of one job). ``ratio``: compare ``a / b`` against 1 instead of ``a - b`` against 0.
+
+    Why per round: what moves a whole round (the host busy, clocks lower) moves both sides, and the
+    per-round difference cancels it; what is left scatters across rounds, and a difference is called
+    only beyond that scatter. Fewer than ``rounds.MIN_ROUNDS`` common rounds decide nothing."""
+    from cs336_systems.rounds import MIN_ROUNDS
+
+    n = min(len(a_rounds), len(b_rounds))
+    diffs = [(_median(a) / _median(b)) if ratio else (_median(a) - _median(b))
+             for a, b in zip(a_rounds[:n], b_rounds[:n])]
+    null = 1.0 if ratio else 0.0
+    if not diffs:
+        return Paired(math.nan, math.nan, 0, WITHIN, ratio)
+    centre = _median(diffs)
+    spread = max(abs(d - centre) for d in diffs)
+    if n < MIN_ROUNDS:
+        return Paired(centre, spread, n, WITHIN, ratio)
+    gap = centre - null
+    verdict = "higher" if gap > spread else "lower" if -gap > spread else WITHIN
+    return Paired(centre, spread, n, verdict, ratio)
+
+
+def same_job(a: dict, b: dict) -> bool:
+    """Whether two records were measured in one job's interleaved rounds (``metrics.turns.job``)."""
+    ta, tb = (r.get("metrics", {}).get("turns") or {} for r in (a, b))
+    return bool(ta.get("job")) and ta.get("job") == tb.get("job")
+
+
+def round_samples(record: dict, phase: str = "step") -> list[list[float]]:
+    """A record's samples of ``phase``, one list per round (``rounds.Outcome.metrics``)."""
+    return [r[phase] for r in record["metrics"].get("rounds", []) if phase in r]
+
+
+def paired_records(a: dict, b: dict, phase: str = "step", *, ratio: bool = False) -> Paired | None:
+    """``paired`` of two records' rounds, or None where they were not measured in one job: such a
+    comparison spans processes and needs a spread measured across processes (``across_processes``)."""
+    if not same_job(a, b):
+        return None
+    return paired(round_samples(a, phase), round_samples(b, phase), ratio=ratio)

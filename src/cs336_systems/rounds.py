@@ -1,0 +1,182 @@
+"""Interleaved rounds: the things one job compares take turns, so every verdict is a paired difference.
+
+Two processes of one command on one machine differ by up to ~30 % at host-bound points (another
+allocator layout, other cores, clocks that drift), far more than the standard error inside either.
+A comparison measured across processes therefore says little. Here the compared things live in one
+process and take turns — warm-up for each, then rounds ``A B C | B C A | C A B ...`` (the order
+rotates so no entrant always follows the same one) — and each round keeps its own samples. A
+drift that moves every entrant of a round moves both sides of a pair alike, and the per-round
+difference cancels it; ``report.spread.paired`` judges that difference against its scatter across
+rounds.
+
+    outcomes = take_turns([Entrant("fp32", make_fp32), Entrant("bf16", make_bf16)],
+                          device="cuda", warmup=3, rounds=5, steps=3)
+    outcomes["bf16"].metrics(job)     # per-phase summaries, every round's samples, who it was paired with
+
+An entrant is built lazily (``make()`` returns its step function ``step(phase)``, where ``phase`` is
+``name -> context manager``), at the start of its warm-up. One that runs out of memory, building or
+stepping, is an outcome (``oom``), its memory released before the next entrant's turn; the others go
+on. Entrants may share state (one model, its optimizer): the caller decides what is shared.
+"""
+from __future__ import annotations
+
+import gc
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, ContextManager, Sequence
+
+import torch
+
+from cs336_systems.records import log
+from cs336_systems.timing import (PhaseTimer, failure_status, free_device_memory, peak_memory_bytes,
+                                  reset_peak_memory, summarize)
+
+Phase = Callable[[str], ContextManager]
+StepFn = Callable[[Phase], object]
+
+MIN_ROUNDS = 3          # fewer rounds give no spread across rounds worth the name
+
+
+@dataclass
+class Entrant:
+    name: str                               # the point it measures, unique in the job
+    make: Callable[[], StepFn]              # builds what it needs; returns one step of it
+    # After it fails: clear what it left in state shared with the others (a half-done backward's
+    # gradients on a shared model), so the next entrant starts from the memory it would have had.
+    cleanup: Callable[[], None] | None = None
+
+
+@dataclass
+class Outcome:
+    name: str
+    status: str = "ok"                      # ok, oom or error (timing.failure_status)
+    message: str | None = None
+    warmup_steps: list[float] = field(default_factory=list)      # ms, whole step
+    rounds: list[dict[str, list[float]]] = field(default_factory=list)   # per round: phase -> samples (ms)
+    peak_memory_bytes: int | None = None    # the most any of its steps held (None on the CPU)
+    step: StepFn | None = field(default=None, repr=False)
+
+    def metrics(self, job: "Job") -> dict:
+        """What a record keeps: per-phase summaries over every timed sample (``timing.summarize`` and
+        the samples), ``step`` (the phases' sum), every round's samples, the warm-up steps, the peak
+        memory and ``turns``: the job, its entrants and its rounds, which makes pairs findable."""
+        phases = list(self.rounds[0]) if self.rounds else []
+        metrics = {}
+        for name in phases:
+            samples = [t for r in self.rounds for t in r[name]]
+            metrics[name] = summarize(samples) | {"samples": samples}
+        steps = [t for r in self.rounds for t in r["step"]]
+        metrics["step"] = summarize(steps) | {"samples": steps}
+        metrics["rounds"] = self.rounds
+        metrics["warmup_step_samples"] = self.warmup_steps
+        metrics["peak_memory_bytes"] = self.peak_memory_bytes
+        metrics["turns"] = job.as_dict()
+        return metrics
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job's identity: the compared points share it, and a report pairs only records that do."""
+    id: str
+    entrants: tuple[str, ...]
+    rounds: int
+    steps: int
+    warmup: int
+
+    def as_dict(self) -> dict:
+        return {"job": self.id, "with": list(self.entrants), "rounds": self.rounds, "steps": self.steps,
+                "warmup": self.warmup}
+
+
+def rotation(names: Sequence[str], round_index: int) -> list[str]:
+    """Round ``round_index``'s order: the list rotated by one more place each round."""
+    k = round_index % len(names) if names else 0
+    return list(names[k:]) + list(names[:k])
+
+
+def _timed_step(outcome: Outcome, device, timer: PhaseTimer) -> float:
+    """One step of ``outcome``'s entrant, its phases into ``timer``; returns the whole step (ms)."""
+    before = {name: len(samples) for name, samples in timer.samples.items()}
+    outcome.step(timer.phase)
+    return sum(samples[-1] for name, samples in timer.samples.items() if len(samples) > before.get(name, 0))
+
+
+def _fail(outcome: Outcome, entrant: Entrant, exc: BaseException) -> None:
+    """Record why ``outcome`` stopped and let go of everything its entrant held."""
+    outcome.status, outcome.message = failure_status(exc)
+    outcome.step = None
+    if entrant.cleanup is not None:
+        entrant.cleanup()
+    log(f"  {outcome.name}: {outcome.status} ({outcome.message})")
+
+
+def _release(device) -> None:
+    gc.collect()
+    free_device_memory(device)
+
+
+def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmup: int, rounds: int,
+               steps: int, job_id: str | None = None) -> tuple[Job, dict[str, Outcome]]:
+    """Build and warm up each entrant (``warmup`` untimed steps, in order), then ``rounds`` rounds in
+    which each entrant still running takes ``steps`` timed steps, the order rotating each round.
+
+    Returns the job and one ``Outcome`` per entrant, in the entrants' order. ``rounds`` must be at
+    least ``MIN_ROUNDS``: a verdict needs a spread across rounds.
+    """
+    names = [e.name for e in entrants]
+    if len(set(names)) != len(names):
+        raise ValueError(f"entrant names must be unique, got {names}")
+    if rounds < MIN_ROUNDS:
+        raise ValueError(f"at least {MIN_ROUNDS} rounds are needed for a spread across rounds, got {rounds}")
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"steps must be at least 1 and warmup at least 0, got {steps} and {warmup}")
+    device = torch.device(device)
+    job = Job(job_id or uuid.uuid4().hex[:12], tuple(names), rounds, steps, warmup)
+    outcomes = {e.name: Outcome(e.name) for e in entrants}
+    by_name = {e.name: e for e in entrants}
+
+    for name in names:
+        outcome = outcomes[name]
+        failure = None
+        try:
+            reset_peak_memory(device)
+            outcome.step = by_name[name].make()
+            warm = PhaseTimer(device)
+            for _ in range(warmup):
+                outcome.warmup_steps.append(_timed_step(outcome, device, warm))
+            outcome.peak_memory_bytes = peak_memory_bytes(device)
+        except Exception as exc:  # noqa: BLE001 - an OOM or error is this entrant's outcome
+            failure = exc
+        if failure is not None:
+            _fail(outcome, by_name[name], failure)
+            del failure             # its traceback holds the entrant's tensors
+            _release(device)
+        log(f"  {name}: warm-up {', '.join(f'{t:.2f}' for t in outcome.warmup_steps)} ms")
+
+    for r in range(rounds):
+        for name in rotation(names, r):
+            outcome = outcomes[name]
+            if outcome.step is None:
+                continue
+            failure = None
+            try:
+                reset_peak_memory(device)
+                timer = PhaseTimer(device)
+                totals = [_timed_step(outcome, device, timer) for _ in range(steps)]
+                outcome.rounds.append({**timer.samples, "step": totals})
+                peak = peak_memory_bytes(device)
+                if peak is not None:
+                    outcome.peak_memory_bytes = max(peak, outcome.peak_memory_bytes or 0)
+            except Exception as exc:  # noqa: BLE001 - as above
+                failure = exc
+            if failure is not None:
+                _fail(outcome, by_name[name], failure)
+                del failure
+                _release(device)
+                continue
+            log(f"  round {r + 1}/{rounds} {name}: step median {sorted(totals)[len(totals) // 2]:.2f} ms")
+
+    for outcome in outcomes.values():
+        outcome.step = None             # the caller's state may go; outcomes keep numbers only
+    _release(device)
+    return job, outcomes

@@ -1,0 +1,141 @@
+"""Interleaved rounds (cs336_systems.rounds): turns, rotation, and an OOM that leaves the others alone."""
+import gc
+import weakref
+
+import pytest
+import torch
+
+from cs336_systems import rounds
+from cs336_systems.rounds import Entrant, take_turns
+
+
+def _counting(name, calls, phases=("forward", "backward")):
+    def make():
+        def step(phase):
+            calls.append(name)
+            for p in phases:
+                with phase(p):
+                    torch.ones(8).sum()
+        return step
+    return make
+
+
+def test_every_entrant_warms_up_then_takes_its_turn_in_each_round_in_rotated_order():
+    calls = []
+    job, out = take_turns([Entrant(n, _counting(n, calls)) for n in "abc"], device="cpu",
+                          warmup=1, rounds=3, steps=2)
+    assert calls == ["a", "b", "c",                    # warm-up, in order
+                     "a", "a", "b", "b", "c", "c",     # round 1
+                     "b", "b", "c", "c", "a", "a",     # round 2 starts one later
+                     "c", "c", "a", "a", "b", "b"]
+    for name in "abc":
+        o = out[name]
+        assert o.status == "ok" and len(o.rounds) == 3
+        assert all(len(r["forward"]) == len(r["step"]) == 2 for r in o.rounds)
+        for r in o.rounds:      # a step is the sum of its phases
+            assert r["step"] == pytest.approx([f + b for f, b in zip(r["forward"], r["backward"])])
+        m = o.metrics(job)
+        assert m["turns"]["job"] == job.id and m["turns"]["with"] == ["a", "b", "c"]
+        assert m["step"]["n"] == 6 and m["forward"]["samples"] == [t for r in o.rounds for t in r["forward"]]
+
+
+def test_rotation_visits_every_position():
+    names = ["a", "b", "c", "d"]
+    firsts = {rounds.rotation(names, r)[0] for r in range(4)}
+    assert firsts == set(names)
+
+
+@pytest.mark.parametrize("bad", [dict(rounds=2), dict(steps=0), dict(warmup=-1)])
+def test_too_few_rounds_or_steps_are_refused(bad):
+    kwargs = dict(device="cpu", warmup=1, rounds=3, steps=1) | bad
+    with pytest.raises(ValueError):
+        take_turns([Entrant("a", _counting("a", []))], **kwargs)
+
+
+def test_duplicate_names_are_refused():
+    with pytest.raises(ValueError, match="unique"):
+        take_turns([Entrant("a", _counting("a", [])), Entrant("a", _counting("a", []))],
+                   device="cpu", warmup=0, rounds=3, steps=1)
+
+
+@pytest.mark.parametrize("when", ["building", "warm-up", "round 2"])
+def test_an_oom_is_an_outcome_and_its_memory_is_let_go_before_the_others_go_on(when):
+    held = []           # weak references to what the failing entrant allocated
+    cleaned = []
+    calls = []
+    steps_taken = {"n": 0}
+
+    def failing():
+        big = torch.empty(1 << 20)
+        held.append(weakref.ref(big))
+        if when == "building":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 MiB")
+
+        def step(phase):
+            steps_taken["n"] += 1
+            local = big + 1                      # the step's own tensors, alive in the traceback
+            held.append(weakref.ref(local))
+            # warm-up is 1 step; each round 1 step: round 2's step is the third
+            if (when == "warm-up" and steps_taken["n"] == 1) or (when == "round 2" and steps_taken["n"] == 3):
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 MiB")
+            with phase("forward"):
+                pass
+        return step
+
+    seen_alive = []
+
+    def survivor():
+        def step(phase):
+            gc.collect()
+            # from round 2 on (and always when it failed earlier) nothing of the failed one lives
+            seen_alive.append(sum(r() is not None for r in held))
+            calls.append("s")
+            with phase("forward"):
+                pass
+        return step
+
+    job, out = take_turns([Entrant("big", failing, cleanup=lambda: cleaned.append(1)), Entrant("s", survivor)],
+                          device="cpu", warmup=1, rounds=3, steps=1)
+    assert out["big"].status == "oom" and "out of memory" in out["big"].message
+    assert cleaned == [1]
+    assert out["s"].status == "ok" and len(out["s"].rounds) == 3 and calls.count("s") == 4
+    # the survivor's steps after the failure see none of the failed entrant's tensors
+    assert seen_alive[-1] == 0
+    assert all(r() is None for r in held)
+
+
+def test_an_error_is_an_outcome_too(capsys):
+    def broken():
+        raise ValueError("bad shape")
+    _, out = take_turns([Entrant("x", broken), Entrant("y", _counting("y", []))], device="cpu",
+                        warmup=0, rounds=3, steps=1)
+    assert out["x"].status == "error" and out["x"].message == "ValueError: bad shape"
+    assert out["y"].status == "ok"
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_an_oom_leaves_the_next_entrants_memory_and_time_as_without_it():
+    device = torch.device("cuda")
+    free = torch.cuda.mem_get_info()[0]
+
+    def hog():
+        keep = torch.empty(free // 2, dtype=torch.uint8, device=device)   # noqa: F841 - held until the OOM
+
+        def step(phase):
+            torch.empty(free, dtype=torch.uint8, device=device) + keep[:1]    # cannot fit
+        return step
+
+    def matmul():
+        a = torch.randn(2048, 2048, device=device)
+
+        def step(phase):
+            with phase("forward"):
+                a @ a
+        return step
+
+    _, alone = take_turns([Entrant("m", matmul)], device=device, warmup=2, rounds=3, steps=5)
+    _, beside = take_turns([Entrant("hog", hog), Entrant("m", matmul)], device=device, warmup=2, rounds=3, steps=5)
+    assert beside["hog"].status == "oom"
+    assert beside["m"].peak_memory_bytes == alone["m"].peak_memory_bytes
+    median = lambda outcome: sorted(t for r in outcome.rounds for t in r["step"])[7]
+    assert median(beside["m"]) == pytest.approx(median(alone["m"]), rel=0.2)
