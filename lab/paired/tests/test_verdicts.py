@@ -1,0 +1,58 @@
+"""lab/paired/verdicts.py: pairs inside a job, matched across two runs, their verdicts counted."""
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("paired_verdicts", HERE / "verdicts.py")
+verdicts = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(verdicts)
+
+
+def _write(folder, name, job, params, centres, rng, ident="A1", status="ok"):
+    rounds = [{"step": [c + rng.gauss(0, 0.05) for _ in range(3)]} for c in centres]
+    record = {"id": ident, "params": params, "status": status, "provenance": {},
+              "metrics": {"turns": {"job": job}, "rounds": rounds}}
+    path = folder / ident / "records" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def _run(folder, rng, bf16_gap):
+    drift = [rng.uniform(90, 130) for _ in range(4)]
+    for mode, job in (("forward", "j1"), ("train-step", "j2")):
+        _write(folder, f"small_{mode}_fp32", job + folder.name, {"size": "small", "mode": mode, "precision": "fp32"},
+               drift, rng)
+        _write(folder, f"small_{mode}_bf16", job + folder.name, {"size": "small", "mode": mode, "precision": "bf16"},
+               [d + bf16_gap[mode] for d in drift], rng)
+
+
+def test_pairs_hold_the_point_equal_and_two_runs_agree_where_the_effect_is_real(tmp_path, capsys):
+    rng = random.Random(5)
+    gaps = {"forward": -10.0, "train-step": 0.0}       # bf16 clearly faster forward, no effect in train-step
+    one, two = tmp_path / "one", tmp_path / "two"
+    _run(one, rng, gaps)
+    _run(two, rng, gaps)
+    pairs = verdicts.pairs_of(one)
+    # fp32 vs bf16 per mode only: forward is never paired with train-step, although they share no job anyway
+    assert len(pairs) == 2 and all(k[1].split("_")[1] == k[2].split("_")[1] for k in pairs)
+    v1, v2 = verdicts.verdicts(one), verdicts.verdicts(two)
+    forward = next(k for k in v1 if "forward" in k[1])
+    assert forward[1].endswith("bf16.json#0")          # pairs are ordered by place: bf16 against fp32
+    assert v1[forward]["verdict"] == v2[forward]["verdict"] == "lower"
+    train = next(k for k in v1 if "train-step" in k[1])
+    assert v1[train]["verdict"] == "within the spread"
+    table = verdicts.agreement(v1, v2)
+    assert table["A1"]["pairs"] == 2 and table["A1"]["decided_1"] >= 1
+    assert verdicts.main([str(one), str(two)]) == 0
+    assert "| A1 | 2 |" in capsys.readouterr().out
+
+
+def test_records_of_different_jobs_are_not_paired_and_no_common_pair_fails(tmp_path):
+    rng = random.Random(6)
+    _write(tmp_path / "r", "a", "x", {"size": "s", "precision": "fp32"}, [1, 1, 1], rng)
+    _write(tmp_path / "r", "b", "y", {"size": "s", "precision": "bf16"}, [1, 1, 1], rng)
+    assert verdicts.pairs_of(tmp_path / "r") == {}
+    (tmp_path / "empty").mkdir()
+    assert verdicts.main([str(tmp_path / "r"), str(tmp_path / "empty")]) == 1

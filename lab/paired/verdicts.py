@@ -1,0 +1,127 @@
+"""Do two runs of the same command reach the same verdicts? The check behind "verdicts that reproduce".
+
+    python lab/paired/verdicts.py results/scratch-1 results/scratch-2            # every deliverable
+    python lab/paired/verdicts.py results/scratch-1 results/scratch-2 --ids A1,E1 --json out.json
+
+A compared pair is two records of one job (``metrics.turns.job``) that agree on every held key
+(``HELD``: the point both sides are measured at — mode, size, context, sequence length, head
+dimension, dtype) and differ in something else (the precision, the implementation, the rung, the
+group size). For each pair ``report.spread.paired_records`` gives a verdict on the step time
+("higher", "lower" or within the spread). A pair is matched across the two runs by the two records'
+places in their run folders, so both runs must be of the same grid.
+
+Prints, per deliverable: the pairs found in both runs, how many each run decided (not "within"),
+how many verdicts agree, and the paired spread as a share of the step (median and largest). The
+last lines list the pairs that disagree.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from cs336_systems.pipeline.run_folder import record_files, records_in
+from cs336_systems.report.spread import WITHIN, paired_records, round_samples
+
+# What both sides of a compared pair hold equal; anything else that differs is what is compared.
+HELD = ("mode", "size", "context", "seq", "seq_len", "d", "head_dim", "dtype", "batch", "shape")
+
+
+def pairs_of(folder: Path, ids: set[str] | None = None) -> dict[tuple, tuple[dict, dict]]:
+    """Every compared pair of ``folder``: (ID, place of a, place of b) -> (record a, record b)."""
+    by_job: dict[str, list[tuple[str, dict]]] = {}
+    for path in record_files(folder):
+        for index, record in enumerate(records_in(path)):
+            if ids and record.get("id") not in ids or record.get("status") != "ok":
+                continue
+            job = (record.get("metrics") or {}).get("turns", {}).get("job")
+            if job:
+                place = f"{path.relative_to(folder)}#{index}"
+                by_job.setdefault(job, []).append((place, record))
+    pairs = {}
+    for members in by_job.values():
+        for (pa, a), (pb, b) in itertools.combinations(sorted(members, key=lambda m: m[0]), 2):
+            held_equal = all(a["params"].get(k) == b["params"].get(k) for k in HELD)
+            if held_equal and a["params"] != b["params"]:
+                pairs[(a["id"], pa, pb)] = (a, b)
+    return pairs
+
+
+def _step_median(record: dict) -> float:
+    return statistics.median(t for r in round_samples(record) for t in r)
+
+
+def verdicts(folder: Path, ids: set[str] | None = None) -> dict[tuple, dict]:
+    """Each pair's verdict, paired difference and spread (also as a share of the faster side's step)."""
+    out = {}
+    for key, (a, b) in pairs_of(folder, ids).items():
+        result = paired_records(a, b)
+        step = min(_step_median(a), _step_median(b))
+        out[key] = {"verdict": result.verdict, "difference_ms": result.difference, "spread_ms": result.spread,
+                    "spread_share": result.spread / step if step else float("nan"), "rounds": result.rounds}
+    return out
+
+
+def agreement(first: dict[tuple, dict], second: dict[tuple, dict]) -> dict[str, dict]:
+    """Per deliverable: pairs in both runs, decided in each, agreeing, and the spread as a share of the step."""
+    table: dict[str, dict] = {}
+    for key in sorted(first.keys() & second.keys()):
+        a, b = first[key], second[key]
+        row = table.setdefault(key[0], {"pairs": 0, "decided_1": 0, "decided_2": 0, "agree": 0, "shares": [],
+                                        "disagree": []})
+        row["pairs"] += 1
+        row["decided_1"] += a["verdict"] != WITHIN
+        row["decided_2"] += b["verdict"] != WITHIN
+        if a["verdict"] == b["verdict"]:
+            row["agree"] += 1
+        else:
+            row["disagree"].append(f"{key[1]} vs {key[2]}: {a['verdict']} / {b['verdict']}")
+        row["shares"] += [a["spread_share"], b["spread_share"]]
+    return table
+
+
+def markdown(table: dict[str, dict]) -> str:
+    lines = ["| deliverable | pairs | decided (run 1) | decided (run 2) | agree | spread ÷ step: median | largest |",
+             "|:--|--:|--:|--:|--:|--:|--:|"]
+    for ident, row in table.items():
+        lines.append(f"| {ident} | {row['pairs']} | {row['decided_1']} | {row['decided_2']} | "
+                     f"{row['agree']} ({row['agree'] / row['pairs']:.0%}) | {statistics.median(row['shares']):.2%} | "
+                     f"{max(row['shares']):.2%} |")
+    total = sum(r["pairs"] for r in table.values())
+    agree = sum(r["agree"] for r in table.values())
+    if total:
+        lines.append(f"| **all** | {total} | {sum(r['decided_1'] for r in table.values())} | "
+                     f"{sum(r['decided_2'] for r in table.values())} | {agree} ({agree / total:.0%}) | | |")
+    for ident, row in table.items():
+        lines += [f"- {ident} disagrees: {line}" for line in row["disagree"]]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("first", type=Path, help="a run folder, results/<run>")
+    p.add_argument("second", type=Path, help="another run folder of the same grid")
+    p.add_argument("--ids", help="comma-separated deliverables (default: every one with paired records)")
+    p.add_argument("--json", type=Path, help="also write every pair's verdicts here")
+    args = p.parse_args(argv)
+    for folder in (args.first, args.second):
+        if not folder.is_dir():
+            p.error(f"{folder} is not a folder")
+    ids = set(args.ids.split(",")) if args.ids else None
+    first, second = verdicts(args.first, ids), verdicts(args.second, ids)
+    if not first.keys() & second.keys():
+        print(f"no compared pair is in both {args.first} and {args.second} (records measured in rounds, "
+              "metrics.turns)", file=sys.stderr)
+        return 1
+    print(markdown(agreement(first, second)))
+    if args.json:
+        args.json.write_text(json.dumps({"first": {" | ".join(k): v for k, v in first.items()},
+                                         "second": {" | ".join(k): v for k, v in second.items()}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
