@@ -1,11 +1,29 @@
 """A1: end-to-end benchmark of the Transformer LM (forward, backward, optimizer step).
 
     python -m cs336_systems.benchmark --size small --context 256 --mode train-step --out rec.json
+    python -m cs336_systems.benchmark --size small --contexts 128 256 --modes forward train-step \
+        --precisions fp32 bf16 --warmup 2 --rounds 4 --steps 3 --out-dir records/
 
-Builds a randomly initialised model (a named size or explicit dimensions), makes a random batch,
-runs ``--warmup`` untimed steps, then times ``--steps`` steps. Every phase (forward, backward,
-optimizer) is timed on its own with ``timeit.default_timer`` and a device synchronisation at both
-ends, so the record holds per-phase samples as well as their mean and standard deviation.
+One point (``--out``): builds a randomly initialised model (a named size or explicit dimensions),
+makes a random batch, runs ``--warmup`` untimed steps, then times ``--steps`` steps; the warm-up
+study runs this, since it studies a fresh process's first steps.
+
+A group (``--out-dir``): every context x mode x precision of one model, one process, the points
+taking turns (``rounds.take_turns``): each warms up ``--warmup`` steps, then ``--rounds`` rounds in
+rotating order of ``--steps`` timed steps per turn, so bf16 against fp32 (and one context against
+another) is a paired difference per round, not two processes' means. The model is built once (for
+the longest context; a shorter batch runs the same operations) and shared. Its points run in two
+heats: forward and forward-backward first, then the train steps with one shared AdamW, so the
+optimizer's state (twice the weights) is resident only while train steps take turns, and every
+point's peak memory is what a process of that point alone holds (weights, its batch, its own
+step's tensors; train steps also the optimizer state). Pairs are therefore judged within a heat:
+a record's ``metrics.turns`` names the heat's job and its entrants. One record per point, at
+``{size}_ctx{context}_{mode}_{precision}.json``; one that runs out of memory is an ``oom`` record
+and the others go on.
+
+Every phase (forward, backward, optimizer) is timed on its own with ``timeit.default_timer`` and a
+device synchronisation at both ends, so the record holds per-phase samples as well as their mean
+and standard deviation.
 
 Modes: ``forward`` (inference, under ``torch.no_grad``), ``forward-backward`` (loss and
 gradients) and ``train-step`` (forward, backward and an AdamW step). ``--precision bf16`` runs the
@@ -18,15 +36,19 @@ import argparse
 import resource
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 
 from cs336_systems.cli import parse_device, require_at_least
-from cs336_systems.models import ATTENTION_BACKENDS, MODEL_SIZES, ModelSize, get_size
+from cs336_systems.models import ATTENTION_BACKENDS, MODEL_SIZES, ModelSize, build_model, get_size, random_batch
 from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.rounds import MIN_ROUNDS, Entrant, take_turns
 from cs336_systems.timing import attempt, free_device_memory
-from cs336_systems.workload import MODES, PRECISIONS, build_workload, time_steps
+from cs336_systems.workload import LEARNING_RATE, MODES, PRECISIONS, Workload, adamw, build_workload, time_steps
 
+# The heats of a group: the optimizer (and its state) exists only in the second.
+HEATS = (("forward", "forward-backward"), ("train-step",))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,12 +62,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     model.add_argument("--num-heads", type=int, help="attention heads (must divide --d-model)")
     model.add_argument("--vocab-size", type=int, default=10_000, help="vocabulary size")
     run = p.add_argument_group("what to run")
-    run.add_argument("--context", type=int, required=True, help="context length (tokens per sequence)")
+    run.add_argument("--context", type=int, help="context length (tokens per sequence)")
     run.add_argument("--batch", type=int, default=4, help="sequences per batch")
     run.add_argument("--mode", choices=MODES, default="forward-backward",
                      help="forward only (no_grad), forward+backward, or a full training step with AdamW")
-    run.add_argument("--warmup", type=int, default=5, help="untimed steps before timing")
-    run.add_argument("--steps", type=int, default=10, help="timed steps")
+    run.add_argument("--warmup", type=int, default=5, help="untimed steps before timing (a group: per point)")
+    run.add_argument("--steps", type=int, default=10, help="timed steps (a group: per point and turn)")
     run.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
                      help="fp32, or bf16 autocast around forward and loss (fp32 master weights)")
     run.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
@@ -55,7 +77,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     run.add_argument("--memory-limit-gb", type=float,
                      help="cap this process's memory to emulate a smaller device (CUDA: a fraction of "
                           "the card; CPU: the address space grows by at most this much)")
-    p.add_argument("--out", required=True, help="where the JSON record goes")
+    group = p.add_argument_group("a group of points taking turns in one process (with --out-dir)")
+    group.add_argument("--contexts", type=int, nargs="+", help="context lengths (instead of --context)")
+    group.add_argument("--modes", choices=MODES, nargs="+", help="modes (instead of --mode)")
+    group.add_argument("--precisions", choices=list(PRECISIONS), nargs="+", help="precisions (instead of --precision)")
+    group.add_argument("--rounds", type=int, help=f"rounds of turns after the warm-up (at least {MIN_ROUNDS}; default 4)")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out", help="where the JSON record of one point goes")
+    out.add_argument("--out-dir", help="a group: the folder for one record per point, {size}_ctx{context}_{mode}_{precision}.json")
     args = p.parse_args(argv)
 
     dims = [args.d_model, args.d_ff, args.num_layers, args.num_heads]
@@ -63,6 +92,25 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("give --size, or all of --d-model --d-ff --num-layers --num-heads")
     if args.size is not None and any(d is not None for d in dims):
         p.error("--size and explicit dimensions exclude each other")
+    group_flags = [f"--{name}" for name in ("contexts", "modes", "precisions", "rounds") if getattr(args, name) is not None]
+    if args.out is not None and group_flags:
+        p.error(f"{' '.join(group_flags)} time a group of points: give --out-dir instead of --out")
+    if args.out_dir is not None:
+        args.contexts = args.contexts or ([args.context] if args.context is not None else None)
+        args.modes, args.precisions = args.modes or [args.mode], args.precisions or [args.precision]
+        args.rounds = 4 if args.rounds is None else args.rounds
+        if args.contexts is None:
+            p.error("give --contexts (or --context) for a group")
+        if min(args.contexts) < 1:
+            p.error("--contexts must all be at least 1")
+        for name in ("contexts", "modes", "precisions"):
+            if len(set(getattr(args, name))) != len(getattr(args, name)):
+                p.error(f"--{name} lists a value twice")
+        if args.rounds < MIN_ROUNDS:
+            p.error(f"--rounds must be at least {MIN_ROUNDS}: a paired verdict needs a spread across rounds")
+        args.context = max(args.contexts)
+    elif args.context is None:
+        p.error("the following arguments are required: --context")
     require_at_least(p, args, 1, "context", "batch", "steps", "vocab_size")
     require_at_least(p, args, 0, "warmup")
     if args.memory_limit_gb is not None and not args.memory_limit_gb > 0:
@@ -113,9 +161,96 @@ def benchmark(size: ModelSize, *, context: int, batch: int, mode: str, warmup: i
     return metrics
 
 
+def group_entrants(size: ModelSize, *, contexts: list[int], modes: list[str], precisions: list[str], batch: int,
+                    attention: str = "naive", compile: bool = False, device: str | torch.device = "cpu",
+                    vocab_size: int = 10_000) -> tuple[list[list[Entrant]], torch.nn.Module]:
+    """The group's entrants, one per context x mode x precision, in heats (``HEATS``), sharing one
+    model built for the longest context (and, in the train-step heat, one AdamW built by the first
+    train step's entrant). Within a heat each fp32 point is next to its bf16 twin, so the rotation
+    keeps a pair's turns adjacent in all but one round."""
+    device = torch.device(device)
+    model = build_model(size, max(contexts), vocab_size=vocab_size, device=device, attention=attention)
+    runnable = torch.compile(model) if compile else model
+    batches = {c: random_batch(batch, c, vocab_size=vocab_size, device=device) for c in contexts}
+    shared: dict[str, torch.optim.Optimizer] = {}
+
+    def optimizer() -> torch.optim.Optimizer:
+        if "adamw" not in shared:
+            shared["adamw"] = adamw(model.parameters(), lr=LEARNING_RATE)
+        return shared["adamw"]
+
+    def entrant(context: int, mode: str, precision: str) -> Entrant:
+        def make():
+            inputs, targets = batches[context]
+            workload = Workload(model, runnable, optimizer() if mode == "train-step" else None, inputs, targets,
+                                mode, precision, device)
+            return workload.step
+
+        # a step that failed half-way leaves gradients on the shared model: the next point starts without
+        return Entrant(point_name(context, mode, precision), make, cleanup=lambda: model.zero_grad(set_to_none=True))
+
+    heats = [[entrant(c, m, p) for c in contexts for m in modes if m in heat for p in precisions] for heat in HEATS]
+    return [h for h in heats if h], model
+
+
+def point_name(context: int, mode: str, precision: str) -> str:
+    return f"ctx{context}_{mode}_{precision}"
+
+
+def run_group(args: argparse.Namespace, size: ModelSize, base: dict) -> int:
+    """Time every point of the group in turns; write one record per point into ``--out-dir``."""
+    device = torch.device(args.device)
+    points = [(c, m, p) for c in args.contexts for m in args.modes for p in args.precisions]
+    if args.memory_limit_gb is not None:
+        limit_memory(device, args.memory_limit_gb)
+    def build() -> dict:
+        heats, model = group_entrants(size, contexts=args.contexts, modes=args.modes, precisions=args.precisions,
+                                      batch=args.batch, attention=args.attention, compile=args.compile,
+                                      device=device, vocab_size=args.vocab_size)
+        return {"heats": heats, "parameters": sum(p.numel() for p in model.parameters())}
+
+    outcomes, jobs = {}, {}
+    status, built, message = attempt(build)
+    if status == "ok":
+        parameters = built["parameters"]
+        while built["heats"]:       # a heat's entrants (and through them the model) go once it is done
+            job, result = take_turns(built["heats"].pop(0), device=device, warmup=args.warmup, rounds=args.rounds,
+                                     steps=args.steps)
+            outcomes.update(result)
+            jobs.update({name: job for name in result})
+        del built
+    free_device_memory(device)
+    if args.memory_limit_gb is not None:
+        lift_memory_limit()
+    for context, mode, precision in points:
+        params = base | {"context": context, "mode": mode, "precision": precision, "rounds": args.rounds}
+        out = Path(args.out_dir) / f"{base['size']}_ctx{context}_{mode}_{precision}.json"
+        outcome = outcomes.get(point_name(context, mode, precision))
+        if outcome is None:           # building the shared model failed: every point shares its fate
+            record = make_record("A1", params, status, {}, reason=message)
+        elif outcome.status != "ok":
+            record = make_record("A1", params, outcome.status, {"turns": jobs[outcome.name].as_dict()},
+                                 reason=outcome.message)
+        else:
+            metrics = outcome.metrics(jobs[outcome.name]) | {"parameters": parameters}
+            record = make_record("A1", params, "ok", metrics)
+        write_json_atomic(out, record)
+        summary = f"step {record['metrics']['step']['mean']:.2f} ms" if record["status"] == "ok" else record.get("message")
+        log(f"A1 {record['status']}: {out.name}: {summary}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     size = model_size(args)
+    if args.out_dir is not None:
+        base = {"size": args.size or "custom", **asdict(size), "vocab_size": args.vocab_size, "batch": args.batch,
+                "warmup": args.warmup, "steps": args.steps, "compile": args.compile, "attention": args.attention,
+                "device": args.device, "memory_limit_gb": args.memory_limit_gb,
+                "float32_matmul_precision": torch.get_float32_matmul_precision()}
+        log(f"A1 benchmark group: contexts {args.contexts}, modes {args.modes}, precisions {args.precisions}, "
+            f"{args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up: {base}")
+        return run_group(args, size, base)
     params = {"size": args.size or "custom", **asdict(size), "vocab_size": args.vocab_size,
               "context": args.context, "batch": args.batch, "mode": args.mode, "warmup": args.warmup,
               "steps": args.steps, "precision": args.precision, "compile": args.compile,

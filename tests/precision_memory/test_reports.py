@@ -28,15 +28,15 @@ def _timing(mean):
 
 def test_a6_cli_end_to_end_on_cpu(tmp_path):
     out = tmp_path / "g1.json"
-    assert checkpoint_bench.main(["--size", "tiny", "--context", "16", "--batch", "2", "--group", "1",
-                                  "--steps", "1", "--device", "cpu", "--out", str(out)]) == 0
+    assert checkpoint_bench.main(["--size", "tiny", "--context", "16", "--batch", "2", "--groups", "1",
+                                  "--device", "cpu", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["status"] == "ok" and record["params"]["group"] == 1
     m = record["metrics"]
     assert m["groups"] == get_size("tiny").num_layers             # groups of one block each
     assert m["peak_memory_bytes"] is None and m["baseline_bytes"] is None
     assert m["memory_note"] == checkpoint_bench.CPU_MEMORY_NOTE
-    assert m["step"]["n"] == 1 and m["step"]["mean"] > 0
+    assert m["step"]["n"] == 3 and m["step"]["mean"] > 0 and len(m["rounds"]) == 3     # 3 rounds of 1 step
     assert m["parameters"] == get_size("tiny").parameter_count()
 
 
@@ -45,16 +45,17 @@ def test_a6_oom_is_a_record(tmp_path, monkeypatch):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
     monkeypatch.setattr(checkpoint_bench, "measure", oom)
     out = tmp_path / "g0.json"
-    assert checkpoint_bench.main(["--size", "tiny", "--context", "8", "--group", "0", "--device", "cpu",
+    assert checkpoint_bench.main(["--size", "tiny", "--context", "8", "--groups", "0", "--device", "cpu",
                                   "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["status"] == "oom" and "out of memory" in record["message"]
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--size", "tiny", "--context", "0", "--group", "1"], "--context must be at least 1"),
-    (["--size", "tiny", "--context", "8", "--group", "3"], "--group must be between 0"),
-    (["--size", "huge", "--context", "8", "--group", "1"], "invalid choice: 'huge'"),
+    (["--size", "tiny", "--context", "0", "--groups", "1"], "--context must be at least 1"),
+    (["--size", "tiny", "--context", "8", "--groups", "1", "3"], "--groups must be between 0"),
+    (["--size", "huge", "--context", "8", "--groups", "1"], "invalid choice: 'huge'"),
+    (["--size", "tiny", "--context", "8", "--groups", "1", "--rounds", "2"], "--rounds must be at least 3"),
 ])
 def test_a6_bad_input_is_one_line(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
@@ -224,3 +225,39 @@ def _render(ident, summary_path, tmp_path):
         assert "Run:" in text
         if fmt == "md" and json.loads(summary_path.read_text()).get("timing_grid", True) is not None:
             assert text.split("\n\n")[2].startswith("**Answer.**"), text[:400]
+
+
+def _paired_a1(job_fp32, job_bf16, seed=0, gap=0.5, drift=(10.0, 30.0, 20.0, 40.0)):
+    """fp32 and bf16 forward+backward records of one point, 4 rounds of 3 steps: a large drift moves
+    both sides of every round alike, bf16's backward ``gap`` ms slower in each (forward equal)."""
+    rng = random.Random(seed)
+    out = {}
+    for precision, job, extra in (("fp32", job_fp32, 0.0), ("bf16", job_bf16, gap)):
+        rounds = [{"forward": [d + 0.001 * rng.gauss(0, 1) for _ in range(3)],
+                   "backward": [2 * d + extra + 0.001 * rng.gauss(0, 1) for _ in range(3)]} for d in drift]
+        for r in rounds:
+            r["step"] = [f + b for f, b in zip(r["forward"], r["backward"])]
+        metrics = {ph: _from_samples([t for r in rounds for t in r[ph]]) for ph in ("forward", "backward", "step")}
+        metrics |= {"rounds": rounds, "turns": {"job": job, "with": ["fp32", "bf16"], "rounds": 4, "steps": 3, "warmup": 1}}
+        params = {"size": "small", "context": 512, "mode": "forward-backward", "precision": precision, "batch": 4,
+                  "steps": 3, "rounds": 4}
+        out[precision] = make_record("A1", params, "ok", metrics)
+    return [out["fp32"], out["bf16"]]
+
+
+def _from_samples(samples):
+    import statistics
+    return {"mean": statistics.fmean(samples), "std": statistics.stdev(samples), "n": len(samples), "samples": samples}
+
+
+@pytest.mark.parametrize("one_job", [True, False])
+def test_a4_timing_verdict_is_paired_within_one_job_only(one_job):
+    """The same samples: in one job the per-round difference decides (backward slower, forward
+    within); across two jobs the drift's spread leaves both within the spread, said so."""
+    frame = a4.timing_frame(_paired_a1("j1", "j1" if one_job else "j2"))
+    rows = {r["phase"]: r for r in frame.to_dict("records")}
+    judged = "paired" if one_job else "across processes"
+    assert {r["judged"] for r in rows.values()} == {judged}
+    assert rows["backward"]["bf16_is"] == ("slower" if one_job else "within the spread")
+    assert rows["forward"]["bf16_is"] == "within the spread"
+    assert a4.timing_table(frame)["bf16 is"].tolist()[-1] == f"{rows['backward']['bf16_is']} ({judged})"

@@ -36,13 +36,10 @@ def test_per_step_tables_average_over_the_step_windows():
 
 @pytest.fixture(scope="module")
 def cpu_records(tmp_path_factory):
-    out = {}
-    for precision in ("fp32", "bf16"):
-        path = tmp_path_factory.mktemp("k") / f"{precision}.json"
-        assert step_kernels.main(["--size", "tiny", "--context", "8", "--batch", "2", "--warmup", "1", "--steps", "2",
-                                  "--precision", precision, "--device", "cpu", "--out", str(path)]) == 0
-        out[precision] = json.loads(path.read_text())
-    return out
+    folder = tmp_path_factory.mktemp("k")          # one job: both precisions in turns, one record each
+    assert step_kernels.main(["--size", "tiny", "--context", "8", "--batch", "2", "--warmup", "1", "--rounds", "3",
+                              "--steps", "1", "--device", "cpu", "--out-dir", str(folder)]) == 0
+    return {p: json.loads((folder / f"kernels_tiny_ctx8_forward-backward_{p}.json").read_text()) for p in ("fp32", "bf16")}
 
 
 def test_cpu_run_counts_autocast_casts(cpu_records):
@@ -50,11 +47,16 @@ def test_cpu_run_counts_autocast_casts(cpu_records):
     assert cpu_records["bf16"]["status"] == "ok" and fp32["unit"] == "CPU operators (self time)"
     for m in (fp32, bf16):
         assert len(set(m["count_per_step"])) == 1          # the same step every time
-        assert m["steps"] == 2 and m["busy_share"] is None and m["step"]["n"] == 2
+        assert m["steps"] == 3 and m["busy_share"] is None and m["step"]["n"] == 3     # rounds x steps
+        assert len(m["rounds"]) == 3 and m["turns"]["with"] == ["fp32", "bf16"]
         assert sum(k["count"] for k in m["kinds"].values()) == pytest.approx(m["count_per_step"][0])
     # autocast casts every weight a matmul uses, and backward casts the gradients back
     assert bf16["kinds"]["cast"]["count"] > fp32["kinds"]["cast"]["count"] + 20
     assert cpu_records["bf16"]["params"]["precision"] == "bf16"
+    from cs336_systems.report.spread import paired_records
+    assert paired_records(cpu_records["bf16"], cpu_records["fp32"]).rounds == 3
+    from cs336_systems.report import a4
+    assert a4.kernel_summary(list(cpu_records.values()))["compare"]["step_judged"] == "paired"
 
 
 def test_bad_input_is_one_line(capsys, tmp_path):

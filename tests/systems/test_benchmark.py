@@ -11,7 +11,8 @@ from cs336_systems import benchmark as bm
 from cs336_systems.models import MODEL_SIZES
 
 FLAGS = ["--size", "--d-model", "--d-ff", "--num-layers", "--num-heads", "--context", "--batch", "--mode",
-         "--warmup", "--steps", "--precision", "--compile", "--attention", "--device", "--out"]
+         "--warmup", "--steps", "--precision", "--compile", "--attention", "--device", "--out",
+         "--contexts", "--modes", "--precisions", "--rounds", "--out-dir"]
 TINY = ["--size", "tiny", "--context", "8", "--batch", "2", "--warmup", "1", "--steps", "2", "--device", "cpu"]
 
 
@@ -46,6 +47,7 @@ BAD_ARGS = {
     "no context": ["--size", "tiny"],
     "negative memory limit": ["--size", "tiny", "--context", "8", "--memory-limit-gb", "-1"],
     "zero memory limit": ["--size", "tiny", "--context", "8", "--memory-limit-gb", "0"],
+    "group flags with --out": ["--size", "tiny", "--context", "8", "--modes", "forward"],
 }
 
 
@@ -184,3 +186,91 @@ def test_only_train_step_updates_parameters(mode, changes, monkeypatch, tmp_path
     else:
         assert changed == []
     assert all(p.grad is None for p in model.parameters())     # zero_grad(set_to_none=True) after each step
+
+
+# --- a group: every context, mode and precision of one model, taking turns in one process ----------
+
+GROUP = ["--size", "tiny", "--contexts", "8", "16", "--modes", *bm.MODES, "--precisions", "fp32", "bf16",
+         "--batch", "2", "--warmup", "1", "--rounds", "3", "--steps", "2", "--device", "cpu"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--rounds", "2"], "--rounds must be at least 3"),
+    (["--contexts", "8", "8"], "--contexts lists a value twice"),
+    (["--contexts", "0"], "--contexts must all be at least 1"),
+])
+def test_group_bad_input_is_one_line(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        bm.main([*GROUP, *argv, "--out-dir", str(tmp_path / "out")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_group_writes_one_paired_record_per_point(tmp_path):
+    out = tmp_path / "records"
+    assert bm.main([*GROUP, "--out-dir", str(out)]) == 0
+    points = [(c, m, p) for c in (8, 16) for m in bm.MODES for p in ("fp32", "bf16")]
+    assert sorted(x.name for x in out.iterdir()) == sorted(f"tiny_ctx{c}_{m}_{p}.json" for c, m, p in points)
+    jobs = {}
+    for c, m, p in points:
+        r = _read(out / f"tiny_ctx{c}_{m}_{p}.json")
+        assert r["status"] == "ok" and r["id"] == "A1"
+        assert (r["params"]["context"], r["params"]["mode"], r["params"]["precision"]) == (c, m, p)
+        assert (r["params"]["rounds"], r["params"]["steps"], r["params"]["warmup"]) == (3, 2, 1)
+        met = r["metrics"]
+        turns = met["turns"]
+        assert turns["rounds"] == len(met["rounds"]) == 3 and turns["steps"] == 2
+        assert f"ctx{c}_{m}_{p}" in turns["with"]
+        assert all(len(rnd["step"]) == 2 for rnd in met["rounds"])
+        assert met["step"]["samples"] == [t for rnd in met["rounds"] for t in rnd["step"]]
+        assert met["step"]["n"] == 6 and len(met["warmup_step_samples"]) == 1
+        assert met["parameters"] == MODEL_SIZES["tiny"].parameter_count()
+        jobs.setdefault(turns["job"], set()).add(m)
+    # two heats: the train steps (with the optimizer) take turns apart from the others
+    assert sorted(map(sorted, jobs.values())) == [["forward", "forward-backward"], ["train-step"]]
+    from cs336_systems.report.spread import paired_records
+    fp32, bf16 = (_read(out / f"tiny_ctx16_forward-backward_{p}.json") for p in ("fp32", "bf16"))
+    assert paired_records(bf16, fp32).rounds == 3
+
+
+def test_an_entrant_that_runs_out_of_memory_is_an_oom_record_and_the_others_go_on(monkeypatch, tmp_path):
+    """bf16 forward+backward at context 16 fails with an allocation error in its second step; the
+    other points of the group are timed in every round and their records are ok."""
+    calls = {"n": 0}
+    real_step = bm.Workload.step
+
+    def step(self, phase):
+        if (self.precision, self.mode, self.inputs.shape[1]) == ("bf16", "forward-backward", 16):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_step(self, phase)
+
+    monkeypatch.setattr(bm.Workload, "step", step)
+    out = tmp_path / "records"
+    assert bm.main([*GROUP, "--out-dir", str(out)]) == 0
+    failed = _read(out / "tiny_ctx16_forward-backward_bf16.json")
+    assert failed["status"] == "oom" and "out of memory" in failed["message"]
+    assert failed["metrics"]["turns"]["rounds"] == 3            # which job it was part of
+    others = [x for x in out.iterdir() if x.name != "tiny_ctx16_forward-backward_bf16.json"]
+    assert len(others) == 11
+    for path in others:
+        r = _read(path)
+        assert r["status"] == "ok" and len(r["metrics"]["rounds"]) == 3, path.name
+
+
+def test_a_group_under_a_real_memory_limit_records_what_fails(tmp_path):
+    """On the CPU, --memory-limit-gb caps the address space: a model too big for it fails to build,
+    and every point of the group shares that fate as an oom record (not a crash)."""
+    out = tmp_path / "records"
+    proc = subprocess.run([sys.executable, "-m", "cs336_systems.benchmark", "--size", "medium", "--contexts", "64",
+                           "--modes", "forward", "--precisions", "fp32", "bf16", "--batch", "1", "--warmup", "0",
+                           "--rounds", "3", "--steps", "1", "--device", "cpu", "--memory-limit-gb", "0.2",
+                           "--out-dir", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for p in ("fp32", "bf16"):
+        r = _read(out / f"medium_ctx64_forward_{p}.json")
+        assert r["status"] == "oom", r
+        assert r["params"]["memory_limit_gb"] == 0.2

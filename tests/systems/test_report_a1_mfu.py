@@ -106,8 +106,61 @@ def test_flat_in_work_and_profiled_launch_bound(tmp_path, rng):
     assert flat == {(16, "fp32")}          # twice the work no slower; bf16's doubled time settles nothing
     assert [(b["context"], b["precision"]) for b in s["launch_bound"]] == [(32, "fp32")]
     table = (tmp_path / "A1" / "table.md").read_text()
-    assert "launches: GPU busy 30 %" in table and "flat in work" in table
-    assert "300 kernels keep the GPU busy 30 % of the step" in text
+    # A2's kernel time over A1's own step (10.1 ms here), not over A2's profiled step
+    assert "launches: kernels 30 % of step" in table and "flat in work" in table
+    assert "300 kernels, 3.0 ms of kernel time, 30 % of this step's" in text
     # one definition of an A2 profile's busy share: A2(a)'s for the forward
     from cs336_systems.report import a2
     assert a2.table_a([profile])["gpu_busy"].tolist() == pytest.approx([0.3])
+
+
+def test_busy_share_is_a2_kernel_time_over_a1s_own_step(tmp_path, rng):
+    """A2's profiled step (20 ms under the profiler) is not A1's (10 ms): 6 ms of kernels fill 60 %
+    of A1's step, so the point is not launch-bound, though 6 / 20 = 30 % of A2's own step."""
+    records = [record(rng, 32, "forward", "fp32", 10.0, 0.01)]
+    profile = make_record("A2", {"size": "tiny", "context": 32, "batch": BATCH}, "ok", {
+        "table_unit": "CUDA kernels", "source": "nsys",
+        "modes": {"forward": {"status": "ok", "python_ms": {"forward": {"mean": 20.0, "samples": [20.0, 20.0]}},
+                              "ranges": [{"domain": "forward", "range": "forward", "instances": 2, "avg_ns": 20e6}],
+                              "tables": {"forward": [{"name": "sgemm", "total_ns": 6e6, "instances": 300}]}}}})
+    s, _ = build(tmp_path, records, [profile])
+    assert s["launch_bound"] == [] and s["profiled_points"] == 1
+    assert "kernels 60 % of step" in (tmp_path / "A1" / "table.md").read_text()
+
+
+def paired_pair(rng, job_a="j1", job_b="j1", drift=(10.0, 30.0, 20.0, 40.0), gap=0.5):
+    """fp32 and bf16 forward+backward records of one point, 4 rounds of 3 steps: every round moves
+    both by a large drift (a busy host), bf16 ``gap`` ms slower in every round. Paired, the
+    difference per round is ``gap`` with almost no scatter: slower. Unpaired, the drift makes each
+    mean's spread ~ 10 ms: within the spread."""
+    out = []
+    for precision, job, extra in (("fp32", job_a, 0.0), ("bf16", job_b, gap)):
+        rounds = [[d + extra + 0.01 * rng.gauss(0, 1) for _ in range(3)] for d in drift]
+        steps = [t for r in rounds for t in r]
+        r = record(rng, 32, "forward-backward", precision, 1.0, 0.0)
+        m = r["metrics"]
+        m["forward"], m["backward"] = _summary([t / 2 for t in steps]), _summary([t / 2 for t in steps])
+        m["step"] = _summary(steps)
+        m["rounds"] = [{"forward": [t / 2 for t in rr], "backward": [t / 2 for t in rr], "step": rr} for rr in rounds]
+        m["turns"] = {"job": job, "with": ["fp32", "bf16"], "rounds": 4, "steps": 3, "warmup": 1}
+        r["params"]["rounds"] = 4
+        out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("one_job", [True, False])
+def test_bf16_verdict_is_paired_within_one_job_only(tmp_path, rng, one_job):
+    """The same samples: measured in one job the per-round difference decides (slower); in two jobs
+    the comparison spans processes and the means' spread leaves it open."""
+    records = paired_pair(rng, "j1", "j1" if one_job else "j2")
+    s, text = build(tmp_path, records)
+    (c,) = a1.bf16_against_fp32(a1.mark_launch_bound(a1.records_frame(records), records=records), records)
+    assert c["judged"] == ("paired" if one_job else "across processes")
+    assert c["bf16_is"] == ("slower" if one_job else "within the spread")
+    assert c["phases"] == {"forward": c["bf16_is"], "backward": c["bf16_is"]}
+    assert len(s["bf16_slower"]) == (1 if one_job else 0)
+    assert (s["bf16_paired"], s["bf16_across_processes"]) == ((1, 0) if one_job else (0, 1))
+    assert s["grouped"] is True and s["rounds"] == 4
+    table = (tmp_path / "A1" / "table.md").read_text()
+    assert ("slower (paired)" if one_job else "within the spread (across processes)") in table
+    assert ("each pair timed in turns in one process" in text) == one_job

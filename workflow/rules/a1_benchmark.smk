@@ -1,4 +1,6 @@
-# A1: the end-to-end benchmark, its grid and the warm-up study, one process per point.
+# A1: the end-to-end benchmark, its grid (one job per size: every context, mode and precision of it
+# taking turns in one process, so bf16 against fp32 is paired per round) and the warm-up study (one
+# process per point: it studies a fresh process's first steps).
 #
 # GPU jobs declare `resources: gpu=k` and run under `gpu_lease`, which hands the command exactly
 # k free devices (CUDA_VISIBLE_DEVICES), so timing jobs never share a GPU.
@@ -14,7 +16,7 @@ A1_WARMUP_RECORDS = expand(f"{RESULTS}/A1/warmup/{{size}}_ctx{A1_STUDY['context'
                            size=A1_STUDY["sizes"], warmup=A1_STUDY["warmups"])
 
 
-# One benchmark process on its own GPU; both A1 rules run it, with their grid point in params.
+# One benchmark process on its own GPU, timing one point: the warm-up study's.
 BENCHMARK = (
     logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
     " python -m cs336_systems.benchmark --size {wildcards.size} --context {wildcards.context}"
@@ -25,21 +27,26 @@ BENCHMARK = (
 
 
 rule A1_benchmark:
-    """One point of the A1 grid: a fresh process, its own GPU, one record."""
+    """One size of the A1 grid: one process on its own GPU, one model, its points taking turns in
+    rounds (`benchmark --out-dir`), one record per point."""
     input:
         measuring_code("cs336_systems.benchmark", attention_module(A1["attention"])),
     output:
-        f"{RESULTS}/A1/records/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
+        [f"{RESULTS}/A1/records/{{size}}_ctx{c}_{m}_{p}.json"
+         for c in A1["contexts"] for m in A1["modes"] for p in A1["precisions"]],
     log:
-        f"{LOGS}/A1/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.log",
+        f"{LOGS}/A1/{{size}}.log",
     benchmark:
-        f"{BENCHMARKS}/A1/{{size}}_ctx{{context}}_{{mode}}_{{precision}}.tsv",
+        f"{BENCHMARKS}/A1/{{size}}.tsv",
     wildcard_constraints:
-        **A1_POINT,
+        size=A1_POINT["size"],
     params:
-        mode=lambda wildcards: wildcards.mode,
-        precision=lambda wildcards: wildcards.precision,
+        contexts=" ".join(map(str, A1["contexts"])),
+        modes=" ".join(A1["modes"]),
+        precisions=" ".join(A1["precisions"]),
+        out_dir=f"{RESULTS}/A1/records",
         warmup=A1["warmup"],
+        rounds=A1["rounds"],
         batch=A1["batch"],
         steps=A1["steps"],
         attention=A1["attention"],
@@ -47,7 +54,11 @@ rule A1_benchmark:
     resources:
         gpu=1,
     shell:
-        BENCHMARK
+        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        " python -m cs336_systems.benchmark --size {wildcards.size} --contexts {params.contexts}"
+        " --modes {params.modes} --precisions {params.precisions} --batch {params.batch}"
+        " --warmup {params.warmup} --rounds {params.rounds} --steps {params.steps} --attention {params.attention}"
+        " --device {params.device} --out-dir {params.out_dir} > {log} 2>&1")
 
 
 rule A1_warmup_study:
@@ -69,7 +80,7 @@ rule A1_warmup_study:
         precision=A1_STUDY["precision"],
         warmup=lambda wildcards: wildcards.warmup,
         batch=A1["batch"],
-        steps=A1["steps"],
+        steps=A1_STUDY["steps"],
         attention=A1["attention"],
         device=GRID["device"],
     resources:

@@ -1,6 +1,6 @@
 # A3 accumulation in low precision; A4 mixed precision (toy-model dtypes, layer norm in low
 # precision, fp32 vs bf16 from A1's records, which rule A1_benchmark in a1_benchmark.smk makes, and
-# one A1 point's kernels per step in both precisions).
+# one A1 point's kernels per step in both precisions, timed in turns in one job).
 
 A4 = GRID["A4"]
 
@@ -76,32 +76,35 @@ rule A4_dtypes:
 
 
 rule A4_kernels:
-    """One A1 point in fp32 or bf16: timed as A1 times it, then profiled step by step (torch.profiler)."""
+    """One A1 point in fp32 and bf16, one process and one model: timed as A1 times it (the two
+    precisions taking turns in rounds), then each profiled step by step (torch.profiler)."""
     input:
         measuring_code("cs336_systems.profiling.step_kernels"),
     output:
-        f"{RESULTS}/A4/records/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.json",
+        [f"{RESULTS}/A4/records/kernels_{{size}}_ctx{{context}}_{{mode}}_{p}.json" for p in ("fp32", "bf16")],
     log:
-        f"{LOGS}/A4/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.log",
+        f"{LOGS}/A4/kernels_{{size}}_ctx{{context}}_{{mode}}.log",
     benchmark:
-        f"{BENCHMARKS}/A4/kernels_{{size}}_ctx{{context}}_{{mode}}_{{precision}}.tsv",
+        f"{BENCHMARKS}/A4/kernels_{{size}}_ctx{{context}}_{{mode}}.tsv",
     wildcard_constraints:
         size=re.escape(A4_KERNELS["size"]),
         context=r"\d+",
         mode="|".join(MODES),
-        precision="fp32|bf16",
     params:
         batch=GRID["A1"]["batch"],
         warmup=GRID["A1"]["warmup"],
+        rounds=GRID["A1"]["rounds"],
         steps=GRID["A1"]["steps"],
         device=GRID["device"],
+        out_dir=f"{RESULTS}/A4/records",
     resources:
         gpu=1,
     shell:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.profiling.step_kernels --size {wildcards.size} --context {wildcards.context}"
-        " --mode {wildcards.mode} --precision {wildcards.precision} --batch {params.batch}"
-        " --warmup {params.warmup} --steps {params.steps} --device {params.device} --out {output} > {log} 2>&1")
+        " --mode {wildcards.mode} --precisions fp32 bf16 --batch {params.batch} --warmup {params.warmup}"
+        " --rounds {params.rounds} --steps {params.steps} --device {params.device} --out-dir {params.out_dir}"
+        " > {log} 2>&1")
 
 
 rule A4_report:

@@ -1,13 +1,16 @@
 """What one training step launches: its kernels by kind, their count and device time (A4(c)).
 
     python -m cs336_systems.profiling.step_kernels --size small --context 128 --mode forward-backward \
-        --precision bf16 --out rec.json
+        --precisions fp32 bf16 --out-dir records/
 
-Shows where a bf16 autocast step's time goes beside the fp32 step of the same A1 point (one
-record per precision, each its own process): the step is timed as A1 times it (``--steps``
-steps after ``--warmup``, no profiler), then ``--steps`` more steps run under torch.profiler
-(no Nsight needed), each inside a range that ends with a device synchronisation, so every kernel
-a step launched finished inside its range.
+Shows where a bf16 autocast step's time goes beside the fp32 step of the same A1 point, both in one
+process on one model: the steps are timed as A1 times them (``rounds.take_turns``: ``--warmup``
+steps each, then ``--rounds`` rounds in which the precisions take turns of ``--steps`` steps, no
+profiler), so the step's bf16-against-fp32 verdict is paired per round; then each precision runs
+``--rounds`` x ``--steps`` more steps under torch.profiler (no Nsight needed), each inside a range
+that ends with a device synchronisation, so every kernel a step launched finished inside its
+range. One record per precision, ``kernels_{size}_ctx{context}_{mode}_{precision}.json`` (or
+``--out`` for a single ``--precision``).
 
 Every kernel (on the CPU: every operator, with its *self* time) is put in one kind:
 
@@ -174,18 +177,40 @@ def profile_steps(step, steps: int, device, step_ms: float) -> dict:
             "busy_share": table["busy_ms"] / step_ms if table["busy_ms"] is not None and step_ms > 0 else None}
 
 
-def measure(size, *, context: int, batch: int, mode: str, precision: str, warmup: int, steps: int,
-            device: str) -> dict:
+def measure(size, *, context: int, batch: int, mode: str, precisions: list[str], warmup: int, rounds: int,
+            steps: int, device: str) -> dict[str, tuple[str, dict, str | None]]:
+    """Time ``precisions`` of one point in turns on one shared model, then profile each: per precision
+    ``(status, metrics, message)``; one that runs out of memory is an ``oom`` and the others go on."""
     import torch
 
-    from cs336_systems.workload import build_workload, time_steps
+    from cs336_systems.models import build_model, random_batch
+    from cs336_systems.rounds import Entrant, take_turns
+    from cs336_systems.timing import attempt
+    from cs336_systems.workload import LEARNING_RATE, Workload, adamw
 
-    workload = build_workload(size, context=context, batch=batch, mode=mode, precision=precision,
-                              device=torch.device(device))
-    timed = time_steps(workload, warmup=warmup, steps=steps)          # as A1 times it, no profiler
-    profile = profile_steps(workload.step, steps, device, timed["step"]["mean"])
-    return {"unit": profile.pop("unit"), "step": timed["step"],
-            **{p: timed[p] for p in ("forward", "backward", "optimizer") if p in timed}, **profile}
+    device = torch.device(device)
+    model = build_model(size, context, device=device)
+    inputs, targets = random_batch(batch, context, device=device)
+    optimizer = adamw(model.parameters(), lr=LEARNING_RATE) if mode == "train-step" else None
+    workloads = {p: Workload(model, model, optimizer, inputs, targets, mode, p, device) for p in precisions}
+    job, outcomes = take_turns([Entrant(p, lambda p=p: workloads[p].step, cleanup=lambda: model.zero_grad(set_to_none=True))
+                                for p in precisions], device=device, warmup=warmup, rounds=rounds, steps=steps)
+    out = {}
+    for precision, outcome in outcomes.items():
+        if outcome.status != "ok":
+            out[precision] = (outcome.status, {"turns": job.as_dict()}, outcome.message)
+            continue
+        timed = outcome.metrics(job)                   # as A1 times it, no profiler
+        status, profile, message = attempt(lambda: profile_steps(workloads[precision].step, rounds * steps, device,
+                                                                 timed["step"]["mean"]))
+        if status != "ok":
+            model.zero_grad(set_to_none=True)
+            out[precision] = (status, {"turns": job.as_dict()}, message)
+            continue
+        out[precision] = ("ok", {"unit": profile.pop("unit"), **{k: timed[k] for k in ("step", "rounds", "turns")},
+                                 **{p: timed[p] for p in ("forward", "backward", "optimizer") if p in timed}, **profile},
+                          None)
+    return out
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -199,12 +224,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--context", type=int, required=True)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--mode", choices=MODES, default="forward-backward")
-    p.add_argument("--precision", choices=list(PRECISIONS), default="bf16")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--steps", type=int, default=10, help="timed steps, then as many profiled ones")
+    p.add_argument("--precisions", choices=list(PRECISIONS), nargs="+", default=["fp32", "bf16"],
+                   help="the precisions timed in turns and profiled, one record each into --out-dir")
+    p.add_argument("--precision", choices=list(PRECISIONS), help="one precision alone (with --out)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps per precision")
+    p.add_argument("--rounds", type=int, default=4, help="rounds of turns (at least 3); rounds x steps are profiled")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per precision and turn")
     p.add_argument("--device", default="cuda" if _cuda() else "cpu")
-    p.add_argument("--out", required=True)
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out-dir", help="folder for kernels_{size}_ctx{context}_{mode}_{precision}.json")
+    out.add_argument("--out", help="the record of --precision alone")
     args = p.parse_args(argv)
+    if args.out is not None:
+        args.precisions = [args.precision or "bf16"]
+    elif args.precision is not None:
+        p.error("--precision goes with --out; with --out-dir give --precisions")
+    if len(set(args.precisions)) != len(args.precisions):
+        p.error("--precisions lists a value twice")
+    from cs336_systems.rounds import MIN_ROUNDS
+    require_at_least(p, args, MIN_ROUNDS, "rounds")
     require_at_least(p, args, 1, "context", "batch", "steps")
     require_at_least(p, args, 0, "warmup")
     parse_device(p, args.device)
@@ -218,24 +256,31 @@ def _cuda() -> bool:
 
 
 def main(argv=None) -> int:
+    from pathlib import Path
+
     from cs336_systems.models import get_size
     from cs336_systems.records import log, make_record, write_json_atomic
     from cs336_systems.timing import attempt, free_device_memory
 
     args = parse_args(argv)
     size = get_size(args.size)
-    params = {"part": "kernels", "size": args.size, **asdict(size), "context": args.context, "batch": args.batch,
-              "mode": args.mode, "precision": args.precision, "warmup": args.warmup, "steps": args.steps,
-              "device": args.device, "attention": "naive"}
-    log(f"A4 step kernels: {params}")
-    status, metrics, message = attempt(lambda: measure(
-        size, context=args.context, batch=args.batch, mode=args.mode, precision=args.precision,
-        warmup=args.warmup, steps=args.steps, device=args.device))
+    base = {"part": "kernels", "size": args.size, **asdict(size), "context": args.context, "batch": args.batch,
+            "mode": args.mode, "warmup": args.warmup, "rounds": args.rounds, "steps": args.steps,
+            "device": args.device, "attention": "naive"}
+    log(f"A4 step kernels: {base}, precisions {args.precisions}")
+    status, results, message = attempt(lambda: measure(
+        size, context=args.context, batch=args.batch, mode=args.mode, precisions=args.precisions, warmup=args.warmup,
+        rounds=args.rounds, steps=args.steps, device=args.device))
     free_device_memory(args.device)
-    write_json_atomic(args.out, make_record("A4", params, status, metrics, reason=message))
-    summary = (f"{metrics['count_per_step'][0]} {metrics['unit']} per step, casts {metrics['kinds']['cast']['count']:.0f}"
-               if status == "ok" else message)
-    log(f"A4 step kernels {status}: {summary} -> {args.out}")
+    for precision in args.precisions:
+        # building the shared model failed: both precisions share its fate
+        status_p, metrics, message_p = results[precision] if status == "ok" else (status, {}, message)
+        out = Path(args.out) if args.out else \
+            Path(args.out_dir) / f"kernels_{args.size}_ctx{args.context}_{args.mode}_{precision}.json"
+        write_json_atomic(out, make_record("A4", base | {"precision": precision}, status_p, metrics, reason=message_p))
+        summary = (f"{metrics['count_per_step'][0]} {metrics['unit']} per step, casts {metrics['kinds']['cast']['count']:.0f}"
+                   if status_p == "ok" else message_p)
+        log(f"A4 step kernels {precision} {status_p}: {summary} -> {out}")
     return 0
 
 

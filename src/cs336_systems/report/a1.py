@@ -4,14 +4,20 @@ points), two figures, and the writeup's numbers.
     python -m cs336_systems.report.a1 --records r1.json ... --warmup-records w1.json ... \
         [--profiles A2/records/*.json] --out-dir DIR
 
-Every "slower", "higher" or "grows" handed to the prose is ``report.spread``'s test (a difference
-beyond two standard errors); closer than that, the prose says the data does not settle it.
+Every "slower", "faster" or "grows" handed to the prose is a test against a spread. Two records
+measured in one job (``metrics.turns``: the points of a size took turns in rounds) are judged
+*paired*: ``spread.paired_records``, the per-round difference against its scatter across rounds.
+Records of separate processes (runs measured before the group jobs, with no ``turns``) are judged
+*across processes* by ``spread.compare`` (a difference beyond two standard errors of each process's
+own steps) and every such verdict says so: separate processes differ by more than that (the warm-up
+study measures by how much). Closer than the spread, the prose says the data does not settle it.
 
 A point is *launch-bound* when its GPU sits idle most of the step. Two kinds of evidence, the first
 that the run holds wins:
 
-- an A2 profile of the same point in the same run (``--profiles``, fp32 only): the kernels keep the
-  GPU busy less than half of the step (``profiling.busy``);
+- an A2 profile of the same point in the same run (``--profiles``, fp32 only): A2's kernel time per
+  step fills less than half of *this table's* step time (A1's unprofiled step: A2's own step runs
+  under the profiler and its NVTX ranges, so its length is not A1's);
 - the timings alone: a point of the same size, mode and precision with at least ``MORE_WORK`` times
   the FLOPs (a longer context) is not slower beyond the spread, so this step's time is not set by
   its arithmetic. The longest context of a series has no such neighbour: not settled.
@@ -34,9 +40,11 @@ from cs336_systems.profiling.busy import profile_busy
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import WITHIN, Estimate, across_processes, compare, trend
+from cs336_systems.report.spread import WITHIN, Estimate, across_processes, compare, paired_records, trend
 
 PHASES = ("forward", "backward", "optimizer", "step")
+PAIRED, ACROSS = "paired", "across processes"     # how a comparison was judged (see the module's doc)
+KEY = ("size", "context", "mode", "precision")
 MORE_WORK = 1.5          # FLOPs ratio of a neighbour whose equal time marks a point launch-bound
 LAUNCH_BOUND_BUSY = 0.5  # GPU busy share under which a profiled step is launch-bound
 
@@ -49,6 +57,8 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         p, m = r["params"], r["metrics"]
         row = {k: p[k] for k in ("size", "context", "mode", "precision", "warmup", "steps", "batch")}
         row["status"] = r["status"]
+        row["job"] = (m.get("turns") or {}).get("job")
+        row["rounds"] = (m.get("turns") or {}).get("rounds")
         for phase in PHASES:
             row[f"{phase}_mean"] = m.get(phase, {}).get("mean", math.nan)
             row[f"{phase}_std"] = m.get(phase, {}).get("std", math.nan)
@@ -76,37 +86,64 @@ def step_estimate(row) -> Estimate:
     return Estimate.from_samples(row["step_mean"], row["step_std"], max(1, int(row["step_n"])))
 
 
-def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = ()) -> pd.DataFrame:
+def by_point(records: list[dict]) -> dict[tuple, dict]:
+    """Records by (size, context, mode, precision), the key ``records_frame``'s rows carry."""
+    return {tuple(str(r["params"][k]) if k != "context" else int(r["params"][k]) for k in KEY): r for r in records}
+
+
+def _key(row) -> tuple:
+    return tuple(str(row[k]) if k != "context" else int(row[k]) for k in KEY)
+
+
+def direction(a_row, b_row, records: dict[tuple, dict] | None, phase: str = "step") -> tuple[str, str]:
+    """``a`` against ``b`` ("higher", "lower" or WITHIN) and how it was judged: paired where both
+    records come from one job's rounds, else across processes (``spread.compare``)."""
+    a, b = (records or {}).get(_key(a_row)), (records or {}).get(_key(b_row))
+    pair = paired_records(a, b, phase) if a is not None and b is not None else None
+    if pair is not None:
+        return pair.verdict, PAIRED
+    return compare(Estimate.from_samples(a_row[f"{phase}_mean"], a_row[f"{phase}_std"], max(1, int(a_row[f"{phase}_n"]))),
+                   Estimate.from_samples(b_row[f"{phase}_mean"], b_row[f"{phase}_std"], max(1, int(b_row[f"{phase}_n"])))), ACROSS
+
+
+def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list[dict] = ()) -> pd.DataFrame:
     """Add what bounds each point, as far as the run's data says (see the module's doc):
 
     - ``busy_share`` and ``launch_bound`` from an A2 profile of the same fp32 point and batch
-      (``profiles``: ``profiling.busy.profile_busy`` rows): launch-bound when the kernels keep the
-      GPU busy less than ``LAUNCH_BOUND_BUSY`` of the step, not when more; None without a profile;
+      (``profiles``: ``profiling.busy.profile_busy`` rows): A2's kernel time per step over this
+      row's own (unprofiled) step time; launch-bound when that is under ``LAUNCH_BOUND_BUSY``, not
+      when more; None without a profile;
     - ``flat_in_work`` from the timings: True when a point of the same series with at least
-      ``MORE_WORK`` times the FLOPs is not slower beyond the spread. Its time is then not set by its
+      ``MORE_WORK`` times the FLOPs is not slower beyond the spread (paired where ``records`` show
+      both measured in one job, ``direction``). Its time is then not set by its
       arithmetic (launches, or kernels too small to fill the GPU: only a profile tells which); a
       neighbour that is slower settles nothing (a launch-bound step grows too), so None otherwise;
     - ``bound_by``: the table's words for the two."""
     df = df.copy()
+    records = by_point(list(records))
     busy = {(str(b["size"]), int(b["context"]), b["mode"], int(b["batch"])): b for b in profiles}
     shares, launch, flat, evidence, bound_by = [], [], [], [], []
     for _, row in df.iterrows():
         share, is_launch, is_flat, why, words = math.nan, None, None, "", ""
         b = busy.get((str(row["size"]), int(row["context"]), str(row["mode"]), int(row["batch"])))
-        if row["status"] == "ok" and b is not None and row["precision"] == "fp32":
-            share, is_launch = b["busy_share"], b["busy_share"] < LAUNCH_BOUND_BUSY
-            why = f"A2 profile: {b['kernels']} kernels keep the GPU busy {100 * share:.0f} % of the step"
-            words = f"{'launches: ' if is_launch else ''}GPU busy {100 * share:.0f} %"
+        if row["status"] == "ok" and b is not None and row["precision"] == "fp32" and row["step_mean"] > 0:
+            # A2's kernel time against A1's own step: A2's step, under the profiler, is longer
+            share = b["kernel_ms"] / row["step_mean"]
+            is_launch = share < LAUNCH_BOUND_BUSY
+            why = (f"A2 profile: {b['kernels']} kernels, {b['kernel_ms']:.1f} ms of kernel time, "
+                   f"{100 * share:.0f} % of this step's {row['step_mean']:.1f} ms")
+            words = f"{'launches: ' if is_launch else ''}kernels {100 * share:.0f} % of step"
         bigger = df[(df["size"] == row["size"]) & (df["mode"] == row["mode"]) & (df["precision"] == row["precision"])
                     & (df["status"] == "ok") & (df["flops"] >= MORE_WORK * row["flops"])]
         if row["status"] == "ok" and len(bigger):
             # the smallest step up in work: the hardest test of "time grows with work"
             nxt = bigger.sort_values("flops").iloc[0]
-            direction = compare(step_estimate(nxt), step_estimate(row))
-            if direction != "higher":
+            verdict, judged = direction(nxt, row, records)
+            if verdict != "higher":
                 is_flat = True
                 flat_why = (f"{nxt['flops'] / row['flops']:.1f}× the FLOPs at context {nxt['context']} "
-                            + ("run faster" if direction == "lower" else "run no slower (within the spread)"))
+                            + ("run faster" if verdict == "lower" else "run no slower (within the spread)")
+                            + f", {judged}")
                 why = f"{why}; {flat_why}" if why else flat_why
                 words = words or "flat in work"
         shares.append(share)
@@ -119,19 +156,27 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = ()) -> pd.DataFra
     return df
 
 
-def bf16_against_fp32(df: pd.DataFrame) -> list[dict]:
-    """Per grid point timed in both precisions: the bf16 step against the fp32 one, by ``spread.compare``."""
+BF16_IS = {"higher": "slower", "lower": "faster"}
+
+
+def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
+    """Per grid point timed in both precisions: the bf16 step (and each phase) against the fp32 one,
+    paired where one job measured both (``direction``), else across processes; ``judged`` says which."""
     ok = df[df["status"] == "ok"]
+    records = by_point(list(records))
     out = []
     for (size, context, mode), part in ok.groupby(["size", "context", "mode"], observed=True):
         by = {str(r["precision"]): r for _, r in part.iterrows()}
         if "fp32" in by and "bf16" in by:
             fp32, bf16 = by["fp32"], by["bf16"]
-            direction = compare(step_estimate(bf16), step_estimate(fp32))
+            verdict, judged = direction(bf16, fp32, records)
+            phases = {phase: BF16_IS.get(direction(bf16, fp32, records, phase)[0], WITHIN)
+                      for phase in ("forward", "backward", "optimizer") if not math.isnan(bf16[f"{phase}_mean"])}
             out.append({"size": str(size), "context": int(context), "mode": str(mode),
                         "fp32_ms": fp32["step_mean"], "fp32_std_ms": fp32["step_std"],
                         "bf16_ms": bf16["step_mean"], "bf16_std_ms": bf16["step_std"],
-                        "bf16_is": {"higher": "slower", "lower": "faster"}.get(direction, WITHIN),
+                        "bf16_is": BF16_IS.get(verdict, WITHIN), "judged": judged,
+                        "rounds": int(bf16["rounds"]) if judged == PAIRED else None, "phases": phases,
                         "bound_by": {"fp32": fp32["bound_by"], "bf16": bf16["bound_by"]}})
     return out
 
@@ -143,8 +188,9 @@ def _cell(row: pd.Series, phase: str) -> str:
     return "" if math.isnan(mean) else f"{mean:.2f} ± {std:.2f}"
 
 
-def display_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The table people read: one row per grid point, 'mean ± std' ms per phase, OOM spelled out."""
+def display_table(df: pd.DataFrame, comparisons: list[dict] = ()) -> pd.DataFrame:
+    """The table people read: one row per grid point, 'mean ± std' ms per phase, OOM spelled out;
+    on bf16 rows, the step against fp32's and how that was judged (``bf16_against_fp32``)."""
     out = df[["size", "context", "mode", "precision"]].astype(str).copy()
     for phase in PHASES:
         out[f"{phase} (ms)"] = [_cell(row, phase) for _, row in df.iterrows()]
@@ -153,6 +199,9 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
     out["MFU"] = ["" if math.isnan(u) else f"{100 * u:.1f} %" for u in df["mfu"]]
     if "bound_by" in df:
         out["bound by"] = df["bound_by"]
+    verdicts = {(c["size"], c["context"], c["mode"]): f"{c['bf16_is']} ({c['judged']})" for c in comparisons}
+    out["bf16 vs fp32"] = [verdicts.get((str(r["size"]), int(r["context"]), str(r["mode"])), "")
+                           if str(r["precision"]) == "bf16" else "" for _, r in df.iterrows()]
     return out
 
 
@@ -327,7 +376,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
                                 "tflops": float(top["tflops"]), "basis": top["peak_basis"]}
     launch = ok[ok["launch_bound"] == True]     # noqa: E712 - None (no profile) is neither
     flat = ok[ok["flat_in_work"] == True]       # noqa: E712
-    comparisons = bf16_against_fp32(df)
+    comparisons = bf16_against_fp32(df, records)
     warmups = warmup_summary(warmup_records)
     # The spread where the step's time is not set by its work against where it is (coefficient of
     # variation of the step); the prose says "larger where flat" only if the medians say so.
@@ -364,6 +413,11 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "bf16_within_spread": [c for c in comparisons if c["bf16_is"] == WITHIN],
         "bf16_faster_count": sum(c["bf16_is"] == "faster" for c in comparisons),
         "bf16_compared": len(comparisons),
+        "bf16_paired": sum(c["judged"] == PAIRED for c in comparisons),
+        "bf16_across_processes": sum(c["judged"] == ACROSS for c in comparisons),
+        # the grid's design: one job per size, its points in turns (else a process per point)
+        "grouped": bool(len(df)) and bool(df["job"].notna().all()),
+        "rounds": int(records[0]["params"]["rounds"]) if records and "rounds" in records[0]["params"] else None,
         "warmup": warmups,
         "warm_processes": warm_processes(warmups),
         "warmup_point": warmup_point(warmup_records),
@@ -387,8 +441,9 @@ def main(argv=None) -> int:
         warmup_point(warmup_records)
     except ValueError as exc:
         p.error(str(exc))
-    df = mark_launch_bound(records_frame(records), [b for r in load_records(args.profiles) for b in profile_busy(r)])
-    write_table(display_table(df), args.out_dir)
+    df = mark_launch_bound(records_frame(records), [b for r in load_records(args.profiles) for b in profile_busy(r)],
+                           records)
+    write_table(display_table(df, bf16_against_fp32(df, records)), args.out_dir)
     plot_time_vs_context(df, args.out_dir / "time_vs_context.png")
     plot_warmup(warmup_records, args.out_dir / "warmup.png")
     write_summary(args.out_dir / "summary.json", summarize(df, records, warmup_records))

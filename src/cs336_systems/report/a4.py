@@ -8,8 +8,13 @@ error of layer norm in fp16 / bf16 against float64), ``timing.*`` (forward and b
 bf16 autocast, per size), ``speedup.png``, ``kernels.*`` (one A1 point's kernels per step by kind,
 fp32 beside bf16; a note where this run has no such record) and ``summary.json``.
 
-Every "faster", "slower" and "grows" the summary hands the prose is ``report.spread``'s test: a
-difference beyond two standard errors; anything closer is reported as not settled.
+Every "faster", "slower" and "grows" the summary hands the prose is a test against a spread;
+anything closer is reported as not settled. bf16 against fp32 at one point is *paired* where one job
+timed both in turns (A1's group jobs, A4's kernel job: ``spread.paired_records``, the per-round
+difference against its scatter across rounds); records of separate processes (runs measured before
+those jobs) are judged *across processes* by ``spread.compare`` (two standard errors of each
+process's own steps), and the tables say which. Speedups of different sizes come from different
+jobs and are compared by ``spread.compare`` of their propagated standard errors.
 """
 from __future__ import annotations
 
@@ -27,12 +32,24 @@ from cs336_systems.precision.autocast_dtypes import STAGES
 from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_summary, write_table)
-from cs336_systems.report.spread import WITHIN, Estimate, compare, trend
+from cs336_systems.report.spread import WITHIN, Estimate, compare, paired_records, trend
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
 # A step whose kernels keep the GPU busy less than this share of it waits on launches most of the time.
 LAUNCH_BOUND_BUSY = 0.5
+PAIRED, ACROSS = "paired", "across processes"     # how a bf16/fp32 verdict was judged
+
+
+def bf16_verdict(bf16: dict, fp32: dict, phase: str) -> tuple[str, str]:
+    """bf16's ``phase`` against fp32's: ("slower" / "faster" / WITHIN, how judged). Paired where the
+    two records come from one job's rounds, else ``spread.compare`` of the two processes' means."""
+    pair = paired_records(bf16, fp32, phase)
+    if pair is not None:
+        direction, judged = pair.verdict, PAIRED
+    else:
+        direction, judged = compare(Estimate.of(bf16["metrics"][phase]), Estimate.of(fp32["metrics"][phase])), ACROSS
+    return {"higher": "slower", "lower": "faster"}.get(direction, WITHIN), judged
 
 
 def series_name(mode: str, phase: str) -> str:
@@ -123,6 +140,9 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
                         cells[precision] = ("ok", timed["mean"], timed.get("std", math.nan), n)
                 if all(c[0] is None for c in cells.values()):
                     continue
+                recs = [by_point.get((size, context, mode, p)) for p in ("fp32", "bf16")]
+                both_ok = all(r is not None and r["status"] == "ok" for r in recs)
+                bf16_is, judged = bf16_verdict(recs[1], recs[0], phase) if both_ok else ("", "")
                 (_, fp32, fp32_std, fp32_n), (_, bf16, bf16_std, bf16_n) = cells["fp32"], cells["bf16"]
                 both = fp32_n > 0 and bf16_n > 0
                 fast, slow = ((Estimate.from_samples(fp32, fp32_std, fp32_n), Estimate.from_samples(bf16, bf16_std, bf16_n))
@@ -137,8 +157,7 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
                              "speedup_std": fp32 / bf16 * math.hypot(fp32_std / fp32, bf16_std / bf16),
                              "speedup_se": speedup.se,
                              # bf16 against fp32 beyond the spread: "slower", "faster" or WITHIN
-                             "bf16_is": ({"higher": "slower", "lower": "faster"}.get(compare(slow, fast), WITHIN)
-                                         if both else "")})
+                             "bf16_is": bf16_is if both else "", "judged": judged if both else ""})
     return pd.DataFrame(rows)
 
 
@@ -156,7 +175,7 @@ def timing_table(df: pd.DataFrame) -> pd.DataFrame:
         "fp32 (ms)": [cell(*c) for c in zip(df["fp32_status"], df["fp32_ms"], df["fp32_std_ms"])],
         "bf16 autocast (ms)": [cell(*c) for c in zip(df["bf16_status"], df["bf16_ms"], df["bf16_std_ms"])],
         "speedup fp32/bf16": ["" if math.isnan(v) else _mean_std(v, s, "×") for v, s in zip(df["speedup"], df["speedup_std"])],
-        "bf16 is": df["bf16_is"],
+        "bf16 is": [f"{v} ({j})" if v else "" for v, j in zip(df["bf16_is"], df["judged"])],
     })
 
 
@@ -198,7 +217,7 @@ def _rows_where(ok: pd.DataFrame, bf16_is: str) -> list[dict]:
     """The rows where bf16 is ``bf16_is`` ("slower", "faster" or WITHIN), for the prose to name."""
     return [{"size": r["size"], "context": int(r["context"]), "series": series_name(r["mode"], r["phase"]),
              "fp32_ms": r["fp32_ms"], "fp32_std_ms": r["fp32_std_ms"], "bf16_ms": r["bf16_ms"],
-             "bf16_std_ms": r["bf16_std_ms"], "speedup": r["speedup"]}
+             "bf16_std_ms": r["bf16_std_ms"], "speedup": r["speedup"], "judged": r["judged"]}
             for r in (ok.to_dict("records") if len(ok) else []) if r["bf16_is"] == bf16_is]
 
 
@@ -243,7 +262,9 @@ def kernel_summary(records: list[dict]) -> dict | None:
     fp32, bf16 = out["precisions"].get("fp32"), out["precisions"].get("bf16")
     if fp32 and bf16:
         on_gpu = fp32["busy"] is not None and bf16["busy"] is not None
-        step_is = compare(Estimate(**bf16["step"]), Estimate(**fp32["step"]))
+        recs = {r["params"]["precision"]: r for r in records if r["status"] == "ok"}
+        pair = paired_records(recs["bf16"], recs["fp32"], "step")
+        step_is = pair.verdict if pair is not None else compare(Estimate(**bf16["step"]), Estimate(**fp32["step"]))
         busy_is = compare(Estimate(**bf16["busy"]), Estimate(**fp32["busy"])) if on_gpu else None
         out["compare"] = {
             "extra_kernels": bf16["kernels"] - fp32["kernels"],
@@ -251,6 +272,8 @@ def kernel_summary(records: list[dict]) -> dict | None:
             "cast_ms": {p: e["kinds"]["cast"]["ms"] for p, e in out["precisions"].items()},
             "gemm_ms": {p: e["kinds"]["GEMM"]["ms"] for p, e in out["precisions"].items()},
             "bf16_step_is": {"higher": "slower", "lower": "faster"}.get(step_is, WITHIN),
+            "step_judged": PAIRED if pair is not None else ACROSS,
+            "rounds": pair.rounds if pair is not None else None,
             "bf16_busy_is": {"higher": "longer", "lower": "shorter"}.get(busy_is, WITHIN) if on_gpu else None,
             "launch_bound": {p: e["busy_share"] < LAUNCH_BOUND_BUSY for p, e in out["precisions"].items()} if on_gpu else None,
             # The slowdown is not kernel time when bf16's step is slower beyond the spread while its
@@ -352,6 +375,9 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
                                  if r["params"]["part"] == "layernorm" and r["status"] == "ok"), None),
         "timing_batch": int(timing_records[0]["params"]["batch"]) if timing_records else None,
         "timing_steps": timing_records[0]["params"].get("steps") if timing_records else None,
+        "timing_rounds": timing_records[0]["params"].get("rounds") if timing_records else None,
+        "timing_paired": int((ok["judged"] == PAIRED).sum()) if len(ok) else 0,
+        "timing_across_processes": int((ok["judged"] == ACROSS).sum()) if len(ok) else 0,
         "kernels": kernel_summary(list(kernel_records)),
         "launch_bound_busy": LAUNCH_BOUND_BUSY,
     }
