@@ -16,7 +16,8 @@ the longest context; a shorter batch runs the same operations) and shared. Its p
 heats: forward and forward-backward first, then the train steps with one shared AdamW, so the
 optimizer's state (twice the weights) is resident only while train steps take turns, and every
 point's peak memory is what a process of that point alone holds (weights, its batch, its own
-step's tensors; train steps also the optimizer state). Pairs are therefore judged within a heat:
+step's tensors; train steps also the optimizer state), plus the other contexts' token batches
+(kilobytes). Pairs are therefore judged within a heat:
 a record's ``metrics.turns`` names the heat's job and its entrants. One record per point, at
 ``{size}_ctx{context}_{mode}_{precision}.json``; one that runs out of memory is an ``oom`` record
 and the others go on.
