@@ -34,11 +34,23 @@ def test_a_wrong_backward_shows_up_in_the_errors(monkeypatch):
     assert min(errors["dq"], errors["dk"], errors["dv"]) > 1e-2
 
 
-def test_cli_records_and_reports(tmp_path):
+@pytest.fixture
+def inductor_afterwards():
+    """check.main chooses the compiled backward's back end for the whole process: put Inductor back."""
+    from cs336_systems.attention import backward
+
+    yield backward
+    backward.use_backend("inductor")
+
+
+def test_cli_records_and_reports(tmp_path, inductor_afterwards):
     out = tmp_path / "checks.json"
+    # aot_eager, as the smoke preset runs it: the same graph, no C++ built here
     assert check.main(["--shape", "1", "24", "16", "--bench-shape", "1", "32", "16", "--dtypes", "fp32",
-                       "--device", DEVICE, "--out", str(out)]) == 0
+                       "--device", DEVICE, "--backend", "aot_eager", "--out", str(out)]) == 0
+    assert inductor_afterwards._BACKEND == ["aot_eager"]
     records = json.loads(out.read_text())
+    assert {r["params"]["compile_backend"] for r in records} == {"aot_eager"}
     assert {(r["params"]["kind"], r["params"]["function"]) for r in records} == \
         {("error", f) for f in check.FUNCTIONS} | {("time", f) for f in check.TIMED}
     assert all(r["status"] == "ok" for r in records)

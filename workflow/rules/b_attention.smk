@@ -132,12 +132,13 @@ rule B3_checks:
         bench_shape=" ".join(map(str, B3["bench_shape"])),
         dtypes=" ".join(B3["dtypes"]),
         device=GRID["device"],
+        backend=GRID["compile_backend"],
     resources:
         gpu=1,
     shell:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.attention.check --shape {params.shape} --bench-shape {params.bench_shape}"
-        " --dtypes {params.dtypes} --device {params.device} --out {output} > {log} 2>&1")
+        " --dtypes {params.dtypes} --device {params.device} --backend {params.backend} --out {output} > {log} 2>&1")
 
 
 # B3 and B4 both read the one checks record: the errors are B3's table, the backward timings B4's.

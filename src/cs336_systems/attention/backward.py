@@ -37,7 +37,19 @@ def flash_backward(q, k, v, o, grad_o, lse, is_causal: bool):
     return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype)
 
 
+# The torch.compile back end of the compiled backward: Inductor, what B4 times. A process may choose
+# AOTAutograd's graphs run eagerly instead (``use_backend("aot_eager")``, B3's check on the smoke preset),
+# which traces the same graph without building C++ on a CPU where the numbers mean nothing.
+_BACKEND = ["inductor"]
+
+
+def use_backend(name: str) -> None:
+    """Compile the backward with back end ``name`` from now on in this process."""
+    _BACKEND[0] = name
+    compiled_flash_backward.cache_clear()
+
+
 @lru_cache(maxsize=1)
 def compiled_flash_backward():
     """``flash_backward`` under ``torch.compile`` (built on first use: compiling takes seconds)."""
-    return torch.compile(flash_backward, dynamic=True)
+    return torch.compile(flash_backward, dynamic=True, backend=_BACKEND[0])

@@ -24,6 +24,7 @@ import sys
 import torch
 
 from cs336_systems.attention import flash_record
+from cs336_systems.attention.backward import use_backend
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import attempt, free_device_memory, median_ms
 
@@ -140,6 +141,8 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["fp32", "bf16"])
     p.add_argument("--functions", nargs="+", choices=FUNCTIONS, default=list(FUNCTIONS))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--backend", choices=("inductor", "aot_eager"), default="inductor",
+                   help="torch.compile back end of the PyTorch backward (aot_eager: traced, no code built)")
     p.add_argument("--out", required=True, help="where the JSON list of records goes")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -148,7 +151,10 @@ def main(argv=None) -> int:
         p.error("shapes must be positive")
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")    # before the kernels are first imported
+    use_backend(args.backend)
     records = run_checks(args.shape, args.bench_shape, args.dtypes, args.functions, args.device)
+    for record in records:
+        record["params"]["compile_backend"] = args.backend
     write_json_atomic(args.out, records)
     log(f"wrote {len(records)} records -> {args.out}")
     return 0 if all(r["status"] != "error" for r in records) else 1
