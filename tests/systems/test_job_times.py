@@ -229,3 +229,20 @@ def test_readmes_job_time_table_is_what_job_times_prints_for_the_committed_runs(
     monkeypatch.chdir(REPO)
     assert job_times.main(command.split()[3:]) == 0
     assert block.group(1) == capsys.readouterr().out.rstrip("\n")
+
+
+def test_a_job_that_compares_several_points_counts_every_record_it_wrote(tmp_path, seed):
+    """A1's grouped job ``xl`` wrote one record per point (``xl_ctx…``); ``small``'s records are another
+    job's, and ``xl-big`` shares no part with ``xl``'s name although it starts like it."""
+    rng = random.Random(seed)
+    tsv = tmp_path / "benchmarks" / "A1" / "xl.tsv"
+    tsv.parent.mkdir(parents=True)
+    tsv.write_text(HEADER + "100\t0:01:40\t500\t1\t1\t1\t0\t0\t50\t60\n")
+    mine = {f"xl_ctx{c}_{m}": [rng.uniform(1, 900) for _ in range(3)] for c in (128, 256) for m in ("forward", "train-step")}
+    for name, steps in mine.items():
+        _record(tmp_path / "A1" / "records" / f"{name}.json", "ok", steps, steps[:1])
+    _record(tmp_path / "A1" / "records" / "small_ctx128_forward.json", "ok", [5000.0])
+    _record(tmp_path / "A1" / "records" / "xl-big_ctx128_forward.json", "ok", [7000.0])
+    jobs = job_times.read_benchmarks(tmp_path)
+    assert len(jobs) == 1 and not jobs.loc[0, "skipped"]
+    assert jobs.loc[0, "timed_s"] == pytest.approx(sum(sum(s) + s[0] for s in mine.values()) / 1000)

@@ -51,56 +51,77 @@ def read_benchmarks(run_dir: Path) -> pd.DataFrame:
         with path.open(newline="") as f:
             for row in csv.DictReader(f, delimiter="\t"):
                 parts = path.relative_to(folder).parts
-                record = _record_of(run_dir, parts)
+                records = _records_of(run_dir, parts)
                 rows.append({"deliverable": parts[0] if len(parts) > 1 else "-",
                              "job": "/".join(parts)[: -len(".tsv")],
                              "s": _number(row.get("s")), "max_rss_MB": _number(row.get("max_rss")),
                              "cpu_s": _number(row.get("cpu_time")),
-                             "timed_s": _timed_seconds(record), "skipped": _status(record) == "skipped",
-                             "compiled": _compiled(record)})
+                             "timed_s": _timed_seconds(records),
+                             "skipped": bool(records) and all(_status(r) == "skipped" for r in records),
+                             "compiled": _compiled(records)})
     return pd.DataFrame(rows, columns=["deliverable", "job", "s", "max_rss_MB", "cpu_s", "timed_s", "skipped", "compiled"])
 
 
-def _record_of(run_dir: Path, parts: tuple[str, ...]) -> dict | None:
-    """The record a job wrote, found from its benchmark file's place: ``benchmarks/<ID>/<name>.tsv``
+def _records_of(run_dir: Path, parts: tuple[str, ...]) -> list[dict]:
+    """The records a job wrote, found from its benchmark file's place: ``benchmarks/<ID>/<name>.tsv``
     belongs to ``<ID>/records/<name>.json``, ``benchmarks/<ID>/<sub>/<name>.tsv`` to
-    ``<ID>/<sub>/<name>.json`` (A1's warm-up study, B2's whole-model rows). None where there is
-    no such file (a profile, a report) or it does not parse."""
+    ``<ID>/<sub>/<name>.json`` (A1's warm-up study, B2's whole-model rows). A job that compares
+    several points (a job is a comparison) is named by what its points share and writes one record
+    each: where no record has the job's own name, its records are those in the same folder whose
+    name holds every ``_``-separated part of it (A1's ``2.7B`` job: ``2.7B_ctx128_forward_fp32``, ...).
+    Empty where there is none (a profile, a report) or none parses."""
     if len(parts) < 2:
-        return None
+        return []
     ident, *sub, name = parts
     name = name[: -len(".tsv")]
-    for path in (run_dir / ident / "records" / Path(*sub, f"{name}.json"), run_dir / ident / Path(*sub, f"{name}.json")):
-        if path.is_file():
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError):
-                return None
-            return record if isinstance(record, dict) else None
-    return None
+    folders = (run_dir / ident / "records" / Path(*sub), run_dir / ident / Path(*sub))
+    for folder in folders:
+        if (folder / f"{name}.json").is_file():
+            return [r for r in [_read(folder / f"{name}.json")] if r is not None]
+    wanted = set(name.split("_"))
+    for folder in folders:
+        found = [_read(p) for p in sorted(folder.glob("*.json")) if wanted <= set(p.stem.split("_"))]
+        if found:
+            return [r for r in found if r is not None]
+    return []
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _status(record: dict | None) -> str | None:
     return record.get("status") if record else None
 
 
-def _compiled(record: dict | None) -> bool | None:
-    """Whether a record that ran (``ok``) says its step was compiled (``params.compiled``, as E1's
-    rungs do); None where it did not run or does not say."""
-    params = record.get("params") if record and _status(record) == "ok" else None
-    compiled = params.get("compiled") if isinstance(params, dict) else None
-    return compiled if isinstance(compiled, bool) else None
+def _compiled(records: list[dict]) -> bool | None:
+    """Whether the records that ran (``ok``) say their step was compiled (``params.compiled``, as E1's
+    rungs do); None where none ran, none says, or a job's records disagree (a job of several rungs)."""
+    said = set()
+    for record in records:
+        params = record.get("params") if _status(record) == "ok" else None
+        compiled = params.get("compiled") if isinstance(params, dict) else None
+        if isinstance(compiled, bool):
+            said.add(compiled)
+    return said.pop() if len(said) == 1 else None
 
 
-def _timed_seconds(record: dict | None) -> float:
-    """Seconds of timed steps in a record: its step samples and warm-up step samples (milliseconds);
-    NaN where the record holds no step samples."""
-    metrics = record.get("metrics") if record else None
-    step = metrics.get("step") if isinstance(metrics, dict) else None
-    if not isinstance(step, dict) or not isinstance(step.get("samples"), list):
-        return float("nan")
-    samples = [*step["samples"], *(metrics.get("warmup_step_samples") or [])]
-    return sum(float(x) for x in samples) / 1000.0
+def _timed_seconds(records: list[dict]) -> float:
+    """Seconds of timed steps in a job's records: their step samples and warm-up step samples
+    (milliseconds); NaN where no record holds step samples."""
+    total, found = 0.0, False
+    for record in records:
+        metrics = record.get("metrics")
+        step = metrics.get("step") if isinstance(metrics, dict) else None
+        if not isinstance(step, dict) or not isinstance(step.get("samples"), list):
+            continue
+        found = True
+        total += sum(float(x) for x in [*step["samples"], *(metrics.get("warmup_step_samples") or [])]) / 1000.0
+    return total if found else float("nan")
 
 
 def _number(text: str | None) -> float:
