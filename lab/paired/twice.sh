@@ -28,7 +28,7 @@ export CS336_GIT_COMMIT=$sha CS336_GIT_DIRTY=false
 for n in 1 2; do
   start=\$(date +%s)
   if [ \$n = 1 ]; then targets="${targets_1[*]}"; else targets="${targets_2[*]}"; fi
-  snakemake --cores 1 --resources gpu=2 --config preset=full run=$prefix-\$n \$targets > $work/run-\$n.log 2>&1
+  snakemake \$targets --cores 1 --resources gpu=2 --config preset=full run=$prefix-\$n > $work/run-\$n.log 2>&1
   echo "run \$n: exit \$? after \$(( \$(date +%s) - start )) s" >> $work/status
 done
 touch $work/done
