@@ -37,6 +37,12 @@ StepFn = Callable[[Phase], object]
 MIN_ROUNDS = 3          # fewer rounds give no spread across rounds worth the name
 
 
+class Skipped(Exception):
+    """Raised by an entrant's ``make()`` when its point is not measured in this job (a CUDA-only
+    kernel on a CPU; a rung needed only where another ran out of memory): its outcome is
+    ``skipped``, the message says why."""
+
+
 @dataclass
 class Entrant:
     name: str                               # the point it measures, unique in the job
@@ -49,7 +55,7 @@ class Entrant:
 @dataclass
 class Outcome:
     name: str
-    status: str = "ok"                      # ok, oom or error (timing.failure_status)
+    status: str = "ok"                      # ok, oom or error (timing.failure_status), or skipped
     message: str | None = None
     warmup_steps: list[float] = field(default_factory=list)      # ms, whole step
     rounds: list[dict[str, list[float]]] = field(default_factory=list)   # per round: phase -> samples (ms)
@@ -103,7 +109,7 @@ def _timed_step(outcome: Outcome, device, timer: PhaseTimer) -> float:
 
 def _fail(outcome: Outcome, entrant: Entrant, exc: BaseException) -> None:
     """Record why ``outcome`` stopped and let go of everything its entrant held."""
-    outcome.status, outcome.message = failure_status(exc)
+    outcome.status, outcome.message = ("skipped", str(exc)) if isinstance(exc, Skipped) else failure_status(exc)
     outcome.step = None
     if entrant.cleanup is not None:
         entrant.cleanup()

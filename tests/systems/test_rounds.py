@@ -113,6 +113,19 @@ def test_an_error_is_an_outcome_too(capsys):
     assert out["y"].status == "ok"
 
 
+def test_an_entrant_that_skips_itself_is_skipped_with_why_and_the_others_go_on(capsys):
+    calls = []
+
+    def skip():
+        raise rounds.Skipped("needs a CUDA GPU")
+
+    job, out = take_turns([Entrant("s", skip, cleanup=lambda: calls.append("cleaned")), Entrant("a", _counting("a", calls))],
+                          device="cpu", warmup=1, rounds=3, steps=1)
+    assert (out["s"].status, out["s"].message, out["s"].rounds) == ("skipped", "needs a CUDA GPU", [])
+    assert out["a"].status == "ok" and len(out["a"].rounds) == 3 and calls.count("a") == 4
+    assert "Traceback" not in capsys.readouterr().err        # a skip is no error
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_an_oom_leaves_the_next_entrants_memory_and_time_as_without_it():
     device = torch.device("cuda")

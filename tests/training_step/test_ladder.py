@@ -1,5 +1,5 @@
-"""The E1 command line on the CPU: valid records, the loss it records checked independently, skips."""
-import importlib.util
+"""The E1 job on the CPU: every rung of a point in one job, taking turns; the losses it records checked
+independently; an OOM that leaves the others going; skips."""
 import json
 import math
 import subprocess
@@ -10,20 +10,15 @@ import torch
 import torch.nn.functional as F
 
 from cs336_systems.models import build_model, get_size, random_batch
-from cs336_systems.records import STATUSES, make_record, write_json_atomic
+from cs336_systems.records import STATUSES
 from cs336_systems.report.e1 import LOSS_RTOL
-from cs336_systems.training_step import ladder
+from cs336_systems.training_step import ladder, rungs
+from cs336_systems.training_step import step as step_module
 
-POINT = ["--size", "tiny", "--context", "16", "--batch", "2", "--warmup", "1", "--steps", "2", "--seed", "3",
+POINT = ["--size", "tiny", "--context", "16", "--batch", "2", "--warmup", "1", "--seed", "3",
          "--backend", "aot_eager", "--device", "cpu"]
-
-
-def run(tmp_path, rung, *extra) -> dict:
-    out = tmp_path / f"{rung}.json"
-    assert ladder.main([*POINT, "--rung", rung, *extra, "--out", str(out)]) == 0
-    record = json.loads(out.read_text())
-    assert record["id"] == "E1" and record["status"] in STATUSES and record["params"]["rung"] == rung
-    return record
+JOB = [*POINT, "--rounds", "3", "--steps", "1", "--checkpoint-group", "1"]
+ALL = list(rungs.RUNG_NAMES + rungs.ANCHOR_NAMES)
 
 
 def float64_loss(seed=3, context=16, batch=2) -> float:
@@ -37,72 +32,138 @@ def float64_loss(seed=3, context=16, batch=2) -> float:
         return cross_entropy(model.double()(inputs), targets).item()
 
 
-def test_fp32_and_an_anchor_write_records_whose_losses_check_out(tmp_path):
-    fp32 = run(tmp_path, "fp32")
-    assert fp32["status"] == "ok", fp32.get("message")
-    m = fp32["metrics"]
-    assert m["step"]["n"] == 2 and m["step"]["median"] > 0 and m["tokens_per_s"] == pytest.approx(2 * 16 / (m["step"]["median"] / 1e3))
-    assert set(m) >= {"forward", "backward", "optimizer", "loss", "peak_memory_bytes"}
-    assert fp32["params"]["optimizer"].startswith("cs336_basics.optimizer.AdamW")
-    assert fp32["metrics"]["loss"] == pytest.approx(float64_loss(), rel=1e-5)
-
-    anchor = run(tmp_path, "anchor-sdpa-flash")       # bf16, SDPA's CPU flash kernel, aot_eager, fused AdamW
-    assert anchor["status"] == "ok", anchor.get("message")
-    p = anchor["params"]
-    assert (p["precision"], p["compiled"], p["compile_backend"], p["optimizer"]) == \
-        ("bf16", True, "aot_eager", "torch.optim.AdamW(fused=True)")
-    assert abs(anchor["metrics"]["loss"] / fp32["metrics"]["loss"] - 1) <= LOSS_RTOL
+def read(paths) -> dict:
+    records = {}
+    for path in paths:
+        record = json.loads(path.read_text())
+        assert record["id"] == "E1" and record["status"] in STATUSES
+        records[record["params"]["rung"]] = record
+    return records
 
 
-def test_what_needs_cuda_is_skipped_on_a_cpu_with_why(tmp_path):
-    record = run(tmp_path, "anchor-sdpa-cudnn")
-    assert record["status"] == "skipped" and "CUDA" in record["reason"]
-
-
-def test_the_checkpointed_rung_runs_only_where_the_rung_before_ran_out_of_memory(tmp_path):
-    params = {"rung": "fused-adamw"}
-    write_json_atomic(tmp_path / "fits.json", make_record("E1", params, "ok", {}))
-    write_json_atomic(tmp_path / "oom.json", make_record("E1", params, "oom", reason="CUDA out of memory"))
-    write_json_atomic(tmp_path / "error.json", make_record("E1", params, "error", reason="head dimension 80"))
-    fits = run(tmp_path, "checkpointed", "--previous", str(tmp_path / "fits.json"))
-    assert fits["status"] == "skipped" and fits["reason"] == "not needed: the previous rung (fused-adamw) fits"
-    failed = run(tmp_path, "checkpointed", "--previous", str(tmp_path / "error.json"))
-    assert failed["status"] == "skipped" and "head dimension 80" in failed["reason"]
-    if importlib.util.find_spec("cs336_systems.attention.flash_op") is None:
-        pytest.skip("compiling our FlashAttention needs its torch.library custom op (issue 32, item 1)")
+def test_a_point_s_rungs_and_anchors_take_turns_in_one_job_and_their_first_losses_check_out(tmp_path):
+    outs = [tmp_path / f"{name}.json" for name in ALL]
     # In its own process, as the rule runs it: the Triton interpreter must be chosen before our
     # kernels are first imported, and another test of this process may have imported them.
-    out = tmp_path / "ran.json"
-    proc = subprocess.run([sys.executable, "-m", "cs336_systems.training_step.ladder", *POINT, "--rung", "checkpointed",
-                           "--previous", str(tmp_path / "oom.json"), "--checkpoint-group", "1", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "cs336_systems.training_step.ladder", *JOB, "--rungs", *ALL,
+                           "--out", *map(str, outs)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    ran = json.loads(out.read_text())
-    assert ran["status"] == "ok", ran.get("message")
-    assert ran["params"]["checkpoint_group"] == 1 and ran["params"]["attention"] == "flash"
+    records = read(outs)
+    assert list(records) == ALL
+    ran = {n: r for n, r in records.items() if r["status"] == "ok"}
+    assert set(ran) == set(ALL) - {"checkpointed", "anchor-sdpa-cudnn"}, {n: r.get("message") for n, r in records.items()}
+    skipped = records["anchor-sdpa-cudnn"]
+    assert skipped["status"] == "skipped" and "CUDA" in skipped["reason"]
+    assert records["checkpointed"]["reason"] == "not needed: the previous rung (fused-adamw) fits"
+    # one job: every record names it, its entrants and its rounds
+    jobs = {r["metrics"]["turns"]["job"] for r in records.values()}
+    assert len(jobs) == 1 and records["fp32"]["metrics"]["turns"]["with"] == ALL
+    for name, r in ran.items():
+        m = r["metrics"]
+        assert len(m["rounds"]) == 3 and all(len(rd["step"]) == 1 for rd in m["rounds"])
+        assert m["step"]["n"] == 3 and m["tokens_per_s"] == pytest.approx(2 * 16 / (m["step"]["median"] / 1e3))
+        assert set(m) >= {"forward", "backward", "optimizer", "loss", "peak_memory_bytes"}
+        assert r["params"]["rounds"] == 3 and r["params"]["steps"] == 1
+    # first losses: fp32 eager against a float64 forward computed apart; every other rung within the
+    # report's tolerance; compiled and fused-adamw run the same graph from the same restored weights
+    losses = {n: r["metrics"]["loss"] for n, r in ran.items()}
+    assert losses["fp32"] == pytest.approx(float64_loss(), rel=1e-5)
+    assert all(abs(loss / losses["fp32"] - 1) <= LOSS_RTOL for loss in losses.values()), losses
+    assert losses["compiled"] == losses["fused-adamw"]
+    assert records["fp32"]["params"]["optimizer"].startswith("cs336_basics.optimizer.AdamW")
+    p = records["anchor-sdpa-flash"]["params"]
+    assert (p["precision"], p["compiled"], p["compile_backend"], p["optimizer"]) == \
+        ("bf16", True, "aot_eager", "torch.optim.AdamW(fused=True)")
+
+
+def _flash_as_sdpa(monkeypatch):
+    """Our FlashAttention on the CPU runs in Triton's interpreter, chosen before its first import;
+    in this process the tests give its rungs PyTorch's SDPA instead (what the turns do is the subject)."""
+    real = step_module.get_attention_backend
+    monkeypatch.setattr(step_module, "get_attention_backend", lambda name: real("sdpa" if name == "flash" else name))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.mark.parametrize("when", [1, 3])       # its first (warm-up) step, or its turn in round 2
+def test_a_rung_that_runs_out_of_memory_is_oom_and_the_others_go_on(tmp_path, monkeypatch, when):
+    _flash_as_sdpa(monkeypatch)
+    real_step = step_module.SharedPoint.step
+    cleared = []
+
+    def step(self, setup, on_loss=None):
+        inner = real_step(self, setup, on_loss)
+        if not (setup.fused_adamw and not setup.checkpointed and not setup.sdpa_kernel):
+            return inner
+        taken = []
+
+        def failing(phase):
+            taken.append(1)
+            loss = inner(phase)
+            if len(taken) == when:
+                self.model.lm_head.weight.grad = torch.ones_like(self.model.lm_head.weight)   # a half-done step's
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return loss
+        return failing
+
+    real_clear = step_module.SharedPoint.clear
+    monkeypatch.setattr(step_module.SharedPoint, "step", step)
+    monkeypatch.setattr(step_module.SharedPoint, "clear", lambda self: (cleared.append(1), real_clear(self)))
+    names = ["fp32", "fused-adamw", "checkpointed", "anchor-sdpa-flash"]
+    outs = [tmp_path / f"{n}.json" for n in names]
+    assert ladder.main([*JOB, "--rungs", *names, "--out", *map(str, outs)]) == 0
+    records = read(outs)
+    assert records["fused-adamw"]["status"] == "oom" and "out of memory" in records["fused-adamw"]["message"]
+    assert cleared          # the half-done step's gradients let go before the next turn
+    for name in ("fp32", "anchor-sdpa-flash"):
+        assert records[name]["status"] == "ok" and len(records[name]["metrics"]["rounds"]) == 3
+    checkpointed = records["checkpointed"]
+    if when == 1:       # found out of memory in the warm-up, before the checkpointed rung was built: it runs
+        assert checkpointed["status"] == "ok", checkpointed.get("message")
+        assert checkpointed["params"]["checkpoint_group"] == 1 and checkpointed["params"]["checkpointed"]
+        assert abs(checkpointed["metrics"]["loss"] / records["fp32"]["metrics"]["loss"] - 1) <= LOSS_RTOL
+    else:               # it fitted its warm-up, so checkpointing was not needed
+        assert checkpointed["status"] == "skipped" and "fits" in checkpointed["reason"]
+        assert "step" not in records["fused-adamw"]["metrics"]     # an OOM record holds no time
+    assert {r["metrics"]["turns"]["job"] for r in records.values()} == {records["fp32"]["metrics"]["turns"]["job"]}
+    assert records["anchor-sdpa-flash"]["metrics"]["loss"] == pytest.approx(records["fp32"]["metrics"]["loss"], rel=LOSS_RTOL)
+
+
+def test_the_checkpointed_rung_runs_only_where_the_rung_before_ran_out_of_memory():
+    assert ladder.gated_skip("fused-adamw", None) == "not needed: the previous rung (fused-adamw) fits"
+    assert ladder.gated_skip("fused-adamw", ("oom", "CUDA out of memory")) is None
+    failed = ladder.gated_skip("fused-adamw", ("error", "head dimension 80"))
+    assert "head dimension 80" in failed and "cannot change that" in failed
+
+
+def test_restoring_puts_back_the_seeded_weights_after_another_rung_stepped():
+    point = step_module.SharedPoint(get_size("tiny"), context=16, batch=2, device="cpu", seed=3, backend="aot_eager")
+    before = [p.detach().clone() for p in point.parameters]
+    fp32 = point.step(rungs.get("fp32").setup)
+    for _ in range(2):
+        fp32()
+    assert any(not torch.equal(p, b) for p, b in zip(point.parameters, before))
+    point.restore()
+    assert all(torch.equal(p, b) for p, b in zip(point.parameters, before))
+    # both optimizers update the same two moments per parameter
+    ours, fused = point.optimizer(False), point.optimizer(True)
+    for p in point.parameters:
+        assert ours.state[p]["exp_avg"] is fused.state[p]["exp_avg"]
+        assert ours.state[p]["exp_avg_sq"] is fused.state[p]["exp_avg_sq"]
 
 
 def test_bad_options_stop_in_one_line(capsys):
     with pytest.raises(SystemExit):
-        ladder.main([*POINT, "--rung", "fp32", "--warmup", "0", "--out", "x.json"])
+        ladder.main([*JOB, "--rungs", "fp32", "--warmup", "0", "--out", "x.json"])
     assert "--warmup must be at least 1 (the first warm-up step gives the loss)" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        ladder.main([*POINT, "--rung", "bf16", "--previous", "x.json", "--out", "x.json"])
-    assert "--previous is for the checkpointed rung only" in capsys.readouterr().err
-
-
-def test_a_previous_record_that_is_missing_or_damaged_stops_in_one_line(tmp_path, capsys):
-    cut_short = tmp_path / "cut.json"
-    cut_short.write_text(json.dumps(make_record("E1", {"rung": "fused-adamw"}, "oom", reason="x"))[:40])
-    not_a_record = tmp_path / "list.json"
-    not_a_record.write_text("[1, 2]")
-    for path, said in ((tmp_path / "absent.json", "No such file or directory"),
-                       (cut_short, "not JSON"), (not_a_record, "not a record")):
-        with pytest.raises(SystemExit) as stop:
-            ladder.main([*POINT, "--rung", "checkpointed", "--previous", str(path), "--out", str(tmp_path / "x.json")])
-        err = capsys.readouterr().err
-        assert stop.value.code == 2 and f"--previous {path}: {said}" in err and "Traceback" not in err
-    assert not (tmp_path / "x.json").exists()
+        ladder.main([*JOB, "--rungs", "fp32", "bf16", "--out", "x.json"])
+    assert "--out needs one path per rung: 2 rungs, 1 paths" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ladder.main([*JOB, "--rungs", "checkpointed", "fused-adamw", "--out", "x.json", "y.json"])
+    assert "fused-adamw must come before it" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ladder.main([*POINT, "--rounds", "2", "--rungs", "fp32", "--out", "x.json"])
+    assert "--rounds must be at least 3" in capsys.readouterr().err
 
 
 def test_the_loss_tolerance_tells_bf16_rounding_from_a_wrong_attention():

@@ -244,4 +244,67 @@ def test_what_a_rung_bought_counts_only_changes_beyond_the_spread(tmp_path):
     assert (bought["fused-adamw"]["faster_at"], bought["fused-adamw"]["slower_at"],
             bought["fused-adamw"]["within_spread_at"]) == (0, 0, 1)
     assert (bought["bf16"]["faster_at"], bought["bf16"]["within_spread_at"]) == (1, 0)
-    assert "| fused-adamw | 1 | -0.4 | -0.2 % | 0 | 0 | 1 | +0.00 |" in text
+    assert "| fused-adamw | 1 | -0.4 | -0.2 % | 0 | 0 | 1 | 1 | +0.00 |" in text     # 1: across processes
+    assert "so 4 of the comparisons with the rung before span processes" in text
+
+
+def _in_one_job(records: list[dict], rounds_of) -> list[dict]:
+    """``records`` as one job's: ``turns`` shared, every round's samples (``rounds_of(rung)``: one
+    list per round) with the step summary made from them."""
+    names = [r["params"]["rung"] for r in records]
+    for r in records:
+        r["metrics"]["turns"] = {"job": "j1", "with": names, "rounds": 4, "steps": 2, "warmup": 3}
+        if r["status"] != "ok":
+            continue
+        per_round = rounds_of(r["params"]["rung"], r["metrics"]["step"]["median"])
+        samples = [t for rd in per_round for t in rd]
+        ordered = sorted(samples)
+        r["metrics"]["step"] = {"mean": sum(samples) / len(samples), "std": 0.01, "median": ordered[len(ordered) // 2],
+                                "min": ordered[0], "max": ordered[-1], "n": len(samples), "samples": samples}
+        r["metrics"]["rounds"] = [{"step": rd} for rd in per_round]
+        r["params"]["rounds"] = len(per_round)
+    return records
+
+
+def test_a_point_measured_in_one_job_is_judged_by_the_paired_difference_per_round(tmp_path):
+    """Ours 1 % below the anchor in every round while both drift together by ±10 % from round to
+    round: the unpaired test on the means (each with a 10 % spread) would say "within"; the paired
+    difference per round settles it. A rung 0.2 % faster in two rounds and slower in one is within."""
+    best = _ms_at(0.45)
+    drift = (1.0, 1.1, 0.9, 1.05)
+    factors = {"anchor-sdpa-flash": [1.0] * 4, "fused-adamw": [0.99] * 4, "compiled": [1.002, 1.002, 0.99, 1.002]}
+
+    def rounds_of(rung, ms):
+        return [[ms * d * f, ms * d * f] for d, f in zip(drift, factors.get(rung, [1.0] * 4))]
+
+    records = _in_one_job([r for r in ladder(best, anchor_ms=best) if r["params"]["context"] == CONTEXT], rounds_of)
+    for r in records:
+        if "rounds" in r["metrics"]:
+            r["metrics"]["step"]["std"] = 0.1 * r["metrics"]["step"]["mean"]
+    summary, text = build(tmp_path, records)
+    point = summary["points"][0]
+    judged = point["best_vs_anchor_judged"]
+    assert judged["paired"] and judged["rounds"] == 4 and point["best_vs_anchor_spread"] == "lower"
+    assert judged["difference_ms"] == pytest.approx(-0.01 * best, rel=0.15)
+    assert summary["jobs"] == 1 and summary["unpaired_records"] == 0 and summary["comparisons_across_processes"] == 0
+    assert "a paired difference beyond its spread across 4 rounds in one job" in text
+    assert "One job per size × context (1 job)" in text and "span processes" not in text
+    bought = {b["rung"]: b for b in summary["bought"]}
+    assert (bought["fused-adamw"]["faster_at"], bought["fused-adamw"]["across_processes_at"]) == (1, 0)
+    assert bought["compiled"]["faster_at"] == 1         # 10 % below flash's 1.3x in every round
+    table = (tmp_path / "E1" / "table.csv").read_text()
+    assert "across processes" not in table
+
+
+def test_a_pair_from_two_processes_hours_apart_says_so(tmp_path):
+    best = _ms_at(0.45)
+    records = ladder(best, anchor_ms=1.05 * best)
+    stamps = {"fused-adamw": "2026-11-27T13:50:09+00:00", "anchor-sdpa-flash": "2026-11-27T17:48:00+00:00"}
+    for r in records:
+        r["provenance"]["utc"] = stamps.get(r["params"]["rung"], r["provenance"]["utc"])
+    summary, text = build(tmp_path, records)
+    judged = summary["points"][0]["best_vs_anchor_judged"]
+    assert not judged["paired"] and judged["hours_apart"] == pytest.approx(3.965, abs=1e-3)
+    assert "The two were measured in separate processes 4.0 h apart (in a run continued across machines lent" in text
+    assert "so this comparison spans processes" in text
+    assert "(across processes)" in (tmp_path / "E1" / "table.csv").read_text()

@@ -201,9 +201,9 @@ def test_readme_says_what_a_target_after_resources_does(tmp_path):
 
 
 def test_rebuilding_keeps_a_record_measured_from_a_newer_one(tmp_path):
-    """E1's checkpointed rung reads the record of the rung before it. Rebuilding h100 from its
-    records (README's command) with that record newer than the checkpointed one (re-measured, or
-    simply checked out later) plans no measurement; without reuse_records it would measure again."""
+    """Rebuilding h100 from its records (README's command) with some of a job's records newer than
+    the others (E1's fused-adamw records: re-measured, or simply checked out later) plans no
+    measurement."""
     command = next(c for c in by_kind("rebuild") if "run=h100" in c)
     copy = make_copy(tmp_path)
     _copy_committed_run(copy, "h100")

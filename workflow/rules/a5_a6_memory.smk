@@ -8,13 +8,14 @@
 # re-measure. Everything downstream reads the committed record only.
 #
 # The size is not a wildcard (GRID["A5"]["size"]). A6: gradient checkpointing, peak memory per
-# checkpoint group size.
+# checkpoint group size, every group size in one job (they take turns on one model).
 
 A5 = GRID["A5"]
 A6 = GRID["A6"]
 A5_POINT = "ctx{context}_{mode}_{precision}"
 A5_POINTS = expand(A5_POINT, context=A5["contexts"], mode=A5["modes"], precision=A5["precisions"])
 A5_RECORDS = [f"{RESULTS}/A5/records/{point}.json" for point in A5_POINTS]
+A6_RECORDS = expand(f"{RESULTS}/A6/records/group{{group}}.json", group=A6["group_sizes"])
 
 
 rule A5_snapshot:
@@ -65,36 +66,36 @@ rule A5_report:
 
 
 rule A6_checkpoint:
-    """One training step (forward+backward) of the A6 model with blocks checkpointed in groups of
-    {group} (0 = none): peak memory and step time, a fresh process on its own GPU."""
+    """One training step (forward+backward) of the A6 model with blocks checkpointed in groups of each
+    configured size (0 = none), the group sizes taking turns on one model in one process on its own
+    GPU: peak memory and step time, one record per group size."""
     input:
         measuring_code("cs336_systems.memory.checkpoint_bench"),
     output:
-        f"{RESULTS}/A6/records/group{{group}}.json",
+        A6_RECORDS,
     log:
-        f"{LOGS}/A6/group{{group}}.log",
+        f"{LOGS}/A6/groups.log",
     benchmark:
-        f"{BENCHMARKS}/A6/group{{group}}.tsv",
-    wildcard_constraints:
-        group=r"\d+",
+        f"{BENCHMARKS}/A6/groups.tsv",
     params:
         size=A6["size"],
         context=A6["context"],
         batch=A6["batch"],
+        groups=" ".join(map(str, A6["group_sizes"])),
         device=GRID["device"],
     resources:
         gpu=1,
     shell:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.memory.checkpoint_bench --size {params.size} --context {params.context}"
-        " --batch {params.batch} --group {wildcards.group} --mode forward-backward --device {params.device}"
+        " --batch {params.batch} --groups {params.groups} --mode forward-backward --device {params.device}"
         " --out {output} > {log} 2>&1")
 
 
 rule A6_report:
     """A6 table of measured vs predicted peaks per group size, the plot, and the summary."""
     input:
-        records=expand(f"{RESULTS}/A6/records/group{{group}}.json", group=A6["group_sizes"]),
+        records=A6_RECORDS,
         code=code("cs336_systems.report.a6"),
     output:
         **report_outputs("A6"),

@@ -1,12 +1,18 @@
 # E1: one AdamW training step per size x context x rung, the notebook's techniques added one at a
-# time (cs336_systems.training_step.rungs), the plain-PyTorch anchors beside; one process per point.
+# time (cs336_systems.training_step.rungs), the plain-PyTorch anchors beside. One job per size x
+# context: its rungs and anchors share one model and take turns in rounds, so every verdict (a rung
+# against the rung before, ours against an anchor) is a paired difference inside one process; the
+# job still writes one record per rung.
 #
-# A rung's rule depends on the ladder's code, its own attention back end and, for the checkpointed
-# rung, A6's checkpointing: editing our FlashAttention reruns the flash rungs, not fp32 eager or the
-# anchors. The checkpointed rung reads the record of the rung before it: it measures only where that
-# one ran out of memory.
+# The job depends on the ladder's code and every rung's attention back end and A6's checkpointing:
+# a point's rungs are compared with each other, so editing our FlashAttention re-measures the points
+# whole (the anchors beside the flash rungs). The checkpointed rung runs only where fused-adamw ran
+# out of memory in the same job's warm-up.
+#
+# Inductor's caches (its FX graphs, Triton kernels, autotuning) live under the run folder, shared by
+# the run's jobs and kept across re-runs (git ignores results/*/cache/).
 
-from cs336_systems.pipeline.rule_helpers import kept_inputs, records_on_disk
+from cs336_systems.pipeline.rule_helpers import records_on_disk
 from cs336_systems.training_step import rungs as e1_rungs
 
 E1 = GRID["E1"]
@@ -16,46 +22,46 @@ E1_RECORDS = expand(E1_RECORD, size=E1["sizes"], context=E1["contexts"], rung=E1
 # The profiles: the configured rungs at the goal point, each its own process after the ladder's.
 E1_PROFILE = f"{RESULTS}/E1/profiles/{{size}}_ctx{{context}}_{{rung}}.json"
 E1_PROFILES = expand(E1_PROFILE, size=E1["goal"]["size"], context=E1["goal"]["context"], rung=E1["profiled"])
-# How every E1 point is built and timed: the same for the ladder's records and the profiles.
-E1_HOW = (f"--batch {E1['batch']} --warmup {E1['warmup']} --steps {E1['steps']} --seed {E1['seed']}"
-          f" --compile-mode {E1['compile']} --backend {GRID.get('compile_backend', 'inductor')}"
-          f" --checkpoint-group {E1['checkpoint_group']} --device {GRID['device']}")
+# How every E1 point is built: the same for the ladder's jobs and the profiles.
+E1_BUILD = (f"--batch {E1['batch']} --warmup {E1['warmup']} --seed {E1['seed']}"
+            f" --compile-mode {E1['compile']} --backend {GRID.get('compile_backend', 'inductor')}"
+            f" --checkpoint-group {E1['checkpoint_group']} --device {GRID['device']}")
+# The ladder's jobs: rounds of `steps` a turn; a profile times as many steps as one rung's rounds hold.
+E1_TURNS = f"--rounds {E1['rounds']} --steps {E1['steps']}"
+E1_PROFILE_STEPS = f"--steps {E1['rounds'] * E1['steps']}"
+E1_CODE = sorted({m for name in E1_NAMES for m in e1_rungs.code_of(name)})
+INDUCTOR_CACHE = f"{RESULTS}/cache/inductor"
 
 
 rule E1_step:
-    """One rung of the E1 ladder (or an anchor) at one size and context: a fresh process, its own GPU, one record."""
+    """Every rung and anchor of the E1 ladder at one size and context, taking turns in one process
+    on its own GPU; one record per rung."""
     input:
-        code=lambda wildcards: measuring_code("cs336_systems.training_step.ladder",
-                                              *e1_rungs.code_of(wildcards.rung), deliverable="E1"),
-        # the checkpointed rung reads the record of the rung before it at the same point; rebuilding
-        # from records (reuse_records), a re-measured rung before it does not make it measure again
-        previous=lambda wildcards: kept_inputs([E1_RECORD.format(size=wildcards.size, context=wildcards.context,
-                                                                 rung=e1_rungs.previous(wildcards.rung))],
-                                               CHOSEN.reuse_records or "E1" in REBUILD_ONLY)
-        if wildcards.rung == e1_rungs.ONLY_WHEN_PREVIOUS_OOMS else [],
+        code=measuring_code("cs336_systems.training_step.ladder", *E1_CODE, deliverable="E1"),
     output:
-        E1_RECORD,
+        [E1_RECORD.replace("{rung}", name) for name in E1_NAMES],
     log:
-        f"{LOGS}/E1/{{size}}_ctx{{context}}_{{rung}}.log",
+        f"{LOGS}/E1/{{size}}_ctx{{context}}.log",
     benchmark:
-        f"{BENCHMARKS}/E1/{{size}}_ctx{{context}}_{{rung}}.tsv",
+        f"{BENCHMARKS}/E1/{{size}}_ctx{{context}}.tsv",
     wildcard_constraints:
         size="|".join(map(re.escape, E1["sizes"])),
         context=r"\d+",
-        rung="|".join(map(re.escape, E1_NAMES)),
     params:
-        previous=lambda wildcards, input: f"--previous {input.previous}" if input.previous else "",
-        how=E1_HOW,
+        rungs=" ".join(E1_NAMES),
+        how=f"{E1_BUILD} {E1_TURNS}",
+        cache=INDUCTOR_CACHE,
     resources:
         gpu=1,
     shell:
-        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("TORCHINDUCTOR_CACHE_DIR=\"$PWD/{params.cache}\" python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.training_step.ladder --size {wildcards.size} --context {wildcards.context}"
-        " --rung {wildcards.rung} {params.how} {params.previous} --out {output} > {log} 2>&1")
+        " --rungs {params.rungs} {params.how} --out {output} > {log} 2>&1")
 
 
 rule E1_profile:
-    """One rung at the goal point, timed as E1_step times it, then its steps profiled by kernel kind."""
+    """One rung at the goal point on a model of its own, built as E1_step builds it, its steps timed,
+    then profiled by kernel kind."""
     input:
         code=lambda wildcards: measuring_code("cs336_systems.training_step.profile",
                                               *e1_rungs.code_of(wildcards.rung), deliverable="E1"),
@@ -70,11 +76,12 @@ rule E1_profile:
         context=r"\d+",
         rung="|".join(map(re.escape, E1_NAMES)),
     params:
-        how=E1_HOW,
+        how=f"{E1_BUILD} {E1_PROFILE_STEPS}",
+        cache=INDUCTOR_CACHE,
     resources:
         gpu=1,
     shell:
-        logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
+        logged("TORCHINDUCTOR_CACHE_DIR=\"$PWD/{params.cache}\" python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.training_step.profile --size {wildcards.size} --context {wildcards.context}"
         " --rung {wildcards.rung} {params.how} --out {output} > {log} 2>&1")
 

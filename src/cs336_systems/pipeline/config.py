@@ -112,9 +112,10 @@ def check_names(config: dict[str, Any]) -> None:
                               "not in DDP.variants (only variants that run leave a trace)")
         e1 = preset.get("E1", {})
         needs = e1_rungs.previous(e1_rungs.ONLY_WHEN_PREVIOUS_OOMS)
-        if e1_rungs.ONLY_WHEN_PREVIOUS_OOMS in e1.get("rungs", []) and needs not in e1.get("rungs", []):
+        listed = e1.get("rungs", [])
+        if e1_rungs.ONLY_WHEN_PREVIOUS_OOMS in listed and needs not in listed[:listed.index(e1_rungs.ONLY_WHEN_PREVIOUS_OOMS)]:
             raise ConfigError(f"config error at presets.{name}.E1.rungs: {e1_rungs.ONLY_WHEN_PREVIOUS_OOMS!r} needs "
-                              f"{needs!r} (it runs only where that rung runs out of memory)")
+                              f"{needs!r} before it (it runs only where that rung runs out of memory in the job's warm-up)")
 
 
 def cuda_visible() -> bool:

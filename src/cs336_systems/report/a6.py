@@ -21,7 +21,7 @@ from cs336_systems.memory.activation_model import (block_input_bytes, block_save
                                                    optimal_group_size, predicted_peak)
 from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import Estimate, compare, trend
+from cs336_systems.report.spread import Estimate, compare, paired_records
 
 GIB = 2**30
 
@@ -106,6 +106,27 @@ def plot_peak(df: pd.DataFrame, path: Path, k_opt: int) -> None:
     save_figure(fig, path)
 
 
+def step_change(a: dict, b: dict) -> dict:
+    """Group size ``a``'s step against the next one's, ``b``: ``direction`` is b's step "higher",
+    "lower" or ``spread.WITHIN``, by the paired difference per round where one job measured both
+    (``spread.paired_records``), else by the two means' standard errors (``spread.compare``), a
+    comparison that spans processes."""
+    pair = paired_records(b, a)
+    direction = pair.verdict if pair is not None else compare(Estimate.of(b["metrics"]["step"]),
+                                                              Estimate.of(a["metrics"]["step"]))
+    return {"from": int(a["params"]["group"]), "to": int(b["params"]["group"]), "direction": direction,
+            "paired": pair is not None}
+
+
+def _trend(directions: list[str]) -> str:
+    """As ``spread.trend``, from the steps' directions: grows, falls, mixed or not settled."""
+    if all(d == "higher" for d in directions):
+        return "grows"
+    if all(d == "lower" for d in directions):
+        return "falls"
+    return "mixed" if {"higher", "lower"} <= set(directions) else "not settled"
+
+
 def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
     size = _size(workload)
     T, B, N = workload["context"], workload["batch"], size.num_layers
@@ -119,13 +140,11 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
         k, peak = grouped["k"].astype(float), grouped["peak_gib"]
         slope = float(((k - k.mean()) * (peak - peak.mean())).sum() / ((k - k.mean()) ** 2).sum())
     timed = df[(df["status"] == "ok") & (df["k"] >= 1)]["step_ms"].dropna()
-    # how the step time moves with k, each step by report.spread (the recomputed FLOPs do not)
+    # how the step time moves with k, each step judged by step_change (the recomputed FLOPs do not)
     by_k = sorted((r for r in records if r["status"] == "ok" and r["params"]["group"] >= 1 and r["metrics"].get("step")),
                   key=lambda r: r["params"]["group"])
-    estimates = [Estimate.of(r["metrics"]["step"]) for r in by_k]
-    step_trend = trend(estimates) if len(by_k) > 1 else None
-    step_steps = [{"from": int(a["params"]["group"]), "to": int(b["params"]["group"]), "direction": compare(eb, ea)}
-                  for a, b, ea, eb in zip(by_k, by_k[1:], estimates, estimates[1:])]
+    step_steps = [step_change(a, b) for a, b in zip(by_k, by_k[1:])]
+    step_trend = _trend([x["direction"] for x in step_steps]) if step_steps else None
     return {
         "provenance": run_provenance(records),
         "peak_slope_gib_per_block": slope,
@@ -133,6 +152,8 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
         "step_ms_at_k": {int(r["params"]["group"]): float(r["metrics"]["step"]["mean"]) for r in by_k},
         "step_trend": step_trend,
         "step_steps": step_steps,
+        # the group sizes took turns in one job (a paired verdict per step), or each had a process
+        "step_paired": bool(step_steps) and all(x["paired"] for x in step_steps),
         "fitting_k": [int(k) for k in ok["k"]],
         "workload": workload,
         "num_blocks": N,

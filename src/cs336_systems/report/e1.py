@@ -4,7 +4,15 @@ it, each rung's first loss against fp32 eager's, and whether the goal point meet
     python -m cs336_systems.report.e1 --records rec1.json ... --goal-size 2.7B --goal-context 1024 \
         --goal-mfu 0.55 --out-dir DIR
 
-Step times are the median of the timed steps (the spread: standard deviation, min and max). MFU is
+Step times are the median of the timed steps (the spread: standard deviation, min and max).
+
+**Verdicts.** A rung against the rung before it, and our best rung against the best anchor, are
+judged by ``spread.paired_records``: where both were measured in one job (the rungs and anchors of
+a point take turns in rounds, ``training_step.ladder``), "faster"/"slower" only where the median
+per-round difference exceeds its scatter across rounds. Records measured in separate processes (a
+run made before the jobs were points) are judged as they were, by the two means' standard errors
+(``spread.compare``), and labelled as spanning processes: that spread is measured inside each
+process and understates the one between them. MFU is
 A1's: the step's matrix-product FLOPs in closed form (``profiling.flops.model_step_flops``, which
 counts the full context x context attention products whatever the kernel skips) over the median
 step, against the card's peak for the arithmetic the products ran in (``profiling.mfu.peak``: bf16
@@ -33,7 +41,7 @@ from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
 from cs336_systems.profiling.flops import model_step_flops, model_step_flops_parts
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import WITHIN, Estimate, compare
+from cs336_systems.report.spread import WITHIN, Estimate, compare, paired_records
 from cs336_systems.training_step import rungs
 
 LOSS_RTOL = 5e-4          # a rung's first loss against fp32 eager's (the module's doc says why)
@@ -52,7 +60,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     tokens/s, FLOPs, TFLOP/s, MFU, peak memory and first loss; then the loss against fp32 eager's
     and each rung's difference from the rung before it."""
     rows = []
-    for r in records:
+    for index, r in enumerate(records):
         p, m = r["params"], r["metrics"]
         ok = r["status"] == "ok"
         step = m.get("step", {})
@@ -79,6 +87,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "mfu": _nan(mfu), "peak_basis": card.basis,
             "peak_gib": _nan(m.get("peak_memory_bytes")) / GIB if ok else math.nan,
             "loss": _nan(m.get("loss")) if ok else math.nan,
+            "job": (m.get("turns") or {}).get("job"), "utc": r["provenance"].get("utc"), "record": index,
         })
     df = pd.DataFrame(rows)
     if df.empty:
@@ -86,11 +95,26 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     df["size"] = pd.Categorical(df["size"], [s for s in MODEL_SIZES if s in set(df["size"])], ordered=True)
     df["rung"] = pd.Categorical(df["rung"], [n for n in ORDER if n in set(df["rung"])], ordered=True)
     df = df.sort_values(["size", "context", "rung"]).reset_index(drop=True)
-    return _against_reference_and_previous(df)
+    return _against_reference_and_previous(df, records)
 
 
-def _against_reference_and_previous(df: pd.DataFrame) -> pd.DataFrame:
-    ref_loss, loss_diff, loss_ok, d_ms, d_pct, d_gib, d_spread = [], [], [], [], [], [], []
+def verdict(a, b, records: list[dict]) -> dict:
+    """``a``'s step against ``b``'s (two rows of the frame): the paired verdict where one job
+    measured both, else the verdict on the means (``spread.compare``) and how far apart in time the
+    two processes ran. ``verdict`` is "higher", "lower" or ``WITHIN``."""
+    pair = paired_records(records[int(a["record"])], records[int(b["record"])])
+    if pair is not None:
+        return {"verdict": pair.verdict, "paired": True, "rounds": pair.rounds,
+                "difference_ms": pair.difference, "spread_ms": pair.spread, "hours_apart": None}
+    hours = None
+    if a["utc"] and b["utc"]:
+        hours = abs((pd.Timestamp(a["utc"]) - pd.Timestamp(b["utc"])).total_seconds()) / 3600
+    return {"verdict": compare(_estimate(a), _estimate(b)), "paired": False, "rounds": 0,
+            "difference_ms": float(a["mean_ms"] - b["mean_ms"]), "spread_ms": None, "hours_apart": hours}
+
+
+def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
+    ref_loss, loss_diff, loss_ok, d_ms, d_pct, d_gib, d_spread, d_paired = [], [], [], [], [], [], [], []
     by_point = {(str(r["size"]), r["context"], str(r["rung"])): r for _, r in df.iterrows()}
     for _, row in df.iterrows():
         point = (str(row["size"]), row["context"])
@@ -110,15 +134,19 @@ def _against_reference_and_previous(df: pd.DataFrame) -> pd.DataFrame:
             d_ms.append(row["median_ms"] - prev["median_ms"])
             d_pct.append(row["median_ms"] / prev["median_ms"] - 1)
             d_gib.append(row["peak_gib"] - prev["peak_gib"])
-            d_spread.append(compare(_estimate(row), _estimate(prev)))     # is the change beyond the spread?
+            judged = verdict(row, prev, records)        # is the change beyond the spread?
+            d_spread.append(judged["verdict"])
+            d_paired.append(judged["paired"])
         else:
             d_ms.append(math.nan)
             d_pct.append(math.nan)
             d_gib.append(math.nan)
             d_spread.append(None)
+            d_paired.append(None)
     df = df.copy()
     df["fp32_loss"], df["loss_rel_diff"], df["loss_ok"] = ref_loss, loss_diff, loss_ok
     df["delta_ms"], df["delta_pct"], df["delta_peak_gib"], df["delta_spread"] = d_ms, d_pct, d_gib, d_spread
+    df["delta_paired"] = d_paired
     return df
 
 
@@ -135,6 +163,8 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
         "min–max (ms)": [f"{r['min_ms']:.2f}–{r['max_ms']:.2f}" if r["status"] == "ok" else "" for _, r in df.iterrows()],
         "Δ vs rung before (ms)": [_num(v, "+.2f") for v in df["delta_ms"]],
         "Δ (%)": [_num(100 * v, "+.1f") for v in df["delta_pct"]],
+        "Δ verdict": ["" if not isinstance(v, str) else {"lower": "faster", "higher": "slower"}.get(v, v)
+                      + ("" if paired else " (across processes)") for v, paired in zip(df["delta_spread"], df["delta_paired"])],
         "tokens/s": [_num(v, ",.0f") for v in df["tokens_per_s"]],
         "MFU": [_num(100 * v, ".1f") + (" %" if not math.isnan(v) else "") for v in df["mfu"]],
         "peak (GiB)": [_num(v, ".2f") for v in df["peak_gib"]],
@@ -194,8 +224,9 @@ def _estimate(row) -> Estimate:
     return Estimate.from_samples(row["mean_ms"], row["std_ms"], max(int(row["n"]), 1))
 
 
-def points_summary(df: pd.DataFrame) -> list[dict]:
-    """Per size x context: fp32 eager, our best rung, the best anchor, and what did not run."""
+def points_summary(df: pd.DataFrame, records: list[dict]) -> list[dict]:
+    """Per size x context: fp32 eager, our best rung, the best anchor, the verdict between those two
+    (``verdict``), and what did not run."""
     out = []
     for (size, context), part in df.groupby(["size", "context"], observed=True, sort=True):
         ours = _rankable(part[~part["anchor"]])
@@ -203,6 +234,7 @@ def points_summary(df: pd.DataFrame) -> list[dict]:
         best = ours.loc[ours["median_ms"].idxmin()] if len(ours) else None
         anchor = anchors.loc[anchors["median_ms"].idxmin()] if len(anchors) else None
         ref = part[(part["rung"] == REFERENCE) & (part["status"] == "ok")]
+        against = verdict(best, anchor, records) if best is not None and anchor is not None else None
         out.append({
             "size": str(size), "context": int(context), "batch": int(part["batch"].iloc[0]),
             "fp32": _row(ref.iloc[0]) if len(ref) else None,
@@ -210,8 +242,9 @@ def points_summary(df: pd.DataFrame) -> list[dict]:
             "best_anchor": _row(anchor) if anchor is not None else None,
             "speedup_over_fp32": float(ref["median_ms"].iloc[0] / best["median_ms"]) if len(ref) and best is not None else None,
             "best_vs_anchor": float(best["median_ms"] / anchor["median_ms"] - 1) if best is not None and anchor is not None else None,
-            # Whether the timed steps settle which is faster (report.spread, on the means).
-            "best_vs_anchor_spread": compare(_estimate(best), _estimate(anchor)) if best is not None and anchor is not None else None,
+            # Whether the timed steps settle which is faster: paired per round in one job, else on the means.
+            "best_vs_anchor_spread": against["verdict"] if against else None,
+            "best_vs_anchor_judged": against,
             "not_ok": [{"rung": str(r["rung"]), "status": r["status"], "note": r["note"]}
                        for _, r in part[part["status"] != "ok"].iterrows()],
         })
@@ -221,7 +254,8 @@ def points_summary(df: pd.DataFrame) -> list[dict]:
 def bought(df: pd.DataFrame) -> list[dict]:
     """Per rung after the first: over the points where it and the rung before both ran, the median
     change of step time (ms and relative) and of peak memory, and at how many points it is faster
-    or slower beyond the spread of the timed steps (report.spread; the rest are within it)."""
+    or slower beyond the spread (``verdict``: paired where one job measured both; the rest are within
+    it), and at how many of those points the pair spans processes."""
     out = []
     for name in rungs.RUNG_NAMES[1:]:
         part = df[(df["rung"] == name) & df["delta_ms"].notna()] if name in set(df["rung"].astype(str)) else df.iloc[:0]
@@ -232,6 +266,7 @@ def bought(df: pd.DataFrame) -> list[dict]:
                     "faster_at": int((part["delta_spread"] == "lower").sum()),
                     "slower_at": int((part["delta_spread"] == "higher").sum()),
                     "within_spread_at": int((part["delta_spread"] == WITHIN).sum()),
+                    "across_processes_at": int((part["delta_paired"] == False).sum()),     # noqa: E712
                     "median_delta_peak_gib": float(gib.median()) if len(gib) else None})
     return out
 
@@ -310,7 +345,7 @@ def optimizer_floor(gap_: dict | None, records: list[dict]) -> dict | None:
 
 
 def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_context: int, goal_mfu: float) -> dict:
-    points = points_summary(df)
+    points = points_summary(df, records)
     goal = goal_check(points, goal_size, goal_context, goal_mfu)
     ok = df[df["status"] == "ok"]
     checked = ok[ok["loss_ok"].notna() & (ok["rung"] != REFERENCE)]     # fp32 eager is the reference itself
@@ -325,6 +360,11 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         "ladder": [{"rung": r.name, "adds": r.adds, "optimizer": r.setup.optimizer} for r in rungs.LADDER],
         "anchors": [{"rung": r.name, "adds": r.adds} for r in rungs.ANCHORS],
         "batch": first.get("batch"), "warmup": first.get("warmup"), "steps": first.get("steps"),
+        "rounds": first.get("rounds"),
+        # how the run was measured: one job per point (its rungs paired), or a process per record
+        "jobs": len({r["metrics"]["turns"]["job"] for r in records if (r["metrics"].get("turns") or {}).get("job")}),
+        "unpaired_records": sum(1 for r in records if not (r["metrics"].get("turns") or {}).get("job")),
+        "comparisons_across_processes": int((df["delta_paired"] == False).sum()) if len(df) else 0,     # noqa: E712
         "seed": first.get("seed"),
         "compile": sorted({f"{p['params']['compile_mode']} ({p['params']['compile_backend']})"
                            for p in records if p["params"].get("compiled")}),

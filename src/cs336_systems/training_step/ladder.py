@@ -1,20 +1,23 @@
-"""E1: one rung of the training-step ladder at one point (size x context), one record.
+"""E1: the rungs and anchors of one point (size x context) in one job, taking turns; one record each.
 
-    python -m cs336_systems.training_step.ladder --size xl --context 512 --rung bf16 --out rec.json
-    python -m cs336_systems.training_step.ladder --size xl --context 2048 --rung checkpointed \\
-        --previous fused-adamw.json --out rec.json
+    python -m cs336_systems.training_step.ladder --size xl --context 512 \\
+        --rungs fp32 bf16 flash compiled fused-adamw checkpointed anchor-sdpa-flash anchor-sdpa-cudnn \\
+        --out fp32.json bf16.json ... --warmup 3 --rounds 4 --steps 2
 
-A seeded model and batch (``--seed``; the same for every rung), one AdamW training step
-(``workload``: forward and loss, backward, optimizer, each phase timed between two device
-synchronisations). The first of the ``--warmup`` untimed steps gives the loss, computed before any
-update, that the report sets against fp32 eager's; then ``--steps`` timed steps. The record holds
-the step's median and spread, tokens/s, peak memory and the first loss; MFU is the report's (A1's
-closed form against the card's peak).
+One seeded model, batch and set of AdamW moments (``step.SharedPoint``) that every rung steps with
+its own step function: one AdamW training step (``workload``: forward and loss, backward, optimizer,
+each phase timed between two device synchronisations). The rungs take turns
+(``rounds.take_turns``): each is built and warmed up in the order given (``--warmup`` untimed steps;
+the initial weights are restored before its first, whose loss, computed before any update, the
+report sets against fp32 eager's), then ``--rounds`` rounds in rotating order of ``--steps`` timed
+steps a turn. Each record keeps every round's samples and ``turns`` (the job), so the report judges
+a rung against the rung before it, and ours against an anchor, by the paired difference per round.
+Its peak memory is the most its timed steps held (the warm-up's, which include compiling, apart).
 
-A rung that needs CUDA on a CPU is recorded as ``skipped`` with why. The ``checkpointed`` rung reads
-the record of the rung before it (``--previous``): where that one fits, checkpointing would only add
-recomputation, and the record says "not needed" instead of measuring. An allocation failure is a
-result (``oom``).
+A rung that needs CUDA on a CPU is recorded as ``skipped`` with why. The ``checkpointed`` rung runs
+only where the rung before it (fused-adamw, warmed up earlier in the same job) ran out of memory:
+where that one fits, checkpointing would only add recomputation, and the record says "not needed".
+An allocation failure is a result (``oom``) and the other rungs go on.
 """
 from __future__ import annotations
 
@@ -27,64 +30,70 @@ import torch
 
 from cs336_systems.cli import parse_device
 from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, get_size
-from cs336_systems.records import DamagedRecord, log, make_record, read_record, write_json_atomic
-from cs336_systems.timing import attempt, free_device_memory
+from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.rounds import MIN_ROUNDS, Entrant, Skipped, take_turns
+from cs336_systems.timing import (attempt, exception_line, free_device_memory, is_out_of_memory,
+                                  peak_memory_bytes)
 from cs336_systems.training_step import rungs
-from cs336_systems.training_step.step import build_step, kernel_context
-from cs336_systems.workload import COMPILE_BACKENDS, COMPILE_MODES, time_steps
+from cs336_systems.training_step.step import SharedPoint, build_step
+from cs336_systems.workload import COMPILE_BACKENDS, COMPILE_MODES
 
 COMPILED = tuple(m for m in COMPILE_MODES if m != "none")     # how a compiled rung compiles
 
 
-def parse_args(argv=None, prog: str = "python -m cs336_systems.training_step.ladder", doc: str = __doc__
-               ) -> argparse.Namespace:
-    """The point, the rung and how to time it (``training_step.profile`` takes the same arguments)."""
-    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def add_point_arguments(p: argparse.ArgumentParser) -> None:
+    """The point and how its steps are built (the ladder's job and ``training_step.profile``)."""
     p.add_argument("--size", choices=list(MODEL_SIZES), required=True)
     p.add_argument("--context", type=int, required=True)
     p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--rung", choices=list(rungs.BY_NAME), required=True,
-                   help="a rung of the ladder or an anchor (cs336_systems.training_step.rungs)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps; the first gives the loss")
-    p.add_argument("--steps", type=int, default=8, help="timed steps")
     p.add_argument("--seed", type=int, default=0, help="seeds the model's init and the batch")
     p.add_argument("--compile-mode", choices=COMPILED, default="model",
                    help="compiled rungs: the whole model, or each block (regional compiling)")
     p.add_argument("--backend", choices=COMPILE_BACKENDS, default="inductor", help="torch.compile back end")
     p.add_argument("--checkpoint-group", type=int, default=4, help="blocks a checkpointed group holds")
-    p.add_argument("--previous", help="the record of the rung before (the checkpointed rung runs only where it ran out of memory)")
     p.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
     p.add_argument("--device", help="torch device (default: cuda where available, else cpu)")
-    p.add_argument("--out", required=True, help="where the JSON record goes")
-    args = p.parse_args(argv)
+
+
+def check_point_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for name, least in (("context", 1), ("batch", 1), ("steps", 1), ("warmup", 1), ("checkpoint_group", 1),
                         ("vocab_size", 1)):
         if getattr(args, name) < least:
             p.error(f"--{name.replace('_', '-')} must be at least {least}"
                     + (" (the first warm-up step gives the loss)" if name == "warmup" else ""))
-    if args.previous and args.rung != rungs.ONLY_WHEN_PREVIOUS_OOMS:
-        p.error(f"--previous is for the {rungs.ONLY_WHEN_PREVIOUS_OOMS} rung only")
-    args.previous_record = _previous_record(p, args.previous) if args.previous else None
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     parse_device(p, args.device)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m cs336_systems.training_step.ladder", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_point_arguments(p)
+    p.add_argument("--rungs", nargs="+", choices=list(rungs.BY_NAME), required=True,
+                   help="rungs of the ladder and anchors (cs336_systems.training_step.rungs), built in this order")
+    p.add_argument("--out", nargs="+", required=True, help="where each rung's JSON record goes, in --rungs' order")
+    p.add_argument("--rounds", type=int, default=4, help=f"rounds in which every rung takes a turn (at least {MIN_ROUNDS})")
+    p.add_argument("--steps", type=int, default=2, help="timed steps per turn")
+    args = p.parse_args(argv)
+    check_point_arguments(p, args)
+    if args.rounds < MIN_ROUNDS:
+        p.error(f"--rounds must be at least {MIN_ROUNDS} (a verdict needs a spread across rounds)")
+    if len(set(args.rungs)) != len(args.rungs):
+        p.error("--rungs names a rung twice")
+    if len(args.out) != len(args.rungs):
+        p.error(f"--out needs one path per rung: {len(args.rungs)} rungs, {len(args.out)} paths")
+    gated = rungs.ONLY_WHEN_PREVIOUS_OOMS
+    if gated in args.rungs:
+        before = rungs.previous(gated)
+        if before not in args.rungs[:args.rungs.index(gated)]:
+            p.error(f"--rungs: {gated} runs only where {before} ran out of memory, so {before} must come before it")
     return args
 
 
-def _previous_record(p: argparse.ArgumentParser, path: str) -> dict:
-    """The rung before's record, read before anything is built: a path that is not there or not a
-    record is the user's mistake, said in one line."""
-    try:
-        return read_record(path)
-    except DamagedRecord as error:
-        p.error(f"--previous {error}")
-    except OSError as error:
-        p.error(f"--previous {path}: {error.strerror or error}")
-
-
-def params_of(args: argparse.Namespace, device: str) -> dict:
-    """What the record says was asked for: the point, the rung and exactly what its step runs."""
-    rung = rungs.get(args.rung)
+def params_of(args: argparse.Namespace, name: str, device: str) -> dict:
+    """What a record says was asked for: the point, the rung and exactly what its step runs."""
+    rung = rungs.get(name)
     setup = rung.setup
     return {"size": args.size, **asdict(get_size(args.size)), "vocab_size": args.vocab_size, "context": args.context,
             "batch": args.batch, "mode": "train-step", "rung": rung.name, "anchor": rung.anchor, "adds": rung.adds,
@@ -92,29 +101,109 @@ def params_of(args: argparse.Namespace, device: str) -> dict:
             "compile_mode": args.compile_mode if setup.compiled else None,
             "compile_backend": args.backend if setup.compiled else None,
             "checkpoint_group": args.checkpoint_group if setup.checkpointed else None,
-            "warmup": args.warmup, "steps": args.steps, "seed": args.seed, "device": device,
+            "warmup": args.warmup, "steps": args.steps, "rounds": getattr(args, "rounds", None),
+            "seed": args.seed, "device": device,
             # what fp32 matmuls run in, for the MFU's peak (profiling.mfu)
             "float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 
-def skip_reason(args: argparse.Namespace, device: str) -> str | None:
-    """Why this point is not measured, or None."""
-    if device.startswith("cpu") and rungs.needs_cuda(args.rung):
-        return rungs.needs_cuda(args.rung)
-    if args.previous_record is not None:
-        before = args.previous_record
-        name = before["params"].get("rung", "the rung before")
-        if before["status"] == "ok":
-            return f"not needed: the previous rung ({name}) fits"
-        if before["status"] != "oom":
-            why = before.get("reason") or before.get("message") or ""
-            return (f"the previous rung ({name}) did not run ({before['status']}{': ' + why if why else ''}); "
-                    "checkpointing saves memory and cannot change that")
-    return None
+def cuda_skip(name: str, device: str) -> str | None:
+    """Why rung ``name`` cannot run on ``device``, or None."""
+    return rungs.needs_cuda(name) if device.startswith("cpu") else None
 
+
+def gated_skip(before: str, outcome: tuple[str, str | None] | None) -> str | None:
+    """Why the checkpointed rung is not measured, from how the rung before it fared in this job's
+    warm-up (``outcome``: its status and message, None where it ran): None where it ran out of memory."""
+    if outcome is None:
+        return f"not needed: the previous rung ({before}) fits"
+    status, why = outcome
+    if status == "oom":
+        return None
+    return (f"the previous rung ({before}) did not run ({status}{': ' + why if why else ''}); "
+            "checkpointing saves memory and cannot change that")
+
+
+def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, dict]:
+    """Every rung of the command line's point in one job; returns the records by rung (also written)."""
+    device = args.device
+    if device.startswith("cpu") and any(rungs.get(n).setup.attention == "flash" for n in args.rungs):
+        os.environ.setdefault("TRITON_INTERPRET", "1")    # before the kernels are first imported
+    log(f"E1 {args.size} ctx {args.context}: {', '.join(args.rungs)} in turns, {args.rounds} rounds x {args.steps} steps")
+    status, point, message = attempt(lambda: point_factory(
+        get_size(args.size), context=args.context, batch=args.batch, device=device, seed=args.seed,
+        compile_mode=args.compile_mode, backend=args.backend, checkpoint_group=args.checkpoint_group,
+        vocab_size=args.vocab_size))
+    records = {}
+    if status != "ok":              # the shared model itself does not fit: every rung says so
+        for name, out in zip(args.rungs, args.out):
+            records[name] = make_record("E1", params_of(args, name, device), status, reason=message)
+            write_json_atomic(out, records[name])
+        log(f"E1 {status} building the point: {message}")
+        return records
+
+    losses: dict[str, float] = {}
+    failed: dict[str, tuple[str, str | None]] = {}     # rung -> (status, message) of what stopped it
+    timed_peak: dict[str, int] = {}
+
+    def entrant(name: str) -> Entrant:
+        setup = rungs.get(name).setup
+
+        def make():
+            reason = cuda_skip(name, device)
+            if reason is None and name == rungs.ONLY_WHEN_PREVIOUS_OOMS:
+                before = rungs.previous(name)
+                reason = gated_skip(before, failed.get(before))
+            if reason is not None:
+                failed[name] = ("skipped", reason)
+                raise Skipped(reason)
+            point.restore()             # the first step's loss from the seeded weights, as every rung's
+            step = point.step(setup, on_loss=lambda loss: losses.__setitem__(name, loss))
+            taken = 0
+
+            def tracked(phase):
+                nonlocal taken
+                try:
+                    step(phase)
+                except Exception as exc:    # noqa: BLE001 - noted for the gated rung, then take_turns' outcome
+                    failed[name] = ("oom" if is_out_of_memory(exc) else "error", exception_line(exc))
+                    raise
+                taken += 1
+                peak = peak_memory_bytes(device)
+                if taken > args.warmup and peak is not None:     # a timed step (take_turns resets per turn)
+                    timed_peak[name] = max(peak, timed_peak.get(name, 0))
+            return tracked
+
+        return Entrant(name, make, cleanup=point.clear)
+
+    job, outcomes = take_turns([entrant(n) for n in args.rungs], device=device, warmup=args.warmup,
+                               rounds=args.rounds, steps=args.steps)
+    parameters = sum(p.numel() for p in point.parameters)
+    del point
+    free_device_memory(device)
+    for name, out in zip(args.rungs, args.out):
+        outcome = outcomes[name]
+        params = params_of(args, name, device)
+        if outcome.status == "ok":
+            metrics = outcome.metrics(job)
+            metrics |= {"loss": losses[name], "parameters": parameters,
+                        "tokens_per_s": args.batch * args.context / (metrics["step"]["median"] / 1e3),
+                        # the timed steps' peak; the warm-up's (compiling included) beside it
+                        "warmup_peak_memory_bytes": metrics["peak_memory_bytes"],
+                        "peak_memory_bytes": timed_peak.get(name)}
+        else:
+            metrics = {"turns": job.as_dict()}
+        records[name] = make_record("E1", params, outcome.status, metrics, reason=outcome.message)
+        write_json_atomic(out, records[name])
+        log(f"E1 {name} {outcome.status}: " + (f"step median {metrics['step']['median']:.2f} ms, loss {losses[name]:.4f}"
+                                                if outcome.status == "ok" else str(outcome.message)) + f" -> {out}")
+    return records
+
+
+# --- one rung alone (training_step.profile) ---------------------------------------------------
 
 def build(args: argparse.Namespace, device: str):
-    """The rung's setup and its step, built from the command line's point and seed."""
+    """One rung's setup and its step on a point of its own, built from the command line's point and seed."""
     setup = rungs.get(args.rung).setup
     return setup, build_step(setup, get_size(args.size), context=args.context, batch=args.batch,
                              device=torch.device(device), seed=args.seed, compile_mode=args.compile_mode,
@@ -122,28 +211,16 @@ def build(args: argparse.Namespace, device: str):
                              vocab_size=args.vocab_size)
 
 
-def measure(args: argparse.Namespace, device: str) -> dict:
-    setup, workload = build(args, device)
-    with kernel_context(setup):
-        loss = float(workload.step())           # the first warm-up step; its loss precedes any update
-        log(f"  first step's loss {loss:.6f}")
-        metrics = time_steps(workload, warmup=args.warmup - 1, steps=args.steps)
-    median_s = metrics["step"]["median"] / 1e3
-    metrics |= {"loss": loss, "tokens_per_s": args.batch * args.context / median_s,
-                "parameters": sum(p.numel() for p in workload.model.parameters())}
-    return metrics
-
-
 def run_point(args: argparse.Namespace, measure_point, summarize, label: str = "E1", **extra_params) -> int:
-    """One E1 record for the command line's point: skipped with why, or ``measure_point(args, device)``
+    """One E1 record for the command line's one rung: skipped with why, or ``measure_point(args, device)``
     under ``timing.attempt`` (an allocation failure is an ``oom`` record); ``summarize(metrics)`` is
     the log line of a point that ran."""
     device = args.device
     if device.startswith("cpu") and rungs.get(args.rung).setup.attention == "flash":
         os.environ.setdefault("TRITON_INTERPRET", "1")    # before the kernels are first imported
-    params = {**params_of(args, device), **extra_params}
+    params = {**params_of(args, args.rung, device), **extra_params}
     log(f"{label} {args.size} ctx {args.context} rung {args.rung}: {params['adds']}")
-    reason = skip_reason(args, device)
+    reason = cuda_skip(args.rung, device)
     if reason is not None:
         write_json_atomic(args.out, make_record("E1", params, "skipped", reason=reason))
         log(f"{label} skipped: {reason} -> {args.out}")
@@ -156,8 +233,8 @@ def run_point(args: argparse.Namespace, measure_point, summarize, label: str = "
 
 
 def main(argv=None) -> int:
-    return run_point(parse_args(argv), measure,
-                     lambda m: f"step median {m['step']['median']:.2f} ms, loss {m['loss']:.4f}")
+    run_job(parse_args(argv))
+    return 0
 
 
 if __name__ == "__main__":

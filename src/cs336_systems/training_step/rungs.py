@@ -23,7 +23,7 @@ from cs336_systems.attention.backends import module_of as attention_module
 
 # Loaded by name, like the attention back ends, so that only the rung that checkpoints depends on
 # A6's code (pipeline.sources follows every import, even one inside a function).
-CHECKPOINTING = "cs336_systems.memory.checkpointing:checkpoint_blocks"
+CHECKPOINTING = "cs336_systems.memory.checkpointing:group_layers"
 OUR_ADAMW = "cs336_basics.optimizer.AdamW (the workload's)"
 FUSED_ADAMW = "torch.optim.AdamW(fused=True)"
 SDPA_KERNELS = ("flash", "cudnn")        # torch.nn.attention.SDPBackend FLASH_ATTENTION, CUDNN_ATTENTION

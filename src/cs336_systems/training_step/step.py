@@ -1,22 +1,37 @@
-"""One E1 rung as a runnable step: the shared workload (``cs336_systems.workload``) built with the
-rung's precision, attention, compiling, optimizer and checkpointing, from a seeded init and batch.
+"""The E1 rungs of one point as runnable steps over one shared model, batch and AdamW state.
 
-The same ``seed`` gives every rung the same weights and the same batch on a device (the model is
-built, then the batch drawn, from one generator state; nothing a rung adds draws random numbers),
-so each rung's first loss can be set against fp32 eager's.
+The 2.7B model with AdamW holds ~42 GB (fp32 weights, gradients, two moments) before any
+activation, so two of them do not fit an 80 GB card, and a point's rungs must share one:
+
+- one model, built from ``seed`` (then the batch drawn, from the same generator state), its initial
+  weights copied to the host. Each rung sets what it changes before each of its steps: the
+  attention function of every attention module, and which list of blocks ``model.layers`` holds
+  (the blocks themselves, checkpointed groups of them, or the blocks compiled one by one);
+- one pair of AdamW moments per parameter, which both optimizers (cs336_basics' AdamW and
+  PyTorch's fused one) update in place, each with its own step count: the memory a rung holds is
+  what it would hold alone, and an AdamW step's work does not depend on the moments' values;
+- one compiled graph per distinct computation: the compiled and fused-adamw rungs differ only in
+  the optimizer, so they run the same compiled model (or blocks) and compile once; the anchors
+  pin their SDPA kernel inside their own attention function, so Dynamo guards tell them apart.
+
+The loss check stays meaningful because ``restore`` puts the initial weights back before a rung's
+first step: every rung's first loss is computed from the same seeded weights and batch, as it was
+when each rung had a process of its own.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib
-from functools import partial
-from typing import ContextManager
+from typing import Callable, ContextManager
 
 import torch
+from torch import nn
 
-from cs336_systems.models import ModelSize
+from cs336_systems.models import VOCAB_SIZE, ModelSize, build_model, get_attention_backend, random_batch
 from cs336_systems.training_step.rungs import CHECKPOINTING, Setup
-from cs336_systems.workload import LEARNING_RATE, Workload, build_workload
+from cs336_systems.workload import LEARNING_RATE, Workload, adamw, no_phase
+
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
 
 
 def fused_adamw(parameters) -> torch.optim.Optimizer:
@@ -26,30 +41,145 @@ def fused_adamw(parameters) -> torch.optim.Optimizer:
                              fused=True)
 
 
-def checkpointing(group: int):
-    """A6's ``checkpoint_blocks`` with ``group`` blocks a group, loaded by name (rungs.CHECKPOINTING)."""
+def group_layers(blocks: list[nn.Module], group: int) -> nn.ModuleList:
+    """A6's checkpointed groups of ``group`` blocks over ``blocks``, loaded by name (rungs.CHECKPOINTING)."""
     module, _, function = CHECKPOINTING.partition(":")
-    return partial(getattr(importlib.import_module(module), function), group_size=group)
+    return getattr(importlib.import_module(module), function)(blocks, group)
 
 
 def kernel_context(setup: Setup) -> ContextManager:
-    """Where the step must run: inside ``sdpa_kernel`` for a pinned SDPA kernel (compiling happens at
-    the first step, so the traced graph sees the pin too), else anywhere."""
+    """Where the step must run: inside ``sdpa_kernel`` for a pinned SDPA kernel, else anywhere. The
+    anchors' attention functions pin it themselves (``pinned_sdpa``); this pins it around the whole
+    step too, so a graph Dynamo traces outside their function sees the same pin."""
     if setup.sdpa_kernel is None:
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[setup.sdpa_kernel])
+    return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[setup.sdpa_kernel]))
+
+
+_PINNED: dict[str, Callable] = {}
+
+
+def pinned_sdpa(kernel: str) -> Callable:
+    """PyTorch's SDPA back end pinned to ``kernel`` inside the attention function. Dynamo does not
+    guard on the global SDPA kernel choice, so two anchors that differ only in an outer
+    ``sdpa_kernel`` would share one compiled graph; one function object per kernel makes them two."""
+    if kernel not in _PINNED:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        sdpa = get_attention_backend("sdpa")
+        backend = getattr(SDPBackend, SDPA_BACKENDS[kernel])
+
+        def attention(q, k, v, is_causal=True):
+            with sdpa_kernel(backend):
+                return sdpa(q, k, v, is_causal=is_causal)
+
+        attention.__name__ = attention.__qualname__ = f"sdpa_{kernel}_attention"
+        _PINNED[kernel] = attention
+    return _PINNED[kernel]
+
+
+class SharedPoint:
+    """One point's model, batch and AdamW moments, and each rung's step over them (module doc)."""
+
+    def __init__(self, size: ModelSize, *, context: int, batch: int, device: torch.device | str, seed: int,
+                 compile_mode: str = "model", backend: str = "inductor", checkpoint_group: int = 1,
+                 vocab_size: int | None = None):
+        self.device = torch.device(device)
+        self.compile_mode, self.backend, self.checkpoint_group = compile_mode, backend, checkpoint_group
+        vocab_size = VOCAB_SIZE if vocab_size is None else vocab_size
+        torch.manual_seed(seed)
+        self.model = build_model(size, context, vocab_size=vocab_size, device=self.device)
+        self.inputs, self.targets = random_batch(batch, context, vocab_size=vocab_size, device=self.device)
+        self.blocks = self.model.layers
+        self.parameters = list(self.model.parameters())
+        self.initial = [p.detach().to("cpu", copy=True) for p in self.parameters]
+        self._layers: dict[tuple[bool, bool], nn.ModuleList] = {(False, False): self.blocks}
+        self._compiled_model = None
+        self._optimizers: dict[bool, torch.optim.Optimizer] = {}
+
+    def restore(self) -> None:
+        """The initial weights back in place (the same tensors, so compiled graphs stay valid), no gradients."""
+        self.model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for p, saved in zip(self.parameters, self.initial):
+                p.copy_(saved)
+
+    def clear(self) -> None:
+        """What a failed step leaves on the shared model: its gradients."""
+        self.model.zero_grad(set_to_none=True)
+
+    def optimizer(self, fused: bool) -> torch.optim.Optimizer:
+        """cs336_basics' AdamW or PyTorch's fused one, both over the same two moments per parameter."""
+        if fused not in self._optimizers:
+            moments = next(iter(self._optimizers.values()), None)
+            opt = fused_adamw(self.parameters) if fused else adamw(self.parameters, lr=LEARNING_RATE)
+            for p in self.parameters:
+                if moments is not None:
+                    exp_avg, exp_avg_sq = moments.state[p]["exp_avg"], moments.state[p]["exp_avg_sq"]
+                else:
+                    exp_avg, exp_avg_sq = torch.zeros_like(p), torch.zeros_like(p)
+                # torch's fused kernel takes its step count as a float32 tensor on the device
+                step = torch.zeros((), dtype=torch.float32, device=p.device) if fused else 0
+                opt.state[p] = {"step": step, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+            self._optimizers[fused] = opt
+        return self._optimizers[fused]
+
+    def layers(self, setup: Setup) -> nn.ModuleList:
+        """The list of blocks ``setup`` runs: plain, checkpointed groups, and/or each compiled."""
+        key = (setup.checkpointed, setup.compiled and self.compile_mode == "blocks")
+        if key not in self._layers:
+            checkpointed, compiled = key
+            base = group_layers(list(self.blocks), self.checkpoint_group) if checkpointed else self.blocks
+            self._layers[key] = (nn.ModuleList(torch.compile(m, backend=self.backend) for m in base)
+                                 if compiled else base)
+        return self._layers[key]
+
+    def attention(self, setup: Setup) -> Callable:
+        return pinned_sdpa(setup.sdpa_kernel) if setup.sdpa_kernel else get_attention_backend(setup.attention)
+
+    def configure(self, setup: Setup) -> None:
+        """Make the shared model the one ``setup`` runs: its attention and its list of blocks."""
+        from cs336_basics.model import set_attention
+
+        self.model.layers = self.layers(setup)
+        set_attention(self.model, self.attention(setup))
+
+    def workload(self, setup: Setup) -> Workload:
+        """``setup``'s train step over the shared state (call ``configure(setup)`` before stepping it)."""
+        runnable = self.model
+        if setup.compiled and self.compile_mode == "model":
+            if self._compiled_model is None:
+                self._compiled_model = torch.compile(self.model, backend=self.backend)
+            runnable = self._compiled_model
+        return Workload(self.model, runnable, self.optimizer(setup.fused_adamw), self.inputs, self.targets,
+                        "train-step", setup.precision, self.device)
+
+    def step(self, setup: Setup, on_loss: Callable[[float], None] | None = None):
+        """``setup``'s step function ``step(phase)``: configures the model, then one train step in its
+        kernel context. ``on_loss`` receives the first step's loss (synchronising once)."""
+        workload = self.workload(setup)
+        waiting = on_loss
+
+        def step(phase=no_phase):
+            nonlocal waiting
+            self.configure(setup)
+            with kernel_context(setup):
+                loss = workload.step(phase)
+            if waiting is not None:
+                waiting, report = None, waiting
+                report(float(loss))
+            return loss
+
+        return step
 
 
 def build_step(setup: Setup, size: ModelSize, *, context: int, batch: int, device: torch.device, seed: int,
                compile_mode: str = "model", backend: str = "inductor", checkpoint_group: int = 1,
                vocab_size: int | None = None) -> Workload:
-    """The train-step workload of ``setup`` (model, seeded batch, optimizer), ready to step."""
-    torch.manual_seed(seed)
-    extra = {} if vocab_size is None else {"vocab_size": vocab_size}
-    return build_workload(
-        size, context=context, batch=batch, mode="train-step", precision=setup.precision,
-        compile=compile_mode if setup.compiled else "none", backend=backend, attention=setup.attention,
-        device=device, wrap_model=checkpointing(checkpoint_group) if setup.checkpointed else None,
-        make_optimizer=fused_adamw if setup.fused_adamw else None, **extra)
+    """One rung alone (the profile's): its workload over a point of its own, configured and ready to step."""
+    point = SharedPoint(size, context=context, batch=batch, device=device, seed=seed, compile_mode=compile_mode,
+                        backend=backend, checkpoint_group=checkpoint_group, vocab_size=vocab_size)
+    point.configure(setup)
+    return point.workload(setup)
