@@ -1,17 +1,24 @@
-"""B2(b): the whole Transformer LM, eager against torch.compile, side by side in one process.
+"""B2(b): the whole Transformer LM, eager against torch.compile, taking turns in one process.
 
     python -m cs336_systems.compile_bench --size small --context 512 --mode train-step --out rec.json
 
 One process times both variants of the same work, so they share the GPU, the software and the
-clock: first the eager model (``--warmup`` untimed steps, then ``--steps`` timed ones, every phase
-timed between two device synchronisations, as in the A1 benchmark), then, after freeing it, the
-same model rebuilt from the same seed (identical weights and batch) and compiled.
+clock; and they take turns (``rounds.take_turns``), so a drift of the host or the clocks moves both
+alike and the report judges their difference per round (issue 42: two processes of one command, or
+one variant timed minutes after the other, differ by more than many of the effects compared). The
+two variants are one model: one set of weights, one batch, one optimizer (two 2.7B models with
+AdamW state would not fit one 80 GB card together); the compiled variant runs the same modules
+through their compiled forms. Each warms up (``--warmup`` untimed steps), then ``--rounds`` rounds
+in rotating order, ``--steps`` timed steps per turn, every phase timed between two device
+synchronisations, as in the A1 benchmark; the record keeps every round (``rounds.Outcome.metrics``).
+A training step changes the shared weights; a step's time does not depend on their values.
 
-``--compile blocks`` (the default) compiles each Transformer block in place (regional
-compilation): the blocks share one compiled graph, so compiling costs about one block's time; the
-embedding, final norm, LM head and loss stay eager. ``--compile model`` wraps the whole model in
-``torch.compile`` instead, which compiles the unrolled model (measured at 161 s for the first
-forward+backward of xl on an H100, against a few seconds per step once compiled).
+``--compile blocks`` (the default) compiles each Transformer block (regional compilation): the
+blocks share one compiled graph, so compiling costs about one block's time; the embedding, final
+norm, LM head and loss stay eager. Each block's compiled form is made once (``Module.compile``) and
+switched on for the compiled variant's steps and off for the eager one's. ``--compile model`` wraps
+the whole model in ``torch.compile`` instead, which compiles the unrolled model (measured at 161 s
+for the first forward+backward of xl on an H100, against a few seconds per step once compiled).
 
 The first calls of a compiled model compile it. They are timed apart from the warm-up and timed
 steps: ``first_calls_seconds`` is the first forward (the loss check below) plus the first warm-up
@@ -35,8 +42,9 @@ import torch
 from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import PhaseTimer, attempt, free_device_memory
-from cs336_systems.workload import COMPILE_BACKENDS, MODES, Workload, build_workload, time_steps
+from cs336_systems.rounds import MIN_ROUNDS, Entrant, take_turns
+from cs336_systems.timing import PhaseTimer, attempt, free_device_memory, peak_memory_bytes, reset_peak_memory
+from cs336_systems.workload import COMPILE_BACKENDS, MODES, Workload, build_workload
 
 COMPILE_CHOICES = ("blocks", "model")
 VARIANTS = ("eager", "compiled")
@@ -55,7 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="forward only (no_grad), forward+backward, or a full training step with AdamW")
     p.add_argument("--warmup", type=int, default=3,
                    help="untimed steps before timing (at least 1: the first step of a compiled model compiles)")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per variant")
+    p.add_argument("--rounds", type=int, default=5,
+                   help=f"rounds in which the variants take turns (at least {MIN_ROUNDS})")
+    p.add_argument("--steps", type=int, default=1, help="timed steps per variant in each round")
     p.add_argument("--compile", choices=COMPILE_CHOICES, default="blocks",
                    help="blocks: each Transformer block compiled in place; model: torch.compile of the whole model")
     p.add_argument("--backend", choices=COMPILE_BACKENDS, default="inductor",
@@ -68,6 +78,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="where the JSON record goes")
     args = p.parse_args(argv)
     require_at_least(p, args, 1, "context", "batch", "steps")
+    if args.rounds < MIN_ROUNDS:
+        p.error(f"--rounds must be at least {MIN_ROUNDS} (a verdict needs a spread across rounds)")
     if args.warmup < 1:
         p.error("--warmup must be at least 1 (the compiled model's first step compiles; it must not be timed)")
     parse_device(p, args.device)
@@ -85,38 +97,94 @@ def initial_loss(workload: Workload) -> float:
     return float(loss.detach())
 
 
-def time_variant(size_name: str, *, compile: str, context: int, batch: int, mode: str, warmup: int,
-                 steps: int, device: torch.device, seed: int, backend: str = "inductor") -> dict:
-    """Build (from ``seed``), check the loss, warm up and time one variant; metrics in ms."""
-    torch.manual_seed(seed)          # same weights and batch in both variants
-    workload = build_workload(get_size(size_name), context=context, batch=batch, mode=mode,
-                              compile=compile, device=device, backend=backend)
+def variant_switch(workload: Workload, compile: str, backend: str):
+    """``select(variant)``: make ``workload`` run eager or compiled, one set of weights either way.
+    ``blocks``: each block's compiled form is made once and switched on or off (``Module.compile``
+    stores it as the block's ``_compiled_call_impl``, which ``Module.__call__`` runs when set);
+    ``model``: the step calls ``torch.compile(model)`` or the model itself."""
+    model = workload.model
+    if compile == "model":
+        compiled = torch.compile(model, backend=backend)
+
+        def select(variant: str) -> None:
+            workload.runnable = compiled if variant == "compiled" else model
+        return select
+    for block in model.layers:
+        block.compile(backend=backend)
+    forms = [block._compiled_call_impl for block in model.layers]
+
+    def select(variant: str) -> None:
+        for block, form in zip(model.layers, forms):
+            block._compiled_call_impl = form if variant == "compiled" else None
+    return select
+
+
+def first_forward(workload: Workload, device: torch.device) -> dict:
+    """The loss at the initial weights and the time of that first forward (which compiles)."""
     timer = PhaseTimer(device)
     with timer.phase("first forward"):
         loss = initial_loss(workload)
-    first_forward_ms = timer.samples["first forward"][0]
-
-    metrics = time_steps(workload, warmup=warmup, steps=steps)
-    warmup_steps = metrics["warmup_step_samples"]
-    metrics["first_forward_ms"] = first_forward_ms
-    # The first forward and the first step compile (forward graph, then backward graph); what they
-    # took beyond the same work at steady speed is the compile cost.
-    first_calls_ms = first_forward_ms + warmup_steps[0]
-    metrics["first_calls_seconds"] = first_calls_ms / 1e3
-    metrics["first_calls_overhead_seconds"] = (first_calls_ms - metrics["forward"]["mean"] - metrics["step"]["mean"]) / 1e3
-    metrics["initial_loss"] = loss
-    return metrics
+    return {"initial_loss": loss, "first_forward_ms": timer.samples["first forward"][0]}
 
 
-def run_variant(variant: str, fn) -> dict:
-    """Run one variant: ``{"status": ok, ...metrics}``, or oom / error with the message."""
-    log(f"B2 {variant}:")
-    status, metrics, message = attempt(fn)
-    result = {"status": status, **metrics}
-    if message:
-        result["message"] = message
-    log(f"B2 {variant} {status}: " + (f"step {metrics['step']['mean']:.2f} ms" if status == "ok" else message))
-    return result
+def run_variants(args: argparse.Namespace, device: torch.device) -> dict[str, dict]:
+    """Both variants of one grid point in turns: ``{variant: {"status": ok, ...metrics}}``, or oom /
+    error with the message for one that failed (building, its first forward, or a step)."""
+    torch.manual_seed(args.seed)          # the weights and batch both variants run
+    workload = build_workload(get_size(args.size), context=args.context, batch=args.batch, mode=args.mode,
+                              compile="none", device=device, backend=args.backend)
+    select = variant_switch(workload, args.compile, args.backend)
+    variants: dict[str, dict] = {}
+    firsts: dict[str, dict] = {}
+    for variant in VARIANTS:              # both losses before any step changes the weights
+        select(variant)
+        log(f"B2 {variant}: first forward")
+        status, metrics, message = attempt(lambda: first_forward(workload, device))
+        if status == "ok":
+            firsts[variant] = metrics
+        else:
+            variants[variant] = {"status": status, "message": message}
+            workload.model.zero_grad(set_to_none=True)
+            gc.collect()
+            free_device_memory(device)
+    timed_peak: dict[str, int] = {}
+    calls: dict[str, int] = {}
+
+    def entrant(variant: str) -> Entrant:
+        def step(phase):
+            select(variant)
+            calls[variant] = calls.get(variant, 0) + 1
+            if calls[variant] <= args.warmup:      # warm-up: compiling, not what the peak reports
+                return workload.step(phase)
+            reset_peak_memory(device)
+            loss = workload.step(phase)
+            peak = peak_memory_bytes(device)
+            if peak is not None:
+                timed_peak[variant] = max(peak, timed_peak.get(variant, 0))
+            return loss
+        return Entrant(variant, lambda: step, cleanup=lambda: workload.model.zero_grad(set_to_none=True))
+
+    job, outcomes = take_turns([entrant(v) for v in VARIANTS if v in firsts], device=device, warmup=args.warmup,
+                               rounds=args.rounds, steps=args.steps)
+    for variant, outcome in outcomes.items():
+        if outcome.status != "ok":
+            variants[variant] = {"status": outcome.status, "message": outcome.message}
+            continue
+        metrics = outcome.metrics(job)
+        first = firsts[variant]
+        # The first forward and the first step compile (forward graph, then backward graph); what
+        # they took beyond the same work at steady speed is the compile cost.
+        first_calls_ms = first["first_forward_ms"] + outcome.warmup_steps[0]
+        metrics.update(first_forward_ms=first["first_forward_ms"], first_calls_seconds=first_calls_ms / 1e3,
+                       first_calls_overhead_seconds=(first_calls_ms - metrics["forward"]["mean"]
+                                                     - metrics["step"]["mean"]) / 1e3,
+                       initial_loss=first["initial_loss"], peak_memory_bytes=timed_peak.get(variant))
+        variants[variant] = {"status": "ok", **metrics}
+        log(f"B2 {variant} ok: step {metrics['step']['mean']:.2f} ms")
+    for variant, result in variants.items():
+        if result["status"] != "ok":
+            log(f"B2 {variant} {result['status']}: {result['message']}")
+    return {v: variants[v] for v in VARIANTS}
 
 
 def loss_check(eager: dict, compiled: dict, rtol: float = LOSS_RTOL) -> dict | None:
@@ -145,25 +213,23 @@ def overall_status(variants: dict[str, dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> tuple[dict, dict, str, str | None]:
-    """Both variants of one grid point, one after the other; returns params, metrics, status, reason."""
+    """Both variants of one grid point, in turns; returns params, metrics, status, reason."""
     size = get_size(args.size)
     params = {"size": args.size, **asdict(size), "context": args.context, "batch": args.batch, "mode": args.mode,
-              "warmup": args.warmup, "steps": args.steps, "compile": args.compile, "backend": args.backend,
-              "compile_cache": args.compile_cache,
+              "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds, "compile": args.compile,
+              "backend": args.backend, "compile_cache": args.compile_cache,
               "precision": "fp32", "attention": "naive", "seed": args.seed, "device": args.device}
     log(f"B2 whole model: {params}")
     device = torch.device(args.device)
-    torch._dynamo.utils.counters.clear()             # count this run's graphs only
-    variants = {}
+    torch._dynamo.reset()                            # compile and count this run's graphs only, whatever
+    torch._dynamo.utils.counters.clear()             # an earlier run in this process left cached
     # Caches off: a cold compile in every job, whatever earlier jobs left on disk.
     with torch._inductor.config.patch(force_disable_caches=not args.compile_cache):
-        for variant in VARIANTS:
-            compile = "none" if variant == "eager" else args.compile
-            variants[variant] = run_variant(variant, lambda: time_variant(
-                args.size, compile=compile, context=args.context, batch=args.batch, mode=args.mode,
-                warmup=args.warmup, steps=args.steps, device=device, seed=args.seed, backend=args.backend))
-            gc.collect()                # the variant's model, gradients and optimizer state go first
-            free_device_memory(device)
+        status, variants, message = attempt(lambda: run_variants(args, device))
+    if status != "ok":                                # building the shared model failed: both did
+        variants = {v: {"status": status, "message": message} for v in VARIANTS}
+    gc.collect()
+    free_device_memory(device)
     metrics = {"variants": variants, "loss_check": loss_check(variants["eager"], variants["compiled"]),
                "speedup": speedups(variants["eager"], variants["compiled"]),
                # What the compiled model's first calls took beyond steady speed (the eager model's

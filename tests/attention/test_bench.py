@@ -52,8 +52,81 @@ def test_grid_row(tmp_path):
             assert 0 < r["metrics"]["graph_ms"] <= r["metrics"]["graph_ms_max"]
 
 
+def test_a_row_job_times_every_implementation_in_turns_and_writes_each_its_records(tmp_path):
+    """One job per (dtype, d): the implementations share its id, each point holds at least three
+    rounds, and the records of ours and plain pair (report.spread.paired_records)."""
+    from cs336_systems.report.spread import paired_records
+
+    impls = ["ours", "plain", "sdpa-cudnn"]
+    assert bench.main(["grid", "--impls", *impls, "--dtype", "fp32", "--d", "16", "--seqs", "16", "24",
+                       "--rep-ms", "2", "--warmup-ms", "1", "--device", DEVICE, "--out-dir", str(tmp_path)]) == 0
+    rows = {impl: json.loads(bench.row_path(tmp_path, impl, "fp32", 16).read_text()) for impl in impls}
+    points = [(s, p) for s in (16, 24) for p in bench.PASSES]
+    jobs = set()
+    for impl in ("ours", "plain"):
+        assert [(r["params"]["seq"], r["params"]["pass"]) for r in rows[impl]] == points
+        for r in rows[impl]:
+            assert r["status"] == "ok", r
+            turns, rounds = r["metrics"]["turns"], r["metrics"]["rounds"]
+            jobs.add(turns["job"])
+            assert turns["with"] == impls and turns["rounds"] == len(rounds) >= 3
+            assert all(len(one["ms"]) == 1 and one["ms"][0] > 0 for one in rounds)
+            # ms is the median of every timed call; each round's median lies within their range
+            assert min(one["ms"][0] for one in rounds) <= r["metrics"]["ms"] * 1.5
+    assert len(jobs) == 1
+    assert all(r["status"] == "skipped" for r in rows["sdpa-cudnn"]) or DEVICE == "cuda"
+    pair = paired_records(rows["plain"][0], rows["ours"][0], phase="ms")
+    assert pair is not None and pair.rounds >= 3
+
+
+def test_an_implementation_out_of_memory_at_one_length_is_an_oom_there_and_the_others_go_on(monkeypatch):
+    real = bench.implementation
+
+    def implementation(name):
+        fn, context = real(name)
+        if name != "plain":
+            return fn, context
+
+        def plain(q, k, v):
+            if q.shape[1] == 24:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+            return fn(q, k, v)
+        return plain, context
+
+    monkeypatch.setattr(bench, "implementation", implementation)
+    rows = bench.row(["plain", "ours"], "fp32", 16, [16, 24, 32], DEVICE, rep_ms=2, warmup_ms=1)
+    status = {(impl, r["params"]["seq"]): r["status"] for impl, records in rows.items() for r in records}
+    assert {s for (impl, seq), s in status.items() if impl == "plain" and seq == 24} == {"oom"}
+    assert all(s == "ok" for (impl, seq), s in status.items() if impl == "ours" or seq != 24)
+    oom = next(r for r in rows["plain"] if r["params"]["seq"] == 24)
+    assert "out of memory" in oom["message"]
+    ours_at_24 = [r for r in rows["ours"] if r["params"]["seq"] == 24]
+    assert all(len(r["metrics"]["rounds"]) == 3 for r in ours_at_24)
+
+
+def test_an_implementation_failing_in_a_later_round_keeps_no_partial_timing(monkeypatch):
+    real_turn = bench.Turns.turn
+
+    def turn(self, rep_ms, rounds):
+        if self.impl == "plain" and len(self.rounds) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return real_turn(self, rep_ms, rounds)
+
+    monkeypatch.setattr(bench.Turns, "turn", turn)
+    rows = bench.row(["plain", "ours"], "fp32", 16, [16], DEVICE, rep_ms=2, warmup_ms=1, passes=["forward"])
+    assert rows["plain"][0]["status"] == "oom" and "ms" not in rows["plain"][0]["metrics"]
+    assert rows["ours"][0]["status"] == "ok" and len(rows["ours"][0]["metrics"]["rounds"]) == 3
+
+
+def test_a_row_refuses_fewer_than_three_rounds(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["grid", "--impls", "ours", "plain", "--dtype", "fp32", "--d", "16", "--seqs", "16",
+                    "--rounds", "2", "--device", "cpu", "--out-dir", str(tmp_path)])
+    assert "--rounds must be at least 3" in capsys.readouterr().err
+
+
 def test_sdpa_anchors_are_skipped_with_a_reason_on_cpu_and_in_fp32():
-    records = bench.grid_row("sdpa-cudnn", "bf16", 16, [16], "cpu")
+    records = bench.row(["sdpa-cudnn"], "bf16", 16, [16], "cpu")["sdpa-cudnn"]
     assert {r["status"] for r in records} == {"skipped"} and "CUDA" in records[0]["reason"]
     assert "only fp16 and bf16" in bench.skip_reason("sdpa-flash", "cuda", "fp32")
 
@@ -202,7 +275,7 @@ def test_without_the_cards_peak_the_grid_is_reported_but_not_judged():
 # --- graph time: the record on a CPU, a failed capture, and the report's use of it ------------------
 
 def test_a_cpu_row_says_why_it_has_no_graph_time():
-    records = bench.grid_row("ours", "fp32", 16, [24], "cpu") if DEVICE == "cpu" else pytest.skip("CPU-only")
+    records = bench.row(["ours"], "fp32", 16, [24], "cpu")["ours"] if DEVICE == "cpu" else pytest.skip("CPU-only")
     for r in records:
         assert r["status"] == "ok" and r["metrics"]["ms"] > 0
         assert r["metrics"]["graph_status"] == "skipped" and "CUDA GPU" in r["metrics"]["graph_reason"]
@@ -220,10 +293,12 @@ def test_a_failed_capture_is_recorded_beside_the_do_bench_time(monkeypatch, fail
             raise failure
         finally:                             # as torch.cuda.graph's exit does when the capture broke
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
-    monkeypatch.setattr(bench, "measure_graph", capture)
+    monkeypatch.setattr(bench, "GraphTimer", capture)
     monkeypatch.setattr(bench, "free_device_memory", lambda device: None)
     q = k = v = torch.zeros(1, 8, 16)
-    metrics = bench.graph_metrics("sdpa-flash", q, k, v, "forward", "cuda")
+    turns = bench.Turns("sdpa-flash", q, k, v, "forward", "cuda")
+    turns._capture()
+    metrics = turns.graph_metrics
     if status == "oom":                      # the cause, not the capture's end
         assert metrics == {"graph_status": "oom", "graph_reason": exception_line(failure)}
     else:
@@ -447,3 +522,59 @@ def test_a_grid_row_takes_every_head_dimension_our_kernels_take_and_refuses_othe
         bench.main(["grid", "--impl", "plain", "--dtype", "fp32", "--d", "20", "--seqs", "24",
                     "--device", DEVICE, "--out", str(out)])
     assert "--d 20: our kernels take head dimensions multiples of 8 from 8 to 256" in capsys.readouterr().err
+
+
+# --- paired verdicts: records of one row job are judged per round ------------------------------------
+
+def _in_turns(record, rounds, job="row-job", graph_rounds=None):
+    """``record`` as a row job writes it: its rounds' medians (ms) and the job's identity."""
+    record["metrics"]["rounds"] = [{"ms": [ms], **({"graph_ms": [graph_rounds[i]]} if graph_rounds else {})}
+                                   for i, ms in enumerate(rounds)]
+    record["metrics"]["turns"] = {"job": job, "with": ["ours", "plain"], "rounds": len(rounds), "steps": 1, "warmup": 1}
+    return record
+
+
+def test_a_pair_from_one_job_is_judged_per_round_and_from_two_processes_as_the_times_stand(tmp_path):
+    """Ours' median is 10 % above plain's at 1024, but its rounds scatter by more than that around
+    plain's steady ones: paired, the difference is within the spread; the same times without turns
+    (two processes) count as a loss. At 4096 ours' overall median is below plain's, yet ours is
+    slower in every round by more than the rounds scatter: paired, a loss; unpaired, not."""
+    from cs336_systems.report.writeup import Renderer
+
+    def records(turns):
+        pairs = [(_point("ours", 1024, 1.10), [1.10, 0.95, 1.25]), (_point("plain", 1024, 1.00), [1.00, 1.00, 1.00]),
+                 (_point("ours", 4096, 0.99), [1.06, 1.05, 1.07]), (_point("plain", 4096, 1.00), [1.00, 1.01, 1.00])]
+        return [_in_turns(r, rounds) if turns else r for r, rounds in pairs]
+
+    paired_result, unpaired = (b5.losses(b5.grid_frame(records(turns)), "plain") for turns in (True, False))
+    assert (paired_result["paired"], paired_result["lost"], paired_result["within"]) == (2, 1, 1)
+    assert [g["seqs"] for g in paired_result["groups"]] == [[4096]]
+    assert (unpaired["paired"], unpaired["lost"], unpaired["within"]) == (0, 1, 0)
+    assert [g["seqs"] for g in unpaired["groups"]] == [[1024]]
+    # Records of two different jobs do not pair.
+    mixed = records(True)
+    mixed[1]["metrics"]["turns"]["job"] = "another-job"
+    assert b5.losses(b5.grid_frame(mixed), "plain")["paired"] == 1
+
+    board = tmp_path / "board.json"
+    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 2, "seq": 64, "d": 16}, "ok",
+                                             {"ms": 1.0, "tflops": 1.0}) for i in ("ours", "sdpa-cudnn", "sdpa-flash")]))
+    for turns in (True, False):
+        rows = tmp_path / f"rows_{turns}.json"
+        rows.write_text(json.dumps(records(turns)))
+        out = tmp_path / f"B5_{turns}"
+        assert b5.main(["--rows", str(rows), "--leaderboard", str(board), "--out-dir", str(out)]) == 0
+        text = " ".join(Renderer("md", tmp_path / "writeup" / "w.md", TEMPLATES).section("B5", out / "summary.json").split())
+        if turns:
+            assert "within the spread of the rounds at 1 and slower at 1 of the 2 points" in text
+            assert "take turns at each point in 3 rounds" in text
+        else:
+            assert "as fast as plain PyTorch attention or faster at 1 of the 2 points" in text
+            assert "spans processes" in text
+
+
+def test_graph_time_pairs_on_the_rounds_of_graph_time():
+    ours = _in_turns(_timed("ours", 1024, 0.05, graph=0.020), [0.05, 0.05, 0.05], graph_rounds=[0.021, 0.020, 0.022])
+    plain = _in_turns(_timed("plain", 1024, 0.04, graph=0.030), [0.04, 0.04, 0.04], graph_rounds=[0.030, 0.031, 0.030])
+    row = b5.judged(b5.grid_frame([ours, plain]), "ours", "plain").iloc[0]
+    assert row["timing"] == "graph" and row["paired"] and row["verdict"] == "lower"

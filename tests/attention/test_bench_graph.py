@@ -18,11 +18,13 @@ GRAPH_OVER_DO_BENCH = 1.25
 @pytest.mark.parametrize("impl", ["ours", "sdpa-flash"])
 @pytest.mark.parametrize("which", bench.PASSES)
 def test_graph_time_is_measured_and_not_above_do_bench(impl, which):
-    metrics = bench._grid_point(impl, "bf16", 64, 1024, which, "cuda")
+    (record,) = bench.row([impl], "bf16", 64, [1024], "cuda", passes=[which])[impl]
+    metrics = record["metrics"]
     assert metrics["graph_status"] == "ok", metrics.get("graph_reason")
     assert 0 < metrics["graph_ms_min"] <= metrics["graph_ms"] <= metrics["graph_ms_max"]
     assert metrics["graph_ms"] <= GRAPH_OVER_DO_BENCH * metrics["ms"], metrics
     assert metrics["graph_calls"] >= 1 and metrics["graph_replays"] >= bench.GRAPH_MIN_REPLAYS
+    assert all(len(r["graph_ms"]) == 1 for r in metrics["rounds"]) and len(metrics["rounds"]) == bench.ROUNDS
     qkv_bytes = 3 * 1024 * 64 * 2
     assert metrics["resident_bytes"] >= qkv_bytes + (0 if which == "forward" else qkv_bytes // 3)
     assert metrics["l2_bytes"] > 0

@@ -21,15 +21,56 @@ def test_sequence_lengths_extend_by_doubling():
 
 
 def test_extension_stops_at_the_first_out_of_memory(monkeypatch):
-    def fake(fn, batch, seq, d, iters, device, where=None):
-        if seq >= 256:
+    def fake(fn, q, k, v, grad, device, where):
+        where["phase"] = "forward"
+        if q.shape[1] >= 256:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
-        return {"forward_ms": 1.0, "backward_ms": 2.0, "memory_before_backward_bytes": None}
+        return {"memory_before_backward_bytes": None}
 
-    monkeypatch.setattr(sweep, "measure_point", fake)
+    monkeypatch.setattr(sweep, "warm_up", fake)
     records = sweep.sweep(16, [64, 256], batch=2, iters=1, compiled=False, device="cpu", extend_to=4096)
     assert [(r["params"]["seq"], r["status"]) for r in records] == [(64, "ok"), (256, "oom"), (512, "oom")]
     assert records[1]["metrics"]["accounting_bytes"] == sweep.attention_memory(2, 256, 16)
+    assert records[1]["metrics"]["failed_during"] == "forward"
+
+
+def test_eager_and_compiled_take_turns_in_one_job_and_each_extends_to_its_own_first_oom(monkeypatch, tmp_path):
+    """One job per head dimension writes both variants' records, sharing the job's id and holding
+    every round; eager running out of memory at an extended length stops eager's extension and
+    not compiled's, which goes on to its own first failure."""
+    from cs336_systems.report.spread import paired_records
+
+    real = sweep.warm_up
+
+    def warm_up(fn, q, k, v, grad, device, where):
+        limit = 64 if fn is sweep.plain_attention else 128
+        if q.shape[1] > limit:
+            where["phase"] = "backward"
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(fn, q, k, v, grad, device, where)
+
+    monkeypatch.setattr(sweep, "warm_up", warm_up)
+    assert sweep.main(["--d", "16", "--seqs", "32", "48", "--extend-to", "1024", "--batch", "2", "--iters", "3",
+                       "--variants", "eager", "compiled", "--backend", "aot_eager", "--device", "cpu",
+                       "--out-dir", str(tmp_path)]) == 0
+    rows = {v: json.loads(sweep.row_path(tmp_path, v, 16).read_text()) for v in sweep.VARIANTS}
+    assert [(r["params"]["seq"], r["status"]) for r in rows["eager"]] == [(32, "ok"), (48, "ok"), (96, "oom")]
+    assert [(r["params"]["seq"], r["status"]) for r in rows["compiled"]] == \
+        [(32, "ok"), (48, "ok"), (96, "ok"), (192, "oom")]
+    ok = [r for records in rows.values() for r in records if r["status"] == "ok"]
+    assert len({r["metrics"]["turns"]["job"] for r in ok}) == 1
+    assert all(len(r["metrics"]["rounds"]) == sweep.ROUNDS >= 3 for r in ok)
+    assert all(r["metrics"]["turns"]["with"] == ["eager", "compiled"] for r in ok)
+    pair = paired_records(rows["eager"][0], rows["compiled"][0], phase="forward")
+    assert pair is not None and pair.rounds == sweep.ROUNDS
+    assert rows["eager"][2]["metrics"]["failed_during"] == "backward"
+
+
+def test_a_row_refuses_fewer_than_three_rounds(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        sweep.main(["--d", "16", "--seqs", "32", "--rounds", "2", "--variants", "eager", "compiled",
+                    "--out-dir", str(tmp_path)])
+    assert "--rounds must be at least 3" in capsys.readouterr().err
 
 
 def test_real_points_on_cpu_and_report(tmp_path):

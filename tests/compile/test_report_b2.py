@@ -324,3 +324,75 @@ def test_no_whole_model_records_write_a_placeholder_the_section_does_not_show(tm
     md = _render(out)
     html = Renderer("html", out.parent / "writeup" / "w.html", TEMPLATES).section("B2", out / "summary.json")
     assert "](whole_model_speedup.png" not in md and "whole_model_speedup.png)" not in md and "<figure>" not in html
+
+
+# --- paired verdicts: eager and compiled from one job are judged per round -------------------------
+
+def _b1_pair(seq: int, eager_rounds: list[float], compiled_rounds: list[float], job: str | None) -> list[dict]:
+    """Eager and compiled records at one point, each forward mean the mean of its rounds; with ``job``
+    they carry the turns of one job (B1's rows since they take turns)."""
+    records = []
+    for compiled, rounds in ((False, eager_rounds), (True, compiled_rounds)):
+        params = {"d": 16, "seq": seq, "batch": 2, "iters": 3, "compiled": compiled, "device": "cpu"}
+        metrics = {"forward_ms": statistics.fmean(rounds), "backward_ms": 1.0, "memory_before_backward_bytes": 2**20,
+                   "accounting_bytes": {"saved": 1, "forward_peak": 1, "backward_peak": 1}}
+        if job:
+            metrics["rounds"] = [{"forward": [t], "backward": [1.0]} for t in rounds]
+            metrics["turns"] = {"job": job, "with": ["eager", "compiled"], "rounds": len(rounds), "steps": 1, "warmup": 2}
+        records.append(make_record("B1", params, "ok", metrics))
+    return records
+
+
+@pytest.mark.parametrize("turns", [True, False])
+def test_part_a_calls_compiled_slower_only_beyond_the_paired_spread(tmp_path, turns):
+    """At 64 compiled's mean forward is 10 % above eager's, but its rounds scatter around eager's by
+    more than that: paired, within the spread; from two processes (no turns), slower as the times
+    stand. At 128 compiled is slower by 5 % in every round, with less scatter: slower either way."""
+    records = (_b1_pair(64, [1.0, 1.0, 1.0], [1.25, 0.9, 1.15], "j64" if turns else None)
+               + _b1_pair(128, [2.0, 2.02, 2.0], [2.1, 2.12, 2.1], "j128" if turns else None))
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps(records))
+    out = tmp_path / "B2"
+    assert b2.main(["--rows", str(rows), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    judged = summary["forward_judged"]
+    if turns:
+        assert judged == {"points": 2, "paired": 2, "within": 1, "slower": 1, "faster": 0}
+        assert summary["forward_losses"]["seqs"] == [128]
+    else:
+        assert judged == {"points": 2, "paired": 0, "within": 0, "slower": 2, "faster": 0}
+        assert summary["forward_losses"]["seqs"] == [64, 128]
+    text = " ".join(_render(out).split())
+    assert ("beyond the spread of the per-round differences; within it at 1 of the 2 points" in text) == turns
+    assert ("timed in separate processes" in text) != turns
+
+
+def test_part_b_judges_the_optimizer_per_round_where_the_variants_took_turns(tmp_path):
+    """The compiled run's optimizer is 2 % slower in every round, with a round-to-round drift of 20 %
+    that moves both variants alike: the paired verdict is "slower"; the standard errors of the pooled
+    steps, which hold the drift, call it within the spread."""
+    drift = [1.0, 1.2, 0.9, 1.1, 0.8]
+
+    def variant(optimizer_ms):
+        rounds = [{"forward": [3.0 * k], "backward": [6.0 * k], "optimizer": [optimizer_ms * k],
+                   "step": [(9.0 + optimizer_ms) * k]} for k in drift]
+        metrics = {phase: summarize([r[phase][0] for r in rounds]) | {"samples": [r[phase][0] for r in rounds]}
+                   for phase in ("forward", "backward", "optimizer", "step")}
+        return {"status": "ok", **metrics, "rounds": rounds, "initial_loss": 9.21,
+                "first_calls_overhead_seconds": 1.0, "peak_memory_bytes": 2**30,
+                "turns": {"job": "b2-job", "with": ["eager", "compiled"], "rounds": 5, "steps": 1, "warmup": 2}}
+
+    eager, compiled = variant(1.0), variant(1.02)
+    record = _record_of("small", "train-step", eager, compiled)
+    out = tmp_path / "B2"
+    assert b2.main(["--whole-model", *_whole_files(tmp_path, [record]), "--out-dir", str(out)]) == 0
+    w = json.loads((out / "summary.json").read_text())["whole_model"]
+    assert w["optimizer"]["compiled_slower"] == ["small"] and w["optimizer"]["paired"] == 1
+    assert w["in_turns"] == 1 and w["rounds"] == [5]
+    from cs336_systems.report.b2_whole_model import _estimate, frame
+    from cs336_systems.report.spread import WITHIN, compare
+    row = frame([record]).iloc[0]
+    assert compare(_estimate(row, "eager", "optimizer"), _estimate(row, "compiled", "optimizer")) == WITHIN
+    text = " ".join(_render(out).split())
+    assert "take turns after their warm-up steps, in 5 rounds" in text
+    assert "beyond the spread of the per-round differences the compiled run's optimizer is slower at small" in text

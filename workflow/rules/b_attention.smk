@@ -12,32 +12,34 @@ COMPILE_BACKEND = GRID.get("compile_backend", "inductor")
 
 rule B1_row:
     """Plain attention at one head dimension over the sequence lengths (and on until out of memory),
-    eager or compiled: one process, one GPU, a JSON list of records."""
+    eager and compiled taking turns in rounds at each length in one process on one GPU (B2(a)'s
+    comparison is paired per round); one JSON list of records per variant."""
     input:
         measuring_code("cs336_systems.attention.sweep"),
     output:
-        f"{RESULTS}/B1/records/{{variant}}_d{{d}}.json",
+        expand(f"{RESULTS}/B1/records/{{variant}}_d{{{{d}}}}.json", variant=B1["variants"]),
     log:
-        f"{LOGS}/B1/{{variant}}_d{{d}}.log",
+        f"{LOGS}/B1/row_d{{d}}.log",
     benchmark:
-        f"{BENCHMARKS}/B1/{{variant}}_d{{d}}.tsv",
+        f"{BENCHMARKS}/B1/row_d{{d}}.tsv",
     wildcard_constraints:
-        variant="eager|compiled",
         d=r"\d+",
     params:
         seqs=" ".join(map(str, B1["seqs"])),
         extend_to=f"--extend-to {B1['extend_to']}" if B1["extend_to"] else "",
-        compile=lambda wildcards: f"--compile --backend {COMPILE_BACKEND}" if wildcards.variant == "compiled" else "",
+        variants=" ".join(B1["variants"]),
+        backend=COMPILE_BACKEND,
         batch=B1["batch"],
         iters=B1["iters"],
+        out_dir=f"{RESULTS}/B1/records",
         device=GRID["device"],
     resources:
         gpu=1,
     shell:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.attention.sweep --d {wildcards.d} --seqs {params.seqs} {params.extend_to}"
-        " {params.compile} --batch {params.batch} --iters {params.iters} --device {params.device}"
-        " --out {output} > {log} 2>&1")
+        " --variants {params.variants} --backend {params.backend} --batch {params.batch} --iters {params.iters}"
+        " --device {params.device} --out-dir {params.out_dir} > {log} 2>&1")
 
 
 rule B1_report:
@@ -69,8 +71,9 @@ B2_B1_ROWS = rules.B1_report.input.rows if CHOSEN.builds("B1") or CHOSEN.builds(
 
 
 rule B2_whole_model:
-    """B2(b): one size × mode, eager and compiled timed one after the other in one process, on one
-    GPU, with the loss of both checked against each other."""
+    """B2(b): one size × mode, eager and compiled taking turns in rounds in one process on one GPU
+    (one set of weights), with the loss of both checked against each other. `steps` timed steps per
+    variant, one per round, in at least three rounds."""
     input:
         measuring_code("cs336_systems.compile_bench", attention_module("naive")),
     output:
@@ -86,7 +89,7 @@ rule B2_whole_model:
         context=B2["context"],
         batch=B2["batch"],
         warmup=B2["warmup"],
-        steps=B2["steps"],
+        rounds=max(3, B2["steps"]),
         compile=B2_COMPILE,
         backend=COMPILE_BACKEND,
         device=GRID["device"],
@@ -95,7 +98,7 @@ rule B2_whole_model:
     shell:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.compile_bench --size {wildcards.size} --mode {wildcards.mode}"
-        " --context {params.context} --batch {params.batch} --warmup {params.warmup} --steps {params.steps}"
+        " --context {params.context} --batch {params.batch} --warmup {params.warmup} --rounds {params.rounds}"
         " --compile {params.compile} --backend {params.backend} --device {params.device} --out {output} > {log} 2>&1")
 
 
@@ -164,31 +167,33 @@ for ident in deliverables.reported_by("cs336_systems.report.flash_checks"):
 
 
 rule B5_grid_row:
-    """One implementation × dtype × head dimension over every sequence length and pass (a JSON list
-    of records): one process, one GPU. It depends on the bench and on its own implementation's
-    source only, so editing our kernels reruns our rows and not plain attention's or SDPA's."""
+    """One dtype × head dimension row: every implementation takes turns at each sequence length and
+    pass, in rounds, in one process on one GPU (a job is a comparison: ours against plain attention
+    and SDPA is paired per round). It writes one JSON list of records per implementation. Editing
+    our kernels reruns every row, since each row measures ours beside the others."""
     input:
-        lambda wildcards: measuring_code("cs336_systems.attention.bench",
-                                         attention_module(wildcards.impl, BENCH_IMPLS)),
+        measuring_code("cs336_systems.attention.bench", *(attention_module(impl, BENCH_IMPLS) for impl in B5["impls"])),
     output:
-        f"{RESULTS}/B5/records/{{impl}}_{{dtype}}_d{{d}}.json",
+        expand(f"{RESULTS}/B5/records/{{impl}}_{{{{dtype}}}}_d{{{{d}}}}.json", impl=B5["impls"]),
     log:
-        f"{LOGS}/B5/{{impl}}_{{dtype}}_d{{d}}.log",
+        f"{LOGS}/B5/row_{{dtype}}_d{{d}}.log",
     benchmark:
-        f"{BENCHMARKS}/B5/{{impl}}_{{dtype}}_d{{d}}.tsv",
+        f"{BENCHMARKS}/B5/row_{{dtype}}_d{{d}}.tsv",
     wildcard_constraints:
-        impl="|".join(B5["impls"]),
         dtype="fp32|bf16|fp16",
         d=r"\d+",
     params:
+        impls=" ".join(B5["impls"]),
         seqs=" ".join(map(str, B5["seqs"])),
+        out_dir=f"{RESULTS}/B5/records",
         device=GRID["device"],
     resources:
         gpu=1,
     shell:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
-        " python -m cs336_systems.attention.bench grid --impl {wildcards.impl} --dtype {wildcards.dtype}"
-        " --d {wildcards.d} --seqs {params.seqs} --device {params.device} --out {output} > {log} 2>&1")
+        " python -m cs336_systems.attention.bench grid --impls {params.impls} --dtype {wildcards.dtype}"
+        " --d {wildcards.d} --seqs {params.seqs} --device {params.device} --out-dir {params.out_dir}"
+        " > {log} 2>&1")
 
 
 rule B5_leaderboard:

@@ -1,15 +1,28 @@
 """B5: FlashAttention benchmark — ours against plain PyTorch attention and PyTorch SDPA's back ends.
 
+    python -m cs336_systems.attention.bench grid --impls ours plain sdpa-flash sdpa-cudnn --dtype bf16 --d 64 \
+        --seqs 128 256 --out-dir records/
     python -m cs336_systems.attention.bench grid --impl ours --dtype bf16 --d 64 --seqs 128 256 --out row.json
     python -m cs336_systems.attention.bench leaderboard --out leaderboard.json
 
-``grid`` times one implementation at one dtype and head dimension over sequence lengths and the
-three passes (forward, backward, forward+backward), batch 1, causal, with ``triton.testing.do_bench``
-(median of its repetitions), with what ran (ours: ``flash_record.describe``: the path, tiles,
-programs, SM count, splits, product mode, tile order and backward) and PyTorch's float32 matmul
-precision. One process covers one such row — compiling and warming a kernel per
-point would dominate the sweep — and writes a JSON list with one record per (sequence, pass); an
-out-of-memory point is recorded as ``oom``, its memory freed, and the row goes on.
+``grid`` is one job per (dtype, head dimension) row: the implementations it compares take turns at
+each sequence length and pass (forward, backward, forward+backward), batch 1, causal, so each
+comparison is a paired difference measured in one process (issue 42: two processes of one command
+differ by more than many of the effects compared). At a point each implementation is built and
+warmed up in order (its kernels compiled, then calls for ``--warmup-ms``, which also estimate one
+call's time), then ``--rounds`` rounds follow in rotating order (``rounds.rotation``), each
+implementation timing ``--rep-ms`` of calls per turn the way ``triton.testing.do_bench`` does (the
+L2 cache flushed before each call, each call timed by CUDA events; the grads reset first) and
+keeping the turn's median. A round's medians are the record's ``metrics.rounds`` (``{"ms": [..],
+"graph_ms": [..]}``), ``metrics.turns`` names the job and its entrants (``rounds.Job``), so
+``report.spread.paired_records`` pairs two implementations' records; ``ms`` is the median of every
+timed call. do_bench itself re-estimates each call (five calls) at every use, which at the long
+points would triple their cost over three rounds; one estimate per point serves all its turns.
+What ran is recorded too (ours: ``flash_record.describe``: the path, tiles, programs, SM count,
+splits, product mode, tile order and backward) with PyTorch's float32 matmul precision. One record
+per (implementation, sequence, pass), written as a JSON list per (implementation, dtype, d); an
+implementation that runs out of memory at a point is ``oom`` there, its memory released, and the
+others go on.
 
 ``leaderboard`` runs the fixed case: q, k, v (16, 16384, 64) bf16, causal, forward and
 ``o.sum().backward()``, do_bench warm-up 1000 ms and rep 10 000 ms, ours under ``torch.compile``
@@ -18,7 +31,7 @@ the forward alone (no autograd graph) and the backward alone (``backward`` of on
 so the total can be split.
 
 On a machine without CUDA (the smoke preset) times come from a plain timer loop instead of
-do_bench, the Triton kernels run in the interpreter, and the SDPA anchors are recorded as skipped.
+CUDA events, the Triton kernels run in the interpreter, and the SDPA anchors are recorded as skipped.
 
 **Graph time.** At batch 1 and short sequences do_bench's median carries the host's time: do_bench
 flushes the L2 cache with a memset before each call, and when the host takes longer to launch the
@@ -26,10 +39,11 @@ call than the GPU takes for that memset, the GPU waits and the wait is measured 
 "Small N is noise"). So ``grid`` also times every point with CUDA graphs and records it beside ``ms`` as
 ``graph_ms`` (with ``graph_status``; ``graph_reason`` when there is none). ``graph_ms`` is the GPU
 time of one call with no host in it: ``calls`` calls of the pass are captured into one
-``torch.cuda.CUDAGraph`` (after warm-up calls on the capture stream, as capture requires); the GPU
-is put to sleep while the host queues every replay, so no replay waits for the host; each replay is
-timed with CUDA events and divided by ``calls``; ``graph_ms`` is the median over replays and
-``graph_ms_min`` / ``graph_ms_max`` their range. Unlike do_bench, nothing flushes the L2 cache
+``torch.cuda.CUDAGraph`` (after warm-up calls on the capture stream, as capture requires) once per
+point, after the warm-up; in each of its turns the GPU is put to sleep while the host queues the
+turn's replays, so no replay waits for the host; each replay is timed with CUDA events and divided
+by ``calls``; ``graph_ms`` is the median over all replays and ``graph_ms_min`` / ``graph_ms_max``
+their range, and each round keeps its turn's median. Unlike do_bench, nothing flushes the L2 cache
 between calls (Triton's ``do_bench_cudagraph``, whose design this follows, does not either): an
 input that fits in L2 is read from it. The record therefore also carries what
 a call finds in memory before it starts (``resident_bytes``: q, k, v, the output gradient, and for
@@ -39,22 +53,27 @@ the backward alone the retained forward's output and saved tensors) and the L2 s
 recompile on a call, and a recompile (or Inductor's own cudagraph machinery) inside our capture is
 not a measurement of the same code; Inductor's ``mode="reduce-overhead"`` is its own way to use
 CUDA graphs. A capture that fails is recorded (``graph_status`` error or oom, with the message) and
-the row goes on.
+the point keeps its other timing.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import statistics
 import sys
+import timeit
+import uuid
 from contextlib import nullcontext
+from pathlib import Path
 
 import torch
 
 from cs336_systems.attention import flash_record
 from cs336_systems.attention.backends import BENCH_IMPLS, load
 from cs336_systems.records import log, make_record, write_json_atomic
+from cs336_systems.rounds import MIN_ROUNDS, Job, rotation
 from cs336_systems.timing import attempt, failure_status, free_device_memory, is_out_of_memory, median_ms
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -112,23 +131,20 @@ def no_grad_for(which: str):
     return torch.no_grad() if which == "forward" else nullcontext()
 
 
-def measure(impl: str, q, k, v, which: str, **bench) -> float:
-    fn, context = implementation(impl)
-    prepare, grads = pass_step(fn, q, k, v, which)
-    with context(), no_grad_for(which):
-        return median_ms(prepare(), grad_to_none=grads or None, **bench)
+# A point's turns (module docstring): the rounds time together what one do_bench call with its
+# default rep (100 ms) timed, after do_bench's default warm-up (25 ms), once per point.
+ROUNDS, TURN_WARMUP_MS = 3, 25.0
+TURN_REP_MS = 100.0 / ROUNDS
 
 
 # Graph timing (see the module docstring): one replay aims at GRAPH_REPLAY_MS of GPU time, with at
-# most GRAPH_MAX_CALLS calls captured (capturing a call costs the host's launch time); replays aim
-# at GRAPH_REP_MS in all, at least GRAPH_MIN_REPLAYS (the range needs a few) and at most
-# GRAPH_MAX_REPLAYS. do_bench spends about 25 ms warming up and 100 ms repeating per point (at
-# least 5 + 1 + 1 calls); this adds up to 4 estimating calls and about GRAPH_REP_MS of replays (at
-# least 3 calls at the longest points): on the committed h100 rows' times that is about 35 s more GPU
-# time for a grid whose do_bench timing takes about 190 s.
+# most GRAPH_MAX_CALLS calls captured (capturing a call costs the host's launch time); each turn
+# replays for about GRAPH_REP_MS ÷ rounds, at least GRAPH_MIN_REPLAYS over all rounds (the range
+# needs a few) and at most GRAPH_MAX_REPLAYS a turn. A grid whose do_bench timing took about 190 s
+# on the committed h100 rows spent about 35 s more on graph time this way.
 GRAPH_REPLAY_MS, GRAPH_MAX_CALLS = 2.0, 100
 GRAPH_REP_MS, GRAPH_MIN_REPLAYS, GRAPH_MAX_REPLAYS = 20.0, 3, 10
-# GPU clock cycles of sleep before the timed replays: ~2.5 ms at the H100's 1.98 GHz, longer than the
+# GPU clock cycles of sleep before a turn's replays: ~2.5 ms at the H100's 1.98 GHz, longer than the
 # host needs to queue GRAPH_MAX_REPLAYS replays and their events.
 GRAPH_SLEEP_CYCLES = 5_000_000
 
@@ -142,52 +158,76 @@ def graph_skip_reason(impl: str, device: str) -> str | None:
     return None
 
 
+class GraphTimer:
+    """The pass captured in a CUDA graph on its own stream (module docstring), ready to replay.
+    ``info`` holds the calls per graph, resident_bytes and l2_bytes; ``replay(n)`` returns ``n``
+    per-call times (ms)."""
+
+    def __init__(self, impl: str, q, k, v, which: str):
+        fn, context = implementation(impl)
+        prepare, grads = pass_step(fn, q, k, v, which)
+        self.grads = grads
+        resident = sum(t.nbytes for t in (q, k, v)) + (q.nbytes if which != "forward" else 0)   # + dO
+        self.stream = torch.cuda.Stream()
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with context(), no_grad_for(which), torch.cuda.stream(self.stream):
+            before = torch.cuda.memory_allocated()
+            step = prepare()                # the backward alone: its forward runs on this stream,
+            resident += torch.cuda.memory_allocated() - before     # so autograd runs its backward here too
+
+            def call():
+                for t in grads:
+                    t.grad = None
+                step()
+
+            estimate = _events_ms(call, 1)  # the warm-up call (kernels compiled in the warm-up already)
+            if estimate < GRAPH_REPLAY_MS:
+                estimate = _events_ms(call, 3)
+            # An estimate that still holds host time only makes a graph shorter than aimed at.
+            self.calls = max(1, min(GRAPH_MAX_CALLS, math.ceil(GRAPH_REPLAY_MS / estimate)))
+            self.estimate = estimate
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=self.stream):
+                for _ in range(self.calls):
+                    call()
+            self.graph.replay()             # the first replay uploads the graph: untimed
+            torch.cuda.synchronize()
+        self.step = step
+        self.info = {"graph_calls": self.calls, "resident_bytes": int(resident),
+                     "l2_bytes": getattr(torch.cuda.get_device_properties(q.device), "L2_cache_size", None)}
+
+    def replays_per_turn(self, rounds: int) -> int:
+        aim = round(GRAPH_REP_MS / rounds / (self.calls * self.estimate))
+        return max(math.ceil(GRAPH_MIN_REPLAYS / rounds), min(GRAPH_MAX_REPLAYS, aim))
+
+    def replay(self, n: int) -> list[float]:
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+        with torch.cuda.stream(self.stream):
+            sleep = getattr(torch.cuda, "_sleep", None)     # private, but long-standing; without it the
+            if sleep is not None:                           # first replays may wait for the host
+                sleep(GRAPH_SLEEP_CYCLES)
+            events[0].record()
+            for end in events[1:]:
+                self.graph.replay()
+                end.record()
+        torch.cuda.synchronize()
+        return [a.elapsed_time(b) / self.calls for a, b in zip(events, events[1:])]
+
+    def close(self) -> None:
+        for t in self.grads:
+            t.grad = None
+        self.graph = self.step = None
+
+
 def measure_graph(impl: str, q, k, v, which: str, rep_ms: float = GRAPH_REP_MS) -> dict:
-    """The pass's graph time (module docstring): graph_ms (median per call over replays), its
+    """One point's graph time alone, without turns: graph_ms (median per call over replays), its
     range, the calls per graph and replays, resident_bytes and l2_bytes."""
-    fn, context = implementation(impl)
-    prepare, grads = pass_step(fn, q, k, v, which)
-    resident = sum(t.nbytes for t in (q, k, v)) + (q.nbytes if which != "forward" else 0)   # + dO
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with context(), no_grad_for(which), torch.cuda.stream(stream):
-        before = torch.cuda.memory_allocated()
-        step = prepare()                    # the backward alone: its forward runs on this stream,
-        resident += torch.cuda.memory_allocated() - before     # so autograd runs its backward here too
-
-        def call():
-            for t in grads:
-                t.grad = None
-            step()
-
-        estimate = _events_ms(call, 1)      # the warm-up call (kernels compiled by do_bench already)
-        if estimate < GRAPH_REPLAY_MS:
-            estimate = _events_ms(call, 3)
-        # An estimate that still holds host time only makes a graph shorter than aimed at.
-        calls = max(1, min(GRAPH_MAX_CALLS, math.ceil(GRAPH_REPLAY_MS / estimate)))
-        replays = max(GRAPH_MIN_REPLAYS, min(GRAPH_MAX_REPLAYS, round(rep_ms / (calls * estimate))))
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(calls):
-                call()
-        graph.replay()                      # the first replay uploads the graph: untimed
-        torch.cuda.synchronize()
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]
-        sleep = getattr(torch.cuda, "_sleep", None)     # private, but long-standing; without it the
-        if sleep is not None:                           # first replays may wait for the host
-            sleep(GRAPH_SLEEP_CYCLES)
-        events[0].record()
-        for end in events[1:]:
-            graph.replay()
-            end.record()
-        torch.cuda.synchronize()
-    per_call = sorted(a.elapsed_time(b) / calls for a, b in zip(events, events[1:]))
-    for t in grads:
-        t.grad = None
-    del graph
+    timer = GraphTimer(impl, q, k, v, which)
+    replays = max(GRAPH_MIN_REPLAYS, min(GRAPH_MAX_REPLAYS, round(rep_ms / (timer.calls * timer.estimate))))
+    per_call = sorted(timer.replay(replays))
+    timer.close()
     return {"graph_ms": statistics.median(per_call), "graph_ms_min": per_call[0], "graph_ms_max": per_call[-1],
-            "graph_calls": calls, "graph_replays": replays, "resident_bytes": int(resident),
-            "l2_bytes": getattr(torch.cuda.get_device_properties(q.device), "L2_cache_size", None)}
+            "graph_replays": replays, **timer.info}
 
 
 def _events_ms(call, n: int) -> float:
@@ -201,56 +241,215 @@ def _events_ms(call, n: int) -> float:
     return max(start.elapsed_time(end) / n, 1e-3)
 
 
-def grid_row(impl: str, dtype: str, d: int, seqs: list[int], device: str) -> list[dict]:
-    records = []
-    reason = skip_reason(impl, device, dtype)
+_L2_FLUSH = []      # do_bench's buffer for flushing the L2 cache, made once per process
+
+
+def timed_calls(call, n: int, device: str) -> list[float]:
+    """``n`` calls, each timed alone (ms), as ``triton.testing.do_bench`` times them: on CUDA the L2
+    cache flushed before each call and each call between two CUDA events, read after the last; on
+    the CPU a timer around each call."""
+    if device != "cuda":
+        samples = []
+        for _ in range(n):
+            start = timeit.default_timer()
+            call()
+            samples.append((timeit.default_timer() - start) * 1e3)
+        return samples
+    from triton import runtime
+
+    if not _L2_FLUSH:
+        _L2_FLUSH.append(runtime.driver.active.get_empty_cache_for_benchmark())
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for start, end in events:
+        runtime.driver.active.clear_cache(_L2_FLUSH[0])
+        start.record()
+        call()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
+
+
+class Turns:
+    """One implementation at one point of a row: built and warmed up once, then a turn per round."""
+
+    def __init__(self, impl: str, q, k, v, which: str, device: str):
+        self.impl, self.which, self.device = impl, which, device
+        self.q, self.k, self.v = q, k, v
+        fn, self.context = implementation(impl)
+        self.prepare, self.grads = pass_step(fn, q, k, v, which)
+        self.step = None
+        self.estimate = math.nan
+        self.samples: list[float] = []
+        self.graph_samples: list[float] = []
+        self.rounds: list[dict[str, list[float]]] = []
+        self.warmup: list[float] = []
+        self.graph: GraphTimer | None = None
+        self.graph_metrics: dict = {}
+
+    def _call(self):
+        for t in self.grads:
+            t.grad = None
+        self.step()
+
+    def warm_up(self, warmup_ms: float) -> None:
+        """Compile and warm up the pass (as do_bench does: one call, then calls for ``warmup_ms``) and
+        estimate one call's time from the last of them; then capture its graph where it has one."""
+        with self.context(), no_grad_for(self.which):
+            self.step = self.prepare()
+            self._call()
+            self.warmup = timed_calls(self._call, 2, self.device)
+            more = max(1, int(warmup_ms / max(statistics.median(self.warmup), 1e-3)))
+            self.warmup += timed_calls(self._call, more, self.device)
+        self.estimate = max(statistics.median(self.warmup[-min(len(self.warmup), 5):]), 1e-3)
+        free_device_memory(self.device)      # the warm-up's cached blocks, before the capture
+        self._capture()
+
+    def _capture(self) -> None:
+        """The graph for the turns, or why there is none: a capture that fails is recorded, not raised
+        (the point keeps its other timing and the row goes on)."""
+        reason = graph_skip_reason(self.impl, self.device)
+        if reason:
+            self.graph_metrics = {"graph_status": "skipped", "graph_reason": reason}
+            return
+        try:
+            self.graph = GraphTimer(self.impl, self.q, self.k, self.v, self.which)
+            self.graph_metrics = {"graph_status": "ok", **self.graph.info}
+        except Exception as exc:  # noqa: BLE001 - recorded as the point's graph status
+            # An allocation failure inside a capture surfaces as the capture's end failing, with the
+            # out-of-memory error as its context: record the cause.
+            chain = [exc]
+            while chain[-1].__context__ is not None and len(chain) < 8:
+                chain.append(chain[-1].__context__)
+            status, message = failure_status(next((e for e in chain if is_out_of_memory(e)), exc))
+            self.graph_metrics = {"graph_status": status, "graph_reason": message}
+            self.graph = None
+            free_device_memory(self.device)
+
+    def turn(self, rep_ms: float, rounds: int) -> None:
+        """One round's turn: ``rep_ms`` of timed calls (at least one), then the graph's replays."""
+        n = max(1, int(rep_ms / self.estimate))
+        with self.context(), no_grad_for(self.which):
+            samples = timed_calls(self._call, n, self.device)
+        this = {"ms": [statistics.median(samples)]}
+        self.samples += samples
+        if self.graph is not None:
+            replays = self.graph.replay(self.graph.replays_per_turn(rounds))
+            self.graph_samples += replays
+            this["graph_ms"] = [statistics.median(replays)]
+        self.rounds.append(this)
+
+    def metrics(self, seq: int, d: int, turns: dict) -> dict:
+        flops = causal_flops(1, seq, d, self.which)
+        ms = statistics.median(self.samples)
+        graph = dict(self.graph_metrics)
+        if self.graph_samples:
+            graph.update(graph_ms=statistics.median(self.graph_samples), graph_ms_min=min(self.graph_samples),
+                         graph_ms_max=max(self.graph_samples), graph_replays=len(self.graph_samples))
+        return {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9, "calls": len(self.samples),
+                **launch_metrics(self.impl, self.q, self.k, self.v), **graph,
+                "rounds": self.rounds, "warmup_samples": self.warmup, "turns": turns}
+
+    def close(self) -> None:
+        if self.graph is not None:
+            self.graph.close()
+        self.graph = self.step = None
+        for t in self.grads:
+            t.grad = None
+
+
+def row(impls: list[str], dtype: str, d: int, seqs: list[int], device: str, *, rounds: int = ROUNDS,
+        rep_ms: float = TURN_REP_MS, warmup_ms: float = TURN_WARMUP_MS, passes=PASSES,
+        job_id: str | None = None) -> dict[str, list[dict]]:
+    """One (dtype, d) row: at each sequence length and pass, ``impls`` take turns (module docstring).
+    Returns each implementation's records, one per (sequence, pass), in that order."""
+    if rounds < MIN_ROUNDS:
+        raise ValueError(f"at least {MIN_ROUNDS} rounds are needed for a spread across rounds, got {rounds}")
+    if len(set(impls)) != len(impls):
+        raise ValueError(f"implementations must be unique, got {impls}")
+    job = Job(job_id or uuid.uuid4().hex[:12], tuple(impls), rounds, 1, 1)
+    turns = job.as_dict() | {"rep_ms": rep_ms, "warmup_ms": warmup_ms}
+    records: dict[str, list[dict]] = {impl: [] for impl in impls}
     for seq in seqs:
-        for which in PASSES:
-            params = {"impl": impl, "dtype": dtype, "d": d, "seq": seq, "batch": 1, "causal": True, "pass": which,
-                      "device": device}
-            if reason:
-                records.append(make_record("B5", params, "skipped", reason=reason))
-                continue
-            status, metrics, message = attempt(lambda: _grid_point(impl, dtype, d, seq, which, device))
-            records.append(make_record("B5", params, status, metrics, reason=message))
-            log(f"B5 {impl} {dtype} d={d} seq={seq} {which}: " + (_point_line(metrics) if status == "ok" else status))
-            free_device_memory(device)       # q, k, v went with the point's frame
+        for which in passes:
+            results = point(impls, dtype, d, seq, which, device, rounds=rounds, rep_ms=rep_ms,
+                            warmup_ms=warmup_ms, turns=turns)
+            for impl in impls:
+                status, metrics, message = results[impl]
+                params = {"impl": impl, "dtype": dtype, "d": d, "seq": seq, "batch": 1, "causal": True,
+                          "pass": which, "device": device}
+                records[impl].append(make_record("B5", params, status, metrics, reason=message))
+                log(f"B5 {impl} {dtype} d={d} seq={seq} {which}: "
+                    + (_point_line(metrics) if status == "ok" else f"{status} ({message})"))
     return records
+
+
+def point(impls: list[str], dtype: str, d: int, seq: int, which: str, device: str, *, rounds: int,
+          rep_ms: float, warmup_ms: float, turns: dict) -> dict[str, tuple[str, dict, str | None]]:
+    """(status, metrics, message) per implementation at one (sequence, pass): each built and warmed
+    up in order, then ``rounds`` rounds in rotating order. One that fails (building, warming up or in
+    a turn) is that outcome, its state and memory released before the next turn; the others go on.
+    The implementations share one q, k, v."""
+    results: dict[str, tuple[str, dict, str | None]] = {}
+    for impl in impls:
+        reason = skip_reason(impl, device, dtype)
+        if reason:
+            results[impl] = ("skipped", {}, reason)
+    live: dict[str, Turns] = {}
+    try:
+        q, k, v = (torch.randn(1, seq, d, dtype=DTYPES[dtype], device=device, requires_grad=True) for _ in range(3))
+    except Exception as exc:  # noqa: BLE001 - no implementation can run the point
+        status, message = failure_status(exc)
+        return {impl: results.get(impl) or (status, {}, message) for impl in impls}
+
+    def fail(impl: str, exc: BaseException) -> None:
+        status, message = failure_status(exc)
+        results[impl] = (status, {}, message)
+        entrant = live.pop(impl, None)
+        if entrant is not None:
+            entrant.close()
+
+    for impl in impls:
+        if impl in results:
+            continue
+        failure = None
+        try:
+            live[impl] = Turns(impl, q, k, v, which, device)
+            live[impl].warm_up(warmup_ms)
+        except Exception as exc:  # noqa: BLE001 - an OOM or error is this implementation's outcome
+            failure = exc
+        if failure is not None:
+            fail(impl, failure)
+            del failure             # its traceback holds the implementation's tensors
+            gc.collect()
+            free_device_memory(device)
+    for r in range(rounds):
+        for impl in rotation(impls, r):
+            if impl not in live:
+                continue
+            failure = None
+            try:
+                live[impl].turn(rep_ms, rounds)
+            except Exception as exc:  # noqa: BLE001 - as above
+                failure = exc
+            if failure is not None:
+                fail(impl, failure)
+                del failure
+                gc.collect()
+            free_device_memory(device)      # each turn starts from the allocator's cache emptied
+    for impl, entrant in live.items():
+        results[impl] = ("ok", entrant.metrics(seq, d, turns), None)
+        entrant.close()
+    live.clear()
+    gc.collect()
+    free_device_memory(device)
+    return {impl: results[impl] for impl in impls}
 
 
 def _point_line(metrics: dict) -> str:
     graph = (f"graph {metrics['graph_ms']:.4f} ms" if metrics.get("graph_status") == "ok"
              else f"graph {metrics.get('graph_status')}")
-    return f"{metrics['ms']:.3f} ms, {graph}"
-
-
-def _grid_point(impl: str, dtype: str, d: int, seq: int, which: str, device: str) -> dict:
-    q, k, v = (torch.randn(1, seq, d, dtype=DTYPES[dtype], device=device, requires_grad=True) for _ in range(3))
-    ms = measure(impl, q, k, v, which)
-    flops = causal_flops(1, seq, d, which)
-    return {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9, **launch_metrics(impl, q, k, v),
-            **graph_metrics(impl, q, k, v, which, device)}
-
-
-def graph_metrics(impl: str, q, k, v, which: str, device: str) -> dict:
-    """The point's graph time, or why it has none: a capture that fails is recorded, not raised
-    (the point keeps its do_bench time and the row goes on)."""
-    reason = graph_skip_reason(impl, device)
-    if reason:
-        return {"graph_status": "skipped", "graph_reason": reason}
-    free_device_memory(device)              # do_bench's blocks are cached for the default stream
-    try:
-        metrics, status, message = measure_graph(impl, q, k, v, which), "ok", None
-    except Exception as exc:  # noqa: BLE001 - recorded as the point's graph status
-        # An allocation failure inside a capture surfaces as the capture's end failing, with the
-        # out-of-memory error as its context: record the cause.
-        chain = [exc]
-        while chain[-1].__context__ is not None and len(chain) < 8:
-            chain.append(chain[-1].__context__)
-        status, message = failure_status(next((e for e in chain if is_out_of_memory(e)), exc))
-        metrics = {}
-    free_device_memory(device)
-    return {"graph_status": status, **metrics, **({"graph_reason": message} if message else {})}
+    per_round = ", ".join(f"{r['ms'][0]:.3f}" for r in metrics["rounds"])
+    return f"{metrics['ms']:.3f} ms (rounds {per_round}), {graph}"
 
 
 def launch_metrics(impl: str, q, k, v, compiled: bool = False) -> dict:
@@ -323,34 +522,61 @@ def _leaderboard_time(impl: str, which: str, case: dict, device: str, compiled: 
     return {"ms": ms, "tflops": flops / ms / 1e9, **launch_metrics(impl, q, k, v, compiled)}
 
 
+def row_path(out_dir: str | os.PathLike, impl: str, dtype: str, d: int) -> Path:
+    """Where a row job writes one implementation's records (the paths B5's rule declares)."""
+    return Path(out_dir) / f"{impl}_{dtype}_d{d}.json"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.attention.bench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("grid", help="one implementation × dtype × head dimension over sequence lengths and passes")
-    g.add_argument("--impl", choices=IMPLS, required=True)
+    g = sub.add_parser("grid", help="one dtype × head dimension row: the implementations take turns at each point")
+    which = g.add_mutually_exclusive_group(required=True)
+    which.add_argument("--impl", choices=IMPLS, help="one implementation alone (its records go to --out)")
+    which.add_argument("--impls", choices=IMPLS, nargs="+",
+                       help="the implementations compared, in turns (their records go to --out-dir)")
     g.add_argument("--dtype", choices=list(DTYPES), required=True)
     g.add_argument("--d", type=int, required=True, help="head dimension: one our kernels take (multiples of 8 to 256)")
     g.add_argument("--seqs", type=int, nargs="+", required=True)
+    g.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of turns per point (at least {MIN_ROUNDS})")
+    g.add_argument("--rep-ms", type=float, default=TURN_REP_MS, help="timed calls per turn, in ms")
+    g.add_argument("--warmup-ms", type=float, default=TURN_WARMUP_MS, help="warm-up calls per point, in ms")
+    g.add_argument("--out", help="with --impl: where the JSON list of records goes")
+    g.add_argument("--out-dir", help="with --impls: the folder of the records, one file per implementation"
+                                     " (IMPL_DTYPE_dD.json)")
     lb = sub.add_parser("leaderboard", help="the fixed (16, 16384, 64) bf16 causal case, ours vs SDPA")
     lb.add_argument("--shape", type=int, nargs=3, metavar=("BATCH", "SEQ", "D"), help="override (smoke runs)")
     lb.add_argument("--warmup-ms", type=float)
     lb.add_argument("--rep-ms", type=float)
+    lb.add_argument("--out", required=True, help="where the JSON list of records goes")
     for parser in (g, lb):
         parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-        parser.add_argument("--out", required=True, help="where the JSON list of records goes")
     args = p.parse_args(argv)
-    if args.command == "grid" and args.d not in flash_record.head_dims():
-        p.error(f"--d {args.d}: our kernels take head dimensions {flash_record.describe_head_dims()}")
+    if args.command == "grid":
+        if args.d not in flash_record.head_dims():
+            p.error(f"--d {args.d}: our kernels take head dimensions {flash_record.describe_head_dims()}")
+        if min(args.seqs) < 1:
+            p.error("--seqs must be positive")
+        if args.rounds < MIN_ROUNDS:
+            p.error(f"--rounds must be at least {MIN_ROUNDS} (a verdict needs a spread across rounds)")
+        if not args.rep_ms > 0 or args.warmup_ms < 0:
+            p.error("--rep-ms must be positive and --warmup-ms not negative")
+        if args.impl and not args.out or args.impls and not args.out_dir:
+            p.error("--impl writes to --out, --impls to --out-dir")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: CUDA is not available on this machine")
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")    # before the kernels are first imported
     if args.command == "grid":
-        if min(args.seqs) < 1:
-            p.error("--seqs must be positive")
-        records = grid_row(args.impl, args.dtype, args.d, args.seqs, args.device)
-    else:
-        records = leaderboard(args.device, args.shape, args.warmup_ms, args.rep_ms)
+        by_impl = row(args.impls or [args.impl], args.dtype, args.d, args.seqs, args.device, rounds=args.rounds,
+                      rep_ms=args.rep_ms, warmup_ms=args.warmup_ms)
+        outputs = ({args.impl: Path(args.out)} if args.impl
+                   else {impl: row_path(args.out_dir, impl, args.dtype, args.d) for impl in by_impl})
+        for impl, records in by_impl.items():
+            write_json_atomic(outputs[impl], records)
+            log(f"wrote {len(records)} records -> {outputs[impl]}")
+        return 0
+    records = leaderboard(args.device, args.shape, args.warmup_ms, args.rep_ms)
     write_json_atomic(args.out, records)
     log(f"wrote {len(records)} records -> {args.out}")
     return 0

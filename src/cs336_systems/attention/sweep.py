@@ -1,27 +1,48 @@
-"""B1 / B2(a): plain PyTorch attention over head dimension × sequence length, eager or compiled.
+"""B1 / B2(a): plain PyTorch attention over head dimension × sequence length, eager and compiled in turns.
 
-    python -m cs336_systems.attention.sweep --d 64 --seqs 256 1024 4096 --extend-to 131072 --out row.json
+    python -m cs336_systems.attention.sweep --d 64 --seqs 256 1024 4096 --extend-to 131072 \
+        --variants eager compiled --out-dir records/
+    python -m cs336_systems.attention.sweep --d 64 --seqs 256 1024 --compile --out row.json
 
-Batch 8, one head (q, k, v of shape (batch, seq, d)), no mask. For each sequence length: warm up,
-time ``--iters`` forward passes, read the memory in use just before backward (what the forward
-saved for it) and the peaks of one forward and one backward (CUDA only), then time ``--iters``
-backward passes, synchronising around each timed loop. With
-``--extend-to`` the sequence keeps doubling past the listed lengths until it runs out of memory
-(or reaches that length), so the first out-of-memory point is always measured. One process per
-row (one d, eager or compiled); every point is its own record in the row's JSON list, and an
-out-of-memory point is recorded as ``oom`` with the memory the accounting below predicts for it
-(any other failure as ``error``, with its message; the extension stops at either).
+Batch 8, one head (q, k, v of shape (batch, seq, d)), no mask. One job per head dimension: eager
+attention and its ``torch.compile``d version (B2a compares them) take turns at each sequence length
+in the same process, so the comparison is a paired one (issue 42: two processes of one command
+differ by more than the effects compared). At each length both share one q, k, v and upstream
+gradient; each variant in turn warms up (and compiles), then reads, alone, the memory in use just
+before backward (what the forward saved for it) and the peaks of one forward and one backward
+(CUDA only). Then ``--rounds`` rounds in rotating order (``rounds.rotation``): in its turn a variant
+times ``--iters`` ÷ rounds forward passes, then as many backward passes of one retained graph,
+synchronising around each timed loop, and lets the graph go, so the other variant's turn starts
+from the same memory. ``forward_ms`` / ``backward_ms`` are the mean per call over all of them
+(``--iters`` in all, rounded up to whole turns); each round's means are the record's
+``metrics.rounds`` and ``metrics.turns`` names the job (``rounds.Job``), which lets
+``report.spread.paired_records`` pair eager with compiled. With ``--extend-to`` the sequence keeps
+doubling past the listed lengths until every variant has run out of memory (or that length is
+reached), so each variant's first out-of-memory point is measured; a variant that fails at an
+extended length stops there. Every point is its own record in its variant's JSON list; an
+out-of-memory point is recorded as ``oom`` with the memory the accounting below predicts for it and
+the pass it failed in (any other failure as ``error``, with its message), its memory released, and
+the other variant goes on.
 """
 from __future__ import annotations
 
 import argparse
+import gc
+import math
 import sys
+import uuid
+from pathlib import Path
 
 import torch
 
 from cs336_systems.attention.reference import plain_attention
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import attempt, free_device_memory, loop_ms, synchronize
+from cs336_systems.rounds import MIN_ROUNDS, Job, rotation
+from cs336_systems.timing import failure_status, free_device_memory, loop_ms, synchronize
+
+VARIANTS = ("eager", "compiled")
+# Four rounds of 25 calls: the assignment's 100 timed forwards (and backwards) per point.
+ROUNDS = 4
 
 FP32 = 4
 
@@ -40,16 +61,14 @@ def attention_memory(batch: int, seq: int, d: int, element_bytes: int = FP32) ->
             "backward_peak": saved + 2 * square * element_bytes}
 
 
-def measure_point(fn, batch: int, seq: int, d: int, iters: int, device: torch.device,
-                  where: dict | None = None) -> dict:
-    """One point's times and memory. ``where["phase"]`` follows the pass under way, so a failure
-    can say whether forward or backward ran out of memory (the error message does not)."""
-    where = {} if where is None else where
-    q, k, v = (torch.randn(batch, seq, d, device=device, requires_grad=True) for _ in range(3))
-    grad = torch.randn(batch, seq, d, device=device)
-    # Warm-up (and compilation, if compiled) runs exactly what is timed below, gradient accumulation
-    # into existing .grad tensors included: a first backward that allocates grads and loads kernels
-    # once cost ~1.7 s at sequence 256 when the warm-up differed.
+def warm_up(fn, q, k, v, grad, device: torch.device, where: dict) -> dict:
+    """Warm up (and compile) exactly what the turns time, then read the memory of one forward and one
+    backward alone: what is in use before backward and both peaks (CUDA only). ``where["phase"]``
+    follows the pass under way, so a failure can say whether forward or backward ran out of memory
+    (the error message does not)."""
+    # Warm-up (and compilation, if compiled) runs exactly what is timed, gradient accumulation into
+    # existing .grad tensors included: a first backward that allocates grads and loads kernels once
+    # cost ~1.7 s at sequence 256 when the warm-up differed.
     for _ in range(2):
         where["phase"] = "forward"
         warm = fn(q, k, v)
@@ -58,12 +77,10 @@ def measure_point(fn, batch: int, seq: int, d: int, iters: int, device: torch.de
             warm.backward(grad, retain_graph=True)
     del warm
     q.grad = k.grad = v.grad = None                       # so the memory reading holds only what forward saves
-    where["phase"] = "forward"
-    forward_ms = loop_ms(lambda: fn(q, k, v), iters, device)
-
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
+    where["phase"] = "forward"
     out = fn(q, k, v)
     synchronize(device)
     before_backward = torch.cuda.memory_allocated(device) if cuda else None
@@ -77,9 +94,20 @@ def measure_point(fn, batch: int, seq: int, d: int, iters: int, device: torch.de
     synchronize(device)
     backward_peak = torch.cuda.max_memory_allocated(device) if cuda else None
     q.grad = k.grad = v.grad = None
-    backward_ms = loop_ms(lambda: out.backward(grad, retain_graph=True), iters, device)
-    return {"forward_ms": forward_ms, "backward_ms": backward_ms, "memory_before_backward_bytes": before_backward,
-            "forward_peak_bytes": forward_peak, "backward_peak_bytes": backward_peak}
+    return {"memory_before_backward_bytes": before_backward, "forward_peak_bytes": forward_peak,
+            "backward_peak_bytes": backward_peak}
+
+
+def turn(fn, q, k, v, grad, calls: int, device: torch.device, where: dict) -> dict[str, float]:
+    """One turn: ``calls`` forwards timed as one loop, then ``calls`` backwards of one retained
+    graph, which goes when the turn ends. Mean ms per call of each."""
+    where["phase"] = "forward"
+    forward_ms = loop_ms(lambda: fn(q, k, v), calls, device)
+    out = fn(q, k, v)
+    where["phase"] = "backward"
+    backward_ms = loop_ms(lambda: out.backward(grad, retain_graph=True), calls, device)
+    q.grad = k.grad = v.grad = None
+    return {"forward": forward_ms, "backward": backward_ms}
 
 
 def sequence_lengths(listed: list[int], extend_to: int | None):
@@ -91,35 +119,117 @@ def sequence_lengths(listed: list[int], extend_to: int | None):
         seq *= 2
 
 
-def sweep(d: int, seqs: list[int], *, batch: int, iters: int, compiled: bool, device: str,
-          extend_to: int | None, backend: str = "inductor") -> list[dict]:
+def compiled_attention(backend: str):
+    # Backward is timed by calling it repeatedly on one graph (retain_graph=True), which a
+    # compiled backward allows only without donated buffers (PyTorch's error message says so).
+    import torch._functorch.config as functorch_config
+    functorch_config.donated_buffer = False
+    return torch.compile(plain_attention, backend=backend)
+
+
+def row(d: int, seqs: list[int], *, batch: int, iters: int, variants=VARIANTS, device: str,
+        extend_to: int | None, backend: str = "inductor", rounds: int = ROUNDS,
+        job_id: str | None = None) -> dict[str, list[dict]]:
+    """One head dimension: the variants take turns at every length (module docstring). Returns each
+    variant's records, in length order."""
+    if rounds < MIN_ROUNDS:
+        raise ValueError(f"at least {MIN_ROUNDS} rounds are needed for a spread across rounds, got {rounds}")
+    unknown = set(variants) - set(VARIANTS)
+    if unknown or len(set(variants)) != len(variants):
+        raise ValueError(f"variants must be distinct ones of {VARIANTS}, got {list(variants)}")
     device = torch.device(device)
-    if compiled:
-        # Backward is timed by calling it repeatedly on one graph (retain_graph=True), which a
-        # compiled backward allows only without donated buffers (PyTorch's error message says so).
-        import torch._functorch.config as functorch_config
-        functorch_config.donated_buffer = False
-    fn = torch.compile(plain_attention, backend=backend) if compiled else plain_attention
-    records = []
+    fns = {v: compiled_attention(backend) if v == "compiled" else plain_attention for v in variants}
+    job = Job(job_id or uuid.uuid4().hex[:12], tuple(variants), rounds, max(1, math.ceil(iters / rounds)), 2)
+    calls = job.steps
+    records: dict[str, list[dict]] = {v: [] for v in variants}
+    going = list(variants)                  # a variant that failed at an extended length is done
     for seq in sequence_lengths(seqs, extend_to):
-        params = {"d": d, "seq": seq, "batch": batch, "iters": iters, "compiled": compiled, "device": str(device),
-                  "extended": seq not in seqs, **({"backend": backend} if compiled else {})}
-        accounting = attention_memory(batch, seq, d)
-        # An allocation failure is the result we look for; the prediction is set beside it.
-        where: dict = {}
-        status, metrics, message = attempt(lambda: measure_point(fn, batch, seq, d, iters, device, where))
-        free_device_memory(device)
-        if status != "ok":
-            metrics["failed_during"] = where.get("phase")
-        records.append(make_record("B1", params, status, metrics | {"accounting_bytes": accounting}, reason=message))
-        if status == "ok":
-            log(f"B1 d={d} seq={seq} compiled={compiled}: forward {metrics['forward_ms']:.3f} ms, "
-                f"backward {metrics['backward_ms']:.3f} ms")
-        else:
-            log(f"B1 d={d} seq={seq} compiled={compiled}: {status}")
-            if params["extended"]:
-                break                                    # the extension's job is done
+        extended = seq not in seqs
+        here = [v for v in going] if extended else list(variants)
+        if not here:
+            break
+        outcomes = point(fns, here, batch, seq, d, calls, device, rounds)
+        for variant in here:
+            status, metrics, message = outcomes[variant]
+            compiled = variant == "compiled"
+            params = {"d": d, "seq": seq, "batch": batch, "iters": iters, "compiled": compiled,
+                      "device": str(device), "extended": extended, **({"backend": backend} if compiled else {})}
+            metrics = metrics | {"accounting_bytes": attention_memory(batch, seq, d)}
+            if status == "ok":
+                metrics["turns"] = job.as_dict()
+            records[variant].append(make_record("B1", params, status, metrics, reason=message))
+            if status == "ok":
+                log(f"B1 d={d} seq={seq} {variant}: forward {metrics['forward_ms']:.3f} ms, "
+                    f"backward {metrics['backward_ms']:.3f} ms")
+            else:
+                log(f"B1 d={d} seq={seq} {variant}: {status}")
+                if extended:
+                    going.remove(variant)    # the extension's job is done for it
     return records
+
+
+def point(fns: dict, variants: list[str], batch: int, seq: int, d: int, calls: int, device: torch.device,
+          rounds: int) -> dict[str, tuple[str, dict, str | None]]:
+    """(status, metrics, message) per variant at one length: warm-up and memory readings of each in
+    order, then the rounds. A variant that fails is that outcome (with the pass it failed in), its
+    memory released before the next turn; the other goes on."""
+    results: dict[str, tuple[str, dict, str | None]] = {}
+    try:
+        q, k, v = (torch.randn(batch, seq, d, device=device, requires_grad=True) for _ in range(3))
+        grad = torch.randn(batch, seq, d, device=device)
+    except Exception as exc:  # noqa: BLE001 - neither variant can run the point
+        status, message = failure_status(exc)
+        return {variant: (status, {"failed_during": "inputs"}, message) for variant in variants}
+    memory: dict[str, dict] = {}
+    per_round: dict[str, list[dict]] = {variant: [] for variant in variants}
+
+    def attempt(variant: str, work) -> None:
+        where: dict = {}
+        failure = None
+        try:
+            work(where)
+        except Exception as exc:  # noqa: BLE001 - an OOM or error is this variant's outcome
+            failure = exc
+        if failure is not None:
+            status, message = failure_status(failure)
+            results[variant] = (status, {"failed_during": where.get("phase")}, message)
+            del failure                     # its traceback holds the variant's tensors
+            q.grad = k.grad = v.grad = None
+            gc.collect()
+        free_device_memory(device)          # each turn starts from the allocator's cache emptied
+
+    for variant in variants:
+        attempt(variant, lambda where: memory.__setitem__(
+            variant, warm_up(fns[variant], q, k, v, grad, device, where)))
+    for r in range(rounds):
+        for variant in rotation(variants, r):
+            if variant in results:
+                continue
+            attempt(variant, lambda where: per_round[variant].append(
+                turn(fns[variant], q, k, v, grad, calls, device, where)))
+    for variant in variants:
+        if variant in results:
+            continue
+        times = per_round[variant]
+        results[variant] = ("ok", {"forward_ms": sum(t["forward"] for t in times) / len(times),
+                                   "backward_ms": sum(t["backward"] for t in times) / len(times),
+                                   **memory[variant],
+                                   "rounds": [{"forward": [t["forward"]], "backward": [t["backward"]]} for t in times],
+                                   "calls_per_turn": calls}, None)
+    return results
+
+
+def sweep(d: int, seqs: list[int], *, batch: int, iters: int, compiled: bool, device: str,
+          extend_to: int | None, backend: str = "inductor", rounds: int = ROUNDS) -> list[dict]:
+    """One variant's row alone (a job of one entrant: nothing to pair with)."""
+    variant = "compiled" if compiled else "eager"
+    return row(d, seqs, batch=batch, iters=iters, variants=[variant], device=device, extend_to=extend_to,
+               backend=backend, rounds=rounds)[variant]
+
+
+def row_path(out_dir: str, variant: str, d: int) -> Path:
+    """Where a row job writes one variant's records (the paths B1's rule declares)."""
+    return Path(out_dir) / f"{variant}_d{d}.json"
 
 
 def main(argv=None) -> int:
@@ -128,21 +238,33 @@ def main(argv=None) -> int:
     p.add_argument("--seqs", type=int, nargs="+", required=True, help="sequence lengths")
     p.add_argument("--extend-to", type=int, help="keep doubling the sequence past the list until OOM or this length")
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--iters", type=int, default=100, help="timed forward (and backward) passes per point")
-    p.add_argument("--compile", action="store_true", help="torch.compile the attention function (B2a)")
+    p.add_argument("--iters", type=int, default=100, help="timed forward (and backward) passes per point, over all rounds")
+    p.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of turns per point (at least {MIN_ROUNDS})")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--variants", nargs="+", choices=VARIANTS,
+                       help="the variants compared, in turns (their records go to --out-dir)")
+    which.add_argument("--compile", action="store_true", help="the compiled variant alone (B2a), to --out")
     p.add_argument("--backend", choices=["inductor", "aot_eager"], default="inductor",
-                   help="torch.compile back end with --compile (aot_eager: traced, not code-generated; smoke runs)")
+                   help="torch.compile back end of the compiled variant (aot_eager: traced, not code-generated; smoke runs)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="one variant's JSON list of records (without --variants)")
+    p.add_argument("--out-dir", help="with --variants: the folder of the records, VARIANT_dD.json each")
     args = p.parse_args(argv)
     if min(args.seqs + [args.d, args.batch, args.iters]) < 1:
         p.error("--d, --seqs, --batch and --iters must be positive")
+    if args.rounds < MIN_ROUNDS:
+        p.error(f"--rounds must be at least {MIN_ROUNDS} (a verdict needs a spread across rounds)")
+    if args.variants and not args.out_dir or not args.variants and not args.out:
+        p.error("--variants writes to --out-dir; a single variant (eager, or --compile) to --out")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: CUDA is not available on this machine")
-    records = sweep(args.d, args.seqs, batch=args.batch, iters=args.iters, compiled=args.compile,
-                    device=args.device, extend_to=args.extend_to, backend=args.backend)
-    write_json_atomic(args.out, records)
-    log(f"wrote {len(records)} records -> {args.out}")
+    variants = args.variants or ["compiled" if args.compile else "eager"]
+    by_variant = row(args.d, args.seqs, batch=args.batch, iters=args.iters, variants=variants, device=args.device,
+                     extend_to=args.extend_to, backend=args.backend, rounds=args.rounds)
+    for variant, records in by_variant.items():
+        out = row_path(args.out_dir, variant, args.d) if args.variants else Path(args.out)
+        write_json_atomic(out, records)
+        log(f"wrote {len(records)} records -> {out}")
     return 0
 
 

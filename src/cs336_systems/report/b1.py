@@ -226,6 +226,9 @@ def summarize(df: pd.DataFrame, records: list[dict]) -> dict:
     return {
         "provenance": run_provenance(records),
         "points": int(len(df)), "statuses": df["status"].value_counts().to_dict(),
+        # points measured in a job where eager and compiled took turns, and those jobs' rounds
+        "in_turns": sum(1 for r in records if (r["metrics"].get("turns") or {}).get("job")),
+        "rounds": sorted({r["metrics"]["turns"]["rounds"] for r in records if r["metrics"].get("turns")}),
         "limits": limits(df),
         "smallest_oom": min(eager_ooms, key=lambda p: (p["seq"], p["d"])) if eager_ooms else None,
         "out_of_memory": ooms,

@@ -20,6 +20,7 @@ from cs336_systems.report import b2_whole_model as whole
 from cs336_systems.report.b1 import frame, out_of_memory_points
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, write_summary,
                                          write_table)
+from cs336_systems.report.spread import WITHIN, paired_records
 
 PHASES = ("forward_ms", "backward_ms")
 
@@ -95,13 +96,38 @@ def fits_only_compiled(table: pd.DataFrame, records: list[dict]) -> list[dict]:
     return found
 
 
+def verdicts(table: pd.DataFrame, records: list[dict], phase: str = "forward") -> pd.DataFrame:
+    """Per point both ran: compiled against eager in ``phase`` — "higher" where compiled is slower,
+    "lower" where faster, ``WITHIN`` neither — and whether that is ``paired``. Records of one job's
+    turns are judged per round (``spread.paired_records``: beyond the scatter of the per-round
+    differences); records each from its own process (before B1's rows took turns) as their times
+    stand (compiled slower where its time is higher), a comparison that spans processes."""
+    by_key = {(r["params"]["d"], r["params"]["seq"], r["params"]["compiled"]): r for r in records if r["status"] == "ok"}
+    rows = []
+    for r in table[(table["eager_status"] == "ok") & (table["compiled_status"] == "ok")].itertuples():
+        eager, compiled = by_key.get((r.d, r.seq, False)), by_key.get((r.d, r.seq, True))
+        pair = paired_records(compiled, eager, phase) if eager and compiled else None
+        if pair is not None and pair.rounds:
+            found = pair.verdict
+        else:
+            found = "higher" if getattr(r, f"{phase}_speedup") < 1 else "lower"
+        rows.append({"d": r.d, "seq": r.seq, "verdict": found, "paired": pair is not None and bool(pair.rounds)})
+    return pd.DataFrame(rows, columns=["d", "seq", "verdict", "paired"])
+
+
 def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
     longest_both = table.dropna(subset=["forward_speedup"]).sort_values(["seq", "d"]).tail(1)
-    losses = table[table["forward_speedup"].astype(float) < 1]
-    wins = table[table["forward_speedup"].astype(float) >= 1]
+    judged = table.merge(verdicts(table, records), on=["d", "seq"])
+    losses = judged[judged["verdict"] == "higher"]
+    wins = judged[judged["verdict"] == "lower"]
     return {
         "memory": memory_findings(table),
-        # where compiled loses (forward below 1x): its sequences, and the extra time per call there
+        # how the forward verdicts were reached: points both ran, how many paired in one job's turns,
+        # and how many of those within the spread of their rounds
+        "forward_judged": {"points": int(len(judged)), "paired": int(judged["paired"].sum()),
+                           "within": int((judged["verdict"] == WITHIN).sum()), "slower": int(len(losses)),
+                           "faster": int(len(wins))},
+        # where compiled loses (slower forward): its sequences, and the extra time per call there
         "forward_losses": {"seqs": sorted(int(s) for s in losses["seq"].unique()),
                            "extra_us": [float(1e3 * (r.compiled_forward_ms - r.eager_forward_ms)) for r in losses.itertuples()],
                            "all_shorter_than_wins": bool(len(losses)) and bool(len(wins))

@@ -16,7 +16,7 @@ import pandas as pd
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.report.common import save_figure
-from cs336_systems.report.spread import WITHIN, Estimate, compare, trend
+from cs336_systems.report.spread import WITHIN, Estimate, compare, paired_records, same_job, trend
 
 PHASES = ("forward", "backward", "optimizer", "step")
 DISPLAY_COLUMNS = ["size", "mode", "eager step (ms)", "compiled step (ms)", "step ×", "forward ×", "backward ×",
@@ -52,6 +52,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
                 row[f"{name}_{phase}_std_ms"] = timed.get("std", math.nan)
                 row[f"{name}_{phase}_n"] = timed.get("n") or len(timed.get("samples") or ()) or math.nan
             row[f"{name}_peak_GiB"] = (v.get("peak_memory_bytes") or math.nan) / 2**30
+            row[f"{name}_metrics"] = v          # its rounds and turns, for the paired verdicts
         row["compile_s"] = math.nan if m.get("compile_seconds") is None else m["compile_seconds"]
         for phase in PHASES:
             row[f"{phase}_speedup"] = (m.get("speedup") or {}).get(phase, math.nan)
@@ -186,19 +187,41 @@ def peak_memory(df: pd.DataFrame) -> dict | None:
     return {"by_mode": by_mode, "only_with_backward": only}
 
 
+def verdict(row: pd.Series, phase: str) -> tuple[str, bool]:
+    """(eager against compiled in ``phase``: "higher" where eager is slower, "lower" where faster, or
+    ``WITHIN``; whether the verdict is paired). Variants that took turns in one job are judged per
+    round (``spread.paired_records``: beyond the scatter of the per-round differences); variants
+    each timed once after the other (records made before the turns) by the standard errors of their
+    timed steps (``spread.compare``)."""
+    pair = paired_records({"metrics": row["eager_metrics"]}, {"metrics": row["compiled_metrics"]}, phase)
+    if pair is not None and pair.rounds:
+        return pair.verdict, True
+    return compare(_estimate(row, "eager", phase), _estimate(row, "compiled", phase)), False
+
+
+def in_turns(df: pd.DataFrame) -> int:
+    """How many points' variants took turns in one job."""
+    return sum(bool(same_job({"metrics": r["eager_metrics"]}, {"metrics": r["compiled_metrics"]}))
+               for _, r in _both_ok(df).iterrows())
+
+
 def optimizer_phase(df: pd.DataFrame) -> dict | None:
     """The optimizer step is not compiled: the same AdamW runs in both variants. Its eager ÷ compiled
-    ratio, the sizes where the two differ beyond the spread of their timed steps (``spread.compare``)
-    and where they do not, and the optimizer's share of the eager step."""
+    ratio, the sizes where the two differ beyond the spread (``verdict``: per round where the
+    variants took turns, else the timed steps' standard errors) and where they do not, and the
+    optimizer's share of the eager step."""
     rows = _both_ok(df).dropna(subset=["optimizer_speedup"])
     if rows.empty:
         return None
     verdicts = {"higher": [], "lower": [], WITHIN: []}
+    paired = 0
     for _, r in rows.iterrows():
-        verdict = compare(_estimate(r, "eager", "optimizer"), _estimate(r, "compiled", "optimizer"))
-        verdicts[verdict].append(str(r["size"]))
+        found, is_paired = verdict(r, "optimizer")
+        verdicts[found].append(str(r["size"]))
+        paired += is_paired
     return {"ratio": _spread(rows["optimizer_speedup"]), "compiled_faster": verdicts["higher"],
-            "compiled_slower": verdicts["lower"], "within": verdicts[WITHIN],
+            "compiled_slower": verdicts["lower"], "within": verdicts[WITHIN], "paired": paired,
+            "points": int(len(rows)),
             "share_of_step": _spread(rows["eager_optimizer_ms"] / rows["eager_step_ms"])}
 
 
@@ -227,6 +250,8 @@ def summarize(df: pd.DataFrame) -> dict:
         "compile": sorted(set(df["compile"])),
         "context": int(first["context"]), "batch": int(first["batch"]),
         "points": len(df), "both_ok": len(ok),
+        "in_turns": in_turns(df), "rounds": sorted({len(r.get("rounds") or []) for r in df["eager_metrics"]
+                                                    if isinstance(r, dict) and r.get("turns")}),
         "step_speedup": _spread(ok["step_speedup"]),
         "compiled_graphs": sorted({int(g) for g in df["compiled_graphs"].dropna()}),
         "phase_speedup": {phase: _spread(ok[f"{phase}_speedup"]) for phase in PHASES},

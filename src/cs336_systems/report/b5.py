@@ -28,6 +28,7 @@ import pandas as pd
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.attention.flash_record import TREE, ran, shape_of
 from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.spread import WITHIN, paired, round_samples
 
 PASSES = ("forward", "backward", "forward-backward")
 # The small-shape goal the B5 section judges: ours no slower than SDPA's flash back end at every bf16
@@ -78,26 +79,46 @@ def grid_frame(records: list[dict]) -> pd.DataFrame:
                      "fp32_products": facts.get("products") or m.get("float32_matmul_precision"),
                      "graph_status": m.get("graph_status"), "graph_reason": m.get("graph_reason"),
                      **{k: (m[k] if graph_ok and m.get(k) is not None else math.nan)
-                        for k in ("graph_ms", "graph_ms_min", "graph_ms_max", "resident_bytes", "l2_bytes")}})
+                        for k in ("graph_ms", "graph_ms_min", "graph_ms_max", "resident_bytes", "l2_bytes")},
+                     # the job whose turns measured it (None: a record of its own process) and its rounds
+                     "job": (m.get("turns") or {}).get("job"),
+                     "rounds_ms": round_samples(r, "ms"), "rounds_graph_ms": round_samples(r, "graph_ms")})
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 
 FRAME_COLUMNS = ["impl", "dtype", "d", "seq", "pass", "status", "ms", "tflops", "flops", "gpu", "programs",
                  "programs_from", "sms", "fp32_products", "graph_status", "graph_reason", "graph_ms", "graph_ms_min",
-                 "graph_ms_max", "resident_bytes", "l2_bytes"]
+                 "graph_ms_max", "resident_bytes", "l2_bytes", "job", "rounds_ms", "rounds_graph_ms"]
 KEYS = ["dtype", "d", "seq", "pass"]
 
 
 def judged(df: pd.DataFrame, impl: str, other: str) -> pd.DataFrame:
     """The points both ran, one row each, ``impl``'s columns plain and ``other``'s suffixed
     ``_other``, with the timing that judges the pair: ``timing`` "graph" where both have a graph
-    time, else "do_bench"; ``t`` and ``t_other`` the two times in it."""
+    time, else "do_bench"; ``t`` and ``t_other`` the two times in it; and ``verdict``, whether
+    ``impl`` is slower ("higher"), faster ("lower") or neither (``WITHIN``), with ``paired`` saying how:
+
+    - measured in one job's turns (``paired``): ``spread.paired`` of the two rounds' medians in that
+      timing, a difference only beyond its spread across rounds;
+    - otherwise each in its own process (records made before B5's rows took turns): the two times
+      compared as they stand, higher or lower, since such records carry no spread across processes;
+      the section says the comparison spans processes."""
     ok = df[df["status"] == "ok"]
     both = ok[ok["impl"] == impl].merge(ok[ok["impl"] == other], on=KEYS, suffixes=("", "_other"))
     graph = both["graph_ms"].notna() & both["graph_ms_other"].notna()
-    return both.assign(timing=np.where(graph, "graph", "do_bench"),
+    both = both.assign(timing=np.where(graph, "graph", "do_bench"),
                        t=np.where(graph, both["graph_ms"], both["ms"]),
                        t_other=np.where(graph, both["graph_ms_other"], both["ms_other"]))
+    verdicts = [_verdict(row) for _, row in both.iterrows()]
+    return both.assign(verdict=[v for v, _ in verdicts], paired=[p for _, p in verdicts])
+
+
+def _verdict(row: pd.Series) -> tuple[str, bool]:
+    """(verdict, paired) of one row of ``judged``."""
+    column = "rounds_graph_ms" if row["timing"] == "graph" else "rounds_ms"
+    if row["job"] and row["job"] == row["job_other"] and row[column] and row[f"{column}_other"]:
+        return paired(row[column], row[f"{column}_other"]).verdict, True
+    return ("higher" if row["t"] > row["t_other"] else "lower"), False
 
 
 def cold_cache_ms(row: pd.Series) -> float:
@@ -320,7 +341,7 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
     both = both[both["seq"] >= min_seq]
     if dtypes is not None:
         both = both[both["dtype"].isin(dtypes)]
-    lost = both[both["t"] > both["t_other"]].sort_values(["dtype", "d", "pass", "timing", "seq"])
+    lost = both[both["verdict"] == "higher"].sort_values(["dtype", "d", "pass", "timing", "seq"])
     groups, points = [], []
     for _, row in lost.iterrows():
         is_flat = ("ours", row["dtype"], row["d"], row["pass"], int(row["seq"])) in flat[row["timing"]]
@@ -342,6 +363,10 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
     work_set = [p for p in points if not p["flat"]]
     shares = [p["ours_of_peak"] for p in work_set if p["ours_of_peak"] is not None]
     return {"points": int(len(both)), "lost": int(len(lost)), "by_graph": int((both["timing"] == "graph").sum()),
+            # paired: the points measured in one job, judged per round; within: those of them whose
+            # difference is inside the spread across rounds; won: faster beyond it (or, unpaired, faster)
+            "paired": int(both["paired"].sum()), "within": int((both["verdict"] == WITHIN).sum()),
+            "won": int((both["verdict"] == "lower").sum()),
             "groups": groups,
             "unexplained": sum(1 for g in groups if not g["flat"] and not g["worst"].get("grid_explains")),
             "by_dtype": {dtype: sum(p["dtype"] == dtype for p in points) for dtype in sorted({p["dtype"] for p in points})},
@@ -623,6 +648,8 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "provenance": run_provenance(records),
         "points": int(len(df)), "ok": int(len(ok)),
         "statuses": df["status"].value_counts().to_dict(),
+        # how many points that ran were measured in a row job's turns (the rest each in its own process)
+        "in_turns": int(ok["job"].notna().sum()), "rounds": sorted({len(r) for r in ok["rounds_ms"] if r}),
         "ratios": ratios,
         "plain_first_oom_seq": int(plain_oom["seq"].min()) if len(plain_oom) else None,
         "plain_oom": oom_groups(df, "plain"),
