@@ -128,6 +128,24 @@ def test_a_rung_that_runs_out_of_memory_is_oom_and_the_others_go_on(tmp_path, mo
     assert records["anchor-sdpa-flash"]["metrics"]["loss"] == pytest.approx(records["fp32"]["metrics"]["loss"], rel=LOSS_RTOL)
 
 
+def test_compiled_and_fused_adamw_share_one_compiled_graph(tmp_path, monkeypatch):
+    """The two rungs differ only in the optimizer: the second compiles nothing of its own."""
+    from torch._dynamo.utils import counters
+
+    _flash_as_sdpa(monkeypatch)
+
+    def graphs(names, tag):
+        torch._dynamo.reset()
+        before = counters["stats"]["unique_graphs"]
+        outs = [tmp_path / f"{tag}_{n}.json" for n in names]
+        assert ladder.main([*JOB, "--rungs", *names, "--out", *map(str, outs)]) == 0
+        assert all(r["status"] == "ok" for r in read(outs).values())
+        return counters["stats"]["unique_graphs"] - before
+
+    alone = graphs(["compiled"], "alone")
+    assert alone >= 1 and graphs(["compiled", "fused-adamw"], "both") == alone
+
+
 def test_the_checkpointed_rung_runs_only_where_the_rung_before_ran_out_of_memory():
     assert ladder.gated_skip("fused-adamw", None) == "not needed: the previous rung (fused-adamw) fits"
     assert ladder.gated_skip("fused-adamw", ("oom", "CUDA out of memory")) is None
