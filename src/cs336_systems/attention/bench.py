@@ -244,13 +244,15 @@ def _events_ms(call, n: int) -> float:
 _L2_FLUSH = []      # do_bench's buffer for flushing the L2 cache, made once per process
 
 
-def timed_calls(call, n: int, device: str) -> list[float]:
-    """``n`` calls, each timed alone (ms), as ``triton.testing.do_bench`` times them: on CUDA the L2
-    cache flushed before each call and each call between two CUDA events, read after the last; on
-    the CPU a timer around each call."""
+def timed_calls(call, n: int, device: str, grads=()) -> list[float]:
+    """``n`` calls, each timed alone (ms), as ``triton.testing.do_bench`` times them: ``grads``' .grad
+    reset before each call, untimed; on CUDA the L2 cache flushed before each call and each call
+    between two CUDA events, read after the last; on the CPU a timer around each call."""
     if device != "cuda":
         samples = []
         for _ in range(n):
+            for t in grads:
+                t.grad = None
             start = timeit.default_timer()
             call()
             samples.append((timeit.default_timer() - start) * 1e3)
@@ -261,6 +263,8 @@ def timed_calls(call, n: int, device: str) -> list[float]:
         _L2_FLUSH.append(runtime.driver.active.get_empty_cache_for_benchmark())
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
     for start, end in events:
+        for t in grads:
+            t.grad = None
         runtime.driver.active.clear_cache(_L2_FLUSH[0])
         start.record()
         call()
@@ -287,8 +291,6 @@ class Turns:
         self.graph_metrics: dict = {}
 
     def _call(self):
-        for t in self.grads:
-            t.grad = None
         self.step()
 
     def warm_up(self, warmup_ms: float) -> None:
@@ -297,9 +299,9 @@ class Turns:
         with self.context(), no_grad_for(self.which):
             self.step = self.prepare()
             self._call()
-            self.warmup = timed_calls(self._call, 2, self.device)
+            self.warmup = timed_calls(self._call, 2, self.device, self.grads)
             more = max(1, int(warmup_ms / max(statistics.median(self.warmup), 1e-3)))
-            self.warmup += timed_calls(self._call, more, self.device)
+            self.warmup += timed_calls(self._call, more, self.device, self.grads)
         self.estimate = max(statistics.median(self.warmup[-min(len(self.warmup), 5):]), 1e-3)
         free_device_memory(self.device)      # the warm-up's cached blocks, before the capture
         self._capture()
@@ -329,7 +331,7 @@ class Turns:
         """One round's turn: ``rep_ms`` of timed calls (at least one), then the graph's replays."""
         n = max(1, int(rep_ms / self.estimate))
         with self.context(), no_grad_for(self.which):
-            samples = timed_calls(self._call, n, self.device)
+            samples = timed_calls(self._call, n, self.device, self.grads)
         this = {"ms": [statistics.median(samples)]}
         self.samples += samples
         if self.graph is not None:
