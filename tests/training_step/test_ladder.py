@@ -201,3 +201,29 @@ def test_the_loss_tolerance_tells_bf16_rounding_from_a_wrong_attention():
         unmasked = cross_entropy(model(inputs), targets).item()
     assert abs(bf16 / fp32 - 1) < LOSS_RTOL < abs(unmasked / fp32 - 1)
     assert not math.isclose(unmasked, fp32, rel_tol=LOSS_RTOL)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_rung_s_peak_in_the_shared_job_is_the_one_it_has_alone_and_losses_agree(tmp_path):
+    """Every rung of a small point in one job on a GPU (Inductor): each rung's timed peak equals the
+    peak it has in a job of its own (nothing of another rung outlives its turn), compiled and
+    fused-adamw compute the same first loss, and every loss is within the report's tolerance."""
+    point = ["--size", "small", "--context", "256", "--batch", "2", "--warmup", "2", "--rounds", "3", "--steps", "2",
+             "--compile-mode", "blocks", "--device", "cuda"]
+
+    def job(names, tag):
+        outs = [tmp_path / f"{tag}_{n}.json" for n in names]
+        proc = subprocess.run([sys.executable, "-m", "cs336_systems.training_step.ladder", *point, "--rungs", *names,
+                               "--out", *map(str, outs)], capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return read(outs)
+
+    shared = job(ALL, "shared")
+    assert {n for n, r in shared.items() if r["status"] == "ok"} == set(ALL) - {"checkpointed"}
+    for name in ("fp32", "bf16", "fused-adamw", "anchor-sdpa-cudnn"):
+        alone = job([name], name)[name]
+        assert shared[name]["metrics"]["peak_memory_bytes"] == pytest.approx(alone["metrics"]["peak_memory_bytes"],
+                                                                          rel=0.01), name
+    losses = {n: r["metrics"]["loss"] for n, r in shared.items() if r["status"] == "ok"}
+    assert losses["compiled"] == pytest.approx(losses["fused-adamw"], rel=1e-6)
+    assert all(abs(loss / losses["fp32"] - 1) <= LOSS_RTOL for loss in losses.values()), losses

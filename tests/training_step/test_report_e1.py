@@ -95,7 +95,9 @@ def test_the_goal_missed_is_said_plainly_with_each_reason(tmp_path):
     assert not goal["met"] and goal["faster_or_equal"] is False and goal["mfu_met"] is False
     assert goal["point"]["best_rung"]["rung"] == "fused-adamw"
     assert "**is not met**" in text and "**is met**" not in text
-    assert "11.1 % slower than the best anchor (anchor-sdpa-flash" in text and "45.0 % MFU, below 55 %" in text
+    assert "11.1 % above the best anchor's (anchor-sdpa-flash" in text and "45.0 % MFU, below 55 %" in text
+    assert "a difference within the spread" not in text         # 11 % apart, steps 1 % apart: beyond it
+    assert "beyond the spread, ours is faster at 0 and slower at 1 (2.7B ctx 1024), every pair spanning processes" in text
     assert [r["rung"] for r in summary["loss_out_of_tolerance"]] == ["compiled"]
     assert "computed a first loss outside the tolerance" in text and "compiled at 2.7B ctx 1024" in text
     assert "optimizer" in text and "10 %" in text      # the gap paragraph: the optimizer's share of the step
@@ -140,6 +142,9 @@ def test_a_lead_the_timed_steps_do_not_settle_is_said_to_be_unsettled(tmp_path):
     summary, text = build(tmp_path, ladder(best, anchor_ms=1.002 * best))
     assert summary["goal"]["point"]["best_vs_anchor_spread"] == "within the spread"
     assert "0.2 % faster by median step time: a difference the spread of the timed steps does not settle" in text
+    # the other way round, the goal's shortfall says the gap is within the spread
+    summary, text = build(tmp_path / "slower", ladder(best, anchor_ms=0.998 * best))
+    assert "0.2 % above the best anchor's (anchor-sdpa-flash, " in text and "ms), a difference within the spread" in text
 
 
 def profile_record(rung: str, kinds_ms: dict, step_ms: float, busy_ms: float, status="ok") -> dict:
@@ -288,6 +293,7 @@ def test_a_point_measured_in_one_job_is_judged_by_the_paired_difference_per_roun
     assert judged["difference_ms"] == pytest.approx(-0.01 * best, rel=0.15)
     assert summary["jobs"] == 1 and summary["unpaired_records"] == 0 and summary["comparisons_across_processes"] == 0
     assert "a paired difference beyond its spread across 4 rounds in one job" in text
+    assert "beyond the spread, ours is faster at 1 (2.7B ctx 1024) and slower at 0, each pair taking turns in one job" in text
     assert "One job per size × context (1 job)" in text and "span processes" not in text
     bought = {b["rung"]: b for b in summary["bought"]}
     assert (bought["fused-adamw"]["faster_at"], bought["fused-adamw"]["across_processes_at"]) == (1, 0)

@@ -290,9 +290,11 @@ def goal_check(points: list[dict], size: str, context: int, mfu_target: float) -
     if best is not None and anchor is not None:
         goal["faster_or_equal"] = best["ms"] <= anchor["ms"]
         if not goal["faster_or_equal"]:
-            goal["shortfalls"].append(f"our best rung ({best['rung']}, {best['ms']:.1f} ms) is "
-                                      f"{100 * (best['ms'] / anchor['ms'] - 1):.1f} % slower than the best anchor "
-                                      f"({anchor['rung']}, {anchor['ms']:.1f} ms)")
+            unsettled = point.get("best_vs_anchor_spread") == WITHIN
+            goal["shortfalls"].append(f"our best rung's median step ({best['rung']}, {best['ms']:.1f} ms) is "
+                                      f"{100 * (best['ms'] / anchor['ms'] - 1):.1f} % above the best anchor's "
+                                      f"({anchor['rung']}, {anchor['ms']:.1f} ms)"
+                                      + (", a difference within the spread" if unsettled else ""))
     if best is not None:
         if best["mfu"] is None:
             goal["shortfalls"].append("no MFU: the run has no peak for its device")
@@ -382,6 +384,12 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         "bought": bought(df),
         "beats_anchor_at": [f"{p['size']} ctx {p['context']}" for p in best_anywhere if p["best_vs_anchor"] <= 0],
         "compared_points": len(best_anywhere),
+        # the same points by their verdicts (``verdict``): ours faster or slower beyond the spread
+        "faster_than_anchor_at": [f"{p['size']} ctx {p['context']}" for p in best_anywhere
+                                  if p["best_vs_anchor_spread"] == "lower"],
+        "slower_than_anchor_at": [f"{p['size']} ctx {p['context']}" for p in best_anywhere
+                                  if p["best_vs_anchor_spread"] == "higher"],
+        "anchor_pairs_paired": sum(1 for p in best_anywhere if p["best_vs_anchor_judged"]["paired"]),
         "goal": goal,
         "gap": where,
         "optimizer_floor": optimizer_floor(where, records),
