@@ -23,8 +23,9 @@ resolve_run() {
 
 # the run's records, logs, tables and writeup, into $2/out.tgz (compressed: with its writeup a
 # run is over the 16 MiB a file that the device tool brings back); raw Nsight reports, snapshots and
-# SQLite exports stay behind: the records and summaries hold what the writeup needs
+# SQLite exports stay behind: the records and summaries hold what the writeup needs; so do the
+# compilers' caches under results/<run>/cache (Inductor's kernels: hundreds of MB, rebuilt where missing)
 tar_run() {
-  tar -czf "$2/out.tgz" --exclude='*.nsys-rep' --exclude='*.pickle' --exclude='*.sqlite' \
+  tar -czf "$2/out.tgz" --exclude='*.nsys-rep' --exclude='*.pickle' --exclude='*.sqlite' --exclude="results/$1/cache" \
     "results/$1" $( [ -d "writeup/$1" ] && echo "writeup/$1" )
 }
