@@ -62,7 +62,8 @@ def test_a_point_s_rungs_and_anchors_take_turns_in_one_job_and_their_first_losse
         m = r["metrics"]
         assert len(m["rounds"]) == 3 and all(len(rd["step"]) == 1 for rd in m["rounds"])
         assert m["step"]["n"] == 3 and m["tokens_per_s"] == pytest.approx(2 * 16 / (m["step"]["median"] / 1e3))
-        assert set(m) >= {"forward", "backward", "optimizer", "loss", "peak_memory_bytes"}
+        assert set(m) >= {"forward", "backward", "optimizer", "loss", "peak_memory_bytes", "first_step_ms"}
+        assert len(m["warmup_step_samples"]) == 0          # --warmup 1: the first step only
         assert r["params"]["rounds"] == 3 and r["params"]["steps"] == 1
     # first losses: fp32 eager against a float64 forward computed apart; every other rung within the
     # report's tolerance; compiled and fused-adamw run the same graph from the same restored weights

@@ -186,7 +186,10 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
         params = params_of(args, name, device)
         if outcome.status == "ok":
             metrics = outcome.metrics(job)
+            # the first step (its loss; a compiled rung's compiling) apart from the other warm-up steps
+            first_step, *warmup_steps = metrics["warmup_step_samples"]
             metrics |= {"loss": losses[name], "parameters": parameters,
+                        "first_step_ms": first_step, "warmup_step_samples": warmup_steps,
                         "tokens_per_s": args.batch * args.context / (metrics["step"]["median"] / 1e3),
                         # the timed steps' peak; the warm-up's (compiling included) beside it
                         "warmup_peak_memory_bytes": metrics["peak_memory_bytes"],
