@@ -83,6 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     group.add_argument("--modes", choices=MODES, nargs="+", help="modes (instead of --mode)")
     group.add_argument("--precisions", choices=list(PRECISIONS), nargs="+", help="precisions (instead of --precision)")
     group.add_argument("--rounds", type=int, help=f"rounds of turns after the warm-up (at least {MIN_ROUNDS}; default 4)")
+    group.add_argument("--min-turn-ms", type=float,
+                       help="a cheap point warms up and takes each turn for at least this long (rounds.take_turns; default 0)")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", help="where the JSON record of one point goes")
     out.add_argument("--out-dir", help="a group: the folder for one record per point, {size}_ctx{context}_{mode}_{precision}.json")
@@ -93,13 +95,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("give --size, or all of --d-model --d-ff --num-layers --num-heads")
     if args.size is not None and any(d is not None for d in dims):
         p.error("--size and explicit dimensions exclude each other")
-    group_flags = [f"--{name}" for name in ("contexts", "modes", "precisions", "rounds") if getattr(args, name) is not None]
+    group_flags = [f"--{name}" for name in ("contexts", "modes", "precisions", "rounds", "min_turn_ms") if getattr(args, name) is not None]
     if args.out is not None and group_flags:
         p.error(f"{' '.join(group_flags)} time a group of points: give --out-dir instead of --out")
     if args.out_dir is not None:
         args.contexts = args.contexts or ([args.context] if args.context is not None else None)
         args.modes, args.precisions = args.modes or [args.mode], args.precisions or [args.precision]
         args.rounds = 4 if args.rounds is None else args.rounds
+        args.min_turn_ms = 0.0 if args.min_turn_ms is None else args.min_turn_ms
+        if args.min_turn_ms < 0:
+            p.error(f"--min-turn-ms must be at least 0, got {args.min_turn_ms}")
         if args.contexts is None:
             p.error("give --contexts (or --context) for a group")
         if min(args.contexts) < 1:
@@ -216,7 +221,7 @@ def run_group(args: argparse.Namespace, size: ModelSize, base: dict) -> int:
         parameters = built["parameters"]
         while built["heats"]:       # a heat's entrants (and through them the model) go once it is done
             job, result = take_turns(built["heats"].pop(0), device=device, warmup=args.warmup, rounds=args.rounds,
-                                     steps=args.steps)
+                                     steps=args.steps, min_turn_ms=args.min_turn_ms)
             outcomes.update(result)
             jobs.update({name: job for name in result})
         del built
@@ -224,7 +229,8 @@ def run_group(args: argparse.Namespace, size: ModelSize, base: dict) -> int:
     if args.memory_limit_gb is not None:
         lift_memory_limit()
     for context, mode, precision in points:
-        params = base | {"context": context, "mode": mode, "precision": precision, "rounds": args.rounds}
+        params = base | {"context": context, "mode": mode, "precision": precision, "rounds": args.rounds,
+                         "min_turn_ms": args.min_turn_ms}
         out = Path(args.out_dir) / f"{base['size']}_ctx{context}_{mode}_{precision}.json"
         outcome = outcomes.get(point_name(context, mode, precision))
         if outcome is None:           # building the shared model failed: every point shares its fate

@@ -21,6 +21,7 @@ on. Entrants may share state (one model, its optimizer): the caller decides what
 from __future__ import annotations
 
 import gc
+import math
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Sequence
@@ -35,6 +36,9 @@ Phase = Callable[[str], ContextManager]
 StepFn = Callable[[Phase], object]
 
 MIN_ROUNDS = 3          # fewer rounds give no spread across rounds worth the name
+# A turn of a cheap step is lengthened to ``min_turn_ms`` (and its warm-up too) but never past this
+# many steps: a host-bound step of a few milliseconds jitters by more than itself from step to step.
+MAX_STEPS_PER_TURN = 100
 
 
 class Skipped(Exception):
@@ -60,6 +64,7 @@ class Outcome:
     warmup_steps: list[float] = field(default_factory=list)      # ms, whole step
     rounds: list[dict[str, list[float]]] = field(default_factory=list)   # per round: phase -> samples (ms)
     peak_memory_bytes: int | None = None    # the most any of its steps held (None on the CPU)
+    steps_per_turn: int = 0                 # its timed steps in each round (``take_turns``' min_turn_ms)
     step: StepFn | None = field(default=None, repr=False)
 
     def metrics(self, job: "Job") -> dict:
@@ -76,7 +81,7 @@ class Outcome:
         metrics["rounds"] = self.rounds
         metrics["warmup_step_samples"] = self.warmup_steps
         metrics["peak_memory_bytes"] = self.peak_memory_bytes
-        metrics["turns"] = job.as_dict()
+        metrics["turns"] = job.as_dict() | {"steps_per_turn": self.steps_per_turn}
         return metrics
 
 
@@ -88,10 +93,11 @@ class Job:
     rounds: int
     steps: int
     warmup: int
+    min_turn_ms: float = 0.0
 
     def as_dict(self) -> dict:
         return {"job": self.id, "with": list(self.entrants), "rounds": self.rounds, "steps": self.steps,
-                "warmup": self.warmup}
+                "warmup": self.warmup, "min_turn_ms": self.min_turn_ms}
 
 
 def rotation(names: Sequence[str], round_index: int) -> list[str]:
@@ -121,10 +127,23 @@ def _release(device) -> None:
     free_device_memory(device)
 
 
+def steps_for(min_turn_ms: float, step_ms: float, steps: int) -> int:
+    """Timed steps of a turn: ``steps``, or as many steps of ``step_ms`` as fill ``min_turn_ms``, at
+    most ``MAX_STEPS_PER_TURN``."""
+    if min_turn_ms <= 0 or not step_ms > 0:
+        return steps
+    return max(steps, min(MAX_STEPS_PER_TURN, math.ceil(min_turn_ms / step_ms)))
+
+
 def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmup: int, rounds: int,
-               steps: int, job_id: str | None = None) -> tuple[Job, dict[str, Outcome]]:
+               steps: int, min_turn_ms: float = 0.0, job_id: str | None = None) -> tuple[Job, dict[str, Outcome]]:
     """Build and warm up each entrant (``warmup`` untimed steps, in order), then ``rounds`` rounds in
     which each entrant still running takes ``steps`` timed steps, the order rotating each round.
+
+    ``min_turn_ms``: a cheap entrant's warm-up goes on until it has also lasted this long, and its
+    turns take as many steps as its last warm-up step says fill this long (``steps_for``), the same
+    count every round: what moves the host for a few milliseconds then scatters inside a turn, where
+    the turn's median absorbs it, instead of between rounds, where it would hide a difference.
 
     Returns the job and one ``Outcome`` per entrant, in the entrants' order. ``rounds`` must be at
     least ``MIN_ROUNDS``: a verdict needs a spread across rounds.
@@ -137,7 +156,7 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps must be at least 1 and warmup at least 0, got {steps} and {warmup}")
     device = torch.device(device)
-    job = Job(job_id or uuid.uuid4().hex[:12], tuple(names), rounds, steps, warmup)
+    job = Job(job_id or uuid.uuid4().hex[:12], tuple(names), rounds, steps, warmup, float(min_turn_ms))
     outcomes = {e.name: Outcome(e.name) for e in entrants}
     by_name = {e.name: e for e in entrants}
 
@@ -148,8 +167,11 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
             reset_peak_memory(device)
             outcome.step = by_name[name].make()
             warm = PhaseTimer(device)
-            for _ in range(warmup):
+            while len(outcome.warmup_steps) < warmup or (
+                    0 < sum(outcome.warmup_steps) < min_turn_ms and len(outcome.warmup_steps) < MAX_STEPS_PER_TURN):
                 outcome.warmup_steps.append(_timed_step(outcome, device, warm))
+            outcome.steps_per_turn = steps_for(min_turn_ms, outcome.warmup_steps[-1] if outcome.warmup_steps else 0,
+                                               steps)
             outcome.peak_memory_bytes = peak_memory_bytes(device)
         except Exception as exc:  # noqa: BLE001 - an OOM or error is this entrant's outcome
             failure = exc
@@ -168,7 +190,7 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
             try:
                 reset_peak_memory(device)
                 timer = PhaseTimer(device)
-                totals = [_timed_step(outcome, device, timer) for _ in range(steps)]
+                totals = [_timed_step(outcome, device, timer) for _ in range(outcome.steps_per_turn)]
                 outcome.rounds.append({**timer.samples, "step": totals})
                 peak = peak_memory_bytes(device)
                 if peak is not None:

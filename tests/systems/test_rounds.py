@@ -152,3 +152,29 @@ def test_on_a_gpu_an_oom_leaves_the_next_entrants_memory_and_time_as_without_it(
     assert beside["m"].peak_memory_bytes == alone["m"].peak_memory_bytes
     median = lambda outcome: sorted(t for r in outcome.rounds for t in r["step"])[7]
     assert median(beside["m"]) == pytest.approx(median(alone["m"]), rel=0.2)
+
+
+def test_a_cheap_step_gets_longer_turns_and_warm_up_the_same_count_every_round():
+    import time
+
+    def make(ms):
+        def step(phase):
+            with phase("forward"):
+                time.sleep(ms / 1e3)
+        return lambda: step
+
+    job, out = take_turns([Entrant("cheap", make(2)), Entrant("dear", make(50))], device="cpu", warmup=1,
+                          rounds=3, steps=2, min_turn_ms=40)
+    cheap, dear = out["cheap"], out["dear"]
+    assert sum(cheap.warmup_steps) >= 40 and len(cheap.warmup_steps) > 1
+    assert len(dear.warmup_steps) == 1                   # one step already lasts min_turn_ms
+    assert 5 <= cheap.steps_per_turn <= 20 and dear.steps_per_turn == 2
+    assert all(len(r["step"]) == cheap.steps_per_turn for r in cheap.rounds)
+    assert cheap.metrics(job)["turns"]["steps_per_turn"] == cheap.steps_per_turn
+    assert job.as_dict()["min_turn_ms"] == 40
+
+
+@pytest.mark.parametrize("min_turn_ms, step_ms, steps, expected", [
+    (0, 1.0, 3, 3), (250, 10.0, 3, 25), (250, 500.0, 3, 3), (250, 0.01, 3, rounds.MAX_STEPS_PER_TURN), (250, 0.0, 4, 4)])
+def test_steps_for(min_turn_ms, step_ms, steps, expected):
+    assert rounds.steps_for(min_turn_ms, step_ms, steps) == expected

@@ -47,6 +47,7 @@ rule A1_benchmark:
         out_dir=f"{RESULTS}/A1/records",
         warmup=A1["warmup"],
         rounds=A1["rounds"],
+        min_turn_ms=A1["min_turn_ms"],
         batch=A1["batch"],
         steps=A1["steps"],
         attention=A1["attention"],
@@ -57,7 +58,8 @@ rule A1_benchmark:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.benchmark --size {wildcards.size} --contexts {params.contexts}"
         " --modes {params.modes} --precisions {params.precisions} --batch {params.batch}"
-        " --warmup {params.warmup} --rounds {params.rounds} --steps {params.steps} --attention {params.attention}"
+        " --warmup {params.warmup} --rounds {params.rounds} --min-turn-ms {params.min_turn_ms} --steps {params.steps}"
+        " --attention {params.attention}"
         " --device {params.device} --out-dir {params.out_dir} > {log} 2>&1")
 
 
