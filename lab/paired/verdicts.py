@@ -6,8 +6,8 @@
 A compared pair is two records of one job (``metrics.turns.job``) that agree on every held key
 (``HELD``: the point both sides are measured at — mode, size, context, sequence length, head
 dimension, dtype) and differ in something else (the precision, the implementation, the rung, the
-group size). For each pair ``report.spread.paired_records`` gives a verdict on the step time
-("higher", "lower" or within the spread). A pair is matched across the two runs by the two records'
+group size). For each pair ``report.spread.paired_records`` gives a verdict on the step time (a kernel call's
+for B5) — "higher", "lower" or within the spread. A pair is matched across the two runs by the two records'
 places in their run folders, so both runs must be of the same grid.
 
 Prints, per deliverable: the pairs found in both runs, how many each run decided (not "within"),
@@ -27,7 +27,9 @@ from cs336_systems.pipeline.run_folder import record_files, records_in
 from cs336_systems.report.spread import WITHIN, paired_records, round_samples
 
 # What both sides of a compared pair hold equal; anything else that differs is what is compared.
-HELD = ("mode", "size", "context", "seq", "seq_len", "d", "head_dim", "dtype", "batch", "shape")
+HELD = ("mode", "size", "context", "seq", "seq_len", "d", "head_dim", "dtype", "batch", "shape", "pass")
+# What a round times: a step (phases timed between synchronisations) or a kernel call (B5's ``ms``).
+TIMED = ("step", "ms")
 
 
 def pairs_of(folder: Path, ids: set[str] | None = None) -> dict[tuple, tuple[dict, dict]]:
@@ -50,16 +52,22 @@ def pairs_of(folder: Path, ids: set[str] | None = None) -> dict[tuple, tuple[dic
     return pairs
 
 
-def _step_median(record: dict) -> float:
-    return statistics.median(t for r in round_samples(record) for t in r)
+def _timed(record: dict) -> str:
+    first = (record["metrics"].get("rounds") or [{}])[0]
+    return next((phase for phase in TIMED if phase in first), "step")
+
+
+def _median(record: dict, phase: str) -> float:
+    return statistics.median(t for r in round_samples(record, phase) for t in r)
 
 
 def verdicts(folder: Path, ids: set[str] | None = None) -> dict[tuple, dict]:
     """Each pair's verdict, paired difference and spread (also as a share of the faster side's step)."""
     out = {}
     for key, (a, b) in pairs_of(folder, ids).items():
-        result = paired_records(a, b)
-        step = min(_step_median(a), _step_median(b))
+        phase = _timed(a)
+        result = paired_records(a, b, phase)
+        step = min(_median(a, phase), _median(b, phase))
         out[key] = {"verdict": result.verdict, "difference_ms": result.difference, "spread_ms": result.spread,
                     "spread_share": result.spread / step if step else float("nan"), "rounds": result.rounds}
     return out
