@@ -93,8 +93,10 @@ _MEMORY_VARIANTS = ("no-comm", "overlap", "overlap-sharded", "torch-ddp", "fsdp"
 
 def _ddp(ident: str, title: str, variants: tuple[str, ...] | None, about: str = "", measures: bool = False,
          traces: bool = False, reads: tuple[str, ...] = (), outputs: tuple[str, ...] = tables("table")) -> Deliverable:
-    """A data-parallel deliverable: its report reads the records of ``variants`` wherever they live."""
-    return Deliverable(ident, title, _DDP, _TRAIN, _DDP_REPORT, RANKS, (f"{ident}_variant",) if measures else (),
+    """A data-parallel deliverable: its report reads the records of ``variants`` wherever they live. One
+    job per precision measures every variant (``C3_variants``, C3's: ``measures``), whatever folder
+    its records go to."""
+    return Deliverable(ident, title, _DDP, _TRAIN, _DDP_REPORT, RANKS, (f"{ident}_variants",) if measures else (),
                        reads, about, variants, traces, outputs)
 
 
@@ -132,12 +134,12 @@ DELIVERABLES: tuple[Deliverable, ...] = (
                 ("C1_row",), outputs=tables("table") + ("allreduce.png",)),
     _ddp("C2", "Naive DDP", ("naive",), about=f"{_S}.distributed.ddp", reads=("C3",)),
     _ddp("C3", "Naive DDP benchmark", ("naive", "torch-ddp"), measures=True),
-    _ddp("C4", "Flat DDP", ("naive", "flat"), about=f"{_S}.distributed.ddp", measures=True, reads=("C3",)),
+    _ddp("C4", "Flat DDP", ("naive", "flat"), about=f"{_S}.distributed.ddp", reads=("C3",)),
     _ddp("C5", "Overlapping DDP", ("overlap",), about=f"{_S}.distributed.ddp", reads=("C3", "C6")),
-    _ddp("C6", "Overlapping DDP benchmark", ("naive", "flat", "overlap", "torch-ddp"), measures=True, traces=True,
+    _ddp("C6", "Overlapping DDP benchmark", ("naive", "flat", "overlap", "torch-ddp"), traces=True,
          reads=("C3", "C4"), outputs=tables("table") + ("timeline.png",)),
     _ddp("C7", "Bucketed DDP", (BUCKET_SIZES,), about=f"{_S}.distributed.ddp", reads=("C3", "C8")),
-    _ddp("C8", "Bucket sizes and the overhead model", None, measures=True, traces=True,
+    _ddp("C8", "Bucket sizes and the overhead model", None, traces=True,
          reads=("C1", "C3", "C4", "C6", "C11", "C12"),
          outputs=tables("table", "variants", "overhead", "accuracy") + ("phases.png", "overhead.png", "overhead_model.png")),
     Deliverable("C9", "4D-parallelism accounting", "c9_accounting.smk", f"{_S}.accounting.study", f"{_S}.report.c9",
@@ -145,10 +147,10 @@ DELIVERABLES: tuple[Deliverable, ...] = (
                 outputs=tables("table", "scaling") + ("scaling_grid.csv", "scaling.png")),
     _ddp("C10", "Optimizer state sharding", ("overlap", "overlap-sharded"), about=f"{_S}.distributed.sharded_optimizer",
          reads=("C3", "C6", "C11")),
-    _ddp("C11", "Optimizer state sharding: memory and time", _MEMORY_VARIANTS, measures=True,
+    _ddp("C11", "Optimizer state sharding: memory and time", _MEMORY_VARIANTS,
          reads=("C3", "C6", "C12")),
     _ddp("C12", "FSDP", ("fsdp", "fsdp-bf16", "overlap", "torch-ddp"), about=f"{_S}.distributed.fsdp",
-         measures=True, traces=True, reads=("C1", "C3", "C6"), outputs=tables("table") + ("timeline.png",)),
+         traces=True, reads=("C1", "C3", "C6"), outputs=tables("table") + ("timeline.png",)),
     Deliverable("E1", "The training step, every technique together", "e1_training_step.smk",
                 f"{_S}.training_step.ladder", f"{_S}.report.e1", ONE_GPU, ("E1_step", "E1_profile"),
                 outputs=tables("table", "kernels") + ("ladder.png",)),

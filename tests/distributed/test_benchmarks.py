@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from cs336_systems.distributed import allreduce_bench, traces, train_bench, variants
-from cs336_systems.report import c1, ddp
+from cs336_systems.distributed.launcher import run_on_ranks
+from cs336_systems.report import c1, ddp, spread
 
 
 def test_bus_bandwidth_is_the_ring_share():
@@ -63,17 +64,29 @@ def test_compute_gaps_merge_overlapping_kernels():
     assert gaps["span_ms"] == pytest.approx(1.1)
 
 
-@pytest.mark.parametrize("variant, precision", [("naive", "fp32"), ("bucketed-0.5", "fp32"),
-                                                ("overlap-sharded", "fp32"), ("no-comm", "bf16"),
-                                                ("bucketed-ready-0.5", "bf16"), ("bucketed-bf16-0.5", "bf16")])
-def test_training_variant_on_gloo(tmp_path, variant, precision):
-    out, trace = tmp_path / "r.json", tmp_path / "t.json.gz"
-    assert train_bench.main(["--variant", variant, "--size", "tiny", "--context", "16", "--global-batch", "4",
-                             "--backend", "gloo", "--warmup", "1", "--steps", "2", "--out", str(out),
-                             "--trace", str(trace), "--precision", precision, "--accuracy-steps", "2"]) == 0
-    record = json.loads(out.read_text())
+GROUP = ["no-comm", "naive", "bucketed-0.5", "overlap-sharded", "bucketed-ready-0.5", "bucketed-bf16-0.5", "fsdp"]
+TRACED = ["no-comm", "naive", "bucketed-bf16-0.5"]
+
+
+@pytest.fixture(scope="module", params=["fp32", "bf16"])
+def group(request, tmp_path_factory):
+    """One job per precision: the baseline and the variants taking turns in one Gloo process group."""
+    out = tmp_path_factory.mktemp(f"group-{request.param}")
+    assert train_bench.main(["--variants", *GROUP, "--size", "tiny", "--context", "16", "--global-batch", "4",
+                             "--backend", "gloo", "--warmup", "1", "--rounds", "3", "--steps", "2",
+                             "--out-dir", str(out), "--traced", *TRACED, "--precision", request.param,
+                             "--accuracy-steps", "2"]) == 0
+    return request.param, out
+
+
+@pytest.mark.parametrize("variant", GROUP)
+def test_training_variant_in_the_group(group, variant):
+    precision, out = group
+    ident = variants.lookup(variant).deliverable
+    record = json.loads((out / ident / "records" / f"{variants.stem(variant, precision)}.json").read_text())
     assert record["status"] == "ok", record.get("message")
     assert record["params"]["precision"] == precision and variants.precision_of(record) == precision
+    assert record["params"]["rounds"] == 3 and record["params"]["steps"] == 2
     accuracy = record["metrics"].get("accuracy")
     if variants.fp32_twin(variant):      # bf16 communication against fp32's, from the same start
         assert accuracy["reference"] == "bucketed-ready-0.5" and accuracy["steps"] == 2
@@ -86,24 +99,85 @@ def test_training_variant_on_gloo(tmp_path, variant, precision):
         assert record["metrics"]["rebuilt_in_ready_order"] is True
     m = record["metrics"]
     parts = m["forward_ms"] + m["backward_ms"] + m["comm_wait_ms"] + m["optimizer_ms"]
-    assert len(m["steps"]) == 2 and all(s["step_ms"] == pytest.approx(
+    assert len(m["steps"]) == 3 * 2 and all(s["step_ms"] == pytest.approx(
         s["forward_ms"] + s["backward_ms"] + s["comm_wait_ms"] + s["optimizer_ms"], abs=1e-3) for s in m["steps"])
     assert parts > 0 and m["step_ms_slowest_rank"] >= min(s["step_ms"] for s in m["steps"])
     assert (m["buckets"] is not None) == variant.startswith("bucketed")
-    assert len(m["memory_per_rank"]) == (1 if variant == "no-comm" else 2)     # the baseline runs one rank
+    assert len(m["memory_per_rank"]) == 2                  # the baseline too runs every rank
+    # Every round's samples, the same steps as the flat list, and the job every variant shared.
+    assert [x for r in m["rounds"] for x in r["step"]] == pytest.approx([s["step_ms"] for s in m["steps"]], abs=1e-3)
+    assert all(len(r["step"]) == 2 and len(r["step_slowest_rank"]) == 2 for r in m["rounds"]) and len(m["rounds"]) == 3
+    assert m["turns"]["with"] == GROUP and m["turns"]["rounds"] == 3 and m["turns"]["steps"] == 2
+    base = json.loads((out / "C3" / "records" / f"no-comm_{precision}.json").read_text())
+    assert spread.same_job(record, base) and spread.paired_records(record, base).rounds == 3
     step_range = ddp.step_table([record])["step_range_ms"][0]          # the median's spread in the table
     assert step_range == f"{min(s['step_ms'] for s in m['steps']):.1f}–{max(s['step_ms'] for s in m['steps']):.1f}"
-    stored_variant, intervals = traces.read(trace)
-    lanes = {i["lane"] for i in intervals}
-    assert stored_variant == variant and {"phase", "compute"} <= lanes
-    assert ("communication" in lanes) == (variant != "no-comm")            # the baseline communicates nothing
-    assert record["id"] == variants.lookup(variant).deliverable
+    trace = out / ident / "traces" / f"{variants.stem(variant, precision)}.json.gz"
+    assert trace.exists() == (variant in TRACED)
+    if variant in TRACED:
+        stored_variant, intervals = traces.read(trace)
+        lanes = {i["lane"] for i in intervals}
+        assert stored_variant == variant and {"phase", "compute"} <= lanes
+        assert ("communication" in lanes) == (variant != "no-comm")            # the baseline communicates nothing
+    assert record["id"] == ident
+
+
+def test_the_report_pairs_each_overhead_with_the_baseline_of_its_job(group):
+    precision, out = group
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("C*/records/*.json"))]
+    found = ddp.overheads(records)[precision]
+    assert all(row["paired"] for row in found["rows"].values()) and ddp.paired_by_precision(records) == {precision: True}
+    by = {r["params"]["variant"]: r for r in records}
+    naive = spread.paired_records(by["naive"], by["no-comm"])
+    assert found["rows"]["naive"]["ms"] == pytest.approx(naive.difference)
+    assert found["rows"]["naive"]["high_ms"] - found["rows"]["naive"]["ms"] == pytest.approx(naive.spread)
+
+
+def _collectives_per_variant(rank, world_size, names):
+    """Run the group job's rank function with torch.distributed's collectives counted, each call
+    charged to the variant whose step is running (calls between steps, as the turns' agreement, are
+    not). PyTorch's DDP calls its process group from C++, past these wrappers: not among ``names``."""
+    import torch.distributed as dist
+
+    counts, current = {n: 0 for n in names}, [None]
+    for fn in ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+               "reduce_scatter_tensor", "reduce", "gather", "scatter", "all_to_all", "barrier", "send", "recv",
+               "isend", "irecv", "all_gather_object", "broadcast_object_list"):
+        real = getattr(dist, fn)
+
+        def counted(*args, _real=real, **kwargs):
+            if current[0] is not None:
+                counts[current[0]] += 1
+            return _real(*args, **kwargs)
+        setattr(dist, fn, counted)
+    real_step = train_bench.train_step
+
+    def step(built, *args, **kwargs):
+        current[0] = built.name
+        try:
+            return real_step(built, *args, **kwargs)
+        finally:
+            current[0] = None
+    train_bench.train_step = step
+    cfg = {"variants": names, "precision": "fp32", "size": "tiny", "context": 16, "per_rank_batch": 2,
+           "warmup": 1, "rounds": 3, "steps": 2, "traced": [], "accuracy_steps": 0}
+    out = train_bench._group(rank, world_size, "gloo", cfg)
+    assert all(v["status"] == "ok" for v in out.values()), out
+    return counts
+
+
+def test_the_baseline_issues_no_collective():
+    names = ["no-comm", "naive", "bucketed-0.5", "fsdp"]
+    counts = run_on_ranks(_collectives_per_variant, 2, args=(names,))
+    for per_rank in counts:
+        assert per_rank["no-comm"] == 0, per_rank
+        assert all(per_rank[n] > 0 for n in names[1:]), per_rank      # the counting sees the others' calls
 
 
 def test_bad_variant_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as info:
-        train_bench.main(["--variant", "zero3", "--size", "tiny", "--context", "16", "--global-batch", "4",
-                          "--backend", "gloo", "--out", "x.json"])
+        train_bench.main(["--variants", "naive", "zero3", "--size", "tiny", "--context", "16", "--global-batch", "4",
+                          "--backend", "gloo", "--out-dir", "x"])
     err = capsys.readouterr().err
     assert info.value.code == 2 and "unknown data-parallel variant 'zero3'" in err
     assert all(name in err for name in variants.names())

@@ -1,7 +1,7 @@
 # C: several processes. C1 all-reduce rows (one process group per backend × world size); the
-# data-parallel training variants (records in C3, C4, C6, C8, C11, C12), one process group each on
-# `world_size` GPUs under NCCL, or CPU ranks under Gloo in the smoke preset, in each precision of
-# DDP.precisions; the reports C2–C8, C10–C12.
+# data-parallel training variants (records in C3, C4, C6, C8, C11, C12), one process group per
+# precision of DDP.precisions on `world_size` GPUs under NCCL, or CPU ranks under Gloo in the smoke
+# preset, every variant and the baseline in turns; the reports C2–C8, C10–C12.
 
 from functools import partial
 
@@ -61,54 +61,45 @@ rule C1_report:
         logged("python -m cs336_systems.report.c1 --rows {input.rows} --out-dir {params.out_dir} > {log} 2>&1")
 
 
-# The data-parallel variants: each runs under its own deliverable's rule (C3_variant for naive
-# and PyTorch DDP, C4_variant for flat, ...; distributed.variants says which) and leaves its
-# record and a one-step trace in that deliverable's folder. Same command for all of them.
-DDP_VARIANT_COMMAND = (
-    logged("{params.lease} python -m cs336_systems.distributed.train_bench --variant {wildcards.variant}"
-    " --precision {wildcards.precision}"
-    f" --size {DDP['size']} --context {DDP['context']} --global-batch {DDP['global_batch']}"
-    f" --world-size {DDP['world_size']} --warmup {DDP['warmup']} --steps {DDP['steps']}"
-    f" --accuracy-steps {DDP['accuracy_steps']}"
-    " --backend {params.backend} --trace {output.trace} --out {output.record} > {log} 2>&1")
-)
-
-
-# Where each variant's record and trace live (its deliverable's folder), and the GPUs its job holds:
-# one per rank under NCCL (the no-communication baseline runs one rank), none for Gloo ranks on CPUs.
+# The data-parallel variants of one precision, the no-communication baseline among them: one job, one
+# process group of `world_size` ranks (NCCL on one GPU each, or Gloo ranks on CPUs), every variant
+# taking its turns in `rounds` interleaved rounds (train_bench's docstring says why and how), one record
+# per variant in its own deliverable's folder (distributed.variants says which), a one-step trace of
+# each `traced` one. The rule is C3's, whose baseline and anchor every other variant is set against.
 DDP_FOLDER = {v: f"{RESULTS}/{ddp_variants.lookup(v).deliverable}" for v in DDP["variants"]}
-DDP_GPUS = {v: 0 if DDP_BACKEND != "nccl" else 1 if ddp_variants.lookup(v).single_rank else DDP["world_size"]
-            for v in DDP["variants"]}
+DDP_GPUS = DDP["world_size"] if DDP_BACKEND == "nccl" else 0
 
 
-for ident in ddp_variants.deliverables():
-
-    rule:
-        """One data-parallel variant of this deliverable on `world_size` ranks in one precision:
-        per-phase step times, memory, one traced step (the C6 and C12 timelines draw the `traced`
-        ones), and for a variant that communicates in bf16 its weights against fp32 communication."""
-        name:
-            f"{ident}_variant"
-        input:
-            measuring_code("cs336_systems.distributed.train_bench", deliverable=ident),
-        output:
-            record=f"{RESULTS}/{ident}/records/{{variant}}_{{precision}}.json",
-            trace=f"{RESULTS}/{ident}/traces/{{variant}}_{{precision}}.json.gz",
-        log:
-            f"{LOGS}/{ident}/{{variant}}_{{precision}}.log",
-        benchmark:
-            f"{BENCHMARKS}/{ident}/{{variant}}_{{precision}}.tsv",
-        wildcard_constraints:
-            variant=ddp_variants.pattern(ident),
-            precision="|".join(ddp_variants.PRECISIONS),
-        params:
-            lease=lambda wildcards: (f"python -m cs336_systems.pipeline.gpu_lease --gpus {DDP_GPUS[wildcards.variant]} --"
-                                     if DDP_BACKEND == "nccl" else ""),
-            backend=DDP_BACKEND,
-        resources:
-            gpu=lambda wildcards: DDP_GPUS[wildcards.variant],
-        shell:
-            DDP_VARIANT_COMMAND
+rule C3_variants:
+    """Every data-parallel variant and the baseline in one precision, in turns in one process group:
+    per-phase step times of every round, memory, one traced step of the `traced` ones (the C6 and
+    C12 timelines draw them), and for a variant that communicates in bf16 its weights against fp32
+    communication."""
+    input:
+        measuring_code("cs336_systems.distributed.train_bench", deliverable="C3"),
+    output:
+        records=[f"{DDP_FOLDER[v]}/records/{v}_{{precision}}.json" for v in DDP["variants"]],
+        traces=[f"{DDP_FOLDER[v]}/traces/{v}_{{precision}}.json.gz" for v in TRACED],
+    log:
+        f"{LOGS}/C3/variants_{{precision}}.log",
+    benchmark:
+        f"{BENCHMARKS}/C3/variants_{{precision}}.tsv",
+    wildcard_constraints:
+        precision="|".join(ddp_variants.PRECISIONS),
+    params:
+        lease=f"python -m cs336_systems.pipeline.gpu_lease --gpus {DDP_GPUS} --" if DDP_BACKEND == "nccl" else "",
+        backend=DDP_BACKEND,
+        variants=" ".join(DDP["variants"]),
+        traced=" ".join(TRACED),
+    resources:
+        gpu=DDP_GPUS,
+    shell:
+        logged("{params.lease} python -m cs336_systems.distributed.train_bench --variants {params.variants}"
+        " --precision {wildcards.precision}"
+        f" --size {DDP['size']} --context {DDP['context']} --global-batch {DDP['global_batch']}"
+        f" --world-size {DDP['world_size']} --warmup {DDP['warmup']} --rounds {DDP['rounds']} --steps {DDP['steps']}"
+        f" --accuracy-steps {DDP['accuracy_steps']} --traced {{params.traced}}"
+        f" --backend {{params.backend}} --out-dir {RESULTS} > {{log}} 2>&1")
 
 
 # The records (or traces) of some variants in every precision, fp32's first, for deliverable `ident`'s

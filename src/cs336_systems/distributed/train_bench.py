@@ -1,18 +1,52 @@
-"""C3, C4, C6, C8, C11, C12: one data-parallel training variant on N ranks, each step split into
-forward, backward, waiting for gradient communication and the optimizer step; memory at the points
-C11 asks about; optionally a trace of one step.
+"""C3, C4, C6, C8, C11, C12: the data-parallel training variants of one precision on N ranks, measured
+as one comparison: one process group runs the no-communication baseline and every variant in
+interleaved rounds; each step split into forward, backward, waiting for gradient communication and
+the optimizer step; memory at the points C11 asks about; a trace of one step of each traced variant.
 
-    python -m cs336_systems.distributed.train_bench --variant bucketed-100 --size xl --context 512 \
-        --global-batch 8 --world-size 2 --backend nccl --precision bf16 --out record.json \
-        [--trace trace.json.gz] [--accuracy-steps 20]
+    python -m cs336_systems.distributed.train_bench --variants no-comm naive torch-ddp bucketed-100 \
+        --size xl --context 512 --global-batch 8 --world-size 2 --backend nccl --precision bf16 \
+        --warmup 2 --rounds 4 --steps 3 --traced naive --accuracy-steps 20 --out-dir results/RUN
+
+writes one record per variant, ``<out-dir>/<ID>/records/<variant>_<precision>.json`` (its deliverable's
+folder, ``variants.stem``), and ``<out-dir>/<ID>/traces/<variant>_<precision>.json.gz`` for each
+``--traced`` one.
+
+Why one process group. Two processes of one command differ by more than the variants do (on one
+2×H200 host, xl/512 bf16: the baseline read 243–261 ms and PyTorch DDP 297–355 ms in alternating
+processes), so an overhead taken as one process's step less another's baseline says little. Here
+every variant takes its turns in the same ranks, rounds in rotating order (``rounds.rotation``), and
+each record keeps every round (``metrics.rounds``) and the job it shared (``metrics.turns``), so a
+report pairs a variant with the baseline of its own job round by round (``report.spread.paired_records``).
+
+How a turn is built. Every variant wraps the model differently (our DDP wrappers hook the gradients,
+PyTorch's DDP owns a reducer, the sharded optimizer keeps a shard's state, FSDP replaces the
+parameters with shards), and on a GPU one copy of xl with its gradients and Adam state is ~24 GB:
+copies of every variant side by side do not fit 80 GB. So one variant lives at a time: each turn
+builds a fresh copy of the same seeded model (seed 0, the same weights every turn), wraps it, takes
+``warmup`` untimed steps (allocator, first-step bucket rebuild, NCCL's first calls) and ``steps``
+timed ones, and lets all of it go before the next turn. Every turn thus starts from the memory the
+previous variants left (nothing), and each record's memory is what its variant alone holds. FSDP
+stays in the same group: it reshards only its own copy, so it is paired with the same baseline and
+with the replicating variants C12 sets it against.
+
+The baseline: the same ranks, each with the same per-rank batch as the variants, and no gradient
+communication (``wrap_none``); each rank steps on its own (tested: its steps issue no collective).
+
+Lock-step. All ranks take the same turns in the same order; after each turn they exchange whether it
+failed (``all_gather_object``, outside the timed steps), so a variant that runs out of memory or
+fails on any rank is recorded as such (``oom``/``error``) on every rank and leaves the rounds
+together; the others go on. A failure that leaves one rank inside a collective the other never
+joins hangs that collective: the process group's collective time limit ends the job, and every
+variant's record then holds that failure.
 
 ``--precision bf16`` runs each rank's forward pass and loss under ``torch.autocast(bfloat16)``, as
 A1's bf16 (backward follows the dtypes autocast chose); weights, gradients and optimizer state stay
 fp32, so the variants communicate fp32 gradients unless they cast them (bucketed-bf16-<MB>).
 
-A variant that communicates in bf16 also measures what that costs (``--accuracy-steps N``): from
-the same initial weights and batches, N steps of it and N of its fp32-communicating twin (the same
-buckets, ``variants.fp32_twin``); the record's ``accuracy`` compares the weights they end with.
+A variant that communicates in bf16 also measures what that costs (``--accuracy-steps N``), after
+the rounds: from the same initial weights and batches, N steps of it and N of its fp32-communicating
+twin (the same buckets, ``variants.fp32_twin``); the record's ``accuracy`` compares the weights they
+end with.
 
 The variants, the deliverable each belongs to, and the ``wrap_*`` function below that builds each
 are listed in ``cs336_systems.distributed.variants``.
@@ -20,35 +54,45 @@ are listed in ``cs336_systems.distributed.variants``.
 How a step is split. On a GPU the phases are CUDA events recorded on the compute stream: forward,
 backward, then ``finish_gradient_synchronization`` — the compute stream waits there for the
 communication still in flight, so that interval is the communication *not* hidden behind backward —
-then the optimizer. Nothing synchronizes the device inside a step (a device-wide synchronize would
-also wait for the communication stream and fold it into "backward"). PyTorch's DDP does its waiting
-inside backward, so its "waiting" phase is ~0 and its backward includes it. On the CPU (Gloo) the
-phases are wall-clock intervals.
+then the optimizer. Nothing synchronizes the device inside a timed step (a device-wide synchronize
+would also wait for the communication stream and fold it into "backward"). PyTorch's DDP does its
+waiting inside backward, so its "waiting" phase is ~0 and its backward includes it. On the CPU
+(Gloo) the phases are wall-clock intervals. Each rank times its own steps; a record keeps rank 0's
+phases and, per step, the slowest rank's step.
 
-Memory (GPU only): bytes allocated after the model is built, just before and just after the last
-step's optimizer step, with parameters, gradients and optimizer state counted from the tensors
-themselves, and the peak above the step's starting point during forward + backward (activations and
-temporaries).
+Memory (GPU only), read in the last warm-up step of a variant's first turn (untimed, as those reads
+synchronize): bytes allocated after the model is built, just before and just after the optimizer
+step, with parameters, gradients and optimizer state counted from the tensors themselves, and the
+peak above the step's starting point during forward + backward (activations and temporaries).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import re
 import statistics
 import sys
 import timeit
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from cs336_systems.distributed import traces, variants
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.timing import failure_status
+from cs336_systems.rounds import MIN_ROUNDS, Job, rotation
+from cs336_systems.timing import failure_status, free_device_memory
 from cs336_systems.workload import PRECISIONS as AUTOCAST_DTYPES
 
 COMMUNICATION = re.compile(r"nccl|all_?reduce|allgather|all_gather|reduce_?scatter|broadcast", re.IGNORECASE)
 PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms", "step_ms")
+# The phases a round keeps, by their names in ``metrics.rounds`` (rounds.Outcome's shape: "step" is
+# the whole step), and the record's name for each.
+ROUND_PHASES = {"forward": "forward_ms", "backward": "backward_ms", "comm_wait": "comm_wait_ms",
+                "optimizer": "optimizer_ms", "step": "step_ms"}
 
 
 class _TorchDDP(torch.nn.parallel.DistributedDataParallel):
@@ -174,75 +218,170 @@ class StepClock:
         return [(self.marks[b] - self.marks[a]) * 1e3 for a, b in pairs]
 
 
-def _train(rank: int, world_size: int, backend: str, cfg: dict) -> dict:
-    from cs336_basics.nn_utils import cross_entropy
+@dataclass
+class Built:
+    """One variant's turn: a fresh copy of the seeded model, its wrapper and its optimizer."""
+    name: str
+    model: torch.nn.Module
+    wrapped: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    after_init: int | None          # bytes allocated once the model was built (GPU), before wrapping
 
-    from cs336_systems.models import build_model, get_size, random_batch
 
-    device = device_for(rank, backend)
+def build(name: str, cfg: dict, device: torch.device) -> Built:
+    """Variant ``name`` around a fresh copy of the seed-0 model: the same weights in every turn."""
+    from cs336_systems.models import build_model, get_size
+
     torch.manual_seed(0)
     model = build_model(get_size(cfg["size"]), cfg["context"], device=device)
-    cuda = device.type == "cuda"
-    memory = {}
-    if cuda:
+    after_init = None
+    if device.type == "cuda":
         torch.cuda.synchronize(device)
-        memory["after_init"] = torch.cuda.memory_allocated(device)
-    wrapped = wrap(cfg["variant"], model, device)
-    optimizer = make_optimizer(cfg["variant"], wrapped.parameters())
-    torch.manual_seed(1 + rank)                         # each rank its own share of the global batch
-    x, y = random_batch(cfg["per_rank_batch"], cfg["context"], device=device)
-    autocast = autocast_for(cfg["precision"], device)
+        after_init = torch.cuda.memory_allocated(device)
+    wrapped = wrap(name, model, device)
+    return Built(name, model, wrapped, make_optimizer(name, wrapped.parameters()), after_init)
 
-    steps = []
-    for step in range(cfg["warmup"] + cfg["steps"]):
-        last = step == cfg["warmup"] + cfg["steps"] - 1
-        start_step(wrapped, optimizer)
-        if cuda and last:
-            torch.cuda.synchronize(device)
-            start_bytes = torch.cuda.memory_allocated(device)
-            torch.cuda.reset_peak_memory_stats(device)
-        clock = StepClock(device)
-        clock.mark()
-        with autocast:
-            loss = cross_entropy(wrapped(x), y)
-        clock.mark()
-        loss.backward()
-        clock.mark()
-        wrapped.finish_gradient_synchronization()
-        clock.mark()
-        if cuda and last:
-            torch.cuda.synchronize(device)
-            memory["forward_backward_peak_above_start"] = torch.cuda.max_memory_allocated(device) - start_bytes
-            memory["before_step"] = torch.cuda.memory_allocated(device)
-            memory["breakdown_before_step"] = memory_by_kind(wrapped, optimizer)
-        clock.mark()      # the optimizer's interval starts here, after any memory reading above
-        optimizer.step()
-        clock.mark()
-        if cuda and last:
-            torch.cuda.synchronize(device)
-            memory["after_step"] = torch.cuda.memory_allocated(device)
-            memory["breakdown_after_step"] = memory_by_kind(wrapped, optimizer)
-            memory["peak"] = torch.cuda.max_memory_allocated(device)
-        if step >= cfg["warmup"]:
-            forward, backward, wait, opt = clock.between_ms([(0, 1), (1, 2), (2, 3), (4, 5)])
-            steps.append({"forward_ms": forward, "backward_ms": backward, "comm_wait_ms": wait,
-                          "optimizer_ms": opt, "step_ms": forward + backward + wait + opt})
-    trace = None
-    if cfg.get("trace"):
-        # Every rank steps (its collectives need all of them); rank 0's intervals are kept.
-        trace = _trace_one_step(wrapped, optimizer, x, y, device, autocast)
-        trace = trace if rank == 0 else None
-    out = {"steps": steps, "memory": memory, "trace": trace,
-           "buckets": len(wrapped.buckets) if hasattr(wrapped, "buckets") else None,
-           "rebuilt_in_ready_order": getattr(wrapped, "rebuilt", None),
-           "parameter_count": sum(p.numel() for p in model.parameters())}
-    twin = variants.fp32_twin(cfg["variant"])
-    if twin and cfg.get("accuracy_steps"):
-        del wrapped, optimizer, model, loss             # room for the two runs on the GPU
-        if cuda:
-            torch.cuda.empty_cache()
-        out["accuracy"] = accuracy_against_twin(rank, cfg, twin, device)
+
+def train_step(built: Built, x, y, autocast, device: torch.device, memory: dict | None = None) -> dict:
+    """One training step of ``built``; its phases in ms. Given ``memory`` (a dict), also reads the
+    memory at C11's points into it: those reads synchronize the device, so such a step is not timed."""
+    from cs336_basics.nn_utils import cross_entropy
+
+    wrapped, optimizer = built.wrapped, built.optimizer
+    read = memory is not None and device.type == "cuda"
+    start_step(wrapped, optimizer)
+    if read:
+        torch.cuda.synchronize(device)
+        start_bytes = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    clock = StepClock(device)
+    clock.mark()
+    with autocast:
+        loss = cross_entropy(wrapped(x), y)
+    clock.mark()
+    loss.backward()
+    clock.mark()
+    wrapped.finish_gradient_synchronization()
+    clock.mark()
+    if read:
+        torch.cuda.synchronize(device)
+        memory["after_init"] = built.after_init
+        memory["forward_backward_peak_above_start"] = torch.cuda.max_memory_allocated(device) - start_bytes
+        memory["before_step"] = torch.cuda.memory_allocated(device)
+        memory["breakdown_before_step"] = memory_by_kind(wrapped, optimizer)
+    clock.mark()      # the optimizer's interval starts here, after any memory reading above
+    optimizer.step()
+    clock.mark()
+    if read:
+        torch.cuda.synchronize(device)
+        memory["after_step"] = torch.cuda.memory_allocated(device)
+        memory["breakdown_after_step"] = memory_by_kind(wrapped, optimizer)
+        memory["peak"] = torch.cuda.max_memory_allocated(device)
+    forward, backward, wait, opt = clock.between_ms([(0, 1), (1, 2), (2, 3), (4, 5)])
+    return {"forward_ms": forward, "backward_ms": backward, "comm_wait_ms": wait, "optimizer_ms": opt,
+            "step_ms": forward + backward + wait + opt}
+
+
+def _let_go(device: torch.device) -> None:
+    """Release what a finished or failed turn held, so the next turn starts from nothing."""
+    gc.collect()
+    free_device_memory(device)
+
+
+def _take_turn(name: str, cfg: dict, device: torch.device, batch, autocast, found: dict) -> None:
+    """One turn of variant ``name``: build, ``warmup`` untimed steps (the last of the variant's first
+    turn reads the memory), ``steps`` timed ones, appended to ``found["rounds"]`` as one round."""
+    built = build(name, cfg, device)
+    for i in range(cfg["warmup"]):
+        first = not found["rounds"] and i == cfg["warmup"] - 1
+        train_step(built, *batch, autocast, device, memory=found["memory"] if first else None)
+    found["rounds"].append([train_step(built, *batch, autocast, device) for _ in range(cfg["steps"])])
+    if not found["details"]:
+        wrapped = built.wrapped
+        found["details"] = {"buckets": len(wrapped.buckets) if hasattr(wrapped, "buckets") else None,
+                            "rebuilt_in_ready_order": getattr(wrapped, "rebuilt", None),
+                            "parameter_count": sum(p.numel() for p in built.model.parameters())}
+
+
+def _agree(status: str, message: str | None) -> tuple[str, str | None]:
+    """Every rank's outcome of the turn just taken; the first failure any rank had, else ok. All ranks
+    call this after every turn, so they leave a failed variant together."""
+    import torch.distributed as dist
+
+    outcomes = [None] * dist.get_world_size()
+    dist.all_gather_object(outcomes, (status, message))
+    for rank, (s, m) in enumerate(outcomes):
+        if s != "ok":
+            return s, f"rank {rank}: {m}"
+    return "ok", None
+
+
+def _group(rank: int, world_size: int, backend: str, cfg: dict) -> dict:
+    """This rank's part of the job: the variants' turns in rotating rounds, then the accuracy twins'
+    runs and one traced step of each traced variant. Returns per variant its status, every round's
+    steps (this rank's), memory, and what the record reports about its wrapper."""
+    from cs336_systems.models import random_batch
+
+    device = device_for(rank, backend)
+    torch.manual_seed(1 + rank)                         # each rank its own share of the global batch
+    batch = random_batch(cfg["per_rank_batch"], cfg["context"], device=device)
+    autocast = autocast_for(cfg["precision"], device)
+    names = cfg["variants"]
+    out = {n: {"status": "ok", "message": None, "rounds": [], "memory": {}, "details": {}} for n in names}
+    for r in range(cfg["rounds"]):
+        for name in rotation(names, r):
+            found = out[name]
+            if found["status"] != "ok":
+                continue
+            failure = None
+            try:
+                _take_turn(name, cfg, device, batch, autocast, found)
+            except Exception as exc:  # noqa: BLE001 - an OOM or error is this variant's outcome
+                failure = failure_status(exc)
+                del exc                 # its traceback holds the turn's tensors
+            _let_go(device)
+            found["status"], found["message"] = _agree(*(failure or ("ok", None)))
+            if found["status"] != "ok":
+                log(f"  {name}: {found['status']} ({found['message']})")
+            elif rank == 0:
+                step = statistics.median(s["step_ms"] for s in found["rounds"][-1])
+                log(f"  round {r + 1}/{cfg['rounds']} {name}: step median {step:.2f} ms")
+    for name in names:
+        twin = variants.fp32_twin(name)
+        if twin and cfg.get("accuracy_steps") and out[name]["status"] == "ok":
+            out[name]["accuracy"] = _outside_rounds(
+                name, "accuracy", device, lambda: accuracy_against_twin(rank, cfg, name, twin, device))
+        if name in cfg.get("traced", ()) and out[name]["status"] == "ok":
+            out[name]["trace"] = _outside_rounds(
+                name, "trace", device, lambda: _traced_step(rank, name, cfg, device, batch, autocast))
     return out
+
+
+def _outside_rounds(name: str, what: str, device: torch.device, fn):
+    """``fn()`` (the accuracy runs, a traced step), its failure on any rank logged and agreed as a
+    turn's is: the variant's timed rounds stand, this measurement is None."""
+    failure, value = None, None
+    try:
+        value = fn()
+    except Exception as exc:  # noqa: BLE001 - as a turn's
+        failure = failure_status(exc)
+        del exc
+    _let_go(device)
+    status, message = _agree(*(failure or ("ok", None)))
+    if status != "ok":
+        log(f"  {name}: no {what}: {status} ({message})")
+        return None
+    return value
+
+
+def _traced_step(rank: int, name: str, cfg: dict, device: torch.device, batch, autocast) -> list[dict] | None:
+    """One profiled step of ``name`` after its warm-up, outside the timed rounds. Every rank steps
+    (its collectives need all of them); rank 0's intervals are kept."""
+    built = build(name, cfg, device)
+    for _ in range(cfg["warmup"]):
+        train_step(built, *batch, autocast, device)
+    intervals = _trace_one_step(built.wrapped, built.optimizer, *batch, device, autocast)
+    return intervals if rank == 0 else None
 
 
 def autocast_for(precision: str, device: torch.device):
@@ -293,12 +432,12 @@ def _train_from_scratch(rank: int, cfg: dict, name: str, device: torch.device, k
     return {"final": final, "initial": initial, "losses": losses}
 
 
-def accuracy_against_twin(rank: int, cfg: dict, twin: str, device: torch.device) -> dict | None:
-    """How far the weights of ``cfg["variant"]`` (bf16 communication) end from its fp32-communicating
+def accuracy_against_twin(rank: int, cfg: dict, name: str, twin: str, device: torch.device) -> dict | None:
+    """How far the weights of variant ``name`` (bf16 communication) end from its fp32-communicating
     twin's after the same steps: the norm of the difference against the norm of the weights and
     against the norm of what training changed (the reference's final minus initial weights), the
     largest element's difference, and both runs' losses (rank 0's batch). Rank 0 only (None else)."""
-    ours = _train_from_scratch(rank, cfg, cfg["variant"], device)
+    ours = _train_from_scratch(rank, cfg, name, device)
     reference = _train_from_scratch(rank, cfg, twin, device, keep_initial=True)
     if rank != 0:
         return None
@@ -368,55 +507,85 @@ def trace_intervals(events, gpu: bool) -> list[dict]:
     return [dict(i, start_us=i["start_us"] - t0, end_us=i["end_us"] - t0) for i in out]
 
 
-def summarize_ranks(per_rank: list[dict]) -> dict:
-    """Medians over steps of rank 0's phases; the step time of a step is its slowest rank's."""
-    steps0 = per_rank[0]["steps"]
+def summarize_ranks(per_rank: list[dict], job: Job) -> dict:
+    """One variant's metrics from every rank's outcome of it: medians over rank 0's timed steps of each
+    phase, per step the slowest rank's step, every round's samples (rank 0's phases and the slowest
+    rank's step, ``ROUND_PHASES``'s names: ``report.spread.paired_records`` pairs them) and the job."""
+    rounds0 = per_rank[0]["rounds"]
+    steps0 = [s for turn in rounds0 for s in turn]
     metrics = {phase: statistics.median(s[phase] for s in steps0) for phase in PHASES}
-    slowest = [max(r["steps"][i]["step_ms"] for r in per_rank) for i in range(len(steps0))]
-    metrics["step_ms_slowest_rank"] = statistics.median(slowest)
+    slowest_by_round = [[max(r["rounds"][k][i]["step_ms"] for r in per_rank) for i in range(len(turn))]
+                        for k, turn in enumerate(rounds0)]
+    metrics["step_ms_slowest_rank"] = statistics.median(t for turn in slowest_by_round for t in turn)
     metrics["comm_share"] = metrics["comm_wait_ms"] / metrics["step_ms"]
     metrics["steps"] = [{k: round(v, 4) for k, v in s.items()} for s in steps0]
+    metrics["rounds"] = [{short: [s[long] for s in turn] for short, long in ROUND_PHASES.items()}
+                         | {"step_slowest_rank": slowest} for turn, slowest in zip(rounds0, slowest_by_round)]
+    metrics["turns"] = job.as_dict()
     metrics["memory_per_rank"] = [r["memory"] for r in per_rank]
-    metrics["parameter_count"] = per_rank[0]["parameter_count"]
-    metrics["buckets"] = per_rank[0]["buckets"]
-    if per_rank[0]["rebuilt_in_ready_order"] is not None:
-        metrics["rebuilt_in_ready_order"] = per_rank[0]["rebuilt_in_ready_order"]
-    if "accuracy" in per_rank[0]:
+    details = per_rank[0]["details"]
+    metrics["parameter_count"] = details["parameter_count"]
+    metrics["buckets"] = details["buckets"]
+    if details["rebuilt_in_ready_order"] is not None:
+        metrics["rebuilt_in_ready_order"] = details["rebuilt_in_ready_order"]
+    if per_rank[0].get("accuracy"):
         metrics["accuracy"] = per_rank[0]["accuracy"]
     return metrics
 
 
-def run(cfg: dict, world_size: int, backend: str, timeout_s: float) -> tuple[dict, list | None]:
-    params = {k: cfg[k] for k in ("variant", "precision", "size", "context", "global_batch", "warmup", "steps")} | {
-        "world_size": world_size, "backend": backend}
-    if variants.fp32_twin(cfg["variant"]) and cfg.get("accuracy_steps"):
+def params_of(name: str, cfg: dict, world_size: int, backend: str) -> dict:
+    params = {"variant": name} | {k: cfg[k] for k in ("precision", "size", "context", "global_batch", "warmup",
+                                                      "rounds", "steps")} | {"world_size": world_size, "backend": backend}
+    if variants.fp32_twin(name) and cfg.get("accuracy_steps"):
         params["accuracy_steps"] = cfg["accuracy_steps"]
-    ident = variants.lookup(cfg["variant"]).deliverable
-    # The baseline runs the same step on one rank with one rank's share of the batch.
-    ranks = 1 if variants.lookup(cfg["variant"]).single_rank else world_size
-    available = torch.cuda.device_count() if backend == "nccl" else ranks
-    if available < ranks:
-        reason = f"{ranks} ranks need {ranks} GPUs; this machine has {available}"
-        return make_record(ident, params, "skipped", reason=reason), None
+    return params
+
+
+def run(cfg: dict, world_size: int, backend: str, timeout_s: float,
+        collective_timeout_s: float = 120) -> dict[str, tuple[dict, list | None]]:
+    """The job: every variant of ``cfg["variants"]`` in one process group. Returns per variant its
+    record and rank 0's traced step (None where not traced or not measured)."""
+    names = cfg["variants"]
+    params = {n: params_of(n, cfg, world_size, backend) for n in names}
+    ident = {n: variants.lookup(n).deliverable for n in names}
+    available = torch.cuda.device_count() if backend == "nccl" else world_size
+    if available < world_size:
+        reason = f"{world_size} ranks need {world_size} GPUs; this machine has {available}"
+        return {n: (make_record(ident[n], params[n], "skipped", reason=reason), None) for n in names}
     if cfg["global_batch"] % world_size:
         raise SystemExit(f"train_bench: global batch {cfg['global_batch']} does not split over {world_size} ranks")
+    job = Job(uuid.uuid4().hex[:12], tuple(names), cfg["rounds"], cfg["steps"], cfg["warmup"])
     cfg = cfg | {"per_rank_batch": cfg["global_batch"] // world_size}
     try:
-        per_rank = run_on_ranks(_train, ranks, args=(backend, cfg), backend=backend, timeout_s=timeout_s)
-    except Exception as exc:  # noqa: BLE001 - an OOM on a rank is a result; so is any other failure
+        per_rank = run_on_ranks(_group, world_size, args=(backend, cfg), backend=backend, timeout_s=timeout_s,
+                                collective_timeout_s=collective_timeout_s)
+    except Exception as exc:  # noqa: BLE001 - the group failed: every variant's record says how
         status, message = failure_status(exc)
-        log(f"{ident} {cfg['variant']}: {status}: {message}")
-        return make_record(ident, params, status, reason=message), None
-    metrics = summarize_ranks(per_rank)
-    log(f"{ident} {cfg['variant']} {cfg['precision']}: step {metrics['step_ms']:.2f} ms (forward {metrics['forward_ms']:.2f}, backward "
-        f"{metrics['backward_ms']:.2f}, waiting {metrics['comm_wait_ms']:.2f}, optimizer {metrics['optimizer_ms']:.2f})")
-    return make_record(ident, params, "ok", metrics), per_rank[0]["trace"]
+        log(f"the process group failed: {status}: {message}")
+        return {n: (make_record(ident[n], params[n], status, reason=message), None) for n in names}
+    out = {}
+    for name in names:
+        mine = [r[name] for r in per_rank]
+        if mine[0]["status"] != "ok":
+            out[name] = (make_record(ident[name], params[name], mine[0]["status"], reason=mine[0]["message"]), None)
+            continue
+        metrics = summarize_ranks(mine, job)
+        log(f"{ident[name]} {name} {cfg['precision']}: step {metrics['step_ms']:.2f} ms (forward {metrics['forward_ms']:.2f}, "
+            f"backward {metrics['backward_ms']:.2f}, waiting {metrics['comm_wait_ms']:.2f}, optimizer {metrics['optimizer_ms']:.2f})")
+        out[name] = (make_record(ident[name], params[name], "ok", metrics), mine[0].get("trace"))
+    return out
+
+
+def record_path(out_dir: Path, name: str, precision: str, kind: str = "records") -> Path:
+    """Where a variant's record (``kind="records"``) or trace (``"traces"``) lives under a run folder."""
+    suffix = ".json" if kind == "records" else ".json.gz"
+    return Path(out_dir) / variants.lookup(name).deliverable / kind / f"{variants.stem(name, precision)}{suffix}"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.distributed.train_bench",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--variant", required=True, help=", ".join(variants.names()))
+    p.add_argument("--variants", nargs="+", required=True, help=", ".join(variants.names()))
     p.add_argument("--size", required=True)
     p.add_argument("--context", type=int, required=True)
     p.add_argument("--global-batch", type=int, required=True)
@@ -427,33 +596,45 @@ def main(argv=None) -> int:
     p.add_argument("--accuracy-steps", type=int, default=0,
                    help="for a variant that communicates in bf16: train this many steps beside its fp32-"
                         "communicating twin and record how far the weights end apart (0: no)")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--timeout-s", type=float, default=540)
-    p.add_argument("--out", required=True)
-    p.add_argument("--trace", help="also write one step's compute / communication intervals here "
-                                   "(a gzipped Chrome trace, .json.gz)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps at the start of every turn (at least 1)")
+    p.add_argument("--rounds", type=int, default=4, help=f"rounds of turns (at least {MIN_ROUNDS})")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per variant and turn")
+    p.add_argument("--timeout-s", type=float, default=3600, help="the whole job's limit")
+    p.add_argument("--collective-timeout-s", type=float, default=120,
+                   help="the limit of one collective: a hung one ends the job after this long")
+    p.add_argument("--traced", nargs="*", default=[],
+                   help="variants (among --variants) of which one step is also traced, into <out-dir>/<ID>/traces/")
+    p.add_argument("--out-dir", required=True, type=Path,
+                   help="the run folder: records go to <out-dir>/<ID>/records/<variant>_<precision>.json")
     args = p.parse_args(argv)
     from cs336_systems.models import MODEL_SIZES
 
-    try:
-        variants.lookup(args.variant)
-    except ValueError as error:
-        p.error(f"--variant: {error}")
+    for name in args.variants + args.traced:
+        try:
+            variants.lookup(name)
+        except ValueError as error:
+            p.error(f"--variants: {error}")
+    if len(set(args.variants)) != len(args.variants):
+        p.error(f"--variants: each variant once, got {' '.join(args.variants)}")
+    if set(args.traced) - set(args.variants):
+        p.error(f"--traced: {', '.join(sorted(set(args.traced) - set(args.variants)))} not among --variants")
     if args.size not in MODEL_SIZES:
         p.error(f"--size {args.size!r}: known sizes are {', '.join(MODEL_SIZES)}")
-    if min(args.context, args.global_batch, args.steps, args.world_size) < 1 or min(args.warmup,
-                                                                                    args.accuracy_steps) < 0:
-        p.error("--context, --global-batch, --steps and --world-size must be positive, --warmup and "
-                "--accuracy-steps not negative")
-    cfg = {"variant": args.variant, "precision": args.precision, "size": args.size, "context": args.context,
-           "global_batch": args.global_batch, "warmup": args.warmup, "steps": args.steps, "trace": bool(args.trace),
-           "accuracy_steps": args.accuracy_steps}
-    record, trace = run(cfg, args.world_size, args.backend, args.timeout_s)
-    write_json_atomic(args.out, record)
-    if args.trace:
-        traces.write(args.trace, args.variant, trace or [])
-    log(f"wrote {record['status']} record -> {args.out}")
+    if min(args.context, args.global_batch, args.steps, args.world_size, args.warmup) < 1 or args.accuracy_steps < 0:
+        p.error("--context, --global-batch, --steps, --world-size and --warmup must be positive (a turn's first step "
+                "after its build is not timed), --accuracy-steps not negative")
+    if args.rounds < MIN_ROUNDS:
+        p.error(f"--rounds {args.rounds}: at least {MIN_ROUNDS}, so each verdict has a spread across rounds")
+    cfg = {"variants": args.variants, "precision": args.precision, "size": args.size, "context": args.context,
+           "global_batch": args.global_batch, "warmup": args.warmup, "rounds": args.rounds, "steps": args.steps,
+           "traced": args.traced, "accuracy_steps": args.accuracy_steps}
+    found = run(cfg, args.world_size, args.backend, args.timeout_s, args.collective_timeout_s)
+    for name, (record, trace) in found.items():
+        path = record_path(args.out_dir, name, args.precision)
+        write_json_atomic(path, record)
+        if name in args.traced:
+            traces.write(record_path(args.out_dir, name, args.precision, "traces"), name, trace or [])
+        log(f"wrote {record['status']} record -> {path}")
     return 0      # an error is a result too: recorded with its message, shown in the report's table
 
 

@@ -1,7 +1,7 @@
 """The data-parallel training variants, by name: the one list of them.
 
 A variant's name is what the config lists (``DDP.variants``), what its record and trace files are
-called, and what ``train_bench --variant`` takes. Each belongs to the deliverable whose results
+called, and what ``train_bench --variants`` takes. Each belongs to the deliverable whose results
 folder holds its records (``results/<run>/<ID>/records/<name>_<precision>.json``, see ``stem``):
 naive DDP, PyTorch's DDP (its anchor) and the no-communication baseline every overhead is measured
 against to C3; flat to C4; overlapping to C6; the bucket sizes and the bucketed variants that go past
@@ -33,7 +33,6 @@ class Variant:
     what: str               # one line for help texts and the writeup
     sharded_optimizer: bool = False   # AdamW inside ShardedOptimizer instead of plain AdamW
     gradient_bytes: int = 4           # bytes per gradient element it communicates (fp32; bf16: 2)
-    single_rank: bool = False         # runs one rank with one rank's share of the batch
     # The variant that is this one with gradients communicated in fp32 (same buckets, same order):
     # the reference of the accuracy measurement of a variant that communicates in bf16.
     fp32_twin: str | None = None
@@ -53,8 +52,8 @@ BASELINE = "no-comm"
 
 VARIANTS: tuple[Variant, ...] = (
     Variant(BASELINE, "C3", f"{_BUILDERS}:wrap_none",
-            "the same step on one rank with one rank's share of the batch and no communication: "
-            "the baseline every variant's overhead is measured against", single_rank=True),
+            "the same ranks, each with the same per-rank batch, and no gradient communication: "
+            "the baseline every variant's overhead is measured against, in the same job"),
     Variant("naive", "C3", f"{_BUILDERS}:wrap_naive",
             "one all-reduce per parameter after backward"),
     Variant("torch-ddp", "C3", f"{_BUILDERS}:wrap_torch_ddp",

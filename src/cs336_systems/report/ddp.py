@@ -9,12 +9,22 @@ figures, and the summary its section quotes.
 Which variants each deliverable reads is the registry's (``deliverables``, as ``READS`` below); where their records live is
 ``cs336_systems.distributed.variants`` (each variant's own deliverable). The summary's rows are the
 first precision's (fp32 where the run has it); ``by_precision`` holds the same rows for each.
+
+Comparisons. Records of one job (``metrics.turns``: every variant of a precision took turns in one
+process group, ``train_bench``) are compared per round (``record_difference``: the median per-round
+difference, with as spread the largest distance of a round's difference from it,
+``report.spread.paired_records``); an overhead is a variant's step against the baseline of its own
+job, and a variant beats PyTorch DDP only where that paired verdict says so. Records without a shared
+job (one process per variant, as the committed runs before it were measured) are compared by the
+range their fastest and slowest steps allow, and the summary says the comparison spans processes
+(``paired`` false).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -25,6 +35,7 @@ from cs336_systems import deliverables
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.distributed import traces as stored_traces
 from cs336_systems.distributed import variants
+from cs336_systems.report import spread as paired_spread
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
 
 GIB = 2**30
@@ -88,21 +99,31 @@ def step_table(records: list[dict]) -> pd.DataFrame:
                      "note": "; ".join(filter(None, [IN_BACKWARD_NOTE if inside else "", note]))})
         if inside:
             rows[-1] |= {"comm_wait_ms": None, "comm_share": None}
-    return with_overhead(pd.DataFrame(rows))
+    return with_overhead(pd.DataFrame(rows), records)
 
 
-def with_overhead(table: pd.DataFrame) -> pd.DataFrame:
+def with_overhead(table: pd.DataFrame, records: list[dict] | None = None) -> pd.DataFrame:
     """Each row's cost of communication: its step minus the baseline's of the same precision (the
-    same step on one rank, no communication, same run), in ms and as a share of the baseline.
+    same ranks and per-rank batch, no communication), in ms and as a share of the baseline.
     "Waiting" alone misses what overlapping costs inside backward (PyTorch DDP waits 0 ms yet runs a
-    slower backward); this does not. Added only where the run has an ok baseline (a precision
-    without one gets no number); its spread is the two rows' step ranges (``overhead_range``)."""
+    slower backward); this does not. Where ``records`` (the table's, in its order) and the baseline
+    took turns in one job, the overhead is their paired difference (``record_difference``: the median
+    per-round difference); else the difference of the medians, across processes. Added only where
+    the run has an ok baseline (a precision without one gets no number)."""
     base = table[(table["variant"] == variants.BASELINE) & (table["status"] == "ok")]
     if base.empty:
         return table
     base_ms = table["precision"].map(dict(zip(base["precision"], base["step_ms"].astype(float))))
+    over = table["step_ms"] - base_ms
+    if records is not None:
+        bases = {p: r for p, found in _by_variant(records).items() if (r := found.get(variants.BASELINE))}
+        for i, r in enumerate(records):
+            mine = bases.get(variants.precision_of(r))
+            found = record_difference(r, mine) if mine is not None and r["status"] == "ok" else None
+            if found is not None and found["paired"]:
+                over.iloc[i] = found["ms"]
     out = table.copy()
-    out.insert(out.columns.get_loc("step_range_ms") + 1, "overhead_ms", out["step_ms"] - base_ms)
+    out.insert(out.columns.get_loc("step_range_ms") + 1, "overhead_ms", over)
     out.insert(out.columns.get_loc("overhead_ms") + 1, "overhead_pct", 100 * out["overhead_ms"] / base_ms)
     return out
 
@@ -157,6 +178,28 @@ def difference(a: tuple[float, float, float], b: tuple[float, float, float]) -> 
     return {"ms": a[0] - b[0], "low_ms": low, "high_ms": high, "sign": 1 if low > 0 else -1 if high < 0 else 0}
 
 
+# A record's phase (its metrics' name) -> its name in ``metrics.rounds`` (train_bench.ROUND_PHASES).
+ROUND_PHASE = {"forward_ms": "forward", "backward_ms": "backward", "comm_wait_ms": "comm_wait",
+               "optimizer_ms": "optimizer", "step_ms": "step"}
+
+
+def record_difference(a: dict, b: dict, phase: str = "step_ms") -> dict | None:
+    """``a``'s ``phase`` less ``b``'s, as ``difference`` gives it (``ms``, ``low_ms``, ``high_ms``,
+    ``sign``) plus ``paired``. Measured in one job: paired per round (``spread.paired_records``):
+    ``ms`` the median per-round difference, ``low_ms``/``high_ms`` it less/plus the spread across
+    rounds, ``sign`` the paired verdict. Else (the comparison spans processes) the range the two
+    records' fastest and slowest steps allow. None where either has no such phase."""
+    found = paired_spread.paired_records(a, b, ROUND_PHASE[phase]) if a["status"] == b["status"] == "ok" else None
+    if found is not None and found.rounds:
+        return {"ms": found.difference, "low_ms": found.difference - found.spread,
+                "high_ms": found.difference + found.spread,
+                "sign": {"higher": 1, "lower": -1}.get(found.verdict, 0), "paired": True, "rounds": found.rounds}
+    mine, theirs = phase_spread(a, phase), phase_spread(b, phase)
+    if not mine or not theirs:
+        return None
+    return difference(mine, theirs) | {"paired": False}
+
+
 def _by_variant(records: list[dict]) -> dict[str, dict[str, dict]]:
     """The ok records per precision, by variant."""
     out: dict[str, dict[str, dict]] = {}
@@ -177,7 +220,6 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
     out: dict[str, dict[str, dict]] = {}
     for precision, found in _by_variant(records).items():
         backward = {v: phase_spread(r, "backward_ms") for v, r in found.items()}
-        steps = {v: phase_spread(r, "step_ms") for v, r in found.items()}
         quiet = [v for v in ((variants.BASELINE,) if variants.BASELINE in found else QUIET_BACKWARD)
                  if v in found and backward[v]]
         reference = max(quiet, key=lambda v: backward[v][0], default=None)
@@ -188,10 +230,10 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
             out.setdefault(precision, {})[variant] = {
                 "backward_ms": mine[0], "reference": reference,
                 "reference_backward_ms": backward[reference][0] if reference else None,
-                "excess": difference(mine, backward[reference]) if reference else None,
+                "excess": record_difference(found[variant], found[reference], "backward_ms") if reference else None,
                 "longest": all(mine[1] > b[2] for v, b in backward.items() if b and v != variant),
-                "steps": {v: difference(steps[variant], s) for v, s in steps.items()
-                          if s and v not in (variant, variants.BASELINE) and v not in OTHER_COMPUTE}}
+                "steps": {v: d for v, r in found.items() if v not in (variant, variants.BASELINE)
+                          and v not in OTHER_COMPUTE and (d := record_difference(found[variant], r)) is not None}}
     return out
 
 
@@ -243,7 +285,7 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
             continue
         calls = {"naive": gradient_tensors(naive["params"]["size"]) + 1, "flat": 1}
         grad_bytes = naive["metrics"]["parameter_count"] * variants.lookup("naive").gradient_bytes
-        waits = difference(phase_spread(naive, "comm_wait_ms"), phase_spread(flat, "comm_wait_ms"))
+        waits = record_difference(naive, flat, "comm_wait_ms")
         passes = {v: after_backward_pass_ms(v, grad_bytes, bandwidth) for v in calls}
         extra = passes["flat"] - passes["naive"] if bandwidth else 0.0
         extra_calls = calls["naive"] - calls["flat"]
@@ -271,7 +313,7 @@ def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
         if not overlap or not sizes:
             continue
         mine = phase_spread(overlap, "comm_wait_ms")
-        waits = {v: difference(phase_spread(r, "comm_wait_ms"), mine) for v, r in sizes.items()}
+        waits = {v: record_difference(r, overlap, "comm_wait_ms") for v, r in sizes.items()}
         grad_bytes = overlap["metrics"].get("parameter_count", 0) * variants.lookup("overlap").gradient_bytes
         extra = None
         if bandwidth and grad_bytes:
@@ -308,26 +350,61 @@ CONTENDERS_OF = ("C3", "C4", "C6", "C8")
 
 
 def overheads(records: list[dict]) -> dict[str, dict]:
-    """Per precision: every variant's overhead with its range (``overhead_range``), the best contender
-    (smallest median overhead) and what the data says of it against PyTorch DDP's
-    (``compare_overheads``). Precisions without an ok baseline are left out."""
-    spreads = {(r["params"]["variant"], variants.precision_of(r)): step_spread(r) for r in records}
+    """Per precision: every variant's overhead (``overhead_of``: paired against the baseline of its
+    own job, else the range across processes), the best contender (smallest median overhead) and
+    what the data says of it against PyTorch DDP's: ``compare_overheads_paired`` where the contender,
+    PyTorch DDP and the baseline took turns in one job (``paired``), else ``compare_overheads`` on
+    the ranges. Precisions without an ok baseline are left out."""
     out = {}
-    for precision in dict.fromkeys(variants.precision_of(r) for r in records):
-        base = spreads.get((variants.BASELINE, precision))
+    for precision, found in _by_variant(records).items():
+        base = found.get(variants.BASELINE)
         if base is None:
             continue
-        rows = {v: overhead_range(spread, base) for (v, p), spread in spreads.items()
-                if p == precision and spread is not None and v != variants.BASELINE}
+        rows = {v: overhead_of(r, base) for v, r in found.items() if v != variants.BASELINE}
         anchor = rows.get("torch-ddp")
         contenders = {v: r for v, r in rows.items() if v != "torch-ddp"
                       and variants.lookup(v).deliverable in CONTENDERS_OF}
         best = min(contenders, key=lambda v: contenders[v]["ms"], default=None)
-        verdict = compare_overheads(contenders[best], anchor) if best and anchor else None
-        out[precision] = {"baseline_ms": base[0], "baseline_range_ms": [base[1], base[2]], "rows": rows,
-                          "best": best, "verdict": verdict,
+        paired = bool(best and anchor and contenders[best]["paired"] and anchor["paired"]
+                      and paired_spread.same_job(found[best], found["torch-ddp"]))
+        verdict = None
+        if best and anchor:
+            verdict = (compare_overheads_paired(found[best], found["torch-ddp"], base) if paired
+                       else compare_overheads(contenders[best], anchor))
+        spread = step_spread(base)
+        out[precision] = {"baseline_ms": spread[0], "baseline_range_ms": [spread[1], spread[2]], "rows": rows,
+                          "best": best, "verdict": verdict, "paired": paired,
                           "ratio": contenders[best]["ms"] / anchor["ms"] if best and anchor and anchor["ms"] > 0 else None}
     return out
+
+
+def overhead_of(record: dict, base: dict) -> dict:
+    """A variant's overhead: its step less the baseline's (``record_difference``: paired per round in
+    one job, else the range the steps allow), and the median difference as % of the baseline's step."""
+    found = record_difference(record, base)
+    return found | {"pct": 100 * found["ms"] / step_spread(base)[0]}
+
+
+def compare_overheads_paired(ours: dict, anchor: dict, base: dict) -> str:
+    """What one job's rounds support about ``ours``'s overhead against ``anchor``'s (records of the
+    same job as the baseline ``base``): per round each overhead is its median step less the
+    baseline's; "halves" where our overhead less half the anchor's is below zero beyond its spread
+    across rounds (and the anchor's overhead above zero beyond its own); "less"/"more" where our
+    step is below/above the anchor's beyond theirs (the baseline cancels out of the difference of
+    two overheads); else "unsettled" (``spread.paired``'s verdicts)."""
+    def per_round(record):
+        return [statistics.median(r) for r in paired_spread.round_samples(record)]
+
+    mine, theirs, baseline = per_round(ours), per_round(anchor), per_round(base)
+    n = min(len(mine), len(theirs), len(baseline))
+    over_ours = [mine[i] - baseline[i] for i in range(n)]
+    over_anchor = [theirs[i] - baseline[i] for i in range(n)]
+    anchor_costs = paired_spread.paired([[t] for t in over_anchor], [[0.0]] * n).verdict == "higher"
+    if anchor_costs and paired_spread.paired([[o] for o in over_ours],
+                                             [[0.5 * t] for t in over_anchor]).verdict == "lower":
+        return "halves"
+    verdict = paired_spread.paired(paired_spread.round_samples(ours), paired_spread.round_samples(anchor)).verdict
+    return {"lower": "less", "higher": "more"}.get(verdict, "unsettled")
 
 
 def overhead_table(records: list[dict], found: dict[str, dict]) -> pd.DataFrame | None:
@@ -629,7 +706,7 @@ def versus(records: list[dict], pairs, precision: str) -> dict[str, dict[str, di
     out: dict[str, dict[str, dict]] = {}
     for a, b in pairs:
         if a in found and b in found:
-            out.setdefault(a, {})[b] = difference(phase_spread(found[a], "step_ms"), phase_spread(found[b], "step_ms"))
+            out.setdefault(a, {})[b] = record_difference(found[a], found[b])
     return out
 
 
@@ -637,6 +714,16 @@ def trace_label(variant: str, precision: str) -> str:
     """How a trace is named in the summary and its timeline: the variant, with its precision where
     that is not fp32."""
     return variant if precision == variants.DEFAULT_PRECISION else f"{variant} ({precision})"
+
+
+def paired_by_precision(records: list[dict]) -> dict[str, bool]:
+    """Per precision: whether every ok record of it was measured in one job (one process group taking
+    turns), so its comparisons are paired per round; False where they span processes."""
+    out = {}
+    for precision, found in _by_variant(records).items():
+        jobs = {(r["metrics"].get("turns") or {}).get("job") for r in found.values()}
+        out[precision] = len(jobs) == 1 and None not in jobs
+    return out
 
 
 def _none(why: str) -> pd.DataFrame:
@@ -653,6 +740,11 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     precisions = list(dict.fromkeys(table["precision"]))
     first = variants.DEFAULT_PRECISION if variants.DEFAULT_PRECISION in precisions else precisions[0]
     rows = {p: {v: _row(table, v, p) for v in dict.fromkeys(table["variant"])} for p in precisions}
+    paired = paired_by_precision(records)
+    for p, found in rows.items():           # the writeup says what each overhead was set against
+        for row in found.values():
+            if row:
+                row["overhead_paired"] = paired.get(p, False)
     # Every row that waits inside backward carries what its backward and step are against the others'.
     for p, found in backward_waits(records).items():
         for v, waits in found.items():
@@ -660,12 +752,13 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
                 rows[p][v]["inside_backward"] = waits
     params = records[0]["params"]
     setup = {k: params[k] for k in ("size", "context", "global_batch", "world_size", "backend", "warmup", "steps")}
+    setup["rounds"] = params.get("rounds")          # None: one process per variant, before the rounds
     fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
     per_call = paid_per_call(records, fit)
     by_precision = {p: {"baseline": rows[p].get(variants.BASELINE)} | _picks(ident, rows[p], traced, traces, [])
                     for p in precisions}
     summary = {"provenance": run_provenance(records), "setup": setup, "precisions": precisions,
-               "first_precision": first, **by_precision[first],
+               "first_precision": first, "paired": paired, **by_precision[first],
                "by_precision": {p: by_precision[p] for p in precisions if p != first},
                "naive_calls": gradient_tensors(setup["size"]) + 1, "per_call": per_call.get(first),
                "versus": versus(records, COMPARED.get(ident, ()), first)}
