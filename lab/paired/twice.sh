@@ -6,7 +6,7 @@
 #
 # A target is a path under the run folder with RUN for the run's name, e.g. RUN/A1/records/xl_ctx128_forward_fp32.json
 # (any record of a job asks for the whole job). Written for the lent GPU machines (../../../shared/gpu/README.md):
-# the code comes from .carry/pin-<sha>.tar (`git archive --format=tar -o .carry/pin-<sha>.tar <sha>`), so what
+# the code comes from .carry/pin-<sha>.tar (`git archive HEAD -- . ':(exclude)results' | gzip > .carry/pin-<sha>.tgz`), so what
 # the working tree holds beside the commit does not run, and records name the commit (CS336_GIT_COMMIT).
 # The runs go on in the background in /tmp/twice, which a later call on the same machine waits on again;
 # each call brings what the runs wrote so far home as $OUT/twice.tgz, with their logs and benchmark files.
@@ -17,7 +17,7 @@ here=$PWD
 work=/tmp/twice
 if [ ! -e "$work/started" ]; then
   mkdir -p "$work"
-  tar -xf ".carry/pin-$sha.tar" -C "$work"
+  tar -xzf ".carry/pin-$sha.tgz" -C "$work"
   cp -r .carry "$work/.carry"
   targets_1=() targets_2=()
   for t in "$@"; do targets_1+=("results/$prefix-1/${t#RUN/}"); targets_2+=("results/$prefix-2/${t#RUN/}"); done

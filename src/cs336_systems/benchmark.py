@@ -12,13 +12,15 @@ A group (``--out-dir``): every context x mode x precision of one model, one proc
 taking turns (``rounds.take_turns``): each warms up ``--warmup`` steps, then ``--rounds`` rounds in
 rotating order of ``--steps`` timed steps per turn, so bf16 against fp32 (and one context against
 another) is a paired difference per round, not two processes' means. The model is built once (for
-the longest context; a shorter batch runs the same operations) and shared. Its points run in two
-heats: forward and forward-backward first, then the train steps with one shared AdamW, so the
-optimizer's state (twice the weights) is resident only while train steps take turns, and every
-point's peak memory is what a process of that point alone holds (weights, its batch, its own
-step's tensors; train steps also the optimizer state), plus the other contexts' token batches
-(kilobytes). Pairs are therefore judged within a heat:
-a record's ``metrics.turns`` names the heat's job and its entrants. One record per point, at
+the longest context; a shorter batch runs the same operations) and shared. Its points run in heats
+of one context and mode each, the precisions taking turns: on one H100 the host-bound steps of the
+small model drift by 1.5x within a second, so the compared turns must follow each other closely
+(a heat of all of a size's points spaced a pair's turns seconds apart, and two runs agreed on
+77-86 % of verdicts). Forward and forward-backward heats run first, then the train steps with
+one shared AdamW, so the optimizer's state (twice the weights) is resident only while train steps
+take turns, and every point's peak memory is what a process of that point alone holds (weights,
+its batch, its own step's tensors; train steps also the optimizer state), plus the other
+contexts' token batches (kilobytes). A record's ``metrics.turns`` names its heat's job and entrants. One record per point, at
 ``{size}_ctx{context}_{mode}_{precision}.json``; one that runs out of memory is an ``oom`` record
 and the others go on.
 
@@ -170,10 +172,9 @@ def benchmark(size: ModelSize, *, context: int, batch: int, mode: str, warmup: i
 def group_entrants(size: ModelSize, *, contexts: list[int], modes: list[str], precisions: list[str], batch: int,
                     attention: str = "naive", compile: bool = False, device: str | torch.device = "cpu",
                     vocab_size: int = 10_000) -> tuple[list[list[Entrant]], torch.nn.Module]:
-    """The group's entrants, one per context x mode x precision, in heats (``HEATS``), sharing one
-    model built for the longest context (and, in the train-step heat, one AdamW built by the first
-    train step's entrant). Within a heat each fp32 point is next to its bf16 twin, so the rotation
-    keeps a pair's turns adjacent in all but one round."""
+    """The group's entrants, one per context x mode x precision, in heats: one per context and mode,
+    its precisions taking turns (the train steps' heats last, ``HEATS``), all sharing one model built
+    for the longest context and the train steps one AdamW built by the first of them."""
     device = torch.device(device)
     model = build_model(size, max(contexts), vocab_size=vocab_size, device=device, attention=attention)
     runnable = torch.compile(model) if compile else model
@@ -195,8 +196,8 @@ def group_entrants(size: ModelSize, *, contexts: list[int], modes: list[str], pr
         # a step that failed half-way leaves gradients on the shared model: the next point starts without
         return Entrant(point_name(context, mode, precision), make, cleanup=lambda: model.zero_grad(set_to_none=True))
 
-    heats = [[entrant(c, m, p) for c in contexts for m in modes if m in heat for p in precisions] for heat in HEATS]
-    return [h for h in heats if h], model
+    heats = [[entrant(c, m, p) for p in precisions] for heat in HEATS for c in contexts for m in modes if m in heat]
+    return heats, model
 
 
 def point_name(context: int, mode: str, precision: str) -> str:

@@ -20,6 +20,7 @@ on. Entrants may share state (one model, its optimizer): the caller decides what
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import uuid
@@ -94,10 +95,11 @@ class Job:
     steps: int
     warmup: int
     min_turn_ms: float = 0.0
+    settle: int = 0
 
     def as_dict(self) -> dict:
         return {"job": self.id, "with": list(self.entrants), "rounds": self.rounds, "steps": self.steps,
-                "warmup": self.warmup, "min_turn_ms": self.min_turn_ms}
+                "warmup": self.warmup, "min_turn_ms": self.min_turn_ms, "settle": self.settle}
 
 
 def rotation(names: Sequence[str], round_index: int) -> list[str]:
@@ -122,6 +124,12 @@ def _fail(outcome: Outcome, entrant: Entrant, exc: BaseException) -> None:
     log(f"  {outcome.name}: {outcome.status} ({outcome.message})")
 
 
+def untimed(name: str) -> ContextManager:
+    """The phase a turn's settling steps run under: nothing times them. An entrant that counts its own
+    steps (to read memory over timed steps only) leaves these out: ``phase is rounds.untimed``."""
+    return contextlib.nullcontext()
+
+
 def _release(device) -> None:
     gc.collect()
     free_device_memory(device)
@@ -136,7 +144,8 @@ def steps_for(min_turn_ms: float, step_ms: float, steps: int) -> int:
 
 
 def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmup: int, rounds: int,
-               steps: int, min_turn_ms: float = 0.0, job_id: str | None = None) -> tuple[Job, dict[str, Outcome]]:
+               steps: int, min_turn_ms: float = 0.0, settle: int = 1,
+               job_id: str | None = None) -> tuple[Job, dict[str, Outcome]]:
     """Build and warm up each entrant (``warmup`` untimed steps, in order), then ``rounds`` rounds in
     which each entrant still running takes ``steps`` timed steps, the order rotating each round.
 
@@ -144,6 +153,10 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
     turns take as many steps as its last warm-up step says fill this long (``steps_for``), the same
     count every round: what moves the host for a few milliseconds then scatters inside a turn, where
     the turn's median absorbs it, instead of between rounds, where it would hide a difference.
+
+    ``settle``: untimed steps at the start of every turn. The first step after another entrant's turn
+    pays for what that one left behind (the caching allocator's blocks cut for other shapes, cold
+    caches): on one H100, E1's rungs' first step of a turn took up to 1.7x their second.
 
     Returns the job and one ``Outcome`` per entrant, in the entrants' order. ``rounds`` must be at
     least ``MIN_ROUNDS``: a verdict needs a spread across rounds.
@@ -153,10 +166,10 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
         raise ValueError(f"entrant names must be unique, got {names}")
     if rounds < MIN_ROUNDS:
         raise ValueError(f"at least {MIN_ROUNDS} rounds are needed for a spread across rounds, got {rounds}")
-    if steps < 1 or warmup < 0:
-        raise ValueError(f"steps must be at least 1 and warmup at least 0, got {steps} and {warmup}")
+    if steps < 1 or warmup < 0 or settle < 0:
+        raise ValueError(f"steps must be at least 1, warmup and settle at least 0, got {steps}, {warmup} and {settle}")
     device = torch.device(device)
-    job = Job(job_id or uuid.uuid4().hex[:12], tuple(names), rounds, steps, warmup, float(min_turn_ms))
+    job = Job(job_id or uuid.uuid4().hex[:12], tuple(names), rounds, steps, warmup, float(min_turn_ms), settle)
     outcomes = {e.name: Outcome(e.name) for e in entrants}
     by_name = {e.name: e for e in entrants}
 
@@ -188,6 +201,8 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
                 continue
             failure = None
             try:
+                for _ in range(settle):
+                    outcome.step(untimed)
                 reset_peak_memory(device)
                 timer = PhaseTimer(device)
                 totals = [_timed_step(outcome, device, timer) for _ in range(outcome.steps_per_turn)]

@@ -227,9 +227,10 @@ def test_a_group_writes_one_paired_record_per_point(tmp_path):
         assert met["step"]["samples"] == [t for rnd in met["rounds"] for t in rnd["step"]]
         assert met["step"]["n"] == 6 and len(met["warmup_step_samples"]) == 1
         assert met["parameters"] == MODEL_SIZES["tiny"].parameter_count()
-        jobs.setdefault(turns["job"], set()).add(m)
-    # two heats: the train steps (with the optimizer) take turns apart from the others
-    assert sorted(map(sorted, jobs.values())) == [["forward", "forward-backward"], ["train-step"]]
+        jobs.setdefault(turns["job"], set()).add((c, m, p))
+    # a heat per context and mode: its precisions take turns, close together
+    assert sorted(sorted(heat) for heat in jobs.values()) == sorted(
+        [(c, m, "bf16"), (c, m, "fp32")] for c in (8, 16) for m in bm.MODES)
     from cs336_systems.report.spread import paired_records
     fp32, bf16 = (_read(out / f"tiny_ctx16_forward-backward_{p}.json") for p in ("fp32", "bf16"))
     assert paired_records(bf16, fp32).rounds == 3

@@ -23,7 +23,7 @@ def _counting(name, calls, phases=("forward", "backward")):
 def test_every_entrant_warms_up_then_takes_its_turn_in_each_round_in_rotated_order():
     calls = []
     job, out = take_turns([Entrant(n, _counting(n, calls)) for n in "abc"], device="cpu",
-                          warmup=1, rounds=3, steps=2)
+                          warmup=1, rounds=3, steps=2, settle=0)
     assert calls == ["a", "b", "c",                    # warm-up, in order
                      "a", "a", "b", "b", "c", "c",     # round 1
                      "b", "b", "c", "c", "a", "a",     # round 2 starts one later
@@ -47,7 +47,7 @@ def test_rotation_visits_every_position():
 
 @pytest.mark.parametrize("bad", [dict(rounds=2), dict(steps=0), dict(warmup=-1)])
 def test_too_few_rounds_or_steps_are_refused(bad):
-    kwargs = dict(device="cpu", warmup=1, rounds=3, steps=1) | bad
+    kwargs = dict(device="cpu", warmup=1, rounds=3, steps=1, settle=0) | bad
     with pytest.raises(ValueError):
         take_turns([Entrant("a", _counting("a", []))], **kwargs)
 
@@ -95,7 +95,7 @@ def test_an_oom_is_an_outcome_and_its_memory_is_let_go_before_the_others_go_on(w
         return step
 
     job, out = take_turns([Entrant("big", failing, cleanup=lambda: cleaned.append(1)), Entrant("s", survivor)],
-                          device="cpu", warmup=1, rounds=3, steps=1)
+                          device="cpu", warmup=1, rounds=3, steps=1, settle=0)
     assert out["big"].status == "oom" and "out of memory" in out["big"].message
     assert cleaned == [1]
     assert out["s"].status == "ok" and len(out["s"].rounds) == 3 and calls.count("s") == 4
@@ -108,7 +108,7 @@ def test_an_error_is_an_outcome_too(capsys):
     def broken():
         raise ValueError("bad shape")
     _, out = take_turns([Entrant("x", broken), Entrant("y", _counting("y", []))], device="cpu",
-                        warmup=0, rounds=3, steps=1)
+                        warmup=0, rounds=3, steps=1, settle=0)
     assert out["x"].status == "error" and out["x"].message == "ValueError: bad shape"
     assert out["y"].status == "ok"
 
@@ -120,7 +120,7 @@ def test_an_entrant_that_skips_itself_is_skipped_with_why_and_the_others_go_on(c
         raise rounds.Skipped("needs a CUDA GPU")
 
     job, out = take_turns([Entrant("s", skip, cleanup=lambda: calls.append("cleaned")), Entrant("a", _counting("a", calls))],
-                          device="cpu", warmup=1, rounds=3, steps=1)
+                          device="cpu", warmup=1, rounds=3, steps=1, settle=0)
     assert (out["s"].status, out["s"].message, out["s"].rounds) == ("skipped", "needs a CUDA GPU", [])
     assert out["a"].status == "ok" and len(out["a"].rounds) == 3 and calls.count("a") == 4
     assert "Traceback" not in capsys.readouterr().err        # a skip is no error
@@ -178,3 +178,21 @@ def test_a_cheap_step_gets_longer_turns_and_warm_up_the_same_count_every_round()
     (0, 1.0, 3, 3), (250, 10.0, 3, 25), (250, 500.0, 3, 3), (250, 0.01, 3, rounds.MAX_STEPS_PER_TURN), (250, 0.0, 4, 4)])
 def test_steps_for(min_turn_ms, step_ms, steps, expected):
     assert rounds.steps_for(min_turn_ms, step_ms, steps) == expected
+
+
+def test_each_turn_starts_with_untimed_settling_steps():
+    seen = []           # (round's phase timer active?, entrant) per call
+
+    def make(name):
+        def step(phase):
+            with phase("forward") as timed:
+                seen.append((name, phase.__qualname__))
+        return lambda: step
+
+    job, out = take_turns([Entrant("a", make("a")), Entrant("b", make("b"))], device="cpu", warmup=1,
+                          rounds=3, steps=2, settle=1)
+    assert len(seen) == 2 + 3 * 2 * (1 + 2)             # warm-up, then per round and entrant 1 settling + 2 timed
+    assert all(len(r["step"]) == 2 for o in out.values() for r in o.rounds)
+    turns = [seen[i:i + 3] for i in range(2, len(seen), 3)]
+    assert all(t[0][1] == "untimed" and t[1][1] != "untimed" for t in turns)
+    assert job.as_dict()["settle"] == 1

@@ -314,7 +314,11 @@ class Turns:
             self.graph_metrics = {"graph_status": "skipped", "graph_reason": reason}
             return
         try:
-            self.graph = GraphTimer(self.impl, self.q, self.k, self.v, self.which)
+            # Leaves of its own: autograd accumulates a leaf's gradient on the stream the leaf's
+            # first graph ran on, so leaves shared with the turns' graphs (built on the default
+            # stream) would make the capture wait on the default stream, which a capture refuses.
+            leaves = [t.detach().clone().requires_grad_(t.requires_grad) for t in (self.q, self.k, self.v)]
+            self.graph = GraphTimer(self.impl, *leaves, self.which)
             self.graph_metrics = {"graph_status": "ok", **self.graph.info}
         except Exception as exc:  # noqa: BLE001 - recorded as the point's graph status
             # An allocation failure inside a capture surfaces as the capture's end failing, with the

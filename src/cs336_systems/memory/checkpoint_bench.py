@@ -33,7 +33,7 @@ from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.memory.checkpointing import group_layers
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.rounds import MIN_ROUNDS, Entrant, take_turns
+from cs336_systems.rounds import MIN_ROUNDS, Entrant, take_turns, untimed
 from cs336_systems.timing import attempt, free_device_memory, peak_memory_bytes, synchronize
 from cs336_systems.workload import build_workload
 
@@ -70,6 +70,8 @@ def measure(size_name: str, *, context: int, batch: int, groups: list[int], mode
                 nonlocal taken
                 model.layers = layers[k]
                 workload.step(phase)
+                if phase is untimed:                # a turn's settling step: neither warm-up nor timed
+                    return
                 taken += 1
                 peak = peak_memory_bytes(device)
                 if taken > warmup and peak is not None:     # a timed step (take_turns resets per turn)

@@ -31,7 +31,7 @@ import torch
 from cs336_systems.cli import parse_device
 from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.rounds import MIN_ROUNDS, Entrant, Skipped, take_turns
+from cs336_systems.rounds import MIN_ROUNDS, Entrant, Skipped, take_turns, untimed
 from cs336_systems.timing import (attempt, exception_line, free_device_memory, is_out_of_memory,
                                   peak_memory_bytes)
 from cs336_systems.training_step import rungs
@@ -168,6 +168,8 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
                 except Exception as exc:    # noqa: BLE001 - noted for the gated rung, then take_turns' outcome
                     failed[name] = ("oom" if is_out_of_memory(exc) else "error", exception_line(exc))
                     raise
+                if phase is untimed:                # a turn's settling step: neither warm-up nor timed
+                    return
                 taken += 1
                 peak = peak_memory_bytes(device)
                 if taken > args.warmup and peak is not None:     # a timed step (take_turns resets per turn)
