@@ -91,6 +91,22 @@ def agreement(first: dict[tuple, dict], second: dict[tuple, dict]) -> dict[str, 
     return table
 
 
+def round_spreads(folder: Path, pattern: str) -> dict[str, tuple[float, float, int]]:
+    """For each ok record whose place (``<ID>/records/<name>.json``) matches ``pattern``: the median of
+    its round medians (ms), how far the farthest round's median is from it as a share of it, and the
+    rounds. How steady one point is across rounds, where the step is bound by the GPU."""
+    out = {}
+    for path in sorted(folder.glob(pattern)):
+        for index, record in enumerate(records_in(path)):
+            if record.get("status") != "ok" or not record["metrics"].get("rounds"):
+                continue
+            medians = [statistics.median(r) for r in round_samples(record, _timed(record))]
+            centre = statistics.median(medians)
+            out[f"{path.relative_to(folder)}#{index}"] = (centre, max(abs(m - centre) for m in medians) / centre,
+                                                          len(medians))
+    return out
+
+
 def markdown(table: dict[str, dict]) -> str:
     lines = ["| deliverable | pairs | decided (run 1) | decided (run 2) | agree | spread ÷ step: median | largest |",
              "|:--|--:|--:|--:|--:|--:|--:|"]
@@ -114,6 +130,9 @@ def main(argv=None) -> int:
     p.add_argument("second", type=Path, help="another run folder of the same grid")
     p.add_argument("--ids", help="comma-separated deliverables (default: every one with paired records)")
     p.add_argument("--json", type=Path, help="also write every pair's verdicts here")
+    p.add_argument("--steady", metavar="GLOB", action="append", default=[],
+                   help="also list how steady each matching record is across rounds in both runs, "
+                        "e.g. 'A1/records/xl_*_fp32.json' (repeatable)")
     args = p.parse_args(argv)
     for folder in (args.first, args.second):
         if not folder.is_dir():
@@ -125,6 +144,13 @@ def main(argv=None) -> int:
               "metrics.turns)", file=sys.stderr)
         return 1
     print(markdown(agreement(first, second)))
+    for pattern in args.steady:
+        one, two = round_spreads(args.first, pattern), round_spreads(args.second, pattern)
+        print(f"\n| {pattern} | run 1: median of rounds | farthest round | run 2: median of rounds | farthest round |")
+        print("|:--|--:|--:|--:|--:|")
+        for place in sorted(one.keys() | two.keys()):
+            cells = [f"{x[0]:.1f} ms | {x[1]:.2%}" if x else "– | –" for x in (one.get(place), two.get(place))]
+            print(f"| {place} | {cells[0]} | {cells[1]} |")
     if args.json:
         args.json.write_text(json.dumps({"first": {" | ".join(k): v for k, v in first.items()},
                                          "second": {" | ".join(k): v for k, v in second.items()}}, indent=1))

@@ -56,3 +56,11 @@ def test_records_of_different_jobs_are_not_paired_and_no_common_pair_fails(tmp_p
     assert verdicts.pairs_of(tmp_path / "r") == {}
     (tmp_path / "empty").mkdir()
     assert verdicts.main([str(tmp_path / "r"), str(tmp_path / "empty")]) == 1
+
+
+def test_steadiness_is_the_farthest_round_from_the_median_of_rounds(tmp_path, capsys):
+    rng = random.Random(7)
+    _write(tmp_path / "r", "xl_fp32", "j", {"size": "xl", "precision": "fp32"}, [100.0, 101.0, 99.0, 104.0], rng)
+    spreads = verdicts.round_spreads(tmp_path / "r", "A1/records/xl_*.json")
+    centre, share, n = spreads["A1/records/xl_fp32.json#0"]
+    assert n == 4 and abs(centre - 100.5) < 0.2 and abs(share - 3.5 / 100.5) < 0.004
