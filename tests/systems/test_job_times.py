@@ -246,3 +246,17 @@ def test_a_job_that_compares_several_points_counts_every_record_it_wrote(tmp_pat
     jobs = job_times.read_benchmarks(tmp_path)
     assert len(jobs) == 1 and not jobs.loc[0, "skipped"]
     assert jobs.loc[0, "timed_s"] == pytest.approx(sum(sum(s) + s[0] for s in mine.values()) / 1000)
+
+
+def test_the_one_job_of_a_deliverable_counts_every_record_of_its_folder(tmp_path, seed):
+    rng = random.Random(seed)
+    tsv = tmp_path / "benchmarks" / "A6" / "groups.tsv"
+    tsv.parent.mkdir(parents=True)
+    tsv.write_text(HEADER + "100\t0:01:40\t500\t1\t1\t1\t0\t0\t50\t60\n")
+    steps = {k: [rng.uniform(1, 900) for _ in range(3)] for k in (0, 1, 2)}
+    for k, samples in steps.items():
+        _record(tmp_path / "A6" / "records" / f"group{k}.json", "ok", samples)
+    jobs = job_times.read_benchmarks(tmp_path)
+    assert jobs.loc[0, "timed_s"] == pytest.approx(sum(map(sum, steps.values())) / 1000)
+    (tmp_path / "benchmarks" / "A6" / "other.tsv").write_text(tsv.read_text())     # two jobs: no guessing
+    assert job_times.read_benchmarks(tmp_path)["timed_s"].isna().all()

@@ -68,7 +68,8 @@ def _records_of(run_dir: Path, parts: tuple[str, ...]) -> list[dict]:
     ``<ID>/<sub>/<name>.json`` (A1's warm-up study, B2's whole-model rows). A job that compares
     several points (a job is a comparison) is named by what its points share and writes one record
     each: where no record has the job's own name, its records are those in the same folder whose
-    name holds every ``_``-separated part of it (A1's ``2.7B`` job: ``2.7B_ctx128_forward_fp32``, ...).
+    name holds every ``_``-separated part of it (A1's ``2.7B`` job: ``2.7B_ctx128_forward_fp32``, ...),
+    or, for a deliverable measured by one job, every record of its folder (A6's ``groups`` job).
     Empty where there is none (a profile, a report) or none parses."""
     if len(parts) < 2:
         return []
@@ -83,6 +84,9 @@ def _records_of(run_dir: Path, parts: tuple[str, ...]) -> list[dict]:
         found = [_read(p) for p in sorted(folder.glob("*.json")) if wanted <= set(p.stem.split("_"))]
         if found:
             return [r for r in found if r is not None]
+    # The deliverable's one job (A6's group sizes): every record of its folder is that job's.
+    if not sub and [p.name for p in (run_dir / "benchmarks" / ident).glob("*.tsv")] == [f"{name}.tsv"]:
+        return [r for r in map(_read, sorted(folders[0].glob("*.json"))) if r is not None]
     return []
 
 
