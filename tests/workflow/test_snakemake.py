@@ -150,7 +150,11 @@ def test_every_measuring_job_leaves_its_benchmark(smoke):
     jobs = job_times.read_benchmarks(results)
     assert len(jobs) >= 20 and (jobs["s"] > 0).all()
     assert not [j for j in jobs["job"] if j.endswith(("report", "writeup"))]
-    assert {j.split("/")[0] for j in jobs["job"]} >= {p.relative_to(results).parts[0] for p in records} - {"C9"}
+    # Deliverables whose records another's job writes (C4's variants run in C3's job) have no benchmark of their own.
+    from cs336_systems.deliverables import DELIVERABLES
+    measured_elsewhere = {d.id for d in DELIVERABLES if not d.measures}
+    assert {j.split("/")[0] for j in jobs["job"]} >= \
+        {p.relative_to(results).parts[0] for p in records} - {"C9"} - measured_elsewhere
 
 
 @pytest.mark.slow

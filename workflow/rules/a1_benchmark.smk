@@ -44,7 +44,7 @@ rule A1_benchmark:
         contexts=" ".join(map(str, A1["contexts"])),
         modes=" ".join(A1["modes"]),
         precisions=" ".join(A1["precisions"]),
-        out_dir=f"{RESULTS}/A1/records",
+        out_dir=out_dir(0),         # the records folder, from the outputs (snakemake --lint)
         warmup=A1["warmup"],
         rounds=A1["rounds"],
         min_turn_ms=A1["min_turn_ms"],

@@ -96,7 +96,7 @@ rule A4_kernels:
         rounds=GRID["A1"]["rounds"],
         steps=GRID["A1"]["steps"],
         device=GRID["device"],
-        out_dir=f"{RESULTS}/A4/records",
+        out_dir=out_dir(0),
     resources:
         gpu=1,
     shell:

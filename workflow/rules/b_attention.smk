@@ -31,7 +31,7 @@ rule B1_row:
         backend=COMPILE_BACKEND,
         batch=B1["batch"],
         iters=B1["iters"],
-        out_dir=f"{RESULTS}/B1/records",
+        out_dir=out_dir(0),
         device=GRID["device"],
     resources:
         gpu=1,
@@ -185,7 +185,7 @@ rule B5_grid_row:
     params:
         impls=" ".join(B5["impls"]),
         seqs=" ".join(map(str, B5["seqs"])),
-        out_dir=f"{RESULTS}/B5/records",
+        out_dir=out_dir(0),
         device=GRID["device"],
     resources:
         gpu=1,

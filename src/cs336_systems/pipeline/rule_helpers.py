@@ -29,7 +29,8 @@ def records_present(paths: list[str]) -> list[str]:
 
 
 def out_dir(name: str):
-    """A params function: the folder of output ``name``, for commands that write several files there."""
+    """A params function: the folder of output ``name`` (or the index of an unnamed one), for commands
+    that write several files there."""
     return lambda wildcards, output: os.path.dirname(output[name])
 
 
