@@ -144,7 +144,7 @@ def steps_for(min_turn_ms: float, step_ms: float, steps: int) -> int:
 
 
 def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmup: int, rounds: int,
-               steps: int, min_turn_ms: float = 0.0, settle: int = 1,
+               steps: int, min_turn_ms: float = 0.0, settle: int | None = None,
                job_id: str | None = None) -> tuple[Job, dict[str, Outcome]]:
     """Build and warm up each entrant (``warmup`` untimed steps, in order), then ``rounds`` rounds in
     which each entrant still running takes ``steps`` timed steps, the order rotating each round.
@@ -156,7 +156,9 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
 
     ``settle``: untimed steps at the start of every turn. The first step after another entrant's turn
     pays for what that one left behind (the caching allocator's blocks cut for other shapes, cold
-    caches): on one H100, E1's rungs' first step of a turn took up to 1.7x their second.
+    caches): on one H100, E1's rungs' first step of a turn took up to 1.7x their second. By default
+    one on a GPU and none on the CPU, which has no such allocator and where the smoke preset's
+    numbers mean nothing (its Triton-interpreted steps take about a second each).
 
     Returns the job and one ``Outcome`` per entrant, in the entrants' order. ``rounds`` must be at
     least ``MIN_ROUNDS``: a verdict needs a spread across rounds.
@@ -166,9 +168,10 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
         raise ValueError(f"entrant names must be unique, got {names}")
     if rounds < MIN_ROUNDS:
         raise ValueError(f"at least {MIN_ROUNDS} rounds are needed for a spread across rounds, got {rounds}")
-    if steps < 1 or warmup < 0 or settle < 0:
+    if steps < 1 or warmup < 0 or (settle is not None and settle < 0):
         raise ValueError(f"steps must be at least 1, warmup and settle at least 0, got {steps}, {warmup} and {settle}")
     device = torch.device(device)
+    settle = (1 if device.type == "cuda" else 0) if settle is None else settle
     job = Job(job_id or uuid.uuid4().hex[:12], tuple(names), rounds, steps, warmup, float(min_turn_ms), settle)
     outcomes = {e.name: Outcome(e.name) for e in entrants}
     by_name = {e.name: e for e in entrants}

@@ -45,7 +45,7 @@ def test_rotation_visits_every_position():
     assert firsts == set(names)
 
 
-@pytest.mark.parametrize("bad", [dict(rounds=2), dict(steps=0), dict(warmup=-1)])
+@pytest.mark.parametrize("bad", [dict(rounds=2), dict(steps=0), dict(warmup=-1), dict(settle=-1)])
 def test_too_few_rounds_or_steps_are_refused(bad):
     kwargs = dict(device="cpu", warmup=1, rounds=3, steps=1, settle=0) | bad
     with pytest.raises(ValueError):
@@ -196,3 +196,9 @@ def test_each_turn_starts_with_untimed_settling_steps():
     turns = [seen[i:i + 3] for i in range(2, len(seen), 3)]
     assert all(t[0][1] == "untimed" and t[1][1] != "untimed" for t in turns)
     assert job.as_dict()["settle"] == 1
+
+
+def test_by_default_a_turn_settles_on_a_gpu_only():
+    calls = []
+    job, _ = take_turns([Entrant("a", _counting("a", calls))], device="cpu", warmup=0, rounds=3, steps=1)
+    assert job.settle == 0 and len(calls) == 3
