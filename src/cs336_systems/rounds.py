@@ -65,6 +65,7 @@ class Outcome:
     warmup_steps: list[float] = field(default_factory=list)      # ms, whole step
     rounds: list[dict[str, list[float]]] = field(default_factory=list)   # per round: phase -> samples (ms)
     peak_memory_bytes: int | None = None    # the most any of its steps held (None on the CPU)
+    timed_peak_memory_bytes: int | None = None    # the same over its timed steps only (not warm-up, not settling)
     steps_per_turn: int = 0                 # its timed steps in each round (``take_turns``' min_turn_ms)
     step: StepFn | None = field(default=None, repr=False)
 
@@ -125,8 +126,7 @@ def _fail(outcome: Outcome, entrant: Entrant, exc: BaseException) -> None:
 
 
 def untimed(name: str) -> ContextManager:
-    """The phase a turn's settling steps run under: nothing times them. An entrant that counts its own
-    steps (to read memory over timed steps only) leaves these out: ``phase is rounds.untimed``."""
+    """The phase a turn's settling steps run under: nothing times them."""
     return contextlib.nullcontext()
 
 
@@ -213,6 +213,7 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
                 peak = peak_memory_bytes(device)
                 if peak is not None:
                     outcome.peak_memory_bytes = max(peak, outcome.peak_memory_bytes or 0)
+                    outcome.timed_peak_memory_bytes = max(peak, outcome.timed_peak_memory_bytes or 0)
             except Exception as exc:  # noqa: BLE001 - as above
                 failure = exc
             if failure is not None:

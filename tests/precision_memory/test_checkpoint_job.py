@@ -52,7 +52,6 @@ def _job(tmp_path, groups, tracker, monkeypatch, name):
     """The A6 job over ``groups``, its peaks read from ``tracker`` instead of a CUDA allocator."""
     monkeypatch.setattr(rounds, "reset_peak_memory", tracker.reset)
     monkeypatch.setattr(rounds, "peak_memory_bytes", tracker.read)
-    monkeypatch.setattr(checkpoint_bench, "peak_memory_bytes", tracker.read)
     outs = [tmp_path / f"{name}_g{k}.json" for k in groups]
     with tracker:
         assert checkpoint_bench.main([*POINT, "--groups", *map(str, groups), "--out", *map(str, outs)]) == 0

@@ -202,3 +202,21 @@ def test_by_default_a_turn_settles_on_a_gpu_only():
     calls = []
     job, _ = take_turns([Entrant("a", _counting("a", calls))], device="cpu", warmup=0, rounds=3, steps=1)
     assert job.settle == 0 and len(calls) == 3
+
+
+def test_the_timed_peak_leaves_out_the_warm_up_and_the_settling_steps(monkeypatch):
+    held = {"now": 0, "peak": 0}
+    monkeypatch.setattr(rounds, "reset_peak_memory", lambda device: held.update(peak=held["now"]))
+    monkeypatch.setattr(rounds, "peak_memory_bytes", lambda device: held["peak"])
+    taken = []
+
+    def make():
+        def step(phase):
+            taken.append(phase)
+            # the warm-up step and each turn's settling step hold 100 bytes at their peak, timed steps 10
+            size = 100 if len(taken) == 1 or phase is rounds.untimed else 10
+            held["peak"] = max(held["peak"], size)
+        return step
+
+    _, out = take_turns([Entrant("a", make)], device="cpu", warmup=1, rounds=3, steps=2, settle=1)
+    assert out["a"].peak_memory_bytes == 100 and out["a"].timed_peak_memory_bytes == 10

@@ -33,8 +33,8 @@ from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.memory.checkpointing import group_layers
 from cs336_systems.models import MODEL_SIZES, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.rounds import MIN_ROUNDS, Entrant, take_turns, untimed
-from cs336_systems.timing import attempt, free_device_memory, peak_memory_bytes, synchronize
+from cs336_systems.rounds import MIN_ROUNDS, Entrant, take_turns
+from cs336_systems.timing import attempt, free_device_memory, synchronize
 from cs336_systems.workload import build_workload
 
 MODES = ("forward-backward", "train-step")
@@ -56,7 +56,6 @@ def measure(size_name: str, *, context: int, batch: int, groups: list[int], mode
     parameters = sum(p.numel() for p in model.parameters())
     parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     baseline: dict[int, int | None] = {}
-    timed_peak: dict[int, int] = {}
     layers: dict[int, torch.nn.ModuleList] = {}
 
     def entrant(k: int) -> Entrant:
@@ -64,18 +63,10 @@ def measure(size_name: str, *, context: int, batch: int, groups: list[int], mode
             layers[k] = group_layers(blocks, k)
             model.layers = layers[k]
             baseline[k] = memory_in_use(device)     # what the step starts from: weights (and optimizer state)
-            taken = 0
 
             def step(phase):
-                nonlocal taken
                 model.layers = layers[k]
                 workload.step(phase)
-                if phase is untimed:                # a turn's settling step: neither warm-up nor timed
-                    return
-                taken += 1
-                peak = peak_memory_bytes(device)
-                if taken > warmup and peak is not None:     # a timed step (take_turns resets per turn)
-                    timed_peak[k] = max(peak, timed_peak.get(k, 0))
             return step
 
         return Entrant(f"group{k}", make, cleanup=lambda: model.zero_grad(set_to_none=True))
@@ -91,7 +82,7 @@ def measure(size_name: str, *, context: int, batch: int, groups: list[int], mode
             continue
         metrics = outcome.metrics(job)
         metrics |= {
-            "peak_memory_bytes": timed_peak.get(k),
+            "peak_memory_bytes": outcome.timed_peak_memory_bytes,
             "warmup_peak_memory_bytes": metrics["peak_memory_bytes"],
             "baseline_bytes": baseline.get(k),
             "memory_note": None if device.type == "cuda" else CPU_MEMORY_NOTE,

@@ -31,9 +31,8 @@ import torch
 from cs336_systems.cli import parse_device
 from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.rounds import MIN_ROUNDS, Entrant, Skipped, take_turns, untimed
-from cs336_systems.timing import (attempt, exception_line, free_device_memory, is_out_of_memory,
-                                  peak_memory_bytes)
+from cs336_systems.rounds import MIN_ROUNDS, Entrant, Skipped, take_turns
+from cs336_systems.timing import attempt, exception_line, free_device_memory, is_out_of_memory
 from cs336_systems.training_step import rungs
 from cs336_systems.training_step.step import SharedPoint, build_step
 from cs336_systems.workload import COMPILE_BACKENDS, COMPILE_MODES
@@ -144,7 +143,6 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
 
     losses: dict[str, float] = {}
     failed: dict[str, tuple[str, str | None]] = {}     # rung -> (status, message) of what stopped it
-    timed_peak: dict[str, int] = {}
 
     def entrant(name: str) -> Entrant:
         setup = rungs.get(name).setup
@@ -159,21 +157,13 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
                 raise Skipped(reason)
             point.restore()             # the first step's loss from the seeded weights, as every rung's
             step = point.step(setup, on_loss=lambda loss: losses.__setitem__(name, loss))
-            taken = 0
 
             def tracked(phase):
-                nonlocal taken
                 try:
                     step(phase)
                 except Exception as exc:    # noqa: BLE001 - noted for the gated rung, then take_turns' outcome
                     failed[name] = ("oom" if is_out_of_memory(exc) else "error", exception_line(exc))
                     raise
-                if phase is untimed:                # a turn's settling step: neither warm-up nor timed
-                    return
-                taken += 1
-                peak = peak_memory_bytes(device)
-                if taken > args.warmup and peak is not None:     # a timed step (take_turns resets per turn)
-                    timed_peak[name] = max(peak, timed_peak.get(name, 0))
             return tracked
 
         return Entrant(name, make, cleanup=point.clear)
@@ -195,7 +185,7 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
                         "tokens_per_s": args.batch * args.context / (metrics["step"]["median"] / 1e3),
                         # the timed steps' peak; the warm-up's (compiling included) beside it
                         "warmup_peak_memory_bytes": metrics["peak_memory_bytes"],
-                        "peak_memory_bytes": timed_peak.get(name)}
+                        "peak_memory_bytes": outcome.timed_peak_memory_bytes}
         else:
             metrics = {"turns": job.as_dict()}
         records[name] = make_record("E1", params, outcome.status, metrics, reason=outcome.message)
