@@ -275,3 +275,16 @@ def test_a_group_under_a_real_memory_limit_records_what_fails(tmp_path):
         r = _read(out / f"medium_ctx64_forward_{p}.json")
         assert r["status"] == "oom", r
         assert r["params"]["memory_limit_gb"] == 0.2
+
+
+def test_a1_s_summary_says_how_long_a_cheap_point_s_turns_were(tmp_path):
+    from cs336_systems.report import a1
+
+    out = tmp_path / "records"
+    assert bm.main([*GROUP, "--min-turn-ms", "30", "--out-dir", str(out)]) == 0
+    records = [_read(p) for p in sorted(out.iterdir())]
+    most = max(r["metrics"]["turns"]["steps_per_turn"] for r in records)
+    assert most >= 2 and all(r["params"]["min_turn_ms"] == 30 for r in records)
+    assert a1.main(["--records", *map(str, sorted(out.iterdir())), "--out-dir", str(tmp_path / "A1")]) == 0
+    summary = _read(tmp_path / "A1" / "summary.json")
+    assert summary["min_turn_ms"] == 30 and summary["most_steps_per_turn"] == most

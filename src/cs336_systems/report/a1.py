@@ -425,6 +425,10 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "batch": int(records[0]["params"]["batch"]) if records else None,
         "warmup_steps": int(records[0]["params"]["warmup"]) if records else None,
         "steps": int(records[0]["params"]["steps"]) if records else None,
+        # a cheap point's turns last at least min_turn_ms: the most timed steps any point took in a turn
+        "min_turn_ms": records[0]["params"].get("min_turn_ms") if records else None,
+        "most_steps_per_turn": max((r["metrics"].get("turns", {}).get("steps_per_turn") or 0
+                                    for r in records if r["status"] == "ok"), default=0) or None,
     }
 
 
