@@ -12,6 +12,7 @@ their two means, so a speedup is compared with another speedup the same way.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 WITHIN = "within the spread"
@@ -115,12 +116,6 @@ class Paired:
         return self.spread
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def paired(a_rounds: list[list[float]], b_rounds: list[list[float]], *, ratio: bool = False) -> Paired:
     """Judge ``a`` against ``b`` from their samples per round (``a_rounds[i]`` and ``b_rounds[i]`` taken
     in round ``i`` of one job). ``ratio``: compare ``a / b`` against 1 instead of ``a - b`` against 0.
@@ -131,12 +126,12 @@ def paired(a_rounds: list[list[float]], b_rounds: list[list[float]], *, ratio: b
     from cs336_systems.rounds import MIN_ROUNDS
 
     n = min(len(a_rounds), len(b_rounds))
-    diffs = [(_median(a) / _median(b)) if ratio else (_median(a) - _median(b))
+    diffs = [(statistics.median(a) / statistics.median(b)) if ratio else (statistics.median(a) - statistics.median(b))
              for a, b in zip(a_rounds[:n], b_rounds[:n])]
     null = 1.0 if ratio else 0.0
     if not diffs:
         return Paired(math.nan, math.nan, 0, WITHIN, ratio)
-    centre = _median(diffs)
+    centre = statistics.median(diffs)
     spread = max(abs(d - centre) for d in diffs)
     if n < MIN_ROUNDS:
         return Paired(centre, spread, n, WITHIN, ratio)
