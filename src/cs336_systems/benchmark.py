@@ -97,7 +97,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("give --size, or all of --d-model --d-ff --num-layers --num-heads")
     if args.size is not None and any(d is not None for d in dims):
         p.error("--size and explicit dimensions exclude each other")
-    group_flags = [f"--{name}" for name in ("contexts", "modes", "precisions", "rounds", "min_turn_ms") if getattr(args, name) is not None]
+    group_flags = [f"--{name.replace('_', '-')}" for name in ("contexts", "modes", "precisions", "rounds", "min_turn_ms") if getattr(args, name) is not None]
     if args.out is not None and group_flags:
         p.error(f"{' '.join(group_flags)} time a group of points: give --out-dir instead of --out")
     if args.out_dir is not None:

@@ -198,6 +198,7 @@ GROUP = ["--size", "tiny", "--contexts", "8", "16", "--modes", *bm.MODES, "--pre
     (["--rounds", "2"], "--rounds must be at least 3"),
     (["--contexts", "8", "8"], "--contexts lists a value twice"),
     (["--contexts", "0"], "--contexts must all be at least 1"),
+    (["--min-turn-ms", "-5"], "--min-turn-ms must be at least 0"),
 ])
 def test_group_bad_input_is_one_line(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
@@ -288,3 +289,9 @@ def test_a1_s_summary_says_how_long_a_cheap_point_s_turns_were(tmp_path):
     assert a1.main(["--records", *map(str, sorted(out.iterdir())), "--out-dir", str(tmp_path / "A1")]) == 0
     summary = _read(tmp_path / "A1" / "summary.json")
     assert summary["min_turn_ms"] == 30 and summary["most_steps_per_turn"] == most
+
+
+def test_a_group_flag_with_out_names_the_flag_as_typed(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bm.main(["--size", "tiny", "--context", "8", "--min-turn-ms", "5", "--out", str(tmp_path / "x.json")])
+    assert "--min-turn-ms time a group of points" in capsys.readouterr().err
