@@ -64,7 +64,8 @@ def test_compute_gaps_merge_overlapping_kernels():
     assert gaps["span_ms"] == pytest.approx(1.1)
 
 
-GROUP = ["no-comm", "naive", "bucketed-0.5", "overlap-sharded", "bucketed-ready-0.5", "bucketed-bf16-0.5", "fsdp"]
+GROUP = ["no-comm", "naive", "bucketed-0.5", "overlap-sharded", "bucketed-ready-0.5", "bucketed-avg-0.5",
+         "bucketed-bf16-0.5", "fsdp"]
 TRACED = ["no-comm", "naive", "bucketed-bf16-0.5"]
 
 
@@ -89,13 +90,13 @@ def test_training_variant_in_the_group(group, variant):
     assert record["params"]["rounds"] == 3 and record["params"]["steps"] == 2
     accuracy = record["metrics"].get("accuracy")
     if variants.fp32_twin(variant):      # bf16 communication against fp32's, from the same start
-        assert accuracy["reference"] == "bucketed-ready-0.5" and accuracy["steps"] == 2
+        assert accuracy["reference"] == "bucketed-avg-0.5" and accuracy["steps"] == 2
         assert 0 < accuracy["weights_rel_diff"] < 1e-3 and accuracy["diff_over_update"] > 0
         assert len(accuracy["losses"]) == len(accuracy["reference_losses"]) == 2
         assert accuracy["losses"][0] == accuracy["reference_losses"][0]     # the first loss precedes any update
     else:
         assert accuracy is None and "accuracy_steps" not in record["params"]
-    if variant.startswith("bucketed-ready"):
+    if variant.startswith(("bucketed-ready", "bucketed-avg")):
         assert record["metrics"]["rebuilt_in_ready_order"] is True
     m = record["metrics"]
     parts = m["forward_ms"] + m["backward_ms"] + m["comm_wait_ms"] + m["optimizer_ms"]

@@ -114,18 +114,27 @@ TOY_VARIANTS = {   # name -> (wrapper factory, branch schedule)
                                                      gradient_as_bucket_view=True, **TOY_READY), MIXED),
     "bucketed-ready-first-mixed": (lambda m: DDPBucketed(m, bucket_size_mb=TOY_BUCKET_MB["several"],
                                                          gradient_as_bucket_view=True, **TOY_READY), FIRST_MIXED),
+    # The mean taken by the all-reduce (ReduceOp.AVG): in the gradients' own buckets, and in
+    # buckets the gradients are copied into and out of.
+    "bucketed-avg-several": (lambda m: DDPBucketed(m, bucket_size_mb=TOY_BUCKET_MB["several"], gradient_as_bucket_view=True,
+                                                   mean_in_all_reduce=True, **TOY_READY), MIXED),
+    "bucketed-avg-copied-several": (lambda m: DDPBucketed(m, bucket_size_mb=TOY_BUCKET_MB["several"],
+                                                          mean_in_all_reduce=True), MIXED),
 }
 # Gradients communicated in bf16: the same checks except equality, which holds only to bf16's
 # rounding (the gradient test below bounds it).
 TOY_BF16 = {
     "bucketed-bf16-several": (lambda m: DDPBucketed(m, bucket_size_mb=TOY_BUCKET_MB["several"],
                                                     communication_dtype=torch.bfloat16, **TOY_READY), MIXED),
+    "bucketed-bf16-avg-several": (lambda m: DDPBucketed(m, bucket_size_mb=TOY_BUCKET_MB["several"],
+                                                        communication_dtype=torch.bfloat16, mean_in_all_reduce=True,
+                                                        **TOY_READY), MIXED),
 }
 TOY_ALL = TOY_VARIANTS | TOY_BF16
 # Whose gradients are views into their buckets: train_bench's order (zero the gradients, then
 # on_train_batch_start) keeps the views; the other order (the rest of this file's) makes each
 # gradient be copied into its bucket at every step. Half the views train in each order.
-ZERO_FIRST = ("bucketed-view-one", "bucketed-view-per-param", "bucketed-ready-several")
+ZERO_FIRST = ("bucketed-view-one", "bucketed-view-per-param", "bucketed-ready-several", "bucketed-avg-several")
 # And one never calls on_train_batch_start (optional): a bucket may then still hold the last step's
 # mean where this rank has no gradient this step, which must count as zero.
 NO_START = ("bucketed-view-several",)
@@ -256,7 +265,7 @@ def toy_reference():
 def portable(state: dict) -> dict:
     """A state dict as numpy arrays: tensors sent back through the launcher's queue would travel as
     shared-memory handles that die with the rank's process."""
-    return {k: v.detach().numpy().copy() for k, v in state.items()}
+    return {k: v.detach().cpu().numpy().copy() for k, v in state.items()}
 
 
 def as_tensors(state: dict) -> dict:
@@ -333,7 +342,7 @@ def test_bucketed_wrapper_groups_parameters_in_reverse_order(toy_runs, size):
         assert toy_runs[rank][f"bucketed-{size}"]["buckets"] == TOY_EXPECTED_BUCKETS[size]
 
 
-@pytest.mark.parametrize("name", [n for n in TOY_VARIANTS if "view" in n or "ready" in n])
+@pytest.mark.parametrize("name", [n for n in TOY_VARIANTS if "view" in n or "ready" in n or n == "bucketed-avg-several"])
 def test_view_buckets_hold_the_gradients_and_copy_only_when_the_gradients_were_dropped(toy_runs, name):
     """After every backward each gradient is a view into its bucket. Zeroed before
     on_train_batch_start (train_bench's order), backward accumulated straight into the buckets: no
@@ -381,7 +390,8 @@ def test_ready_order_is_rank_zeros_where_the_ranks_saw_different_orders(toy_runs
 # fp32 gradients g_0, g_1, element by element. bf16 keeps 8 significant bits (7 stored), so rounding
 # to nearest has unit roundoff u = 2^-8: each rank's cast gives g_r(1 + d_r), |d_r| <= u. The sum of
 # the two bf16 values is rounded once to bf16, (1 + d_s), |d_s| <= u, or, where Gloo adds in fp32
-# first, twice: u + 2^-24 at most. Casting the sum back to fp32 and halving it is exact. So
+# first, twice: u + 2^-24 at most. Casting the sum back to fp32 and halving it is exact (and so is
+# halving in bf16, where the all-reduce takes the mean itself: a power of two). So
 #   |m - (g_0 + g_1)/2| <= (u·(|g_0| + |g_1|) + (u + 2^-24)(1 + u)(|g_0| + |g_1|)) / 2
 #                       <= (2u + u^2 + 2^-23) · (|g_0| + |g_1|) / 2,
 # relative to |g_0| + |g_1|, not to |g_0 + g_1|: where the ranks' gradients cancel, the rounding of
@@ -391,13 +401,13 @@ BF16_BOUND = 2 * BF16_U + BF16_U**2 + 2.0**-23
 BF16_STEPS = MIXED
 
 
-def _bf16_gradients(rank, world_size):
+def _bf16_gradients(rank, world_size, name):
     """Per step of MIXED: this rank's own fp32 gradients (a plain copy of the weights, this rank's
     batch), PyTorch DDP's synchronized ones (another copy), and the bf16-communicating wrapper's."""
     import copy
 
     model = toy_model(rank)
-    wrapped = TOY_BF16["bucketed-bf16-several"][0](model)
+    wrapped = TOY_BF16[name][0](model)
     plain, anchor = copy.deepcopy(model), copy.deepcopy(model)
     anchor_ddp = _TorchDDP(anchor, find_unused_parameters=True)
     optimizer = torch.optim.AdamW(wrapped.parameters(), lr=TOY_LR)
@@ -420,9 +430,9 @@ def _bf16_gradients(rank, world_size):
     return steps
 
 
-@pytest.fixture(scope="module")
-def bf16_runs():
-    return run_on_ranks(_bf16_gradients, WORLD)
+@pytest.fixture(scope="module", params=list(TOY_BF16))
+def bf16_runs(request):
+    return run_on_ranks(_bf16_gradients, WORLD, args=(request.param,))
 
 
 def test_bf16_communication_is_within_bf16_rounding_of_one_process_and_pytorch_ddp(bf16_runs):
@@ -485,7 +495,7 @@ def test_plan_buckets_refuses_a_size_that_is_not_positive():
 LM_CONTEXT, LM_BATCH, LM_STEPS, LM_LR = 16, 2, 3, 1e-3
 LM_BUCKET_MB = 0.05
 LM_FIRST_MB = 0.01
-LM_VARIANTS = ("naive", "flat", "individual", "bucketed", "bucketed-view", "bucketed-ready", "torch-ddp")
+LM_VARIANTS = ("naive", "flat", "individual", "bucketed", "bucketed-view", "bucketed-ready", "bucketed-avg", "torch-ddp")
 
 
 def lm_model(rank):
@@ -509,23 +519,26 @@ def _wrap_lm(name, model):
             "bucketed-view": lambda m: DDPBucketed(m, bucket_size_mb=LM_BUCKET_MB, gradient_as_bucket_view=True),
             "bucketed-ready": lambda m: DDPBucketed(m, bucket_size_mb=LM_BUCKET_MB, gradient_as_bucket_view=True,
                                                     first_bucket_mb=LM_FIRST_MB, ready_order=True),
+            "bucketed-avg": lambda m: DDPBucketed(m, bucket_size_mb=LM_BUCKET_MB, gradient_as_bucket_view=True,
+                                                  first_bucket_mb=LM_FIRST_MB, ready_order=True, mean_in_all_reduce=True),
             "torch-ddp": _TorchDDP}[name](model)
 
 
-def _train_lm_variants(rank, world_size, names):
+def _train_lm_variants(rank, world_size, names, device="cpu"):
     from cs336_basics.nn_utils import cross_entropy
     from cs336_basics.optimizer import AdamW
 
+    device = torch.device("cpu" if device == "cpu" else f"cuda:{rank}")
     out = {}
     for name in names:
-        model = lm_model(rank)
+        model = lm_model(rank).to(device)
         wrapped = _wrap_lm(name, model)
         optimizer = AdamW(wrapped.parameters(), lr=LM_LR)
         in_flight_after_backward = []
         for step in range(LM_STEPS):
             wrapped.on_train_batch_start()
             optimizer.zero_grad(set_to_none=True)
-            x, y = lm_batch(step, rank)
+            x, y = (t.to(device) for t in lm_batch(step, rank))
             cross_entropy(wrapped(x), y).backward()
             in_flight_after_backward.append(getattr(wrapped, "communications_in_flight", None))
             wrapped.finish_gradient_synchronization()
@@ -566,6 +579,17 @@ def test_tiny_lm_training_matches_one_process_and_pytorch_ddp(lm_runs, lm_refere
     for rank in range(WORLD):
         assert_states_close(lm_runs[rank][name]["state"], reference, **LM_CLOSE)
         assert_states_close(lm_runs[rank][name]["state"], lm_runs[rank]["torch-ddp"]["state"], **LM_CLOSE)
+
+
+@pytest.mark.gpu(WORLD)
+def test_on_gpus_under_nccl_every_wrapper_matches_pytorch_ddp():
+    """The same tiny-LM training on two GPUs: NCCL's own reductions (ReduceOp.AVG scales as it
+    reduces), collectives on NCCL's streams, backward on autograd's device thread."""
+    runs = run_on_ranks(_train_lm_variants, WORLD, args=(LM_VARIANTS, "cuda"), backend="nccl")
+    for rank in range(WORLD):
+        for name in LM_VARIANTS:
+            assert_states_close(runs[rank][name]["state"], runs[rank]["torch-ddp"]["state"], **LM_CLOSE)
+        assert runs[rank]["bucketed-avg"]["rebuilt"]
 
 
 def test_tiny_lm_communication_overlaps_backward(lm_runs):

@@ -26,7 +26,9 @@ Rules common to all four:
 - Only parameters with ``requires_grad`` are communicated (frozen ones are broadcast once and left
   alone). A parameter shared by two modules (tied weights) is one Parameter, so it is synchronized once.
 - Averaging divides the summed gradient by the world size in place, in the gradient's own dtype
-  (``DDPBucketed`` communicating in bf16: the bf16 sum is cast up into the gradient, then divided).
+  (``DDPBucketed`` communicating in bf16: the bf16 sum is cast up into the gradient, then divided),
+  or, with ``DDPBucketed(mean_in_all_reduce=True)``, inside the all-reduce itself (``ReduceOp.AVG``:
+  NCCL scales as it reduces, so no pass over the gradients is left to divide them).
 - A parameter whose gradient is ``None`` on every rank keeps ``grad = None`` (so the optimizer skips it,
   as in one-process training). Where some ranks have a gradient and others do not, the missing ones
   count as zeros. ``NaiveDDP`` learns which parameters had gradients anywhere from one small extra
@@ -265,11 +267,17 @@ class _BucketBuffer:
       sum runs in that dtype, and the mean is written back into the fp32 gradients (cast up, then
       divided in fp32, so the division adds no rounding of its own).
 
+    ``average``: the all-reduce computes the mean itself (``ReduceOp.AVG``), so no division pass
+    follows it. NCCL scales each rank's share by 1/world as it reduces: exact for a power-of-two
+    world, one more rounding otherwise. The presence flags then arrive as count/world, still > 0
+    wherever some rank had the gradient.
+
     A parameter that no rank had a gradient for ends the step with ``grad = None``, as in one process."""
 
-    def __init__(self, params: list[nn.Parameter], dtype: torch.dtype | None = None, as_view: bool = False):
+    def __init__(self, params: list[nn.Parameter], dtype: torch.dtype | None = None, as_view: bool = False,
+                 average: bool = False):
         reference = params[0]
-        self.params, self.as_view = params, as_view
+        self.params, self.as_view, self.average = params, as_view, average
         self.dtype = dtype or reference.dtype
         if as_view and self.dtype != reference.dtype:
             raise ValueError("a bucket that is the gradients' storage communicates in their own dtype")
@@ -322,14 +330,15 @@ class _BucketBuffer:
             self._flags.fill_(1)
         else:
             self._flags.copy_(torch.tensor(arrived, dtype=self.dtype))
-        self._work = dist.all_reduce(self.buffer, async_op=True)
+        op = dist.ReduceOp.AVG if self.average else dist.ReduceOp.SUM
+        self._work = dist.all_reduce(self.buffer, op=op, async_op=True)
 
     def finish(self, world_size: int) -> None:
         self._work.wait()
         self._work = None
         n = len(self.params)
         seen_anywhere = [True] * n if self._all_present_here else (self._flags > 0).tolist()
-        if self.as_view:
+        if self.as_view and not self.average:
             self.buffer.div_(world_size)
         back = []                               # (fp32 gradient, its bf16 mean) to write back
         for p, view, seen in zip(self.params, self.views, seen_anywhere):
@@ -344,7 +353,8 @@ class _BucketBuffer:
         if back:                                # cast up, then divide in fp32: no rounding of its own
             grads = [g for g, _ in back]
             torch._foreach_copy_(grads, [v for _, v in back])
-            torch._foreach_div_(grads, world_size)
+            if not self.average:
+                torch._foreach_div_(grads, world_size)
 
 
 class DDPBucketed(_DataParallel):
@@ -361,6 +371,8 @@ class DDPBucketed(_DataParallel):
       ``zero_grad(set_to_none=True)`` after it undoes the views, and each gradient is copied in once).
     - ``communication_dtype`` (torch.bfloat16): buckets of that dtype; the mean goes back into the
       fp32 gradients. Not with views.
+    - ``mean_in_all_reduce``: the all-reduce averages (``ReduceOp.AVG``) instead of summing, so no
+      division pass over every gradient follows it (see ``_BucketBuffer``).
     - ``first_bucket_mb``: a smaller first bucket, so the first all-reduce starts with the first
       gradients instead of waiting for a whole ``bucket_size_mb`` of them.
     - ``ready_order``: after the first step, the buckets are rebuilt in the order in which that step's
@@ -371,13 +383,13 @@ class DDPBucketed(_DataParallel):
 
     def __init__(self, module: nn.Module, bucket_size_mb: float, *, gradient_as_bucket_view: bool = False,
                  communication_dtype: torch.dtype | None = None, first_bucket_mb: float | None = None,
-                 ready_order: bool = False):
+                 ready_order: bool = False, mean_in_all_reduce: bool = False):
         super().__init__(module)
         if gradient_as_bucket_view and communication_dtype is not None:
             raise ValueError("gradient_as_bucket_view and communication_dtype exclude each other: a bf16 "
                              "bucket cannot be the storage of fp32 gradients")
         self.bucket_size_mb, self.first_bucket_mb = bucket_size_mb, first_bucket_mb
-        self._as_view, self._dtype = gradient_as_bucket_view, communication_dtype
+        self._as_view, self._dtype, self._average = gradient_as_bucket_view, communication_dtype, mean_in_all_reduce
         self._learn_order = ready_order
         self._arrival: list[nn.Parameter] = []
         self.ready_order_names: list[str] | None = None
@@ -389,8 +401,9 @@ class DDPBucketed(_DataParallel):
 
     def _build(self, plan: list[list[tuple[str, nn.Parameter]]]) -> None:
         self.buckets: list[list[str]] = [[name for name, _ in bucket] for bucket in plan]
-        if self._as_view or self._dtype is not None:
-            self._flat = [_BucketBuffer([p for _, p in bucket], self._dtype, self._as_view) for bucket in plan]
+        if self._as_view or self._dtype is not None or self._average:
+            self._flat = [_BucketBuffer([p for _, p in bucket], self._dtype, self._as_view, self._average)
+                          for bucket in plan]
         else:
             self._flat = [_FlatGradients([p for _, p in bucket]) for bucket in plan]
         self._bucket_of = {p: (i, j) for i, bucket in enumerate(plan) for j, (_, p) in enumerate(bucket)}

@@ -88,6 +88,9 @@ from cs336_systems.timing import failure_status, free_device_memory
 from cs336_systems.workload import PRECISIONS as AUTOCAST_DTYPES
 
 COMMUNICATION = re.compile(r"nccl|all_?reduce|allgather|all_gather|reduce_?scatter|broadcast", re.IGNORECASE)
+# Enough of a kernel's name to tell a copy from a cast or a division (an elementwise kernel's functor
+# comes after ~60 characters of template), for the report's account of where a step's time goes.
+KERNEL_NAME_CHARS = 200
 PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms", "step_ms")
 # The phases a round keeps, by their names in ``metrics.rounds`` (rounds.Outcome's shape: "step" is
 # the whole step), and the record's name for each.
@@ -150,7 +153,9 @@ def bucketed_options(name: str) -> dict:
     return {"bucketed-<MB>": {},
             "bucketed-view-<MB>": {"gradient_as_bucket_view": True},
             "bucketed-ready-<MB>": {"gradient_as_bucket_view": True, **ready},
-            "bucketed-bf16-<MB>": {"communication_dtype": torch.bfloat16, **ready}}[variants.lookup(name).name]
+            "bucketed-avg-<MB>": {"gradient_as_bucket_view": True, "mean_in_all_reduce": True, **ready},
+            "bucketed-bf16-<MB>": {"communication_dtype": torch.bfloat16, "mean_in_all_reduce": True,
+                                   **ready}}[variants.lookup(name).name]
 
 
 def wrap_bucketed(model, device, name):
@@ -497,10 +502,10 @@ def trace_intervals(events, gpu: bool) -> list[dict]:
             if not on_gpu:
                 out.append({"lane": "phase", "name": name[6:], "start_us": start, "end_us": end})
         elif gpu and on_gpu:
-            out.append({"lane": "communication" if COMMUNICATION.search(name) else "compute", "name": name[:60],
+            out.append({"lane": "communication" if COMMUNICATION.search(name) else "compute", "name": name[:KERNEL_NAME_CHARS],
                         "start_us": start, "end_us": end})
         elif not gpu and COMMUNICATION.search(name):
-            out.append({"lane": "communication", "name": name[:60], "start_us": start, "end_us": end})
+            out.append({"lane": "communication", "name": name[:KERNEL_NAME_CHARS], "start_us": start, "end_us": end})
         elif not gpu and name in ("aten::mm", "aten::addmm", "aten::bmm"):
             out.append({"lane": "compute", "name": name, "start_us": start, "end_us": end})
     t0 = min((i["start_us"] for i in out), default=0)

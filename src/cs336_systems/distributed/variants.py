@@ -66,17 +66,21 @@ VARIANTS: tuple[Variant, ...] = (
             "gradients grouped in reverse order into buckets of at most <MB> MB, one all-reduce per bucket"),
     # Past PyTorch's DDP: bucketed variants, so C8's (bucketed DDP against the others, and what bucket
     # sizes cost) is the question they answer, and their records sit beside the bucket sizes there.
-    # A ladder, each rung adding one thing: views, then the first bucket and the order, then bf16.
+    # A ladder, each rung adding one thing: views, then the first bucket and the order, then the mean
+    # taken inside the all-reduce, then bf16.
     Variant(f"bucketed-view-{FAMILY}", "C8", f"{_BUILDERS}:wrap_bucketed",
             "bucketed-<MB> whose buckets are the gradients' own storage (each .grad a view into its "
             "bucket, as PyTorch's gradient_as_bucket_view): no copy into or out of the buckets"),
     Variant(f"bucketed-ready-{FAMILY}", "C8", f"{_BUILDERS}:wrap_bucketed",
             "bucketed-view-<MB> with a 1 MB first bucket, so communication starts with the first "
             "gradients, and buckets rebuilt after the first step in the order gradients became ready"),
+    Variant(f"bucketed-avg-{FAMILY}", "C8", f"{_BUILDERS}:wrap_bucketed",
+            "bucketed-ready-<MB> whose all-reduce averages (ReduceOp.AVG, scaled as it reduces) instead "
+            "of summing: no division pass over every gradient after it"),
     Variant(f"bucketed-bf16-{FAMILY}", "C8", f"{_BUILDERS}:wrap_bucketed",
-            "bucketed-ready-<MB> communicating in bf16: gradients cast into bf16 buckets, all-reduced, "
-            "the mean written back into the fp32 gradients (half the bytes; costs accuracy, measured)",
-            gradient_bytes=2, fp32_twin=f"bucketed-ready-{FAMILY}"),
+            "bucketed-avg-<MB> communicating in bf16: gradients cast into bf16 buckets, averaged in the "
+            "all-reduce, the mean cast back into the fp32 gradients (half the bytes; costs accuracy, measured)",
+            gradient_bytes=2, fp32_twin=f"bucketed-avg-{FAMILY}"),
     Variant("overlap-sharded", "C11", f"{_BUILDERS}:wrap_overlap",
             "overlap with the optimizer state sharded over the ranks (ShardedOptimizer)",
             sharded_optimizer=True),
@@ -101,7 +105,7 @@ def precision_of(record: dict) -> str:
 
 
 def fp32_twin(name: str) -> str | None:
-    """The fp32-communicating counterpart of ``name`` (bucketed-bf16-25 -> bucketed-ready-25)."""
+    """The fp32-communicating counterpart of ``name`` (bucketed-bf16-25 -> bucketed-avg-25)."""
     variant = lookup(name)
     if variant.fp32_twin is None:
         return None

@@ -69,10 +69,10 @@ IN_BACKWARD_NOTE = "waits inside backward (PyTorch's reducer): nothing left to w
 # all-reduces: naive and overlap divide each gradient in place; flat flattens them into one
 # buffer, divides it and copies the means back; bucketed-<MB> flattens each bucket during backward,
 # so after it divides and copies back; with the buckets as the gradients' storage (view, ready)
-# only the division is left. The bf16 buckets and FSDP are left out: their passes are not whole
+# only the division is left, and averaging inside the all-reduce (avg) leaves none. The bf16 buckets and FSDP are left out: their passes are not whole
 # fp32 read-and-write passes.
 AFTER_BACKWARD_PASSES = {"naive": 1, "flat": 3, "overlap": 1, "overlap-sharded": 1, BUCKETED: 2,
-                         "bucketed-view-<MB>": 1, "bucketed-ready-<MB>": 1}
+                         "bucketed-view-<MB>": 1, "bucketed-ready-<MB>": 1, "bucketed-avg-<MB>": 0}
 
 
 def reads(ident: str, chosen: list[str]) -> list[str]:
