@@ -64,6 +64,37 @@ def test_compute_gaps_merge_overlapping_kernels():
     assert gaps["span_ms"] == pytest.approx(1.1)
 
 
+def _tensor_bytes_left_after_turns(rank, world_size, names):
+    """Bytes of the tensors alive (seen by the garbage collector) after each variant's turn and its
+    release, in this rank: what a turn leaves behind for the next."""
+    import gc
+
+    import torch
+
+    from cs336_systems.models import random_batch
+
+    cfg = {"size": "tiny", "context": 16, "warmup": 1, "steps": 1, "per_rank_batch": 2, "precision": "fp32"}
+    device = torch.device("cpu")
+    batch = random_batch(2, 16, device=device)
+    left = []
+    for name in names:
+        found = {"status": "ok", "message": None, "rounds": [], "memory": {}, "details": {}}
+        train_bench._take_turn(name, cfg, device, batch, train_bench.autocast_for("fp32", device), found)
+        train_bench._let_go(device)
+        gc.collect()
+        left.append(sum(o.numel() * o.element_size() for o in gc.get_objects() if isinstance(o, torch.Tensor)))
+    return left
+
+
+def test_a_turn_leaves_nothing_behind_for_the_next():
+    """Every variant's turn lets go of its model, wrapper and optimizer: on a GPU, a turn that kept
+    its model (an FSDP hook holding the wrapper from C++) put every later turn out of memory."""
+    names = [v.name.replace(variants.FAMILY, "0.5") for v in variants.VARIANTS]
+    left = run_on_ranks(_tensor_bytes_left_after_turns, 2, args=(names + names[:1],))
+    for rank_left in left:
+        assert rank_left[-1] == rank_left[0] and max(rank_left) - min(rank_left) < 10_000, dict(zip(names, rank_left))
+
+
 GROUP = ["no-comm", "naive", "bucketed-0.5", "overlap-sharded", "bucketed-ready-0.5", "bucketed-avg-0.5",
          "bucketed-bf16-0.5", "fsdp"]
 TRACED = ["no-comm", "naive", "bucketed-bf16-0.5"]

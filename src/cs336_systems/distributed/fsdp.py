@@ -246,8 +246,18 @@ class FSDP(nn.Module):
         for layer in self.sharded:
             layer.module.register_forward_pre_hook(partial(self._before_layer_forward, layer))
             layer.module.register_forward_hook(partial(self._after_layer_forward, layer))
+        # A parameter's post-accumulate hook is held from C++, where the garbage collector cannot
+        # see it: a hook holding this wrapper would keep it, its model and their memory alive after
+        # the wrapper is dropped (one whole model's state per wrapper made). So it holds a weak reference.
+        wrapper = weakref.ref(self)
+
+        def on_grad_accumulated(param: nn.Parameter) -> None:
+            live = wrapper()
+            if live is not None:
+                live._all_reduce_replicated(param)
+
         for p in self.replicated:
-            p.register_post_accumulate_grad_hook(self._all_reduce_replicated)
+            p.register_post_accumulate_grad_hook(on_grad_accumulated)
 
     def _shard_weights(self, module: nn.Module) -> list[ShardedWeight]:
         owners: dict[int, str] = {}
