@@ -2,6 +2,7 @@
 its own section template. Records and traces are synthetic (seeded), shaped as train_bench writes them."""
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -298,3 +299,49 @@ def test_each_section_opens_with_its_answer_and_keeps_lists_short(run, ident, tm
         run_of_bullets = run_of_bullets + 1 if line.startswith("- ") else 0
         longest = max(longest, run_of_bullets)
     assert longest <= 3, text
+
+
+def _kernel(lane, name, start_us, ms):
+    return {"lane": lane, "name": name, "start_us": start_us, "end_us": start_us + ms * 1e3}
+
+
+def test_where_a_traced_step_s_time_goes_is_set_against_naive_s():
+    """Kernel time by kind from the kernels' names, annotations left out; matmul and copies against
+    naive's step of the same precision, whose products share the GPU with no collective."""
+    rng = random.Random(7)
+    gemm, copy = "sm90_xmma_gemm_bf16bf16_bf16f32", "void at::native::direct_copy_kernel_cuda"
+    quiet_mm, extra_mm, quiet_copy, extra_copy = rng.uniform(50, 60), rng.uniform(1, 5), rng.uniform(5, 9), rng.uniform(1, 3)
+
+    def step(mm, cp, comm):
+        return [_kernel("phase", "backward", 0, 100), _kernel("compute", gemm, 0, mm), _kernel("compute", copy, 0, cp),
+                _kernel("compute", "void at::native::vectorized_elementwise_kernel<4, silu>", 0, 2.0),
+                _kernel("communication", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, comm),
+                _kernel("communication", "nccl:all_reduce", 0, 500.0),                 # the annotation
+                _kernel("compute", "DistributedDataParallel.forward", 0, 300.0)]
+    traces = {"naive (bf16)": step(quiet_mm, quiet_copy, 10.0),
+              "bucketed-bf16-100 (bf16)": step(quiet_mm + extra_mm, quiet_copy + extra_copy, 4.0),
+              "torch-ddp": step(quiet_mm, quiet_copy, 9.0)}                          # fp32: no naive beside it
+    found = ddp.where_time_goes(traces, [("naive", "bf16"), ("bucketed-bf16-100", "bf16"), ("torch-ddp", "fp32")])
+    ours = found["bucketed-bf16-100 (bf16)"]
+    assert ours["communication"] == pytest.approx(4.0) and ours["other"] == pytest.approx(2.0)
+    assert ours["matmul_over_quiet_ms"] == pytest.approx(extra_mm) and ours["copy_over_quiet_ms"] == pytest.approx(extra_copy)
+    assert found["naive (bf16)"]["matmul_over_quiet_ms"] == 0
+    assert found["torch-ddp"]["matmul_over_quiet_ms"] is None          # no naive trace of fp32 here
+    cpu = [_kernel("compute", "aten::mm", 0, 1.0), _kernel("communication", "gloo:all_reduce", 0, 1.0)]
+    assert ddp.kernel_time(cpu) is None                                  # a CPU run's operators are not kernels
+
+
+def test_the_overhead_model_is_fitted_to_whole_overheads():
+    """Overheads made from a known fixed cost and per-bucket cost (plus the model's last-bucket term)
+    give them back; fewer than three bucket counts fit nothing."""
+    rng = random.Random(11)
+    c, o_ms, s, w = rng.uniform(10, 40), rng.uniform(0.01, 0.08), 8e9, 300e9
+    counts = [8, 98, 339, 434]
+    points = [(n, c + n * o_ms + s / (n * w) * 1e3) for n in counts]
+    fit = ddp.fit_overheads(points, s, w)
+    assert fit["c_ms"] == pytest.approx(c) and fit["o_ms"] == pytest.approx(o_ms) and fit["max_residual_ms"] < 1e-9
+    assert fit["optimum"]["n_buckets"] == pytest.approx(math.sqrt(s / (w * o_ms / 1e3)))
+    assert fit["optimum"]["overhead_ms"] == pytest.approx(c + 2 * math.sqrt(s * o_ms / 1e3 / w) * 1e3)
+    assert ddp.fit_overheads(points[:2] + [points[1]], s, w) is None
+    flat = ddp.fit_overheads([(n, 30.0 - n * 0.001 + s / (n * w) * 1e3) for n in counts], s, w)
+    assert flat["o_ms"] < 0 and flat["optimum"] is None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -487,6 +488,29 @@ def optimal_buckets(grad_bytes: float, o_s: float, w_Bps: float) -> dict:
     return {"n_buckets": n, "bucket_MB": grad_bytes / n / 1e6, "overhead_ms": 2 * math.sqrt(grad_bytes * o_s / w_Bps) * 1e3}
 
 
+def fit_overheads(points: list[tuple[int, float]], grad_bytes: float, w_Bps: float) -> dict | None:
+    """The overhead model fitted to what each bucket count costs in all (its paired overhead: step
+    less the baseline's, which counts what is paid inside backward as well as the wait after it):
+    overhead − s/(n_b·w) = c + n_b·o by least squares over ``points`` (n_b, overhead ms). ``c_ms`` is
+    what every bucket count pays (the collectives sharing the GPU with backward, passes over the
+    gradients), ``o_ms`` what one more bucket costs; with o > 0 the optimum n_b* = √(s/(w·o)).
+    None with fewer than three distinct bucket counts (two points fit any line)."""
+    if len({n for n, _ in points}) < 3:
+        return None
+    xs = [float(n) for n, _ in points]
+    ys = [ms - grad_bytes / (n * w_Bps) * 1e3 for n, ms in points]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+    intercept = mean_y - slope * mean_x
+    residuals = [y - (intercept + slope * x) for x, y in zip(xs, ys)]
+    found = {"c_ms": intercept, "o_ms": slope, "points": len(points), "max_residual_ms": max(abs(r) for r in residuals),
+             "overhead_range_ms": [min(ms for _, ms in points), max(ms for _, ms in points)], "optimum": None}
+    if slope > 0:
+        optimum = optimal_buckets(grad_bytes, slope / 1e3, w_Bps)
+        found["optimum"] = optimum | {"overhead_ms": optimum["overhead_ms"] + intercept}
+    return found
+
+
 def plot_phases(table: pd.DataFrame, path: Path) -> None:
     """Each ok row's phases stacked. A variant that waits inside backward has no wait bar: its
     label says where the wait is."""
@@ -554,6 +578,61 @@ def compute_gaps(intervals: list[dict]) -> dict | None:
             "gaps_over_half_ms": long_gaps}
 
 
+# What a traced kernel does, from its name: NCCL's collectives (the communication lane), matrix
+# products (cuBLAS / CUTLASS), copies (casts are copies between dtypes: the bf16 buckets' and
+# PyTorch DDP's copies into and out of its buckets); everything else (the model's elementwise work,
+# the optimizer, the wrappers' divisions: a name does not tell a gradient's mean from a softmax's
+# division) is "other". The profiler also puts annotations on the GPU's
+# timeline (nccl:all_reduce beside its kernel, DistributedDataParallel.forward spanning a phase):
+# they are not kernels and are left out.
+KERNEL_KINDS = (("matmul", re.compile(r"gemm|xmma|cutlass|nvjet|cublas", re.IGNORECASE)),
+                ("copy", re.compile(r"copy|Memcpy", re.IGNORECASE)))
+ANNOTATION = re.compile(r"^(nccl:|DistributedDataParallel\.|Optimizer\.|ProfilerStep|FSDP\.)")
+# The traced variant whose matmuls are the reference: naive DDP all-reduces after backward, so its
+# matrix products never share the GPU with a collective.
+QUIET_TRACE = "naive"
+
+
+def kernel_time(intervals: list[dict]) -> dict[str, float] | None:
+    """GPU time (ms) of one traced step's kernels by kind: ``communication`` (the communication
+    lane), then ``KERNEL_KINDS`` and ``other`` on the compute lane; kernels that overlap each count
+    whole. NCCL's kernel time includes the time it spins waiting for the other rank, so it is an
+    upper bound of the transfers. None for a trace without kernels (a CPU run's operators are not
+    kernels: ``gpu`` traces only)."""
+    found = {"communication": 0.0, **{kind: 0.0 for kind, _ in KERNEL_KINDS}, "other": 0.0}
+    kernels = [i for i in intervals if i["lane"] in ("compute", "communication") and is_kernel(i)
+               and not ANNOTATION.match(i.get("name", ""))]
+    if not kernels or not any(i.get("name", "").startswith(("void ", "nccl", "sm", "Memcpy", "Memset")) for i in kernels):
+        return None
+    for i in kernels:
+        ms = (i["end_us"] - i["start_us"]) / 1e3
+        if i["lane"] == "communication":
+            found["communication"] += ms
+            continue
+        kind = next((k for k, pattern in KERNEL_KINDS if pattern.search(i["name"])), "other")
+        found[kind] += ms
+    return found
+
+
+def where_time_goes(traces: dict[str, list[dict]], chosen: list[tuple[str, str]]) -> dict[str, dict]:
+    """Per traced step of ``chosen`` (variant, precision), keyed by ``trace_label``: its kernel time by kind, and its matmul and
+    copy time against naive DDP's traced step of the same precision (``matmul_over_quiet_ms``: what
+    sharing the GPU with collectives cost the matrix products, where they are the same products;
+    ``copy_over_quiet_ms``: the copies and casts a variant adds). One profiled step each: a look,
+    not a measurement with a spread."""
+    out = {}
+    for variant, precision in chosen:
+        label = trace_label(variant, precision)
+        found = kernel_time(traces[label]) if label in traces else None
+        if found is None:
+            continue
+        quiet_label = trace_label(QUIET_TRACE, precision)
+        quiet = kernel_time(traces[quiet_label]) if quiet_label in traces else None
+        out[label] = found | {"matmul_over_quiet_ms": found["matmul"] - quiet["matmul"] if quiet else None,
+                              "copy_over_quiet_ms": found["copy"] - quiet["copy"] if quiet else None}
+    return out
+
+
 def _row(table: pd.DataFrame, variant: str, precision: str) -> dict | None:
     hit = table[(table["variant"] == variant) & (table["precision"] == precision) & (table["status"] == "ok")]
     return None if hit.empty else {k: (None if isinstance(v, float) and math.isnan(v) else v)
@@ -617,6 +696,13 @@ def _bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dic
                          "bucket_counts": [int(bucketed["buckets"].min()), int(bucketed["buckets"].max())],
                          "pass_ms": next((x for x in bucketed["after_backward_pass_ms"] if x is not None), None),
                          "memory_GBps": bandwidth / 1e9 if bandwidth else None}
+        # Fitted to the overheads of the first precision, where the run paired them with a baseline.
+        precision = variants.precision_of(sent[0])
+        rows = overheads(records).get(precision, {}).get("rows", {})
+        points = [(int(n), rows[v]["ms"]) for v, n, p in zip(bucketed["variant"], bucketed["buckets"], bucketed["precision"])
+                  if p == precision and v in rows]
+        model_summary["overhead_fit"] = fit_overheads(points, grad_bytes, w) if points else None
+        model_summary["overhead_fit_precision"] = precision
         plot_bucket_model(bucketed, grad_bytes, o_s, w, ax, c1_o_s=c1_o_s, source=source, pass_ms=model_summary["pass_ms"])
     else:
         ax.text(0.5, 0.5, "no C1 fit for this backend and world size", ha="center", transform=ax.transAxes)
@@ -789,8 +875,12 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         # variant of C8's and of PyTorch DDP's.
         gaps = {label: compute_gaps(traces[label]) for p in precisions for v in traced
                 if (label := trace_label(v, p)) in traces and (variants.lookup(v).deliverable == "C8" or v == "torch-ddp")}
+        # Where a traced step's GPU time goes, naive's beside as the reference of the matmuls.
+        kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced
+                                         if variants.lookup(v).deliverable == "C8" or v in ("torch-ddp", QUIET_TRACE)])
         summary |= {"bucketed": table_out.to_dict("records"), "model": model, "overheads": found,
                     "has_overhead_table": over is not None, "accuracy": accuracy, "compute_gaps": gaps,
+                    "kernel_time": kinds,
                     "against_overlap": bucketed_against_overlap(records).get(first),
                     "best_bucket_size": best_bucket_size(records, first)}
     elif ident == "C11":
