@@ -49,8 +49,10 @@ def _trace(rng: random.Random) -> list[dict]:
     for _ in range(200):
         start = t + rng.uniform(0, 2000)
         t = start + rng.uniform(10, 500)
-        out.append({"lane": rng.choice(["compute", "compute", "communication"]), "name": "k", "start_us": start,
-                    "end_us": t})
+        lane = rng.choice(["compute", "compute", "communication"])
+        name = "ncclDevKernel_AllReduce_Sum_f32" if lane == "communication" else rng.choice(
+            ["sm90_xmma_gemm_f32f32", "void at::native::direct_copy_kernel_cuda", "void at::native::silu_kernel"])
+        out.append({"lane": lane, "name": name, "start_us": start, "end_us": t})
     return out
 
 
@@ -238,6 +240,8 @@ def test_c8_shows_the_accuracy_of_bf16_communication(run, tmp_path):
     assert list(accuracy["variant"]) == ["bucketed-bf16-100"] * 2 and set(accuracy["reference"]) == {"bucketed-avg-100"}
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C8", folder / "summary.json")
     assert "What bf16 communication costs in accuracy" in text and "0.002 of the change" in text
+    # the traced steps' kernel time by kind, every cell a number (a dict's own methods once filled one)
+    assert "Where a traced step's GPU time goes" in text and "built-in method" not in text
 
 
 @pytest.mark.parametrize("fsdp_forward_ms, beyond", [(250.0, True), (100.0, False)])
