@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.distributed import traces, variants
 from cs336_systems.records import make_record, write_json_atomic
 from cs336_systems.report import ddp
@@ -349,3 +350,32 @@ def test_the_overhead_model_is_fitted_to_whole_overheads():
     assert ddp.fit_overheads(points[:2] + [points[1]], s, w) is None
     flat = ddp.fit_overheads([(n, 30.0 - n * 0.001 + s / (n * w) * 1e3) for n in counts], s, w)
     assert flat["o_ms"] < 0 and flat["optimum"] is None
+
+
+def _round_record(variant: str, rounds: list[list[float]], job: str = "job1") -> dict:
+    """An fp32 record of one job's rounds (step samples per round), as train_bench writes them."""
+    record = _steps_record(variant, "fp32", [t for r in rounds for t in r])
+    record["metrics"] |= {"rounds": [{"step": r} for r in rounds], "turns": {"job": job},
+                          "parameter_count": 2_000_000_000}
+    record["provenance"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    return record
+
+
+def test_each_rung_is_set_against_the_rung_below_it_that_ran():
+    """Paired per round in one job; a rung that did not run is skipped over; the passes over the
+    gradients a rung removes are priced at the card's datasheet bandwidth."""
+    rng = random.Random(5)
+    base = [rng.uniform(800, 820) for _ in range(3)]
+    rounds = lambda shift: [[b + shift + rng.uniform(-0.1, 0.1) for _ in range(3)] for b in base]
+    avg_rounds = rounds(30.0)
+    records = [_round_record("bucketed-25", rounds(40.0)), _round_record("bucketed-view-25", rounds(35.0)),
+               _round_record("bucketed-avg-25", avg_rounds), _round_record("bucketed-bf16-25", avg_rounds)]
+    steps = {(r["below"], r["rung"]): r for r in ddp.ladder(records)}
+    assert list(steps) == [("bucketed-25", "bucketed-view-25"), ("bucketed-view-25", "bucketed-avg-25"),
+                           ("bucketed-avg-25", "bucketed-bf16-25")]
+    view, avg, bf16 = steps.values()
+    assert view["paired"] and view["sign"] == -1 and view["ms"] == pytest.approx(-5.0, abs=0.5)
+    assert avg["sign"] == -1 and bf16["sign"] == 0 and bf16["ms"] == 0    # the same rounds: no difference
+    one_pass = 2 * 2e9 * 4 / BY_DEVICE_NAME["NVIDIA H100 80GB HBM3"].hbm_bandwidth * 1e3     # read and write 8 GB
+    assert view["removed_pass_ms"] == pytest.approx(one_pass) and avg["removed_pass_ms"] == pytest.approx(one_pass)
+    assert bf16["removed_pass_ms"] is None                               # its casting passes are not whole fp32 passes

@@ -796,6 +796,33 @@ def versus(records: list[dict], pairs, precision: str) -> dict[str, dict[str, di
     return out
 
 
+# C8's rungs past PyTorch's DDP, each adding one thing to the one before (variants.VARIANTS).
+LADDER = ("bucketed-<MB>", "bucketed-view-<MB>", "bucketed-ready-<MB>", "bucketed-avg-<MB>", "bucketed-bf16-<MB>")
+
+
+def ladder(records: list[dict]) -> list[dict]:
+    """What each rung did: per precision and bucket size, every rung's step against the rung below
+    it that ran (``record_difference``: paired per round where they shared a job), in ladder order;
+    ``removed_pass_ms``, the least time (datasheet bandwidth) of the passes over the gradients after
+    backward that the rung no longer makes (``AFTER_BACKWARD_PASSES``), where both rungs' are known."""
+    out = []
+    bandwidth = memory_bandwidth(records)
+    for precision, found in _by_variant(records).items():
+        sizes = sorted({variants.bucket_size_mb(v) for v in found if variants.lookup(v).name in LADDER})
+        for mb in sizes:
+            size = f"{mb:g}"
+            ran = [r.replace(variants.FAMILY, size) for r in LADDER if r.replace(variants.FAMILY, size) in found]
+            for below, rung in zip(ran, ran[1:]):
+                diff = record_difference(found[rung], found[below])
+                if diff is None:
+                    continue
+                grad_bytes = found[rung]["metrics"].get("parameter_count", 0) * variants.lookup("naive").gradient_bytes
+                passes = [after_backward_pass_ms(v, grad_bytes, bandwidth) for v in (below, rung)]
+                out.append({"precision": precision, "rung": rung, "below": below,
+                            "removed_pass_ms": passes[0] - passes[1] if None not in passes and grad_bytes else None} | diff)
+    return out
+
+
 def trace_label(variant: str, precision: str) -> str:
     """How a trace is named in the summary and its timeline: the variant, with its precision where
     that is not fp32."""
@@ -880,7 +907,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
                                          if variants.lookup(v).deliverable == "C8" or v in ("torch-ddp", QUIET_TRACE)])
         summary |= {"bucketed": table_out.to_dict("records"), "model": model, "overheads": found,
                     "has_overhead_table": over is not None, "accuracy": accuracy, "compute_gaps": gaps,
-                    "kernel_time": kinds,
+                    "kernel_time": kinds, "ladder": ladder(records),
                     "against_overlap": bucketed_against_overlap(records).get(first),
                     "best_bucket_size": best_bucket_size(records, first)}
     elif ident == "C11":
