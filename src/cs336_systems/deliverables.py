@@ -172,6 +172,16 @@ def reported_by(report: str) -> list[str]:
     return [d.id for d in DELIVERABLES if d.report == report]
 
 
+def variants_read(ident: str, chosen: list[str]) -> list[str]:
+    """The data-parallel variants among ``chosen`` (a run's, in config order) whose records ``ident``'s
+    report reads (its ``variants``; None: all of them), and the no-communication baseline wherever the
+    run has it: every overhead is measured against it."""
+    from cs336_systems.distributed import variants      # torch-free, like this module
+
+    wanted = get(ident).variants
+    return [v for v in chosen if wanted is None or variants.lookup(v).name in wanted or v == variants.BASELINE]
+
+
 def readers() -> dict[str, list[str]]:
     """ID -> the deliverables whose reports read its records: itself and those that name it in ``reads``."""
     return {d.id: [d.id, *(r.id for r in DELIVERABLES if d.id in r.reads)] for d in DELIVERABLES}

@@ -174,3 +174,19 @@ def test_every_report_reads_records_only_of_the_deliverables_the_registry_names(
         found = read.get(d.report_rule, {})
         assert found.get("records", set()) - {d.id} == set(d.reads), d.id
         assert not found.get("traces") or d.traces and found["traces"] <= data_parallel, d.id
+
+
+def test_no_rule_imports_report_code():
+    """Reading the Snakefile must load no report (pandas, matplotlib), and no report decides what is
+    measured: rules name a report module only in the command they run, and read the registry."""
+    for path in [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]:
+        for line in path.read_text().splitlines():
+            assert not re.match(r"\s*(from\s+cs336_systems\.report|import\s+cs336_systems\.report)", line), (path.name, line)
+            assert not re.match(r"\s*from\s+cs336_systems\s+import\s+.*\breport\b", line), (path.name, line)
+
+
+def test_a_data_parallel_section_reads_its_variants_and_the_baseline():
+    chosen = ["no-comm", "naive", "bucketed-25", "bucketed-avg-25", "fsdp"]
+    assert deliverables.variants_read("C2", chosen) == ["no-comm", "naive"]
+    assert deliverables.variants_read("C8", chosen) == chosen            # C8 reads every variant of the run
+    assert deliverables.variants_read("C12", chosen) == ["no-comm", "fsdp"]

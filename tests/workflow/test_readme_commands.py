@@ -24,7 +24,15 @@ from workflow import readme
 from workflow.test_snakemake import REPO, SNAKEMAKE, _show, env_for, job_stats, make_copy
 
 COMMANDS = readme.commands()
-COMMITTED_RUNS = sorted(p.name for p in (REPO / "results").iterdir() if (REPO / "writeup" / p.name).is_dir())
+def committed_runs(repo: Path = REPO) -> list[str]:
+    """The runs whose writeup git tracks: what is committed, not what a user's own runs left beside
+    it (README's main command on a CPU makes results/smoke and writeup/smoke, which are ignored)."""
+    tracked = subprocess.run(["git", "ls-files", "--", "writeup/*/writeup.md"], cwd=repo, capture_output=True,
+                             text=True, check=True).stdout.split()
+    return sorted(Path(path).parent.name for path in tracked)
+
+
+COMMITTED_RUNS = committed_runs()
 MEASURING = {rule for d in deliverables.DELIVERABLES for rule in d.measures}    # every rule that makes records
 
 
@@ -215,3 +223,15 @@ def test_rebuilding_keeps_a_record_measured_from_a_newer_one(tmp_path):
     assert proc.returncode == 0, _show(proc)
     stats = job_stats(proc.stdout) if "Job stats:" in proc.stdout else {}
     assert "E1_step" not in stats, stats
+
+
+def test_a_committed_run_is_one_git_tracks_not_one_a_user_s_run_left(tmp_path):
+    """README's main command on a CPU leaves results/smoke and writeup/smoke (git ignores them): the
+    suite run after it must not take smoke for a committed run."""
+    for run in ("h100", "smoke"):
+        (tmp_path / "writeup" / run).mkdir(parents=True)
+        (tmp_path / "writeup" / run / "writeup.md").write_text("# a writeup\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "writeup/h100/writeup.md"], cwd=tmp_path, check=True)
+    assert committed_runs(tmp_path) == ["h100"]
+    assert COMMITTED_RUNS == ["h100", "h200"]

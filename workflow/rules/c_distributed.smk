@@ -5,9 +5,9 @@
 
 from functools import partial
 
+from cs336_systems import deliverables
 from cs336_systems.distributed import variants as ddp_variants
 from cs336_systems.pipeline.rule_helpers import records_on_disk
-from cs336_systems.report import ddp as ddp_report
 
 C1 = GRID["C1"]
 DDP = GRID["DDP"]
@@ -110,10 +110,11 @@ ddp_files = lambda ident, kind, chosen, suffix: (records_present if ident in REB
     [f"{DDP_FOLDER[v]}/{kind}/{ddp_variants.stem(v, p)}{suffix}" for p in DDP_PRECISIONS for v in chosen])
 
 
-# One report per deliverable C2–C8, C10–C12 (report.ddp READS says which variants each reads):
-# its table, figures and summary in results/<run>/<ID>/.
-for ident in ddp_report.SECTIONS:
-    chosen = ddp_report.reads(ident, DDP["variants"])
+# One report per deliverable C2–C8, C10–C12 (the registry says which variants each reads, and
+# whether their traces and C1's fit): its table, figures and summary in results/<run>/<ID>/.
+for ident in deliverables.reported_by("cs336_systems.report.ddp"):
+    about = deliverables.get(ident)
+    chosen = deliverables.variants_read(ident, DDP["variants"])
 
     rule:
         """The deliverable's table of the variants it discusses, its figures and summary."""
@@ -121,8 +122,8 @@ for ident in ddp_report.SECTIONS:
             f"{ident}_report"
         input:
             records=ddp_files(ident, "records", chosen, ".json"),
-            traces=ddp_files(ident, "traces", TRACED, ".json.gz") if ident in ddp_report.READS_TRACES else [],
-            c1=rules.C1_report.output.summary if ident in ddp_report.READS_C1 else [],
+            traces=ddp_files(ident, "traces", TRACED, ".json.gz") if about.traces else [],
+            c1=rules.C1_report.output.summary if "C1" in about.reads else [],
             code=code("cs336_systems.report.ddp"),
         output:
             **report_outputs(ident),

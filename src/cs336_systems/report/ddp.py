@@ -76,11 +76,7 @@ AFTER_BACKWARD_PASSES = {"naive": 1, "flat": 3, "overlap": 1, "overlap-sharded":
                          "bucketed-view-<MB>": 1, "bucketed-ready-<MB>": 1, "bucketed-avg-<MB>": 0}
 
 
-def reads(ident: str, chosen: list[str]) -> list[str]:
-    """The variants among ``chosen`` (the run's, in config order) whose records ``ident`` reads; the
-    no-communication baseline too wherever the run has it (every overhead is measured against it)."""
-    wanted = READS[ident]
-    return [v for v in chosen if wanted is None or variants.lookup(v).name in wanted or v == variants.BASELINE]
+reads = deliverables.variants_read
 
 
 def step_table(records: list[dict]) -> pd.DataFrame:
