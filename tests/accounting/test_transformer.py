@@ -4,10 +4,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from cs336_basics.model import Linear
+from cs336_basics.model import Embedding, Linear
 from cs336_systems.accounting.transformer import (XXL, MLPStack, forward_flops, saved_activation_bytes,
                                                   train_step_flops, training_state_bytes,
-                                                  transformer_matmul_parameters, transformer_parameter_breakdown)
+                                                  transformer_matmul_parameters, transformer_parameter_breakdown,
+                                                  transformer_parameter_tensors)
 from cs336_systems.models import MODEL_SIZES, build_model
 
 TOY = MLPStack(d_model=3, d_ff=5, num_blocks=2)
@@ -43,6 +44,14 @@ def test_breakdown_matches_the_real_model(size):
                 else "norms" if ".ln" in name or name.startswith("ln_final") else name)
         by_kind[kind] += p.numel()
     assert transformer_parameter_breakdown(MODEL_SIZES[size]) == by_kind
+
+
+@pytest.mark.parametrize("size", ["tiny", "xl"])
+def test_parameter_tensors_are_the_real_model_s(size):
+    model = build_model(MODEL_SIZES[size], 16, device="meta")
+    matrices = sum(1 for m in model.modules() if isinstance(m, (Linear, Embedding)))
+    found = transformer_parameter_tensors(MODEL_SIZES[size])
+    assert found["matrices"] == matrices and sum(found.values()) == len(list(model.parameters()))
 
 
 def test_matmul_parameters_are_the_linear_weights():

@@ -64,6 +64,14 @@ def transformer_parameter_breakdown(size: ModelSize, vocab_size: int = VOCAB_SIZ
     }
 
 
+def transformer_parameter_tensors(size: ModelSize) -> dict[str, int]:
+    """How many parameter tensors ``TransformerLM`` holds, by kind: ``matrices``, the Linear and
+    Embedding weights (embedding, LM head, per block Q, K, V, output and SwiGLU's three), each one
+    all-gather for FSDP; ``gains``, the RMSNorm gains (two per block and the final one). Together
+    they are the gradients naive DDP all-reduces one by one."""
+    return {"matrices": 2 + 7 * size.num_layers, "gains": 2 * size.num_layers + 1}
+
+
 def transformer_matmul_parameters(size: ModelSize, vocab_size: int = VOCAB_SIZE) -> int:
     """Parameters a token meets in a matmul: all but the embedding (a lookup) and the norm gains.
 

@@ -235,12 +235,11 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
 
 
 def gradient_tensors(size_name: str) -> int:
-    """The model's trainable parameter tensors, each one all-reduce for naive DDP: token embedding
-    and LM head, per block four attention matrices, three feed-forward matrices and two norms, and
-    the final norm (the tensors ``ModelSize.parameter_count`` counts)."""
+    """The model's trainable parameter tensors, each one all-reduce for naive DDP."""
+    from cs336_systems.accounting.transformer import transformer_parameter_tensors
     from cs336_systems.models import get_size
 
-    return 2 + 9 * get_size(size_name).num_layers + 1
+    return sum(transformer_parameter_tensors(get_size(size_name)).values())
 
 
 def after_backward_pass_ms(variant: str, grad_bytes: float, memory_Bps: float | None) -> float | None:
@@ -974,10 +973,11 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
     most a call costs) per gather as if none overlapped. An excess beyond that bound is not the
     transfers; the text says so, and no more."""
     from cs336_systems.accounting.parallelism import all_gather_bytes
+    from cs336_systems.accounting.transformer import transformer_parameter_tensors
     from cs336_systems.models import get_size
 
     size = get_size(setup["size"])
-    gathers = size.num_layers * 7 + 2           # q, k, v, o, w1, w2, w3 per block; embedding, LM head
+    gathers = transformer_parameter_tensors(size)["matrices"]      # FSDP gathers each Linear and Embedding weight
     fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
     n = setup["world_size"]
     forward = forward or {}
