@@ -203,7 +203,7 @@ def test_compiling_is_the_compiled_jobs_untimed_median_less_the_eager_ones(tmp_p
     assert job_times.main([str(tmp_path)]) == 0
     assert f"compiling costs about {per_job:.1f} s a compiled job, {per_job * len(untimed[True]) / 60:.1f} min" \
         in capsys.readouterr().out
-    # side by side (README's table), beside a run without compiled records: its cells stay blank
+    # side by side (docs/committed-runs.md's table), beside a run without compiled records: its cells stay blank
     _write(tmp_path / "other", rng)
     assert job_times.main([str(tmp_path), str(tmp_path / "other")]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| compiling"))
@@ -218,12 +218,13 @@ def test_without_compiled_records_there_is_no_compiling_line(tmp_path, seed, cap
     assert "compil" not in capsys.readouterr().out
 
 
-def test_readmes_job_time_table_is_what_job_times_prints_for_the_committed_runs(capsys, monkeypatch):
-    """README quotes the command's output for the committed runs verbatim, between markers: a run
-    measured again, or a change to what job_times prints, shows here until README is pasted anew."""
-    text = (REPO / "README.md").read_text()
+def test_the_committed_runs_job_time_table_is_what_job_times_prints(capsys, monkeypatch):
+    """docs/committed-runs.md quotes the command's output for the committed runs verbatim, between
+    markers: a run measured again, or a change to what job_times prints, shows there until it is
+    pasted anew."""
+    text = (REPO / "docs" / "committed-runs.md").read_text()
     block = re.search(r"<!-- job_times -->\n(.*?)\n<!-- /job_times -->", text, flags=re.S)
-    assert block, "README has no job_times block"
+    assert block, "docs/committed-runs.md has no job_times block"
     command = "python -m cs336_systems.pipeline.job_times results/h200 results/h100"
     assert f"`{command}`" in text
     monkeypatch.chdir(REPO)

@@ -55,6 +55,15 @@ def readme_commands() -> list[str]:
     return commands(README.read_text())
 
 
+COMMITTED_RUNS_PAGE = DOCS / "committed-runs.md"
+
+
+def rebuild_page_commands() -> list[str]:
+    """The snakemake commands of docs/committed-runs.md, the page README sends a reader to for the
+    committed runs: how they were made and the command that rebuilds each."""
+    return commands(COMMITTED_RUNS_PAGE.read_text())
+
+
 def main_command() -> str:
     """The first command under README's "## The main command"."""
     section = README.read_text().split("## The main command", 1)[1]

@@ -60,12 +60,13 @@ def shell(copy: Path, command: str, timeout: float = 600, path_first: Path | Non
 
 
 def test_readme_shows_runnable_commands():
-    """README shows the main command, --unlock and one rebuild command per committed run; the rest is
-    in docs/, and the pages together show every kind of command this file runs."""
+    """README shows the main command and --unlock; docs/committed-runs.md (which README links) one
+    rebuild command per committed run; the rest is in docs/, and the pages together show every kind
+    of command this file runs."""
     assert readme.main_command() == "snakemake --cores 1 --resources gpu=2"
     shown = readme.readme_commands()
-    assert "snakemake --unlock" in shown
-    rebuilds = [c for c in shown if kind(c) == "rebuild"]
+    assert "snakemake --unlock" in shown and "](docs/committed-runs.md)" in readme.README.read_text()
+    rebuilds = [c for c in readme.rebuild_page_commands() if kind(c) == "rebuild"]
     assert sorted(re.search(r"\brun=(\S+)", c).group(1) for c in rebuilds) == COMMITTED_RUNS
     assert len(COMMANDS) >= 12 and {kind(c) for c in COMMANDS} == {"smoke", "needs-gpu", "slurm", "rebuild",
                                                                    "committed-part"}
@@ -186,13 +187,13 @@ def _without_provenance(path: Path):
 
 @pytest.mark.parametrize("run", COMMITTED_RUNS)
 def test_a_committed_writeup_hints_at_readmes_rebuild_command(run):
-    """Each committed writeup tells its reader how to rebuild it with the exact command README gives
-    for that run (and the test above runs that command)."""
+    """Each committed writeup tells its reader how to rebuild it with the exact command
+    docs/committed-runs.md gives for that run (and the test above runs that command)."""
     text = (REPO / "writeup" / run / "writeup.md").read_text()
     hint = re.search(r"measuring nothing: `(snakemake [^`]+)`", text)
     assert hint, f"writeup/{run}/writeup.md has no rebuild command"
-    assert kind(hint.group(1)) == "rebuild" and hint.group(1) in readme.readme_commands(), \
-        f"{hint.group(1)!r} is not README's rebuild command for {run}"
+    assert kind(hint.group(1)) == "rebuild" and hint.group(1) in readme.rebuild_page_commands(), \
+        f"{hint.group(1)!r} is not docs/committed-runs.md's rebuild command for {run}"
 
 
 def test_readme_says_what_a_target_after_resources_does(tmp_path):

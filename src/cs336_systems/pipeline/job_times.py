@@ -2,7 +2,7 @@
 leaves (``results/<run>/benchmarks/<ID>/<job>.tsv``, one per job, written when the job ends).
 
     python -m cs336_systems.pipeline.job_times results/h200 [--out times.csv]
-    python -m cs336_systems.pipeline.job_times results/h200 results/h100    # README's table: runs side by side
+    python -m cs336_systems.pipeline.job_times results/h200 results/h100    # docs/committed-runs.md's table: runs side by side
 
 Prints one row per deliverable (jobs, total and longest wall time, summed CPU time, largest
 resident memory) and the total: the time the same jobs would take one after another on the
@@ -26,7 +26,7 @@ comes from Snakemake's console output of each invocation kept in the run's ``log
 A run's ``logs/rerun.log``, where there is one, times README's main command run once more after
 the run ended, on the same machine: the no-op rerun, Snakemake building the DAG and finding
 nothing to do (the committed runs have one; ``lab/reference-runs/finish.sh`` writes it). With
-several runs the output is README's job-time table: minutes by deliverable for each run side by
+several runs the output is the job-time table of docs/committed-runs.md: minutes by deliverable for each run side by
 side, all measuring jobs, the floor, and each run's no-op rerun.
 """
 from __future__ import annotations
@@ -218,7 +218,7 @@ def beyond_benchmarks(run_dir: Path) -> dict | None:
 
 
 def side_by_side(runs: dict[str, pd.DataFrame], beyond: dict[str, dict | None] | None = None) -> str:
-    """README's job-time table: per deliverable and run, jobs and minutes one after another; then
+    """The job-time table of docs/committed-runs.md: per deliverable and run, jobs and minutes one after another; then
     each run's measuring jobs together, their timed steps, its per-job floor times its jobs; and
     where the run keeps Snakemake's logs (``beyond``, from ``beyond_benchmarks``), the reports and
     writeup, Snakemake's time between jobs, and the whole DAG."""
@@ -288,7 +288,7 @@ def _rerun_line(name: str, run_dir: Path, rerun: dict | None) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.pipeline.job_times", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", type=Path, nargs="+", metavar="run_dir",
-                   help="a run's results folder, e.g. results/h200; several give README's table, side by side")
+                   help="a run's results folder, e.g. results/h200; several give docs/committed-runs.md's table, side by side")
     p.add_argument("--out", type=Path, help="also write the per-deliverable table as CSV (one run)")
     args = p.parse_args(argv)
     runs = {}
@@ -306,7 +306,7 @@ def main(argv=None) -> int:
         beyond = {run_dir.name: beyond_benchmarks(run_dir) for run_dir in args.run_dirs}
         print(side_by_side(runs, beyond))
         print()
-        # a Markdown list under the table: README holds this output as it is printed
+        # a Markdown list under the table: docs/committed-runs.md holds this output as it is printed
         for run_dir in args.run_dirs:
             for line in _run_lines(run_dir, runs[run_dir.name], beyond[run_dir.name], say_no_rerun=True):
                 print(f"- {line}")

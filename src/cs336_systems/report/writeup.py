@@ -216,8 +216,8 @@ class Renderer:
 
 
 def rebuild_command(run: str, preset: str, chosen: list[str] | None) -> str:
-    """The command that rebuilds this writeup from its run's records, measuring nothing: README's
-    "Committed runs" gives the same command for each committed run (a test holds them equal)."""
+    """The command that rebuilds this writeup from its run's records, measuring nothing:
+    docs/committed-runs.md gives the same command for each committed run (a test holds them equal)."""
     sections = f" sections={','.join(chosen)}" if chosen else ""
     return f"snakemake --cores 2 --config preset={preset} run={run} reuse_records=true{sections}"
 
