@@ -236,3 +236,9 @@ def test_a_committed_run_is_one_git_tracks_not_one_a_user_s_run_left(tmp_path):
     subprocess.run(["git", "add", "writeup/h100/writeup.md"], cwd=tmp_path, check=True)
     assert committed_runs(tmp_path) == ["h100"]
     assert COMMITTED_RUNS == ["h100", "h200"]
+
+
+def test_readme_orients_in_at_most_120_lines():
+    """What it is, install, run, test, where the results and the ID map are; the history of the
+    committed runs and their costs live in docs/committed-runs.md."""
+    assert len(readme.README.read_text().splitlines()) <= 120
