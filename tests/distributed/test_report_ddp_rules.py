@@ -5,7 +5,6 @@ passes over the gradients each makes; and C12's traced idle time, forward and me
 to the timed steps and the memory breakdown."""
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
