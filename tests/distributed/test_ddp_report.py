@@ -349,6 +349,7 @@ def test_the_overhead_model_is_fitted_to_whole_overheads():
     assert fit["c_ms"] == pytest.approx(c) and fit["o_ms"] == pytest.approx(o_ms) and fit["max_residual_ms"] < 1e-9
     assert fit["optimum"]["n_buckets"] == pytest.approx(math.sqrt(s / (w * o_ms / 1e3)))
     assert fit["optimum"]["overhead_ms"] == pytest.approx(c + 2 * math.sqrt(s * o_ms / 1e3 / w) * 1e3)
+    assert fit["optimum"]["fixed_share"] == pytest.approx(c / fit["optimum"]["overhead_ms"])   # what the text may call "most"
     assert ddp.fit_overheads(points[:2] + [points[1]], s, w) is None
     flat = ddp.fit_overheads([(n, 30.0 - n * 0.001 + s / (n * w) * 1e3) for n in counts], s, w)
     assert flat["o_ms"] < 0 and flat["optimum"] is None

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -61,6 +61,20 @@ def broadcast_from_rank_zero(module: nn.Module) -> None:
     with torch.no_grad():
         for tensor in itertools.chain(module.parameters(), module.buffers()):
             dist.broadcast(tensor.detach(), src=0)
+
+
+def weakly_bound(method: Callable[..., None]) -> Callable[..., None]:
+    """``method`` (a bound method) as a function that holds its object weakly and does nothing once
+    the object is gone. For a parameter's gradient hook: held from C++, where the garbage collector
+    cannot see it, a hook holding its wrapper keeps a dropped wrapper, its model and their memory
+    alive (and communicating) for as long as the parameters live."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args) -> None:
+        live = ref()
+        if live is not None:
+            live(*args)
+    return call
 
 
 def trainable_named_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
@@ -170,16 +184,8 @@ class _DataParallel(nn.Module):
         raise NotImplementedError
 
     def _register_grad_ready_hooks(self, params: Iterable[nn.Parameter]) -> None:
-        # The hook holds the wrapper weakly: a dropped wrapper must neither stay alive through its
-        # model's parameters nor keep communicating for them.
-        wrapper = weakref.ref(self)
-
-        def on_grad_accumulated(param: nn.Parameter) -> None:
-            live = wrapper()
-            if live is not None:
-                live._on_grad_ready(param)
-
-        self._hook_handles = [p.register_post_accumulate_grad_hook(on_grad_accumulated) for p in params]
+        hook = weakly_bound(self._on_grad_ready)
+        self._hook_handles = [p.register_post_accumulate_grad_hook(hook) for p in params]
 
     def _on_grad_ready(self, param: nn.Parameter) -> None:
         raise NotImplementedError

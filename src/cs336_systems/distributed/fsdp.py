@@ -76,7 +76,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cs336_basics.model import Embedding, Linear
-from cs336_systems.distributed.ddp import broadcast_from_rank_zero
+from cs336_systems.distributed.ddp import broadcast_from_rank_zero, weakly_bound
 
 SHARDED_TYPES = (Linear, Embedding)
 
@@ -246,18 +246,9 @@ class FSDP(nn.Module):
         for layer in self.sharded:
             layer.module.register_forward_pre_hook(partial(self._before_layer_forward, layer))
             layer.module.register_forward_hook(partial(self._after_layer_forward, layer))
-        # A parameter's post-accumulate hook is held from C++, where the garbage collector cannot
-        # see it: a hook holding this wrapper would keep it, its model and their memory alive after
-        # the wrapper is dropped (one whole model's state per wrapper made). So it holds a weak reference.
-        wrapper = weakref.ref(self)
-
-        def on_grad_accumulated(param: nn.Parameter) -> None:
-            live = wrapper()
-            if live is not None:
-                live._all_reduce_replicated(param)
-
+        hook = weakly_bound(self._all_reduce_replicated)      # not keeping a dropped wrapper alive
         for p in self.replicated:
-            p.register_post_accumulate_grad_hook(on_grad_accumulated)
+            p.register_post_accumulate_grad_hook(hook)
 
     def _shard_weights(self, module: nn.Module) -> list[ShardedWeight]:
         owners: dict[int, str] = {}

@@ -70,8 +70,8 @@ IN_BACKWARD_NOTE = "waits inside backward (PyTorch's reducer): nothing left to w
 # all-reduces: naive and overlap divide each gradient in place; flat flattens them into one
 # buffer, divides it and copies the means back; bucketed-<MB> flattens each bucket during backward,
 # so after it divides and copies back; with the buckets as the gradients' storage (view, ready)
-# only the division is left, and averaging inside the all-reduce (avg) leaves none. The bf16 buckets and FSDP are left out: their passes are not whole
-# fp32 read-and-write passes.
+# only the division is left, and averaging inside the all-reduce (avg) leaves none. The bf16
+# buckets and FSDP are left out: their passes are not whole fp32 read-and-write passes.
 AFTER_BACKWARD_PASSES = {"naive": 1, "flat": 3, "overlap": 1, "overlap-sharded": 1, BUCKETED: 2,
                          "bucketed-view-<MB>": 1, "bucketed-ready-<MB>": 1, "bucketed-avg-<MB>": 0}
 
@@ -502,7 +502,8 @@ def fit_overheads(points: list[tuple[int, float]], grad_bytes: float, w_Bps: flo
              "overhead_range_ms": [min(ms for _, ms in points), max(ms for _, ms in points)], "optimum": None}
     if slope > 0:
         optimum = optimal_buckets(grad_bytes, slope / 1e3, w_Bps)
-        found["optimum"] = optimum | {"overhead_ms": optimum["overhead_ms"] + intercept}
+        total = optimum["overhead_ms"] + intercept
+        found["optimum"] = optimum | {"overhead_ms": total, "fixed_share": intercept / total if total > 0 else None}
     return found
 
 
@@ -582,8 +583,8 @@ def compute_gaps(intervals: list[dict]) -> dict | None:
 # they are not kernels and are left out.
 KERNEL_KINDS = (("matmul", re.compile(r"gemm|xmma|cutlass|nvjet|cublas", re.IGNORECASE)),
                 ("copy", re.compile(r"copy|Memcpy", re.IGNORECASE)))
-# Traces written before train_bench kept 200 characters of a kernel's name kept 60: an elementwise
-# kernel's name is cut inside its template there, so its kind cannot be read.
+# Older traces kept 60 characters of a kernel's name (train_bench.KERNEL_NAME_CHARS now keeps 200):
+# an elementwise kernel's name is cut inside its template there, so its kind cannot be read.
 OLD_NAME_CHARS = 60
 ANNOTATION = re.compile(r"^(nccl:|DistributedDataParallel\.|Optimizer\.|ProfilerStep|FSDP\.)")
 # The traced variant whose matmuls are the reference: naive DDP all-reduces after backward, so its
@@ -602,8 +603,7 @@ def kernel_time(intervals: list[dict]) -> dict[str, float] | None:
                and not ANNOTATION.match(i.get("name", ""))]
     if not kernels or not any(i.get("name", "").startswith(("void ", "nccl", "sm", "Memcpy", "Memset")) for i in kernels):
         return None
-    lengths = [len(i["name"]) for i in kernels]
-    if max(lengths) == OLD_NAME_CHARS:
+    if max(len(i["name"]) for i in kernels) == OLD_NAME_CHARS:
         return None         # names cut before the functor that tells a copy from the rest
     for i in kernels:
         ms = (i["end_us"] - i["start_us"]) / 1e3
@@ -621,14 +621,15 @@ def where_time_goes(traces: dict[str, list[dict]], chosen: list[tuple[str, str]]
     sharing the GPU with collectives cost the matrix products, where they are the same products;
     ``copy_over_quiet_ms``: the copies and casts a variant adds). One profiled step each: a look,
     not a measurement with a spread."""
+    times = {label: kernel_time(traces[label]) for v, p in [*chosen, *((QUIET_TRACE, p) for _, p in chosen)]
+             if (label := trace_label(v, p)) in traces}
     out = {}
     for variant, precision in chosen:
         label = trace_label(variant, precision)
-        found = kernel_time(traces[label]) if label in traces else None
+        found = times.get(label)
         if found is None:
             continue
-        quiet_label = trace_label(QUIET_TRACE, precision)
-        quiet = kernel_time(traces[quiet_label]) if quiet_label in traces else None
+        quiet = times.get(trace_label(QUIET_TRACE, precision))
         out[label] = found | {"matmul_over_quiet_ms": found["matmul"] - quiet["matmul"] if quiet else None,
                               "copy_over_quiet_ms": found["copy"] - quiet["copy"] if quiet else None}
     return out
@@ -661,14 +662,15 @@ def memory_rows(records: list[dict], chosen: tuple[str, ...]) -> list[dict]:
 
 
 def _bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict, out: Path,
-                  per_call: dict[str, dict]):
+                  per_call: dict[str, dict], found_overheads: dict[str, dict]):
     """C8: the bucketed rows with the overhead model's prediction, its figure, and its summary (None
     without C1's fit). w is C1's fit for the same backend and world size; s the bytes the bucketed
     variants send (every gradient, in the dtype they communicate); o, where naive and flat ran, the
     per-call cost those records pay (``paid_per_call``, the first precision's), else C1's, which
     times one call alone between synchronisations. ``o_source`` says which; ``predicted_c1_ms``
     is the model with C1's o either way, and ``after_backward_pass_ms`` the least time the rows'
-    passes over the gradients after backward take, which the model leaves out."""
+    passes over the gradients after backward take, which the model leaves out. ``overhead_fit`` fits
+    the model to the bucket sizes' overheads (``found_overheads``, what ``overheads`` gave)."""
     fit = c1["fits"].get(f"{setup['backend']}_x{setup['world_size']}")
     bucketed = table[(table["status"] == "ok") & table["variant"].map(is_bucket_size)].copy()
     sent = [r for r in records if r["params"]["variant"] in set(bucketed["variant"])]
@@ -699,7 +701,7 @@ def _bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dic
                          "memory_GBps": bandwidth / 1e9 if bandwidth else None}
         # Fitted to the overheads of the first precision, where the run paired them with a baseline.
         precision = variants.precision_of(sent[0])
-        rows = overheads(records).get(precision, {}).get("rows", {})
+        rows = found_overheads.get(precision, {}).get("rows", {})
         points = [(int(n), rows[v]["ms"]) for v, n, p in zip(bucketed["variant"], bucketed["buckets"], bucketed["precision"])
                   if p == precision and v in rows]
         model_summary["overhead_fit"] = fit_overheads(points, grad_bytes, w) if points else None
@@ -898,7 +900,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         accuracy = accuracy_rows(records)
         write_table(pd.DataFrame(accuracy) if accuracy else _none("no variant recorded its bf16 gradients' error"),
                     out, stem="accuracy")
-        table_out, model = _bucket_model(records, table, setup, c1, out, per_call)
+        table_out, model = _bucket_model(records, table, setup, c1, out, per_call, found)
         # What the traces show is left: the compute lane's idle time in one step of each traced
         # variant of C8's and of PyTorch DDP's.
         gaps = {label: compute_gaps(traces[label]) for p in precisions for v in traced
