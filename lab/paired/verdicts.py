@@ -6,8 +6,9 @@
 A compared pair is two records of one job (``metrics.turns.job``) that agree on every held key
 (``HELD``: the point both sides are measured at — mode, size, context, sequence length, head
 dimension, dtype) and differ in something else (the precision, the implementation, the rung, the
-group size). For each pair ``report.spread.paired_records`` gives a verdict on the step time (a kernel call's
-for B5) — "higher", "lower" or within the spread. A pair is matched across the two runs by the two records'
+group size). For each pair ``report.spread.paired_records`` gives a verdict on the time its report judges:
+the step, or for B5 a kernel call's CUDA-graph time where both sides have it, else its do_bench median
+(``report.b5.judged``) — "higher", "lower" or within the spread. A pair is matched across the two runs by the two records'
 places in their run folders, so both runs must be of the same grid.
 
 Prints, per deliverable: the pairs found in both runs, how many each run decided (not "within"),
@@ -28,8 +29,10 @@ from cs336_systems.report.spread import WITHIN, paired_records, round_samples
 
 # What both sides of a compared pair hold equal; anything else that differs is what is compared.
 HELD = ("mode", "size", "context", "seq", "seq_len", "d", "head_dim", "dtype", "batch", "shape", "pass")
-# What a round times: a step (phases timed between synchronisations) or a kernel call (B5's ``ms``).
-TIMED = ("step", "ms")
+# What a round times, in the order a report prefers it: a step (phases timed between synchronisations),
+# or a kernel call's GPU time in CUDA graphs (B5's ``graph_ms``), else its do_bench median (``ms``, which
+# carries the host's launch time: B5 judges on it only where a side has no graph time).
+TIMED = ("step", "graph_ms", "ms")
 
 
 def pairs_of(folder: Path, ids: set[str] | None = None) -> dict[tuple, tuple[dict, dict]]:
@@ -52,9 +55,10 @@ def pairs_of(folder: Path, ids: set[str] | None = None) -> dict[tuple, tuple[dic
     return pairs
 
 
-def _timed(record: dict) -> str:
-    first = (record["metrics"].get("rounds") or [{}])[0]
-    return next((phase for phase in TIMED if phase in first), "step")
+def _timed(*records: dict) -> str:
+    """The first of ``TIMED`` that every one of ``records`` timed in its rounds."""
+    firsts = [(r["metrics"].get("rounds") or [{}])[0] for r in records]
+    return next((phase for phase in TIMED if all(phase in first for first in firsts)), "step")
 
 
 def _median(record: dict, phase: str) -> float:
@@ -65,11 +69,12 @@ def verdicts(folder: Path, ids: set[str] | None = None) -> dict[tuple, dict]:
     """Each pair's verdict, paired difference and spread (also as a share of the faster side's step)."""
     out = {}
     for key, (a, b) in pairs_of(folder, ids).items():
-        phase = _timed(a)
+        phase = _timed(a, b)
         result = paired_records(a, b, phase)
         step = min(_median(a, phase), _median(b, phase))
         out[key] = {"verdict": result.verdict, "difference_ms": result.difference, "spread_ms": result.spread,
-                    "spread_share": result.spread / step if step else float("nan"), "rounds": result.rounds}
+                    "spread_share": result.spread / step if step else float("nan"), "rounds": result.rounds,
+                    "timed": phase}
     return out
 
 

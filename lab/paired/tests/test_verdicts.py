@@ -64,3 +64,32 @@ def test_steadiness_is_the_farthest_round_from_the_median_of_rounds(tmp_path, ca
     spreads = verdicts.round_spreads(tmp_path / "r", "A1/records/xl_*.json")
     centre, share, n = spreads["A1/records/xl_fp32.json#0"]
     assert n == 4 and abs(centre - 100.5) < 0.2 and abs(share - 3.5 / 100.5) < 0.004
+
+
+def _kernel_record(folder, name, job, impl, graph_ms, launch_ms, rng, with_graph=True):
+    """A B5-like record: per round a do_bench median carrying the host's launch time (``ms``) and, where
+    graph-timed, the GPU time alone (``graph_ms``)."""
+    rounds = []
+    for g, launch in zip(graph_ms, launch_ms):
+        r = {"ms": [g + launch]}
+        if with_graph:
+            r["graph_ms"] = [g + rng.gauss(0, 0.0005)]
+        rounds.append(r)
+    record = {"id": "B5", "params": {"impl": impl, "seq": 128, "d": 64, "dtype": "bf16", "pass": "forward"},
+              "status": "ok", "provenance": {}, "metrics": {"turns": {"job": job}, "rounds": rounds}}
+    path = folder / "B5" / "records" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def test_a_kernel_pair_is_judged_on_graph_time_where_both_sides_have_it_as_its_report_judges(tmp_path):
+    rng = random.Random(8)
+    # ours is 10 % faster on the GPU every round; the launch time the host adds flips do_bench's medians
+    _kernel_record(tmp_path, "ours", "j", "ours", [0.090] * 4, [0.05, 0.01, 0.05, 0.01], rng)
+    _kernel_record(tmp_path, "plain", "j", "plain", [0.100] * 4, [0.01, 0.05, 0.01, 0.05], rng)
+    (found,) = verdicts.verdicts(tmp_path).values()
+    assert found["timed"] == "graph_ms" and found["verdict"] == "lower"
+    # one side without graph time: both are judged on do_bench's median, here within its spread
+    _kernel_record(tmp_path, "plain", "j", "plain", [0.100] * 4, [0.01, 0.05, 0.01, 0.05], rng, with_graph=False)
+    (found,) = verdicts.verdicts(tmp_path).values()
+    assert found["timed"] == "ms" and found["verdict"] == "within the spread"
