@@ -16,7 +16,8 @@ the longest context; a shorter batch runs the same operations) and shared. Its p
 of one context and mode each, the precisions taking turns: on one H100 the host-bound steps of the
 small model drift by 1.5x within a second, so the compared turns must follow each other closely
 (a heat of all of a size's points spaced a pair's turns seconds apart, and two runs agreed on
-77-86 % of verdicts). Forward and forward-backward heats run first, then the train steps with
+77-86 % of verdicts); points whose turns ``--min-turn-ms`` lengthened go further and share their
+turn step by step (``rounds.take_turns``). Forward and forward-backward heats run first, then the train steps with
 one shared AdamW, so the optimizer's state (twice the weights) is resident only while train steps
 take turns, and every point's peak memory is what a process of that point alone holds (weights,
 its batch, its own step's tensors; train steps also the optimizer state), plus the other

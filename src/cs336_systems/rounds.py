@@ -67,6 +67,7 @@ class Outcome:
     peak_memory_bytes: int | None = None    # the most any of its steps held (None on the CPU)
     timed_peak_memory_bytes: int | None = None    # the same over its timed steps only (not warm-up, not settling)
     steps_per_turn: int = 0                 # its timed steps in each round (``take_turns``' min_turn_ms)
+    interleaved: bool = False               # whether its turns were shared, step by step, with the other cheap entrants
     step: StepFn | None = field(default=None, repr=False)
 
     def metrics(self, job: "Job") -> dict:
@@ -83,7 +84,7 @@ class Outcome:
         metrics["rounds"] = self.rounds
         metrics["warmup_step_samples"] = self.warmup_steps
         metrics["peak_memory_bytes"] = self.peak_memory_bytes
-        metrics["turns"] = job.as_dict() | {"steps_per_turn": self.steps_per_turn}
+        metrics["turns"] = job.as_dict() | {"steps_per_turn": self.steps_per_turn, "interleaved": self.interleaved}
         return metrics
 
 
@@ -143,6 +144,76 @@ def steps_for(min_turn_ms: float, step_ms: float, steps: int) -> int:
     return max(steps, min(MAX_STEPS_PER_TURN, math.ceil(min_turn_ms / step_ms)))
 
 
+def turns_of(order: Sequence[str], interleaved: set[str]) -> list[list[str]]:
+    """A round's turns in ``order``: one entrant each, except that the ``interleaved`` entrants share
+    one turn, placed where the first of them comes in ``order``."""
+    turns: list[list[str]] = []
+    shared: list[str] = []
+    for name in order:
+        if name not in interleaved:
+            turns.append([name])
+        elif not shared:
+            turns.append(shared)
+            shared.append(name)
+        else:
+            shared.append(name)
+    return turns
+
+
+def interleaving(counts: dict[str, int]) -> list[str]:
+    """The order of a shared turn's steps: each next step is the entrant's that has done the smallest
+    share of its ``counts`` (ties in ``counts``' order), so every entrant's steps spread evenly over the
+    turn: ``{"a": 4, "b": 2}`` -> a b a a b a."""
+    done = dict.fromkeys(counts, 0)
+    order = []
+    for _ in range(sum(counts.values())):
+        name = min((n for n in counts if done[n] < counts[n]), key=lambda n: done[n] / counts[n])
+        done[name] += 1
+        order.append(name)
+    return order
+
+
+def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle: int) -> None:
+    """One turn of a round: ``turn``'s entrants (one, or the interleaved ones together) settle, then
+    take their timed steps in ``interleaving`` order; each that finishes adds a round to its outcome.
+    An entrant that fails stops there, its memory released, and the others go on."""
+    timers = {o.name: PhaseTimer(device) for o in turn}
+    totals: dict[str, list[float]] = {o.name: [] for o in turn}
+    outcomes = {o.name: o for o in turn}
+
+    def settle_all(outcome: Outcome) -> None:
+        for _ in range(settle):
+            outcome.step(untimed)
+
+    def timed(outcome: Outcome) -> None:
+        # the peak is taken per step: an interleaved turn's steps belong to different entrants
+        reset_peak_memory(device)
+        totals[outcome.name].append(_timed_step(outcome, device, timers[outcome.name]))
+        peak = peak_memory_bytes(device)
+        if peak is not None:
+            outcome.peak_memory_bytes = max(peak, outcome.peak_memory_bytes or 0)
+            outcome.timed_peak_memory_bytes = max(peak, outcome.timed_peak_memory_bytes or 0)
+
+    schedule = [(settle_all, o.name) for o in turn]
+    schedule += [(timed, name) for name in interleaving({o.name: o.steps_per_turn for o in turn})]
+    for action, name in schedule:
+        outcome = outcomes[name]
+        if outcome.step is None:        # failed earlier in this turn
+            continue
+        failure = None
+        try:
+            action(outcome)
+        except Exception as exc:  # noqa: BLE001 - an OOM or error is this entrant's outcome
+            failure = exc
+        if failure is not None:
+            _fail(outcome, by_name[name], failure)
+            del failure             # its traceback holds the entrant's tensors
+            _release(device)
+    for name, outcome in outcomes.items():
+        if outcome.step is not None:
+            outcome.rounds.append({**timers[name].samples, "step": totals[name]})
+
+
 def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmup: int, rounds: int,
                steps: int, min_turn_ms: float = 0.0, settle: int | None = None,
                job_id: str | None = None) -> tuple[Job, dict[str, Outcome]]:
@@ -152,7 +223,12 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
     ``min_turn_ms``: a cheap entrant's warm-up goes on until it has also lasted this long, and its
     turns take as many steps as its last warm-up step says fill this long (``steps_for``), the same
     count every round: what moves the host for a few milliseconds then scatters inside a turn, where
-    the turn's median absorbs it, instead of between rounds, where it would hide a difference.
+    the turn's median absorbs it, instead of between rounds, where it would hide a difference. Two or
+    more such cheap entrants share one turn a round, step by step (``interleaving``): a host-bound
+    step's speed moves by 1.5x within a second, so the compared steps must be as close in time as
+    steps can be, and each side's median then samples the same stretch of the host's moods. Dear
+    entrants keep turns of their own: interleaving them would put another entrant's leftovers (the
+    allocator's blocks, cold caches) before every step, where a turn pays for them once, in ``settle``.
 
     ``settle``: untimed steps at the start of every turn. The first step after another entrant's turn
     pays for what that one left behind (the caching allocator's blocks cut for other shapes, cold
@@ -197,31 +273,17 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
             _release(device)
         log(f"  {name}: warm-up {', '.join(f'{t:.2f}' for t in outcome.warmup_steps)} ms")
 
+    cheap = [name for name in names if outcomes[name].steps_per_turn > steps]
+    interleaved = set(cheap) if len(cheap) > 1 else set()
+    for name in interleaved:
+        outcomes[name].interleaved = True
     for r in range(rounds):
-        for name in rotation(names, r):
-            outcome = outcomes[name]
-            if outcome.step is None:
-                continue
-            failure = None
-            try:
-                for _ in range(settle):
-                    outcome.step(untimed)
-                reset_peak_memory(device)
-                timer = PhaseTimer(device)
-                totals = [_timed_step(outcome, device, timer) for _ in range(outcome.steps_per_turn)]
-                outcome.rounds.append({**timer.samples, "step": totals})
-                peak = peak_memory_bytes(device)
-                if peak is not None:
-                    outcome.peak_memory_bytes = max(peak, outcome.peak_memory_bytes or 0)
-                    outcome.timed_peak_memory_bytes = max(peak, outcome.timed_peak_memory_bytes or 0)
-            except Exception as exc:  # noqa: BLE001 - as above
-                failure = exc
-            if failure is not None:
-                _fail(outcome, by_name[name], failure)
-                del failure
-                _release(device)
-                continue
-            log(f"  round {r + 1}/{rounds} {name}: step median {sorted(totals)[len(totals) // 2]:.2f} ms")
+        for turn in turns_of(rotation(names, r), interleaved):
+            _take_turn([outcomes[name] for name in turn if outcomes[name].step is not None], by_name, device, settle)
+            for name in turn:
+                if outcomes[name].step is not None and len(outcomes[name].rounds) == r + 1:
+                    totals = outcomes[name].rounds[-1]["step"]
+                    log(f"  round {r + 1}/{rounds} {name}: step median {sorted(totals)[len(totals) // 2]:.2f} ms")
 
     for outcome in outcomes.values():
         outcome.step = None             # the caller's state may go; outcomes keep numbers only

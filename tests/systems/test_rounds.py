@@ -220,3 +220,87 @@ def test_the_timed_peak_leaves_out_the_warm_up_and_the_settling_steps(monkeypatc
 
     _, out = take_turns([Entrant("a", make)], device="cpu", warmup=1, rounds=3, steps=2, settle=1)
     assert out["a"].peak_memory_bytes == 100 and out["a"].timed_peak_memory_bytes == 10
+
+
+def test_interleaving_spreads_each_entrant_s_steps_evenly_over_a_shared_turn():
+    assert rounds.interleaving({"a": 4, "b": 2}) == ["a", "b", "a", "a", "b", "a"]
+    assert rounds.interleaving({"a": 2, "b": 2, "c": 1}) == ["a", "b", "c", "a", "b"]
+    assert rounds.interleaving({"a": 3}) == ["a", "a", "a"]
+
+
+def test_the_interleaved_entrants_share_one_turn_where_the_first_of_them_comes():
+    assert rounds.turns_of(["a", "x", "b"], {"a", "b"}) == [["a", "b"], ["x"]]
+    assert rounds.turns_of(["x", "b", "a"], {"a", "b"}) == [["x"], ["b", "a"]]
+    assert rounds.turns_of(["x", "a"], set()) == [["x"], ["a"]]
+
+
+def _sleeping(name, ms, calls, clock):
+    """A step that lasts ``ms`` times the host's mood, which drifts with every step anyone takes."""
+    import math
+    import time
+
+    def step(phase):
+        calls.append(name)
+        clock["n"] += 1
+        with phase("forward"):
+            time.sleep(ms * (1 + 0.5 * math.sin(clock["n"] / 4)) / 1e3)
+    return lambda: step
+
+
+def test_cheap_entrants_take_their_steps_in_turn_and_the_drift_they_share_cancels():
+    from cs336_systems.report.spread import paired
+
+    calls, clock = [], {"n": 0}
+    entrants = [Entrant("a", _sleeping("a", 4, calls, clock)), Entrant("b", _sleeping("b", 6, calls, clock)),
+                Entrant("dear", _sleeping("dear", 45, calls, clock))]
+    job, out = take_turns(entrants, device="cpu", warmup=1, rounds=3, steps=2, min_turn_ms=40, settle=0)
+    a, b, dear = out["a"], out["b"], out["dear"]
+    assert a.interleaved and b.interleaved and not dear.interleaved
+    assert a.metrics(job)["turns"]["interleaved"] is True and dear.metrics(job)["turns"]["interleaved"] is False
+    timed = calls[len(calls) - 3 * (a.steps_per_turn + b.steps_per_turn + dear.steps_per_turn):]
+    first_round = timed[:a.steps_per_turn + b.steps_per_turn]
+    assert first_round == rounds.interleaving({"a": a.steps_per_turn, "b": b.steps_per_turn})
+    assert timed[len(first_round):len(first_round) + dear.steps_per_turn] == ["dear"] * dear.steps_per_turn
+    assert all(len(r["step"]) == a.steps_per_turn for r in a.rounds) and len(b.rounds) == 3
+    # b's step is 1.5x a's in every mood: paired per round, it is higher beyond the spread
+    verdict = paired([r["step"] for r in b.rounds], [r["step"] for r in a.rounds], ratio=True)
+    assert verdict.verdict == "higher" and 1.2 < verdict.difference < 1.8
+
+
+def test_in_a_shared_turn_each_entrant_s_peak_is_its_own_steps(monkeypatch):
+    held = {"peak": 0}
+    monkeypatch.setattr(rounds, "reset_peak_memory", lambda device: held.update(peak=0))
+    monkeypatch.setattr(rounds, "peak_memory_bytes", lambda device: held["peak"])
+    monkeypatch.setattr(rounds, "steps_for", lambda min_turn_ms, step_ms, steps: 4)   # both cheap
+
+    def make(size):
+        def step(phase):
+            held["peak"] = max(held["peak"], size)
+            with phase("forward"):
+                pass
+        return lambda: step
+
+    _, out = take_turns([Entrant("big", make(100)), Entrant("small", make(10))], device="cpu", warmup=1,
+                        rounds=3, steps=2, min_turn_ms=1, settle=0)
+    assert out["big"].interleaved and out["small"].interleaved
+    assert out["small"].timed_peak_memory_bytes == 10 and out["big"].timed_peak_memory_bytes == 100
+
+
+def test_an_entrant_that_fails_inside_a_shared_turn_stops_there_and_the_other_goes_on(monkeypatch):
+    monkeypatch.setattr(rounds, "steps_for", lambda min_turn_ms, step_ms, steps: 3)
+    taken = {"n": 0}
+    calls = []
+
+    def failing():
+        def step(phase):
+            taken["n"] += 1
+            if taken["n"] == 3:         # warm-up, then the second step of round 1
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+            with phase("forward"):
+                pass
+        return step
+
+    _, out = take_turns([Entrant("f", failing), Entrant("s", _counting("s", calls))], device="cpu", warmup=1,
+                        rounds=3, steps=1, min_turn_ms=1, settle=0)
+    assert out["f"].status == "oom" and out["f"].rounds == []
+    assert out["s"].status == "ok" and len(out["s"].rounds) == 3 and all(len(r["step"]) == 3 for r in out["s"].rounds)
