@@ -12,7 +12,7 @@ import pytest
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.distributed import traces, variants
 from cs336_systems.records import make_record, write_json_atomic
-from cs336_systems.report import ddp
+from cs336_systems.report import c12, c8, ddp, ddp_rows, ddp_traces
 from cs336_systems.report.writeup import Renderer
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
@@ -94,7 +94,7 @@ def test_each_deliverable_writes_its_own_folder_and_section(run, ident, tmp_path
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["provenance"]["records"] == len(ddp.reads(ident, CHOSEN)) * len(PRECISIONS)
     table = pd.read_csv(folder / "table.csv")
-    expected = [(v, p) for p in PRECISIONS for v in ddp.reads(ident, CHOSEN) if ident != "C8" or ddp.is_bucket_size(v)]
+    expected = [(v, p) for p in PRECISIONS for v in ddp.reads(ident, CHOSEN) if ident != "C8" or ddp_rows.is_bucket_size(v)]
     if ident == "C11":
         expected = [(v, p) for v, p in expected if v in ddp.MEMORY_VARIANTS]
     assert list(zip(table["variant"], table["precision"])) == expected
@@ -147,7 +147,7 @@ def test_phase_annotations_do_not_hide_a_wait(seed):
     kernels.append({"lane": "compute", "name": "adamw", "start_us": resume, "end_us": resume + 5_000})
     phases = [{"lane": "compute", "name": f"phase:{p}", "start_us": 0.0, "end_us": resume + 5_000}
               for p in ("backward", "wait")]
-    gaps = ddp.compute_gaps(kernels + phases)
+    gaps = ddp_traces.compute_gaps(kernels + phases)
     assert gaps["longest_gap_ms"] == pytest.approx(wait_us / 1e3)
     assert gaps["gaps_over_half_ms"] == 1
     assert gaps["idle_ms"] == pytest.approx(wait_us / 1e3 + (len(kernels) - 3) * 0.010, rel=1e-6)
@@ -165,7 +165,7 @@ def test_the_bucket_model_plot_is_log_log_and_marks_the_real_bucket_counts(run):
 
     table = pd.read_csv(_report(run, "C8") / "table.csv")
     fig, ax = plt.subplots()
-    ddp.plot_bucket_model(table, 8e9, 5e-5, 1e11, ax)
+    c8.plot_bucket_model(table, 8e9, 5e-5, 1e11, ax)
     assert ax.get_xscale() == ax.get_yscale() == "log"
     real = [line for line in ax.get_lines() if line.get_label() == "model at the real bucket count"][0]
     assert list(real.get_ydata()) == pytest.approx(list(table["predicted_ms"]))
@@ -181,13 +181,13 @@ def test_overhead_is_the_step_against_the_baseline_of_the_same_run_and_precision
         assert list(rows["overhead_pct"]) == pytest.approx(list(100 * (rows["step_ms"] - base) / base), abs=1e-3)
     # A run without the baseline shows no overhead column rather than one against nothing.
     records = [json.loads(Path(_path(run, "records", v, "fp32")).read_text()) for v in ("naive", "torch-ddp")]
-    assert "overhead_ms" not in ddp.step_table(records).columns
+    assert "overhead_ms" not in ddp_rows.step_table(records).columns
 
 
 def test_a_record_without_a_precision_is_fp32(run):
     record = json.loads(Path(_path(run, "records", "naive", "fp32")).read_text())
     del record["params"]["precision"]
-    assert variants.precision_of(record) == "fp32" and list(ddp.step_table([record])["precision"]) == ["fp32"]
+    assert variants.precision_of(record) == "fp32" and list(ddp_rows.step_table([record])["precision"]) == ["fp32"]
 
 
 def _steps_record(variant: str, precision: str, times: list[float]) -> dict:
@@ -212,7 +212,7 @@ def test_a_comparison_is_stated_only_as_far_as_the_ranges_carry_it(ours, anchor,
     base = [99.5, 100.0, 100.5] if verdict != "unsettled" or anchor[0] > 100 else [99.0, 100.0, 101.0]
     records = [_steps_record("no-comm", "bf16", base), _steps_record("bucketed-view-25", "bf16", ours),
                _steps_record("torch-ddp", "bf16", anchor)]
-    found = ddp.overheads(records)["bf16"]
+    found = c8.overheads(records)["bf16"]
     assert found["best"] == "bucketed-view-25" and found["verdict"] == verdict
     row = found["rows"]["bucketed-view-25"]
     assert (row["low_ms"], row["high_ms"]) == (min(ours) - max(base), max(ours) - min(base))
@@ -232,7 +232,7 @@ def test_the_best_contender_leaves_out_sharding_and_fsdp():
     records = [_steps_record("no-comm", "fp32", base), _steps_record("torch-ddp", "fp32", [110.0, 111.0, 112.0]),
                _steps_record("fsdp", "fp32", [100.6, 100.7, 100.8]), _steps_record("naive", "fp32", [120.0, 121.0, 122.0]),
                _steps_record("overlap-sharded", "fp32", [100.6, 100.7, 100.8])]
-    assert ddp.overheads(records)["fp32"]["best"] == "naive"
+    assert c8.overheads(records)["fp32"]["best"] == "naive"
 
 
 def test_c8_shows_the_accuracy_of_bf16_communication(run, tmp_path):
@@ -256,7 +256,7 @@ def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward
     c1 = {"fits": {"nccl_x2": {"o_ms": 0.1, "w_GBps": 300.0}}}
     rows = {"fp32": {"fsdp-bf16": {"forward_ms": fsdp_forward_ms}, "no-comm": {"forward_ms": 240.0}},
             "bf16": {"no-comm": {"forward_ms": 80.0}}}
-    (found,) = ddp.fsdp_forward(rows, setup, c1)
+    (found,) = c12.fsdp_forward(rows, setup, c1)
     size = get_size("xl")
     assert found["gathers"] == size.num_layers * 7 + 2 == 338
     # bf16 weights, each rank receiving half of each: P bytes; at 300 GB/s of bus bandwidth (N = 2)
@@ -267,7 +267,7 @@ def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward
     assert found["excess_ms"] == pytest.approx(fsdp_forward_ms - 80.0)
     assert found["beyond_transfers"] is beyond
     # no baseline of the compute precision, no verdict; no C1 fit, no bound
-    (alone,) = ddp.fsdp_forward({"fp32": {"fsdp-bf16": {"forward_ms": 213.0}}}, setup, None)
+    (alone,) = c12.fsdp_forward({"fp32": {"fsdp-bf16": {"forward_ms": 213.0}}}, setup, None)
     assert "bound_ms" not in alone and "beyond_transfers" not in alone and alone["baseline_forward_ms"] is None
 
 
@@ -326,16 +326,16 @@ def test_where_a_traced_step_s_time_goes_is_set_against_naive_s():
     traces = {"naive (bf16)": step(quiet_mm, quiet_copy, 10.0),
               "bucketed-bf16-100 (bf16)": step(quiet_mm + extra_mm, quiet_copy + extra_copy, 4.0),
               "torch-ddp": step(quiet_mm, quiet_copy, 9.0)}                          # fp32: no naive beside it
-    found = ddp.where_time_goes(traces, [("naive", "bf16"), ("bucketed-bf16-100", "bf16"), ("torch-ddp", "fp32")])
+    found = ddp_traces.where_time_goes(traces, [("naive", "bf16"), ("bucketed-bf16-100", "bf16"), ("torch-ddp", "fp32")])
     ours = found["bucketed-bf16-100 (bf16)"]
     assert ours["communication"] == pytest.approx(4.0) and ours["other"] == pytest.approx(2.0)
     assert ours["matmul_over_quiet_ms"] == pytest.approx(extra_mm) and ours["copy_over_quiet_ms"] == pytest.approx(extra_copy)
     assert found["naive (bf16)"]["matmul_over_quiet_ms"] == 0
     assert found["torch-ddp"]["matmul_over_quiet_ms"] is None          # no naive trace of fp32 here
     cpu = [_kernel("compute", "aten::mm", 0, 1.0), _kernel("communication", "gloo:all_reduce", 0, 1.0)]
-    assert ddp.kernel_time(cpu) is None                                  # a CPU run's operators are not kernels
+    assert ddp_traces.kernel_time(cpu) is None                                  # a CPU run's operators are not kernels
     cut = [dict(i, name=i["name"].ljust(60)[:60]) for i in traces["torch-ddp"]]
-    assert ddp.kernel_time(cut) is None                                  # names cut at 60 characters: kinds unknown
+    assert ddp_traces.kernel_time(cut) is None                                  # names cut at 60 characters: kinds unknown
 
 
 def test_the_overhead_model_is_fitted_to_whole_overheads():
@@ -345,13 +345,13 @@ def test_the_overhead_model_is_fitted_to_whole_overheads():
     c, o_ms, s, w = rng.uniform(10, 40), rng.uniform(0.01, 0.08), 8e9, 300e9
     counts = [8, 98, 339, 434]
     points = [(n, c + n * o_ms + s / (n * w) * 1e3) for n in counts]
-    fit = ddp.fit_overheads(points, s, w)
+    fit = c8.fit_overheads(points, s, w)
     assert fit["c_ms"] == pytest.approx(c) and fit["o_ms"] == pytest.approx(o_ms) and fit["max_residual_ms"] < 1e-9
     assert fit["optimum"]["n_buckets"] == pytest.approx(math.sqrt(s / (w * o_ms / 1e3)))
     assert fit["optimum"]["overhead_ms"] == pytest.approx(c + 2 * math.sqrt(s * o_ms / 1e3 / w) * 1e3)
     assert fit["optimum"]["fixed_share"] == pytest.approx(c / fit["optimum"]["overhead_ms"])   # what the text may call "most"
-    assert ddp.fit_overheads(points[:2] + [points[1]], s, w) is None
-    flat = ddp.fit_overheads([(n, 30.0 - n * 0.001 + s / (n * w) * 1e3) for n in counts], s, w)
+    assert c8.fit_overheads(points[:2] + [points[1]], s, w) is None
+    flat = c8.fit_overheads([(n, 30.0 - n * 0.001 + s / (n * w) * 1e3) for n in counts], s, w)
     assert flat["o_ms"] < 0 and flat["optimum"] is None
 
 
@@ -373,7 +373,7 @@ def test_each_rung_is_set_against_the_rung_below_it_that_ran():
     avg_rounds = rounds(30.0)
     records = [_round_record("bucketed-25", rounds(40.0)), _round_record("bucketed-view-25", rounds(35.0)),
                _round_record("bucketed-avg-25", avg_rounds), _round_record("bucketed-bf16-25", avg_rounds)]
-    steps = {(r["below"], r["rung"]): r for r in ddp.ladder(records)}
+    steps = {(r["below"], r["rung"]): r for r in c8.ladder(records)}
     assert list(steps) == [("bucketed-25", "bucketed-view-25"), ("bucketed-view-25", "bucketed-avg-25"),
                            ("bucketed-avg-25", "bucketed-bf16-25")]
     view, avg, bf16 = steps.values()

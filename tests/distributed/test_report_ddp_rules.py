@@ -13,7 +13,7 @@ import pytest
 
 from cs336_systems.distributed import variants
 from cs336_systems.records import make_record
-from cs336_systems.report import ddp
+from cs336_systems.report import c12, c8, ddp, ddp_rows, ddp_traces
 from cs336_systems.report.common import write_summary
 from cs336_systems.report.writeup import Renderer
 
@@ -65,7 +65,7 @@ def test_pytorch_ddp_waits_inside_backward_and_is_never_shown_waiting_nothing(se
                _record("torch-ddp", _steps(rng, 245, quiet + rng.uniform(28, 40), 0.0, 45))]
     if with_baseline:
         records.append(_record("no-comm", _steps(rng, 243, quiet - rng.uniform(1, 5), 0.0, 45)))
-    found = ddp.backward_waits(records)["fp32"]["torch-ddp"]
+    found = ddp_rows.backward_waits(records)["fp32"]["torch-ddp"]
     by = {r["params"]["variant"]: r for r in records}
     # the reference: the baseline where the run has it, else the longer backward of naive and flat
     expected = "no-comm" if with_baseline else max(("naive", "flat"), key=lambda v: by[v]["metrics"]["backward_ms"])
@@ -77,7 +77,7 @@ def test_pytorch_ddp_waits_inside_backward_and_is_never_shown_waiting_nothing(se
     assert "no-comm" not in found["steps"] and set(found["steps"]) == set(by) - {"torch-ddp", "no-comm"}
 
     # its row carries no wait and says where the wait is
-    table = ddp.step_table(records).set_index("variant")
+    table = ddp_rows.step_table(records).set_index("variant")
     assert pd.isna(table.loc["torch-ddp", "comm_wait_ms"]) and pd.isna(table.loc["torch-ddp", "comm_share"])
     assert "inside backward" in table.loc["torch-ddp", "note"]
     for ident in ("C3", "C6", "C8"):
@@ -86,14 +86,14 @@ def test_pytorch_ddp_waits_inside_backward_and_is_never_shown_waiting_nothing(se
         assert "PyTorch's DDP shows no wait after backward because its reducer waits inside it" in text, ident
         assert "0.0 % of the step waiting" not in text and "waiting for communication 0.00" not in text, ident
         # each section sets it against the quiet backward among its own records (C3 reads no flat)
-        x = ddp.backward_waits(mine)["fp32"]["torch-ddp"]["excess"]
+        x = ddp_rows.backward_waits(mine)["fp32"]["torch-ddp"]["excess"]
         assert f"{x['ms']:.1f} ms ({x['low_ms']:.1f} to {x['high_ms']:.1f}) longer than" in text, ident
 
 
 def test_pytorch_ddp_without_a_quiet_backward_says_there_is_nothing_to_set_it_against(seed, tmp_path):
     rng = random.Random(seed)
     records = [_record("overlap", _steps(rng, 243, 500, 5, 45)), _record("torch-ddp", _steps(rng, 245, 512, 0.0, 45))]
-    found = ddp.backward_waits(records)["fp32"]["torch-ddp"]
+    found = ddp_rows.backward_waits(records)["fp32"]["torch-ddp"]
     assert found["reference"] is None and found["excess"] is None
     text = _section("C6", ddp.build("C6", records, {}, [], None, tmp_path), tmp_path)
     assert "has a backward that communicates nothing to set it against" in text
@@ -105,7 +105,7 @@ def _naive_and_flat(rng, o_ms: float, w_GBps: float, parameter_count: int, jitte
     """Naive and flat waits built from the model the report inverts: naive pays (tensors + 1) calls,
     its bytes and one pass over the gradients; flat one call, the same bytes and three passes."""
     s = parameter_count * 4
-    calls = ddp.gradient_tensors("xl") + 1
+    calls = ddp_rows.naive_calls("xl")
     bytes_ms = s / (w_GBps * 1e9) * 1e3
     pass_ms = 2 * s / H200_Bps * 1e3 if gpu == "NVIDIA H200" else 0.0
     naive_wait = calls * o_ms + bytes_ms + pass_ms
@@ -120,7 +120,7 @@ def test_the_per_call_cost_is_recovered_from_naive_against_flat(seed):
     o_ms, w = rng.uniform(0.005, 0.05), rng.uniform(100, 400)
     count = rng.randint(500_000_000, 3_000_000_000)
     naive, flat, calls = _naive_and_flat(rng, o_ms, w, count)
-    found = ddp.paid_per_call([naive, flat], {"o_ms": 0.09, "w_GBps": w})["fp32"]
+    found = ddp_rows.paid_per_call([naive, flat], {"o_ms": 0.09, "w_GBps": w})["fp32"]
     assert found["calls"] == {"naive": calls, "flat": 1} and calls == 48 * 9 + 3 + 1
     assert found["extra_passes_ms"] == pytest.approx(4 * count * 4 / H200_Bps * 1e3)
     assert found["o_ms"] == pytest.approx(o_ms, rel=1e-9)
@@ -133,7 +133,7 @@ def test_the_per_call_bounds_hold_the_true_cost_under_spread(seed):
     rng = random.Random(seed)
     o_ms, w = rng.uniform(0.005, 0.05), rng.uniform(100, 400)
     naive, flat, _ = _naive_and_flat(rng, o_ms, w, 2_000_000_000, jitter=0.3)
-    found = ddp.paid_per_call([naive, flat], {"o_ms": 0.09, "w_GBps": w})["fp32"]
+    found = ddp_rows.paid_per_call([naive, flat], {"o_ms": 0.09, "w_GBps": w})["fp32"]
     assert found["o_low_ms"] <= o_ms + 0.3 / 435 and found["o_high_ms"] >= o_ms - 0.3 / 436
     assert found["o_low_ms"] <= found["o_ms"] <= found["o_high_ms"]
 
@@ -141,18 +141,10 @@ def test_the_per_call_bounds_hold_the_true_cost_under_spread(seed):
 def test_without_the_card_s_bandwidth_the_copies_are_not_counted(seed):
     rng = random.Random(seed)
     naive, flat, calls = _naive_and_flat(rng, 0.02, 300, 2_000_000_000, gpu="Some GPU")
-    found = ddp.paid_per_call([naive, flat], None)["fp32"]
+    found = ddp_rows.paid_per_call([naive, flat], None)["fp32"]
     assert found["memory_GBps"] is None and found["extra_passes_ms"] == 0.0 and found["o_high_ms"] is None
     waits = naive["metrics"]["comm_wait_ms"] - flat["metrics"]["comm_wait_ms"]
     assert found["o_ms"] == pytest.approx(waits / (calls - 1))
-
-
-def test_the_gradient_tensor_count_is_the_model_s(seed):
-    from cs336_systems.models import build_model, get_size
-
-    for name in ("tiny", "small"):
-        model = build_model(get_size(name), 16, device="meta")
-        assert ddp.gradient_tensors(name) == sum(1 for p in model.parameters() if p.requires_grad), name
 
 
 @pytest.mark.parametrize("with_flat", [True, False])
@@ -184,7 +176,7 @@ def test_bucketing_s_longer_wait_is_set_against_its_extra_pass(seed, tmp_path, e
     overlap = _record("overlap", _steps(rng, 243, 502, 5.3, 45, jitter=0.1))
     sizes = [_record(f"bucketed-{mb}", _steps(rng, 243, 500, 5.3 + extra_ms, 45, jitter=0.1), buckets=n)
              for mb, n in ((1, 434), (1000, 8))]
-    found = ddp.bucketed_against_overlap([overlap, *sizes])["fp32"]
+    found = c8.bucketed_against_overlap([overlap, *sizes])["fp32"]
     assert found["every_size_longer"] is longer
     ov = _spread(overlap, "comm_wait_ms")
     for r in sizes:
@@ -208,11 +200,11 @@ def test_a_traced_step_s_idle_time_is_held_to_the_timed_step(seed, busy_share, p
     busy = busy_share * step
     traced_idle = rng.uniform(0.1, 0.3) * step + (step - busy)
     gaps = {"span_ms": busy + traced_idle, "idle_ms": traced_idle, "longest_gap_ms": 1.0, "gaps_over_half_ms": 3}
-    found = ddp.untraced_idle(gaps, {"step_ms": step})
+    found = ddp_traces.untraced_idle(gaps, {"step_ms": step})
     assert found["busy_ms"] == pytest.approx(busy) and found["idle_ms"] == pytest.approx(step - busy)
     assert found["profiler_ms"] == pytest.approx(traced_idle - (step - busy))
     assert found["mostly_profiler"] is profiler
-    assert ddp.untraced_idle(None, {"step_ms": step}) is None
+    assert ddp_traces.untraced_idle(None, {"step_ms": step}) is None
 
 
 def _memory(variant, before, peak, rise, gradients):
@@ -230,7 +222,7 @@ def test_the_fsdp_saving_at_the_peak_is_reconciled_only_where_the_gradients_do_n
     fsdp_rise = rise - (grads / 2 if gradients_at_peak else 0.0)
     memory = [_memory("overlap", ddp_start + grads, ddp_start + rise, rise, grads),
               _memory("fsdp", fsdp_start + grads / 2, fsdp_start + fsdp_rise, fsdp_rise, grads / 2)]
-    found = ddp.fsdp_saving(memory, {"replicated": 16.0, "fsdp": 8.0})
+    found = c12.fsdp_saving(memory, {"replicated": 16.0, "fsdp": 8.0})
     assert found["predicted_GiB"] == 8.0
     assert found["before_step_GiB"] == pytest.approx((params + adam + grads) / 2)
     assert found["without_gradients_GiB"] == pytest.approx((params + adam) / 2)
@@ -245,7 +237,7 @@ def test_an_fsdp_forward_without_a_baseline_is_set_against_ddp_s_forward(seed):
                      "overlap": {"forward_ms": overlap["metrics"]["forward_ms"]}}}
     forward = {("fsdp", "fp32"): _spread(fsdp, "forward_ms"), ("overlap", "fp32"): _spread(overlap, "forward_ms")}
     setup = {"size": "xl", "world_size": 2, "backend": "nccl"}
-    (found,) = ddp.fsdp_forward(rows, setup, {"fits": {"nccl_x2": {"o_ms": 0.09, "w_GBps": 330.0}}}, forward)
+    (found,) = c12.fsdp_forward(rows, setup, {"fits": {"nccl_x2": {"o_ms": 0.09, "w_GBps": 330.0}}}, forward)
     assert found["baseline_variant"] == "overlap"
     assert found["excess_ms"] == pytest.approx(fsdp["metrics"]["forward_ms"] - overlap["metrics"]["forward_ms"])
     mine, theirs = forward[("fsdp", "fp32")], forward[("overlap", "fp32")]

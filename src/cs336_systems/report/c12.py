@@ -1,0 +1,112 @@
+"""C12: FSDP against replicated data parallelism — what its forward's time is made of as far as the
+records settle it, and the memory it saves, predicted (``accounting.data_parallel``) and measured.
+``part`` adds C12's summary keys to what ``report.ddp`` builds for every data-parallel section.
+"""
+from __future__ import annotations
+
+from cs336_systems.accounting.data_parallel import bus_bandwidth, training_state_per_rank
+from cs336_systems.accounting.parallelism import all_gather_bytes
+from cs336_systems.accounting.transformer import transformer_parameter_tensors
+from cs336_systems.distributed import variants
+from cs336_systems.models import get_size
+from cs336_systems.report.ddp_rows import GIB, by_variant, difference, phase_spread, trace_label
+from cs336_systems.report.ddp_traces import untraced_idle
+
+# The variants whose forward communicates nothing (they all-reduce gradients only): each one's
+# forward is the same computation as the baseline's, so where the run has no baseline it stands in.
+QUIET_FORWARD = (variants.BASELINE, "overlap", "naive", "flat")
+
+
+def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
+                 forward: dict[tuple[str, str], tuple[float, float, float]] | None = None) -> list[dict]:
+    """C12: what an FSDP forward's time is made of, as far as the records settle it. Per FSDP row:
+    its forward against a forward that communicates nothing in the precision its matmuls run in
+    (fsdp-bf16 gathers bf16 weights, so bf16): the baseline's, else the first of ``QUIET_FORWARD``
+    the run has (``baseline_variant``), with the range the steps allow where ``forward`` gives each
+    record's (median, fastest, slowest) forward. And the most the weight transfers can take: every
+    Linear and Embedding weight all-gathered once (each rank receives (N − 1)/N of it) at C1's bus
+    bandwidth for this back end and world size, plus C1's per-call cost (one call timed alone, the
+    most a call costs) per gather as if none overlapped. An excess beyond that bound is not the
+    transfers; the text says so, and no more."""
+    size = get_size(setup["size"])
+    gathers = transformer_parameter_tensors(size)["matrices"]      # FSDP gathers each Linear and Embedding weight
+    fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
+    n = setup["world_size"]
+    forward = forward or {}
+    out = []
+    for precision, ran in rows.items():
+        for variant in ("fsdp", "fsdp-bf16"):
+            row = ran.get(variant)
+            if not row:
+                continue
+            element_bytes = variants.lookup(variant).gradient_bytes
+            compute = "bf16" if element_bytes == 2 or precision == "bf16" else "fp32"
+            quiet = rows.get(compute, {})
+            base_variant = next((v for v in QUIET_FORWARD if quiet.get(v)), None)
+            base = quiet.get(base_variant) if base_variant else None
+            # the closed form, not the record's parameter_count: under FSDP that counts this rank's shards
+            count = size.parameter_count()
+            found = {"variant": variant, "precision": precision, "forward_ms": row["forward_ms"],
+                     "baseline_precision": compute, "baseline_variant": base_variant,
+                     "baseline_forward_ms": base["forward_ms"] if base else None,
+                     "gathers": gathers, "gathered_GB": all_gather_bytes(count * element_bytes, n) / 1e9}
+            if fit and fit.get("w_GBps"):
+                busbw = bus_bandwidth(fit["w_GBps"], n)             # C1's fit is algorithm bandwidth of an all-reduce
+                found["transfer_ms"] = found["gathered_GB"] / busbw * 1e3
+                found["latency_ms"] = gathers * max(fit["o_ms"], 0.0)
+                found["bound_ms"] = found["transfer_ms"] + found["latency_ms"]
+                # a step moves each weight three times: gathered for forward, again for backward, and
+                # its gradient reduce-scattered (the same bytes each way)
+                found["step_bound_ms"] = 3 * found["bound_ms"]
+            if base:
+                found["excess_ms"] = row["forward_ms"] - base["forward_ms"]
+                mine, theirs = forward.get((variant, precision)), forward.get((base_variant, compute))
+                if mine and theirs:
+                    found["excess"] = difference(mine, theirs)
+                if "bound_ms" in found:
+                    found["beyond_transfers"] = found["excess_ms"] > found["bound_ms"]
+                    found["beyond_bytes"] = found["excess_ms"] > found["transfer_ms"]
+            out.append(found)
+    return out
+
+
+def fsdp_saving(memory: list[dict], predicted: dict) -> dict | None:
+    """C12: the memory FSDP saves against DDP (overlap), predicted and measured at each point, and
+    whether the peak's saving is the saving without the gradients. The step starts with no gradients
+    (they are set to None), so the memory at its start is its peak less the rise above the start;
+    where the two variants rise alike the peak saves what the start saves: parameters and optimizer
+    state, not the gradients FSDP shards. ``reconciled``: the peak's saving is within a tenth of the
+    gradients' saving of the saving before the step less the gradients'."""
+    rows = {m["variant"]: m for m in memory}
+    fs, ov = rows.get("fsdp"), rows.get("overlap")
+    if not fs or not ov:
+        return None
+    start = {v: r["peak_GiB"] - r["activations_peak_GiB"] for v, r in (("fsdp", fs), ("overlap", ov))}
+    gradients = ov["gradients_GiB"] - fs["gradients_GiB"]
+    before = ov["before_step_GiB"] - fs["before_step_GiB"]
+    peak = ov["peak_GiB"] - fs["peak_GiB"]
+    return {"predicted_GiB": predicted["replicated"] - predicted["fsdp"], "before_step_GiB": before,
+            "start_GiB": start["overlap"] - start["fsdp"], "peak_GiB": peak, "gradients_GiB": gradients,
+            "rise_GiB": {"fsdp": fs["activations_peak_GiB"], "overlap": ov["activations_peak_GiB"]},
+            "without_gradients_GiB": before - gradients,
+            "reconciled": gradients > 0 and abs(peak - (before - gradients)) <= 0.1 * gradients}
+
+
+def predicted_state_GiB(setup: dict) -> dict:
+    """Training state per rank (fp32 weights, gradients, Adam moments), GiB, with and without FSDP."""
+    state = training_state_per_rank(get_size(setup["size"]), setup["world_size"])
+    return {kind: value / GIB for kind, value in state.items()}
+
+
+def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: dict, c1: dict | None,
+         traces: dict[str, list[dict]], traced: list[str], gaps: dict[str, dict | None], memory: list[dict]) -> dict:
+    """C12's summary keys: the memory rows (``memory``, the first precision's), the state FSDP is
+    predicted to save and what it saves, what its forward is made of, and how much of each traced
+    step's idle compute lane (``gaps``) the untraced step holds."""
+    predicted = predicted_state_GiB(setup)
+    forward = {(v, p): phase_spread(r, "forward_ms") for p, found in by_variant(records).items()
+               for v, r in found.items()}
+    untraced = {label: untraced_idle(gaps.get(label), rows[p].get(v))
+                for p in rows for v in traced if (label := trace_label(v, p)) in traces}
+    return {"memory": memory, "predicted_state_GiB": predicted, "fsdp_forward": fsdp_forward(rows, setup, c1, forward),
+            "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced}

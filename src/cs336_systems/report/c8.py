@@ -1,0 +1,405 @@
+"""C8: every data-parallel variant side by side, what communication costs each against the
+no-communication baseline, the bucket sizes against the overhead model (``accounting.data_parallel``),
+and the rungs past PyTorch's DDP. ``part`` adds C8's tables, figures and summary keys to what
+``report.ddp`` builds for every data-parallel section.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from cs336_systems.accounting.data_parallel import optimal_buckets, overhead_model
+from cs336_systems.distributed import variants
+from cs336_systems.report import spread as paired_spread
+from cs336_systems.report.common import save_figure, write_table
+from cs336_systems.report.ddp_rows import (PHASES, WAITS_IN_BACKWARD, by_variant, is_bucket_size, memory_bandwidth,
+                                           no_rows, pass_ms, phase_spread, record_difference, step_spread,
+                                           trace_label, versus)
+from cs336_systems.report.ddp_traces import QUIET_TRACE, compute_gaps, where_time_goes
+
+def overhead_range(step: tuple[float, float, float], base: tuple[float, float, float]) -> dict:
+    """A variant's overhead against the baseline with the spread both carry: the medians'
+    difference, and the least and most it can be given the fastest and slowest steps of each."""
+    return {"ms": step[0] - base[0], "low_ms": step[1] - base[2], "high_ms": step[2] - base[1],
+            "pct": 100 * (step[0] - base[0]) / base[0]}
+
+
+def compare_overheads(ours: dict, anchor: dict) -> str:
+    """What the numbers support about ``ours`` against ``anchor`` (each from ``overhead_range``):
+    "halves" where even our largest overhead is at most half the anchor's smallest; "less" where our
+    largest is below the anchor's smallest; "more" the other way round; "unsettled" where the
+    ranges overlap or the anchor has no overhead to compare with (its smallest is not above zero)."""
+    if anchor["low_ms"] <= 0:
+        return "unsettled"
+    if ours["high_ms"] <= 0.5 * anchor["low_ms"]:
+        return "halves"
+    if ours["high_ms"] < anchor["low_ms"]:
+        return "less"
+    if ours["low_ms"] > anchor["high_ms"]:
+        return "more"
+    return "unsettled"
+
+
+def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
+    """Per precision: the bucket sizes' waits after backward against overlap's (``difference``, by
+    variant), and what the passes over the gradients after backward (``AFTER_BACKWARD_PASSES``)
+    account for: the least time the bucket sizes' extra pass takes at the card's memory bandwidth."""
+    out = {}
+    bandwidth = memory_bandwidth(records)
+    for precision, found in by_variant(records).items():
+        overlap = found.get("overlap")
+        sizes = {v: r for v, r in found.items() if is_bucket_size(v)}
+        if not overlap or not sizes:
+            continue
+        mine = phase_spread(overlap, "comm_wait_ms")
+        waits = {v: record_difference(r, overlap, "comm_wait_ms") for v, r in sizes.items()}
+        grad_bytes = overlap["metrics"].get("parameter_count", 0) * variants.lookup("overlap").gradient_bytes
+        extra = None
+        if bandwidth and grad_bytes:
+            extra = pass_ms(next(iter(sizes)), grad_bytes, bandwidth) - pass_ms("overlap", grad_bytes, bandwidth)
+        low = min(w["low_ms"] for w in waits.values())
+        high = max(w["high_ms"] for w in waits.values())
+        out[precision] = {
+            "overlap_wait_ms": mine[0], "waits": waits,
+            "bucketed_wait_range_ms": [min(r["metrics"]["comm_wait_ms"] for r in sizes.values()),
+                                       max(r["metrics"]["comm_wait_ms"] for r in sizes.values())],
+            "every_size_longer": all(w["sign"] > 0 for w in waits.values()),
+            "extra_low_ms": low, "extra_high_ms": high, "extra_pass_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
+            # the extra pass can be the whole difference only where it fits in the least of it
+            "pass_fits": extra is not None and extra <= low}
+    return out
+
+
+def best_bucket_size(records: list[dict], precision: str) -> dict | None:
+    """C8: the bucket size with the shortest median step in ``precision``, and its step against the
+    other replicating variants' (``versus``): naive, flat, overlap and PyTorch's DDP."""
+    sizes = {v: r for v, r in by_variant(records).get(precision, {}).items() if is_bucket_size(v)}
+    if not sizes:
+        return None
+    best = min(sizes, key=lambda v: sizes[v]["metrics"]["step_ms"])
+    others = ("naive", "flat", "overlap", "torch-ddp")
+    return {"variant": best, "step_ms": sizes[best]["metrics"]["step_ms"], "buckets": sizes[best]["metrics"].get("buckets"),
+            "versus": versus(records, [(best, o) for o in others], precision).get(best, {})}
+
+
+# The variants whose overhead stands against PyTorch DDP's: replicas of the whole model with plain
+# AdamW, as PyTorch DDP (not the baseline, not optimizer-state sharding or FSDP, which change what
+# each rank holds and computes).
+CONTENDERS_OF = ("C3", "C4", "C6", "C8")
+
+
+def overheads(records: list[dict]) -> dict[str, dict]:
+    """Per precision: every variant's overhead (``overhead_of``: paired against the baseline of its
+    own job, else the range across processes), the best contender (smallest median overhead) and
+    what the data says of it against PyTorch DDP's: ``compare_overheads_paired`` where the contender,
+    PyTorch DDP and the baseline took turns in one job (``paired``), else ``compare_overheads`` on
+    the ranges. Precisions without an ok baseline are left out."""
+    out = {}
+    for precision, found in by_variant(records).items():
+        base = found.get(variants.BASELINE)
+        if base is None:
+            continue
+        rows = {v: overhead_of(r, base) for v, r in found.items() if v != variants.BASELINE}
+        anchor = rows.get("torch-ddp")
+        contenders = {v: r for v, r in rows.items() if v != "torch-ddp"
+                      and variants.lookup(v).deliverable in CONTENDERS_OF}
+        best = min(contenders, key=lambda v: contenders[v]["ms"], default=None)
+        paired = bool(best and anchor and contenders[best]["paired"] and anchor["paired"]
+                      and paired_spread.same_job(found[best], found["torch-ddp"]))
+        verdict = None
+        if best and anchor:
+            verdict = (compare_overheads_paired(found[best], found["torch-ddp"], base) if paired
+                       else compare_overheads(contenders[best], anchor))
+        spread = step_spread(base)
+        out[precision] = {"baseline_ms": spread[0], "baseline_range_ms": [spread[1], spread[2]], "rows": rows,
+                          "best": best, "verdict": verdict, "paired": paired,
+                          "ratio": contenders[best]["ms"] / anchor["ms"] if best and anchor and anchor["ms"] > 0 else None}
+    return out
+
+
+def overhead_of(record: dict, base: dict) -> dict:
+    """A variant's overhead: its step less the baseline's (``record_difference``: paired per round in
+    one job, else the range the steps allow), and the median difference as % of the baseline's step."""
+    found = record_difference(record, base)
+    return found | {"pct": 100 * found["ms"] / step_spread(base)[0]}
+
+
+def compare_overheads_paired(ours: dict, anchor: dict, base: dict) -> str:
+    """What one job's rounds support about ``ours``'s overhead against ``anchor``'s (records of the
+    same job as the baseline ``base``): per round each overhead is its median step less the
+    baseline's; "halves" where our overhead less half the anchor's is below zero beyond its spread
+    across rounds (and the anchor's overhead above zero beyond its own); "less"/"more" where our
+    step is below/above the anchor's beyond theirs (the baseline cancels out of the difference of
+    two overheads); else "unsettled" (``spread.paired``'s verdicts)."""
+    def per_round(record):
+        return [statistics.median(r) for r in paired_spread.round_samples(record)]
+
+    mine, theirs, baseline = per_round(ours), per_round(anchor), per_round(base)
+    n = min(len(mine), len(theirs), len(baseline))
+    over_ours = [mine[i] - baseline[i] for i in range(n)]
+    over_anchor = [theirs[i] - baseline[i] for i in range(n)]
+    anchor_costs = paired_spread.paired([[t] for t in over_anchor], [[0.0]] * n).verdict == "higher"
+    if anchor_costs and paired_spread.paired([[o] for o in over_ours],
+                                             [[0.5 * t] for t in over_anchor]).verdict == "lower":
+        return "halves"
+    verdict = paired_spread.paired(paired_spread.round_samples(ours), paired_spread.round_samples(anchor)).verdict
+    return {"lower": "less", "higher": "more"}.get(verdict, "unsettled")
+
+
+def overhead_table(records: list[dict], found: dict[str, dict]) -> pd.DataFrame | None:
+    """C8: one row per variant, for each precision its step, the baseline, the overhead in ms (with
+    its least–most) and as % of the baseline."""
+    if not found:
+        return None
+    rows = {}
+    for r in records:
+        variant, precision = r["params"]["variant"], variants.precision_of(r)
+        if precision not in found or variant == variants.BASELINE:
+            continue
+        row = rows.setdefault(variant, {"variant": variant})
+        spread, over = step_spread(r), found[precision]["rows"].get(variant)
+        row[f"{precision}_step_ms"] = spread[0] if spread else None
+        row[f"{precision}_baseline_ms"] = found[precision]["baseline_ms"]
+        row[f"{precision}_overhead_ms"] = over["ms"] if over else None
+        row[f"{precision}_overhead_range_ms"] = f"{over['low_ms']:.1f}–{over['high_ms']:.1f}" if over else ""
+        row[f"{precision}_overhead_pct"] = over["pct"] if over else None
+    return pd.DataFrame(list(rows.values()))
+
+
+def plot_overheads(found: dict[str, dict], path: Path) -> None:
+    """Overhead per variant and precision as % of that precision's baseline, with the least–most
+    range as error bars."""
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * max(1, len({v for f in found.values() for v in f["rows"]}))))
+    names = list(dict.fromkeys(v for f in found.values() for v in f["rows"]))
+    height = 0.8 / max(1, len(found))
+    for k, (precision, f) in enumerate(found.items()):
+        ys = [i + k * height for i, v in enumerate(names) if v in f["rows"]]
+        rows = [f["rows"][v] for v in names if v in f["rows"]]
+        base = f["baseline_ms"]
+        pct = [r["pct"] for r in rows]
+        err = [[p - 100 * r["low_ms"] / base for p, r in zip(pct, rows)],
+               [100 * r["high_ms"] / base - p for p, r in zip(pct, rows)]]
+        ax.barh(ys, pct, height=height, xerr=err, capsize=2, label=f"{precision} (baseline {base:.1f} ms)")
+    if not found:
+        ax.text(0.5, 0.5, "no no-communication baseline in this run", ha="center", transform=ax.transAxes)
+    ax.set_yticks([i + height * (len(found) - 1) / 2 for i in range(len(names))], names)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set(xlabel="overhead: step against the no-communication baseline (% of the baseline; bars: least–most)")
+    ax.invert_yaxis()
+    ax.grid(alpha=0.3, axis="x")
+    if found:
+        ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def accuracy_rows(records: list[dict]) -> list[dict]:
+    """C8: the variants that communicate in bf16, against their fp32-communicating twins."""
+    out = []
+    for r in records:
+        acc = r["metrics"].get("accuracy") if r["status"] == "ok" else None
+        if acc:
+            out.append({"variant": r["params"]["variant"], "precision": variants.precision_of(r),
+                        "reference": acc["reference"], "steps": acc["steps"],
+                        "weights_rel_diff": acc["weights_rel_diff"], "diff_over_update": acc["diff_over_update"],
+                        "max_abs_diff": acc["max_abs_diff"], "final_loss": acc["losses"][-1],
+                        "reference_final_loss": acc["reference_losses"][-1]})
+    return out
+
+
+def fit_overheads(points: list[tuple[int, float]], grad_bytes: float, w_Bps: float) -> dict | None:
+    """The overhead model fitted to what each bucket count costs in all (its paired overhead: step
+    less the baseline's, which counts what is paid inside backward as well as the wait after it):
+    overhead − s/(n_b·w) = c + n_b·o by least squares over ``points`` (n_b, overhead ms). ``c_ms`` is
+    what every bucket count pays (the collectives sharing the GPU with backward, passes over the
+    gradients), ``o_ms`` what one more bucket costs; with o > 0 the optimum n_b* = √(s/(w·o)).
+    None with fewer than three distinct bucket counts (two points fit any line)."""
+    if len({n for n, _ in points}) < 3:
+        return None
+    xs = [float(n) for n, _ in points]
+    ys = [ms - grad_bytes / (n * w_Bps) * 1e3 for n, ms in points]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+    intercept = mean_y - slope * mean_x
+    residuals = [y - (intercept + slope * x) for x, y in zip(xs, ys)]
+    found = {"c_ms": intercept, "o_ms": slope, "points": len(points), "max_residual_ms": max(abs(r) for r in residuals),
+             "overhead_range_ms": [min(ms for _, ms in points), max(ms for _, ms in points)], "optimum": None}
+    if slope > 0:
+        optimum = optimal_buckets(grad_bytes, slope / 1e3, w_Bps)
+        total = optimum["overhead_ms"] + intercept
+        found["optimum"] = optimum | {"overhead_ms": total, "fixed_share": intercept / total if total > 0 else None}
+    return found
+
+
+def plot_phases(table: pd.DataFrame, path: Path) -> None:
+    """Each ok row's phases stacked. A variant that waits inside backward has no wait bar: its
+    label says where the wait is."""
+    ok = table[table["status"] == "ok"]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    labels = [f"{v} ({p})" if p != variants.DEFAULT_PRECISION else v for v, p in zip(ok["variant"], ok["precision"])]
+    labels = [f"{label}: waits in backward" if v in WAITS_IN_BACKWARD else label
+              for label, v in zip(labels, ok["variant"])]
+    bottom = pd.Series(0.0, index=ok.index)
+    for phase in PHASES:
+        width = ok[phase].astype(float).fillna(0.0)
+        ax.barh(labels, width, left=bottom, label=phase[:-3].replace("_", " "))
+        bottom = bottom + width
+    ax.set(xlabel="ms per training step (rank 0, median)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="x")
+    save_figure(fig, path)
+
+
+def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict, out: Path,
+                  per_call: dict[str, dict], found_overheads: dict[str, dict]):
+    """C8: the bucketed rows with the overhead model's prediction, its figure, and its summary (None
+    without C1's fit). w is C1's fit for the same backend and world size; s the bytes the bucketed
+    variants send (every gradient, in the dtype they communicate); o, where naive and flat ran, the
+    per-call cost those records pay (``paid_per_call``, the first precision's), else C1's, which
+    times one call alone between synchronisations. ``o_source`` says which; ``predicted_c1_ms``
+    is the model with C1's o either way, and ``after_backward_pass_ms`` the least time the rows'
+    passes over the gradients after backward take, which the model leaves out. ``overhead_fit`` fits
+    the model to the bucket sizes' overheads (``found_overheads``, what ``overheads`` gave)."""
+    fit = c1["fits"].get(f"{setup['backend']}_x{setup['world_size']}")
+    bucketed = table[(table["status"] == "ok") & table["variant"].map(is_bucket_size)].copy()
+    sent = [r for r in records if r["params"]["variant"] in set(bucketed["variant"])]
+    model_summary = None
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    if fit and fit["w_GBps"] and fit["o_ms"] > 0 and sent and sent[0]["metrics"].get("parameter_count"):
+        element_bytes = variants.lookup(sent[0]["params"]["variant"]).gradient_bytes
+        grad_bytes = sent[0]["metrics"]["parameter_count"] * element_bytes
+        paid = next(iter(per_call.values()), None)
+        o_ms, source = (paid["o_ms"], "records") if paid and paid["o_ms"] > 0 else (fit["o_ms"], "C1")
+        o_s, c1_o_s, w = o_ms / 1e3, fit["o_ms"] / 1e3, fit["w_GBps"] * 1e9
+        bucketed["predicted_ms"] = [overhead_model(n, grad_bytes, o_s, w) * 1e3 for n in bucketed["buckets"]]
+        bucketed["predicted_c1_ms"] = [overhead_model(n, grad_bytes, c1_o_s, w) * 1e3 for n in bucketed["buckets"]]
+        bandwidth = memory_bandwidth(sent)
+        bucketed["after_backward_pass_ms"] = [pass_ms(v, grad_bytes, bandwidth) for v in bucketed["variant"]]
+        backward = bucketed["backward_ms"].median() if len(bucketed) else None
+        waits = bucketed["comm_wait_ms"]
+        model_summary = {"o_ms": o_ms, "o_source": source, "c1_o_ms": fit["o_ms"], "w_GBps": fit["w_GBps"],
+                         "grad_MB": grad_bytes / 1e6,
+                         "gradient_dtype": {4: "fp32", 2: "bf16"}.get(element_bytes, f"{element_bytes}-byte"),
+                         "send_all_ms": grad_bytes / w * 1e3, "backward_ms": backward,
+                         "optimum": optimal_buckets(grad_bytes, o_s, w),
+                         "optimum_c1": optimal_buckets(grad_bytes, c1_o_s, w),
+                         "measured_wait_range_ms": [float(waits.min()), float(waits.max())],
+                         "predicted_range_ms": [float(bucketed["predicted_ms"].min()), float(bucketed["predicted_ms"].max())],
+                         "bucket_counts": [int(bucketed["buckets"].min()), int(bucketed["buckets"].max())],
+                         "pass_ms": next((x for x in bucketed["after_backward_pass_ms"] if x is not None), None),
+                         "memory_GBps": bandwidth / 1e9 if bandwidth else None}
+        # Fitted to the overheads of the first precision, where the run paired them with a baseline.
+        precision = variants.precision_of(sent[0])
+        rows = found_overheads.get(precision, {}).get("rows", {})
+        points = [(int(n), rows[v]["ms"]) for v, n, p in zip(bucketed["variant"], bucketed["buckets"], bucketed["precision"])
+                  if p == precision and v in rows]
+        model_summary["overhead_fit"] = fit_overheads(points, grad_bytes, w) if points else None
+        model_summary["overhead_fit_precision"] = precision
+        plot_bucket_model(bucketed, grad_bytes, o_s, w, ax, c1_o_s=c1_o_s, source=source, pass_ms=model_summary["pass_ms"])
+    else:
+        ax.text(0.5, 0.5, "no C1 fit for this backend and world size", ha="center", transform=ax.transAxes)
+    save_figure(fig, out / "overhead_model.png")
+    return bucketed, model_summary
+
+
+def plot_bucket_model(bucketed: pd.DataFrame, grad_bytes: float, o_s: float, w: float, ax,
+                      c1_o_s: float | None = None, source: str = "C1", pass_ms: float | None = None) -> None:
+    """The model against the measurements on log-log axes (the model's n_b·o grows into seconds for
+    tiny buckets, which on a linear axis flattened the ~10 ms measurements onto zero): the curve
+    for equal buckets with the o the table's ``predicted_ms`` uses (``source``: the DDP records or
+    C1), with C1's o dashed where that is another, the model at each run's real bucket count (real
+    buckets are not equal, a parameter larger than the bucket size gets its own), and the measured
+    wait; where ``pass_ms`` is known, the least time of the passes over the gradients after backward,
+    which the model leaves out."""
+    sizes_mb = [variants.bucket_size_mb(v) for v in bucketed["variant"]]
+    low, high = min(sizes_mb) / 4, min(max(sizes_mb) * 4, grad_bytes / 1e6)
+    curve = [low * (high / low) ** (k / 200) for k in range(201)]
+    where = "paid by naive against flat" if source == "records" else "C1's, one call timed alone"
+    curves = [(o_s, "-", f"model, o = {o_s * 1e3:.3f} ms ({where})")]
+    if c1_o_s is not None and source != "C1":
+        curves.append((c1_o_s, "--", f"model, o = {c1_o_s * 1e3:.3f} ms (C1's, one call timed alone)"))
+    for o, style, label in curves:
+        ax.plot(curve, [overhead_model(max(1.0, grad_bytes / (mb * 1e6)), grad_bytes, o, w) * 1e3 for mb in curve],
+                style, label=label, color="tab:blue")
+    ax.plot(sizes_mb, bucketed["predicted_ms"], "s", mfc="none", color="tab:blue", label="model at the real bucket count")
+    precisions = bucketed["precision"] if "precision" in bucketed else pd.Series("fp32", index=bucketed.index)
+    for (precision, marker), color in zip(zip(dict.fromkeys(precisions), "o^"), ("tab:red", "tab:orange")):
+        mine = (precisions == precision).to_numpy()
+        ax.plot([s for s, m in zip(sizes_mb, mine) if m], bucketed["comm_wait_ms"][mine], marker, ls="none",
+                color=color, label=f"measured wait ({precision})")
+    if pass_ms:
+        ax.axhline(pass_ms, color="gray", ls=":", label="passes over the gradients after backward, at least")
+    ax.set(xscale="log", yscale="log", xlabel="bucket size (MB)", ylabel="wait after backward (ms)",
+           title=f"n_b·o + s/(n_b·w), s = {grad_bytes / 1e6:,.0f} MB, w = {w / 1e9:.0f} GB/s (C1)")
+    ax.title.set_fontsize(9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+
+
+# C8's rungs past PyTorch's DDP, each adding one thing to the one before (variants.VARIANTS).
+LADDER = ("bucketed-<MB>", "bucketed-view-<MB>", "bucketed-ready-<MB>", "bucketed-avg-<MB>", "bucketed-bf16-<MB>")
+
+
+def ladder(records: list[dict]) -> list[dict]:
+    """What each rung did: per precision and bucket size, every rung's step against the rung below
+    it that ran (``record_difference``: paired per round where they shared a job), in ladder order;
+    ``removed_pass_ms``, the least time (datasheet bandwidth) of the passes over the gradients after
+    backward that the rung no longer makes (``AFTER_BACKWARD_PASSES``), where both rungs' are known."""
+    out = []
+    bandwidth = memory_bandwidth(records)
+    for precision, found in by_variant(records).items():
+        sizes = sorted({variants.bucket_size_mb(v) for v in found if variants.lookup(v).name in LADDER})
+        for mb in sizes:
+            size = f"{mb:g}"
+            ran = [r.replace(variants.FAMILY, size) for r in LADDER if r.replace(variants.FAMILY, size) in found]
+            for below, rung in zip(ran, ran[1:]):
+                diff = record_difference(found[rung], found[below])
+                if diff is None:
+                    continue
+                grad_bytes = found[rung]["metrics"].get("parameter_count", 0) * variants.lookup("naive").gradient_bytes
+                passes = [pass_ms(v, grad_bytes, bandwidth) for v in (below, rung)]
+                out.append({"precision": precision, "rung": rung, "below": below,
+                            "removed_pass_ms": passes[0] - passes[1] if None not in passes and grad_bytes else None} | diff)
+    return out
+
+
+def quoted(rows: dict[str, dict | None]) -> dict:
+    """The rows C8's opening quotes: the replicating variants the bucket sizes stand against, and the
+    rungs past PyTorch's DDP that ran."""
+    return {"others": {v: rows.get(v) for v in ("naive", "flat", "overlap", "torch-ddp")},
+            "beyond": [r for v, r in rows.items() if r and variants.lookup(v).deliverable == "C8"
+                       and not is_bucket_size(v)]}
+
+
+def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first: str, setup: dict, c1: dict,
+         per_call: dict[str, dict], traces: dict[str, list[dict]], traced: list[str], out: Path) -> tuple[pd.DataFrame, dict]:
+    """C8's tables and figures, and its summary keys. Every variant side by side (the bucket sizes "vs
+    the others"), the overhead of each in each precision, then the bucket sizes with the overhead
+    model's prediction as the main table."""
+    write_table(table.round(3), out, stem="variants")
+    plot_phases(table, out / "phases.png")
+    found = overheads(records)
+    over = overhead_table(records, found)
+    # Every table the registry declares is written, one saying why where there are no rows.
+    write_table(over.round(3) if over is not None
+                else no_rows(f"no {variants.BASELINE} step to measure the overheads against"), out, stem="overhead")
+    plot_overheads(found, out / "overhead.png")
+    accuracy = accuracy_rows(records)
+    write_table(pd.DataFrame(accuracy) if accuracy else no_rows("no variant recorded its bf16 gradients' error"),
+                out, stem="accuracy")
+    bucketed, model = bucket_model(records, table, setup, c1, out, per_call, found)
+    # What the traces show is left: the compute lane's idle time in one step of each traced
+    # variant of C8's and of PyTorch DDP's.
+    gaps = {label: compute_gaps(traces[label]) for p in precisions for v in traced
+            if (label := trace_label(v, p)) in traces and (variants.lookup(v).deliverable == "C8" or v == "torch-ddp")}
+    # Where a traced step's GPU time goes, naive's beside as the reference of the matmuls.
+    kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced
+                                     if variants.lookup(v).deliverable == "C8" or v in ("torch-ddp", QUIET_TRACE)])
+    return bucketed, {"bucketed": bucketed.to_dict("records"), "model": model, "overheads": found,
+                      "has_overhead_table": over is not None, "accuracy": accuracy, "compute_gaps": gaps,
+                      "kernel_time": kinds, "ladder": ladder(records),
+                      "against_overlap": bucketed_against_overlap(records).get(first),
+                      "best_bucket_size": best_bucket_size(records, first)}

@@ -1,0 +1,309 @@
+"""The rows every data-parallel report (C2–C8, C10–C12) builds on: one row per variant and precision
+from its record, each variant's overhead against the no-communication baseline, and the comparisons
+of two records' steps or phases.
+
+Comparisons. Records of one job (``metrics.turns``: every variant of a precision took turns in one
+process group, ``train_bench``) are compared per round (``record_difference``: the median per-round
+difference, with as spread the largest distance of a round's difference from it,
+``report.spread.paired_records``); an overhead is a variant's step against the baseline of its own
+job. Records without a shared job (one process per variant, as the committed runs before it were
+measured) are compared by the range their fastest and slowest steps allow, and the rows say the
+comparison spans processes (``paired`` false).
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from cs336_systems import deliverables
+from cs336_systems.accounting import data_parallel
+from cs336_systems.accounting.hardware import BY_DEVICE_NAME
+from cs336_systems.distributed import variants
+from cs336_systems.models import get_size
+from cs336_systems.report import spread as paired_spread
+
+GIB = 2**30
+
+
+PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms")
+
+
+BUCKETED = deliverables.BUCKET_SIZES
+
+
+# PyTorch's DDP waits for its buckets inside backward (its reducer's hooks finish every all-reduce
+# before backward returns), so the phase after backward reads ~0 for it: its communication costs
+# show in its backward, never as nothing. Its rows carry no wait; ``backward_waits`` sets their
+# backward against one that communicates nothing.
+WAITS_IN_BACKWARD = ("torch-ddp",)
+
+
+# The variants whose backward communicates nothing (they communicate after it, or never): their
+# backward is the computation alone, the reference for a backward that waits inside.
+QUIET_BACKWARD = (variants.BASELINE, "naive", "flat")
+
+
+# Variants whose matmuls run in another dtype than their record's precision says (fsdp-bf16 casts
+# its weights to bf16): their steps are not the same computation as the others'.
+OTHER_COMPUTE = ("fsdp-bf16",)
+
+
+IN_BACKWARD_NOTE = "waits inside backward (PyTorch's reducer): nothing left to wait for after it"
+
+
+def step_table(records: list[dict]) -> pd.DataFrame:
+    """One row per record. A variant that waits inside backward (``WAITS_IN_BACKWARD``) gets no
+    wait and no share of the step waiting, and a note saying where its wait went."""
+    rows = []
+    for r in records:
+        m = r["metrics"]
+        memory = (m.get("memory_per_rank") or [{}])[0]
+        inside = r["params"]["variant"] in WAITS_IN_BACKWARD
+        note = r.get("reason") or r.get("message") or ""
+        rows.append({"variant": r["params"]["variant"], "precision": variants.precision_of(r), "status": r["status"],
+                     **{phase: m.get(phase) for phase in PHASES},
+                     "step_ms": m.get("step_ms"), "step_range_ms": _step_range(m.get("steps") or []),
+                     "comm_share": m.get("comm_share"), "buckets": m.get("buckets"),
+                     "peak_GiB": memory["peak"] / GIB if "peak" in memory else None,
+                     "note": "; ".join(filter(None, [IN_BACKWARD_NOTE if inside else "", note]))})
+        if inside:
+            rows[-1] |= {"comm_wait_ms": None, "comm_share": None}
+    return with_overhead(pd.DataFrame(rows), records)
+
+
+def with_overhead(table: pd.DataFrame, records: list[dict] | None = None) -> pd.DataFrame:
+    """Each row's cost of communication: its step minus the baseline's of the same precision (the
+    same ranks and per-rank batch, no communication), in ms and as a share of the baseline.
+    "Waiting" alone misses what overlapping costs inside backward (PyTorch DDP waits 0 ms yet runs a
+    slower backward); this does not. Where ``records`` (the table's, in its order) and the baseline
+    took turns in one job, the overhead is their paired difference (``record_difference``: the median
+    per-round difference); else the difference of the medians, across processes. Added only where
+    the run has an ok baseline (a precision without one gets no number)."""
+    base = table[(table["variant"] == variants.BASELINE) & (table["status"] == "ok")]
+    if base.empty:
+        return table
+    base_ms = table["precision"].map(dict(zip(base["precision"], base["step_ms"].astype(float))))
+    over = table["step_ms"] - base_ms
+    if records is not None:
+        bases = {p: r for p, found in by_variant(records).items() if (r := found.get(variants.BASELINE))}
+        for i, r in enumerate(records):
+            mine = bases.get(variants.precision_of(r))
+            found = record_difference(r, mine) if mine is not None and r["status"] == "ok" else None
+            if found is not None and found["paired"]:
+                over.iloc[i] = found["ms"]
+    out = table.copy()
+    out.insert(out.columns.get_loc("step_range_ms") + 1, "overhead_ms", over)
+    out.insert(out.columns.get_loc("overhead_ms") + 1, "overhead_pct", 100 * out["overhead_ms"] / base_ms)
+    return out
+
+
+def step_spread(record: dict) -> tuple[float, float, float] | None:
+    """(median, fastest, slowest) of rank 0's timed steps, ms; None for a record that is not ok."""
+    if record["status"] != "ok":
+        return None
+    times = [s["step_ms"] for s in record["metrics"].get("steps") or [] if s.get("step_ms") is not None]
+    median = record["metrics"]["step_ms"]
+    return (median, min(times, default=median), max(times, default=median))
+
+
+def phase_spread(record: dict, phase: str) -> tuple[float, float, float] | None:
+    """(median, fastest, slowest) of one phase over rank 0's timed steps, ms; None for a record that
+    is not ok or has no such phase."""
+    if record["status"] != "ok" or record["metrics"].get(phase) is None:
+        return None
+    times = [s[phase] for s in record["metrics"].get("steps") or [] if s.get(phase) is not None]
+    median = record["metrics"][phase]
+    return (median, min(times, default=median), max(times, default=median))
+
+
+def difference(a: tuple[float, float, float], b: tuple[float, float, float]) -> dict:
+    """``a`` less ``b`` (each a (median, fastest, slowest) spread): the medians' difference and the
+    least and most it can be given the fastest and slowest of each; ``sign`` is +1 where even the
+    least is above zero, -1 where even the most is below, 0 where the spreads overlap."""
+    low, high = a[1] - b[2], a[2] - b[1]
+    return {"ms": a[0] - b[0], "low_ms": low, "high_ms": high, "sign": 1 if low > 0 else -1 if high < 0 else 0}
+
+
+# A record's phase (its metrics' name) -> its name in ``metrics.rounds`` (train_bench.ROUND_PHASES).
+ROUND_PHASE = {"forward_ms": "forward", "backward_ms": "backward", "comm_wait_ms": "comm_wait",
+               "optimizer_ms": "optimizer", "step_ms": "step"}
+
+
+def record_difference(a: dict, b: dict, phase: str = "step_ms") -> dict | None:
+    """``a``'s ``phase`` less ``b``'s, as ``difference`` gives it (``ms``, ``low_ms``, ``high_ms``,
+    ``sign``) plus ``paired``. Measured in one job: paired per round (``spread.paired_records``):
+    ``ms`` the median per-round difference, ``low_ms``/``high_ms`` it less/plus the spread across
+    rounds, ``sign`` the paired verdict. Else (the comparison spans processes) the range the two
+    records' fastest and slowest steps allow. None where either has no such phase."""
+    found = paired_spread.paired_records(a, b, ROUND_PHASE[phase]) if a["status"] == b["status"] == "ok" else None
+    if found is not None and found.rounds:
+        return {"ms": found.difference, "low_ms": found.difference - found.spread,
+                "high_ms": found.difference + found.spread,
+                "sign": {"higher": 1, "lower": -1}.get(found.verdict, 0), "paired": True, "rounds": found.rounds}
+    mine, theirs = phase_spread(a, phase), phase_spread(b, phase)
+    if not mine or not theirs:
+        return None
+    return difference(mine, theirs) | {"paired": False}
+
+
+def by_variant(records: list[dict]) -> dict[str, dict[str, dict]]:
+    """The ok records per precision, by variant."""
+    out: dict[str, dict[str, dict]] = {}
+    for r in records:
+        if r["status"] == "ok":
+            out.setdefault(variants.precision_of(r), {})[r["params"]["variant"]] = r
+    return out
+
+
+def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
+    """Per precision, for each variant that waits inside backward (``WAITS_IN_BACKWARD``): its
+    backward against a backward that communicates nothing, the baseline's where the run has it,
+    else the longer of naive's and flat's (the smaller difference), with the range the steps allow
+    (``difference``); whether its backward is the longest of the precision's variants beyond the
+    steps' spread (its fastest slower than every other's slowest); and its step
+    against every other variant's that runs the same computation (``difference``, keyed by variant;
+    the baseline's is the overhead, and ``OTHER_COMPUTE`` computes otherwise)."""
+    out: dict[str, dict[str, dict]] = {}
+    for precision, found in by_variant(records).items():
+        backward = {v: phase_spread(r, "backward_ms") for v, r in found.items()}
+        quiet = [v for v in ((variants.BASELINE,) if variants.BASELINE in found else QUIET_BACKWARD)
+                 if v in found and backward[v]]
+        reference = max(quiet, key=lambda v: backward[v][0], default=None)
+        for variant in WAITS_IN_BACKWARD:
+            if variant not in found or not backward[variant]:
+                continue
+            mine = backward[variant]
+            out.setdefault(precision, {})[variant] = {
+                "backward_ms": mine[0], "reference": reference,
+                "reference_backward_ms": backward[reference][0] if reference else None,
+                "excess": record_difference(found[variant], found[reference], "backward_ms") if reference else None,
+                "longest": all(mine[1] > b[2] for v, b in backward.items() if b and v != variant),
+                "steps": {v: d for v, r in found.items() if v not in (variant, variants.BASELINE)
+                          and v not in OTHER_COMPUTE and (d := record_difference(found[variant], r)) is not None}}
+    return out
+
+
+def naive_calls(size_name: str) -> int:
+    """The all-reduces naive DDP issues per step on the named model size (``accounting.data_parallel``)."""
+    return data_parallel.naive_calls(get_size(size_name))
+
+
+def pass_ms(variant: str, grad_bytes: float, memory_Bps: float | None) -> float | None:
+    """The least time ``variant``'s passes over the gradients after backward take at ``memory_Bps``
+    (``accounting.data_parallel.after_backward_pass_ms`` for its family)."""
+    return data_parallel.after_backward_pass_ms(variants.lookup(variant).name, grad_bytes, memory_Bps)
+
+
+def memory_bandwidth(records: list[dict]) -> float | None:
+    """The datasheet memory bandwidth (bytes/s) of the card the records ran on; None for a card
+    ``accounting.hardware`` does not list, a CPU run, or records from more than one card."""
+    gpus = {r["provenance"].get("gpu") for r in records}
+    card = BY_DEVICE_NAME.get(gpus.pop()) if len(gpus) == 1 else None
+    return card.hbm_bandwidth if card else None
+
+
+def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
+    """Per precision where naive and flat both ran: the cost of one more all-reduce when calls are
+    issued back to back after backward, fitted where it is paid. Naive makes one call per gradient
+    tensor plus one to agree on which gradients exist; flat makes one for the same bytes but also
+    copies every gradient into its buffer and back (two passes naive does not make, at the least
+    time the card's memory bandwidth allows). So each extra call costs
+
+        o = (naive's wait − flat's wait + flat's extra passes) / (naive's calls − flat's calls),
+
+    ``o_ms`` from the medians and ``o_low_ms`` from naive's fastest wait against flat's slowest
+    (both lower bounds, the passes being counted at peak bandwidth). With C1's fit, ``o_high_ms``:
+    the most naive's calls can cost each, its slowest wait less its bytes at C1's bandwidth and its
+    own division pass. A CPU run (no memory bandwidth) counts no passes."""
+    out = {}
+    bandwidth = memory_bandwidth(records)
+    for precision, found in by_variant(records).items():
+        naive, flat = found.get("naive"), found.get("flat")
+        if not naive or not flat or not naive["metrics"].get("parameter_count"):
+            continue
+        calls = {"naive": naive_calls(naive["params"]["size"]), "flat": 1}
+        grad_bytes = naive["metrics"]["parameter_count"] * variants.lookup("naive").gradient_bytes
+        waits = record_difference(naive, flat, "comm_wait_ms")
+        passes = {v: pass_ms(v, grad_bytes, bandwidth) for v in calls}
+        extra = passes["flat"] - passes["naive"] if bandwidth else 0.0
+        extra_calls = calls["naive"] - calls["flat"]
+        found_here = {"calls": calls, "grad_MB": grad_bytes / 1e6, "waits": waits, "passes_ms": passes,
+                      "extra_passes_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
+                      "o_ms": (waits["ms"] + extra) / extra_calls, "o_low_ms": (waits["low_ms"] + extra) / extra_calls,
+                      "o_high_ms": None, "c1_o_ms": fit["o_ms"] if fit else None}
+        if fit and fit.get("w_GBps"):
+            slowest = phase_spread(naive, "comm_wait_ms")[2]
+            own = passes["naive"] or 0.0
+            found_here["o_high_ms"] = (slowest - grad_bytes / (fit["w_GBps"] * 1e9) * 1e3 - own) / calls["naive"]
+        out[precision] = found_here
+    return out
+
+
+def _step_range(steps: list[dict]) -> str:
+    """Fastest–slowest of rank 0's timed steps (ms): the spread beside their median."""
+    times = [s["step_ms"] for s in steps if s.get("step_ms") is not None]
+    return f"{min(times):.1f}–{max(times):.1f}" if times else ""
+
+
+def row_of(table: pd.DataFrame, variant: str, precision: str) -> dict | None:
+    hit = table[(table["variant"] == variant) & (table["precision"] == precision) & (table["status"] == "ok")]
+    return None if hit.empty else {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                                   for k, v in hit.iloc[0].to_dict().items()}
+
+
+def memory_rows(records: list[dict], chosen: tuple[str, ...]) -> list[dict]:
+    """C11 / C12: rank 0's memory at each point and its breakdown, in GiB."""
+    out = []
+    for r in records:
+        if r["params"]["variant"] not in chosen or r["status"] != "ok":
+            continue
+        mem = r["metrics"]["memory_per_rank"][0]
+        if "after_init" not in mem:
+            continue
+        row = {"variant": r["params"]["variant"], "precision": variants.precision_of(r)}
+        for point in ("after_init", "before_step", "after_step", "peak"):
+            row[f"{point}_GiB"] = mem[point] / GIB
+        for kind, value in mem["breakdown_before_step"].items():
+            row[f"{kind}_GiB"] = value / GIB
+        row["activations_peak_GiB"] = mem["forward_backward_peak_above_start"] / GIB
+        row["step_ms"] = r["metrics"]["step_ms"]
+        out.append(row)
+    return out
+
+
+def is_bucket_size(variant: str) -> bool:
+    """A row of the bucket sizes (bucketed-<MB>), not one of the variants built on them."""
+    return variants.lookup(variant).name == BUCKETED
+
+
+def versus(records: list[dict], pairs, precision: str) -> dict[str, dict[str, dict]]:
+    """``{a: {b: difference of a's step and b's}}`` (``difference``, ms) for the pairs that both ran
+    in ``precision``."""
+    found = by_variant(records).get(precision, {})
+    out: dict[str, dict[str, dict]] = {}
+    for a, b in pairs:
+        if a in found and b in found:
+            out.setdefault(a, {})[b] = record_difference(found[a], found[b])
+    return out
+
+
+def trace_label(variant: str, precision: str) -> str:
+    """How a trace is named in the summary and its timeline: the variant, with its precision where
+    that is not fp32."""
+    return variant if precision == variants.DEFAULT_PRECISION else f"{variant} ({precision})"
+
+
+def paired_by_precision(records: list[dict]) -> dict[str, bool]:
+    """Per precision: whether every ok record of it was measured in one job (one process group taking
+    turns), so its comparisons are paired per round; False where they span processes."""
+    out = {}
+    for precision, found in by_variant(records).items():
+        jobs = {(r["metrics"].get("turns") or {}).get("job") for r in found.values()}
+        out[precision] = len(jobs) == 1 and None not in jobs
+    return out
+
+
+def no_rows(why: str) -> pd.DataFrame:
+    """A table with no rows, saying why: every table a report declares is written."""
+    return pd.DataFrame({"(no rows)": [why]})
