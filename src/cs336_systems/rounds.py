@@ -117,6 +117,20 @@ def _timed_step(outcome: Outcome, device, timer: PhaseTimer) -> float:
     return sum(samples[-1] for name, samples in timer.samples.items() if len(samples) > before.get(name, 0))
 
 
+def _attempt(outcome: Outcome, entrant: Entrant, device, action: Callable[[Outcome], None]) -> None:
+    """``action(outcome)``; where it raises, the outcome says why and what the entrant held is let go
+    (outside the ``except``, where the traceback and the tensors it holds are gone)."""
+    failure = None
+    try:
+        action(outcome)
+    except Exception as exc:  # noqa: BLE001 - an OOM or error is this entrant's outcome
+        failure = exc
+    if failure is not None:
+        _fail(outcome, entrant, failure)
+        del failure             # its traceback holds the entrant's tensors
+        _release(device)
+
+
 def _fail(outcome: Outcome, entrant: Entrant, exc: BaseException) -> None:
     """Record why ``outcome`` stopped and let go of everything its entrant held."""
     outcome.status, outcome.message = ("skipped", str(exc)) if isinstance(exc, Skipped) else failure_status(exc)
@@ -197,18 +211,8 @@ def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle:
     schedule = [(settle_all, o.name) for o in turn]
     schedule += [(timed, name) for name in interleaving({o.name: o.steps_per_turn for o in turn})]
     for action, name in schedule:
-        outcome = outcomes[name]
-        if outcome.step is None:        # failed earlier in this turn
-            continue
-        failure = None
-        try:
-            action(outcome)
-        except Exception as exc:  # noqa: BLE001 - an OOM or error is this entrant's outcome
-            failure = exc
-        if failure is not None:
-            _fail(outcome, by_name[name], failure)
-            del failure             # its traceback holds the entrant's tensors
-            _release(device)
+        if outcomes[name].step is not None:        # else it failed earlier in this turn
+            _attempt(outcomes[name], by_name[name], device, action)
     for name, outcome in outcomes.items():
         if outcome.step is not None:
             outcome.rounds.append({**timers[name].samples, "step": totals[name]})
@@ -252,25 +256,19 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
     outcomes = {e.name: Outcome(e.name) for e in entrants}
     by_name = {e.name: e for e in entrants}
 
+    def warm_up(outcome: Outcome) -> None:
+        reset_peak_memory(device)
+        outcome.step = by_name[outcome.name].make()
+        warm = PhaseTimer(device)
+        while len(outcome.warmup_steps) < warmup or (
+                0 < sum(outcome.warmup_steps) < min_turn_ms and len(outcome.warmup_steps) < MAX_STEPS_PER_TURN):
+            outcome.warmup_steps.append(_timed_step(outcome, device, warm))
+        outcome.steps_per_turn = steps_for(min_turn_ms, outcome.warmup_steps[-1] if outcome.warmup_steps else 0, steps)
+        outcome.peak_memory_bytes = peak_memory_bytes(device)
+
     for name in names:
         outcome = outcomes[name]
-        failure = None
-        try:
-            reset_peak_memory(device)
-            outcome.step = by_name[name].make()
-            warm = PhaseTimer(device)
-            while len(outcome.warmup_steps) < warmup or (
-                    0 < sum(outcome.warmup_steps) < min_turn_ms and len(outcome.warmup_steps) < MAX_STEPS_PER_TURN):
-                outcome.warmup_steps.append(_timed_step(outcome, device, warm))
-            outcome.steps_per_turn = steps_for(min_turn_ms, outcome.warmup_steps[-1] if outcome.warmup_steps else 0,
-                                               steps)
-            outcome.peak_memory_bytes = peak_memory_bytes(device)
-        except Exception as exc:  # noqa: BLE001 - an OOM or error is this entrant's outcome
-            failure = exc
-        if failure is not None:
-            _fail(outcome, by_name[name], failure)
-            del failure             # its traceback holds the entrant's tensors
-            _release(device)
+        _attempt(outcome, by_name[name], device, warm_up)
         log(f"  {name}: warm-up {', '.join(f'{t:.2f}' for t in outcome.warmup_steps)} ms")
 
     cheap = [name for name in names if outcomes[name].steps_per_turn > steps]
