@@ -36,15 +36,13 @@ container: os.environ.get("CS336_CONTAINER", "docker://cs336-systems:latest")
 
 
 include: "workflow/rules/common.smk"
-# One file per part; cs336_systems.deliverables names the file of each ID's rules (`<ID>_...`).
-include: "workflow/rules/a1_benchmark.smk"
-include: "workflow/rules/a2_profile.smk"
-include: "workflow/rules/a3_a4_precision.smk"
-include: "workflow/rules/a5_a6_memory.smk"
-include: "workflow/rules/b_attention.smk"
-include: "workflow/rules/c_distributed.smk"
-include: "workflow/rules/c9_accounting.smk"
-include: "workflow/rules/e1_training_step.smk"
+# One file per part, as cs336_systems.deliverables names the file of each ID's rules (`<ID>_...`), in
+# its order: a rule file may use the rules of a file before it. The writeup's comes last: it reads
+# every report rule.
+from cs336_systems import deliverables
+
+for _rule_file in deliverables.rule_files():
+    include: f"workflow/rules/{_rule_file}"
 include: "workflow/rules/d_writeup.smk"
 
 

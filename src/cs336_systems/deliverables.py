@@ -1,4 +1,4 @@
-"""The one registry of deliverables: ID -> title, rules, module, report, results folder, section.
+"""The one registry of deliverables: ID -> title, rules, module, report, results folder, config, section.
 
 Every deliverable is one hop from its ID:
 
@@ -10,8 +10,11 @@ Every deliverable is one hop from its ID:
         ->  ``writeup/templates/sections/<ID>.md.j2``
 
 ``python -m cs336_systems.deliverables`` prints that map. The Snakefile reads this table for the
-writeup's inputs and the GPUs each section needs, the writeup for its titles and order, the
-data-parallel report for which sections it writes and which variants each reads.
+rule files it includes, the writeup's inputs and the GPUs each section needs; the config check for
+the blocks every preset holds; the run folder for where records live; the writeup for its titles
+and order; the data-parallel report for which sections it writes and which variants each reads.
+Adding a deliverable is an entry here, its rule file, its code, its section template, its block in
+config.yaml and its row in README's map (tests/workflow/test_new_deliverable.py adds one).
 
 Kept free of torch: the Snakefile imports it while parsing.
 """
@@ -60,6 +63,12 @@ class Deliverable:
     # What its report writes in its results folder besides summary.json: the rule declares exactly
     # these and the writeup takes them as inputs. ``{point}`` stands for each measured point.
     outputs: tuple[str, ...] = ()
+    # Its block under each preset of config.yaml: "" its ID's, None none (closed forms). Every
+    # preset must hold each deliverable's block (pipeline.config); the schema checks those it defines.
+    config: str | None = ""
+    # The folders under its results folder that measuring jobs write records into (pipeline.run_folder
+    # reads records in these, wherever the records of a deliverable live).
+    record_folders: tuple[str, ...] = ("records",)
 
     def folder(self, run: str) -> str:
         return f"results/{run}/{self.id}"
@@ -83,6 +92,11 @@ class Deliverable:
         """The code the deliverable is about."""
         return self.about or self.runs
 
+    @property
+    def config_block(self) -> str | None:
+        """The name of its block under each preset of config.yaml, or None."""
+        return self.id if self.config == "" else self.config
+
 
 _S = "cs336_systems"
 _DDP = "c_distributed.smk"
@@ -97,13 +111,14 @@ def _ddp(ident: str, title: str, variants: tuple[str, ...] | None, about: str = 
     job per precision measures every variant (``C3_variants``, C3's: ``measures``), whatever folder
     its records go to."""
     return Deliverable(ident, title, _DDP, _TRAIN, _DDP_REPORT, RANKS, (f"{ident}_variants",) if measures else (),
-                       reads, about, variants, traces, outputs)
+                       reads, about, variants, traces, outputs, config="DDP")
 
 
 DELIVERABLES: tuple[Deliverable, ...] = (
     Deliverable("A1", "End-to-end benchmark", "a1_benchmark.smk", f"{_S}.benchmark", f"{_S}.report.a1", ONE_GPU,
                 ("A1_benchmark", "A1_warmup_study"), reads=("A2",),
-                outputs=tables("table") + ("time_vs_context.png", "warmup.png")),
+                outputs=tables("table") + ("time_vs_context.png", "warmup.png"),
+                record_folders=("records", "warmup")),
     Deliverable("A2", "Nsight Systems profile", "a2_profile.smk", f"{_S}.profiling.profile", f"{_S}.report.a2",
                 ONE_GPU, ("A2_profile",), reads=("A1",),
                 outputs=tables("table_a", "table_b", "table_c", "table_d", "table_e", "failed") + ("category_shares.png",)),
@@ -120,13 +135,14 @@ DELIVERABLES: tuple[Deliverable, ...] = (
     Deliverable("B1", "PyTorch attention sweep", "b_attention.smk", f"{_S}.attention.sweep", f"{_S}.report.b1",
                 ONE_GPU, ("B1_row",), outputs=tables("table") + ("time_and_memory.png",)),
     Deliverable("B2", "torch.compile", "b_attention.smk", f"{_S}.compile_bench", f"{_S}.report.b2", ONE_GPU,
-                ("B2_whole_model",), reads=("B1",), outputs=tables("table", "whole_model") + ("whole_model_speedup.png",)),
+                ("B2_whole_model",), reads=("B1",), outputs=tables("table", "whole_model") + ("whole_model_speedup.png",),
+                record_folders=("whole_model",)),
     Deliverable("B3", "FlashAttention-2 forward", "b_attention.smk", f"{_S}.attention.check",
                 f"{_S}.report.flash_checks", ONE_GPU, ("B3_checks",), about=f"{_S}.attention.flash_triton",
                 outputs=tables("table")),
     Deliverable("B4", "FlashAttention-2 backward", "b_attention.smk", f"{_S}.attention.check",
                 f"{_S}.report.flash_checks", ONE_GPU, reads=("B3",), about=f"{_S}.attention.flash_triton",
-                outputs=tables("table")),
+                outputs=tables("table"), config="B3", record_folders=()),
     Deliverable("B5", "FlashAttention benchmark", "b_attention.smk", f"{_S}.attention.bench", f"{_S}.report.b5",
                 ONE_GPU, ("B5_grid_row", "B5_leaderboard"),
                 outputs=tables("table") + ("leaderboard.csv", "speedup.png", "tflops.png")),
@@ -144,7 +160,7 @@ DELIVERABLES: tuple[Deliverable, ...] = (
          outputs=tables("table", "variants", "overhead", "accuracy") + ("phases.png", "overhead.png", "overhead_model.png")),
     Deliverable("C9", "4D-parallelism accounting", "c9_accounting.smk", f"{_S}.accounting.study", f"{_S}.report.c9",
                 CPU, ("C9_accounting",), about=f"{_S}.accounting",
-                outputs=tables("table", "scaling") + ("scaling_grid.csv", "scaling.png")),
+                outputs=tables("table", "scaling") + ("scaling_grid.csv", "scaling.png"), config=None),
     _ddp("C10", "Optimizer state sharding", ("overlap", "overlap-sharded"), about=f"{_S}.distributed.sharded_optimizer",
          reads=("C3", "C6", "C11")),
     _ddp("C11", "Optimizer state sharding: memory and time", _MEMORY_VARIANTS,
@@ -153,7 +169,7 @@ DELIVERABLES: tuple[Deliverable, ...] = (
          traces=True, reads=("C1", "C3", "C6"), outputs=tables("table") + ("timeline.png",)),
     Deliverable("E1", "The training step, every technique together", "e1_training_step.smk",
                 f"{_S}.training_step.ladder", f"{_S}.report.e1", ONE_GPU, ("E1_step", "E1_profile"),
-                outputs=tables("table", "kernels") + ("ladder.png",)),
+                outputs=tables("table", "kernels") + ("ladder.png",), record_folders=("records", "profiles")),
 )
 
 BY_ID: dict[str, Deliverable] = {d.id: d for d in DELIVERABLES}
@@ -165,6 +181,21 @@ def get(ident: str) -> Deliverable:
         return BY_ID[ident]
     except KeyError:
         raise ValueError(f"unknown deliverable {ident!r}; known: {', '.join(IDS)}") from None
+
+
+def config_blocks() -> list[str]:
+    """The blocks every preset of config.yaml holds, one per deliverable that has settings, in registry order."""
+    return list(dict.fromkeys(d.config_block for d in DELIVERABLES if d.config_block is not None))
+
+
+def record_folders() -> list[str]:
+    """The names of the folders that hold records, under any deliverable's results folder."""
+    return list(dict.fromkeys(name for d in DELIVERABLES for name in d.record_folders))
+
+
+def rule_files() -> list[str]:
+    """The rule files under workflow/rules/ that hold the deliverables' rules, in registry order."""
+    return list(dict.fromkeys(d.rules for d in DELIVERABLES))
 
 
 def reported_by(report: str) -> list[str]:

@@ -26,9 +26,16 @@ def rule_names() -> list[str]:
     return [line.split()[0] for line in proc.stdout.splitlines() if line and not line[0].isspace()]
 
 
-def test_ids_are_the_assignment_s_in_order_then_the_issues():
-    assert deliverables.IDS == (*(f"A{i}" for i in range(1, 7)), *(f"B{i}" for i in range(1, 6)),
-                                *(f"C{i}" for i in range(1, 13)), "E1")
+def test_ids_are_numbered_in_order_part_by_part():
+    """A1..A6, B1..B5, C1..C12 (the assignment's), then the issues' (E1): a letter per part, parts in
+    alphabetical order, each part numbered from 1 without a gap; a config section names them so."""
+    from cs336_systems.pipeline.config import SECTION
+
+    assert all(SECTION.fullmatch(ident) and not SECTION.fullmatch(ident).group(2) for ident in deliverables.IDS)
+    assert list(deliverables.IDS) == sorted(deliverables.IDS, key=lambda ident: (ident[0], int(ident[1:])))
+    for part in {ident[0] for ident in deliverables.IDS}:
+        numbered = [ident for ident in deliverables.IDS if ident[0] == part]
+        assert numbered == [f"{part}{n}" for n in range(1, len(numbered) + 1)], part
     assert list(SECTIONS) == list(deliverables.IDS)           # the writeup reads titles and order here
 
 
@@ -143,6 +150,18 @@ def test_report_rules_declare_the_registry_s_files_and_the_writeup_reads_them(pl
         assert len(outputs) - len(fixed) == sum(len([o for o in outputs if o.startswith(f"{folder}/{d.id}/{f.split('/')[0]}/")])
                                                for f in pointed), d.id
         assert set(outputs) <= set(planned["writeup"]["input"]), d.id
+
+
+def test_measuring_rules_write_records_where_the_registry_says(planned):
+    """Each record a measuring rule writes lies in one of the registry's record folders of the ID whose
+    folder holds it (pipeline.run_folder looks for records there, and only there)."""
+    measuring = {rule for d in deliverables.DELIVERABLES for rule in d.measures}
+    written = [path for rule in measuring for path in planned[rule]["output"]]
+    for path in written:
+        found = re.fullmatch(r"results/registry-check/(\w+)/(\w+)/[^/]+\.json", path)
+        if found:
+            assert found.group(2) in deliverables.get(found.group(1)).record_folders, path
+    assert any("/records/" in path for path in written)
 
 
 def test_output_names_are_unique_and_tables_come_in_pairs():

@@ -78,6 +78,16 @@ def dry(command: str) -> str:
 _PACKAGE = "cs336_systems."
 
 
+def id_map_section() -> str:
+    """README's section "From an ID to its code"."""
+    return README.read_text().split("## From an ID to its code", 1)[1].split("\n## ", 1)[0]
+
+
+def id_map_shown() -> list[str]:
+    """The rows of README's table from an ID to its code, as README shows them."""
+    return [line for line in id_map_section().splitlines() if re.match(r"^\| [A-Z]\d+ \|", line)]
+
+
 def id_map_rows() -> list[str]:
     """README's table from an ID to its code, one row per deliverable, as the registry
     (``python -m cs336_systems.deliverables``) has it: rules and their file, what the measuring

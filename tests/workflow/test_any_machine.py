@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cs336_systems import deliverables
 from fake_gpus import fake_nvidia_smi
 from workflow.readme import main_command
 from workflow.test_snakemake import REPO, SNAKEMAKE, _show, env_for, job_stats, make_copy, planned_outputs, snakemake
@@ -47,7 +48,7 @@ def _digests(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-MULTI_GPU_IDS = [f"C{i}" for i in range(1, 13) if i != 9]      # C9 is closed-form arithmetic
+MULTI_GPU_IDS = [d.id for d in deliverables.DELIVERABLES if d.needs == deliverables.RANKS]   # not C9's closed forms
 MULTI_GPU_RULES = ("C1_row", "C3_variants")      # C3_variants: every data-parallel variant, one job per precision
 
 
@@ -73,7 +74,7 @@ def test_one_gpu_writes_the_multi_gpu_sections_text(tmp_path):
     job had; a section not chosen says it was not measured. The same command on a real one-GPU
     machine must write the same sections (checked on an H100 before this was resolved)."""
     copy = make_copy(tmp_path)
-    chosen = ",".join(f"C{i}" for i in range(1, 13))
+    chosen = ",".join(ident for ident in deliverables.IDS if ident.startswith("C"))
     proc = _run(copy, _with_gpus(copy, 1, "NVIDIA H100 80GB HBM3"), *MAIN,
                 "--config", "preset=full", "run=onegpu", f"sections={chosen}")
     assert proc.returncode == 0, _show(proc)

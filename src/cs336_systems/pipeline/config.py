@@ -2,7 +2,8 @@
 
 Two steps, both stopping with one line that names the key and what is allowed:
 - the shape, by Snakemake's own ``validate`` with the JSON schema the Snakefile hands over
-  (``workflow/schemas/config.schema.yaml``; its defaults fill absent keys);
+  (``workflow/schemas/config.schema.yaml``; its defaults fill absent keys), to which the registry
+  adds the blocks every preset holds (``deliverables.config_blocks``);
 - the names, against the tables that define them: model sizes and modes (``models``), attention
   back ends and B5 implementations (``attention.backends``), data-parallel variants
   (``distributed.variants``) and writeup sections (``deliverables``). The schema says only "a
@@ -10,15 +11,18 @@ Two steps, both stopping with one line that names the key and what is allowed:
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import jsonschema
+import yaml
 
 from cs336_systems import deliverables
 from cs336_systems.attention.backends import BACKENDS, BENCH_IMPLS
@@ -27,7 +31,7 @@ from cs336_systems.models import MODEL_SIZES, MODES
 from cs336_systems.training_step import rungs as e1_rungs
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")   # a folder name, never '.', '..' or a path
-SECTION = re.compile(r"^([A-E][0-9]{1,2})([a-z]?)$")     # an ID, or an ID with a part letter (B2a)
+SECTION = re.compile(r"^([A-Z][0-9]{1,2})([a-z]?)$")     # an ID, or an ID with a part letter (B2a)
 
 
 class ConfigError(ValueError):
@@ -50,14 +54,31 @@ def _explain(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
+def with_registry_blocks(schema: str | os.PathLike) -> dict[str, Any]:
+    """The schema in the file ``schema`` with each deliverable's block (the registry's) required in
+    every preset. A block the file does not define is allowed as a mapping: its rules read its keys."""
+    loaded = yaml.safe_load(Path(schema).read_text())
+    preset = loaded["$defs"]["preset"]
+    required = preset.setdefault("required", [])
+    for block in deliverables.config_blocks():
+        if block not in required:
+            required.append(block)
+        preset["properties"].setdefault(block, {"type": "object", "description": f"settings of {block}'s rules"})
+    return loaded
+
+
 def validate(config: dict[str, Any], schema: str | os.PathLike) -> None:
     """Snakemake's ``validate`` of ``config`` (filled with the schema's defaults, in place) against
-    ``schema``; ``ConfigError`` with one line naming the offending key."""
+    ``schema`` with the registry's blocks; ``ConfigError`` with one line naming the offending key."""
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate as snakemake_validate
 
     try:
-        snakemake_validate(config, str(schema), set_default=True)
+        # Snakemake's validate reads a schema from a file only.
+        with tempfile.TemporaryDirectory() as folder:
+            complete = Path(folder) / "config.schema.json"
+            complete.write_text(json.dumps(with_registry_blocks(schema)))
+            snakemake_validate(config, str(complete), set_default=True)
     except WorkflowError as error:
         cause = error.__context__
         if not isinstance(cause, jsonschema.ValidationError):

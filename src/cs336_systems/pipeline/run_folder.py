@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
+from cs336_systems import deliverables
 from cs336_systems.pipeline.machine import CPU
 from cs336_systems.records import (DamagedRecord, read_record, read_record_list, set_aside,
                                    write_json_atomic)
@@ -39,9 +40,8 @@ class Identity:
         return f"preset {self.preset} on {self.device}"
 
 
-# the folders under <ID>/ that measuring rules write records into: every deliverable's records/, A1's
-# warm-up study, B2's whole-model rows and E1's kernel profiles (the rules' outputs say which)
-RECORD_FOLDERS = ("records", "warmup", "whole_model", "profiles")
+# the folders under <ID>/ that measuring rules write records into, as the registry names them
+RECORD_FOLDERS = tuple(deliverables.record_folders())
 
 
 def record_files(folder: str | os.PathLike) -> Iterator[Path]:
