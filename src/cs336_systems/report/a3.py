@@ -91,11 +91,15 @@ def main(argv=None) -> int:
     at = {n: {row["variant"]: {"value": row["value"], "abs_error": row["abs_error"], "rel_error": row["rel_error"]}
               for _, row in part.iterrows()} for n, part in df.groupby("terms")}
     course_n = 1000 if 1000 in at else max(at)
+    exact = {n: n / 100 for n in at}      # n terms of 0.01, as the writeup states the exact sum
     write_summary(args.out_dir / "summary.json", {
         "provenance": run_provenance(records),
+        "term": TERM,
         "course_terms": course_n,
+        "course_exact": exact[course_n],
         "at_course_terms": at[course_n],
         "largest_terms": int(max(at)),
+        "largest_exact": exact[max(at)],
         "at_largest_terms": at[max(at)],
         "checks": checks(at, int(max(at)), course_n),
     })

@@ -5,8 +5,10 @@
         [--sections A2,A4,...] [--gpus-needed C1=2 C3=2 ...]
 
 Every deliverable ID (``cs336_systems.deliverables``, in its order and with its title) has a
-section. A section whose report rule left a ``summary.json`` renders ``<templates>/sections/<ID>.md.j2`` with that summary as ``d``; any other section says why it
-is missing (``--sections`` and ``--gpus-needed`` say what this run chose and what each section
+section. A section whose report rule left a ``summary.json`` renders ``<templates>/sections/<ID>.md.j2``
+with that summary as ``d``, once the summary fits its section's schema (``summary_schemas``; one that
+does not stops the writeup with a line naming the section, the file and the key); any other section says
+why it is missing (``--sections`` and ``--gpus-needed`` say what this run chose and what each section
 needs; the records say how many GPUs the run's jobs had, so the text is the same on whatever machine
 renders it). The header is a table of contents that names, for every section, the run, card and commit
 its numbers come from. Templates are rendered twice, once per output format: ``table()`` and
@@ -31,6 +33,8 @@ from mdit_py_plugins.anchors import anchors_plugin
 from tabulate import tabulate
 
 from cs336_systems.deliverables import DELIVERABLES
+from cs336_systems.report.summary_schemas import SummaryError
+from cs336_systems.report.summary_schemas import check as check_summary
 
 SECTIONS = {d.id: d.title for d in DELIVERABLES}     # every section, in order, with its title
 
@@ -83,8 +87,8 @@ def github_slug(text: str) -> str:
 def html_slug(text: str) -> str:
     """The anchor of a heading in the HTML page: a section's ID ("A1. End-to-end …" -> "A1"), else
     GitHub's slug, so the Markdown and the page link to the same words."""
-    m = re.match(r"([A-E]\d+)\. ", text)
-    return m.group(1) if m else github_slug(text)
+    m = re.match(r"(\w+)\. ", text)
+    return m.group(1) if m and m.group(1) in SECTIONS else github_slug(text)
 
 
 def to_html(markdown: str) -> str:
@@ -122,6 +126,8 @@ class Renderer:
                                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
         self.env.filters["f"] = _fmt
         self.env.filters["pct"] = lambda v, digits=1: "n/a" if v is None else f"{100 * v:.{digits}f} %"
+        # a share as a signed number of per cent, the sign always written and the "%" left to the template
+        self.env.filters["signed_pct"] = lambda v, digits=1: f"{100 * v:+.{digits}f}"
 
     def anchor(self, ident: str) -> str:
         """The link target of section ``ident`` in this format."""
@@ -167,9 +173,11 @@ class Renderer:
         if summary_path is None:
             return f"{heading}\n\n*Not built yet: {self.missing(source or {})}.*\n\n{back}\n"
         folder = summary_path.parent
+        summary = json.loads(summary_path.read_text())
+        check_summary(ident, summary, summary_path)
         template = self.env.get_template(f"sections/{ident}.md.j2")
         text = template.render(
-            heading=heading, d=json.loads(summary_path.read_text()), folder=str(folder),
+            heading=heading, d=summary, folder=str(folder),
             table=lambda name="table", fold_over=FOLD_ROWS: self.table(folder, name, fold_over),
             figure=lambda name, caption: self.figure(folder, name, caption))
         return f"{text.rstrip()}\n\n{back}\n"
@@ -309,8 +317,11 @@ def main(argv=None) -> int:
                    help="GPUs one job gets on this machine (none where it shows no GPU), counted with the records' GPUs per job")
     args = p.parse_args(argv)
     chosen = None if args.sections == "all" else [s.strip() for s in args.sections.split(",") if s.strip()]
-    render(args.run, args.preset, args.summaries, args.md, args.html, args.templates, chosen,
-           _gpus_needed(args.gpus_needed), args.gpus_here)
+    try:
+        render(args.run, args.preset, args.summaries, args.md, args.html, args.templates, chosen,
+               _gpus_needed(args.gpus_needed), args.gpus_here)
+    except SummaryError as e:
+        raise SystemExit(str(e)) from None
     print(f"writeup: {len(args.summaries)} of {len(SECTIONS)} sections built -> {args.md}, {args.html}", file=sys.stderr)
     return 0
 

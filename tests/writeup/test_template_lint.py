@@ -1,0 +1,110 @@
+"""Reports decide, templates word: a section template holds sentences and placeholders.
+
+Two rules, checked on writeup/templates/sections/*.md.j2 (``template_ast``):
+
+- **No typed figures.** A run of characters holding a digit in a template's prose (outside its tags,
+  comments and `code spans`) is a number the template typed, unless it is a name: a word that starts
+  with a letter (IDs A1 and C12, dtypes fp32 and bf16, H100, L2, fc2, ZeRO-1) or the model size 2.7B.
+  "0.005 %", "3×", "32 × 32 tiles", "2·B·N²" are figures: a number belongs in the summary, written
+  by the report that knows where it comes from.
+- **No comparisons or arithmetic in tags.** An ordering comparison (``<``, ``<=``, ``>``, ``>=``, also as
+  ``selectattr``'s or ``is``'s ``gt``/``lt``/…), ``==``/``!=`` between two values (against a literal it
+  picks wording: ``!= 1`` for a plural, ``== "fp32"``), arithmetic (``+ - * / // % **``, a unary minus;
+  ``"%.1f" % x`` is formatting) and the filters that compute (``max``, ``min``, ``sum``, ``round``, ``abs``).
+  A verdict or a derived number is a summary key computed in Python; the template words it.
+
+Templates written before these rules hold violations: ``ALLOWED`` counts them per template, and a
+template must hold exactly its count, so a new violation fails and so does one removed without
+lowering the count: the list only shrinks.
+"""
+import pytest
+
+from .template_ast import SECTIONS_DIR, figures, logic
+
+# template: (typed figures, comparisons and arithmetic) it held when the rules came in.
+ALLOWED = {
+    # steps' FLOPs in the MFU definition ("2 per parameter", "3× that"); whether every pair was
+    # paired, the cold-start and spread comparisons, the largest spread of warm processes
+    "A1": (2, 5),
+    # the spans (lo–hi where they differ), the per-FLOP direction, the mean/max of NVTX ratios
+    "A2": (2, 33),
+    # the formats' bit counts (bf16's 8 exponent and 7 mantissa bits, fp16's 10 (11))
+    "A3": (6, 0),
+    # LayerNorm's toy widths, fp16's smallest normal and largest number; the offset squared
+    "A4": (4, 2),
+    # a residual's 4 bytes; bytes to MiB, the count of the largest allocation
+    "A5": (2, 3),
+    # the checkpointing closed form's constants; size units chosen by magnitude, ratios of sizes
+    "A6": (4, 16),
+    # the closed form 2·B·N²; ranges by min/max, out-of-memory against capacity
+    "B1": (1, 11),
+    # eager against compiled by ratio, spans
+    "B2": (0, 17),
+    # tile sizes, the mask value, the head dimensions accepted
+    "B3": (8, 0),
+    # 2N²d per product; bytes to GB, FLOPs to TFLOP, the faster backward
+    "B4": (1, 7),
+    # the grid's limits; the timing basis, ratios against the goal
+    "B5": (5, 18),
+    # the C family, _ddp and C9: another change is splitting report/ddp.py and rewords them
+    "C1": (5, 1),
+    "C2": (1, 1),
+    "C3": (1, 0),
+    "C4": (1, 11),
+    "C5": (0, 0),
+    "C6": (1, 8),
+    "C7": (0, 3),
+    "C8": (8, 25),
+    "C9": (23, 5),
+    "C10": (2, 3),
+    "C11": (17, 12),
+    "C12": (4, 13),
+    "_ddp": (0, 11),
+    # ln 10 000 (the vocabulary's size)
+    "E1": (2, 0),
+    "_flash": (0, 1),
+    # the provenance line's date span (first day against last)
+    "_run": (0, 1),
+}
+
+TEMPLATES = sorted(p.name for p in SECTIONS_DIR.glob("*.md.j2"))
+
+
+def test_every_template_is_counted():
+    assert sorted(f"{name}.md.j2" for name in ALLOWED) == TEMPLATES
+
+
+def _listing(found) -> str:
+    return "\n".join(f"  line {line}: {what}" for line, what in found)
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_no_new_typed_figures(name):
+    found = figures(name)
+    allowed = ALLOWED[name[:-len(".md.j2")]][0]
+    assert len(found) <= allowed, f"{name} types {len(found)} figures into its prose, {allowed} allowed:\n{_listing(found)}"
+    assert len(found) == allowed, (f"{name} types {len(found)} figures, fewer than ALLOWED's {allowed}: "
+                                   f"lower its count in tests/writeup/test_template_lint.py\n{_listing(found)}")
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_no_new_comparisons_or_arithmetic(name):
+    found = logic(name)
+    allowed = ALLOWED[name[:-len(".md.j2")]][1]
+    assert len(found) <= allowed, (f"{name} compares or computes {len(found)} times in its tags, {allowed} allowed "
+                                   f"(compute it in the report, put it in the summary):\n{_listing(found)}")
+    assert len(found) == allowed, (f"{name} compares or computes {len(found)} times, fewer than ALLOWED's {allowed}: "
+                                   f"lower its count in tests/writeup/test_template_lint.py\n{_listing(found)}")
+
+
+def test_the_rules_catch_what_they_name(tmp_path, monkeypatch):
+    from . import template_ast
+    (tmp_path / "sections").mkdir()
+    (tmp_path / "sections" / "Z1.md.j2").write_text(
+        "A1 and C12 in fp32 on an H100, `x[0] = 3`, 2.7B; it moved 0.005 % and 3× that.\n"
+        "{% if d.a < d.b %}{{ 100 * d.c }}{% endif %}{{ 's' if d.n != 1 }}{{ d.xs | max }}{{ '%g' % d.y }}"
+        "{{ d.xs | selectattr('v', 'gt', 0) | list }}{% if d.p == d.q %}{% endif %}\n")
+    monkeypatch.setattr(template_ast, "SECTIONS_DIR", tmp_path / "sections")
+    assert [t for _, t in figures("Z1.md.j2")] == ["0.005", "3×"]
+    assert sorted(w for _, w in logic("Z1.md.j2")) == [
+        "arithmetic *", "arithmetic | max", "comparison <", "comparison == of two values", "comparison | selectattr('gt')"]
