@@ -26,9 +26,11 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
+from cs336_systems.profiling import mfu
 from cs336_systems.attention.flash_record import TREE, ran, shape_of
 from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
 from cs336_systems.report.spread import WITHIN, paired, round_samples
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, one_of_types, opt, section
 
 PASSES = ("forward", "backward", "forward-backward")
 # The small-shape goal the B5 section judges: ours no slower than SDPA's flash back end at every bf16
@@ -272,7 +274,7 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> dict:
 
 def peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> tuple[str | None, float]:
     """(name, FLOP/s) of the peak that bounds one implementation's useful rate on this card (the
-    datasheet peaks of ``accounting.hardware``, by the GPU name in a record's provenance), or
+    datasheet peaks ``profiling.mfu.peak`` looks up by the GPU name in a record's provenance), or
     (None, nan) for an unknown card. bf16: the dense tensor-core peak. fp32: plain attention's
     matmuls follow PyTorch's float32 matmul precision ("highest", the default the bench leaves
     alone: CUDA-core sgemm; "high": TF32 tensor cores; "medium": bf16 ones); ours' products are 3xTF32 (a
@@ -283,16 +285,19 @@ def peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> t
     if card is None or card.fp32_flops is None or card.tf32_flops is None:
         return None, math.nan
     if dtype != "fp32":
-        return "the dense bf16 tensor-core peak", card.bf16_flops
-    if fp32_products == "high":
-        return "the TF32 tensor-core peak", card.tf32_flops
-    if fp32_products == "medium":          # PyTorch runs fp32 matmuls in bf16 then
-        return "the dense bf16 tensor-core peak", card.bf16_flops
+        return _PEAK_NAMES["bf16"], mfu.peak(gpu, "bf16").flops
     if fp32_products == "tf32x3":
-        return "a third of the TF32 tensor-core peak (3xTF32)", card.tf32_flops / 3
-    if fp32_products in ("highest", "ieee") or impl != "ours":
-        return "the fp32 CUDA-core peak", card.fp32_flops
-    return "the fp32 CUDA-core peak, the lowest its products could run at", card.fp32_flops
+        return "a third of the TF32 tensor-core peak (3xTF32)", mfu.peak(gpu, "fp32", "high").flops / 3
+    setting = fp32_products if fp32_products in mfu.FP32_MATMUL else mfu.DEFAULT_FP32_MATMUL_PRECISION
+    name = _PEAK_NAMES[mfu.FP32_MATMUL[setting]]
+    if impl == "ours" and fp32_products not in mfu.FP32_MATMUL and fp32_products != "ieee":
+        name += ", the lowest its products could run at"
+    return name, mfu.peak(gpu, "fp32", setting).flops
+
+
+# What the peaks of ``peak`` are called in the writeup's sentences, by the arithmetic that runs.
+_PEAK_NAMES = {"bf16": "the dense bf16 tensor-core peak", "tf32": "the TF32 tensor-core peak",
+               "fp32": "the fp32 CUDA-core peak"}
 
 
 # The peaks of ``peak`` as a table cell names them.
@@ -694,6 +699,187 @@ def main(argv=None) -> int:
     write_summary(args.out_dir / "summary.json", summary)
     print(f"B5 report: {len(df)} points -> {args.out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/B5.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+SUMMARY_SCHEMAS["B5"] = section(
+    bf16_gap_trend=obj(series=null(INT), widening=INT),
+    flash_eager_goal=null(obj(
+        points=null(INT),
+        ratio=NUM,
+        within=INT,
+        worst=null(obj(
+            d=INT,
+            dtype=STR,
+            other_ms=NUM,
+            ours_ms=NUM,
+            **{'pass': STR},
+            ratio=NUM,
+            seq=INT)))),
+    flash_goal=obj(
+        by_graph=null(INT),
+        flat_lost=null(INT),
+        grid_explained=null(INT),
+        groups=arr(obj(
+            d=INT,
+            dtype=STR,
+            flat=null(BOOL),
+            other_ms=arr(NUM),
+            ours_ms=arr(NUM),
+            **{'pass': STR},
+            seqs=arr(INT),
+            timing=STR,
+            worst=obj(
+                busy=NUM,
+                grid_explains=opt(null(BOOL)),
+                other_of_peak=NUM,
+                other_peak_short=null(STR),
+                other_tflops=NUM,
+                ours_of_peak=NUM,
+                ours_tflops=NUM,
+                peak_short=null(STR),
+                programs=opt(null(INT)),
+                seq=INT,
+                sms=opt(null(INT))))),
+        lost=null(INT),
+        max_of_peak=null(NUM),
+        paired=null(INT),
+        points=null(INT),
+        programs_from=null(arr(STR)),
+        sms_missing=null(BOOL),
+        within=INT,
+        won=INT,
+        work_groups=null(INT)),
+    flash_goal_min_seq=INT,
+    flash_over_ours=null(NUM),
+    flat_factor=NUM,
+    flat_span=INT,
+    in_turns=null(INT),
+    leaderboard=obj({
+        'ours': NUM,
+        'sdpa-cudnn': null(NUM),
+        'sdpa-flash': null(NUM)}),
+    leaderboard_failed=mapping(),
+    leaderboard_ran=opt(null(obj(facts=null(arr(obj(
+            known=INT,
+            label=STR,
+            source=STR,
+            values=arr(STR)))), records=null(INT), unreadable=mapping()))),
+    leaderboard_shape=STR,
+    leaderboard_split=obj(backward=opt(null(obj({
+            'ours': opt(null(NUM)),
+            'sdpa-cudnn': opt(null(NUM))}))), forward=opt(null(obj({
+            'ours': opt(null(NUM)),
+            'sdpa-cudnn': opt(null(NUM))})))),
+    losses_vs_plain=obj(
+        by_dtype=mapping(INT),
+        by_graph=null(INT),
+        flat_lost=null(INT),
+        grid_explained=null(INT),
+        groups=arr(obj(
+            d=INT,
+            dtype=STR,
+            flat=null(BOOL),
+            other_ms=arr(NUM),
+            ours_ms=arr(NUM),
+            **{'pass': STR},
+            seqs=arr(INT),
+            timing=STR,
+            worst=obj(
+                busy=opt(NUM),
+                grid_explains=opt(null(BOOL)),
+                other_of_peak=null(NUM),
+                other_peak_short=null(STR),
+                other_tflops=NUM,
+                ours_of_peak=null(NUM),
+                ours_tflops=NUM,
+                peak_short=null(STR),
+                programs=opt(null(INT)),
+                seq=INT,
+                sms=opt(null(INT))))),
+        lost=null(INT),
+        max_of_peak=null(NUM),
+        paired=null(INT),
+        points=INT,
+        programs_from=null(arr(STR)),
+        sms_missing=null(BOOL),
+        unexplained=null(INT),
+        within=INT,
+        won=INT,
+        work_groups=null(INT)),
+    max_seq=INT,
+    ok=INT,
+    ours_first_oom_seq=null(INT),
+    ours_over_cudnn=null(NUM),
+    ours_ran=obj(
+        commits=arr(STR),
+        facts=arr(obj(
+            fact=STR,
+            known=null(INT),
+            label=STR,
+            source=STR,
+            values=null(arr(STR)))),
+        lengths=INT,
+        records=null(INT),
+        tiles=null(arr(obj(
+            dkdv=STR,
+            dq=STR,
+            forward=STR,
+            key=arr(one_of_types(INT, STR)),
+            seqs=STR,
+            source=STR))),
+        tiles_vary_with_length=null(BOOL),
+        tree=null(obj(compared=arr(STR), differs=null(arr(obj(label=STR, ran=arr(STR), tree=arr(STR))))))),
+    ours_splits=null(obj(backward=opt(null(INT)), forward=opt(null(INT)))),
+    plain_first_oom_seq=null(INT),
+    plain_oom=null(arr(obj(
+        ds=arr(INT),
+        dtype=STR,
+        first_seq=INT,
+        **{'pass': STR}))),
+    points=INT,
+    provenance=PROVENANCE,
+    ratios=obj({
+        'plain': opt(obj(
+            by_graph=opt(null(INT)),
+            max=NUM,
+            max_at=obj(
+                d=STR,
+                dtype=STR,
+                **{'pass': STR},
+                seq=STR),
+            median=NUM,
+            min=NUM,
+            min_at=obj(
+                d=STR,
+                dtype=STR,
+                **{'pass': STR},
+                seq=STR),
+            points=INT)),
+        'sdpa-cudnn': opt(obj(
+            by_graph=null(INT),
+            max=NUM,
+            median=NUM,
+            min=NUM,
+            points=INT))}),
+    rounds=arr(INT),
+    statuses=mapping(INT),
+    tflops_plot=opt(null(obj(
+        ds=arr(INT),
+        dtype=STR,
+        graph=null(INT),
+        peak=null(STR),
+        points=INT))),
+    timing_check=obj(
+        failed=mapping(obj(impls=arr(STR), points=INT, reason=STR)),
+        graph_slower=null(INT),
+        launch_bound=null(INT),
+        not_judged=null(INT),
+        per_impl=mapping(obj(launch_bound=INT, max_seq=null(INT), points=INT)),
+        points=null(INT)),
+)
 
 
 if __name__ == "__main__":
