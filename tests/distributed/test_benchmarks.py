@@ -6,7 +6,7 @@ import pytest
 
 from cs336_systems.distributed import allreduce_bench, traces, train_bench, variants
 from cs336_systems.distributed.launcher import run_on_ranks
-from cs336_systems.report import c1, ddp, spread
+from cs336_systems.report import c1, c8, ddp_rows, ddp_traces, spread
 
 
 def test_bus_bandwidth_is_the_ring_share():
@@ -46,19 +46,10 @@ def test_fit_recovers_latency_and_bandwidth():
     assert fit["o_ms"] == pytest.approx(o_ms, rel=1e-6) and fit["w_GBps"] == pytest.approx(5.0, rel=1e-6)
 
 
-def test_optimal_bucket_count_minimises_the_overhead_model():
-    s, o, w = 8e9, 1e-4, 3e11
-    best = ddp.optimal_buckets(s, o, w)
-    brute = min(range(1, 2000), key=lambda n: ddp.overhead_model(n, s, o, w))
-    assert abs(best["n_buckets"] - brute) < 1
-    assert best["overhead_ms"] == pytest.approx(ddp.overhead_model(best["n_buckets"], s, o, w) * 1e3)
-    assert best["bucket_MB"] == pytest.approx(s / best["n_buckets"] / 1e6)
-
-
 def test_compute_gaps_merge_overlapping_kernels():
     lane = [{"lane": "compute", "start_us": a, "end_us": b} for a, b in [(0, 100), (50, 150), (900, 1000), (1010, 1100)]]
     lane.append({"lane": "communication", "start_us": 150, "end_us": 900})
-    gaps = ddp.compute_gaps(lane)
+    gaps = ddp_traces.compute_gaps(lane)
     assert gaps["idle_ms"] == pytest.approx((750 + 10) / 1e3)
     assert gaps["longest_gap_ms"] == pytest.approx(0.75) and gaps["gaps_over_half_ms"] == 1
     assert gaps["span_ms"] == pytest.approx(1.1)
@@ -142,7 +133,7 @@ def test_training_variant_in_the_group(group, variant):
     assert m["turns"]["with"] == GROUP and m["turns"]["rounds"] == 3 and m["turns"]["steps"] == 2
     base = json.loads((out / "C3" / "records" / f"no-comm_{precision}.json").read_text())
     assert spread.same_job(record, base) and spread.paired_records(record, base).rounds == 3
-    step_range = ddp.step_table([record])["step_range_ms"][0]          # the median's spread in the table
+    step_range = ddp_rows.step_table([record])["step_range_ms"][0]          # the median's spread in the table
     assert step_range == f"{min(s['step_ms'] for s in m['steps']):.1f}–{max(s['step_ms'] for s in m['steps']):.1f}"
     trace = out / ident / "traces" / f"{variants.stem(variant, precision)}.json.gz"
     assert trace.exists() == (variant in TRACED)
@@ -157,8 +148,8 @@ def test_training_variant_in_the_group(group, variant):
 def test_the_report_pairs_each_overhead_with_the_baseline_of_its_job(group):
     precision, out = group
     records = [json.loads(p.read_text()) for p in sorted(out.glob("C*/records/*.json"))]
-    found = ddp.overheads(records)[precision]
-    assert all(row["paired"] for row in found["rows"].values()) and ddp.paired_by_precision(records) == {precision: True}
+    found = c8.overheads(records)[precision]
+    assert all(row["paired"] for row in found["rows"].values()) and ddp_rows.paired_by_precision(records) == {precision: True}
     by = {r["params"]["variant"]: r for r in records}
     naive = spread.paired_records(by["naive"], by["no-comm"])
     assert found["rows"]["naive"]["ms"] == pytest.approx(naive.difference)

@@ -2,11 +2,12 @@
 
 In a copy of the checkout (what git tracks or would, without the committed runs), a dummy
 deliverable Z1 is added as a person would add one: its registry entry, its rule file, one module
-that measures and reports, its section template, its block in config.yaml and its row in README's
-map. Nothing else names it: the Snakefile includes its rule file, the config check requires its
-block, the writeup gives it a section, all because the registry lists it. The registry's own tests
-pass in the copy, and the smoke preset with ``sections=Z1`` measures Z1 alone and writes its section
-from its record.
+that measures and reports (with its summary's schema, ``SUMMARY_SCHEMAS``), its section template, its
+block in config.yaml and its row in README's map. Nothing else names it: the Snakefile includes its
+rule file, the config check requires its block, the writeup gives it a section and checks its summary
+against its schema, all because the registry lists it. The registry's own tests pass in the copy, and
+the smoke preset with ``sections=Z1`` measures Z1 alone and writes its section from its record; the
+summary schemas' tests then hold Z1's template to its schema and its summary to both.
 """
 from __future__ import annotations
 
@@ -78,6 +79,10 @@ import sys
 from pathlib import Path
 
 from cs336_systems.records import make_record, write_json_atomic
+from cs336_systems.report.summary_schemas import INT, PROVENANCE, section
+
+# What writeup/templates/sections/Z1.md.j2 reads of the summary.
+SUMMARY_SCHEMAS: dict[str, dict] = {"Z1": section(provenance=PROVENANCE, sum=INT, terms=INT)}
 
 
 def main(argv=None) -> int:
@@ -201,3 +206,15 @@ def test_a_new_deliverable_takes_six_files_and_runs(tmp_path):
     assert f"add up to **{record['metrics']['sum']}**" in section and "Not built yet" not in section
     assert "[Z1. A dummy deliverable](#z1-a-dummy-deliverable)" in md            # in the contents
     assert 'id="Z1"' in (copy / "writeup" / "smoke" / "writeup.html").read_text()
+
+    # Z1's schema: found through the registry, declaring what its template reads and nothing more,
+    # and its summary fits it (the copy's only summary: the committed runs' are not copied).
+    schema_checks = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                                    "tests/writeup/test_summary_schemas.py", "-k",
+                                    "section_has_a_schema or fits_its_schema or Z1"],
+                                   cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    assert schema_checks.returncode == 0, _show(schema_checks)
+    for test in ("test_every_section_has_a_schema", "test_every_summary_fits_its_schema[smoke/Z1]",
+                 "test_the_schema_declares_what_the_template_reads[Z1]",
+                 "test_the_schema_declares_nothing_the_template_does_not_read[Z1]"):
+        assert f"::{test} PASSED" in schema_checks.stdout, _show(schema_checks)

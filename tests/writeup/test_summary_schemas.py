@@ -1,22 +1,30 @@
-"""Each section's summary has a schema (``cs336_systems.report.summary_schemas``): every summary in
-results/ fits its section's, every key a template reads is declared in its section's, and every key a
-schema declares is one its template reads."""
+"""Each section's summary has a schema (``SUMMARY_SCHEMAS[ID]`` in the report module the registry names
+for it, collected by ``cs336_systems.report.summary_schemas.schemas``): every summary in results/ fits
+its section's, every key a template reads is declared in its section's, and every key a schema declares
+is one its template reads."""
 from pathlib import Path
 import json
 
 import pytest
 
-from cs336_systems.report.summary_schemas import SCHEMAS, SummaryError, check
+from cs336_systems import deliverables
+from cs336_systems.report.summary_schemas import SummaryError, check, schemas
 from cs336_systems.report.writeup import SECTIONS
 
 from .template_ast import ANY, TEMPLATES, reads
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 SUMMARIES = sorted(RESULTS.glob("*/*/summary.json"))
+SCHEMAS = schemas()
+
+
+def _where(ident: str) -> str:
+    return f"SUMMARY_SCHEMAS[{ident!r}] in {deliverables.get(ident).report}"
 
 
 def test_every_section_has_a_schema():
-    assert list(SCHEMAS) == list(SECTIONS), "a section without a schema: add SCHEMAS[ID] to report/summary_schemas.py"
+    missing = [_where(ident) for ident in SECTIONS if ident not in SCHEMAS]
+    assert list(SCHEMAS) == list(SECTIONS), f"a section without a schema: add {', '.join(missing)}"
 
 
 def test_results_hold_summaries():
@@ -60,7 +68,7 @@ def test_the_schema_declares_what_the_template_reads(ident):
             if schema is None:
                 undeclared.append(".".join(("d",) + path))
                 break
-    assert not undeclared, f"{ident}.md.j2 reads keys summary_schemas.SCHEMAS[{ident!r}] does not declare: {undeclared}"
+    assert not undeclared, f"{ident}.md.j2 reads keys {_where(ident)} does not declare: {undeclared}"
 
 
 def _matches(declared: tuple, read: tuple) -> bool:
@@ -73,7 +81,7 @@ def test_the_schema_declares_nothing_the_template_does_not_read(ident):
     read = reads(ident).paths
     unread = [".".join(("d",) + p) for p in _declared(SCHEMAS[ident])
               if p[0] != "provenance" and p[-1] != ANY and not any(_matches(p, r) for r in read)]
-    assert not unread, f"summary_schemas.SCHEMAS[{ident!r}] declares keys {ident}.md.j2 does not read: {unread}"
+    assert not unread, f"{_where(ident)} declares keys {ident}.md.j2 does not read: {unread}"
 
 
 def test_a_missing_key_is_named_in_one_line(tmp_path):
@@ -82,7 +90,7 @@ def test_a_missing_key_is_named_in_one_line(tmp_path):
     with pytest.raises(SummaryError) as e:
         check("A3", summary, "results/x/A3/summary.json")
     assert str(e.value) == ("writeup: section A3: results/x/A3/summary.json lacks d.checks.stall "
-                            "(schema: cs336_systems.report.summary_schemas)")
+                            "(schema: SUMMARY_SCHEMAS['A3'] in cs336_systems.report.a3)")
 
 
 def test_a_key_of_the_wrong_type_is_named_in_one_line():

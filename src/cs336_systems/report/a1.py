@@ -41,6 +41,7 @@ from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
 from cs336_systems.report.spread import WITHIN, Estimate, across_processes, compare, paired_records, trend
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, section
 
 PHASES = ("forward", "backward", "optimizer", "step")
 PAIRED, ACROSS = "paired", "across processes"     # how a comparison was judged (see the module's doc)
@@ -453,6 +454,38 @@ def main(argv=None) -> int:
     write_summary(args.out_dir / "summary.json", summarize(df, records, warmup_records))
     print(f"A1 report: {len(df)} points ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/A1.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+SUMMARY_SCHEMAS["A1"] = section(
+    backward_over_forward_median=null(NUM), batch=INT, bf16_across_processes=null(INT), bf16_compared=null(INT),
+    bf16_faster_count=INT, bf16_paired=null(INT),
+    bf16_slower=null(arr(obj(bf16_ms=NUM, bf16_std_ms=NUM, bound_by=obj(bf16=null(STR), fp32=null(STR)), context=INT,
+                             fp32_ms=NUM, fp32_std_ms=NUM, judged=STR, mode=STR, size=STR))),
+    bf16_within_spread=null(arr(obj(context=INT, mode=STR, size=STR))),
+    cv_by_precision=mapping(NUM), cv_max=NUM, cv_max_point=STR, cv_median=null(NUM),
+    flat_in_work=null(arr(obj(context=INT, evidence=STR, mfu=null(NUM), mode=STR, precision=STR, size=STR))),
+    flat_in_work_by_precision=mapping(INT), forward_grows_less_than_work=null(arr(STR)),
+    forward_growth=null(mapping(obj({'flops_ratio': NUM, 'from': INT, 'ratio': NUM, 'to': INT}))),
+    fp32_forward_backward_rows=null(arr(obj(backward=NUM, context=INT, forward=NUM, ratio=NUM, size=STR, step=NUM))),
+    grouped=null(BOOL),
+    launch_bound=null(arr(obj(context=INT, evidence=STR, mode=STR, size=STR))),
+    launch_bound_busy=NUM,
+    mfu_best=mapping(obj(basis=STR, mfu=NUM, point=STR, tflops=NUM)),
+    mfu_peaks=arr(STR), mfu_points=null(INT), min_turn_ms=null(NUM), more_work=NUM, most_steps_per_turn=null(INT),
+    not_ok=null(arr(STR)), ok=INT, on_gpu=null(BOOL), points=INT, points_by_precision=mapping(INT),
+    profiled_points=null(INT), provenance=PROVENANCE, rounds=null(INT), step_cv_flat=null(NUM),
+    step_cv_rest=null(NUM), steps=INT,
+    warm_processes=null(arr(obj(order=STR, size=STR, spread=NUM, warmups=arr(INT)))),
+    warmup=null(arr(obj(first=NUM, first_slowest=BOOL, first_vs_rest=NUM, later_direction=null(STR),
+                        later_vs_warm=null(NUM), mean=NUM, ref_between=null(BOOL), ref_mean=null(NUM),
+                        ref_processes=INT, rest_mean=NUM, rest_std=NUM, size=STR, std=NUM, vs_longest=NUM,
+                        vs_warm=null(NUM), vs_warm_direction=null(STR), warmup=INT))),
+    warmup_point=null(obj(batch=INT, context=INT, mode=STR, precision=STR, steps=INT)),
+    warmup_steps=INT,
+)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from cs336_systems.profiling.ranges import ATTENTION_RANGES as ATTENTION
 from cs336_systems.profiling.ranges import FINAL, MODE_PHASES, PHASE_RANGES, SCORES, SOFTMAX
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
 from cs336_systems.report.spread import Estimate, compare
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 SHARE_THRESHOLD = 0.01        # (c): a non-matmul kernel with at least this share of forward time
 # (e): passes our softmax (cs336_basics.model.softmax) makes over the B·H·T² scores: amax reads them;
@@ -519,6 +520,51 @@ def main(argv=None) -> int:
     write_summary(args.out_dir / "summary.json", summarize(records, tables))
     print(f"A2 report: {len(records)} points -> {args.out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/A2.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+SUMMARY_SCHEMAS["A2"] = section(
+    a=null(arr(obj(nvtx_over_python=NUM))),
+    a_findings=obj(a1_compared=null(INT), a1_outside_spread=null(arr(STR)), busy_range=arr(NUM),
+                   host_bound=null(arr(obj(gpu_busy=NUM, kernel_us_per_kernel=NUM, kernels=INT, point=STR,
+                                           range_us_per_kernel=NUM))), nvtx_over_a1_range=null(arr(NUM)),
+                   shorter_within_spread=null(arr(obj(long=INT, long_ms=NUM, short=INT, short_ms=NUM, size=STR))),
+                   slower_shorter=arr(obj(kernels_grow=null(BOOL), long=INT, long_kernel_ms=NUM, long_kernels=INT,
+                                          long_ms=NUM, long_range_us_per_kernel=NUM, short=INT, short_kernel_ms=NUM,
+                                          short_kernels=INT, short_ms=NUM, short_range_us_per_kernel=NUM, size=STR,
+                                          slower_issue=null(BOOL)))),
+    b_findings=null(obj(calls=arr(INT), categories=arr(STR), compared=null(INT), differ=null(INT),
+                        differ_categories=arr(STR), differ_in_layout=null(BOOL), points=INT, share=arr(NUM))),
+    batch=INT,
+    c_findings=null(obj(categories=arr(STR), kernels=arr(obj(category=STR, kernel=STR, median_share=NUM, points=INT)),
+                        non_gemm_share=arr(NUM), points=INT)),
+    d_findings=null(obj(
+        empty_categories=null(arr(STR)),
+        gemm_by_mode=null(mapping(obj(contexts=arr(INT), rising_with_size=null(arr(INT)),
+                                      series=mapping(obj(shares=arr(NUM), sizes=arr(STR)))))),
+        train=opt(obj(gemm_drop=arr(NUM), largest_gain=obj(optimizer=opt(INT)), optimizer_falls_with_context=arr(STR),
+                      points=INT, sizes=INT)))),
+    d_growth=null(arr(obj(elementwise=NUM, gemm_forward=NUM, gemm_train=NUM, optimizer=NUM, other=NUM, point=STR))),
+    e_findings=null(obj(longest=arr(obj(flops_softmax_over_final=NUM, point=STR, softmax_gb=NUM, softmax_tb_per_s=NUM,
+                                        time_softmax_over_final=NUM)), longest_scores_over_final=arr(NUM),
+                        longest_vs_final=arr(NUM), longest_vs_scores_and_final=arr(NUM), median_vs_final=NUM,
+                        median_vs_scores_and_final=NUM, memory_bound=null(BOOL), memory_bound_share=NUM,
+                        softmax_hbm_share=null(arr(NUM)), softmax_passes=INT, sources=arr(STR))),
+    empty_filters=null(arr()),
+    failed=null(arr(obj(mode=STR, point=STR, status=STR))),
+    fallback_reasons=arr(STR),
+    host_bound_below=NUM,
+    nsys_versions=arr(STR),
+    provenance=PROVENANCE,
+    share_threshold=NUM,
+    sources=arr(STR),
+    steps=INT,
+    table_units=arr(STR),
+    warmup_steps=INT,
+    warnings=null(arr()),
+)
 
 
 if __name__ == "__main__":

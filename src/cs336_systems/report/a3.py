@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, mapping, null, obj, section
 
 
 # Stored mantissa bits (the leading 1 is implicit, so the precision is one bit more).
@@ -105,6 +106,19 @@ def main(argv=None) -> int:
     })
     print(f"A3 report: {len(df)} rows -> {args.out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/A3.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+SUMMARY_SCHEMAS["A3"] = section(
+    at_course_terms=mapping(obj(abs_error=NUM, value=NUM)),
+    at_largest_terms=obj({'fp16 += fp16': obj(value=NUM)}),
+    checks=obj(fp16_term=NUM, mixed_is_term_rounding=null(BOOL), stall=mapping(obj(matches=null(BOOL), measured=NUM,
+                                                                                   predicted=NUM, stored_bits=INT)),
+               upcasts_agree=null(BOOL)),
+    course_exact=NUM, course_terms=INT, largest_exact=NUM, largest_terms=INT, provenance=PROVENANCE, term=NUM,
+)
 
 
 if __name__ == "__main__":

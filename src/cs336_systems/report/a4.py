@@ -33,6 +33,7 @@ from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_summary, write_table)
 from cs336_systems.report.spread import WITHIN, Estimate, compare, paired_records, trend
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
@@ -411,6 +412,50 @@ def main(argv=None) -> int:
     print(f"A4 report: {len(dtype_records)} toy-model records, {len(timing_records)} A1 records -> {args.out_dir}",
           file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/A4.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+# Per formula, its relative error (one low-precision dtype's, at one offset).
+_LAYERNORM_ERRORS = obj({
+    'F.layer_norm on a low-precision input': obj(rel_error=null(NUM)),
+    'F.layer_norm under autocast': obj(output_dtype=STR, rel_error=null(NUM)),
+    'formula, one-pass E[x²]−E[x]², in low precision': obj(rel_error=null(NUM)),
+    'formula, two-pass, in fp32': obj(rel_error=null(NUM)),
+    'formula, two-pass, in low precision': obj(rel_error=null(NUM))})
+SUMMARY_SCHEMAS["A4"] = section(
+    backward_vs_forward=null(mapping(STR)),
+    bf16_slower=null(arr(obj(bf16_ms=NUM, bf16_std_ms=NUM, context=INT, fp32_ms=NUM, fp32_std_ms=NUM, judged=STR,
+                             series=STR, size=STR, speedup=NUM))),
+    bf16_within_spread=null(arr(obj(context=INT, series=STR, size=STR))),
+    dtype_rules=null(arr(obj(cells=mapping(STR), kind=STR, stage=STR))),
+    dtypes_not_ok=null(arr(STR)),
+    kernels=null(obj(compare=null(obj(bf16_busy_is=null(STR), bf16_step_is=STR, cast_ms=obj(bf16=NUM, fp32=NUM),
+                                      extra_casts=NUM, extra_kernels=NUM, gemm_ms=obj(bf16=NUM, fp32=NUM),
+                                      launch_bound=null(obj(bf16=null(BOOL), fp32=null(BOOL))), rounds=null(INT),
+                                      slowdown_outside_kernels=null(BOOL), step_judged=STR)), device=STR,
+                     not_ok=null(arr()), point=obj(batch=INT, context=INT, mode=STR, size=STR),
+                     precisions=null(obj(bf16=obj(busy_share=null(NUM), step_ms=NUM, step_std_ms=NUM),
+                                         fp32=obj(busy_share=null(NUM), step_ms=NUM, step_std_ms=NUM))), unit=STR)),
+    layernorm_autocast_output=null(arr(STR)),
+    layernorm_focus=null(mapping(null(obj(bf16=opt(_LAYERNORM_ERRORS), fp16=_LAYERNORM_ERRORS, offset=NUM)))),
+    layernorm_shape=null(arr(INT)),
+    median_speedup_by_phase=null(mapping(NUM)),
+    provenance=PROVENANCE,
+    speedup_grows_with_size=null(BOOL),
+    speedup_trend=null(mapping(obj(sizes=arr(STR), speedups=arr(NUM), verdict=STR,
+                                   steps=null(arr(obj({'direction': STR, 'from': STR, 'to': STR})))))),
+    timing_across_processes=null(INT),
+    timing_batch=null(INT),
+    timing_grid=null(obj(contexts=arr(INT), modes=arr(STR), precisions=arr(STR), records=INT, sizes=arr(STR))),
+    timing_not_ok=null(arr(STR)),
+    timing_paired=null(INT),
+    timing_provenance=null(obj(gpus=arr(STR))),
+    timing_rounds=null(INT),
+    timing_sizes=INT,
+    timing_steps=null(INT),
+)
 
 
 if __name__ == "__main__":

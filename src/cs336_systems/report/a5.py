@@ -21,6 +21,7 @@ from cs336_systems.models import get_size
 from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.report.a5_timeline import draw, draw_placeholder
 from cs336_systems.report.common import load_records, run_provenance, write_summary, write_table
+from cs336_systems.report.summary_schemas import INT, NUM, PROVENANCE, STR, arr, null, obj, section
 
 MODE_TITLES = {"forward": "forward", "forward-backward": "forward + backward", "train-step": "full train step"}
 MIB = 2**20
@@ -199,6 +200,38 @@ def main(argv=None) -> int:
     write_summary(args.out_dir / "summary.json", summarize(records, timelines, top_record))
     print(f"A5 report: {len(records)} records -> {args.out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/A5.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+SUMMARY_SCHEMAS["A5"] = section(
+    allocator_check=null(obj(max_relative_difference=NUM, max_reserved_over_allocated_mib=NUM, points=INT)),
+    batch=INT,
+    bf16_vs_fp32=null(arr(obj(context=INT, mode=STR, ratio=NUM))),
+    contexts=arr(INT),
+    d_model=INT,
+    device=STR,
+    not_ok=null(arr(STR)),
+    num_layers=INT,
+    ok=INT,
+    phase_sources=arr(STR),
+    phases=arr(obj(context=INT, initial_mib=NUM, mode=STR, peak_mib=NUM, peak_phase=null(STR),
+                   phases=arr(obj(end_mib=NUM, gpu_ms=null(NUM), host_ms=NUM, name=STR, peak_mib=NUM, start_mib=NUM)),
+                   precision=STR)),
+    points=INT,
+    precisions=arr(STR),
+    provenance=PROVENANCE,
+    residual=arr(obj(batch=INT, context=INT, d_model=INT, mib=NUM)),
+    size=STR,
+    snapshots=null(arr(STR)),
+    sources=null(arr(STR)),
+    timelines=arr(obj(context=INT, mode=STR, path=STR, precision=STR, status=STR)),
+    top_allocations=null(arr(obj(count=INT, frame=null(STR), node=null(STR), op=null(STR), size_bytes=INT))),
+    top_context=INT,
+    top_precision=STR,
+    warmup=INT,
+)
 
 
 if __name__ == "__main__":

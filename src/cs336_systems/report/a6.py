@@ -22,6 +22,7 @@ from cs336_systems.memory.activation_model import (block_input_bytes, block_save
 from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
 from cs336_systems.report.spread import Estimate, compare, paired_records
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, section
 
 GIB = 2**30
 
@@ -193,6 +194,36 @@ def main(argv=None) -> int:
     write_summary(args.out_dir / "summary.json", summary)
     print(f"A6 report: {len(df)} group sizes ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/A6.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+SUMMARY_SCHEMAS["A6"] = section(
+    A_bytes=INT,
+    A_terms=mapping(INT),
+    a_bytes=INT,
+    activation_model_at_opt_gib=NUM,
+    attention_share=NUM,
+    best_measured_k=null(INT),
+    best_measured_peak_gib=null(NUM),
+    fitting_k=null(arr(INT)),
+    k_opt=INT,
+    k_star=NUM,
+    measured_peak=null(BOOL),
+    memory_note=null(STR),
+    modelled_baseline_gib=NUM,
+    no_checkpoint_activations_gib=NUM,
+    not_ok=null(arr(STR)),
+    num_blocks=INT,
+    peak_slope_gib_per_block=null(NUM),
+    provenance=PROVENANCE,
+    rows=null(arr(obj(k=INT, status=STR))),
+    step_ms_range=null(arr(NUM)),
+    step_paired=null(BOOL),
+    step_steps=null(arr(obj({'direction': STR, 'from': INT, 'to': INT}))),
+    workload=obj(batch=INT, context=INT, size=STR),
+)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 MIB = 2**20
 
@@ -246,6 +247,32 @@ def main(argv=None) -> int:
     write_summary(out_dir / "summary.json", summarize(df, records))
     print(f"B1 report: {len(df)} points -> {out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/B1.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+_LIMITS = opt(null(obj(first_oom=null(arr(INT)), largest_fit=null(arr(INT)))))
+SUMMARY_SCHEMAS["B1"] = section(
+    before_backward=null(obj(constant=null(BOOL), longest=obj(d=INT, measured_MiB=NUM, predicted_MiB=NUM, seq=INT),
+                             points=INT, rest_max_MiB=NUM, rest_min_MiB=NUM)),
+    in_turns=opt(null(INT)),
+    limits=obj(compiled=_LIMITS, eager=_LIMITS),
+    out_of_memory=null(arr(obj(allocator=obj(allocated_MiB=opt(NUM), free_MiB=opt(NUM), requested_MiB=opt(NUM),
+                                             reserved_unallocated_MiB=opt(NUM)), cause=STR, d=INT,
+                               failed_during=null(STR), failed_during_known=null(STR), needed_at_least_MiB=null(NUM),
+                               predicted_backward_peak_MiB=NUM, seq=INT, variant=STR,
+                               undercount=null(obj(at_least_MiB=NUM, closed_form_MiB=NUM, matrices=NUM,
+                                                   needed_over_saved=NUM))))),
+    peaks=null(mapping(mapping(obj(longest=obj(d=INT, excess_matrices=null(NUM), measured_MiB=NUM, over_saved=NUM,
+                                               predicted_MiB=NUM, seq=INT), max=NUM, min=NUM, points=INT)))),
+    provenance=PROVENANCE,
+    rounds=arr(INT),
+    smallest_oom=null(obj(allocator=obj(capacity_MiB=opt(NUM), free_MiB=opt(NUM), requested_MiB=opt(NUM),
+                                        reserved_unallocated_MiB=opt(NUM)), cause=STR, d=INT,
+                          needed_at_least_MiB=null(NUM), predicted_backward_peak_MiB=NUM, seq=INT)),
+    statuses=mapping(INT),
+)
 
 
 if __name__ == "__main__":

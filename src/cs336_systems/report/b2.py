@@ -21,6 +21,7 @@ from cs336_systems.report.b1 import frame, out_of_memory_points
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, write_summary,
                                          write_table)
 from cs336_systems.report.spread import WITHIN, paired_records
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 PHASES = ("forward_ms", "backward_ms")
 
@@ -190,6 +191,42 @@ def main(argv=None) -> int:
     print(f"B2 report: {summary['attention_points']} (d, seq) points, {len(whole_records)} whole-model records"
           f" -> {out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/B2.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+_RANGE = obj(max=NUM, median=NUM, min=NUM)
+_AT_SIZE = obj(size=STR, speedup=NUM)
+_PEAK = obj(lower=null(BOOL), max=NUM, min=NUM, same=null(BOOL))
+SUMMARY_SCHEMAS["B2"] = section(
+    at_longest=null(obj(backward_speedup=NUM, compiled_MiB=NUM, d=INT, eager_MiB=NUM, forward_speedup=NUM, seq=INT)),
+    attention_points=opt(null(INT)),
+    fits_only_compiled=opt(null(arr(obj(d=INT, eager_cause=STR, eager_failed_during=null(STR),
+                                        eager_failed_during_known=null(STR), eager_held_MiB=null(NUM),
+                                        predicted_forward_peak_MiB=null(NUM), seq=INT)))),
+    forward_judged=opt(null(obj(paired=null(INT), points=INT, within=INT))),
+    forward_losses=opt(null(obj(all_shorter_than_wins=null(BOOL), extra_us=arr(NUM), seqs=arr(INT)))),
+    memory=opt(null(obj(backward_peak=null(_PEAK), forward_peak=null(_PEAK),
+                        held_for_backward=null(obj(max=NUM, min=NUM, points=INT, same=null(BOOL)))))),
+    provenance=PROVENANCE,
+    speedup=null(obj(backward=null(_RANGE), forward=null(_RANGE))),
+    whole_model=opt(null(obj(batch=INT, best=obj(mode=STR, size=STR), both_ok=INT, compile=arr(STR),
+                             compile_seconds=null(obj(max=NUM, min=NUM)), compiled_graphs=null(arr(INT)), context=INT,
+                             fits_only_compiled=null(arr()), in_turns=opt(null(INT)),
+                             loss_checks=obj(checked=null(INT), failed=null(arr()), max_abs_diff=NUM, passed=INT,
+                                             rtol=NUM), not_ok=null(arr()),
+                             optimizer=opt(null(obj(compiled_faster=null(arr(STR)), compiled_slower=null(arr(STR)),
+                                                    paired=opt(INT), points=opt(INT), ratio=obj(max=NUM, min=NUM),
+                                                    share_of_step=obj(max=NUM, min=NUM), within=null(arr(STR))))),
+                             peak_memory=opt(null(obj(by_mode=mapping(obj(largest=obj(compiled_GiB=NUM, eager_GiB=NUM,
+                                                                                      size=STR), max=NUM, min=NUM)),
+                                                      only_with_backward=null(BOOL)))),
+                             phase_speedup=mapping(_RANGE), points=INT, rounds=arr(INT),
+                             size_trend=opt(null(mapping(obj(first=_AT_SIZE, largest_against_smallest=STR,
+                                                             last=_AT_SIZE, trend=STR)))),
+                             step_speedup=null(_RANGE), worst=obj(mode=STR, size=STR)))),
+)
 
 
 if __name__ == "__main__":

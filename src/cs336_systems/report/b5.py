@@ -30,7 +30,8 @@ from cs336_systems.profiling import mfu
 from cs336_systems.attention.flash_record import TREE, ran, shape_of
 from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
 from cs336_systems.report.spread import WITHIN, paired, round_samples
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, one_of_types, opt, section
+from cs336_systems.report.summary_schemas import (BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj,
+                                                  one_of_types, opt, section)
 
 PASSES = ("forward", "backward", "forward-backward")
 # The small-shape goal the B5 section judges: ours no slower than SDPA's flash back end at every bf16
@@ -701,186 +702,72 @@ def main(argv=None) -> int:
     return 0
 
 
-# What writeup/templates/sections/B5.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
+def ran_schema(key: dict = STR, **more) -> dict:
+    """``what_ran``'s summary as the sections' schemas declare it (B3's and B4's too): ``key`` the type
+    of a tile row's key."""
+    fact = obj(fact=STR, known=null(INT), label=STR, source=STR, values=null(arr(STR)))
+    tile = obj(dkdv=STR, dq=STR, forward=STR, key=arr(key), seqs=STR, source=STR)
+    differs = obj(label=STR, ran=arr(STR), tree=arr(STR))
+    return obj(facts=arr(fact), lengths=INT, records=null(INT), tiles=null(arr(tile)),
+               tiles_vary_with_length=null(BOOL), tree=null(obj(compared=arr(STR), differs=null(arr(differs)))),
+               **more)
 
-SUMMARY_SCHEMAS["B5"] = section(
+
+def losses_schema(of_peak: dict, busy: dict | opt, points: dict, **more) -> dict:
+    """``losses``' summary: ``of_peak`` and ``busy`` the types of the worst point's share of peak and
+    busy time, known for every point where the comparison is in bf16 alone."""
+    worst = obj(busy=busy, grid_explains=opt(null(BOOL)), other_of_peak=of_peak, other_peak_short=null(STR),
+                other_tflops=NUM, ours_of_peak=of_peak, ours_tflops=NUM, peak_short=null(STR),
+                programs=opt(null(INT)), seq=INT, sms=opt(null(INT)))
+    group = obj({"pass": STR}, d=INT, dtype=STR, flat=null(BOOL), other_ms=arr(NUM), ours_ms=arr(NUM),
+                seqs=arr(INT), timing=STR, worst=worst)
+    return obj(by_graph=null(INT), flat_lost=null(INT), grid_explained=null(INT), groups=arr(group),
+               lost=null(INT), max_of_peak=null(NUM), paired=null(INT), points=points,
+               programs_from=null(arr(STR)), sms_missing=null(BOOL), within=INT, won=INT,
+               work_groups=null(INT), **more)
+
+
+# What writeup/templates/sections/B5.md.j2 reads of this report's summary (report.summary_schemas).
+_AT = obj({"pass": STR}, d=STR, dtype=STR, seq=STR)
+_SPLIT = opt(null(obj({"ours": opt(null(NUM)), "sdpa-cudnn": opt(null(NUM))})))
+SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     bf16_gap_trend=obj(series=null(INT), widening=INT),
-    flash_eager_goal=null(obj(
-        points=null(INT),
-        ratio=NUM,
-        within=INT,
-        worst=null(obj(
-            d=INT,
-            dtype=STR,
-            other_ms=NUM,
-            ours_ms=NUM,
-            **{'pass': STR},
-            ratio=NUM,
-            seq=INT)))),
-    flash_goal=obj(
-        by_graph=null(INT),
-        flat_lost=null(INT),
-        grid_explained=null(INT),
-        groups=arr(obj(
-            d=INT,
-            dtype=STR,
-            flat=null(BOOL),
-            other_ms=arr(NUM),
-            ours_ms=arr(NUM),
-            **{'pass': STR},
-            seqs=arr(INT),
-            timing=STR,
-            worst=obj(
-                busy=NUM,
-                grid_explains=opt(null(BOOL)),
-                other_of_peak=NUM,
-                other_peak_short=null(STR),
-                other_tflops=NUM,
-                ours_of_peak=NUM,
-                ours_tflops=NUM,
-                peak_short=null(STR),
-                programs=opt(null(INT)),
-                seq=INT,
-                sms=opt(null(INT))))),
-        lost=null(INT),
-        max_of_peak=null(NUM),
-        paired=null(INT),
-        points=null(INT),
-        programs_from=null(arr(STR)),
-        sms_missing=null(BOOL),
-        within=INT,
-        won=INT,
-        work_groups=null(INT)),
+    flash_eager_goal=null(obj(points=null(INT), ratio=NUM, within=INT, worst=null(obj(
+        {"pass": STR}, d=INT, dtype=STR, other_ms=NUM, ours_ms=NUM, ratio=NUM, seq=INT)))),
+    flash_goal=losses_schema(of_peak=NUM, busy=NUM, points=null(INT)),
     flash_goal_min_seq=INT,
     flash_over_ours=null(NUM),
     flat_factor=NUM,
     flat_span=INT,
     in_turns=null(INT),
-    leaderboard=obj({
-        'ours': NUM,
-        'sdpa-cudnn': null(NUM),
-        'sdpa-flash': null(NUM)}),
+    leaderboard=obj({"ours": NUM, "sdpa-cudnn": null(NUM), "sdpa-flash": null(NUM)}),
     leaderboard_failed=mapping(),
-    leaderboard_ran=opt(null(obj(facts=null(arr(obj(
-            known=INT,
-            label=STR,
-            source=STR,
-            values=arr(STR)))), records=null(INT), unreadable=mapping()))),
+    leaderboard_ran=opt(null(obj(facts=null(arr(obj(known=INT, label=STR, source=STR, values=arr(STR)))),
+                                 records=null(INT), unreadable=mapping()))),
     leaderboard_shape=STR,
-    leaderboard_split=obj(backward=opt(null(obj({
-            'ours': opt(null(NUM)),
-            'sdpa-cudnn': opt(null(NUM))}))), forward=opt(null(obj({
-            'ours': opt(null(NUM)),
-            'sdpa-cudnn': opt(null(NUM))})))),
-    losses_vs_plain=obj(
-        by_dtype=mapping(INT),
-        by_graph=null(INT),
-        flat_lost=null(INT),
-        grid_explained=null(INT),
-        groups=arr(obj(
-            d=INT,
-            dtype=STR,
-            flat=null(BOOL),
-            other_ms=arr(NUM),
-            ours_ms=arr(NUM),
-            **{'pass': STR},
-            seqs=arr(INT),
-            timing=STR,
-            worst=obj(
-                busy=opt(NUM),
-                grid_explains=opt(null(BOOL)),
-                other_of_peak=null(NUM),
-                other_peak_short=null(STR),
-                other_tflops=NUM,
-                ours_of_peak=null(NUM),
-                ours_tflops=NUM,
-                peak_short=null(STR),
-                programs=opt(null(INT)),
-                seq=INT,
-                sms=opt(null(INT))))),
-        lost=null(INT),
-        max_of_peak=null(NUM),
-        paired=null(INT),
-        points=INT,
-        programs_from=null(arr(STR)),
-        sms_missing=null(BOOL),
-        unexplained=null(INT),
-        within=INT,
-        won=INT,
-        work_groups=null(INT)),
+    leaderboard_split=obj(backward=_SPLIT, forward=_SPLIT),
+    losses_vs_plain=losses_schema(of_peak=null(NUM), busy=opt(NUM), points=INT, by_dtype=mapping(INT),
+                                  unexplained=null(INT)),
     max_seq=INT,
     ok=INT,
     ours_first_oom_seq=null(INT),
     ours_over_cudnn=null(NUM),
-    ours_ran=obj(
-        commits=arr(STR),
-        facts=arr(obj(
-            fact=STR,
-            known=null(INT),
-            label=STR,
-            source=STR,
-            values=null(arr(STR)))),
-        lengths=INT,
-        records=null(INT),
-        tiles=null(arr(obj(
-            dkdv=STR,
-            dq=STR,
-            forward=STR,
-            key=arr(one_of_types(INT, STR)),
-            seqs=STR,
-            source=STR))),
-        tiles_vary_with_length=null(BOOL),
-        tree=null(obj(compared=arr(STR), differs=null(arr(obj(label=STR, ran=arr(STR), tree=arr(STR))))))),
+    ours_ran=ran_schema(key=one_of_types(INT, STR), commits=arr(STR)),
     ours_splits=null(obj(backward=opt(null(INT)), forward=opt(null(INT)))),
     plain_first_oom_seq=null(INT),
-    plain_oom=null(arr(obj(
-        ds=arr(INT),
-        dtype=STR,
-        first_seq=INT,
-        **{'pass': STR}))),
+    plain_oom=null(arr(obj({"pass": STR}, ds=arr(INT), dtype=STR, first_seq=INT))),
     points=INT,
     provenance=PROVENANCE,
     ratios=obj({
-        'plain': opt(obj(
-            by_graph=opt(null(INT)),
-            max=NUM,
-            max_at=obj(
-                d=STR,
-                dtype=STR,
-                **{'pass': STR},
-                seq=STR),
-            median=NUM,
-            min=NUM,
-            min_at=obj(
-                d=STR,
-                dtype=STR,
-                **{'pass': STR},
-                seq=STR),
-            points=INT)),
-        'sdpa-cudnn': opt(obj(
-            by_graph=null(INT),
-            max=NUM,
-            median=NUM,
-            min=NUM,
-            points=INT))}),
+        "plain": opt(obj(by_graph=opt(null(INT)), max=NUM, max_at=_AT, median=NUM, min=NUM, min_at=_AT, points=INT)),
+        "sdpa-cudnn": opt(obj(by_graph=null(INT), max=NUM, median=NUM, min=NUM, points=INT))}),
     rounds=arr(INT),
     statuses=mapping(INT),
-    tflops_plot=opt(null(obj(
-        ds=arr(INT),
-        dtype=STR,
-        graph=null(INT),
-        peak=null(STR),
-        points=INT))),
-    timing_check=obj(
-        failed=mapping(obj(impls=arr(STR), points=INT, reason=STR)),
-        graph_slower=null(INT),
-        launch_bound=null(INT),
-        not_judged=null(INT),
-        per_impl=mapping(obj(launch_bound=INT, max_seq=null(INT), points=INT)),
-        points=null(INT)),
-)
-
+    tflops_plot=opt(null(obj(ds=arr(INT), dtype=STR, graph=null(INT), peak=null(STR), points=INT))),
+    timing_check=obj(failed=mapping(obj(impls=arr(STR), points=INT, reason=STR)), graph_slower=null(INT),
+                     launch_bound=null(INT), not_judged=null(INT),
+                     per_impl=mapping(obj(launch_bound=INT, max_seq=null(INT), points=INT)), points=null(INT)),
+)}
 
 if __name__ == "__main__":
     sys.exit(main())

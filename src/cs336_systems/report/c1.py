@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, null, obj, opt, section
 
 MB = 10**6
 
@@ -170,6 +171,25 @@ def main(argv=None) -> int:
     })
     print(f"C1 report: {len(df)} rows -> {out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/C1.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+SUMMARY_SCHEMAS["C1"] = section(
+    algbw_by_ranks=arr(obj(algbw_GBps=arr(NUM), backend=STR, falls=null(BOOL), world_sizes=arr(INT))),
+    fit_table=opt(arr(obj(backend=STR, largest_busbw_GBps=NUM, largest_ms=NUM, o_ms=NUM, w_GBps=null(NUM),
+                          world_size=INT))),
+    headline=opt(null(obj(gloo=obj(busbw_GBps=NUM, ms=NUM, o_ms=NUM), gloo_over_nccl=NUM, nccl=obj(busbw_GBps=NUM,
+                                                                                                   ms=NUM, o_ms=NUM),
+                          size_mb=NUM, world_size=INT))),
+    hosts=arr(obj(host_gpus=INT, series=arr(STR))),
+    provenance=PROVENANCE,
+    sizes_mb=arr(NUM),
+    skipped=null(arr(obj(backend=STR, reason=STR, world_size=INT))),
+    slower_smaller=arr(obj(backend=STR, large_mb=NUM, large_ms=NUM, large_range=STR, small_mb=NUM, small_ms=NUM,
+                           small_range=STR, within_spread=null(BOOL), world_size=INT)),
+)
 
 
 if __name__ == "__main__":

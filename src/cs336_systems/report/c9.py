@@ -17,6 +17,8 @@ import pandas as pd
 
 from cs336_systems.accounting.parallelism import STRATEGIES
 from cs336_systems.report.common import load_records, plt, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report.summary_schemas import (BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null,
+                                                  obj, one_of_types, section)
 
 
 def c9_table(ans: dict, fsdp_at_tokens: dict[str, int | None]) -> pd.DataFrame:
@@ -157,6 +159,27 @@ def main(argv=None) -> int:
     build(record, args.out_dir)
     print(f"C9 report: {args.record} -> {args.out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/C9.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+SUMMARY_SCHEMAS["C9"] = section(
+    a=mapping(NUM),
+    b=mapping(NUM),
+    c=mapping(one_of_types(BOOL, NUM)),
+    clusters=arr(STR),
+    fsdp_at_tokens=mapping(INT),
+    global_batch_tokens=INT,
+    hardware=obj({'H100 SXM': obj(bf16_TFLOPs=NUM, hbm_GB=NUM, link_GBps=NUM)}),
+    ib_GBps=NUM,
+    model=mapping(INT),
+    provenance=PROVENANCE,
+    scaling=mapping(mapping(mapping(mapping(null(one_of_types(BOOL, NUM, STR)))))),
+    scaling_models=obj(xl=obj(parameters=INT)),
+    stated_tokens=INT,
+    tricks=arr(obj(effect=STR, equation=STR, name=STR, references=STR)),
+)
 
 
 if __name__ == "__main__":

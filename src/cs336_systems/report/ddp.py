@@ -33,6 +33,9 @@ from cs336_systems.report.ddp_rows import (backward_waits, is_bucket_size, memor
                                            paid_per_call, paired_by_precision, row_of, step_table, trace_label,
                                            versus)
 from cs336_systems.report.ddp_traces import compute_gaps, plot_timelines
+from cs336_systems.report.ddp_rows import (BY_PRECISION, BY_PRECISION_WITH_BASELINE, DIFFERENCE, ROW, SETUP, SPREAD,
+                                           row_schema, versus_schema, waiting_row_schema, waits_schema)
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 SECTIONS = tuple(deliverables.reported_by("cs336_systems.report.ddp"))
 MEMORY_VARIANTS = deliverables.get("C11").variants
@@ -192,6 +195,136 @@ def main(argv=None) -> int:
     print(f"{args.deliverable} report: {len(records)} variants -> {args.out_dir}", file=sys.stderr)
     return 0
 
+
+# What writeup/templates/sections/<ID>.md.j2 reads of the summary this report writes for each of its
+# sections (report.summary_schemas); the blocks they share are ddp_rows'.
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+_OPENING = dict(first_precision=STR, precisions=arr(STR), provenance=PROVENANCE)
+_ALONG = obj(backward_ms=NUM, comm_wait_ms=NUM, forward_ms=NUM, optimizer_ms=NUM, step_ms=NUM)
+
+SUMMARY_SCHEMAS["C2"] = section(
+    **_OPENING,
+    by_precision=BY_PRECISION,
+    naive=null(ROW),
+    naive_calls=INT,
+    setup=SETUP,
+)
+
+SUMMARY_SCHEMAS["C3"] = section(
+    **_OPENING,
+    baseline=null(ROW),
+    by_precision=BY_PRECISION_WITH_BASELINE,
+    naive=null(row_schema(overhead_pct=opt(NUM))),
+    naive_calls=INT,
+    paired=mapping(BOOL),
+    setup=SETUP,
+    torch_ddp=null(row_schema(comm=null(NUM), inside=null(waits_schema(excess=obj(ms=NUM))),
+                              overhead_pct=opt(NUM))),
+    versus=versus_schema("torch-ddp", "naive"),
+)
+
+SUMMARY_SCHEMAS["C4"] = section(
+    **_OPENING,
+    by_precision=BY_PRECISION,
+    flat=null(obj(comm_wait_ms=NUM)),
+    naive=null(obj(comm_wait_ms=NUM)),
+    per_call=opt(null(obj(calls=obj(flat=INT, naive=INT), extra_passes_ms=NUM, grad_MB=NUM,
+                          memory_GBps=null(NUM), o_low_ms=NUM, o_ms=NUM,
+                          waits=obj(high_ms=NUM, low_ms=NUM, ms=NUM, sign=INT)))),
+    versus=versus_schema("flat", "naive"),
+)
+
+SUMMARY_SCHEMAS["C5"] = section(
+    **_OPENING,
+    by_precision=BY_PRECISION_WITH_BASELINE,
+    overlap=null(ROW),
+)
+
+SUMMARY_SCHEMAS["C6"] = section(
+    **_OPENING,
+    baseline=null(obj(step_ms=NUM)),
+    by_precision=BY_PRECISION_WITH_BASELINE,
+    compute_gaps=obj(naive=opt(mapping(NUM)), overlap=opt(mapping(NUM))),
+    naive=null(obj(backward_ms=NUM, comm_wait_ms=NUM, overhead_ms=opt(null(NUM)))),
+    overlap=null(obj(backward_ms=NUM, comm_wait_ms=NUM, overhead_ms=opt(NUM), overhead_paired=opt(null(BOOL)))),
+    torch_ddp=waiting_row_schema(waits_schema(reference=null(STR), excess=obj(ms=NUM))),
+    traced=null(arr(STR)),
+    versus=obj(overlap=opt(mapping(DIFFERENCE))),
+)
+
+SUMMARY_SCHEMAS["C7"] = section(
+    **_OPENING,
+    bucketed=null(arr(obj(buckets=NUM, comm_wait_ms=NUM, step_ms=NUM, variant=STR))),
+)
+
+SUMMARY_SCHEMAS["C8"] = section(
+    **_OPENING,
+    accuracy=null(arr(obj(diff_over_update=null(NUM), weights_rel_diff=null(NUM)))),
+    against_overlap=opt(null(mapping())),
+    best_bucket_size=opt(null(mapping())),
+    beyond=arr(obj(variant=STR)),
+    compute_gaps=null(mapping(mapping(NUM))),
+    has_overhead_table=null(BOOL),
+    kernel_time=opt(null(mapping(mapping(NUM)))),
+    ladder=opt(null(arr(obj(below=STR, high_ms=NUM, low_ms=NUM, ms=NUM, paired=BOOL, precision=STR,
+                            removed_pass_ms=null(NUM), rung=STR, sign=INT)))),
+    model=null(mapping()),
+    others=obj({'torch-ddp': waiting_row_schema(waits_schema())}),
+    overheads=mapping(obj(best=null(STR), paired=null(BOOL), ratio=null(NUM), rows=mapping(SPREAD), verdict=STR)),
+    paired=null(mapping(BOOL)),
+    per_call=null(obj(calls=obj(naive=INT), o_high_ms=null(NUM))),
+)
+
+SUMMARY_SCHEMAS["C10"] = section(
+    **_OPENING,
+    by_precision=BY_PRECISION,
+    overlap=null(obj(optimizer_ms=NUM, step_ms=NUM)),
+    setup=obj(world_size=INT),
+    sharded=null(obj(optimizer_ms=NUM, step_ms=NUM)),
+    versus=versus_schema("overlap-sharded", "overlap"),
+)
+
+SUMMARY_SCHEMAS["C11"] = section(
+    memory=null(arr(obj(after_step_GiB=NUM, before_step_GiB=NUM, variant=STR))),
+    provenance=PROVENANCE,
+    setup=obj(steps=INT, warmup=INT, world_size=INT),
+    versus=opt(versus_schema("overlap-sharded", "overlap")),
+)
+
+SUMMARY_SCHEMAS["C12"] = section(
+    compute_gaps=mapping(mapping(NUM)),
+    fsdp=null(_ALONG),
+    fsdp_bf16=null(obj(step_ms=NUM)),
+    fsdp_forward=opt(null(arr(obj(
+        baseline_forward_ms=null(NUM),
+        baseline_precision=STR,
+        baseline_variant=STR,
+        beyond_bytes=opt(null(BOOL)),
+        beyond_transfers=opt(null(BOOL)),
+        bound_ms=opt(NUM),
+        excess=opt(SPREAD),
+        excess_ms=opt(NUM),
+        forward_ms=NUM,
+        gathered_GB=NUM,
+        gathers=INT,
+        precision=STR,
+        step_bound_ms=opt(null(NUM)),
+        transfer_ms=opt(NUM),
+        variant=STR)))),
+    memory=arr(obj(variant=STR)),
+    overlap=null(_ALONG),
+    predicted_state_GiB=obj(fsdp=NUM, replicated=NUM),
+    provenance=PROVENANCE,
+    saving=opt(null(obj(before_step_GiB=NUM, gradients_GiB=NUM, peak_GiB=NUM, predicted_GiB=NUM,
+                        reconciled=null(BOOL), rise_GiB=obj(fsdp=NUM, overlap=NUM), start_GiB=NUM,
+                        without_gradients_GiB=NUM))),
+    setup=SETUP,
+    torch_ddp=waiting_row_schema(waits_schema()),
+    traced=opt(null(arr(STR))),
+    untraced_idle=opt(mapping(null(obj(idle_ms=NUM, idle_share=NUM, mostly_profiler=null(BOOL), step_ms=NUM,
+                                       traced_idle_ms=NUM)))),
+    versus=versus_schema("fsdp", "overlap"),
+)
 
 if __name__ == "__main__":
     sys.exit(main())

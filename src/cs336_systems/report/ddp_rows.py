@@ -22,6 +22,7 @@ from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.distributed import variants
 from cs336_systems.models import get_size
 from cs336_systems.report import spread as paired_spread
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, STR, mapping, null, obj, opt
 
 GIB = 2**30
 
@@ -307,3 +308,42 @@ def paired_by_precision(records: list[dict]) -> dict[str, bool]:
 def no_rows(why: str) -> pd.DataFrame:
     """A table with no rows, saying why: every table a report declares is written."""
     return pd.DataFrame({"(no rows)": [why]})
+
+
+# The blocks above as the sections' schemas (report.ddp's SUMMARY_SCHEMAS) declare them, written once
+# for every section that quotes them.
+def row_schema(comm: dict = NUM, inside: dict = mapping(), overhead_pct: dict | opt = NUM) -> dict:
+    """A variant's row of the step table (``row_of``). ``comm``: the type of its share and wait of
+    communication, null where the variant may be the baseline, which communicates nothing; ``inside``:
+    what it says of the waits inside backward (``backward_waits``)."""
+    return obj(backward_ms=NUM, comm_share=comm, comm_wait_ms=comm, forward_ms=NUM, inside_backward=opt(inside),
+               optimizer_ms=NUM, overhead_ms=opt(null(NUM)), overhead_paired=opt(null(BOOL)),
+               overhead_pct=overhead_pct, step_ms=NUM, variant=STR)
+
+
+ROW = row_schema()
+ROW_OR_BASELINE = row_schema(comm=null(NUM), inside=null(mapping()))
+# precision -> variant -> row (null where the variant did not run in that precision).
+BY_PRECISION = mapping(mapping(null(ROW)))
+BY_PRECISION_WITH_BASELINE = mapping(mapping(null(ROW_OR_BASELINE)))
+SPREAD = obj(high_ms=NUM, low_ms=NUM, ms=NUM)                                  # ``difference``'s range
+DIFFERENCE = obj(high_ms=NUM, low_ms=NUM, ms=NUM, paired=opt(null(BOOL)), sign=INT)  # ``record_difference``
+SETUP = obj(backend=STR, context=INT, global_batch=INT, rounds=null(INT), size=STR, steps=INT, warmup=INT,
+            world_size=INT)
+
+
+def versus_schema(a: str, b: str) -> dict:
+    """``versus`` for the one pair (``a``, ``b``): either may not have run, and the difference be null."""
+    return obj({a: opt(obj({b: opt(null(DIFFERENCE))}))})
+
+
+def waits_schema(reference: dict = STR, excess: dict = SPREAD) -> dict:
+    """A variant's entry of ``backward_waits``: ``reference`` the quiet backward it is held against."""
+    return obj(backward_ms=NUM, excess=null(excess), longest=null(BOOL), reference=reference,
+               steps=mapping(obj(sign=INT)))
+
+
+def waiting_row_schema(waits: dict) -> dict:
+    """A row of a variant that waits inside backward (torch-ddp's), as far as its step and waits."""
+    return null(obj(inside_backward=opt(null(waits)), step_ms=NUM))
+

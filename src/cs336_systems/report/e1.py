@@ -42,6 +42,7 @@ from cs336_systems.profiling.flops import model_step_flops, model_step_flops_par
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
 from cs336_systems.report.spread import WITHIN, Estimate, compare, paired_records
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, null, obj, opt, section
 from cs336_systems.training_step import rungs
 
 LOSS_RTOL = 5e-4          # a rung's first loss against fp32 eager's (the module's doc says why)
@@ -568,6 +569,75 @@ def main(argv=None) -> int:
     write_summary(args.out_dir / "summary.json", summary)
     print(f"E1 report: {len(df)} records ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
     return 0
+
+
+# What writeup/templates/sections/E1.md.j2 reads of this report's summary (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+_RUNG = obj(mfu=null(NUM), ms=NUM, rung=STR)
+_PHASES = obj(backward=NUM, forward=NUM, optimizer=NUM)
+SUMMARY_SCHEMAS["E1"] = section(
+    anchor_pairs_all_paired=null(BOOL),
+    anchor_pairs_paired=null(INT),
+    anchors=arr(obj(adds=STR, rung=STR)),
+    batch=INT,
+    beats_anchor_at=null(arr(STR)),
+    bought=arr(obj(across_processes_at=INT, faster_at=INT, median_delta_ms=null(NUM), median_delta_pct=null(NUM),
+                   median_delta_peak_gib=null(NUM), points=INT, rung=STR, slower_at=INT, within_spread_at=INT)),
+    checkpoint_groups=null(arr()),
+    compared_points=null(INT),
+    comparisons_across_processes=INT,
+    compile=null(arr(STR)),
+    faster_than_anchor_at=null(arr(STR)),
+    gap=null(obj(backward_over_forward=NUM, context=INT, matmul_backward_over_forward=INT, mfu=null(NUM), ms=NUM,
+                 phases_ms=_PHASES, rung=STR, shares=_PHASES, size=STR)),
+    goal=obj(context=INT, met=null(BOOL), mfu_target=NUM, shortfalls=arr(STR), size=STR, point=null(obj(
+        batch=INT,
+        best_anchor=null(_RUNG),
+        best_rung=null(_RUNG),
+        best_vs_anchor_direction=null(STR),
+        best_vs_anchor_judged=null(obj(across_leases=null(BOOL), difference_ms=NUM, hours_apart=null(NUM),
+                                       paired=null(BOOL), rounds=INT, spread_ms=null(NUM))),
+        best_vs_anchor_size=null(NUM),
+        best_vs_anchor_spread=null(STR),
+        speedup_over_fp32=null(NUM)))),
+    jobs=null(INT),
+    kernel_comparison=null(obj(anchor=null(obj(busy_abs_ms=NUM, busy_delta_ms=null(NUM), busy_direction=STR,
+                                               goal_pair_unsettled=null(BOOL), largest=STR, largest_abs_ms=NUM,
+                                               largest_direction=STR, largest_stands_out=null(BOOL),
+                                               others_max_abs_ms=NUM, rung=STR, step_abs_ms=NUM, step_direction=STR)),
+                               bound=null(obj(cut_needed=null(BOOL), cut_share=NUM, goal_mfu=NUM, goal_ms=NUM,
+                                              mfu=NUM, ms=NUM, no_room=null(BOOL), optimizer_floor_ms=NUM,
+                                              rest_now_ms=null(NUM), room_ms=NUM)), gemm_share_of_peak=NUM,
+                               gemm_tflops=null(NUM), peak=STR, rung=STR)),
+    ladder=arr(obj(adds=STR, rung=STR)),
+    lease_minutes=INT,
+    loss_bf16_cpu_max=NUM,
+    loss_checked=null(INT),
+    loss_max_rel_diff=null(NUM),
+    loss_out_of_tolerance=null(arr(obj(context=INT, rel_diff=NUM, rung=STR, size=STR))),
+    loss_rtol=NUM,
+    loss_unchecked=null(INT),
+    loss_unmasked=arr(NUM),
+    not_measured=null(arr(STR)),
+    optimizer_floor=null(obj(bandwidth_tb_s=NUM, billions=NUM, card=STR, floor_ms=NUM, gigabytes=NUM, over_floor=NUM)),
+    peaks=arr(STR),
+    planned=INT,
+    profiles=null(arr(obj(
+        busy_ms=opt(NUM), busy_share=opt(null(NUM)), context=INT,
+        kinds_ms=opt(obj({'GEMM': NUM, 'attention-softmax': NUM, 'cast': NUM, 'elementwise': NUM, 'optimizer': NUM,
+                          'other': NUM})),
+        rung=STR, size=STR, status=STR, step_ms=opt(NUM), unit=opt(STR)))),
+    provenance=PROVENANCE,
+    records=INT,
+    rounds=null(INT),
+    seed=INT,
+    slower_than_anchor_at=null(arr(STR)),
+    statuses=obj(error=INT, ok=INT, oom=null(INT), skipped=INT),
+    steps=INT,
+    unpaired_records=null(INT),
+    warmup=INT,
+)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ import pandas as pd
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.attention.flash_record import ran
 from cs336_systems.attention.tuned_tiles import TUNED
-from cs336_systems.report.b5 import peak, what_ran
+from cs336_systems.report.b5 import peak, ran_schema, what_ran
 from cs336_systems.report.common import load_record_lists, run_provenance, write_summary, write_table
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 QUANTITIES = ("o", "lse", "dq", "dk", "dv")
 
@@ -229,6 +230,38 @@ def main(argv=None) -> int:
     print(f"{args.deliverable} report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
     return 0
 
+
+# What writeup/templates/sections/B3.md.j2 and B4.md.j2 read of the summaries this report writes
+# (report.summary_schemas).
+SUMMARY_SCHEMAS: dict[str, dict] = {}
+
+SUMMARY_SCHEMAS["B3"] = section(
+    lse_better=opt(null(arr(STR))),
+    provenance=PROVENANCE,
+    ragged=opt(null(BOOL)),
+    ran=opt(null(ran_schema())),
+    same_order=NUM,
+    shape=arr(INT),
+    worst_ratio=null(mapping(obj(causal=null(BOOL), function=STR, ours=NUM, plain=NUM, quantity=STR, ratio=NUM,
+                                 same_order=null(BOOL)))),
+)
+
+SUMMARY_SCHEMAS["B4"] = section(
+    accounting=opt(null(mapping(obj(faster_than_floor=null(BOOL), pytorch_bytes_floor_ms=null(NUM),
+                                    pytorch_floor_ms=null(NUM), pytorch_flops=INT, pytorch_flops_floor_ms=null(NUM),
+                                    pytorch_matrix_bytes=INT, pytorch_ms=NUM, pytorch_of_peak=null(NUM),
+                                    pytorch_peak=null(STR), pytorch_precision=null(STR), pytorch_products=INT,
+                                    pytorch_tflops=NUM, slower_by_rate=null(BOOL), sources=arr(STR),
+                                    triton_flops=null(INT), triton_mode=null(STR), triton_ms=NUM,
+                                    triton_of_peak=null(NUM), triton_peak=null(STR), triton_products=null(INT),
+                                    triton_tflops=null(NUM))))),
+    backward=null(mapping(obj(pytorch_ms=NUM, speedup=NUM, triton_ms=NUM))),
+    provenance=PROVENANCE,
+    ran=opt(null(ran_schema())),
+    shape=arr(INT),
+    tuner=opt(arr(obj(causal=null(BOOL), chosen=STR, dkdv_ms=NUM, dq_ms=NUM, fused_ms=null(NUM),
+                      fused_over_separate=null(NUM), gpu=STR, key=STR, separate_ms=NUM, shape=arr(INT)))),
+)
 
 if __name__ == "__main__":
     sys.exit(main())
