@@ -184,6 +184,26 @@ def test_overhead_is_the_step_against_the_baseline_of_the_same_run_and_precision
     assert "overhead_ms" not in ddp_rows.step_table(records).columns
 
 
+def test_a_precision_that_runs_its_own_batch_is_named_in_the_setup_line(run, tmp_path):
+    for v in ddp.reads("C3", CHOSEN):
+        path = Path(_path(run, "records", v, "bf16"))
+        record = json.loads(path.read_text())
+        record["params"]["global_batch"] = 32
+        write_json_atomic(path, record)
+    folder = _report(run, "C3")
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["setup"]["global_batch"] == 8 and summary["setup"]["other_batches"] == {"bf16": 32}
+    text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C3", folder / "summary.json")
+    assert "global batch 8 (bf16: 32; config.yaml says why) over 2 ranks" in text
+    # one batch for both: the line names one
+    for v in ddp.reads("C3", CHOSEN):
+        path = Path(_path(run, "records", v, "bf16"))
+        write_json_atomic(path, json.loads(path.read_text()) | {"params": json.loads(path.read_text())["params"]
+                                                                 | {"global_batch": 8}})
+    text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C3", _report(run, "C3") / "summary.json")
+    assert "global batch 8 over 2 ranks" in text
+
+
 def test_a_record_without_a_precision_is_fp32(run):
     record = json.loads(Path(_path(run, "records", "naive", "fp32")).read_text())
     del record["params"]["precision"]

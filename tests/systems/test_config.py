@@ -97,6 +97,30 @@ def test_a_traced_variant_must_run(shipped):
     assert msg.startswith("config error at presets.smoke.DDP.traced:") and "'bucketed-1000'" in msg
 
 
+@pytest.mark.parametrize("batch,error", [
+    ({"fp32": 8, "bf16": 32}, None),
+    (8, None),
+    ({"fp32": 8}, "presets.full.DDP.global_batch: no batch for 'bf16'"),
+    ({"fp32": 8, "bf16": 0}, "presets.full.DDP.global_batch: {'fp32': 8, 'bf16': 0} is not allowed (expected sequences"),
+    ({"fp32": 8, "fp16": 8}, "presets.full.DDP.global_batch"),
+])
+def test_the_data_parallel_batch_is_one_number_or_one_per_precision(shipped, batch, error):
+    c = copy.deepcopy(shipped)
+    c["presets"]["full"]["DDP"]["global_batch"] = batch
+    if error is None:
+        validate(c)
+    else:
+        assert _error({**c, "preset": "full"}).startswith(f"config error at {error}")
+
+
+def test_the_data_parallel_batch_per_precision():
+    from cs336_systems.distributed.variants import global_batch
+    assert [global_batch(8)(p) for p in ("fp32", "bf16")] == [8, 8]
+    assert [global_batch({"fp32": 8, "bf16": 32})(p) for p in ("fp32", "bf16")] == [8, 32]
+    with pytest.raises(ValueError, match="no batch for 'bf16'"):
+        global_batch({"fp32": 8})("bf16")
+
+
 def test_unknown_section_id(shipped):
     msg = _error({**shipped, "preset": "smoke", "sections": "A1,C13"})
     assert msg.startswith("config error at sections:") and "'C13'" in msg and "C12" in msg

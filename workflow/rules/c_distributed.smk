@@ -14,6 +14,7 @@ DDP = GRID["DDP"]
 DDP_BACKEND = "nccl" if ON_GPUS else "gloo"
 TRACED = DDP["traced"]      # a subset of DDP.variants: the config check makes sure
 DDP_PRECISIONS = DDP["precisions"]
+DDP_BATCH = ddp_variants.global_batch(DDP["global_batch"])     # precision -> sequences per step
 
 
 rule C1_row:
@@ -91,12 +92,13 @@ rule C3_variants:
         backend=DDP_BACKEND,
         variants=" ".join(DDP["variants"]),
         traced=" ".join(TRACED),
+        global_batch=lambda wildcards: DDP_BATCH(wildcards.precision),
     resources:
         gpu=DDP_GPUS,
     shell:
         logged("{params.lease} python -m cs336_systems.distributed.train_bench --variants {params.variants}"
         " --precision {wildcards.precision}"
-        f" --size {DDP['size']} --context {DDP['context']} --global-batch {DDP['global_batch']}"
+        f" --size {DDP['size']} --context {DDP['context']} --global-batch {{params.global_batch}}"
         f" --world-size {DDP['world_size']} --warmup {DDP['warmup']} --rounds {DDP['rounds']} --steps {DDP['steps']}"
         f" --accuracy-steps {DDP['accuracy_steps']} --traced {{params.traced}}"
         f" --backend {{params.backend}} --out-dir {RESULTS} > {{log}} 2>&1")

@@ -99,6 +99,18 @@ def stem(name: str, precision: str) -> str:
     return f"{name}_{precision}"
 
 
+def global_batch(setting: int | dict) -> Callable[[str], int]:
+    """The config's ``DDP.global_batch`` (one number, or one per precision) as precision -> sequences.
+    Why per precision: the eager bf16 step is host-bound at fp32's batch, and its rounds scatter."""
+    def batch(precision: str) -> int:
+        if isinstance(setting, int):
+            return setting
+        if precision not in setting:
+            raise ValueError(f"DDP.global_batch names no batch for {precision!r} (it names {', '.join(setting)})")
+        return setting[precision]
+    return batch
+
+
 def precision_of(record: dict) -> str:
     """The precision a record was measured in (fp32 where the record predates the param)."""
     return record["params"].get("precision", DEFAULT_PRECISION)

@@ -49,6 +49,9 @@ def _explain(error: jsonschema.ValidationError) -> str:
         return f"unknown key {', '.join(map(repr, unknown))} (allowed: {', '.join(allowed)})"
     if error.validator == "pattern" and error.schema.get("description"):
         return f"{error.instance!r} is not allowed ({error.schema['description']})"
+    if error.validator in ("oneOf", "anyOf") and error.schema.get("description"):
+        # "not valid under any of the given schemas" names no schema; the key's description says what fits
+        return f"{error.instance!r} is not allowed (expected {' '.join(error.schema['description'].split())})"
     if error.validator == "enum":
         return f"{error.instance!r} is not allowed (allowed: {', '.join(map(str, error.validator_value))})"
     return error.message
@@ -131,6 +134,11 @@ def check_names(config: dict[str, Any]) -> None:
         if untraceable:
             raise ConfigError(f"config error at presets.{name}.DDP.traced: {', '.join(map(repr, untraceable))} "
                               "not in DDP.variants (only variants that run leave a trace)")
+        batch = ddp.get("global_batch")
+        unbatched = [p for p in ddp.get("precisions", ["fp32"]) if isinstance(batch, dict) and p not in batch]
+        if unbatched:
+            raise ConfigError(f"config error at presets.{name}.DDP.global_batch: no batch for "
+                              f"{', '.join(map(repr, unbatched))} (give one number, or one for each of DDP.precisions)")
         e1 = preset.get("E1", {})
         needs = e1_rungs.previous(e1_rungs.ONLY_WHEN_PREVIOUS_OOMS)
         listed = e1.get("rungs", [])

@@ -153,6 +153,9 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     params = records[0]["params"]
     setup = {k: params[k] for k in ("size", "context", "global_batch", "world_size", "backend", "warmup", "steps")}
     setup["rounds"] = params.get("rounds")          # None: one process per variant, before the rounds
+    # A precision may run its own batch (config.yaml's DDP.global_batch says why): the setup line names it.
+    setup["other_batches"] = {variants.precision_of(r): r["params"]["global_batch"] for r in records
+                              if r["params"]["global_batch"] != setup["global_batch"]}
     fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
     per_call = paid_per_call(records, fit)
     by_precision = {p: {"baseline": rows[p].get(variants.BASELINE)} | QUOTED[ident](rows[p]) for p in precisions}

@@ -328,8 +328,8 @@ BY_PRECISION = mapping(mapping(null(ROW)))
 BY_PRECISION_WITH_BASELINE = mapping(mapping(null(ROW_OR_BASELINE)))
 SPREAD = obj(high_ms=NUM, low_ms=NUM, ms=NUM)                                  # ``difference``'s range
 DIFFERENCE = obj(high_ms=NUM, low_ms=NUM, ms=NUM, paired=opt(null(BOOL)), sign=INT)  # ``record_difference``
-SETUP = obj(backend=STR, context=INT, global_batch=INT, rounds=null(INT), size=STR, steps=INT, warmup=INT,
-            world_size=INT)
+SETUP = obj(backend=STR, context=INT, global_batch=INT, other_batches=opt(mapping(INT)), rounds=null(INT), size=STR,
+            steps=INT, warmup=INT, world_size=INT)
 
 
 def versus_schema(a: str, b: str) -> dict:
