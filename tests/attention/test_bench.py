@@ -259,9 +259,23 @@ def test_out_of_memory_is_named_by_dtype_and_pass_and_the_gap_trend_is_counted()
                _point("ours", 4096, 1.0), _point("plain", 4096, 8.0)]
     df = b5.grid_frame(records)
     assert b5.oom_groups(df, "plain") == [{"dtype": "fp32", "pass": "backward", "first_seq": 65536, "ds": [64]}]
-    assert b5.gap_trend(df) == {"series": 1, "widening": 1}
+    assert b5.gap_trend(df) == {"series": 1, "widening": 1, "rising_throughout": 1, "first_falls": 0,
+                                "lowest_at": [], "falls_at_top": 0, "widens_everywhere": True}
     records[-1] = _point("plain", 4096, 1.5)          # the gap narrows: no widening claimed
-    assert b5.gap_trend(b5.grid_frame(records)) == {"series": 1, "widening": 0}
+    assert b5.gap_trend(b5.grid_frame(records))["widening"] == 0
+
+
+def test_a_gap_that_dips_before_it_widens_is_not_said_to_widen_everywhere():
+    """plain ÷ ours 5.4, 3.9, 2.9, 4.0, 6.0 along the lengths: larger at the end than at the start, but it
+    first falls to its lowest at 512; a second series rises then falls at the top."""
+    dip = [(128, 5.4), (256, 3.9), (512, 2.9), (1024, 4.0), (2048, 6.0)]
+    top = [(128, 1.0), (256, 2.0), (512, 3.0), (1024, 2.5)]
+    records = [p for seq, r in dip for p in (_point("ours", seq, 1.0), _point("plain", seq, r))]
+    records += [p for seq, r in top for p in (_point("ours", seq, 1.0, which="backward"),
+                                              _point("plain", seq, r, which="backward"))]
+    trend = b5.gap_trend(b5.grid_frame(records))
+    assert trend == {"series": 2, "widening": 2, "rising_throughout": 0, "first_falls": 1, "lowest_at": [512],
+                     "falls_at_top": 1, "widens_everywhere": False}
 
 
 def test_without_the_cards_peak_the_grid_is_reported_but_not_judged():

@@ -188,6 +188,10 @@ def test_part_a_says_what_the_memory_data_show(tmp_path, compiled_peak_mib, lowe
     text = _render(out)
     assert "Eager ran out during backward, as its records say" in text
     assert ("backward peak: 0.700–0.700, lower at every point" in text) is lower
+    # the answer does not say "the same memory" of a backward whose peak is lower
+    answer = text.split("**(a)")[0]
+    assert "saves\nthe same memory for backward" in answer
+    assert ("but peaks lower during it (0.70–0.70× eager's backward peak at the 2 points both ran)" in answer) is lower
 
 
 def test_records_without_peaks_say_so(tmp_path):

@@ -39,11 +39,11 @@ def dtypes_file(tmp_path):
         make_record("A4", {"part": "dtypes", "device": "cuda", "autocast_dtype": "bf16"}, "skipped", reason="no CUDA")])
 
 
-def kernel_record(tmp_path, precision, *, kernels, casts, busy_ms, step_ms, gpu="NVIDIA H200"):
+def kernel_record(tmp_path, precision, *, kernels, casts, busy_ms, step_ms, gpu="NVIDIA H200", gemms=100):
     kinds = {k: {"count": 0.0, "ms": 0.0} for k in KINDS}
     kinds["cast"] = {"count": float(casts), "ms": 0.002 * casts}
-    kinds["GEMM"] = {"count": 100.0, "ms": busy_ms / 2}
-    kinds["elementwise"] = {"count": float(kernels - casts - 100), "ms": busy_ms / 2 - 0.002 * casts}
+    kinds["GEMM"] = {"count": float(gemms), "ms": busy_ms / 2}
+    kinds["elementwise"] = {"count": float(kernels - casts - gemms), "ms": busy_ms / 2 - 0.002 * casts}
     rng = random.Random(1)
     metrics = {"unit": "CUDA kernels", "step": _timing(rng, step_ms, 0.2), "count_per_step": [kernels] * 3,
                "time_ms": busy_ms, "busy_ms": busy_ms, "busy_ms_per_step": [busy_ms + d for d in (-0.01, 0, 0.01)],
@@ -117,7 +117,7 @@ def test_kernel_table_blames_launches_only_when_the_gpu_did_no_more_work(tmp_pat
     c = s["kernels"]["compare"]
     assert (c["extra_kernels"], c["extra_casts"], c["bf16_step_is"]) == (300, 300, "slower")
     assert c["launch_bound"] == {"fp32": True, "bf16": True} and c["slowdown_outside_kernels"]
-    assert "bf16 runs 300 more kernels per step than fp32, 300 of them casts" in text
+    assert "bf16 runs 300 more kernels per step than fp32, net of +300 cast (" in text
     assert "So the slowdown is not kernel time" in text
     table = (tmp_path / "A4" / "kernels.md").read_text()
     assert "| cast " in table and "GPU busy (union of kernels)" in table
@@ -127,3 +127,19 @@ def test_kernel_table_blames_launches_only_when_the_gpu_did_no_more_work(tmp_pat
     s, text = report(tmp_path, timing, more_busy)
     assert not s["kernels"]["compare"]["slowdown_outside_kernels"]
     assert "So the slowdown is not kernel time" not in text and "part of the slowdown is kernel time" in text
+
+
+def test_the_net_kernel_count_is_split_into_the_kinds_that_moved(tmp_path, rng):
+    """bf16 adds casts and runs fewer GEMMs and elementwise kernels: the net +198 says so, kind by kind."""
+    timing = timing_records(tmp_path, rng, {"small": (90.0, 0.5)})
+    kernels = [kernel_record(tmp_path, "fp32", kernels=800, casts=0, gemms=280, busy_ms=5.0, step_ms=16.0),
+               kernel_record(tmp_path, "bf16", kernels=998, casts=414, gemms=100, busy_ms=5.0, step_ms=16.0)]
+    s, text = report(tmp_path, timing, kernels)
+    c = s["kernels"]["compare"]
+    assert c["kernel_changes"] == [{"kind": "cast", "count": 414}, {"kind": "GEMM", "count": -180},
+                                   {"kind": "elementwise", "count": -36}]
+    assert "bf16 runs 198 more kernels per step than fp32, net of +414 cast, -180 GEMM, -36 elementwise (" in text
+    fewer = [kernel_record(tmp_path, "fp32", kernels=900, casts=0, busy_ms=5.0, step_ms=16.0),
+             kernel_record(tmp_path, "bf16", kernels=850, casts=50, busy_ms=5.0, step_ms=16.0)]
+    s, text = report(tmp_path, timing, fewer)
+    assert "bf16 runs 50 fewer kernels per step than fp32, net of +50 cast, -100 elementwise (" in text

@@ -270,6 +270,11 @@ def kernel_summary(records: list[dict]) -> dict | None:
         out["compare"] = {
             "extra_kernels": bf16["kernels"] - fp32["kernels"],
             "extra_casts": bf16["kinds"]["cast"]["count"] - fp32["kinds"]["cast"]["count"],
+            # the net count is a sum of kinds that move both ways (more casts, fewer GEMMs): each kind's own
+            "kernel_changes": [{"kind": k, "count": bf16["kinds"][k]["count"] - fp32["kinds"][k]["count"]}
+                               for k in KINDS if bf16["kinds"][k]["count"] != fp32["kinds"][k]["count"]],
+            "more_or_fewer": "more" if bf16["kernels"] >= fp32["kernels"] else "fewer",
+            "net_kernels": abs(bf16["kernels"] - fp32["kernels"]),
             "cast_ms": {p: e["kinds"]["cast"]["ms"] for p, e in out["precisions"].items()},
             "gemm_ms": {p: e["kinds"]["GEMM"]["ms"] for p, e in out["precisions"].items()},
             "bf16_step_is": {"higher": "slower", "lower": "faster"}.get(step_is, WITHIN),
@@ -433,6 +438,7 @@ SUMMARY_SCHEMAS["A4"] = section(
     dtypes_not_ok=null(arr(STR)),
     kernels=null(obj(compare=null(obj(bf16_busy_is=null(STR), bf16_step_is=STR, cast_ms=obj(bf16=NUM, fp32=NUM),
                                       extra_casts=NUM, extra_kernels=NUM, gemm_ms=obj(bf16=NUM, fp32=NUM),
+                                      kernel_changes=arr(obj(count=NUM, kind=STR)), more_or_fewer=STR, net_kernels=NUM,
                                       launch_bound=null(obj(bf16=null(BOOL), fp32=null(BOOL))), rounds=null(INT),
                                       slowdown_outside_kernels=null(BOOL), step_judged=STR)), device=STR,
                      not_ok=null(arr()), point=obj(batch=INT, context=INT, mode=STR, size=STR),

@@ -412,19 +412,33 @@ def oom_groups(df: pd.DataFrame, impl: str) -> list[dict]:
 
 
 def gap_trend(df: pd.DataFrame, dtype: str = "bf16") -> dict:
-    """Per (d, pass) series of ``dtype``: is plain's time ÷ ours (in the timing that judges each
-    point) larger at the longest length both ran than at the shortest? Counts the series where it is."""
+    """Per (d, pass) series of ``dtype``, plain's time ÷ ours (in the timing that judges each point)
+    along the lengths both ran: in how many series it is larger at the longest length than at the
+    shortest (``widening``), rises at every longer length (``rising_throughout``), first falls to a
+    lowest point past the shortest length (``first_falls``, with the lengths where those lows are),
+    and ends below its highest (``falls_at_top``). The ends alone hide a dip or a fall between them."""
     pair = judged(df, "ours", "plain")
     pair = pair[pair["dtype"] == dtype]
+    out = {"series": 0, "widening": 0, "rising_throughout": 0, "first_falls": 0, "lowest_at": [], "falls_at_top": 0}
     if not len(pair):
-        return {"series": 0, "widening": 0}
+        return out
     ratio = (pair["t_other"] / pair["t"]).set_axis(pd.MultiIndex.from_frame(pair[["d", "pass", "seq"]])).sort_index()
-    series = widening = 0
+    lows = []
     for _, part in ratio.groupby(level=["d", "pass"]):
-        if len(part) >= 2:
-            series += 1
-            widening += int(part.iloc[-1] > part.iloc[0])
-    return {"series": series, "widening": widening}
+        values = list(part)
+        if len(values) < 2:
+            continue
+        out["series"] += 1
+        out["widening"] += int(values[-1] > values[0])
+        out["rising_throughout"] += int(all(b > a for a, b in zip(values, values[1:])))
+        low = values.index(min(values))
+        if low > 0:
+            out["first_falls"] += 1
+            lows.append(int(part.index[low][-1]))
+        out["falls_at_top"] += int(values[-1] < max(values))
+    out["lowest_at"] = sorted(set(lows))
+    out["widens_everywhere"] = out["rising_throughout"] == out["series"]
+    return out
 
 
 def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
@@ -731,7 +745,8 @@ def losses_schema(of_peak: dict, busy: dict | opt, points: dict, **more) -> dict
 _AT = obj({"pass": STR}, d=STR, dtype=STR, seq=STR)
 _SPLIT = opt(null(obj({"ours": opt(null(NUM)), "sdpa-cudnn": opt(null(NUM))})))
 SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
-    bf16_gap_trend=obj(series=null(INT), widening=INT),
+    bf16_gap_trend=obj(series=null(INT), widening=INT, rising_throughout=INT, first_falls=INT, lowest_at=arr(INT),
+                       falls_at_top=INT, widens_everywhere=opt(BOOL)),
     flash_eager_goal=null(obj(points=null(INT), ratio=NUM, within=INT, worst=null(obj(
         {"pass": STR}, d=INT, dtype=STR, other_ms=NUM, ours_ms=NUM, ratio=NUM, seq=INT)))),
     flash_goal=losses_schema(of_peak=NUM, busy=NUM, points=null(INT)),

@@ -27,14 +27,19 @@ def plot_timelines(traces: dict[str, list[dict]], path: Path) -> None:
     fig, axes = plt.subplots(len(traces) or 1, 1, figsize=(11, 2.0 * max(1, len(traces)) + 0.6), squeeze=False)
     colors = {"forward": "#9ab8dd", "backward": "#e8b27d", "wait": "#e08a8a", "optimizer": "#8cc98c"}
     for ax, (variant, intervals) in zip(axes[:, 0], traces.items()):
+        # One bar collection per kernel lane: a step holds ~15 000 kernels, and a collection per
+        # kernel made matplotlib rescale the axes once per kernel (minutes per figure).
+        lanes = {"compute": [], "communication": []}
         for i in intervals:
             start, width = i["start_us"] / 1e3, max((i["end_us"] - i["start_us"]) / 1e3, 0.01)
             if i["lane"] == "phase":
                 ax.broken_barh([(start, width)], (1.65, 0.7), color=colors.get(i["name"], "#ccc"))
                 ax.text(start + width / 2, 2.0, i["name"], fontsize=7, ha="center", va="center")
             elif is_kernel(i):
-                y = 1 if i["lane"] == "communication" else 0
-                ax.broken_barh([(start, width)], (y - 0.35, 0.7), color="tab:red" if y else "tab:blue")
+                lanes["communication" if i["lane"] == "communication" else "compute"].append((start, width))
+        for y, (lane, bars) in enumerate(lanes.items()):
+            if bars:
+                ax.broken_barh(bars, (y - 0.35, 0.7), color="tab:red" if y else "tab:blue")
         ax.set(yticks=[0, 1, 2], yticklabels=["compute", "communication", "issued (CPU)"], ylim=(-0.6, 2.6))
         ax.set_title(variant, fontsize=9)
     axes[-1, 0].set_xlabel("ms since the start of the traced step")

@@ -76,7 +76,9 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         size = ModelSize(p["d_model"], p["d_ff"], p["num_layers"], p["num_heads"])
         flops = model_step_flops(size, batch=p["batch"], context=p["context"], mode="train-step",
                                  vocab_size=p.get("vocab_size", VOCAB_SIZE))
-        card = peak(r["provenance"].get("gpu"), p["precision"], p.get("float32_matmul_precision"))
+        # One denominator for every row, fp32 eager's too: the card's bf16 peak, the arithmetic the ladder
+        # climbs towards, so the column ranks rungs (fp32 against its own 67 TFLOP/s would read higher).
+        card = peak(r["provenance"].get("gpu"), "bf16")
         median = _nan(step.get("median")) if ok else math.nan
         mfu = utilisation(flops, median / 1e3, card.flops) if ok else None
         rows.append({
@@ -203,14 +205,18 @@ def plot_ladder(df: pd.DataFrame, path: Path) -> None:
         for _, r in part.iterrows():
             ok = r["status"] == "ok"
             labels.append(str(r["rung"]) + ("" if ok else f"\n({r['status']})"))
-            heights.append(r["median_ms"] if ok else 0.0)
+            heights.append(r["median_ms"] if ok else math.nan)
             colours.append("C1" if r["anchor"] else "C0")
             low.append(r["median_ms"] - r["min_ms"] if ok else 0.0)
             high.append(r["max_ms"] - r["median_ms"] if ok else 0.0)
         x = range(len(labels))
-        ax.bar(x, heights, color=colours, yerr=[low, high], capsize=2)
+        bars = ax.bar(x, heights, color=colours, yerr=[low, high], capsize=2)
+        # Log time: fp32 eager's step is ~10x the others', and a linear axis flattens the few-percent
+        # differences between the fast rungs and the anchors into one height; each bar carries its median.
+        ax.set_yscale("log")
+        ax.bar_label(bars, labels=[f"{h:.0f}" if h == h else "" for h in heights], fontsize=6, padding=2)
         ax.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=7)
-        ax.set(title=f"{size}, context {context}", ylabel="time per step (ms, median)")
+        ax.set(title=f"{size}, context {context}", ylabel="time per step (ms, median, log scale)")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("E1: one AdamW step per rung (blue: our ladder, each rung adds one technique; orange: anchors)",
                  fontsize=9)
@@ -363,6 +369,18 @@ def optimizer_floor(gap_: dict | None, records: list[dict]) -> dict | None:
     return None
 
 
+# What the compiled rung compiled, by the records' compile_mode (training_step.step: each block, or the model)
+COMPILED_AS = {"blocks": "torch.compile of each transformer block", "model": "torch.compile of the whole model"}
+
+
+def adds_as_run(rung: rungs.Rung, records: list[dict]) -> str:
+    """What ``rung`` adds, in the words of this run: the compiled rung says what its records compiled."""
+    if rung.name != "compiled":
+        return rung.adds
+    modes = {r["params"].get("compile_mode") for r in records if r["params"].get("rung") == rung.name}
+    return COMPILED_AS.get(modes.pop(), rung.adds) if len(modes) == 1 else rung.adds
+
+
 def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_context: int, goal_mfu: float) -> dict:
     points = points_summary(df, records)
     goal = goal_check(points, goal_size, goal_context, goal_mfu)
@@ -376,7 +394,8 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         "provenance": run_provenance(records),
         "records": len(records), "ok": int(len(ok)),
         "statuses": {s: int((df["status"] == s).sum()) for s in ("ok", "oom", "skipped", "error")},
-        "ladder": [{"rung": r.name, "adds": r.adds, "optimizer": r.setup.optimizer} for r in rungs.LADDER],
+        "ladder": [{"rung": r.name, "adds": adds_as_run(r, records), "optimizer": r.setup.optimizer}
+                   for r in rungs.LADDER],
         "anchors": [{"rung": r.name, "adds": r.adds} for r in rungs.ANCHORS],
         "batch": first.get("batch"), "warmup": first.get("warmup"), "steps": first.get("steps"),
         "rounds": first.get("rounds"),
