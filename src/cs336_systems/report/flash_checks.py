@@ -41,12 +41,23 @@ def error_table(records: list[dict]) -> pd.DataFrame:
 # Our error within this factor of plain attention's in the same dtype is the dtype's own rounding:
 # the tiling and the online softmax add nothing that the order of a sum does not.
 SAME_ORDER = 3.0
+# The line is drawn against plain attention's error, which moves between cards (its kernels sum in
+# another order): a ratio within this factor of the line either way is called "near" it, not
+# decided (one commit read 3.31x on an H200 and under 3x on an H100).
+NEAR = 1.5
+
+
+def error_verdict(ratio: float) -> str:
+    """"within" SAME_ORDER (clear of the line by NEAR), "beyond" it (likewise), or "near" it."""
+    if ratio <= SAME_ORDER / NEAR:
+        return "within"
+    return "beyond" if ratio >= SAME_ORDER * NEAR else "near"
 
 
 def worst_ratio(errors: pd.DataFrame) -> dict:
     """Per dtype: the largest ours ÷ plain error ratio over functions, causal settings and quantities
-    (how far from what plain attention in that dtype achieves our worst case is), and whether it is
-    within SAME_ORDER."""
+    (how far from what plain attention in that dtype achieves our worst case is), and its verdict
+    against SAME_ORDER (``error_verdict``)."""
     out = {}
     for dtype, part in errors[errors["status"] == "ok"].groupby("dtype"):
         worst = None
@@ -56,7 +67,7 @@ def worst_ratio(errors: pd.DataFrame) -> dict:
                 if worst is None or ratio > worst["ratio"]:
                     worst = {"ratio": float(ratio), "function": row["function"], "causal": bool(row["causal"]),
                              "quantity": key, "ours": float(row[f"{key}_ours"]), "plain": float(row[f"{key}_plain"])}
-        out[dtype] = worst | {"same_order": worst["ratio"] <= SAME_ORDER}
+        out[dtype] = worst | {"verdict": error_verdict(worst["ratio"])}
     return out
 
 
@@ -217,7 +228,7 @@ def main(argv=None) -> int:
         write_summary(args.out_dir / "summary.json", {
             "provenance": run_provenance(errors_records), "shape": shape,
             "statuses": errors["status"].value_counts().to_dict(), "worst_ratio": worst_ratio(errors),
-            "same_order": SAME_ORDER, "ragged": ragged(errors_records), "lse_better": lse_better(errors),
+            "same_order": SAME_ORDER, "near_factor": NEAR, "ragged": ragged(errors_records), "lse_better": lse_better(errors),
             "ran": what_ran([r for r in triton if r["params"]["kind"] == "error"], key=by_function)})
     else:
         write_table(times, args.out_dir)
@@ -241,9 +252,10 @@ SUMMARY_SCHEMAS["B3"] = section(
     ragged=opt(null(BOOL)),
     ran=opt(null(ran_schema())),
     same_order=NUM,
+    near_factor=NUM,
     shape=arr(INT),
     worst_ratio=null(mapping(obj(causal=null(BOOL), function=STR, ours=NUM, plain=NUM, quantity=STR, ratio=NUM,
-                                 same_order=null(BOOL)))),
+                                 verdict=STR))),
 )
 
 SUMMARY_SCHEMAS["B4"] = section(
