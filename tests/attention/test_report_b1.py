@@ -90,6 +90,24 @@ def test_oom_cause_follows_the_rule(tmp_path, seed):
     assert [c for c, phrase in opening.items() if phrase in text.split("\n\n")[2]] == [expected[smallest]]
 
 
+def test_a_compiled_point_is_never_blamed_on_eager_s_closed_form(tmp_path):
+    """The h100 case: at N = 32768 the closed form (eager's, 98,368 MiB) exceeds an 80 GB card, but
+    compiled attention's measured backward peak there is 64.2 GiB on a larger card, and its message
+    shows ~32 GiB reserved but unallocated beside 14 GiB free against a 32 GiB request. Eager's point
+    is arithmetic; compiled's is fragmentation by the allocator's numbers, never arithmetic."""
+    capacity, free, requested, unused = 79.18 * GIB, 14.24 * GIB, 32 * GIB, 31.98 * GIB
+    message = _oom_message(capacity, free, requested, 32.2 * GIB, unused)
+    records = [_oom_record(16, 32768, message, compiled=False, during="backward"),
+               _oom_record(16, 32768, message, compiled=True, during="backward")]
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(records))
+    assert b1.main(["--rows", str(path), "--out-dir", str(tmp_path / "B1")]) == 0
+    causes = {p["variant"]: p["cause"] for p in json.loads((tmp_path / "B1" / "summary.json").read_text())["out_of_memory"]}
+    assert causes == {"eager": b1.ARITHMETIC, "compiled": b1.FRAGMENTATION}
+    small = _oom_message(capacity, free, requested, 32.2 * GIB, 0.0)      # nothing held unused: not settled
+    assert b1.oom_cause(98_368, b1.allocator_state(small), closed_form_holds=False) == b1.NOT_SETTLED
+
+
 def test_allocator_state_reads_the_cut_message(seed):
     rng = random.Random(seed)
     capacity, free, requested, allocated, unused = (rng.uniform(1, 140) * GIB for _ in range(5))

@@ -123,9 +123,9 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list
     df = df.copy()
     records = by_point(list(records))
     busy = {(str(b["size"]), int(b["context"]), b["mode"], int(b["batch"])): b for b in profiles}
-    shares, launch, flat, evidence, bound_by = [], [], [], [], []
+    shares, launch, flat, evidence, bound_by, profiled, flat_evidence = [], [], [], [], [], [], []
     for _, row in df.iterrows():
-        share, is_launch, is_flat, why, words = math.nan, None, None, "", ""
+        share, is_launch, is_flat, why, words, flat_why = math.nan, None, None, "", "", ""
         b = busy.get((str(row["size"]), int(row["context"]), str(row["mode"]), int(row["batch"])))
         if row["status"] == "ok" and b is not None and row["precision"] == "fp32" and row["step_mean"] > 0:
             # A2's kernel time against A1's own step: A2's step, under the profiler, is longer
@@ -148,12 +148,15 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list
                 why = f"{why}; {flat_why}" if why else flat_why
                 words = words or "flat in work"
         shares.append(share)
+        profiled.append({"kernels": int(b["kernels"]), "kernel_ms": float(b["kernel_ms"])} if share == share else None)
+        flat_evidence.append(flat_why)
         launch.append(is_launch)
         flat.append(is_flat)
         evidence.append(why)
         bound_by.append(words)
     df["busy_share"], df["launch_bound"], df["flat_in_work"] = shares, launch, flat
     df["bound_evidence"], df["bound_by"] = evidence, bound_by
+    df["a2_profile"], df["flat_evidence"] = profiled, flat_evidence
     return df
 
 
@@ -401,7 +404,11 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "mfu_peaks": sorted(set(ok["peak_basis"])),
         "mfu_points": int(len(with_peak)),
         "mfu_best": best,
-        "launch_bound": [_point(r) | {"evidence": r["bound_evidence"]} for _, r in launch.iterrows()],
+        # a row each (the section's table): A2's kernels and kernel time against this step, and the
+        # timing evidence beside it where a point with more work ran no slower
+        "launch_bound": [_point(r) | {"evidence": r["bound_evidence"], **r["a2_profile"], "busy_share": float(r["busy_share"]),
+                                      "step_ms": float(r["step_mean"]), "also_flat": r["flat_evidence"]}
+                         for _, r in launch.iterrows()],
         "profiled_points": int(ok["busy_share"].notna().sum()),
         "flat_in_work": [_point(r) | {"evidence": r["bound_evidence"]} for _, r in flat.iterrows()],
         "flat_in_work_by_precision": {str(p): int((flat["precision"] == p).sum()) for p in ok["precision"].cat.categories},
@@ -471,7 +478,8 @@ SUMMARY_SCHEMAS["A1"] = section(
     forward_growth=null(mapping(obj({'flops_ratio': NUM, 'from': INT, 'ratio': NUM, 'to': INT}))),
     fp32_forward_backward_rows=null(arr(obj(backward=NUM, context=INT, forward=NUM, ratio=NUM, size=STR, step=NUM))),
     grouped=null(BOOL),
-    launch_bound=null(arr(obj(context=INT, evidence=STR, mode=STR, size=STR))),
+    launch_bound=null(arr(obj(context=INT, evidence=STR, mode=STR, size=STR, kernels=INT, kernel_ms=NUM,
+                              busy_share=NUM, step_ms=NUM, also_flat=STR))),
     launch_bound_busy=NUM,
     mfu_best=mapping(obj(basis=STR, mfu=NUM, point=STR, tflops=NUM)),
     mfu_peaks=arr(STR), mfu_points=null(INT), min_turn_ms=null(NUM), more_work=NUM, most_steps_per_turn=null(INT),

@@ -95,15 +95,18 @@ FRAGMENTATION = "fragmentation"    # it fits, and memory the allocator held unus
 NOT_SETTLED = "not settled"        # neither: the records cannot say why
 
 
-def oom_cause(closed_form_peak_MiB: float, alloc: dict[str, float]) -> str:
+def oom_cause(closed_form_peak_MiB: float, alloc: dict[str, float], closed_form_holds: bool = True) -> str:
     """Why a point ran out of memory, as far as its record can say. Blamed on the arithmetic only
     when the closed form's peak exceeds the card; on fragmentation when it fits and the card's free
     memory plus what the caching allocator held reserved but unallocated would have covered the
-    failed request, which the free memory alone did not; otherwise the data does not settle it."""
+    failed request, which the free memory alone did not; otherwise the data does not settle it.
+    ``closed_form_holds`` False: the closed form (eager's) is not this variant's peak — compiled
+    attention's fused backward holds less (B2 measures it) — so it blames nothing, and only the
+    allocator's numbers can name fragmentation."""
     capacity = alloc.get("capacity_MiB")
     if capacity is None or math.isnan(closed_form_peak_MiB):
         return NOT_SETTLED
-    if closed_form_peak_MiB > capacity:
+    if closed_form_peak_MiB > capacity and closed_form_holds:
         return ARITHMETIC
     free, unused, requested = (alloc.get(k) for k in ("free_MiB", "reserved_unallocated_MiB", "requested_MiB"))
     if None not in (free, unused, requested) and unused > 0 and free < requested <= free + unused:
@@ -154,7 +157,7 @@ def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[dict]:
             "predicted_backward_peak_MiB": _num(row["predicted_backward_peak_MiB"]),
             "square_MiB": _num(square), "allocator": alloc, "needed_at_least_MiB": _num(needed),
             "failed_during": during, "failed_during_known": known,
-            "cause": oom_cause(row["predicted_backward_peak_MiB"], alloc),
+            "cause": oom_cause(row["predicted_backward_peak_MiB"], alloc, closed_form_holds=not row["compiled"]),
             "undercount": {"closed_form_MiB": float(closed), "at_least_MiB": float(needed - closed),
                            "matrices": float((needed - closed) / square),
                            "needed_over_saved": float(needed / row["predicted_saved_MiB"])} if undercounts else None})
