@@ -86,6 +86,21 @@ def test_a_short_table_is_whole_aligned_and_escaped(tmp_path):
     assert re.fullmatch(r"\|:-+\|-+:\|-+:\|", md.splitlines()[1]), md.splitlines()[1]
 
 
+@pytest.mark.parametrize("value,shown", [(0.218432, "0.2184"), (1.10813, "1.108"), (392.375, "392.4"),
+                                         (4.90384, "4.904"), (16960.0, "16960"), (999.97, "1000"), (1234.56, "1235"),
+                                         (0.5, "0.5"), (1.7451512e-06, "1.745e-06"), (-12.3456, "-12.35"), (0.0, "0")])
+def test_a_table_cell_shows_four_significant_digits(value, shown):
+    assert writeup.readable(value) == shown
+
+
+def test_the_writeup_table_rounds_floats_and_the_csv_keeps_them(tmp_path):
+    pd.DataFrame({"impl": ["ours", "cudnn"], "ms": [4.90384, 4.42534], "ratio": [1.10813, 1.0],
+                  "seq": [16384, 16384]}).to_csv(tmp_path / "table.csv", index=False)
+    text = Renderer("md", tmp_path / "w.md", tmp_path).table(tmp_path)
+    assert "| ours   | 4.904 |   1.108 | 16384 |" in text and "4.90384" not in text
+    assert "4.90384" in (tmp_path / "table.csv").read_text()
+
+
 def test_a_long_table_folds_whole_and_links_its_csv(tmp_path):
     folder = _csv(tmp_path, writeup.FOLD_ROWS + 7)
     n = writeup.FOLD_ROWS + 7

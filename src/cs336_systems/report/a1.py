@@ -406,7 +406,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "mfu_best": best,
         # a row each (the section's table): A2's kernels and kernel time against this step, and the
         # timing evidence beside it where a point with more work ran no slower
-        "launch_bound": [_point(r) | {"evidence": r["bound_evidence"], **r["a2_profile"], "busy_share": float(r["busy_share"]),
+        "launch_bound": [_point(r) | {**r["a2_profile"], "busy_share": float(r["busy_share"]),
                                       "step_ms": float(r["step_mean"]), "also_flat": r["flat_evidence"]}
                          for _, r in launch.iterrows()],
         "profiled_points": int(ok["busy_share"].notna().sum()),
@@ -478,7 +478,7 @@ SUMMARY_SCHEMAS["A1"] = section(
     forward_growth=null(mapping(obj({'flops_ratio': NUM, 'from': INT, 'ratio': NUM, 'to': INT}))),
     fp32_forward_backward_rows=null(arr(obj(backward=NUM, context=INT, forward=NUM, ratio=NUM, size=STR, step=NUM))),
     grouped=null(BOOL),
-    launch_bound=null(arr(obj(context=INT, evidence=STR, mode=STR, size=STR, kernels=INT, kernel_ms=NUM,
+    launch_bound=null(arr(obj(context=INT, mode=STR, size=STR, kernels=INT, kernel_ms=NUM,
                               busy_share=NUM, step_ms=NUM, also_flat=STR))),
     launch_bound_busy=NUM,
     mfu_best=mapping(obj(basis=STR, mfu=NUM, point=STR, tflops=NUM)),

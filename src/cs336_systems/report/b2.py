@@ -199,6 +199,7 @@ SUMMARY_SCHEMAS: dict[str, dict] = {}
 _RANGE = obj(max=NUM, median=NUM, min=NUM)
 _AT_SIZE = obj(size=STR, speedup=NUM)
 _PEAK = obj(lower=null(BOOL), max=NUM, min=NUM, same=null(BOOL))
+_BACKWARD_PEAK = obj(lower=null(BOOL), max=NUM, min=NUM, points=INT, same=null(BOOL))
 SUMMARY_SCHEMAS["B2"] = section(
     at_longest=null(obj(backward_speedup=NUM, compiled_MiB=NUM, d=INT, eager_MiB=NUM, forward_speedup=NUM, seq=INT)),
     attention_points=opt(null(INT)),
@@ -207,7 +208,7 @@ SUMMARY_SCHEMAS["B2"] = section(
                                         predicted_forward_peak_MiB=null(NUM), seq=INT)))),
     forward_judged=opt(null(obj(paired=null(INT), points=INT, within=INT))),
     forward_losses=opt(null(obj(all_shorter_than_wins=null(BOOL), extra_us=arr(NUM), seqs=arr(INT)))),
-    memory=opt(null(obj(backward_peak=null(_PEAK), forward_peak=null(_PEAK),
+    memory=opt(null(obj(backward_peak=null(_BACKWARD_PEAK), forward_peak=null(_PEAK),
                         held_for_backward=null(obj(max=NUM, min=NUM, points=INT, same=null(BOOL)))))),
     provenance=PROVENANCE,
     speedup=null(obj(backward=null(_RANGE), forward=null(_RANGE))),

@@ -21,6 +21,7 @@ import argparse
 import base64
 import html
 import json
+import math
 import os
 import re
 import sys
@@ -117,6 +118,29 @@ def column_alignment(values: pd.Series) -> str:
     return "right" if numbers and all(_NUMBER.fullmatch(c) for c in numbers) else "left"
 
 
+SIGNIFICANT = 4      # digits a table cell shows; the CSV beside it keeps every digit
+
+
+def readable(value: float) -> str:
+    """A float as a table cell: four significant digits (0.2184, 4.904, 392.4, 1108), whole numbers
+    from 1,000 up, scientific notation only below 0.0001 — not tabulate's six (0.218432, 1.10813),
+    which claim a precision no timing here has."""
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 999.95:
+        return f"{value:.0f}"
+    return f"{value:.{SIGNIFICANT}g}"
+
+
+def readable_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its float columns as ``readable`` strings (integer columns stay as they are)."""
+    out = df.copy()
+    for column in out.columns:
+        if pd.api.types.is_float_dtype(out[column]):
+            out[column] = [readable(v) for v in out[column]]
+    return out
+
+
 class Renderer:
     """Renders the templates for one output format (``md`` or ``html``)."""
 
@@ -139,6 +163,7 @@ class Renderer:
         csv_path = folder / f"{name}.csv"
         df = pd.read_csv(csv_path, keep_default_na=False)
         colalign = [column_alignment(df[c]) for c in df.columns] or None
+        df = readable_frame(df)
         fold = len(df) > fold_over
         what = f"all {len(df)} rows × {len(df.columns)} columns of <code>{name}.csv</code> (click to show)"
         if self.fmt == "md":
