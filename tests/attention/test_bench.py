@@ -359,6 +359,8 @@ def test_graph_time_judges_a_pair_only_where_both_sides_have_it():
     assert pair.loc[4096, "timing"] == "do_bench" and pair.loc[4096, "t_other"] == 0.20
     goal = b5.losses(df, "sdpa-flash", dtypes=["bf16"], min_seq=1024)
     assert (goal["points"], goal["lost"], goal["by_graph"]) == (2, 1, 1)
+    # what an eager loop pays: on do_bench's time both are losses, and the summary says so beside
+    assert goal["lost_in_do_bench"] == 2
     assert [(g["seqs"], g["timing"]) for g in goal["groups"]] == [([4096], "do_bench")]
     # Judged on do_bench alone (no graph times) 1024 would be a loss too.
     bare = b5.grid_frame([_point(r["params"]["impl"], r["params"]["seq"], r["metrics"]["ms"]) for r in records])

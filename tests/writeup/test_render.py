@@ -122,6 +122,7 @@ def _summary(tmp_path, run, ident, gpus=("NVIDIA H100",), counts=(1,), commits=(
     path.write_text(json.dumps({"provenance": {
         "gpus": list(gpus), "gpu_counts": list(counts), "hosts": ["h"], "commits": list(commits), "dirty": False,
         "torch": ["2"], "first_utc": "2026-11-22T01:00:00+00:00", "last_utc": "2026-11-23T01:00:00+00:00",
+        "dates": "2026-11-22 to 2026-11-23", "sittings": [],
         "records": 3, "statuses": {"ok": 2, "oom": 1, "skipped": 0, "error": 0}}}))
     return path
 
@@ -224,3 +225,30 @@ def test_the_ran_table_says_split_launches_with_or_without_spans(tmp_path, spans
             assert f"{said}{spans[key]}" in text
         else:
             assert said not in text
+
+
+def test_records_measured_in_several_sittings_say_so_in_the_run_line(tmp_path):
+    """The committed h200 run's sections were measured on three lent machines in one day (11:35–12:01,
+    13:34–13:59, 17:44–18:05 UTC); the run line named one date."""
+    from cs336_systems.records import make_record
+    from cs336_systems.report.common import run_provenance
+
+    times = ["2026-11-27T11:35:00+00:00", "2026-11-27T12:01:00+00:00", "2026-11-27T13:34:00+00:00",
+             "2026-11-27T13:59:00+00:00", "2026-11-27T17:44:00+00:00", "2026-11-27T18:05:00+00:00"]
+    records = []
+    for t in times:
+        r = make_record("A1", {}, "ok", {})
+        r["provenance"]["utc"] = t
+        records.append(r)
+    p = run_provenance(records)
+    assert p["dates"] == "2026-11-27" and [s["from"][11:16] for s in p["sittings"]] == ["11:35", "13:34", "17:44"]
+    line = Renderer("md", tmp_path / "w.md", TEMPLATES).env.from_string(
+        '{% from "sections/_run.md.j2" import run_line %}{{ run_line(p) }}').render(p=p)
+    assert ("2026-11-27, in 3 sittings more than half an hour apart (2026-11-27 11:35–12:01, 2026-11-27 13:34–13:59, "
+            "2026-11-27 17:44–18:05 UTC)") in line
+    one = run_provenance(records[:2])
+    assert one["sittings"] == [] and "sittings" not in Renderer("md", tmp_path / "w.md", TEMPLATES).env.from_string(
+        '{% from "sections/_run.md.j2" import run_line %}{{ run_line(p) }}').render(p=one)
+    assert run_provenance(records[:1] + [dict(records[-1], provenance=dict(records[-1]["provenance"],
+                                                                              utc="2026-11-29T01:00:00+00:00"))])["dates"] \
+        == "2026-11-27 to 2026-11-29"

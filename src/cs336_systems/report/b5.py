@@ -95,7 +95,7 @@ FRAME_COLUMNS = ["impl", "dtype", "d", "seq", "pass", "status", "ms", "tflops", 
 KEYS = ["dtype", "d", "seq", "pass"]
 
 
-def judged(df: pd.DataFrame, impl: str, other: str) -> pd.DataFrame:
+def judged(df: pd.DataFrame, impl: str, other: str, timing: str | None = None) -> pd.DataFrame:
     """The points both ran, one row each, ``impl``'s columns plain and ``other``'s suffixed
     ``_other``, with the timing that judges the pair: ``timing`` "graph" where both have a graph
     time, else "do_bench"; ``t`` and ``t_other`` the two times in it; and ``verdict``, whether
@@ -105,10 +105,13 @@ def judged(df: pd.DataFrame, impl: str, other: str) -> pd.DataFrame:
       timing, a difference only beyond its spread across rounds;
     - otherwise each in its own process (records made before B5's rows took turns): the two times
       compared as they stand, higher or lower, since such records carry no spread across processes;
-      the section says the comparison spans processes."""
+      the section says the comparison spans processes.
+
+    ``timing="do_bench"`` judges every pair on do_bench's time (the host's launch included: what an
+    eager training loop pays) even where both have a graph time."""
     ok = df[df["status"] == "ok"]
     both = ok[ok["impl"] == impl].merge(ok[ok["impl"] == other], on=KEYS, suffixes=("", "_other"))
-    graph = both["graph_ms"].notna() & both["graph_ms_other"].notna()
+    graph = both["graph_ms"].notna() & both["graph_ms_other"].notna() & (timing != "do_bench")
     both = both.assign(timing=np.where(graph, "graph", "do_bench"),
                        t=np.where(graph, both["graph_ms"], both["ms"]),
                        t_other=np.where(graph, both["graph_ms_other"], both["ms_other"]))
@@ -368,7 +371,11 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
         del g["points"]
     work_set = [p for p in points if not p["flat"]]
     shares = [p["ours_of_peak"] for p in work_set if p["ours_of_peak"] is not None]
+    eager = judged(df, "ours", other, timing="do_bench")
+    eager = eager[(eager["seq"] >= min_seq) & (eager["dtype"].isin(dtypes) if dtypes is not None else True)]
     return {"points": int(len(both)), "lost": int(len(lost)), "by_graph": int((both["timing"] == "graph").sum()),
+            # the same pairs judged on do_bench's time, launch included, where the verdict above used graph time
+            "lost_in_do_bench": int((eager["verdict"] == "higher").sum()),
             # paired: the points measured in one job, judged per round; within: those of them whose
             # difference is inside the spread across rounds; won: faster beyond it (or, unpaired, faster)
             "paired": int(both["paired"].sum()), "within": int((both["verdict"] == WITHIN).sum()),
@@ -749,7 +756,7 @@ SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
                        falls_at_top=INT, widens_everywhere=opt(BOOL)),
     flash_eager_goal=null(obj(points=null(INT), ratio=NUM, within=INT, worst=null(obj(
         {"pass": STR}, d=INT, dtype=STR, other_ms=NUM, ours_ms=NUM, ratio=NUM, seq=INT)))),
-    flash_goal=losses_schema(of_peak=NUM, busy=NUM, points=null(INT)),
+    flash_goal=losses_schema(of_peak=NUM, busy=NUM, points=null(INT), lost_in_do_bench=INT),
     flash_goal_min_seq=INT,
     flash_over_ours=null(NUM),
     flat_factor=NUM,

@@ -42,11 +42,38 @@ def load_record_lists(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]
     return [record for p in paths for record in _read_or_stop(read_record_list, p)]
 
 
+# Records further apart than this were measured in separate sittings: a lent machine is held at most
+# 30 minutes, so on lent machines two sittings may be two machines (their host names all read "vm").
+# writeup/templates/sections/_run.md.j2 words it ("half an hour").
+SITTING_GAP_S = 30 * 60
+
+
+def sittings(times: Iterable[str]) -> list[dict[str, str]]:
+    """The stretches of ``times`` (ISO 8601, UTC) with no gap over SITTING_GAP_S: ``[{from, to}]``."""
+    from datetime import datetime
+
+    out: list[dict[str, str]] = []
+    last = None
+    for t in sorted(times):
+        now = datetime.fromisoformat(t)
+        if last is None or (now - last).total_seconds() > SITTING_GAP_S:
+            out.append({"from": t, "to": t})
+        else:
+            out[-1]["to"] = t
+        last = now
+    return out
+
+
 def run_provenance(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Which machines, commits and dates a set of records came from (for "this section's run")."""
+    """Which machines, commits and dates a set of records came from (for "this section's run"), and
+    the sittings they were measured in where there were several (``sittings``)."""
     prov = [r["provenance"] for r in records]
     times = sorted(p["utc"] for p in prov)
+    apart = sittings(times)
+    days = sorted({t[:10] for t in times})
     return {
+        "dates": " to ".join(dict.fromkeys([days[0], days[-1]])) if days else "no date",
+        "sittings": apart if len(apart) > 1 else [],
         "gpus": sorted({p.get("gpu") or "CPU only" for p in prov}),
         "gpu_counts": sorted({p.get("gpu_count") or 0 for p in prov}),   # GPUs each machine had
         "hosts": sorted({p["host"] for p in prov}),

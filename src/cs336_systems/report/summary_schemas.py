@@ -80,8 +80,8 @@ def section(**keys) -> dict:
 
 
 # Every section's first line (templates/sections/_run.md.j2's run_line).
-PROVENANCE = obj(gpus=arr(STR), hosts=arr(STR), first_utc=STR, last_utc=STR, commits=arr(STR), dirty=BOOL,
-                 torch=arr(STR), records=INT, statuses=mapping(INT))
+PROVENANCE = obj(gpus=arr(STR), hosts=arr(STR), dates=STR, sittings=arr(obj({"from": STR}, to=STR)), commits=arr(STR),
+                 dirty=BOOL, torch=arr(STR), records=INT, statuses=mapping(INT))
 
 
 @functools.cache

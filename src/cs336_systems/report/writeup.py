@@ -236,9 +236,7 @@ class Renderer:
         counts = p.get("gpu_counts") or []
         several = [c for c in counts if c > 1]     # GPUs per job where a job had more than one
         cards = ", ".join(p["gpus"]) + (" ×" + "/".join(map(str, several)) if several else "")
-        dates = p["first_utc"][:10] if p.get("first_utc") else "no date"
-        if p.get("last_utc") and p["last_utc"][:10] != dates:
-            dates += f" to {p['last_utc'][:10]}"
+        dates = p.get("dates") or "no date"
         commits = ", ".join(f"`{c}`" for c in p["commits"]) or "no commit"
         not_ok = [f"{n} {s}" for s, n in p["statuses"].items() if n and s != "ok"]
         records = f"{p['records']} record{'s' if p['records'] != 1 else ''}" + (f" ({', '.join(not_ok)})" if not_ok else "")
