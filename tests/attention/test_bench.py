@@ -594,3 +594,14 @@ def test_graph_time_pairs_on_the_rounds_of_graph_time():
     plain = _in_turns(_timed("plain", 1024, 0.04, graph=0.030), [0.04, 0.04, 0.04], graph_rounds=[0.030, 0.031, 0.030])
     row = b5.judged(b5.grid_frame([ours, plain]), "ours", "plain").iloc[0]
     assert row["timing"] == "graph" and row["paired"] and row["verdict"] == "lower"
+
+
+def test_tiles_tuned_on_another_card_are_named():
+    from cs336_systems.attention.tuned_tiles import TUNED
+    tuned_on = {e["measured"]["gpu"] for e in TUNED.values()}
+    h200 = [_point("ours", 1024, 1.0, gpu="NVIDIA H200")]
+    assert b5.tuned_elsewhere(h200) == sorted(tuned_on - {"NVIDIA H200"})
+    on_a_tuned_card = [_point("ours", 1024, 1.0, gpu=g) for g in tuned_on]
+    assert b5.tuned_elsewhere(on_a_tuned_card) == []
+    cpu = [_point("ours", 1024, 1.0, gpu=None)]
+    assert b5.tuned_elsewhere(cpu) == []      # a CPU run runs the interpreter: no card to tune for

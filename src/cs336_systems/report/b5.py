@@ -617,6 +617,15 @@ SHORT = {"order": {"label": "causal tile order", "longest-first": "longest first
          "backward": {"label": "backward kernels", "dkdv+dq": "dK/dV then dQ", "fused": "fused, dQ added atomically"}}
 
 
+def tuned_elsewhere(records: list[dict]) -> list[str]:
+    """The cards ``attention/tuned_tiles.py``'s entries were tuned on that none of ``records`` ran on:
+    their tiles run here untuned for this card (the tuner is not re-run per card)."""
+    from cs336_systems.attention.tuned_tiles import TUNED
+
+    here = {r["provenance"].get("gpu") for r in records}
+    return sorted({e["measured"]["gpu"] for e in TUNED.values()} - here) if any(here) else []
+
+
 def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) -> dict:
     """What our kernels ran in ``records`` (ours only), for the writeup: per fact its value(s) in
     words and where they come from (``flash_record.ran``: the record, or the code of its commit);
@@ -673,6 +682,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
                     for r in records if r["id"] == "B5-leaderboard" and r["status"] not in ("ok", "skipped")}
     return {
         "provenance": run_provenance(records),
+        "tuned_elsewhere": tuned_elsewhere([r for r in records if r["params"].get("impl") == "ours"]),
         "points": int(len(df)), "ok": int(len(ok)),
         "statuses": df["status"].value_counts().to_dict(),
         # how many points that ran were measured in a row job's turns (the rest each in its own process)
@@ -780,6 +790,7 @@ SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     plain_oom=null(arr(obj({"pass": STR}, ds=arr(INT), dtype=STR, first_seq=INT))),
     points=INT,
     provenance=PROVENANCE,
+    tuned_elsewhere=arr(STR),
     ratios=obj({
         "plain": opt(obj(by_graph=opt(null(INT)), max=NUM, max_at=_AT, median=NUM, min=NUM, min_at=_AT, points=INT)),
         "sdpa-cudnn": opt(obj(by_graph=null(INT), max=NUM, median=NUM, min=NUM, points=INT))}),

@@ -17,7 +17,7 @@ import pandas as pd
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.attention.flash_record import ran
 from cs336_systems.attention.tuned_tiles import TUNED
-from cs336_systems.report.b5 import peak, ran_schema, what_ran
+from cs336_systems.report.b5 import peak, ran_schema, tuned_elsewhere, what_ran
 from cs336_systems.report.common import load_record_lists, run_provenance, write_summary, write_table
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
@@ -237,6 +237,7 @@ def main(argv=None) -> int:
             "statuses": times["status"].value_counts().to_dict() if len(times) else {},
             "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors),
             "accounting": backward_accounting(records), "tuner": tuner_choices(),
+            "tuned_elsewhere": tuned_elsewhere(triton),
             "ran": what_ran([r for r in triton if r["params"]["kind"] == "time"], key=by_function)})
     print(f"{args.deliverable} report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
     return 0
@@ -271,6 +272,7 @@ SUMMARY_SCHEMAS["B4"] = section(
     provenance=PROVENANCE,
     ran=opt(null(ran_schema())),
     shape=arr(INT),
+    tuned_elsewhere=arr(STR),
     tuner=opt(arr(obj(causal=null(BOOL), chosen=STR, dkdv_ms=NUM, dq_ms=NUM, fused_ms=null(NUM),
                       fused_over_separate=null(NUM), gpu=STR, key=STR, separate_ms=NUM, shape=arr(INT)))),
 )
