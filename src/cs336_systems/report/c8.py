@@ -235,9 +235,11 @@ def fit_overheads(points: list[tuple[int, float]], grad_bytes: float, w_Bps: flo
 
 def plot_phases(table: pd.DataFrame, path: Path) -> None:
     """Each ok row's phases stacked. A variant that waits inside backward has no wait bar: its
-    label says where the wait is."""
+    label says where the wait is. Each phase is its own median over the timed steps, so the stack
+    need not add up to the median step (the table's): a black tick marks that. The legend sits
+    below the axes, where it hides no bar."""
     ok = table[table["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = plt.subplots(figsize=(9, 0.8 + 0.32 * max(len(ok), 4)))
     labels = [f"{v} ({p})" if p != variants.DEFAULT_PRECISION else v for v, p in zip(ok["variant"], ok["precision"])]
     labels = [f"{label}: waits in backward" if v in WAITS_IN_BACKWARD else label
               for label, v in zip(labels, ok["variant"])]
@@ -246,10 +248,13 @@ def plot_phases(table: pd.DataFrame, path: Path) -> None:
         width = ok[phase].astype(float).fillna(0.0)
         ax.barh(labels, width, left=bottom, label=phase[:-3].replace("_", " "))
         bottom = bottom + width
+    ax.scatter(ok["step_ms"].astype(float), labels, marker="|", s=220, color="black", zorder=3,
+               label="step (median; the phases are medians each)")
     ax.set(xlabel="ms per training step (rank 0, median)")
     ax.invert_yaxis()
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
     save_figure(fig, path)
 
 

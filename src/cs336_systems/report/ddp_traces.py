@@ -21,12 +21,17 @@ def is_kernel(interval: dict) -> bool:
     return not interval.get("name", "").startswith("phase:")
 
 
+LABEL_SHARE = 0.06      # a phase narrower than this share of the step is left unnamed in its box
+
+
 def plot_timelines(traces: dict[str, list[dict]], path: Path) -> None:
     """One panel per traced variant, three lanes: when the CPU issued each phase, and the GPU's
     compute and communication kernels (which run later than they are issued)."""
     fig, axes = plt.subplots(len(traces) or 1, 1, figsize=(11, 2.0 * max(1, len(traces)) + 0.6), squeeze=False)
     colors = {"forward": "#9ab8dd", "backward": "#e8b27d", "wait": "#e08a8a", "optimizer": "#8cc98c"}
     for ax, (variant, intervals) in zip(axes[:, 0], traces.items()):
+        phases = [i for i in intervals if i["lane"] == "phase"]
+        span = max((i["end_us"] for i in intervals), default=1.0) / 1e3
         # One bar collection per kernel lane: a step holds ~15 000 kernels, and a collection per
         # kernel made matplotlib rescale the axes once per kernel (minutes per figure).
         lanes = {"compute": [], "communication": []}
@@ -34,13 +39,20 @@ def plot_timelines(traces: dict[str, list[dict]], path: Path) -> None:
             start, width = i["start_us"] / 1e3, max((i["end_us"] - i["start_us"]) / 1e3, 0.01)
             if i["lane"] == "phase":
                 ax.broken_barh([(start, width)], (1.65, 0.7), color=colors.get(i["name"], "#ccc"))
-                ax.text(start + width / 2, 2.0, i["name"], fontsize=7, ha="center", va="center")
+                # a name wider than its box would run into the next one's: the colour (legend) says it
+                if width >= LABEL_SHARE * span:
+                    ax.text(start + width / 2, 2.0, i["name"], fontsize=7, ha="center", va="center")
             elif is_kernel(i):
                 lanes["communication" if i["lane"] == "communication" else "compute"].append((start, width))
         for y, (lane, bars) in enumerate(lanes.items()):
             if bars:
                 ax.broken_barh(bars, (y - 0.35, 0.7), color="tab:red" if y else "tab:blue")
         ax.set(yticks=[0, 1, 2], yticklabels=["compute", "communication", "issued (CPU)"], ylim=(-0.6, 2.6))
+        named = {i["name"] for i in phases}
+        if ax is axes[0, 0]:        # one legend for the figure: the colours are the same in every panel
+            ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for n, c in colors.items() if n in named],
+                      labels=[n for n in colors if n in named], fontsize=7, loc="upper left",
+                      bbox_to_anchor=(1.0, 1.0), frameon=False)
         ax.set_title(variant, fontsize=9)
     axes[-1, 0].set_xlabel("ms since the start of the traced step")
     fig.tight_layout()
