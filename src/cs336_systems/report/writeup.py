@@ -157,13 +157,15 @@ class Renderer:
         """The link target of section ``ident`` in this format."""
         return ident if self.fmt == "html" else github_slug(f"{ident}. {SECTIONS[ident]}")
 
-    def table(self, folder: Path, name: str = "table", fold_over: int = FOLD_ROWS) -> str:
-        """The whole table: numbers right-aligned, text left; longer than ``fold_over`` rows, folded
-        (``<details>``) with a link to its CSV."""
+    def table(self, folder: Path, name: str = "table", fold_over: int = FOLD_ROWS, exact: bool = False) -> str:
+        """The whole table: numbers right-aligned, text left, floats ``readable`` unless ``exact`` (a
+        table whose subject is the digits themselves: A3's sums, where 0.999999 is not 1); longer
+        than ``fold_over`` rows, folded (``<details>``) with a link to its CSV."""
         csv_path = folder / f"{name}.csv"
         df = pd.read_csv(csv_path, keep_default_na=False)
         colalign = [column_alignment(df[c]) for c in df.columns] or None
-        df = readable_frame(df)
+        if not exact:
+            df = readable_frame(df)
         fold = len(df) > fold_over
         what = f"all {len(df)} rows × {len(df.columns)} columns of <code>{name}.csv</code> (click to show)"
         if self.fmt == "md":
@@ -203,7 +205,7 @@ class Renderer:
         template = self.env.get_template(f"sections/{ident}.md.j2")
         text = template.render(
             heading=heading, d=summary, folder=str(folder),
-            table=lambda name="table", fold_over=FOLD_ROWS: self.table(folder, name, fold_over),
+            table=lambda name="table", fold_over=FOLD_ROWS, exact=False: self.table(folder, name, fold_over, exact),
             figure=lambda name, caption: self.figure(folder, name, caption))
         return f"{text.rstrip()}\n\n{back}\n"
 
