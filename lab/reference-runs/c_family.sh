@@ -13,15 +13,21 @@
 # runs' writeups), stamped into every record (CS336_GIT_COMMIT).
 # Before the first call, remove from the working tree the records and traces to measure again
 # (results/RUN/C3 C4 C6 C8 C11 C12 records/ and traces/; C1's records to remeasure its rows): the
-# machine's first call copies results/RUN from it. The first call also runs the GPU tests of
-# tests/distributed (their log comes back as gpu-tests.log). Later calls on the same machine wait
-# on the same run; each brings home what it has written so far.
+# machine's first call copies results/RUN from it. Or name one precision in REMEASURE (REMEASURE=bf16):
+# the machine's copy drops that precision's data-parallel records and traces itself, and only that
+# precision's job runs. The first call also runs the GPU tests of tests/distributed (their log comes
+# back as gpu-tests.log) unless SKIP_GPU_TESTS=1. Later calls on the same machine wait on the same
+# run; each brings home what it has written so far.
 set -u
 RUN=$1 SHA=$2 WAIT=$3
+REMEASURE=${REMEASURE:-} SKIP_GPU_TESTS=${SKIP_GPU_TESTS:-0}
 W=/tmp/cfamily
 T0=$SECONDS
 if [ ! -d $W ]; then
   mkdir -p $W/results && tar -xzf ".carry/pin-$SHA.tgz" -C $W && cp -a .carry $W/ && cp -a "results/$RUN" $W/results/
+  if [ -n "$REMEASURE" ]; then
+    rm -f $W/results/$RUN/C*/records/*_"$REMEASURE".json $W/results/$RUN/C*/traces/*_"$REMEASURE".json.gz
+  fi
 fi
 cd $W && source .carry/env.sh
 export CS336_GIT_COMMIT=$SHA CS336_GIT_DIRTY=false
@@ -29,8 +35,10 @@ if [ ! -e /tmp/cfamily.started ]; then
   touch /tmp/cfamily.started
   date -u +%Y%m%dT%H%M%SZ > /tmp/cfamily.start
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
-  python3 -m pytest -q -p no:cacheprovider -m gpu tests/distributed > "$OUT/gpu-tests.log" 2>&1
-  echo "GPU tests of tests/distributed: exit $?"
+  if [ "$SKIP_GPU_TESTS" != 1 ]; then
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/distributed > "$OUT/gpu-tests.log" 2>&1
+    echo "GPU tests of tests/distributed: exit $?"
+  fi
   targets="results/$RUN/C3/records/no-comm_fp32.json results/$RUN/C3/records/no-comm_bf16.json"
   for backend in gloo nccl; do for world in 2 4 6; do targets="$targets results/$RUN/C1/records/${backend}_x$world.json"; done; done
   (setsid bash -c "snakemake $targets --cores 1 --resources gpu=2 --config preset=full run=$RUN reuse_records=true \
