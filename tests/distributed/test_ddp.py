@@ -401,30 +401,31 @@ BF16_BOUND = 2 * BF16_U + BF16_U**2 + 2.0**-23
 BF16_STEPS = MIXED
 
 
-def _bf16_gradients(rank, world_size, name):
+def _bf16_gradients(rank, world_size, name, device="cpu"):
     """Per step of MIXED: this rank's own fp32 gradients (a plain copy of the weights, this rank's
     batch), PyTorch DDP's synchronized ones (another copy), and the bf16-communicating wrapper's."""
     import copy
 
-    model = toy_model(rank)
+    device = torch.device("cpu" if device == "cpu" else f"cuda:{rank}")
+    model = toy_model(rank).to(device)
     wrapped = TOY_BF16[name][0](model)
     plain, anchor = copy.deepcopy(model), copy.deepcopy(model)
     anchor_ddp = _TorchDDP(anchor, find_unused_parameters=True)
     optimizer = torch.optim.AdamW(wrapped.parameters(), lr=TOY_LR)
     steps = []
     for step, branch_on in enumerate(BF16_STEPS):
-        x, y = toy_batch(step, rank)
+        x, y = (t.to(device) for t in toy_batch(step, rank))
         grads = {}
         for label, net, runner in (("own", plain, plain), ("torch-ddp", anchor, anchor_ddp)):
             net.load_state_dict(model.state_dict())
             net.zero_grad(set_to_none=True)
             toy_loss(runner, x, y, branch_on[rank]).backward()
-            grads[label] = {n: p.grad.numpy().copy() for n, p in net.named_parameters() if p.grad is not None}
+            grads[label] = {n: p.grad.cpu().numpy().copy() for n, p in net.named_parameters() if p.grad is not None}
         optimizer.zero_grad(set_to_none=True)
         wrapped.on_train_batch_start()
         toy_loss(wrapped, x, y, branch_on[rank]).backward()
         wrapped.finish_gradient_synchronization()
-        grads["bf16"] = {n: p.grad.numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
+        grads["bf16"] = {n: p.grad.cpu().numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
         optimizer.step()
         steps.append(grads)
     return steps
@@ -439,6 +440,23 @@ def test_bf16_communication_is_within_bf16_rounding_of_one_process_and_pytorch_d
     """Against the exact mean of the ranks' fp32 gradients (what one process on the whole batch
     computes, up to fp32 rounding) and PyTorch DDP's: within BF16_BOUND, at every step, parameters
     used on one rank only included; no rank has a gradient where none had one."""
+    _check_bf16_runs(bf16_runs)
+
+
+@pytest.mark.gpu(WORLD)
+@pytest.mark.parametrize("name", list(TOY_BF16))
+def test_bf16_communication_on_gpus_under_nccl(name):
+    """The same checks on two GPUs, where a bucket whose gradients all arrived casts, all-reduces and
+    casts back on a side stream (the steps where every rank uses the branch), and one that lacks some
+    takes the path the CPU test checks (the steps where a rank leaves it unused)."""
+    runs = run_on_ranks(_bf16_gradients, WORLD, args=(name, "cuda"), backend="nccl")
+    _check_bf16_runs(runs)
+    for step, _ in enumerate(BF16_STEPS):
+        for param, value in runs[0][step]["bf16"].items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(runs[1][step]["bf16"][param])), (step, param)
+
+
+def _check_bf16_runs(bf16_runs):
     worst = 0.0
     for step, _ in enumerate(BF16_STEPS):
         own = [bf16_runs[r][step]["own"] for r in range(WORLD)]

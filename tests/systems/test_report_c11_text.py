@@ -23,6 +23,7 @@ def _render(tmp_path, rows):
     folder = tmp_path / "C11"
     folder.mkdir()
     provenance = {"gpus": ["G"], "hosts": ["h"], "first_utc": "2026-01-01", "last_utc": "2026-01-01",
+                  "dates": "2026-01-01", "sittings": [],
                   "commits": ["0" * 10], "dirty": False, "torch": ["x"], "records": 3, "statuses": {"ok": 3}}
     summary = {"provenance": provenance, "memory": rows, "baseline": None,
                "setup": {"size": "xl", "context": 512, "global_batch": 8, "world_size": 2, "backend": "nccl",

@@ -296,11 +296,8 @@ class _BucketBuffer:
         self._flags = self.buffer[total:]
         self._work = None
         self._all_present_here = True
+        self._side: torch.cuda.Stream | None = None     # where the mean went back already (``launch``)
         self.copied_in = 0          # gradients that were not views and had to be copied in (as_view)
-
-    @property
-    def in_flight(self) -> bool:
-        return self._work is not None
 
     def attach(self, keep: bool = False) -> None:
         """Make every ``.grad`` its view (``as_view`` only): zeroed for a new step's backward to
@@ -320,9 +317,28 @@ class _BucketBuffer:
             p.grad = view
             self.copied_in += 1
 
-    def launch(self, arrived: list[bool]) -> None:
+    def launch(self, arrived: list[bool], side: torch.cuda.Stream | None = None) -> None:
         """Start the asynchronous sum; ``arrived`` says which gradients this rank produced this step
-        (the others count as zeros: a view may still hold the last step's mean)."""
+        (the others count as zeros: a view may still hold the last step's mean).
+
+        ``side`` (a CUDA stream; buckets of another dtype whose gradients all arrived here): the cast
+        in, the all-reduce and the cast back of the mean all go on that stream, issued now, so the
+        compute stream runs none of them and ``finish`` only makes it wait. In a GPU-bound backward
+        the two memory-bound casts (the fp32 gradients read, the bf16 bucket written, and back) then
+        run beside backward's kernels instead of between them and after the last one."""
+        if side is not None and not self.as_view and all(arrived):
+            side.wait_stream(torch.cuda.current_stream(self.buffer.device))     # the gradients are ready
+            with torch.cuda.stream(side):
+                grads = [p.grad for p in self.params]
+                torch._foreach_copy_(self.views, grads)
+                self._flags.fill_(1)
+                op = dist.ReduceOp.AVG if self.average else dist.ReduceOp.SUM
+                dist.all_reduce(self.buffer, op=op, async_op=True).wait()     # the side stream waits for it
+                torch._foreach_copy_(grads, self.views)
+                if not self.average:
+                    torch._foreach_div_(grads, dist.get_world_size())
+            self._side, self._all_present_here = side, True
+            return
         # One multi-tensor kernel each (per-parameter copies would be hundreds of launches).
         missing = [view for view, here in zip(self.views, arrived) if not here]
         if missing:
@@ -339,7 +355,15 @@ class _BucketBuffer:
         op = dist.ReduceOp.AVG if self.average else dist.ReduceOp.SUM
         self._work = dist.all_reduce(self.buffer, op=op, async_op=True)
 
+    @property
+    def in_flight(self) -> bool:
+        return self._work is not None or self._side is not None
+
     def finish(self, world_size: int) -> None:
+        if self._side is not None:              # launched on the side stream, the mean already back
+            torch.cuda.current_stream(self.buffer.device).wait_stream(self._side)
+            self._side = None
+            return
         self._work.wait()
         self._work = None
         n = len(self.params)
@@ -397,6 +421,7 @@ class DDPBucketed(_DataParallel):
         self.bucket_size_mb, self.first_bucket_mb = bucket_size_mb, first_bucket_mb
         self._as_view, self._dtype, self._average = gradient_as_bucket_view, communication_dtype, mean_in_all_reduce
         self._learn_order = ready_order
+        self._side: torch.cuda.Stream | None = None
         self._arrival: list[nn.Parameter] = []
         self.ready_order_names: list[str] | None = None
         self.rebuilt = False
@@ -456,9 +481,17 @@ class DDPBucketed(_DataParallel):
     def _launch(self, index: int) -> None:
         bucket = self._flat[index]
         if isinstance(bucket, _BucketBuffer):
-            bucket.launch([p in self._arrived for p in bucket.params])
+            bucket.launch([p in self._arrived for p in bucket.params], self._side_stream(bucket))
         else:
             bucket.launch()
+
+    def _side_stream(self, bucket: "_BucketBuffer") -> torch.cuda.Stream | None:
+        """One CUDA stream for the buckets that cast (``communication_dtype``), made on first use."""
+        if self._dtype is None or not bucket.buffer.is_cuda:
+            return None
+        if self._side is None:
+            self._side = torch.cuda.Stream(bucket.buffer.device)
+        return self._side
 
     def finish_gradient_synchronization(self) -> None:
         # Buckets whose gradients did not all arrive (parameters unused this step) go now.
