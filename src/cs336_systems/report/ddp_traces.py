@@ -48,11 +48,10 @@ def plot_timelines(traces: dict[str, list[dict]], path: Path) -> None:
             if bars:
                 ax.broken_barh(bars, (y - 0.35, 0.7), color="tab:red" if y else "tab:blue")
         ax.set(yticks=[0, 1, 2], yticklabels=["compute", "communication", "issued (CPU)"], ylim=(-0.6, 2.6))
-        named = {i["name"] for i in phases}
-        if ax is axes[0, 0]:        # one legend for the figure: the colours are the same in every panel
-            ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for n, c in colors.items() if n in named],
-                      labels=[n for n in colors if n in named], fontsize=7, loc="upper left",
-                      bbox_to_anchor=(1.0, 1.0), frameon=False)
+        named = [n for n in colors if n in {i["name"] for i in phases}]
+        if ax is axes[0, 0] and named:  # one legend for the figure: the colours are the same in every panel
+            ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in named], labels=named,
+                      fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         ax.set_title(variant, fontsize=9)
     axes[-1, 0].set_xlabel("ms since the start of the traced step")
     fig.tight_layout()
