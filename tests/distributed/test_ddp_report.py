@@ -160,6 +160,20 @@ def test_the_bucket_model_counts_the_bytes_the_variants_send(run):
     assert variants.lookup("fsdp-bf16").gradient_bytes == 2 and variants.lookup("bucketed-5").gradient_bytes == 4
 
 
+def test_the_bucket_model_is_set_against_one_precision_s_rows(run):
+    """The model's s is fp32 gradients' bytes, and a bf16 step's backward and waits are another
+    workload's: the waits and backward it is held against are the first precision's rows only."""
+    for v in ddp.reads("C8", CHOSEN):
+        if not ddp_rows.is_bucket_size(v):
+            continue
+        path = Path(_path(run, "records", v, "bf16"))
+        record = json.loads(path.read_text())
+        record["metrics"]["comm_wait_ms"], record["metrics"]["backward_ms"] = 99.0, 9999.0
+        write_json_atomic(path, record)
+    model = json.loads((_report(run, "C8") / "summary.json").read_text())["model"]
+    assert max(model["measured_wait_range_ms"]) < 99 and model["backward_ms"] < 9999
+
+
 def test_the_bucket_model_plot_is_log_log_and_marks_the_real_bucket_counts(run):
     import matplotlib.pyplot as plt
 

@@ -269,8 +269,13 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
     passes over the gradients after backward take, which the model leaves out. ``overhead_fit`` fits
     the model to the bucket sizes' overheads (``found_overheads``, what ``overheads`` gave)."""
     fit = c1["fits"].get(f"{setup['backend']}_x{setup['world_size']}")
+    # One precision: s is the bytes of fp32 gradients, and a bf16 step's backward and waits are another
+    # workload's (the first precision's rows, as per_call is the first precision's)
+    first = variants.DEFAULT_PRECISION if (table["precision"] == variants.DEFAULT_PRECISION).any() \
+        else (table["precision"].iloc[0] if len(table) else variants.DEFAULT_PRECISION)
     bucketed = table[(table["status"] == "ok") & table["variant"].map(is_bucket_size)].copy()
-    sent = [r for r in records if r["params"]["variant"] in set(bucketed["variant"])]
+    sent = [r for r in records if r["params"]["variant"] in set(bucketed["variant"])
+            and variants.precision_of(r) == first]
     model_summary = None
     fig, ax = plt.subplots(figsize=(6.5, 4))
     if fit and fit["w_GBps"] and fit["o_ms"] > 0 and sent and sent[0]["metrics"].get("parameter_count"):
@@ -283,8 +288,9 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
         bucketed["predicted_c1_ms"] = [overhead_model(n, grad_bytes, c1_o_s, w) * 1e3 for n in bucketed["buckets"]]
         bandwidth = memory_bandwidth(sent)
         bucketed["after_backward_pass_ms"] = [pass_ms(v, grad_bytes, bandwidth) for v in bucketed["variant"]]
-        backward = bucketed["backward_ms"].median() if len(bucketed) else None
-        waits = bucketed["comm_wait_ms"]
+        ones = bucketed[bucketed["precision"] == first]
+        backward = ones["backward_ms"].median() if len(ones) else None
+        waits = ones["comm_wait_ms"]
         model_summary = {"o_ms": o_ms, "o_source": source, "c1_o_ms": fit["o_ms"], "w_GBps": fit["w_GBps"],
                          "grad_MB": grad_bytes / 1e6,
                          "gradient_dtype": {4: "fp32", 2: "bf16"}.get(element_bytes, f"{element_bytes}-byte"),
@@ -292,8 +298,8 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
                          "optimum": optimal_buckets(grad_bytes, o_s, w),
                          "optimum_c1": optimal_buckets(grad_bytes, c1_o_s, w),
                          "measured_wait_range_ms": [float(waits.min()), float(waits.max())],
-                         "predicted_range_ms": [float(bucketed["predicted_ms"].min()), float(bucketed["predicted_ms"].max())],
-                         "bucket_counts": [int(bucketed["buckets"].min()), int(bucketed["buckets"].max())],
+                         "predicted_range_ms": [float(ones["predicted_ms"].min()), float(ones["predicted_ms"].max())],
+                         "bucket_counts": [int(ones["buckets"].min()), int(ones["buckets"].max())],
                          "pass_ms": next((x for x in bucketed["after_backward_pass_ms"] if x is not None), None),
                          "memory_GBps": bandwidth / 1e9 if bandwidth else None}
         # Fitted to the overheads of the first precision, where the run paired them with a baseline.
@@ -303,7 +309,7 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
                   if p == precision and v in rows]
         model_summary["overhead_fit"] = fit_overheads(points, grad_bytes, w) if points else None
         model_summary["overhead_fit_precision"] = precision
-        plot_bucket_model(bucketed, grad_bytes, o_s, w, ax, c1_o_s=c1_o_s, source=source, pass_ms=model_summary["pass_ms"])
+        plot_bucket_model(ones, grad_bytes, o_s, w, ax, c1_o_s=c1_o_s, source=source, pass_ms=model_summary["pass_ms"])
     else:
         ax.text(0.5, 0.5, "no C1 fit for this backend and world size", ha="center", transform=ax.transAxes)
     save_figure(fig, out / "overhead_model.png")

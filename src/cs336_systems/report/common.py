@@ -61,6 +61,9 @@ def sittings(times: Iterable[str]) -> list[dict[str, str]]:
         else:
             out[-1]["to"] = t
         last = now
+    for s in out:       # "2026-11-27 11:35–12:01", or one time where the sitting's records share a minute
+        start, end = s["from"][:16].replace("T", " "), s["to"][11:16]
+        s["label"] = start if start.endswith(end) else f"{start}–{end}"
     return out
 
 

@@ -80,7 +80,7 @@ def section(**keys) -> dict:
 
 
 # Every section's first line (templates/sections/_run.md.j2's run_line).
-PROVENANCE = obj(gpus=arr(STR), hosts=arr(STR), dates=STR, sittings=arr(obj({"from": STR}, to=STR)), commits=arr(STR),
+PROVENANCE = obj(gpus=arr(STR), hosts=arr(STR), dates=STR, sittings=arr(obj(label=STR)), commits=arr(STR),
                  dirty=BOOL, torch=arr(STR), records=INT, statuses=mapping(INT))
 
 
