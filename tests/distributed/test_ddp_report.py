@@ -303,6 +303,9 @@ def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward
     # no baseline of the compute precision, no verdict; no C1 fit, no bound
     (alone,) = c12.fsdp_forward({"fp32": {"fsdp-bf16": {"forward_ms": 213.0}}}, setup, None)
     assert "bound_ms" not in alone and "beyond_transfers" not in alone and alone["baseline_forward_ms"] is None
+    # bf16 at its own batch: its quiet forward is another workload's, and the fp32 run's fsdp-bf16 has none
+    (other,) = c12.fsdp_forward(rows, setup | {"global_batch": 8, "other_batches": {"bf16": 32}}, c1)
+    assert other["baseline_forward_ms"] is None and other["baseline_other_batch"] and "excess_ms" not in other
 
 
 def test_c6_sets_overlaps_slower_backward_beside_the_shorter_wait(run, tmp_path):

@@ -41,13 +41,17 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
                 continue
             element_bytes = variants.lookup(variant).gradient_bytes
             compute = "bf16" if element_bytes == 2 or precision == "bf16" else "fp32"
-            quiet = rows.get(compute, {})
+            # a forward of another batch is another workload: a precision may run its own (config's
+            # DDP.global_batch), and then the fp32 run's fsdp-bf16 has no quiet bf16 forward to set against
+            batch = {**{p: setup.get("global_batch") for p in rows}, **setup.get("other_batches", {})}
+            quiet = rows.get(compute, {}) if batch.get(compute) == batch.get(precision) else {}
             base_variant = next((v for v in QUIET_FORWARD if quiet.get(v)), None)
             base = quiet.get(base_variant) if base_variant else None
             # the closed form, not the record's parameter_count: under FSDP that counts this rank's shards
             count = size.parameter_count()
             found = {"variant": variant, "precision": precision, "forward_ms": row["forward_ms"],
                      "baseline_precision": compute, "baseline_variant": base_variant,
+                     "baseline_other_batch": batch.get(compute) != batch.get(precision),
                      "baseline_forward_ms": base["forward_ms"] if base else None,
                      "gathers": gathers, "gathered_GB": all_gather_bytes(count * element_bytes, n) / 1e9}
             if fit and fit.get("w_GBps"):

@@ -300,8 +300,9 @@ SUMMARY_SCHEMAS["C12"] = section(
     fsdp_bf16=null(obj(step_ms=NUM)),
     fsdp_forward=opt(null(arr(obj(
         baseline_forward_ms=null(NUM),
+        baseline_other_batch=opt(BOOL),
         baseline_precision=STR,
-        baseline_variant=STR,
+        baseline_variant=null(STR),
         beyond_bytes=opt(null(BOOL)),
         beyond_transfers=opt(null(BOOL)),
         bound_ms=opt(NUM),
