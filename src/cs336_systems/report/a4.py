@@ -28,7 +28,6 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.models import MODEL_SIZES
-from cs336_systems.precision.autocast_dtypes import STAGES
 from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_summary, write_table)
@@ -62,17 +61,28 @@ def _column(params: dict) -> str:
     return f"{params['device']} {params['autocast_dtype']}"
 
 
+def stages(records: list[dict]) -> list[str]:
+    """The toy model's stages in the order the records list them (``precision.autocast_dtypes.STAGES``,
+    read from the records rather than imported: that module imports torch, ~2 s a report and writeup job)."""
+    found: dict[str, None] = {}
+    for r in records:
+        if r["params"]["part"] == "dtypes" and r["status"] == "ok":
+            found.update(dict.fromkeys(r["metrics"]["stages"]))
+    return list(found)
+
+
 def dtype_table(records: list[dict]) -> pd.DataFrame:
     """Rows: stages of the toy model; columns: device and autocast dtype; a cell says the dtype,
     or why there is none (``skipped`` / ``error``, reasons in the summary)."""
-    table = {"stage": list(STAGES)}
+    names = stages(records)
+    table = {"stage": names}
     for r in records:
         if r["params"]["part"] != "dtypes":
             continue
         if r["status"] == "ok":
-            table[_column(r["params"])] = [r["metrics"]["stages"][s] for s in STAGES]
+            table[_column(r["params"])] = [r["metrics"]["stages"][s] for s in names]
         else:
-            table[_column(r["params"])] = [r["status"]] * len(STAGES)
+            table[_column(r["params"])] = [r["status"]] * len(names)
     return pd.DataFrame(table)
 
 
@@ -83,7 +93,7 @@ def dtype_rules(records: list[dict]) -> list[dict]:
     names = {"fp16": "float16", "bf16": "bfloat16"}
     ran = [r for r in records if r["params"]["part"] == "dtypes" and r["status"] == "ok"]
     out = []
-    for stage in STAGES:
+    for stage in stages(records):
         cells = {_column(r["params"]): r["metrics"]["stages"][stage] for r in ran}
         if not cells:
             continue
