@@ -43,7 +43,8 @@ def module_file(name: str) -> Path | None:
     return None
 
 
-def _imported_names(path: Path, module: str) -> set[str]:
+@lru_cache(maxsize=None)      # every rule's closure walks the same files: parse each once per process
+def _imported_names(path: Path, module: str) -> frozenset[str]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
@@ -58,7 +59,7 @@ def _imported_names(path: Path, module: str) -> set[str]:
                 stem = node.module or ""
             names.add(stem)
             names.update(f"{stem}.{alias.name}" for alias in node.names)  # `from pkg import module`
-    return names
+    return frozenset(names)
 
 
 def _parents(name: str) -> list[str]:
