@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -153,10 +154,38 @@ def precision_ratios(records: list[dict]) -> list[dict]:
     return out
 
 
+def answer(phases: list[dict], ratios: list[dict], top: list[dict]) -> dict | None:
+    """What the section opens with, from the rows it tabulates: fp32's peaks over the contexts (the full
+    training step, what was live before it, the forward pass), bf16's peak against fp32's at the same
+    points, and the largest allocations at the recorded peak."""
+    fp32 = [p for p in phases if p["precision"] == "fp32"]
+    if not fp32:
+        return None
+    gib = lambda mib: mib / 1024
+    by_mode = {mode: [p for p in fp32 if p["mode"] == mode] for mode in ("forward", "train-step")}
+    span = lambda rows, key: [gib(min(r[key] for r in rows)), gib(max(r[key] for r in rows))] if rows else None
+    train = by_mode["train-step"]
+    return {"contexts": sorted({p["context"] for p in fp32}),
+            "train_peak_gib": span(train, "peak_mib"), "forward_peak_gib": span(by_mode["forward"], "peak_mib"),
+            "live_before_gib": gib(statistics.median(r["initial_mib"] for r in train)) if train else None,
+            "bf16_ratio": [min(r["ratio"] for r in ratios), max(r["ratio"] for r in ratios)] if ratios else None,
+            "largest": _largest(top)}
+
+
+def _largest(top: list[dict]) -> dict | None:
+    """The largest size among the top allocations: how many blocks of it, and the operations that made them."""
+    if not top:
+        return None
+    size = max(a["size_bytes"] for a in top)
+    same = [a for a in top if a["size_bytes"] == size]
+    return {"mib": size / 2**20, "blocks": sum(a["count"] for a in same),
+            "made_by": list(dict.fromkeys(a["op"] or a["node"] or a["frame"] or "unknown" for a in same))}
+
+
 def summarize(records: list[dict], timelines: list[dict], top_record: dict | None) -> dict:
     ok = [r for r in records if r["status"] == "ok"]
     first = records[0]["params"]
-    return {
+    summary = {
         "provenance": run_provenance(records),
         "size": first["size"], "d_model": first["d_model"], "num_layers": first["num_layers"],
         "batch": first["batch"], "warmup": first["warmup"], "device": first["device"],
@@ -178,6 +207,7 @@ def summarize(records: list[dict], timelines: list[dict], top_record: dict | Non
         "bf16_vs_fp32": precision_ratios(records),
         "timelines": timelines,
     }
+    return summary | {"answer": answer(summary["phases"], summary["bf16_vs_fp32"] or [], summary["top_allocations"] or [])}
 
 
 def main(argv=None) -> int:
@@ -205,7 +235,10 @@ def main(argv=None) -> int:
 # What writeup/templates/sections/A5.md.j2 reads of this report's summary (report.summary_schemas).
 SUMMARY_SCHEMAS: dict[str, dict] = {}
 
+_SPAN = null(arr(NUM))
 SUMMARY_SCHEMAS["A5"] = section(
+    answer=null(obj(bf16_ratio=_SPAN, contexts=arr(INT), forward_peak_gib=_SPAN, live_before_gib=null(NUM),
+                    largest=null(obj(blocks=INT, made_by=arr(STR), mib=NUM)), train_peak_gib=_SPAN)),
     allocator_check=null(obj(max_relative_difference=NUM, max_reserved_over_allocated_mib=NUM, points=INT)),
     batch=INT,
     bf16_vs_fp32=null(arr(obj(context=INT, mode=STR, ratio=NUM))),
