@@ -10,14 +10,14 @@ import statistics as st
 import sys
 from pathlib import Path
 
-from cs336_systems.report.spread import paired_records
+from cs336_systems.report.spread import paired_records, round_samples
 
 OURS = ("bucketed-100", "bucketed-1000", "bucketed-ready-100", "bucketed-ready-1000", "bucketed-avg-1000",
         "bucketed-bf16-100", "bucketed-bf16-1000", "overlap")
 
 
 def round_medians(record, phase="step"):
-    return [st.median(r[phase]) for r in record["metrics"]["rounds"]]
+    return [st.median(samples) for samples in round_samples(record, phase)]
 
 
 def main(folder: Path) -> None:

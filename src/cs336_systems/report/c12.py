@@ -33,6 +33,9 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
     fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
     n = setup["world_size"]
     forward = forward or {}
+    # a forward of another batch is another workload: a precision may run its own (config's
+    # DDP.global_batch), and then the fp32 run's fsdp-bf16 has no quiet bf16 forward to set against
+    batch = {**{p: setup.get("global_batch") for p in rows}, **setup.get("other_batches", {})}
     out = []
     for precision, ran in rows.items():
         for variant in ("fsdp", "fsdp-bf16"):
@@ -41,9 +44,6 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
                 continue
             element_bytes = variants.lookup(variant).gradient_bytes
             compute = "bf16" if element_bytes == 2 or precision == "bf16" else "fp32"
-            # a forward of another batch is another workload: a precision may run its own (config's
-            # DDP.global_batch), and then the fp32 run's fsdp-bf16 has no quiet bf16 forward to set against
-            batch = {**{p: setup.get("global_batch") for p in rows}, **setup.get("other_batches", {})}
             quiet = rows.get(compute, {}) if batch.get(compute) == batch.get(precision) else {}
             base_variant = next((v for v in QUIET_FORWARD if quiet.get(v)), None)
             base = quiet.get(base_variant) if base_variant else None
