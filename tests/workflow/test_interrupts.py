@@ -2,7 +2,8 @@
 with every record whole and nothing left to do.
 
 Each test works on its own copy of the finished smoke tree (timestamps and Snakemake's metadata
-kept) with the benchmark module edited, so the interrupted run has real measuring jobs to cut off.
+kept) with A3's measuring module edited, so the interrupted run has a real measuring job to cut off
+and little else to do (A3's job, its report and the writeup).
 """
 from __future__ import annotations
 
@@ -24,13 +25,16 @@ pytestmark = pytest.mark.slow
 MAIN = shlex.split(main_command())[1:]
 
 
+MEASURING_JOB = "A3_accumulation"       # what the edit below makes stale (test_staleness says so)
+
+
 def _tree_after_an_edit(smoke, dest: Path) -> Path:
-    """The finished smoke tree with the benchmark edited, so its A1 points are stale (about 15 jobs)."""
+    """The finished smoke tree with A3's module edited, so its measuring job is stale (three jobs)."""
     copy, first, _ = smoke
     assert first.returncode == 0, _show(first)
     shutil.copytree(copy, dest, symlinks=True)
-    with open(dest / "src" / "cs336_systems" / "benchmark.py", "a") as f:
-        f.write("# an edit that makes A1 stale\n")
+    with open(dest / "src" / "cs336_systems" / "precision" / "accumulation.py", "a") as f:
+        f.write("# an edit that makes A3 stale\n")
     return dest
 
 
@@ -82,7 +86,7 @@ def _assert_finished_and_whole(copy: Path) -> None:
 def test_ctrl_c_then_the_same_command(smoke, tmp_path):
     copy = _tree_after_an_edit(smoke, tmp_path / "repo")
     proc = _start(copy, tmp_path / "first.log")
-    _wait_for(tmp_path / "first.log", "rule A1_benchmark:", proc)
+    _wait_for(tmp_path / "first.log", f"rule {MEASURING_JOB}:", proc)
     time.sleep(1.0)                                              # inside the job's process
     os.killpg(proc.pid, signal.SIGINT)                           # Ctrl-C: the whole foreground group
     assert proc.wait(timeout=120) != 0
@@ -93,7 +97,7 @@ def test_ctrl_c_then_the_same_command(smoke, tmp_path):
 def test_kill_9_then_unlock_and_the_same_command(smoke, tmp_path):
     copy = _tree_after_an_edit(smoke, tmp_path / "repo")
     proc = _start(copy, tmp_path / "first.log")
-    _wait_for(tmp_path / "first.log", "rule A1_benchmark:", proc)
+    _wait_for(tmp_path / "first.log", f"rule {MEASURING_JOB}:", proc)
     time.sleep(1.0)
     os.kill(proc.pid, signal.SIGKILL)                            # Snakemake alone; its job runs on
     proc.wait(timeout=30)
@@ -105,27 +109,29 @@ def test_kill_9_then_unlock_and_the_same_command(smoke, tmp_path):
     _assert_finished_and_whole(copy)
 
 
-@pytest.mark.parametrize("damage", ["cut", "not a record"])
-def test_a_damaged_record_is_measured_again(smoke, tmp_path, damage):
-    """A record two reports read (A1's and A4's), cut to half its bytes or replaced by JSON that is not
-    a record: README's command names it in one line, sets it aside before it plans, measures it again
-    in the same run, and both reports read the new record."""
+def test_damaged_records_are_measured_again(smoke, tmp_path):
+    """Two records two reports read (A1's and A4's), one cut to half its bytes, the other replaced by
+    JSON that is not a record: README's command names each in one line, sets it aside before it
+    plans, measures it again in the same run, and both reports read the new records."""
     copy, first, _ = smoke
     assert first.returncode == 0, _show(first)
     shutil.copytree(copy, tmp_path / "repo", symlinks=True)
     copy = tmp_path / "repo"
-    record = copy / "results" / "smoke" / "A1" / "records" / "tiny_ctx16_forward-backward_fp32.json"
-    text = record.read_text()
-    record.write_text(text[: len(text) // 2] if damage == "cut" else '{"not": "a record"}')
+    records = copy / "results" / "smoke" / "A1" / "records"
+    damage = {records / "tiny_ctx16_forward-backward_fp32.json": ("cut", "not JSON"),
+              records / "tiny_ctx16_forward-backward_bf16.json": ("not a record", "not a record")}
+    for record, (how, _) in damage.items():
+        text = record.read_text()
+        record.write_text(text[: len(text) // 2] if how == "cut" else '{"not": "a record"}')
     proc = snakemake(copy, *MAIN)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, _show(proc)
-    why = "not JSON" if damage == "cut" else "not a record"
-    assert f"damaged record results/smoke/A1/records/{record.name} ({why}" in out, _show(proc)
     assert "Missing files" not in out and "Traceback" not in out, _show(proc)
-    assert (record.parent / (record.name + ".damaged")).exists()
-    assert json.loads(record.read_text())["status"] == "ok"
-    for report in ("A1", "A4"):      # both readers ran after the new record was written
-        summary = copy / "results" / "smoke" / report / "summary.json"
-        assert summary.stat().st_mtime >= record.stat().st_mtime, report
+    for record, (_, why) in damage.items():
+        assert f"damaged record results/smoke/A1/records/{record.name} ({why}" in out, _show(proc)
+        assert (record.parent / (record.name + ".damaged")).exists()
+        assert json.loads(record.read_text())["status"] == "ok"
+        for report in ("A1", "A4"):      # both readers ran after the new record was written
+            summary = copy / "results" / "smoke" / report / "summary.json"
+            assert summary.stat().st_mtime >= record.stat().st_mtime, report
     _assert_finished_and_whole(copy)
