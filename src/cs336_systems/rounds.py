@@ -30,8 +30,8 @@ from typing import Callable, ContextManager, Sequence
 import torch
 
 from cs336_systems.records import log
-from cs336_systems.timing import (PhaseTimer, failure_status, free_device_memory, peak_memory_bytes,
-                                  reset_peak_memory, summarize)
+from cs336_systems.timing import (PhaseTimer, allocator_calls, failure_status, free_device_memory,
+                                  peak_memory_bytes, reset_peak_memory, summarize)
 
 Phase = Callable[[str], ContextManager]
 StepFn = Callable[[Phase], object]
@@ -64,6 +64,9 @@ class Outcome:
     message: str | None = None
     warmup_steps: list[float] = field(default_factory=list)      # ms, whole step
     rounds: list[dict[str, list[float]]] = field(default_factory=list)   # per round: phase -> samples (ms)
+    # per round: the allocator's calls to the driver during the timed steps (timing.allocator_calls;
+    # None on the CPU). A round that made some was slowed by the memory left by another entrant.
+    allocator_calls: list[int | None] = field(default_factory=list)
     peak_memory_bytes: int | None = None    # the most any of its steps held (None on the CPU)
     timed_peak_memory_bytes: int | None = None    # the same over its timed steps only (not warm-up, not settling)
     steps_per_turn: int = 0                 # its timed steps in each round (``take_turns``' min_turn_ms)
@@ -82,6 +85,7 @@ class Outcome:
         steps = [t for r in self.rounds for t in r["step"]]
         metrics["step"] = summarize(steps) | {"samples": steps}
         metrics["rounds"] = self.rounds
+        metrics["allocator_calls_per_round"] = self.allocator_calls
         metrics["warmup_step_samples"] = self.warmup_steps
         metrics["peak_memory_bytes"] = self.peak_memory_bytes
         metrics["turns"] = job.as_dict() | {"steps_per_turn": self.steps_per_turn, "interleaved": self.interleaved}
@@ -193,6 +197,7 @@ def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle:
     An entrant that fails stops there, its memory released, and the others go on."""
     timers = {o.name: PhaseTimer(device) for o in turn}
     totals: dict[str, list[float]] = {o.name: [] for o in turn}
+    calls: dict[str, int | None] = dict.fromkeys(totals)
     outcomes = {o.name: o for o in turn}
 
     def settle_all(outcome: Outcome) -> None:
@@ -202,7 +207,10 @@ def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle:
     def timed(outcome: Outcome) -> None:
         # the peak is taken per step: an interleaved turn's steps belong to different entrants
         reset_peak_memory(device)
+        before = allocator_calls(device)
         totals[outcome.name].append(_timed_step(outcome, device, timers[outcome.name]))
+        if before is not None:
+            calls[outcome.name] = (calls[outcome.name] or 0) + allocator_calls(device) - before
         peak = peak_memory_bytes(device)
         if peak is not None:
             outcome.peak_memory_bytes = max(peak, outcome.peak_memory_bytes or 0)
@@ -216,6 +224,7 @@ def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle:
     for name, outcome in outcomes.items():
         if outcome.step is not None:
             outcome.rounds.append({**timers[name].samples, "step": totals[name]})
+            outcome.allocator_calls.append(calls[name])
 
 
 def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmup: int, rounds: int,

@@ -114,6 +114,18 @@ def peak_memory_bytes(device: torch.device | str) -> int | None:
     return None
 
 
+def allocator_calls(device: torch.device | str) -> int | None:
+    """How many times the caching allocator has gone to the driver on ``device`` so far: its device
+    allocations (cudaMalloc) plus its retries (a failed allocation that freed the cache and tried
+    again). Each costs milliseconds and a synchronisation; a timed step that makes one is slower for
+    a reason outside the step (None on the CPU)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    stats = torch.cuda.memory_stats(device)
+    return stats.get("num_device_alloc", 0) + stats.get("num_alloc_retries", 0)
+
+
 def reset_peak_memory(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type == "cuda":

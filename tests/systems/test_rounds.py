@@ -304,3 +304,45 @@ def test_an_entrant_that_fails_inside_a_shared_turn_stops_there_and_the_other_go
                         rounds=3, steps=1, min_turn_ms=1, settle=0)
     assert out["f"].status == "oom" and out["f"].rounds == []
     assert out["s"].status == "ok" and len(out["s"].rounds) == 3 and all(len(r["step"]) == 3 for r in out["s"].rounds)
+
+
+def test_each_round_counts_the_allocator_s_calls_during_its_timed_steps_only(monkeypatch):
+    """A timed step that makes the caching allocator go to the driver is slower for a reason outside
+    the step; the round says how many such calls its timed steps made (warm-up and settling apart)."""
+    made = {"calls": 0}
+    monkeypatch.setattr(rounds, "allocator_calls", lambda device: made["calls"])
+
+    def make():
+        def step(phase):
+            # the settling step allocates twice; of the timed steps, the second of each turn once
+            if phase is rounds.untimed:
+                made["calls"] += 2
+            else:
+                step.timed += 1
+                made["calls"] += step.timed % 2 == 0
+        step.timed = 0
+        return step
+
+    job, out = take_turns([Entrant("a", make)], device="cpu", warmup=1, rounds=3, steps=2, settle=1)
+    assert out["a"].allocator_calls == [1, 1, 1]
+    assert out["a"].metrics(job)["allocator_calls_per_round"] == [1, 1, 1]
+
+
+def test_on_the_cpu_the_allocator_s_calls_are_not_counted():
+    job, out = take_turns([Entrant("a", lambda: (lambda phase: None))], device="cpu", warmup=0, rounds=3, steps=1)
+    assert out["a"].metrics(job)["allocator_calls_per_round"] == [None, None, None]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_new_block_is_an_allocator_call_and_a_cached_one_is_not():
+    from cs336_systems.timing import allocator_calls
+
+    device = torch.device("cuda")
+    torch.cuda.empty_cache()
+    before = allocator_calls(device)
+    x = torch.empty(64 << 20, dtype=torch.uint8, device=device)     # nothing cached: cudaMalloc
+    after_new = allocator_calls(device)
+    del x
+    y = torch.empty(64 << 20, dtype=torch.uint8, device=device)     # the freed block, from the cache
+    assert after_new == before + 1 and allocator_calls(device) == after_new
+    del y
