@@ -116,6 +116,7 @@ def test_training_variant_in_the_group(group, variant):
         assert 0 < accuracy["weights_rel_diff"] < 1e-3 and accuracy["diff_over_update"] > 0
         assert len(accuracy["losses"]) == len(accuracy["reference_losses"]) == 2
         assert accuracy["losses"][0] == accuracy["reference_losses"][0]     # the first loss precedes any update
+        assert record["metrics"]["casts_on_side_stream"] is False            # Gloo ranks on CPUs: no streams
     else:
         assert accuracy is None and "accuracy_steps" not in record["params"]
     if variant.startswith(("bucketed-ready", "bucketed-avg")):

@@ -426,6 +426,7 @@ def _bf16_gradients(rank, world_size, name, device="cpu"):
         toy_loss(wrapped, x, y, branch_on[rank]).backward()
         wrapped.finish_gradient_synchronization()
         grads["bf16"] = {n: p.grad.cpu().numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
+        grads["side_stream"] = wrapped.casts_on_side_stream
         optimizer.step()
         steps.append(grads)
     return steps
@@ -441,6 +442,7 @@ def test_bf16_communication_is_within_bf16_rounding_of_one_process_and_pytorch_d
     computes, up to fp32 rounding) and PyTorch DDP's: within BF16_BOUND, at every step, parameters
     used on one rank only included; no rank has a gradient where none had one."""
     _check_bf16_runs(bf16_runs)
+    assert not any(step["side_stream"] for steps in bf16_runs for step in steps)    # a CPU has no streams
 
 
 @pytest.mark.gpu(WORLD)
@@ -451,6 +453,7 @@ def test_bf16_communication_on_gpus_under_nccl(name):
     takes the path the CPU test checks (the steps where a rank leaves it unused)."""
     runs = run_on_ranks(_bf16_gradients, WORLD, args=(name, "cuda"), backend="nccl")
     _check_bf16_runs(runs)
+    assert all(steps[-1]["side_stream"] for steps in runs)        # the records say so (C8's description)
     for step, _ in enumerate(BF16_STEPS):
         for param, value in runs[0][step]["bf16"].items():
             assert torch.equal(torch.as_tensor(value), torch.as_tensor(runs[1][step]["bf16"][param])), (step, param)

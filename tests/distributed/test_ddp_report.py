@@ -279,6 +279,23 @@ def test_c8_shows_the_accuracy_of_bf16_communication(run, tmp_path):
     assert "Where a traced step's GPU time goes" in text and "built-in method" not in text
 
 
+@pytest.mark.parametrize("side, said", [
+    (True, "on a stream of their own"),
+    (False, "on the compute stream"),
+    (None, None),                       # records from before the field: where the casts ran is not said
+])
+def test_c8_says_where_the_bf16_casts_ran_as_the_records_say(run, tmp_path, side, said):
+    for path in (run / "C8" / "records").glob("bucketed-bf16-*.json"):
+        record = json.loads(path.read_text())
+        if side is not None:
+            record["metrics"]["casts_on_side_stream"] = side
+        write_json_atomic(path, record)
+    text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C8", _report(run, "C8") / "summary.json")
+    row = next(line for line in text.splitlines() if line.startswith("| `bucketed-bf16-<MB>`"))
+    for phrase in ("on a stream of their own", "on the compute stream"):
+        assert (phrase in row) == (phrase == said), row
+
+
 @pytest.mark.parametrize("fsdp_forward_ms, beyond", [(250.0, True), (100.0, False)])
 def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward_ms, beyond):
     """#20 item 11: fsdp-bf16's forward (213 ms) stood unexplained beside a one-GPU bf16 forward of

@@ -359,6 +359,11 @@ class _BucketBuffer:
     def in_flight(self) -> bool:
         return self._work is not None or self._side is not None
 
+    @property
+    def on_side_stream(self) -> bool:
+        """Launched, and its work issued on the side stream (the mean comes back there)."""
+        return self._side is not None
+
     def finish(self, world_size: int) -> None:
         if self._side is not None:              # launched on the side stream, the mean already back
             torch.cuda.current_stream(self.buffer.device).wait_stream(self._side)
@@ -422,6 +427,7 @@ class DDPBucketed(_DataParallel):
         self._as_view, self._dtype, self._average = gradient_as_bucket_view, communication_dtype, mean_in_all_reduce
         self._learn_order = ready_order
         self._side: torch.cuda.Stream | None = None
+        self._cast_aside = False
         self._arrival: list[nn.Parameter] = []
         self.ready_order_names: list[str] | None = None
         self.rebuilt = False
@@ -439,6 +445,12 @@ class DDPBucketed(_DataParallel):
             self._flat = [_FlatGradients([p for _, p in bucket]) for bucket in plan]
         self._bucket_of = {p: (i, j) for i, bucket in enumerate(plan) for j, (_, p) in enumerate(bucket)}
         self._reset_step()
+
+    @property
+    def casts_on_side_stream(self) -> bool:
+        """Whether a bucket of this wrapper has cast, all-reduced and cast back on the side stream
+        (``_BucketBuffer.launch``): bf16 buckets on a GPU whose gradients all arrived."""
+        return self._cast_aside
 
     @property
     def communications_in_flight(self) -> int:
@@ -482,6 +494,7 @@ class DDPBucketed(_DataParallel):
         bucket = self._flat[index]
         if isinstance(bucket, _BucketBuffer):
             bucket.launch([p in self._arrived for p in bucket.params], self._side_stream(bucket))
+            self._cast_aside |= bucket.on_side_stream
         else:
             bucket.launch()
 

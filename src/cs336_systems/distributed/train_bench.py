@@ -311,6 +311,7 @@ def _take_turn(name: str, cfg: dict, device: torch.device, batch, autocast, foun
         wrapped = built.wrapped
         found["details"] = {"buckets": len(wrapped.buckets) if hasattr(wrapped, "buckets") else None,
                             "rebuilt_in_ready_order": getattr(wrapped, "rebuilt", None),
+                            "casts_on_side_stream": getattr(wrapped, "casts_on_side_stream", None),
                             "parameter_count": sum(p.numel() for p in built.model.parameters())}
 
 
@@ -537,8 +538,9 @@ def summarize_ranks(per_rank: list[dict], job: Job) -> dict:
     details = per_rank[0]["details"]
     metrics["parameter_count"] = details["parameter_count"]
     metrics["buckets"] = details["buckets"]
-    if details["rebuilt_in_ready_order"] is not None:
-        metrics["rebuilt_in_ready_order"] = details["rebuilt_in_ready_order"]
+    for key in ("rebuilt_in_ready_order", "casts_on_side_stream"):
+        if details.get(key) is not None:
+            metrics[key] = details[key]
     if per_rank[0].get("accuracy"):
         metrics["accuracy"] = per_rank[0]["accuracy"]
     return metrics

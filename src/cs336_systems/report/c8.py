@@ -413,4 +413,13 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
                       "has_overhead_table": over is not None, "accuracy": accuracy, "compute_gaps": gaps,
                       "kernel_time": kinds, "ladder": ladder(records),
                       "against_overlap": bucketed_against_overlap(records).get(first),
-                      "best_bucket_size": best_bucket_size(records, first)}
+                      "best_bucket_size": best_bucket_size(records, first),
+                      "casts_on_side_stream": casts_on_side_stream(records)}
+
+
+def casts_on_side_stream(records: list[dict]) -> bool | None:
+    """Whether the bf16-communicating rungs that ran cast and all-reduced on a side stream: True or
+    False where their records say so alike, None where none says (records from before the field)."""
+    said = {r["metrics"]["casts_on_side_stream"] for r in records
+            if variants.fp32_twin(r["params"]["variant"]) and "casts_on_side_stream" in r.get("metrics", {})}
+    return said.pop() if len(said) == 1 else None
