@@ -116,6 +116,28 @@ def test_a_long_table_folds_whole_and_links_its_csv(tmp_path):
     assert f"[table.csv](../../results/r/B5/table.csv)" in md
 
 
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_a_view_of_a_wide_table_shows_its_columns_in_order_and_says_what_it_leaves_out(tmp_path, fmt):
+    folder = _csv(tmp_path, 3)
+    out = tmp_path / "writeup" / "r" / f"w.{fmt}"
+    text = Renderer(fmt, out, TEMPLATES).table(folder, columns=["calls", "kernel"])
+    header = text.splitlines()[0] if fmt == "md" else re.search(r"<tr>(.*?)</tr>", text, re.S).group(1)
+    assert re.sub(r"<[^>]+>|\|", " ", header).split() == ["calls", "kernel"]
+    assert "2 of the 3 columns of" in text
+    if fmt == "md":
+        assert "[table.csv](../../results/r/B5/table.csv)" in text
+    else:
+        assert 'href="data:text/csv;base64,' in text
+    # the whole table says nothing of the kind
+    assert "columns of" not in Renderer(fmt, out, TEMPLATES).table(folder)
+
+
+def test_a_view_naming_a_column_the_table_lacks_says_which_and_what_it_has(tmp_path):
+    folder = _csv(tmp_path, 3)
+    with pytest.raises(ValueError, match=r"has no column speed \(it has kernel, ms, calls\)"):
+        Renderer("md", tmp_path / "w.md", TEMPLATES).table(folder, columns=["kernel", "speed"])
+
+
 # --- the contents and missing sections --------------------------------------------------------
 
 def _summary(tmp_path, run, ident, gpus=("NVIDIA H100",), counts=(1,), commits=("abc1234567",)):

@@ -266,6 +266,7 @@ SUMMARY_SCHEMAS["C8"] = section(
     against_overlap=opt(null(mapping())),
     best_bucket_size=opt(null(mapping())),
     beyond=arr(obj(variant=STR)),
+    bucketed=arr(mapping()),
     casts_on_side_stream=opt(null(BOOL)),
     compute_gaps=null(mapping(mapping(NUM))),
     has_overhead_table=null(BOOL),

@@ -157,34 +157,47 @@ class Renderer:
         """The link target of section ``ident`` in this format."""
         return ident if self.fmt == "html" else github_slug(f"{ident}. {SECTIONS[ident]}")
 
-    def table(self, folder: Path, name: str = "table", fold_over: int = FOLD_ROWS, exact: bool = False) -> str:
-        """The whole table: numbers right-aligned, text left, floats ``readable`` unless ``exact`` (a
-        table whose subject is the digits themselves: A3's sums, where 0.999999 is not 1); longer
-        than ``fold_over`` rows, folded (``<details>``) with a link to its CSV."""
+    def table(self, folder: Path, name: str = "table", fold_over: int = FOLD_ROWS, exact: bool = False,
+              columns: list[str] | None = None) -> str:
+        """The table: numbers right-aligned, text left, floats ``readable`` unless ``exact`` (a table
+        whose subject is the digits themselves: A3's sums, where 0.999999 is not 1); longer than
+        ``fold_over`` rows, folded (``<details>``) with a link to its CSV. ``columns``: the ones shown,
+        in that order, a view of a table too wide to read in one piece (a section shows a wide CSV as
+        two or more views); the text then says how many the CSV has and links it."""
         csv_path = folder / f"{name}.csv"
         df = pd.read_csv(csv_path, keep_default_na=False)
+        width = len(df.columns)
+        if columns is not None:
+            missing = [c for c in columns if c not in df.columns]
+            if missing:
+                raise ValueError(f"{csv_path} has no column {', '.join(missing)} (it has {', '.join(df.columns)})")
+            df = df[list(columns)]
         colalign = [column_alignment(df[c]) for c in df.columns] or None
         if not exact:
             df = readable_frame(df)
         fold = len(df) > fold_over
         what = f"all {len(df)} rows × {len(df.columns)} columns of <code>{name}.csv</code> (click to show)"
+        # Where the table is folded its CSV is linked anyway; a view says what it leaves out.
+        view = (f"{len(df.columns)} of the {width} columns of" if len(df.columns) < width else None)
         if self.fmt == "md":
             text = tabulate(df, headers="keys", tablefmt="pipe", showindex=False, colalign=colalign)
-            if not fold:
-                return text
             link = os.path.relpath(csv_path, self.out_dir)
-            return (f"<details><summary>{what}</summary>\n\n{text}\n\n</details>\n\n"
-                    f"*The same {len(df)} rows as CSV: [{name}.csv]({link}).*")
+            if fold:
+                text = (f"<details><summary>{what}</summary>\n\n{text}\n\n</details>\n\n"
+                        f"*The same {len(df)} rows as CSV: [{name}.csv]({link}).*")
+            return text + (f"\n\n*{view} [{name}.csv]({link}).*" if view else "")
         # HTML: one raw block with no blank line in it (a blank line would end it in CommonMark).
         text = tabulate(df, headers="keys", tablefmt="html", showindex=False, colalign=colalign)
-        if not fold:
+        if not fold and not view:
             return text
         data = base64.b64encode(csv_path.read_bytes()).decode()
         download = f"{folder.name}-{name}.csv"
-        return (f'<details class="long-table"><summary>{what}</summary>\n{text}\n</details>\n'
-                f'<p class="csv">The same {len(df)} rows as CSV: <a download="{html.escape(download)}" '
-                f'href="data:text/csv;base64,{data}">{html.escape(name)}.csv</a> '
-                f"(<code>{html.escape(str(csv_path))}</code> in the repository).</p>")
+        csv_link = (f'<a download="{html.escape(download)}" href="data:text/csv;base64,{data}">'
+                    f"{html.escape(name)}.csv</a> (<code>{html.escape(str(csv_path))}</code> in the repository)")
+        if fold:
+            text = (f'<details class="long-table"><summary>{what}</summary>\n{text}\n</details>\n'
+                    f'<p class="csv">The same {len(df)} rows as CSV: {csv_link}.</p>')
+        return text + (f'\n<p class="csv">{view} {csv_link}.</p>' if view else "")
 
     def figure(self, folder: Path, name: str, caption: str) -> str:
         path = folder / name
@@ -205,7 +218,8 @@ class Renderer:
         template = self.env.get_template(f"sections/{ident}.md.j2")
         text = template.render(
             heading=heading, d=summary, folder=str(folder),
-            table=lambda name="table", fold_over=FOLD_ROWS, exact=False: self.table(folder, name, fold_over, exact),
+            table=lambda name="table", fold_over=FOLD_ROWS, exact=False, columns=None: self.table(
+                folder, name, fold_over, exact, columns),
             figure=lambda name, caption: self.figure(folder, name, caption))
         return f"{text.rstrip()}\n\n{back}\n"
 
