@@ -240,3 +240,28 @@ def test_an_error_ratio_near_the_line_is_not_decided(ratio, verdict, words, tmp_
     pd.DataFrame([row]).to_csv(tmp_path / "B3" / "table.csv", index=False)
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("B3", path)
     assert f"in fp32 {ratio:.2f}× (triton-pytorch-backward's dq, causal: " in text and words in text
+
+
+def test_b4_points_at_b3_s_table_of_what_ran_only_where_its_timed_calls_ran_the_same(tmp_path):
+    """B3 and B4 read one record file: the checked calls (B3) and the timed ones (B4). Where both ran
+    the same kernels, B4 links B3's table instead of repeating it; where they did not, B4 has its own."""
+    from cs336_systems.report.writeup import Renderer
+
+    path = tmp_path / "checks.json"
+    assert check.main(["--shape", "1", "24", "16", "--bench-shape", "1", "40", "16", "--dtypes", "fp32",
+                       "--device", DEVICE, "--out", str(path)]) == 0
+    records = json.loads(path.read_text())
+
+    def b4_section(name):
+        out = tmp_path / name
+        assert flash_checks.main(["B4", "--records", str(path), "--out-dir", str(out)]) == 0
+        return Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("B4", out / "summary.json")
+
+    same = b4_section("same")
+    assert "which [B3. " in same and "| | what ran |" not in same
+    for r in records:        # the timed calls launched another way than the checked ones
+        if r["params"]["kind"] == "time" and r["params"]["function"] != "pytorch":
+            r["metrics"]["launch"]["path"] = "direct"
+    path.write_text(json.dumps(records))
+    other = b4_section("other")
+    assert "which [B3. " not in other and "| | what ran |" in other

@@ -220,7 +220,8 @@ class Renderer:
             heading=heading, d=summary, folder=str(folder),
             table=lambda name="table", fold_over=FOLD_ROWS, exact=False, columns=None: self.table(
                 folder, name, fold_over, exact, columns),
-            figure=lambda name, caption: self.figure(folder, name, caption))
+            figure=lambda name, caption: self.figure(folder, name, caption),
+            section_link=lambda other: f"[{other}. {SECTIONS[other]}](#{self.anchor(other)})")
         return f"{text.rstrip()}\n\n{back}\n"
 
     def document(self, run: str, preset: str, summaries: dict[str, Path], sources: dict[str, dict],
