@@ -108,8 +108,8 @@ def test_a_timeline_per_record_and_a_note_where_there_is_none(tmp_path, monkeypa
     measured before records kept their bands, get a note saying so instead."""
     rng = random.Random(seed)
     drawn, notes = {}, {}
-    monkeypatch.setattr(a5, "draw", lambda t, path, title: (drawn.__setitem__(Path(path).name, (t, title)),
-                                                           a5_timeline.draw(t, path, title)))
+    monkeypatch.setattr(a5, "draw", lambda t, path, title, allocations=(): (
+        drawn.__setitem__(Path(path).name, (t, title)), a5_timeline.draw(t, path, title, allocations)))
     monkeypatch.setattr(a5, "draw_placeholder", lambda path, title, message: (
         notes.__setitem__(Path(path).name, message), a5_timeline.draw_placeholder(path, title, message)))
     ok = record(128, "forward", "fp32", 2**30, timeline=synthetic_timeline(rng))
@@ -150,7 +150,8 @@ def test_the_drawing_stacks_the_stored_bands(monkeypatch, seed, gib):
     unit, scale = ("GiB", 1024) if gib else ("MiB", 1)
     assert timeline["peak_bytes"] >= 2 * 2**30 if gib else timeline["peak_bytes"] < 2 * 2**30
     assert ax.get_ylabel() == f"live allocations ({unit})"
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == timeline["labels"][::-1]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        a5_timeline.legend_name(b, []) for b in timeline["labels"][::-1]]
     assert timeline["labels"][0] == INITIAL_BAND
     edge = [line for line in ax.lines if line.get_drawstyle() == "steps-post"]
     assert len(edge) == 1
@@ -242,3 +243,22 @@ def test_the_answer_is_read_off_the_rows_it_summarises():
     assert a["live_before_gib"] == 30.0 and a["contexts"] == [128, 512] and a["bf16_ratio"] == [0.93, 1.02]
     assert a["largest"] == {"mib": 128.0, "blocks": 64, "made_by": ["matmul", "exp"]}
     assert a5.answer([p for p in phases if p["precision"] == "bf16"], [], []) is None
+
+
+def test_a_band_is_named_by_the_operations_that_allocated_at_its_code_site():
+    """The legend names what a code site computed (from the record's largest allocations), not only
+    its file and line; bands that are not a code site keep their names."""
+    allocations = [{"frame": "cs336_basics/model.py:129 scaled_dot_product_attention", "op": "matmul"},
+                   {"frame": "cs336_basics/model.py:129 scaled_dot_product_attention", "op": "div_Tensor"},
+                   {"frame": "cs336_basics/model.py:89 softmax", "op": "exp"},
+                   {"frame": "cs336_basics/model.py:131 scaled_dot_product_attention", "op": "masked_fill_Scalar"},
+                   {"frame": "cs336_basics/model.py:129 scaled_dot_product_attention", "op": "matmul"}]
+    name = a5_timeline.legend_name
+    assert name("cs336_basics/model.py:129 scaled_dot_product_attention", allocations) == \
+        "scaled_dot_product_attention: matmul, div (model.py:129)"
+    assert name("cs336_basics/model.py:89 softmax", allocations) == "softmax: exp (model.py:89)"
+    assert name("cs336_basics/model.py:131 scaled_dot_product_attention", allocations) == \
+        "scaled_dot_product_attention: masked_fill (model.py:131)"
+    assert name("cs336_basics/model.py:50 forward", allocations) == "forward (model.py:50)"
+    for band in (INITIAL_BAND, "other, allocated in forward", "MmBackward0 (autograd)", "aten::mm", "unattributed"):
+        assert name(band, allocations) == band

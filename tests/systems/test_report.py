@@ -199,6 +199,8 @@ def test_writeup_markdown_sections(built):
     assert "OOM" in a1_text
     for variant, r in s3["at_course_terms"].items():
         assert f"| `{variant}` | {r['value']:,.6f} | {r['abs_error']:,.6f} |" in a3_text
+    # the short table at the course's length is shown; every length's rows are folded, not a second read
+    assert a3_text.index("| accumulator += term |") < a3_text.index("<details><summary>all ")
     assert "run `testrun`" in md and "smoke run" in md
     # Markdown figures point at the real files, relative to the writeup.
     for target in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):

@@ -129,7 +129,8 @@ def timeline_figures(records: list[dict], stems: list[str], out_dir: Path) -> li
                  f"{p['precision']}")
         path = out_dir / "timelines" / f"{stem}.png"
         if r.get("timeline"):
-            draw(r["timeline"], path, title + (" (out of memory)" if r["status"] == "oom" else ""))
+            draw(r["timeline"], path, title + (" (out of memory)" if r["status"] == "oom" else ""),
+                 r.get("metrics", {}).get("top_allocations") or [])
         elif "timeline" in r:       # nothing was recorded: the step failed before it began
             why = r.get("message") or r.get("reason") or "no allocation was recorded"
             draw_placeholder(path, title, f"{r['status'].upper()}: {why}")

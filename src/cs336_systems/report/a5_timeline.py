@@ -7,6 +7,7 @@ and the dashed line is the exact peak (the stored bands are thinned, keeping eac
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,24 @@ def _colours(labels: list[str]) -> list[str]:
     return out
 
 
-def draw(timeline: dict, path: str | Path, title: str) -> None:
-    """Draw the timeline PNG at ``path`` from a record's ``timeline``."""
+def legend_name(site: str, allocations: list[dict]) -> str:
+    """A band's name in the legend: the function and the operations that allocated at its code site
+    (the record's largest allocations say which), then the place, e.g. ``softmax: exp (model.py:89)``
+    for ``cs336_basics/model.py:89 softmax``. Bands that are not a code site keep their name."""
+    place, _, function = site.partition(" ")
+    if ":" not in place or not function:
+        return site
+    ops = []
+    for a in allocations:
+        op = re.sub(r"_[A-Z]\w*$", "", a.get("op") or "")   # the overload (sub_Tensor, masked_fill_Scalar) says nothing here
+        if a.get("frame") == site and op and op not in ops:
+            ops.append(op)
+    return f"{function}{': ' + ', '.join(ops) if ops else ''} ({place.rsplit('/', 1)[-1]})"
+
+
+def draw(timeline: dict, path: str | Path, title: str, allocations: list[dict] = ()) -> None:
+    """Draw the timeline PNG at ``path`` from a record's ``timeline``; ``allocations``, the record's
+    largest allocations, name the operations behind each code site's band (``legend_name``)."""
     peak = timeline["peak_bytes"]
     unit, scale = ("GiB", 1024) if peak >= 2 * 2**30 else ("MiB", 1)     # the bands are in MiB
     times = np.asarray(timeline["times_ms"], dtype=float)
@@ -39,7 +56,8 @@ def draw(timeline: dict, path: str | Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(11, 5))
     alphas = [0.35 if b.startswith("other") else 0.9 for b in labels]
     lower = np.zeros(times.size)
-    for values, colour, alpha, label in zip(timeline["values_mib"], _colours(labels), alphas, labels):
+    names = [legend_name(b, list(allocations)) for b in labels]
+    for values, colour, alpha, label in zip(timeline["values_mib"], _colours(labels), alphas, names):
         upper = lower + np.asarray(values, dtype=float) / scale
         ax.fill_between(times, lower, upper, step="post", color=colour, alpha=alpha, linewidth=0, label=label)
         lower = upper
