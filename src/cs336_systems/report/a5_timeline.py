@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -31,7 +32,7 @@ def _colours(labels: list[str]) -> list[str]:
     return out
 
 
-def legend_name(site: str, allocations: list[dict]) -> str:
+def legend_name(site: str, allocations: Sequence[dict]) -> str:
     """A band's name in the legend: the function and the operations that allocated at its code site
     (the record's largest allocations say which), then the place, e.g. ``softmax: exp (model.py:89)``
     for ``cs336_basics/model.py:89 softmax``. Bands that are not a code site keep their name."""
@@ -46,7 +47,7 @@ def legend_name(site: str, allocations: list[dict]) -> str:
     return f"{function}{': ' + ', '.join(ops) if ops else ''} ({place.rsplit('/', 1)[-1]})"
 
 
-def draw(timeline: dict, path: str | Path, title: str, allocations: list[dict] = ()) -> None:
+def draw(timeline: dict, path: str | Path, title: str, allocations: Sequence[dict] = ()) -> None:
     """Draw the timeline PNG at ``path`` from a record's ``timeline``; ``allocations``, the record's
     largest allocations, name the operations behind each code site's band (``legend_name``)."""
     peak = timeline["peak_bytes"]
@@ -56,7 +57,7 @@ def draw(timeline: dict, path: str | Path, title: str, allocations: list[dict] =
     fig, ax = plt.subplots(figsize=(11, 5))
     alphas = [0.35 if b.startswith("other") else 0.9 for b in labels]
     lower = np.zeros(times.size)
-    names = [legend_name(b, list(allocations)) for b in labels]
+    names = [legend_name(b, allocations) for b in labels]
     for values, colour, alpha, label in zip(timeline["values_mib"], _colours(labels), alphas, names):
         upper = lower + np.asarray(values, dtype=float) / scale
         ax.fill_between(times, lower, upper, step="post", color=colour, alpha=alpha, linewidth=0, label=label)

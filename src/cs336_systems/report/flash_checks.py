@@ -209,6 +209,17 @@ def by_function(record: dict) -> tuple:
     return record["params"]["function"], record["params"]["dtype"]
 
 
+def same_table(ran: dict, other: dict) -> bool:
+    """Whether two ``what_ran`` summaries tabulate the same: the same facts, values and sources, tiles
+    and differences from the tree, whatever the number of records behind each and the lengths they
+    ran at (B3 checks at one length, B4 times at another, with the same tiles)."""
+    def shown(r: dict) -> tuple:
+        return ([(f["fact"], f["label"], f["values"], f["source"]) for f in r.get("facts") or []],
+                [{k: v for k, v in t.items() if k != "seqs"} for t in r.get("tiles") or []],
+                r.get("tiles_vary_with_length"), r.get("tree"))
+    return shown(ran) == shown(other)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.flash_checks", description=__doc__.split("\n\n")[0])
     p.add_argument("deliverable", choices=["B3", "B4"])
@@ -222,6 +233,11 @@ def main(argv=None) -> int:
     time_records = [r for r in records if r["params"]["kind"] == "time"]
     errors, times = error_table(errors_records), time_table(time_records)
     triton = [r for r in records if r["params"]["function"] != "pytorch"]
+
+    def ran_in(kind: str) -> dict:
+        """What our kernels ran in the records of ``kind``: the checked calls (error) or the timed ones."""
+        return what_ran([r for r in triton if r["params"]["kind"] == kind], key=by_function)
+
     if args.deliverable == "B3":
         write_table(errors, args.out_dir)
         shape = errors_records[0]["params"]["shape"] if errors_records else None
@@ -229,10 +245,10 @@ def main(argv=None) -> int:
             "provenance": run_provenance(errors_records), "shape": shape,
             "statuses": errors["status"].value_counts().to_dict(), "worst_ratio": worst_ratio(errors),
             "same_order": SAME_ORDER, "near_factor": NEAR, "ragged": ragged(errors_records), "lse_better": lse_better(errors),
-            "ran": what_ran([r for r in triton if r["params"]["kind"] == "error"], key=by_function)})
+            "ran": ran_in("error")})
     else:
         write_table(times, args.out_dir)
-        ran = what_ran([r for r in triton if r["params"]["kind"] == "time"], key=by_function)
+        ran = ran_in("time")
         write_summary(args.out_dir / "summary.json", {
             "provenance": run_provenance(records), "shape": time_records[0]["params"]["shape"] if time_records else None,
             "statuses": times["status"].value_counts().to_dict() if len(times) else {},
@@ -241,8 +257,7 @@ def main(argv=None) -> int:
             "tuned_elsewhere": tuned_elsewhere(triton), "ran": ran,
             # the section points at B3's table instead of repeating it where the timed calls ran the
             # same as the checked ones
-            "ran_as_b3": same_table(ran, what_ran([r for r in triton if r["params"]["kind"] == "error"],
-                                                  key=by_function))})
+            "ran_as_b3": same_table(ran, ran_in("error"))})
     print(f"{args.deliverable} report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
     return 0
 
@@ -262,16 +277,6 @@ SUMMARY_SCHEMAS["B3"] = section(
     worst_ratio=null(mapping(obj(causal=null(BOOL), function=STR, ours=NUM, plain=NUM, quantity=STR, ratio=NUM,
                                  verdict=STR))),
 )
-
-def same_table(ran: dict, other: dict) -> bool:
-    """Whether two ``what_ran`` summaries tabulate the same: the same facts, values and sources, tiles
-    and differences from the tree, whatever the number of records behind each and the lengths they
-    ran at (B3 checks at one length, B4 times at another, with the same tiles)."""
-    def shown(r: dict) -> tuple:
-        return ([(f["fact"], f["label"], f["values"], f["source"]) for f in r.get("facts") or []],
-                [{k: v for k, v in t.items() if k != "seqs"} for t in r.get("tiles") or []],
-                r.get("tiles_vary_with_length"), r.get("tree"))
-    return shown(ran) == shown(other)
 
 
 SUMMARY_SCHEMAS["B4"] = section(
