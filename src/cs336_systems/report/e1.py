@@ -54,7 +54,7 @@ LOSS_UNMASKED = (9e-4, 6e-3)
 LEASE_HOURS = 0.5
 # A backward pass does two matrix products for each of the forward's.
 MATMUL_BACKWARD_OVER_FORWARD = 2
-REFERENCE = rungs.RUNG_NAMES[0]
+REFERENCE = rungs.REFERENCE
 ORDER = list(rungs.RUNG_NAMES + rungs.ANCHOR_NAMES)
 GIB = 2**30
 PHASES = ("forward", "backward", "optimizer")

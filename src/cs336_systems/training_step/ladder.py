@@ -8,9 +8,11 @@ One seeded model, batch and set of AdamW moments (``step.SharedPoint``) that eve
 its own step function: one AdamW training step (``workload``: forward and loss, backward, optimizer,
 each phase timed between two device synchronisations). The rungs take turns
 (``rounds.take_turns``): each is built and warmed up in the order given (``--warmup`` untimed steps;
-the initial weights are restored before its first, whose loss, computed before any update, the
-report sets against fp32 eager's), then ``--rounds`` rounds in rotating order of ``--steps`` timed
-steps a turn. Each record keeps every round's samples and ``turns`` (the job), so the report judges
+the initial weights and optimizer state are restored before its first), then ``--rounds`` rounds in
+rotating order of ``--steps`` timed steps a turn. What a rung computes is kept for the report to set
+against fp32 eager's (``training_step.check``): the loss of each warm-up step (the first before any
+update, each later one after one more) and, for every rung after fp32 eager, its first step's
+gradients' error per parameter group against fp32 eager's. Each record keeps every round's samples and ``turns`` (the job), so the report judges
 a rung against the rung before it, and ours against an anchor, by the paired difference per round.
 Its peak memory is the most its timed steps held (the warm-up's, which include compiling, apart).
 
@@ -34,6 +36,7 @@ from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.rounds import MIN_ROUNDS, Entrant, Skipped, take_turns
 from cs336_systems.timing import attempt, exception_line, free_device_memory, is_out_of_memory
 from cs336_systems.training_step import rungs
+from cs336_systems.training_step.check import GradientReference
 from cs336_systems.training_step.step import SharedPoint, build_step
 from cs336_systems.workload import COMPILE_BACKENDS, COMPILE_MODES
 
@@ -45,7 +48,7 @@ def add_point_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", choices=list(MODEL_SIZES), required=True)
     p.add_argument("--context", type=int, required=True)
     p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps; the first gives the loss")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps; their losses are checked, the first before any update")
     p.add_argument("--seed", type=int, default=0, help="seeds the model's init and the batch")
     p.add_argument("--compile-mode", choices=COMPILED, default="model",
                    help="compiled rungs: the whole model, or each block (regional compiling)")
@@ -141,7 +144,15 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
         log(f"E1 {status} building the point: {message}")
         return records
 
-    losses: dict[str, float] = {}
+    losses: dict[str, list[float]] = {}             # rung -> the loss of each warm-up step
+    gradient_errors: dict[str, dict[str, float]] = {}
+    reference: list[GradientReference] = []         # fp32 eager's first gradients, once taken
+
+    def check_gradients(name: str) -> None:
+        if name == rungs.REFERENCE:
+            reference.append(GradientReference(point.names, point.parameters))
+        elif reference:
+            gradient_errors[name] = reference[0].relative_errors(point.parameters)
     failed: dict[str, tuple[str, str | None]] = {}     # rung -> (status, message) of what stopped it
 
     def entrant(name: str) -> Entrant:
@@ -155,8 +166,9 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
             if reason is not None:
                 failed[name] = ("skipped", reason)
                 raise Skipped(reason)
-            point.restore()             # the first step's loss from the seeded weights, as every rung's
-            step = point.step(setup, on_loss=lambda loss: losses.__setitem__(name, loss))
+            point.restore()             # every rung's first steps from the seeded weights and fresh moments
+            step = point.step(setup, watched=args.warmup, on_loss=lambda loss: losses.setdefault(name, []).append(loss),
+                              on_gradients=lambda: check_gradients(name))
 
             def tracked(phase):
                 try:
@@ -171,7 +183,7 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
     job, outcomes = take_turns([entrant(n) for n in args.rungs], device=device, warmup=args.warmup,
                                rounds=args.rounds, steps=args.steps)
     parameters = sum(p.numel() for p in point.parameters)
-    del point
+    del point, reference
     free_device_memory(device)
     for name, out in zip(args.rungs, args.out):
         outcome = outcomes[name]
@@ -180,7 +192,8 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
             metrics = outcome.metrics(job)
             # the first step (its loss; a compiled rung's compiling) apart from the other warm-up steps
             first_step, *warmup_steps = metrics["warmup_step_samples"]
-            metrics |= {"loss": losses[name], "parameters": parameters,
+            metrics |= {"loss": losses[name][0], "losses": losses[name],
+                        "gradient_rel_error": gradient_errors.get(name), "parameters": parameters,
                         "first_step_ms": first_step, "warmup_step_samples": warmup_steps,
                         "tokens_per_s": args.batch * args.context / (metrics["step"]["median"] / 1e3),
                         # the timed steps' peak; the warm-up's (compiling included) beside it
@@ -190,7 +203,7 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
             metrics = {"turns": job.as_dict()}
         records[name] = make_record("E1", params, outcome.status, metrics, reason=outcome.message)
         write_json_atomic(out, records[name])
-        log(f"E1 {name} {outcome.status}: " + (f"step median {metrics['step']['median']:.2f} ms, loss {losses[name]:.4f}"
+        log(f"E1 {name} {outcome.status}: " + (f"step median {metrics['step']['median']:.2f} ms, losses {', '.join(f'{v:.4f}' for v in losses[name])}"
                                                 if outcome.status == "ok" else str(outcome.message)) + f" -> {out}")
     return records
 

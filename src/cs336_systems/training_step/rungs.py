@@ -77,6 +77,8 @@ ANCHORS: tuple[Rung, ...] = tuple(
     for kernel in SDPA_KERNELS)
 RUNG_NAMES = tuple(r.name for r in LADDER)
 ANCHOR_NAMES = tuple(r.name for r in ANCHORS)
+# The rung every other one's losses and gradients are checked against (training_step.check)
+REFERENCE = RUNG_NAMES[0]
 BY_NAME: dict[str, Rung] = {r.name: r for r in LADDER + ANCHORS}
 # The rung that is measured only where the rung before it does not fit.
 ONLY_WHEN_PREVIOUS_OOMS = "checkpointed"

@@ -14,9 +14,10 @@ activation, so two of them do not fit an 80 GB card, and a point's rungs must sh
   the optimizer, so they run the same compiled model (or blocks) and compile once; the anchors
   pin their SDPA kernel inside their own attention function, so Dynamo guards tell them apart.
 
-The loss check stays meaningful because ``restore`` puts the initial weights back before a rung's
-first step: every rung's first loss is computed from the same seeded weights and batch, as it was
-when each rung had a process of its own.
+The checks of what a rung computes (``training_step.check``) stay meaningful because ``restore``
+puts the initial weights back and zeroes the moments and step counts before a rung's first step:
+every rung's first loss and gradients come from the same seeded weights and batch, and its first
+steps from the same optimizer state, as when each rung had a process of its own.
 """
 from __future__ import annotations
 
@@ -93,18 +94,31 @@ class SharedPoint:
         self.model = build_model(size, context, vocab_size=vocab_size, device=self.device)
         self.inputs, self.targets = random_batch(batch, context, vocab_size=vocab_size, device=self.device)
         self.blocks = self.model.layers
-        self.parameters = list(self.model.parameters())
+        named = list(self.model.named_parameters())
+        # the names as built: a compiled or checkpointed list of blocks renames what it wraps
+        self.names = [n for n, _ in named]
+        self.parameters = [p for _, p in named]
         self.initial = [p.detach().to("cpu", copy=True) for p in self.parameters]
         self._layers: dict[tuple[bool, bool], nn.ModuleList] = {(False, False): self.blocks}
         self._compiled_model = None
         self._optimizers: dict[bool, torch.optim.Optimizer] = {}
 
     def restore(self) -> None:
-        """The initial weights back in place (the same tensors, so compiled graphs stay valid), no gradients."""
+        """The initial weights back in place (the same tensors, so compiled graphs stay valid), no
+        gradients, and both optimizers as built: zero moments, no step taken."""
         self.model.zero_grad(set_to_none=True)
         with torch.no_grad():
             for p, saved in zip(self.parameters, self.initial):
                 p.copy_(saved)
+            for opt in self._optimizers.values():
+                for p in self.parameters:
+                    state = opt.state[p]
+                    state["exp_avg"].zero_()        # shared by both optimizers: zeroed twice, harmlessly
+                    state["exp_avg_sq"].zero_()
+                    if isinstance(state["step"], torch.Tensor):
+                        state["step"].zero_()
+                    else:
+                        state["step"] = 0
 
     def clear(self) -> None:
         """What a failed step leaves on the shared model: its gradients."""
@@ -156,23 +170,37 @@ class SharedPoint:
         return Workload(self.model, runnable, self.optimizer(setup.fused_adamw), self.inputs, self.targets,
                         "train-step", setup.precision, self.device)
 
-    def step(self, setup: Setup, on_loss: Callable[[float], None] | None = None):
+    def step(self, setup: Setup, *, watched: int = 1, on_loss: Callable[[float], None] | None = None,
+             on_gradients: Callable[[], None] | None = None):
         """``setup``'s step function ``step(phase)``: configures the model, then one train step in its
-        kernel context. ``on_loss`` receives the first step's loss (synchronising once)."""
+        kernel context. ``on_loss`` receives the loss of each of the first ``watched`` steps
+        (synchronising on each); ``on_gradients()`` is called once, in the first step, between its
+        backward and its optimizer update, while the gradients are in place."""
         workload = self.workload(setup)
-        waiting = on_loss
+        taken = 0
 
         def step(phase=no_phase):
-            nonlocal waiting
+            nonlocal taken
             self.configure(setup)
+            if taken == 0 and on_gradients is not None:
+                phase = _calling_before("optimizer", on_gradients, phase)
             with kernel_context(setup):
                 loss = workload.step(phase)
-            if waiting is not None:
-                waiting, report = None, waiting
-                report(float(loss))
+            if taken < watched and on_loss is not None:
+                on_loss(float(loss))
+            taken += 1
             return loss
 
         return step
+
+
+def _calling_before(name: str, call: Callable[[], None], phase):
+    """``phase`` that first calls ``call()`` when the phase ``name`` begins."""
+    def observed(which: str):
+        if which == name:
+            call()
+        return phase(which)
+    return observed
 
 
 def build_step(setup: Setup, size: ModelSize, *, context: int, batch: int, device: torch.device, seed: int,
