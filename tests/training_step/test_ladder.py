@@ -11,9 +11,10 @@ import torch.nn.functional as F
 
 from cs336_systems.models import build_model, get_size, random_batch
 from cs336_systems.records import STATUSES
-from cs336_systems.report.e1 import LOSS_RTOL
+from cs336_systems.report.e1 import GRAD_RTOL, LOSS_RTOL
 from cs336_systems.training_step import ladder, rungs
 from cs336_systems.training_step import step as step_module
+from cs336_systems.training_step.check import GradientReference, group_of
 
 POINT = ["--size", "tiny", "--context", "16", "--batch", "2", "--warmup", "1", "--seed", "3",
          "--backend", "aot_eager", "--device", "cpu"]
@@ -91,8 +92,8 @@ def test_a_rung_that_runs_out_of_memory_is_oom_and_the_others_go_on(tmp_path, mo
     real_step = step_module.SharedPoint.step
     cleared = []
 
-    def step(self, setup, on_loss=None):
-        inner = real_step(self, setup, on_loss)
+    def step(self, setup, **watching):
+        inner = real_step(self, setup, **watching)
         if not (setup.fused_adamw and not setup.checkpointed and not setup.sdpa_kernel):
             return inner
         taken = []
@@ -168,6 +169,69 @@ def test_restoring_puts_back_the_seeded_weights_after_another_rung_stepped():
     for p in point.parameters:
         assert ours.state[p]["exp_avg"] is fused.state[p]["exp_avg"]
         assert ours.state[p]["exp_avg_sq"] is fused.state[p]["exp_avg_sq"]
+    # and both start again as built: zero moments, no step taken
+    fused_step = point.step(rungs.get("fused-adamw").setup)
+    fp32()
+    fused_step()
+    assert ours.state[point.parameters[0]]["step"] == 1 and int(fused.state[point.parameters[0]]["step"]) == 1
+    point.restore()
+    for p in point.parameters:
+        assert ours.state[p]["step"] == 0 and int(fused.state[p]["step"]) == 0
+        assert not ours.state[p]["exp_avg"].any() and not ours.state[p]["exp_avg_sq"].any()
+
+
+def _losses_and_gradients_apart(seed, steps, autocast: bool):
+    """A point's first ``steps`` losses and first gradients, computed apart from the job: the same
+    seeded model and batch, cs336_basics' AdamW built fresh, the model run as it is."""
+    from cs336_basics.nn_utils import cross_entropy
+    from cs336_basics.optimizer import AdamW
+
+    from cs336_systems.workload import LEARNING_RATE
+
+    torch.manual_seed(seed)
+    model = build_model(get_size("tiny"), 16)
+    inputs, targets = random_batch(2, 16)
+    opt = AdamW(model.parameters(), lr=LEARNING_RATE)
+    losses, grads = [], None
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = cross_entropy(model(inputs), targets)
+        loss.backward()
+        grads = grads or {n: p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+        model.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses, grads
+
+
+def test_the_job_keeps_each_warm_up_step_s_loss_and_the_first_gradients_error_against_fp32_eager_s(tmp_path):
+    names = ["fp32", "bf16", "compiled", "fused-adamw"]
+    outs = [tmp_path / f"{n}.json" for n in names]
+    assert ladder.main([*POINT[:POINT.index("--warmup")], "--warmup", "3", *POINT[POINT.index("--warmup") + 2:],
+                        "--rounds", "3", "--steps", "1", "--rungs", *names, "--out", *map(str, outs)]) == 0
+    records = {n: r["metrics"] for n, r in read(outs).items()}
+    # fp32 eager's losses over three steps from the seeded state, against a model and optimizer built apart
+    fp32_losses, fp32_grads = _losses_and_gradients_apart(3, 3, autocast=False)
+    assert records["fp32"]["losses"] == pytest.approx(fp32_losses, rel=1e-6)
+    assert records["fp32"]["loss"] == records["fp32"]["losses"][0]
+    assert fp32_losses[2] < fp32_losses[0]          # the updates moved the loss: the later steps see them
+    assert records["fp32"]["gradient_rel_error"] is None        # the reference itself
+    # bf16's gradient error per group, against the same quantity computed apart
+    bf16_losses, bf16_grads = _losses_and_gradients_apart(3, 1, autocast=True)
+    apart: dict[str, list[float]] = {}
+    for name, g in bf16_grads.items():
+        d, r = apart.setdefault(group_of(name), [0.0, 0.0]), fp32_grads[name]
+        d[0] += float((g.double() - r.double()).pow(2).sum())
+        d[1] += float(r.double().pow(2).sum())
+    errors = records["bf16"]["gradient_rel_error"]
+    assert set(errors) == set(apart) and "layers.attn.q_proj.weight" in errors
+    assert errors == pytest.approx({k: (d / r) ** 0.5 for k, (d, r) in apart.items()}, rel=1e-3)
+    assert records["bf16"]["losses"][0] == pytest.approx(bf16_losses[0], rel=1e-6)
+    for name in ("bf16", "compiled", "fused-adamw"):
+        m = records[name]
+        assert len(m["losses"]) == 3
+        assert all(abs(a / b - 1) <= LOSS_RTOL for a, b in zip(m["losses"], records["fp32"]["losses"])), name
+        assert 0 < max(m["gradient_rel_error"].values()) <= GRAD_RTOL, name
 
 
 def test_bad_options_stop_in_one_line(capsys):
@@ -202,6 +266,34 @@ def test_the_loss_tolerance_tells_bf16_rounding_from_a_wrong_attention():
         unmasked = cross_entropy(model(inputs), targets).item()
     assert abs(bf16 / fp32 - 1) < LOSS_RTOL < abs(unmasked / fp32 - 1)
     assert not math.isclose(unmasked, fp32, rel_tol=LOSS_RTOL)
+
+
+def test_the_gradient_tolerance_tells_bf16_rounding_from_a_wrong_attention():
+    """The report's gradient tolerance (report.e1's doc says why) on the tiny model, through the
+    job's own comparison: bf16 autocast's first gradients inside it in every group, attention that
+    ignores the causal mask outside it in every group."""
+    from cs336_basics.model import set_attention
+    from cs336_basics.nn_utils import cross_entropy
+
+    torch.manual_seed(0)
+    model = build_model(get_size("tiny"), 16)
+    inputs, targets = random_batch(2, 16)
+    names, parameters = zip(*model.named_parameters())
+
+    def first_gradients(autocast=False):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            cross_entropy(model(inputs), targets).backward()
+
+    first_gradients()
+    reference = GradientReference(names, parameters)
+    assert max(reference.relative_errors(parameters).values()) == 0
+    first_gradients(autocast=True)
+    bf16 = reference.relative_errors(parameters)
+    set_attention(model, lambda q, k, v, is_causal: F.scaled_dot_product_attention(q, k, v, is_causal=False))
+    first_gradients()
+    unmasked = reference.relative_errors(parameters)
+    assert max(bf16.values()) < GRAD_RTOL < min(unmasked.values())
 
 
 @pytest.mark.gpu
