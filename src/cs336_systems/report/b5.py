@@ -175,6 +175,14 @@ def timing_check(df: pd.DataFrame) -> dict:
 PASS_KERNELS = {"forward": ("forward",), "backward": ("dkdv", "dq"), "forward-backward": ("forward", "dkdv", "dq")}
 
 
+def table_view(wide: pd.DataFrame) -> list[str]:
+    """The wide table's columns a writeup shows: the point, our time (do_bench's, and the graph's where
+    the run has one) and each ratio other ÷ ours in the timing that judges the point; the others'
+    times stay in the CSV."""
+    return [c for c in [*KEYS, "ours", "ours graph", *(f"{o} / ours" for o in ("plain", "sdpa-cudnn", "sdpa-flash"))]
+            if c in wide.columns]
+
+
 def wide_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (dtype, d, seq, pass); a column of do_bench milliseconds (or OOM / skipped) per
     implementation, then, where any point has a graph time, a column of graph milliseconds (or why
@@ -722,12 +730,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     records, board_records = load_record_lists(args.rows), load_record_lists([args.leaderboard])
     df = grid_frame(records)
-    write_table(wide_table(df), args.out_dir)
+    wide = wide_table(df)
+    write_table(wide, args.out_dir)
     board = leaderboard_frame(board_records)
     board.to_csv(args.out_dir / "leaderboard.csv", index=False)
     plot_speedup(df, args.out_dir / "speedup.png")
     plotted = plot_tflops(df, args.out_dir / "tflops.png")
-    summary = summarize(df, board, records + board_records) | {"tflops_plot": plotted}
+    summary = summarize(df, board, records + board_records) | {"tflops_plot": plotted, "table_view": table_view(wide)}
     write_summary(args.out_dir / "summary.json", summary)
     print(f"B5 report: {len(df)} points -> {args.out_dir}", file=sys.stderr)
     return 0
@@ -797,6 +806,7 @@ SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     rounds=arr(INT),
     statuses=mapping(INT),
     tflops_plot=opt(null(obj(ds=arr(INT), dtype=STR, graph=null(INT), peak=null(STR), points=INT))),
+    table_view=arr(STR),
     timing_check=obj(failed=mapping(obj(impls=arr(STR), points=INT, reason=STR)), graph_slower=null(INT),
                      launch_bound=null(INT), not_judged=null(INT),
                      per_impl=mapping(obj(launch_bound=INT, max_seq=null(INT), points=INT)), points=null(INT)),

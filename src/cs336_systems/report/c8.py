@@ -5,6 +5,8 @@ and the rungs past PyTorch's DDP. ``part`` adds C8's tables, figures and summary
 """
 from __future__ import annotations
 
+import math
+
 import statistics
 from pathlib import Path
 
@@ -274,6 +276,9 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
     first = variants.DEFAULT_PRECISION if (table["precision"] == variants.DEFAULT_PRECISION).any() \
         else (table["precision"].iloc[0] if len(table) else variants.DEFAULT_PRECISION)
     bucketed = table[(table["status"] == "ok") & table["variant"].map(is_bucket_size)].copy()
+    # the model's columns in every run, empty where there is no model (no C1 fit, nothing sent)
+    for column in ("predicted_ms", "predicted_c1_ms", "after_backward_pass_ms"):
+        bucketed[column] = math.nan
     sent = [r for r in records if r["params"]["variant"] in set(bucketed["variant"])
             and variants.precision_of(r) == first]
     model_summary = None

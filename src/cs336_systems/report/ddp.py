@@ -30,8 +30,8 @@ from cs336_systems.distributed import variants
 from cs336_systems.report import c8, c12
 from cs336_systems.report.common import load_records, run_provenance, write_summary, write_table
 from cs336_systems.report.ddp_rows import (backward_waits, is_bucket_size, memory_rows, naive_calls, no_rows,
-                                           paid_per_call, paired_by_precision, row_of, step_table, trace_label,
-                                           versus)
+                                           paid_per_call, paired_by_precision, row_of, step_table, step_view,
+                                           trace_label, versus)
 from cs336_systems.report.ddp_traces import compute_gaps, plot_timelines
 from cs336_systems.report.ddp_rows import (BY_PRECISION, BY_PRECISION_WITH_BASELINE, DIFFERENCE, ROW, SETUP, SPREAD,
                                            row_schema, versus_schema, waiting_row_schema, waits_schema)
@@ -68,6 +68,11 @@ QUOTED = {
     "C11": _named(),
     "C12": _named(fsdp="fsdp", fsdp_bf16="fsdp-bf16", overlap="overlap", torch_ddp="torch-ddp"),
 }
+
+# The columns of the step table each section shows (ddp_rows.step_view); C8's is its variants table,
+# C11 shows its memory table whole.
+TABLE_VIEW = {"C3": step_view(), "C4": step_view(), "C6": step_view(), "C7": step_view("buckets"),
+              "C8": step_view("buckets"), "C10": step_view("peak_GiB"), "C12": step_view("peak_GiB")}
 
 # The steps each section's opening sets against each other: (variant, against), first precision.
 COMPARED = {"C3": (("torch-ddp", "naive"),), "C4": (("flat", "naive"),),
@@ -164,6 +169,8 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
                "by_precision": {p: by_precision[p] for p in precisions if p != first},
                "naive_calls": naive_calls(setup["size"]), "per_call": per_call.get(first),
                "versus": versus(records, COMPARED.get(ident, ()), first)}
+    if ident in TABLE_VIEW:
+        summary["table_view"] = TABLE_VIEW[ident]
     table_out = table
     if ident in PARTS:
         table_out, more = PARTS[ident](Section(ident, records, table, rows, precisions, first, setup, c1, per_call,
@@ -215,6 +222,7 @@ SUMMARY_SCHEMAS["C2"] = section(
 
 SUMMARY_SCHEMAS["C3"] = section(
     **_OPENING,
+    table_view=arr(STR),
     baseline=null(ROW),
     by_precision=BY_PRECISION_WITH_BASELINE,
     naive=null(row_schema(overhead_pct=opt(NUM))),
@@ -228,6 +236,7 @@ SUMMARY_SCHEMAS["C3"] = section(
 
 SUMMARY_SCHEMAS["C4"] = section(
     **_OPENING,
+    table_view=arr(STR),
     by_precision=BY_PRECISION,
     flat=null(obj(comm_wait_ms=NUM)),
     naive=null(obj(comm_wait_ms=NUM)),
@@ -245,6 +254,7 @@ SUMMARY_SCHEMAS["C5"] = section(
 
 SUMMARY_SCHEMAS["C6"] = section(
     **_OPENING,
+    table_view=arr(STR),
     baseline=null(obj(step_ms=NUM)),
     by_precision=BY_PRECISION_WITH_BASELINE,
     compute_gaps=obj(naive=opt(mapping(NUM)), overlap=opt(mapping(NUM))),
@@ -257,11 +267,13 @@ SUMMARY_SCHEMAS["C6"] = section(
 
 SUMMARY_SCHEMAS["C7"] = section(
     **_OPENING,
+    table_view=arr(STR),
     bucketed=null(arr(obj(buckets=NUM, comm_wait_ms=NUM, step_ms=NUM, variant=STR))),
 )
 
 SUMMARY_SCHEMAS["C8"] = section(
     **_OPENING,
+    table_view=arr(STR),
     accuracy=null(arr(obj(diff_over_update=null(NUM), weights_rel_diff=null(NUM)))),
     against_overlap=opt(null(mapping())),
     best_bucket_size=opt(null(mapping())),
@@ -282,6 +294,7 @@ SUMMARY_SCHEMAS["C8"] = section(
 
 SUMMARY_SCHEMAS["C10"] = section(
     **_OPENING,
+    table_view=arr(STR),
     by_precision=BY_PRECISION,
     overlap=null(obj(optimizer_ms=NUM, step_ms=NUM)),
     setup=obj(world_size=INT),
@@ -297,6 +310,7 @@ SUMMARY_SCHEMAS["C11"] = section(
 )
 
 SUMMARY_SCHEMAS["C12"] = section(
+    table_view=arr(STR),
     compute_gaps=mapping(mapping(NUM)),
     fsdp=null(_ALONG),
     fsdp_bf16=null(obj(step_ms=NUM)),

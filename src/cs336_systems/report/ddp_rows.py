@@ -80,12 +80,11 @@ def with_overhead(table: pd.DataFrame, records: list[dict] | None = None) -> pd.
     slower backward); this does not. Where ``records`` (the table's, in its order) and the baseline
     took turns in one job, the overhead is their paired difference (``record_difference``: the median
     per-round difference); else the difference of the medians, across processes. Added only where
-    the run has an ok baseline (a precision without one gets no number)."""
+    the run has an ok baseline: a precision without one gets empty cells, never a number against
+    nothing (the columns are there in every run, so a writeup's view of the table names them alike)."""
     base = table[(table["variant"] == variants.BASELINE) & (table["status"] == "ok")]
-    if base.empty:
-        return table
-    base_ms = table["precision"].map(dict(zip(base["precision"], base["step_ms"].astype(float))))
-    over = table["step_ms"] - base_ms
+    base_ms = table["precision"].map(dict(zip(base["precision"], base["step_ms"].astype(float)))).astype(float)
+    over = table["step_ms"].astype(float) - base_ms
     if records is not None:
         bases = {p: r for p, found in by_variant(records).items() if (r := found.get(variants.BASELINE))}
         for i, r in enumerate(records):
@@ -247,10 +246,29 @@ def _step_range(steps: list[dict]) -> str:
     return f"{min(times):.1f}–{max(times):.1f}" if times else ""
 
 
+# The step table as a writeup shows it: the step and its spread, its cost over the baseline, where
+# the time went, and why a row did not run; the CSV keeps every column (share waiting, buckets, peak
+# memory). A section adds what it is about (``step_view``).
+STEP_VIEW = ("variant", "precision", "status", "step_ms", "step_range_ms", "overhead_ms", "overhead_pct",
+             "forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms", "note")
+
+
+def step_view(*extra: str) -> list[str]:
+    """``STEP_VIEW`` with a section's own columns before the note."""
+    return [*STEP_VIEW[:-1], *extra, STEP_VIEW[-1]]
+
+
+# A row's overhead against the baseline: left out of a summary's row where the run has no baseline,
+# so a template asks whether the row has one (the table keeps the column, empty).
+AGAINST_BASELINE = ("overhead_ms", "overhead_pct")
+
+
 def row_of(table: pd.DataFrame, variant: str, precision: str) -> dict | None:
     hit = table[(table["variant"] == variant) & (table["precision"] == precision) & (table["status"] == "ok")]
-    return None if hit.empty else {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                                   for k, v in hit.iloc[0].to_dict().items()}
+    if hit.empty:
+        return None
+    row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in hit.iloc[0].to_dict().items()}
+    return {k: v for k, v in row.items() if not (k in AGAINST_BASELINE and v is None)}
 
 
 def memory_rows(records: list[dict], chosen: tuple[str, ...]) -> list[dict]:
