@@ -174,3 +174,13 @@ def test_e_softmax_is_called_memory_bound_only_near_the_cards_bandwidth(seed, sh
     for r in records:
         r["provenance"]["gpu"] = "NVIDIA GeForce RTX 4090"
     assert a2.e_findings(a2.table_e(records))["memory_bound"] is None
+
+
+def test_most_of_a_grid_is_named_by_what_it_leaves_out():
+    """A sentence lists the shorter of the chosen points and the rest: "all but" the rest where the
+    chosen are most of the grid, so it never lists 17 of 20 points."""
+    grid = [f"p{i}" for i in range(20)]
+    chosen = [p for p in grid if p not in ("p3", "p7", "p11")]
+    assert a2.named_briefly(chosen, grid) == {"all_but": True, "points": ["p3", "p7", "p11"]}
+    assert a2.named_briefly(["p1", "p2"], grid) == {"all_but": False, "points": ["p1", "p2"]}
+    assert a2.named_briefly([], grid) == {"all_but": False, "points": []}

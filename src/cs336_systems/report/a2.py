@@ -183,17 +183,26 @@ def a_findings(a: pd.DataFrame) -> dict:
                     "slower_issue": bool(short["range_us_per_kernel"] > long["range_us_per_kernel"])})
             elif short["python_forward_ms"] > long["python_forward_ms"]:
                 unsettled.append(pair)
+    # same work, another process: a difference beyond two of A1's standard deviations is real
+    compared = [r.point for r in a.itertuples() if not math.isnan(r.a1_forward_ms)]
+    outside = [r.point for r in a.itertuples() if abs(r.nvtx_forward_ms - r.a1_forward_ms) > 2 * r.a1_std_ms]
     return {"host_bound": [{"point": r.point, "gpu_busy": float(r.gpu_busy), "kernels": int(r.kernels),
                             "kernel_us_per_kernel": float(r.kernel_us_per_kernel),
                             "range_us_per_kernel": float(r.range_us_per_kernel)} for r in host.itertuples()],
             "slower_shorter": slower, "shorter_within_spread": unsettled,
             "a1_compared": int(a["a1_forward_ms"].notna().sum()),
-            # same work, another process: a difference beyond two of A1's standard deviations is real
-            "a1_outside_spread": [r.point for r in a.itertuples()
-                                  if abs(r.nvtx_forward_ms - r.a1_forward_ms) > 2 * r.a1_std_ms],
+            "a1_outside_spread": outside,
+            "a1_outside_named": named_briefly(outside, compared),
             "busy_range": [float(a["gpu_busy"].min()), float(a["gpu_busy"].max())],
             "nvtx_over_a1_range": [float(a["nvtx_over_a1"].min()), float(a["nvtx_over_a1"].max())]
             if a["nvtx_over_a1"].notna().any() else None}
+
+
+def named_briefly(chosen: list[str], among: list[str]) -> dict:
+    """The shorter way to name ``chosen`` of ``among``: themselves, or all but the rest
+    (``all_but``), so a sentence never lists most of a grid."""
+    rest = [p for p in among if p not in chosen]
+    return {"all_but": True, "points": rest} if len(rest) < len(chosen) else {"all_but": False, "points": chosen}
 
 
 def _forward_tables(records: list[dict]):
@@ -527,7 +536,8 @@ SUMMARY_SCHEMAS: dict[str, dict] = {}
 
 SUMMARY_SCHEMAS["A2"] = section(
     a=null(arr(obj(nvtx_over_python=NUM))),
-    a_findings=obj(a1_compared=null(INT), a1_outside_spread=null(arr(STR)), busy_range=arr(NUM),
+    a_findings=obj(a1_compared=null(INT), a1_outside_spread=null(arr(STR)),
+                   a1_outside_named=opt(obj(all_but=BOOL, points=arr(STR))), busy_range=arr(NUM),
                    host_bound=null(arr(obj(gpu_busy=NUM, kernel_us_per_kernel=NUM, kernels=INT, point=STR,
                                            range_us_per_kernel=NUM))), nvtx_over_a1_range=null(arr(NUM)),
                    shorter_within_spread=null(arr(obj(long=INT, long_ms=NUM, short=INT, short_ms=NUM, size=STR))),
