@@ -244,3 +244,18 @@ def test_an_fsdp_forward_without_a_baseline_is_set_against_ddp_s_forward(seed):
     assert (found["excess"]["low_ms"], found["excess"]["high_ms"]) == pytest.approx((mine[1] - theirs[2], mine[2] - theirs[1]))
     assert found["beyond_bytes"] is (found["excess_ms"] > found["transfer_ms"])
     assert found["beyond_transfers"] is (found["excess_ms"] > found["bound_ms"])
+
+
+@pytest.mark.parametrize("measured, follows, flat", [
+    ([9.3, 9.5, 9.6, 9.8], False, True),         # h200's: flat where the model falls fourfold
+    ([9.0, 6.0, 3.5, 2.6], True, False),         # each within 2x of the model
+    ([30.0, 6.0, 3.5, 2.6], False, False),       # one size far off, and not flat
+])
+def test_the_overhead_model_is_said_to_follow_the_waits_only_where_each_size_does(measured, follows, flat):
+    predicted = [9.9, 5.1, 3.0, 2.5]             # the model from 434 down to 8 buckets
+    found = c8.model_against_waits(predicted, measured)
+    assert found["follows_waits"] is follows and found["waits_flat"] is flat
+    # independently: the ratio test and the spread test
+    assert follows == all(0.5 <= m / p <= 2 for p, m in zip(predicted, measured))
+    middle = (sorted(measured)[1] + sorted(measured)[2]) / 2          # the median of four
+    assert flat == (max(measured) - min(measured) < 0.1 * middle)

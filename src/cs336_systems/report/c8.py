@@ -6,7 +6,6 @@ and the rungs past PyTorch's DDP. ``part`` adds C8's tables, figures and summary
 from __future__ import annotations
 
 import math
-
 import statistics
 from pathlib import Path
 
@@ -21,6 +20,23 @@ from cs336_systems.report.ddp_rows import (PHASES, WAITS_IN_BACKWARD, by_variant
                                            no_rows, pass_ms, phase_spread, record_difference, step_spread,
                                            trace_label, versus)
 from cs336_systems.report.ddp_traces import QUIET_TRACE, compute_gaps, where_time_goes
+
+# The overhead model follows the measured waits where every bucket size's wait lies within this
+# factor of its prediction; the waits are flat where they span less than this share of their median.
+FOLLOWS_WITHIN = 2.0
+FLAT_SHARE = 0.10
+
+
+def model_against_waits(predicted: list[float], measured: list[float]) -> dict:
+    """Whether the overhead model follows the measured waits after backward, bucket size by bucket
+    size (``FOLLOWS_WITHIN``), and whether the waits stay flat across the sizes (``FLAT_SHARE``)."""
+    pairs = [(p, m) for p, m in zip(predicted, measured) if p > 0 and m > 0]
+    follows = bool(pairs) and all(1 / FOLLOWS_WITHIN <= m / p <= FOLLOWS_WITHIN for p, m in pairs)
+    flat = bool(measured) and (max(measured) - min(measured)) < FLAT_SHARE * statistics.median(measured)
+    change = max(p for p, _ in pairs) / min(p for p, _ in pairs) if pairs else None
+    return {"follows_waits": follows, "waits_flat": flat, "follows_within": FOLLOWS_WITHIN, "flat_share": FLAT_SHARE,
+            "predicted_change": change}
+
 
 def overhead_range(step: tuple[float, float, float], base: tuple[float, float, float]) -> dict:
     """A variant's overhead against the baseline with the spread both carry: the medians'
@@ -312,6 +328,7 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
         rows = found_overheads.get(precision, {}).get("rows", {})
         points = [(int(n), rows[v]["ms"]) for v, n, p in zip(bucketed["variant"], bucketed["buckets"], bucketed["precision"])
                   if p == precision and v in rows]
+        model_summary |= model_against_waits(list(ones["predicted_ms"]), list(ones["comm_wait_ms"]))
         model_summary["overhead_fit"] = fit_overheads(points, grad_bytes, w) if points else None
         model_summary["overhead_fit_precision"] = precision
         plot_bucket_model(ones, grad_bytes, o_s, w, ax, c1_o_s=c1_o_s, source=source, pass_ms=model_summary["pass_ms"])
