@@ -12,8 +12,9 @@ the initial weights and optimizer state are restored before its first), then ``-
 rotating order of ``--steps`` timed steps a turn. What a rung computes is kept for the report to set
 against fp32 eager's (``training_step.check``): the loss of each warm-up step (the first before any
 update, each later one after one more) and, for every rung after fp32 eager, its first step's
-gradients' error per parameter group against fp32 eager's. Each record keeps every round's samples and ``turns`` (the job), so the report judges
-a rung against the rung before it, and ours against an anchor, by the paired difference per round.
+gradients' error per parameter group against fp32 eager's. Each record keeps every round's samples
+and ``turns`` (the job), so the report judges a rung against the rung before it, and ours against
+an anchor, by the paired difference per round.
 Its peak memory is the most its timed steps held (the warm-up's, which include compiling, apart).
 
 A rung that needs CUDA on a CPU is recorded as ``skipped`` with why. The ``checkpointed`` rung runs
@@ -153,6 +154,7 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
             reference.append(GradientReference(point.names, point.parameters))
         elif reference:
             gradient_errors[name] = reference[0].relative_errors(point.parameters)
+
     failed: dict[str, tuple[str, str | None]] = {}     # rung -> (status, message) of what stopped it
 
     def entrant(name: str) -> Entrant:
