@@ -99,8 +99,14 @@ def best_bucket_size(records: list[dict], precision: str) -> dict | None:
         return None
     best = min(sizes, key=lambda v: sizes[v]["metrics"]["step_ms"])
     others = ("naive", "flat", "overlap", "torch-ddp")
+    against = versus(records, [(best, o) for o in others], precision).get(best, {})
+    # the variants it beats beyond the spread, and by how much: the least and the most
+    shorter = {o: x for o, x in against.items() if x and x["sign"] < 0}
+    saved = [-x["ms"] for x in shorter.values()]
     return {"variant": best, "step_ms": sizes[best]["metrics"]["step_ms"], "buckets": sizes[best]["metrics"].get("buckets"),
-            "versus": versus(records, [(best, o) for o in others], precision).get(best, {})}
+            "versus": against, "shorter_than": [o for o in others if o in shorter],
+            "shorter_by_ms": [min(saved), max(saved)] if saved else None,
+            "not_shorter_than": {o: x for o, x in against.items() if o not in shorter}}
 
 
 # The variants whose overhead stands against PyTorch DDP's: replicas of the whole model with plain
