@@ -259,3 +259,22 @@ def test_the_overhead_model_is_said_to_follow_the_waits_only_where_each_size_doe
     assert follows == all(0.5 <= m / p <= 2 for p, m in zip(predicted, measured))
     middle = (sorted(measured)[1] + sorted(measured)[2]) / 2          # the median of four
     assert flat == (max(measured) - min(measured) < 0.1 * middle)
+
+
+def test_the_fastest_bucket_size_names_what_it_beats_beyond_the_spread_and_by_how_much(seed):
+    rng = random.Random(seed)
+    records = [_record("naive", _steps(rng, 243, 480, 40, 45)), _record("flat", _steps(rng, 243, 480, 30, 45)),
+               _record("overlap", _steps(rng, 243, 495, 5, 45)),
+               _record("torch-ddp", _steps(rng, 243, 484.5, 0.0, 45)),      # within the spread of the best
+               _record("bucketed-100", _steps(rng, 243, 484, 3, 45), buckets=60),
+               _record("bucketed-1000", _steps(rng, 243, 482, 2.5, 45), buckets=8)]
+    best = c8.best_bucket_size(records, "fp32")
+    assert best["variant"] == "bucketed-1000" and best["buckets"] == 8
+    steps = {r["params"]["variant"]: r["metrics"]["steps"] for r in records}
+    # independently: beaten where its slowest step is faster than the other's fastest
+    beaten = [v for v in ("naive", "flat", "overlap", "torch-ddp")
+              if max(s["step_ms"] for s in steps["bucketed-1000"]) < min(s["step_ms"] for s in steps[v])]
+    assert best["shorter_than"] == beaten == ["naive", "flat", "overlap"]
+    saved = [best["versus"][v]["ms"] * -1 for v in beaten]
+    assert best["shorter_by_ms"] == pytest.approx([min(saved), max(saved)])
+    assert list(best["not_shorter_than"]) == ["torch-ddp"]
