@@ -33,10 +33,12 @@ def test_tiny_model_eager_and_compiled_on_cpu(tmp_path):
         assert variant["step"]["samples"] == pytest.approx(
             [sum(s) for s in zip(*(variant[p]["samples"] for p in ("forward", "backward", "optimizer")))])
     assert m["speedup"]["step"] == pytest.approx(eager["step"]["mean"] / compiled["step"]["mean"])
-    # The two blocks share one compiled graph, and compiling costs far more than eager start-up.
+    # The two blocks share one compiled graph, and compiling costs more than eager start-up: twice
+    # at least (on an idle machine 10x and more; a loaded two-core CI machine slowed eager's first
+    # calls to 0.22 s against 0.85 s of compiling).
     assert m["compiled_graphs"] == 1
     assert m["compile_seconds"] == compiled["first_calls_overhead_seconds"]
-    assert m["compile_seconds"] > 10 * max(eager["first_calls_overhead_seconds"], 0.01)
+    assert m["compile_seconds"] > 2 * max(eager["first_calls_overhead_seconds"], 0.01)
 
     torch.manual_seed(seed)
     model = build_model(get_size("tiny"), 8)
