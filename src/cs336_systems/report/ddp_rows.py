@@ -122,7 +122,13 @@ def difference(a: tuple[float, float, float], b: tuple[float, float, float]) -> 
     least and most it can be given the fastest and slowest of each; ``sign`` is +1 where even the
     least is above zero, -1 where even the most is below, 0 where the spreads overlap."""
     low, high = a[1] - b[2], a[2] - b[1]
-    return {"ms": a[0] - b[0], "low_ms": low, "high_ms": high, "sign": 1 if low > 0 else -1 if high < 0 else 0}
+    return with_less({"ms": a[0] - b[0], "low_ms": low, "high_ms": high, "sign": 1 if low > 0 else -1 if high < 0 else 0})
+
+
+def with_less(d: dict) -> dict:
+    """A difference with ``less``: by how much ``a`` is below ``b`` (the difference negated, its range
+    reversed), the numbers a sentence saying "shorter by" quotes."""
+    return d | {"less": {"ms": -d["ms"], "low_ms": -d["high_ms"], "high_ms": -d["low_ms"]}}
 
 
 # A record's phase (its metrics' name) -> its name in ``metrics.rounds`` (train_bench.ROUND_PHASES).
@@ -138,9 +144,10 @@ def record_difference(a: dict, b: dict, phase: str = "step_ms") -> dict | None:
     records' fastest and slowest steps allow. None where either has no such phase."""
     found = paired_spread.paired_records(a, b, ROUND_PHASE[phase]) if a["status"] == b["status"] == "ok" else None
     if found is not None and found.rounds:
-        return {"ms": found.difference, "low_ms": found.difference - found.spread,
-                "high_ms": found.difference + found.spread,
-                "sign": {"higher": 1, "lower": -1}.get(found.verdict, 0), "paired": True, "rounds": found.rounds}
+        return with_less({"ms": found.difference, "low_ms": found.difference - found.spread,
+                          "high_ms": found.difference + found.spread,
+                          "sign": {"higher": 1, "lower": -1}.get(found.verdict, 0), "paired": True,
+                          "rounds": found.rounds})
     mine, theirs = phase_spread(a, phase), phase_spread(b, phase)
     if not mine or not theirs:
         return None
@@ -345,7 +352,8 @@ ROW_OR_BASELINE = row_schema(comm=null(NUM), inside=null(mapping()))
 BY_PRECISION = mapping(mapping(null(ROW)))
 BY_PRECISION_WITH_BASELINE = mapping(mapping(null(ROW_OR_BASELINE)))
 SPREAD = obj(high_ms=NUM, low_ms=NUM, ms=NUM)                                  # ``difference``'s range
-DIFFERENCE = obj(high_ms=NUM, low_ms=NUM, ms=NUM, paired=opt(null(BOOL)), sign=INT)  # ``record_difference``
+DIFFERENCE = obj(high_ms=NUM, low_ms=NUM, ms=NUM, paired=opt(null(BOOL)), sign=INT,   # ``record_difference``
+                 less=opt(SPREAD))
 SETUP = obj(backend=STR, context=INT, global_batch=INT, other_batches=opt(mapping(INT)), rounds=null(INT), size=STR,
             steps=INT, warmup=INT, world_size=INT)
 
