@@ -75,6 +75,12 @@ def test_pytorch_ddp_waits_inside_backward_and_is_never_shown_waiting_nothing(se
     assert (found["excess"]["low_ms"], found["excess"]["high_ms"]) == pytest.approx((mine[1] - ref[2], mine[2] - ref[1]))
     assert found["longest"] is all(mine[1] > _spread(r, "backward_ms")[2] for v, r in by.items() if v != "torch-ddp")
     assert "no-comm" not in found["steps"] and set(found["steps"]) == set(by) - {"torch-ddp", "no-comm"}
+    # its step against the others', by name, beyond the ranges the steps allow (computed here apart)
+    mine_step = _spread(by["torch-ddp"], "step_ms")
+    others = {v: _spread(by[v], "step_ms") for v in found["steps"]}
+    assert found["shorter_than"] == sorted(v for v, o in others.items() if mine_step[2] < o[1])
+    assert found["longer_than"] == sorted(v for v, o in others.items() if mine_step[1] > o[2])
+    assert found["overlaps_some"] is (len(found["shorter_than"]) + len(found["longer_than"]) < len(others))
 
     # its row carries no wait and says where the wait is
     table = ddp_rows.step_table(records).set_index("variant")

@@ -22,7 +22,7 @@ from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.distributed import variants
 from cs336_systems.models import get_size
 from cs336_systems.report import spread as paired_spread
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, STR, mapping, null, obj, opt
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, STR, arr, mapping, null, obj, opt
 
 GIB = 2**30
 
@@ -181,13 +181,18 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
             if variant not in found or not backward[variant]:
                 continue
             mine = backward[variant]
+            steps = {v: d for v, r in found.items() if v not in (variant, variants.BASELINE)
+                     and v not in OTHER_COMPUTE and (d := record_difference(found[variant], r)) is not None}
             out.setdefault(precision, {})[variant] = {
                 "backward_ms": mine[0], "reference": reference,
                 "reference_backward_ms": backward[reference][0] if reference else None,
                 "excess": record_difference(found[variant], found[reference], "backward_ms") if reference else None,
                 "longest": all(mine[1] > b[2] for v, b in backward.items() if b and v != variant),
-                "steps": {v: d for v, r in found.items() if v not in (variant, variants.BASELINE)
-                          and v not in OTHER_COMPUTE and (d := record_difference(found[variant], r)) is not None}}
+                "steps": steps,
+                # its step against the others' beyond the spread, by name (sorted), and whether any overlap
+                "shorter_than": sorted(v for v, d in steps.items() if d["sign"] < 0),
+                "longer_than": sorted(v for v, d in steps.items() if d["sign"] > 0),
+                "overlaps_some": any(d["sign"] == 0 for d in steps.values())}
     return out
 
 
@@ -366,7 +371,7 @@ def versus_schema(a: str, b: str) -> dict:
 def waits_schema(reference: dict = STR, excess: dict = SPREAD) -> dict:
     """A variant's entry of ``backward_waits``: ``reference`` the quiet backward it is held against."""
     return obj(backward_ms=NUM, excess=null(excess), longest=null(BOOL), reference=reference,
-               steps=mapping(obj(sign=INT)))
+               shorter_than=arr(STR), longer_than=arr(STR), overlaps_some=BOOL)
 
 
 def waiting_row_schema(waits: dict) -> dict:
