@@ -242,7 +242,7 @@ SUMMARY_SCHEMAS["C4"] = section(
     naive=null(obj(comm_wait_ms=NUM)),
     per_call=opt(null(obj(calls=obj(flat=INT, naive=INT), extra_passes_ms=NUM, grad_MB=NUM,
                           memory_GBps=null(NUM), o_low_ms=NUM, o_ms=NUM,
-                          waits=obj(high_ms=NUM, low_ms=NUM, ms=NUM, sign=INT)))),
+                          waits=obj(high_ms=NUM, low_ms=NUM, ms=NUM, sign=INT, less=SPREAD)))),
     versus=versus_schema("flat", "naive"),
 )
 

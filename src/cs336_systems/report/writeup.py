@@ -152,6 +152,8 @@ class Renderer:
         self.env.filters["pct"] = lambda v, digits=1: "n/a" if v is None else f"{100 * v:.{digits}f} %"
         # a share as a signed number of per cent, the sign always written and the "%" left to the template
         self.env.filters["signed_pct"] = lambda v, digits=1: f"{100 * v:+.{digits}f}"
+        # milliseconds written in microseconds, with the unit: per-call costs are tens of µs
+        self.env.filters["us"] = lambda v, digits=1: "n/a" if v is None else f"{1000 * v:,.{digits}f} µs"
 
     def anchor(self, ident: str) -> str:
         """The link target of section ``ident`` in this format."""
