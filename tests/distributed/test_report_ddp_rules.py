@@ -284,3 +284,20 @@ def test_the_fastest_bucket_size_names_what_it_beats_beyond_the_spread_and_by_ho
     saved = [best["versus"][v]["ms"] * -1 for v in beaten]
     assert best["shorter_by_ms"] == pytest.approx([min(saved), max(saved)])
     assert list(best["not_shorter_than"]) == ["torch-ddp"]
+
+
+@pytest.mark.parametrize("optimizer_saves, offsets", [(30.0, True), (0.0, False)])
+def test_fsdp_s_longer_forward_is_said_to_be_paid_back_only_where_each_phase_and_the_step_say_so(
+        seed, optimizer_saves, offsets):
+    """C12's reading "the shorter optimizer phase offsets the longer forward, and the steps match"
+    needs the forward longer and the optimizer shorter beyond their spreads and the steps within."""
+    rng = random.Random(seed)
+    ddp_rec = _record("overlap", _steps(rng, 240, 500, 5, 45, jitter=0.2))
+    fsdp_rec = _record("fsdp", _steps(rng, 240 + optimizer_saves, 500, 5, 45 - optimizer_saves, jitter=0.2)
+                       if optimizer_saves else _steps(rng, 270, 500, 5, 45, jitter=0.2))
+    found = ddp.phases_against(fsdp_rec, ddp_rec)
+    forward = found["phases_vs_ddp"]["forward_ms"]
+    assert forward["sign"] == 1 and forward["ms"] == pytest.approx(
+        fsdp_rec["metrics"]["forward_ms"] - ddp_rec["metrics"]["forward_ms"])
+    assert found["optimizer_offsets_forward"] is offsets
+    assert ddp.phases_against(None, ddp_rec) == {"phases_vs_ddp": None, "optimizer_offsets_forward": False}

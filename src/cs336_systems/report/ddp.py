@@ -133,10 +133,30 @@ def _c11(s: Section) -> tuple[pd.DataFrame, dict]:
     return table, {"memory": [m for m in memory if m["precision"] == s.first]}
 
 
+# FSDP's step against DDP's (overlap), phase by phase.
+C12_PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms")
+
+
+def phases_against(fsdp: dict | None, ddp: dict | None) -> dict:
+    """C12: FSDP's record against DDP's phase by phase (``record_difference``, None where either is
+    missing), and whether they support the one reading C12 gives: a longer forward paid back by a
+    shorter optimizer phase (each beyond its spread), the steps the same within theirs."""
+    if fsdp is None or ddp is None:
+        return {"phases_vs_ddp": None, "optimizer_offsets_forward": False}
+    phases = {p: record_difference(fsdp, ddp, p) for p in C12_PHASES}
+    step = record_difference(fsdp, ddp)
+    forward, optimizer = phases["forward_ms"], phases["optimizer_ms"]
+    offsets = bool(step and forward and optimizer and step["sign"] == 0 and forward["sign"] == 1
+                   and optimizer["sign"] == -1)
+    return {"phases_vs_ddp": phases, "optimizer_offsets_forward": offsets}
+
+
 def _c12(s: Section) -> tuple[pd.DataFrame, dict]:
     drawn = _timelines(s, fsdp=True)
     memory = [m for m in memory_rows(s.records, MEMORY_VARIANTS) if m["precision"] == s.first]
-    return s.table, drawn | c12.part(s.records, s.rows, s.setup, s.c1, s.traces, s.traced, drawn["compute_gaps"], memory)
+    found = by_variant(s.records).get(s.first, {})
+    return s.table, drawn | phases_against(found.get("fsdp"), found.get("overlap")) | c12.part(
+        s.records, s.rows, s.setup, s.c1, s.traces, s.traced, drawn["compute_gaps"], memory)
 
 
 def _c8(s: Section) -> tuple[pd.DataFrame, dict]:
@@ -223,7 +243,7 @@ def main(argv=None) -> int:
 # sections (report.summary_schemas); the blocks they share are ddp_rows'.
 SUMMARY_SCHEMAS: dict[str, dict] = {}
 _OPENING = dict(first_precision=STR, precisions=arr(STR), provenance=PROVENANCE)
-_ALONG = obj(backward_ms=NUM, comm_wait_ms=NUM, forward_ms=NUM, optimizer_ms=NUM, step_ms=NUM)
+_PHASE_DIFF = obj(high_ms=NUM, low_ms=NUM, ms=NUM)
 
 SUMMARY_SCHEMAS["C2"] = section(
     **_OPENING,
@@ -327,8 +347,10 @@ SUMMARY_SCHEMAS["C11"] = section(
 
 SUMMARY_SCHEMAS["C12"] = section(
     table_view=arr(STR),
+    phases_vs_ddp=null(mapping(null(_PHASE_DIFF))),
+    optimizer_offsets_forward=BOOL,
     compute_gaps=mapping(mapping(NUM)),
-    fsdp=null(_ALONG),
+    fsdp=null(obj(step_ms=NUM)),
     fsdp_bf16=null(obj(step_ms=NUM)),
     fsdp_forward=opt(null(arr(obj(
         baseline_forward_ms=null(NUM),
@@ -348,7 +370,7 @@ SUMMARY_SCHEMAS["C12"] = section(
         transfer_ms=opt(NUM),
         variant=STR)))),
     memory=arr(obj(variant=STR)),
-    overlap=null(_ALONG),
+    overlap=null(obj(step_ms=NUM)),
     predicted_state_GiB=obj(fsdp=NUM, replicated=NUM),
     provenance=PROVENANCE,
     saving=opt(null(obj(before_step_GiB=NUM, gradients_GiB=NUM, peak_GiB=NUM, predicted_GiB=NUM,
