@@ -102,7 +102,7 @@ def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     against = versus(records, [(best, o) for o in others], precision).get(best, {})
     # the variants it beats beyond the spread, and by how much: the least and the most
     shorter = {o: x for o, x in against.items() if x and x["sign"] < 0}
-    saved = [-x["ms"] for x in shorter.values()]
+    saved = [x["less"]["ms"] for x in shorter.values()]
     return {"variant": best, "step_ms": sizes[best]["metrics"]["step_ms"], "buckets": sizes[best]["metrics"].get("buckets"),
             "versus": against, "shorter_than": [o for o in others if o in shorter],
             "shorter_by_ms": [min(saved), max(saved)] if saved else None,

@@ -122,8 +122,8 @@ def _c6(s: Section) -> tuple[pd.DataFrame, dict]:
         "backward_vs_naive": record_difference(overlap, naive, "backward_ms") if both else None,
         "wait_saved": record_difference(naive, overlap, "comm_wait_ms") if both else None,
         # the traces show what overlapping is for: naive's compute stream idle longer, with a long gap
-        "traces_show_naive_waiting": bool(na and ov and na["idle_ms"] > ov["idle_ms"] and na["longest_gap_ms"] > 0.5
-                                          and ov["longest_gap_ms"] < na["longest_gap_ms"]) if na and ov else None}
+        "traces_show_naive_waiting": (na["idle_ms"] > ov["idle_ms"] and na["longest_gap_ms"] > 0.5
+                                      and ov["longest_gap_ms"] < na["longest_gap_ms"]) if na and ov else None}
 
 
 def _c11(s: Section) -> tuple[pd.DataFrame, dict]:

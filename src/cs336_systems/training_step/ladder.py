@@ -147,13 +147,14 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
 
     losses: dict[str, list[float]] = {}             # rung -> the loss of each warm-up step
     gradient_errors: dict[str, dict[str, float]] = {}
-    reference: list[GradientReference] = []         # fp32 eager's first gradients, once taken
+    reference: GradientReference | None = None     # fp32 eager's first gradients, once taken
 
     def check_gradients(name: str) -> None:
+        nonlocal reference
         if name == rungs.REFERENCE:
-            reference.append(GradientReference(point.names, point.parameters))
-        elif reference:
-            gradient_errors[name] = reference[0].relative_errors(point.parameters)
+            reference = GradientReference(point.names, point.parameters)
+        elif reference is not None:
+            gradient_errors[name] = reference.relative_errors(point.parameters)
 
     failed: dict[str, tuple[str, str | None]] = {}     # rung -> (status, message) of what stopped it
 
