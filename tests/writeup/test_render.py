@@ -276,3 +276,10 @@ def test_records_measured_in_several_sittings_say_so_in_the_run_line(tmp_path):
     assert run_provenance(records[:1] + [dict(records[-1], provenance=dict(records[-1]["provenance"],
                                                                               utc="2026-11-29T01:00:00+00:00"))])["dates"] \
         == "2026-11-27 to 2026-11-29"
+
+
+def test_the_us_filter_writes_milliseconds_as_microseconds_with_the_unit(tmp_path):
+    env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
+    us = env.from_string("{{ v | us }} / {{ v | us(2) }} / {{ none | us }}")
+    assert us.render(v=0.022683) == "22.7 µs / 22.68 µs / n/a"
+    assert env.from_string("{{ v | us(0) }}").render(v=1.5) == "1,500 µs"
