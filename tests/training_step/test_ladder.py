@@ -1,5 +1,6 @@
 """The E1 job on the CPU: every rung of a point in one job, taking turns; the losses it records checked
 independently; an OOM that leaves the others going; skips."""
+import dataclasses
 import json
 import math
 import subprocess
@@ -55,7 +56,7 @@ def test_a_point_s_rungs_and_anchors_take_turns_in_one_job_and_their_first_losse
     assert set(ran) == set(ALL) - {"checkpointed", "anchor-sdpa-cudnn"}, {n: r.get("message") for n, r in records.items()}
     skipped = records["anchor-sdpa-cudnn"]
     assert skipped["status"] == "skipped" and "CUDA" in skipped["reason"]
-    assert records["checkpointed"]["reason"] == "not needed: the previous rung (fused-adamw) fits"
+    assert records["checkpointed"]["reason"] == "not needed: the previous rung (bf16-weights) fits"
     # one job: every record names it, its entrants and its rounds
     jobs = {r["metrics"]["turns"]["job"] for r in records.values()}
     assert len(jobs) == 1 and records["fp32"]["metrics"]["turns"]["with"] == ALL
@@ -94,7 +95,7 @@ def test_a_rung_that_runs_out_of_memory_is_oom_and_the_others_go_on(tmp_path, mo
 
     def step(self, setup, **watching):
         inner = real_step(self, setup, **watching)
-        if not (setup.fused_adamw and not setup.checkpointed and not setup.sdpa_kernel):
+        if not (setup.bf16_weights and not setup.checkpointed):
             return inner
         taken = []
 
@@ -110,11 +111,11 @@ def test_a_rung_that_runs_out_of_memory_is_oom_and_the_others_go_on(tmp_path, mo
     real_clear = step_module.SharedPoint.clear
     monkeypatch.setattr(step_module.SharedPoint, "step", step)
     monkeypatch.setattr(step_module.SharedPoint, "clear", lambda self: (cleared.append(1), real_clear(self)))
-    names = ["fp32", "fused-adamw", "checkpointed", "anchor-sdpa-flash"]
+    names = ["fp32", "bf16-weights", "checkpointed", "anchor-sdpa-flash"]
     outs = [tmp_path / f"{n}.json" for n in names]
     assert ladder.main([*JOB, "--rungs", *names, "--out", *map(str, outs)]) == 0
     records = read(outs)
-    assert records["fused-adamw"]["status"] == "oom" and "out of memory" in records["fused-adamw"]["message"]
+    assert records["bf16-weights"]["status"] == "oom" and "out of memory" in records["bf16-weights"]["message"]
     assert cleared          # the half-done step's gradients let go before the next turn
     for name in ("fp32", "anchor-sdpa-flash"):
         assert records[name]["status"] == "ok" and len(records[name]["metrics"]["rounds"]) == 3
@@ -125,13 +126,13 @@ def test_a_rung_that_runs_out_of_memory_is_oom_and_the_others_go_on(tmp_path, mo
         assert abs(checkpointed["metrics"]["loss"] / records["fp32"]["metrics"]["loss"] - 1) <= LOSS_RTOL
     else:               # it fitted its warm-up, so checkpointing was not needed
         assert checkpointed["status"] == "skipped" and "fits" in checkpointed["reason"]
-        assert "step" not in records["fused-adamw"]["metrics"]     # an OOM record holds no time
+        assert "step" not in records["bf16-weights"]["metrics"]     # an OOM record holds no time
     assert {r["metrics"]["turns"]["job"] for r in records.values()} == {records["fp32"]["metrics"]["turns"]["job"]}
     assert records["anchor-sdpa-flash"]["metrics"]["loss"] == pytest.approx(records["fp32"]["metrics"]["loss"], rel=LOSS_RTOL)
 
 
-def test_compiled_and_fused_adamw_share_one_compiled_graph(tmp_path, monkeypatch):
-    """The two rungs differ only in the optimizer: the second compiles nothing of its own."""
+def test_the_rungs_that_differ_only_in_the_optimizer_share_one_compiled_graph(tmp_path, monkeypatch):
+    """compiled, fused-adamw and triton-adamw differ only in the optimizer: only the first compiles."""
     from torch._dynamo.utils import counters
 
     _flash_as_sdpa(monkeypatch)
@@ -145,7 +146,7 @@ def test_compiled_and_fused_adamw_share_one_compiled_graph(tmp_path, monkeypatch
         return counters["stats"]["unique_graphs"] - before
 
     alone = graphs(["compiled"], "alone")
-    assert alone >= 1 and graphs(["compiled", "fused-adamw"], "both") == alone
+    assert alone >= 1 and graphs(["compiled", "fused-adamw", "triton-adamw"], "all") == alone
 
 
 def test_the_checkpointed_rung_runs_only_where_the_rung_before_ran_out_of_memory():
@@ -164,11 +165,12 @@ def test_restoring_puts_back_the_seeded_weights_after_another_rung_stepped():
     assert any(not torch.equal(p, b) for p, b in zip(point.parameters, before))
     point.restore()
     assert all(torch.equal(p, b) for p, b in zip(point.parameters, before))
-    # both optimizers update the same two moments per parameter
-    ours, fused = point.optimizer(False), point.optimizer(True)
+    # every optimizer updates the same two moments per parameter
+    ours, fused = point.optimizer(rungs.get("fp32").setup), point.optimizer(rungs.get("fused-adamw").setup)
+    triton = point.optimizer(rungs.get("bf16-weights").setup)
     for p in point.parameters:
-        assert ours.state[p]["exp_avg"] is fused.state[p]["exp_avg"]
-        assert ours.state[p]["exp_avg_sq"] is fused.state[p]["exp_avg_sq"]
+        assert ours.state[p]["exp_avg"] is fused.state[p]["exp_avg"] is triton.state[p]["exp_avg"]
+        assert ours.state[p]["exp_avg_sq"] is fused.state[p]["exp_avg_sq"] is triton.state[p]["exp_avg_sq"]
     # and both start again as built: zero moments, no step taken
     fused_step = point.step(rungs.get("fused-adamw").setup)
     fp32()
@@ -242,8 +244,8 @@ def test_bad_options_stop_in_one_line(capsys):
         ladder.main([*JOB, "--rungs", "fp32", "bf16", "--out", "x.json"])
     assert "--out needs one path per rung: 2 rungs, 1 paths" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        ladder.main([*JOB, "--rungs", "checkpointed", "fused-adamw", "--out", "x.json", "y.json"])
-    assert "fused-adamw must come before it" in capsys.readouterr().err
+        ladder.main([*JOB, "--rungs", "checkpointed", "bf16-weights", "--out", "x.json", "y.json"])
+    assert "bf16-weights must come before it" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         ladder.main([*POINT, "--rounds", "2", "--rungs", "fp32", "--out", "x.json"])
     assert "--rounds must be at least 3" in capsys.readouterr().err
@@ -313,10 +315,55 @@ def test_on_a_gpu_a_rung_s_peak_in_the_shared_job_is_the_one_it_has_alone_and_lo
 
     shared = job(ALL, "shared")
     assert {n for n, r in shared.items() if r["status"] == "ok"} == set(ALL) - {"checkpointed"}
-    for name in ("fp32", "bf16", "fused-adamw", "anchor-sdpa-cudnn"):
+    for name in ("fp32", "bf16", "fused-adamw", "bf16-weights", "anchor-sdpa-cudnn"):
         alone = job([name], name)[name]
         assert shared[name]["metrics"]["peak_memory_bytes"] == pytest.approx(alone["metrics"]["peak_memory_bytes"],
                                                                           rel=0.01), name
     losses = {n: r["metrics"]["loss"] for n, r in shared.items() if r["status"] == "ok"}
     assert losses["compiled"] == pytest.approx(losses["fused-adamw"], rel=1e-6)
+    # bf16 copies hold the bits autocast casts to, and our AdamW moves both alike
+    assert shared["bf16-weights"]["metrics"]["losses"] == pytest.approx(shared["triton-adamw"]["metrics"]["losses"],
+                                                                        rel=1e-5)
     assert all(abs(loss / losses["fp32"] - 1) <= LOSS_RTOL for loss in losses.values()), losses
+
+
+def test_bf16_weights_compute_what_fp32_weights_under_autocast_compute_and_go_with_the_rung_s_turn():
+    """The bf16-weights rung holds bf16 copies of the matrices, which autocast would otherwise cast the
+    fp32 weights to each forward: from the same seeded state its losses over three updates and its
+    first gradients equal triton-adamw's (the same AdamW, fp32 weights), and switching to another
+    rung puts the fp32 weights back and drops the copies."""
+    from cs336_basics.model import Linear
+
+    point = step_module.SharedPoint(get_size("tiny"), context=16, batch=2, device="cpu", seed=5, backend="aot_eager")
+    fp32_weights = {id(m): m.weight for m in point.model.modules() if isinstance(m, Linear)}
+    eager = {name: dataclasses.replace(rungs.get(name).setup, compiled=False, attention="sdpa")
+             for name in ("triton-adamw", "bf16-weights")}
+
+    def run(name):
+        point.restore()
+        losses, grads = [], {}
+
+        def keep():
+            grads.update({n: h.grad.float().clone() for n, h in zip(point.names, point.gradient_holders())})
+        step = point.step(eager[name], watched=3, on_loss=losses.append, on_gradients=keep)
+        for _ in range(3):
+            step()
+        return losses, grads
+
+    fp32_losses, fp32_grads = run("triton-adamw")
+    assert all(isinstance(m.weight, torch.nn.Parameter) and m.weight.dtype == torch.float32
+               for m in point.model.modules() if isinstance(m, Linear))
+    bf16_losses, bf16_grads = run("bf16-weights")
+    matrices = [m for m in point.model.modules() if isinstance(m, Linear)]
+    assert matrices and all(m.weight.dtype == torch.bfloat16 for m in matrices)
+    assert fp32_losses[2] < fp32_losses[0]
+    assert bf16_losses == pytest.approx(fp32_losses, rel=1e-6)
+    assert bf16_grads.keys() == fp32_grads.keys()
+    for name in fp32_grads:
+        assert torch.allclose(bf16_grads[name], fp32_grads[name], rtol=1e-5, atol=1e-7), name
+    # the fp32 masters moved with the copies: each copy is its master rounded to bf16
+    for m in matrices:
+        assert torch.equal(m.weight.detach(), fp32_weights[id(m)].detach().to(torch.bfloat16))
+    point.configure(eager["triton-adamw"])
+    assert all(m.weight is fp32_weights[id(m)] for m in matrices)
+    assert all(h is p for h, p in zip(point.gradient_holders(), point.parameters))

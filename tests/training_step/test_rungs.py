@@ -7,7 +7,8 @@ from cs336_systems.training_step import rungs
 
 
 def test_the_ladder_is_named_as_documented():
-    assert rungs.RUNG_NAMES == ("fp32", "bf16", "flash", "compiled", "fused-adamw", "checkpointed")
+    assert rungs.RUNG_NAMES == ("fp32", "bf16", "flash", "compiled", "fused-adamw", "triton-adamw", "bf16-weights",
+                                "checkpointed")
     assert rungs.ANCHOR_NAMES == ("anchor-sdpa-flash", "anchor-sdpa-cudnn")
     for name in rungs.RUNG_NAMES + rungs.ANCHOR_NAMES:
         assert f"    {name}" in rungs.__doc__ or name.startswith("anchor-"), name
@@ -23,8 +24,8 @@ def test_each_rung_adds_one_technique_and_keeps_the_earlier_ones():
         seen |= {k: getattr(after.setup, k) for k in changed}
         assert {k: asdict(after.setup)[k] for k in seen} == seen, after.name     # nothing taken back
         assert rungs.previous(after.name) == before.name
-    assert seen == {"precision": "bf16", "attention": "flash", "compiled": True, "fused_adamw": True,
-                    "checkpointed": True}
+    assert seen == {"precision": "bf16", "attention": "flash", "compiled": True, "adamw": "triton",
+                    "bf16_weights": True, "checkpointed": True}
     assert rungs.previous("fp32") is None
 
 
@@ -32,16 +33,31 @@ def test_anchors_are_plain_pytorch():
     for anchor in rungs.ANCHORS:
         s = anchor.setup
         assert anchor.anchor and rungs.previous(anchor.name) is None
-        assert (s.precision, s.attention, s.compiled, s.fused_adamw, s.checkpointed) == ("bf16", "sdpa", True, True, False)
+        assert (s.precision, s.attention, s.compiled, s.adamw, s.bf16_weights, s.checkpointed) == (
+            "bf16", "sdpa", True, "torch-fused", False, False)
         assert s.optimizer == "torch.optim.AdamW(fused=True)"
     assert {a.setup.sdpa_kernel for a in rungs.ANCHORS} == {"flash", "cudnn"}
 
 
-def test_a_rung_depends_on_its_own_attention_and_checkpointing_only():
+def test_a_rung_depends_on_its_own_attention_optimizer_and_checkpointing_only():
     assert rungs.code_of("fp32") == ("cs336_basics.model",)
-    assert rungs.code_of("flash") == ("cs336_systems.attention.flash_backend",)
-    assert rungs.code_of("checkpointed") == ("cs336_systems.attention.flash_backend", "cs336_systems.memory.checkpointing")
+    assert rungs.code_of("flash") == rungs.code_of("fused-adamw") == ("cs336_systems.attention.flash_backend",)
+    assert rungs.code_of("triton-adamw") == ("cs336_systems.attention.flash_backend", rungs.TRITON_ADAMW_MODULE)
+    assert rungs.code_of("checkpointed") == ("cs336_systems.attention.flash_backend", rungs.TRITON_ADAMW_MODULE,
+                                             "cs336_systems.memory.checkpointing")
     assert rungs.code_of("anchor-sdpa-cudnn") == ("cs336_systems.attention.sdpa_backend",)
+
+
+def test_the_rungs_with_a_kernel_of_ours_say_they_run_triton():
+    assert [n for n in rungs.RUNG_NAMES if not rungs.runs_triton(n)] == ["fp32", "bf16"]
+    assert not any(rungs.runs_triton(n) for n in rungs.ANCHOR_NAMES)
+
+
+def test_bf16_weights_come_only_with_our_adamw_and_autocast():
+    with pytest.raises(ValueError, match="bf16 weights need bf16 autocast and our Triton AdamW"):
+        rungs.Setup(precision="bf16", adamw="torch-fused", bf16_weights=True)
+    with pytest.raises(ValueError, match="unknown AdamW 'sgd'"):
+        rungs.Setup(adamw="sgd")
 
 
 def test_only_the_cudnn_anchor_needs_cuda():

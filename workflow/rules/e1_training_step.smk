@@ -4,9 +4,9 @@
 # against the rung before, ours against an anchor) is a paired difference inside one process; the
 # job still writes one record per rung.
 #
-# The job depends on the ladder's code and every rung's attention back end and A6's checkpointing:
+# The job depends on the ladder's code and every rung's attention back end, our Triton AdamW and A6's checkpointing:
 # a point's rungs are compared with each other, so editing our FlashAttention re-measures the points
-# whole (the anchors beside the flash rungs). The checkpointed rung runs only where fused-adamw ran
+# whole (the anchors beside the flash rungs). The checkpointed rung runs only where the rung before it ran
 # out of memory in the same job's warm-up.
 #
 # Inductor's caches (its FX graphs, Triton kernels, autotuning) live under the run folder, shared by

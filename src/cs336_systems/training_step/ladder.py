@@ -1,7 +1,8 @@
 """E1: the rungs and anchors of one point (size x context) in one job, taking turns; one record each.
 
     python -m cs336_systems.training_step.ladder --size xl --context 512 \\
-        --rungs fp32 bf16 flash compiled fused-adamw checkpointed anchor-sdpa-flash anchor-sdpa-cudnn \\
+        --rungs fp32 bf16 flash compiled fused-adamw triton-adamw bf16-weights checkpointed \\
+            anchor-sdpa-flash anchor-sdpa-cudnn \\
         --out fp32.json bf16.json ... --warmup 3 --rounds 4 --steps 2
 
 One seeded model, batch and set of AdamW moments (``step.SharedPoint``) that every rung steps with
@@ -18,7 +19,7 @@ an anchor, by the paired difference per round.
 Its peak memory is the most its timed steps held (the warm-up's, which include compiling, apart).
 
 A rung that needs CUDA on a CPU is recorded as ``skipped`` with why. The ``checkpointed`` rung runs
-only where the rung before it (fused-adamw, warmed up earlier in the same job) ran out of memory:
+only where the rung before it (bf16-weights, warmed up earlier in the same job) ran out of memory:
 where that one fits, checkpointing would only add recomputation, and the record says "not needed".
 An allocation failure is a result (``oom``) and the other rungs go on.
 """
@@ -130,7 +131,7 @@ def gated_skip(before: str, outcome: tuple[str, str | None] | None) -> str | Non
 def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, dict]:
     """Every rung of the command line's point in one job; returns the records by rung (also written)."""
     device = args.device
-    if device.startswith("cpu") and any(rungs.get(n).setup.attention == "flash" for n in args.rungs):
+    if device.startswith("cpu") and any(rungs.runs_triton(n) for n in args.rungs):
         os.environ.setdefault("TRITON_INTERPRET", "1")    # before the kernels are first imported
     log(f"E1 {args.size} ctx {args.context}: {', '.join(args.rungs)} in turns, {args.rounds} rounds x {args.steps} steps")
     status, point, message = attempt(lambda: point_factory(
@@ -152,9 +153,9 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
     def check_gradients(name: str) -> None:
         nonlocal reference
         if name == rungs.REFERENCE:
-            reference = GradientReference(point.names, point.parameters)
+            reference = GradientReference(point.names, point.gradient_holders())
         elif reference is not None:
-            gradient_errors[name] = reference.relative_errors(point.parameters)
+            gradient_errors[name] = reference.relative_errors(point.gradient_holders())
 
     failed: dict[str, tuple[str, str | None]] = {}     # rung -> (status, message) of what stopped it
 
@@ -227,7 +228,7 @@ def run_point(args: argparse.Namespace, measure_point, summarize, label: str = "
     under ``timing.attempt`` (an allocation failure is an ``oom`` record); ``summarize(metrics)`` is
     the log line of a point that ran."""
     device = args.device
-    if device.startswith("cpu") and rungs.get(args.rung).setup.attention == "flash":
+    if device.startswith("cpu") and rungs.runs_triton(args.rung):
         os.environ.setdefault("TRITON_INTERPRET", "1")    # before the kernels are first imported
     params = {**params_of(args, args.rung, device), **extra_params}
     log(f"{label} {args.size} ctx {args.context} rung {args.rung}: {params['adds']}")

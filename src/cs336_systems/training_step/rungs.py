@@ -5,6 +5,11 @@
     flash         + our FlashAttention-2 (attention back end "flash")
     compiled      + torch.compile of the model
     fused-adamw   + torch.optim.AdamW(fused=True) in place of cs336_basics' AdamW
+    triton-adamw  + our AdamW, one Triton kernel per parameter (training_step.triton_adamw), in place
+                    of PyTorch's fused one
+    bf16-weights  + the matrices held in bf16 for the forward and backward; our AdamW keeps their fp32
+                    master copies and moments and writes the bf16 copy: autocast no longer casts
+                    the weights each forward, nor their gradients back each backward
     checkpointed  + activation checkpointing of groups of blocks, measured only where the rung
                     before it runs out of memory (elsewhere it would only add recomputation)
 
@@ -26,6 +31,10 @@ from cs336_systems.attention.backends import module_of as attention_module
 CHECKPOINTING = "cs336_systems.memory.checkpointing:group_layers"
 OUR_ADAMW = "cs336_basics.optimizer.AdamW (the workload's)"
 FUSED_ADAMW = "torch.optim.AdamW(fused=True)"
+TRITON_ADAMW = "training_step.triton_adamw.TritonAdamW"
+# Setup.adamw -> what the record says the optimizer is
+ADAMWS = {"basics": OUR_ADAMW, "torch-fused": FUSED_ADAMW, "triton": TRITON_ADAMW}
+TRITON_ADAMW_MODULE = "cs336_systems.training_step.triton_adamw"
 SDPA_KERNELS = ("flash", "cudnn")        # torch.nn.attention.SDPBackend FLASH_ATTENTION, CUDNN_ATTENTION
 
 
@@ -36,12 +45,19 @@ class Setup:
     attention: str = "naive"             # an attention back end (attention.backends.BACKENDS)
     sdpa_kernel: str | None = None       # with attention "sdpa": the one kernel SDPA may use
     compiled: bool = False               # torch.compile of the model
-    fused_adamw: bool = False            # torch.optim.AdamW(fused=True) instead of cs336_basics' AdamW
+    adamw: str = "basics"                # which AdamW (ADAMWS): cs336_basics', PyTorch's fused, ours in Triton
+    bf16_weights: bool = False           # the matrices held in bf16, fp32 masters in the optimizer (triton only)
     checkpointed: bool = False           # blocks regrouped under torch.utils.checkpoint (A6's code)
+
+    def __post_init__(self):
+        if self.adamw not in ADAMWS:
+            raise ValueError(f"unknown AdamW {self.adamw!r}; known: {', '.join(ADAMWS)}")
+        if self.bf16_weights and (self.adamw != "triton" or self.precision != "bf16"):
+            raise ValueError("bf16 weights need bf16 autocast and our Triton AdamW, which keeps their fp32 masters")
 
     @property
     def optimizer(self) -> str:
-        return FUSED_ADAMW if self.fused_adamw else OUR_ADAMW
+        return ADAMWS[self.adamw] + (" with fp32 master weights, writing the bf16 copies" if self.bf16_weights else "")
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,11 @@ def _ladder() -> tuple[Rung, ...]:
         ("bf16", "bf16 autocast around forward and loss", {"precision": "bf16"}),
         ("flash", "our FlashAttention-2 for attention", {"attention": "flash"}),
         ("compiled", "torch.compile of the model", {"compiled": True}),
-        ("fused-adamw", f"{FUSED_ADAMW} instead of cs336_basics' AdamW", {"fused_adamw": True}),
+        ("fused-adamw", f"{FUSED_ADAMW} instead of cs336_basics' AdamW", {"adamw": "torch-fused"}),
+        ("triton-adamw", "our AdamW, one Triton kernel per parameter, instead of PyTorch's fused one",
+         {"adamw": "triton"}),
+        ("bf16-weights", "the matrices held in bf16, their fp32 master copies in our AdamW, which writes the bf16 "
+         "copy: no cast of a weight or of its gradient", {"bf16_weights": True}),
         ("checkpointed", "activation checkpointing of groups of blocks, where the rung before runs out of memory",
          {"checkpointed": True}),
     )
@@ -73,7 +93,7 @@ LADDER: tuple[Rung, ...] = _ladder()
 ANCHORS: tuple[Rung, ...] = tuple(
     Rung(f"anchor-sdpa-{kernel}", f"plain PyTorch: bf16 autocast, SDPA pinned to its {kernel} kernel, compiled, "
          f"{FUSED_ADAMW}",
-         Setup(precision="bf16", attention="sdpa", sdpa_kernel=kernel, compiled=True, fused_adamw=True), anchor=True)
+         Setup(precision="bf16", attention="sdpa", sdpa_kernel=kernel, compiled=True, adamw="torch-fused"), anchor=True)
     for kernel in SDPA_KERNELS)
 RUNG_NAMES = tuple(r.name for r in LADDER)
 ANCHOR_NAMES = tuple(r.name for r in ANCHORS)
@@ -100,10 +120,17 @@ def previous(name: str) -> str | None:
 
 
 def code_of(name: str) -> tuple[str, ...]:
-    """The modules a rung runs beyond the ladder's own: its attention back end and, if it
-    checkpoints, A6's checkpointing."""
+    """The modules a rung runs beyond the ladder's own: its attention back end, our Triton AdamW if
+    it steps with it, and, if it checkpoints, A6's checkpointing."""
     setup = get(name).setup
-    return (attention_module(setup.attention),) + ((CHECKPOINTING.partition(":")[0],) if setup.checkpointed else ())
+    return ((attention_module(setup.attention),) + ((TRITON_ADAMW_MODULE,) if setup.adamw == "triton" else ())
+            + ((CHECKPOINTING.partition(":")[0],) if setup.checkpointed else ()))
+
+
+def runs_triton(name: str) -> bool:
+    """Whether the rung launches a Triton kernel of ours (on a CPU: in Triton's interpreter)."""
+    setup = get(name).setup
+    return setup.attention == "flash" or setup.adamw == "triton"
 
 
 def needs_cuda(name: str) -> str | None:

@@ -7,11 +7,16 @@ activation, so two of them do not fit an 80 GB card, and a point's rungs must sh
   weights copied to the host. Each rung sets what it changes before each of its steps: the
   attention function of every attention module, and which list of blocks ``model.layers`` holds
   (the blocks themselves, checkpointed groups of them, or the blocks compiled one by one);
-- one pair of AdamW moments per parameter, which both optimizers (cs336_basics' AdamW and
-  PyTorch's fused one) update in place, each with its own step count: the memory a rung holds is
-  what it would hold alone, and an AdamW step's work does not depend on the moments' values;
-- one compiled graph per distinct computation: the compiled and fused-adamw rungs differ only in
-  the optimizer, so they run the same compiled model (or blocks) and compile once; the anchors
+- one pair of AdamW moments per parameter, which every optimizer (cs336_basics' AdamW, PyTorch's
+  fused one, ours in Triton) updates in place, each with its own step count: the memory a rung holds
+  is what it would hold alone, and an AdamW step's work does not depend on the moments' values;
+- for the rung that computes with bf16 weights, a bf16 copy of every matrix (each ``Linear``'s
+  weight), made from the fp32 weights when the rung's turn begins and dropped when another rung's
+  does, so no other rung holds it; the shared fp32 weights are its master copies, which our AdamW
+  updates, writing the bf16 copies too;
+- one compiled graph per distinct computation: the compiled, fused-adamw and triton-adamw rungs
+  differ only in the optimizer, so they run the same compiled model (or blocks) and compile once
+  (bf16-weights' matrices are another dtype, so Dynamo guards compile it apart); the anchors
   pin their SDPA kernel inside their own attention function, so Dynamo guards tell them apart.
 
 The checks of what a rung computes (``training_step.check``) stay meaningful because ``restore``
@@ -29,17 +34,35 @@ import torch
 from torch import nn
 
 from cs336_systems.models import VOCAB_SIZE, ModelSize, build_model, get_attention_backend, random_batch
-from cs336_systems.training_step.rungs import CHECKPOINTING, Setup
+from cs336_systems.training_step.rungs import CHECKPOINTING, TRITON_ADAMW_MODULE, Setup
 from cs336_systems.workload import LEARNING_RATE, Workload, adamw, no_phase
 
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
 
 
+# cs336_basics' AdamW hyperparameters, for the optimizers that stand in for it
+ADAMW_HYPERPARAMETERS = dict(lr=LEARNING_RATE, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+
+
 def fused_adamw(parameters) -> torch.optim.Optimizer:
-    """PyTorch's AdamW with cs336_basics' hyperparameters (betas, eps, weight decay), one fused
-    kernel per parameter group."""
-    return torch.optim.AdamW(parameters, lr=LEARNING_RATE, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
-                             fused=True)
+    """PyTorch's AdamW with cs336_basics' hyperparameters, one fused kernel per parameter group."""
+    return torch.optim.AdamW(parameters, **ADAMW_HYPERPARAMETERS, fused=True)
+
+
+def triton_adamw(parameters) -> torch.optim.Optimizer:
+    """Our Triton AdamW with cs336_basics' hyperparameters, loaded by name so that Triton (and, on a
+    CPU, its interpreter, which must be asked for before the kernel is defined) loads only where a
+    rung steps with it."""
+    return importlib.import_module(TRITON_ADAMW_MODULE).TritonAdamW(parameters, **ADAMW_HYPERPARAMETERS)
+
+
+def build_adamw(kind: str, parameters) -> torch.optim.Optimizer:
+    """The AdamW ``kind`` names (rungs.ADAMWS) over ``parameters``."""
+    if kind == "torch-fused":
+        return fused_adamw(parameters)
+    if kind == "triton":
+        return triton_adamw(parameters)
+    return adamw(parameters, lr=LEARNING_RATE)
 
 
 def group_layers(blocks: list[nn.Module], group: int) -> nn.ModuleList:
@@ -101,11 +124,17 @@ class SharedPoint:
         self.initial = [p.detach().to("cpu", copy=True) for p in self.parameters]
         self._layers: dict[tuple[bool, bool], nn.ModuleList] = {(False, False): self.blocks}
         self._compiled_model = None
-        self._optimizers: dict[bool, torch.optim.Optimizer] = {}
+        self._optimizers: dict[tuple[str, bool], torch.optim.Optimizer] = {}
+        from cs336_basics.model import Linear
+
+        # every matrix a matmul reads, with its fp32 weight: what the bf16-weights rung holds in bf16
+        self._matrices = [(m, m.weight) for m in self.model.modules() if isinstance(m, Linear)]
+        self._bf16_copies: dict[int, nn.Parameter] = {}      # id(fp32 weight) -> its bf16 copy, while held
 
     def restore(self) -> None:
         """The initial weights back in place (the same tensors, so compiled graphs stay valid), no
-        gradients, and both optimizers as built: zero moments, no step taken."""
+        gradients, no bf16 copies, and every optimizer as built: zero moments, no step taken."""
+        self.hold_bf16_copies(False)
         self.model.zero_grad(set_to_none=True)
         with torch.no_grad():
             for p, saved in zip(self.parameters, self.initial):
@@ -124,21 +153,45 @@ class SharedPoint:
         """What a failed step leaves on the shared model: its gradients."""
         self.model.zero_grad(set_to_none=True)
 
-    def optimizer(self, fused: bool) -> torch.optim.Optimizer:
-        """cs336_basics' AdamW or PyTorch's fused one, both over the same two moments per parameter."""
-        if fused not in self._optimizers:
+    def optimizer(self, setup: Setup) -> torch.optim.Optimizer:
+        """``setup``'s AdamW, over the same two moments per parameter as every other one here."""
+        key = (setup.adamw, setup.bf16_weights)
+        if key not in self._optimizers:
             moments = next(iter(self._optimizers.values()), None)
-            opt = fused_adamw(self.parameters) if fused else adamw(self.parameters, lr=LEARNING_RATE)
+            opt = build_adamw(setup.adamw, self.parameters)
             for p in self.parameters:
                 if moments is not None:
                     exp_avg, exp_avg_sq = moments.state[p]["exp_avg"], moments.state[p]["exp_avg_sq"]
                 else:
                     exp_avg, exp_avg_sq = torch.zeros_like(p), torch.zeros_like(p)
                 # torch's fused kernel takes its step count as a float32 tensor on the device
-                step = torch.zeros((), dtype=torch.float32, device=p.device) if fused else 0
+                step = torch.zeros((), dtype=torch.float32, device=p.device) if setup.adamw == "torch-fused" else 0
                 opt.state[p] = {"step": step, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
-            self._optimizers[fused] = opt
-        return self._optimizers[fused]
+            if setup.bf16_weights:
+                opt.copies = self._bf16_copies      # the same dict, filled while the copies are held
+            self._optimizers[key] = opt
+        return self._optimizers[key]
+
+    def hold_bf16_copies(self, held: bool) -> None:
+        """Make every matrix's weight a bf16 copy of its fp32 weight (``held``), or the fp32 weight
+        again, dropping the copies. Assigning the module's weight keeps the blocks, compiled or not,
+        and the optimizers' parameter lists as they are: only what the matmuls read changes."""
+        if held == bool(self._bf16_copies):
+            return
+        for module, weight in self._matrices:
+            if held:
+                copy = nn.Parameter(weight.detach().to(torch.bfloat16))
+                self._bf16_copies[id(weight)] = copy
+                module.weight = copy
+            else:
+                module.weight = weight
+        if not held:
+            self._bf16_copies.clear()
+
+    def gradient_holders(self) -> list[torch.Tensor]:
+        """Per parameter (``self.parameters``' order), the tensor whose ``.grad`` is its gradient now:
+        its bf16 copy where one is held, else the parameter."""
+        return [self._bf16_copies.get(id(p), p) for p in self.parameters]
 
     def layers(self, setup: Setup) -> nn.ModuleList:
         """The list of blocks ``setup`` runs: plain, checkpointed groups, and/or each compiled."""
@@ -154,9 +207,11 @@ class SharedPoint:
         return pinned_sdpa(setup.sdpa_kernel) if setup.sdpa_kernel else get_attention_backend(setup.attention)
 
     def configure(self, setup: Setup) -> None:
-        """Make the shared model the one ``setup`` runs: its attention and its list of blocks."""
+        """Make the shared model the one ``setup`` runs: its attention, its list of blocks and the
+        precision its matrices are held in."""
         from cs336_basics.model import set_attention
 
+        self.hold_bf16_copies(setup.bf16_weights)
         self.model.layers = self.layers(setup)
         set_attention(self.model, self.attention(setup))
 
@@ -167,7 +222,7 @@ class SharedPoint:
             if self._compiled_model is None:
                 self._compiled_model = torch.compile(self.model, backend=self.backend)
             runnable = self._compiled_model
-        return Workload(self.model, runnable, self.optimizer(setup.fused_adamw), self.inputs, self.targets,
+        return Workload(self.model, runnable, self.optimizer(setup), self.inputs, self.targets,
                         "train-step", setup.precision, self.device)
 
     def step(self, setup: Setup, *, watched: int = 1, on_loss: Callable[[float], None] | None = None,
