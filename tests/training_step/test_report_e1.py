@@ -132,12 +132,17 @@ def test_a_run_with_every_point_says_nothing_is_missing(tmp_path):
 def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
     # 28 bytes a parameter (read p, g, m, v; write p, m, v in fp32) at the H100's 3.35 TB/s.
     gap_ = {"size": "2.7B", "context": 1024, "rung": "fused-adamw", "phases_ms": {"optimizer": 40.0}}
-    record = {"params": {"size": "2.7B", "context": 1024, "rung": "fused-adamw"},
+    record = {"params": {"size": "2.7B", "context": 1024, "rung": "fused-adamw", "optimizer": rungs.FUSED_ADAMW},
               "provenance": {"gpu": "NVIDIA H100 80GB HBM3"}, "metrics": {"parameters": 3_000_000_000}}
     floor = e1.optimizer_floor(gap_, [record])
     assert floor["floor_ms"] == pytest.approx(3e9 * 28 / 3.35e12 * 1e3)
     assert floor["over_floor"] == pytest.approx(40.0 / floor["floor_ms"])
     assert e1.optimizer_floor(gap_, [{**record, "provenance": {"gpu": None}}]) is None     # no card, no floor
+    # our Triton AdamW, with or without bf16 copies, makes the same one pass; cs336_basics' makes several
+    ours = rungs.get("bf16-weights").setup.optimizer
+    assert e1.optimizer_floor(gap_, [{**record, "params": {**record["params"], "optimizer": ours}}]) == floor
+    several = {**record["params"], "optimizer": rungs.OUR_ADAMW}
+    assert e1.optimizer_floor(gap_, [{**record, "params": several}]) is None
 
 
 def test_a_lead_the_timed_steps_do_not_settle_is_said_to_be_unsettled(tmp_path):

@@ -386,19 +386,26 @@ def gap(point: dict | None) -> dict | None:
             "matmul_backward_over_forward": MATMUL_BACKWARD_OVER_FORWARD}
 
 
-# Bytes a fused fp32 AdamW step moves per parameter: it reads the parameter, its gradient and both
-# moments (4 x 4 B) and writes the parameter and both moments back (3 x 4 B).
+# Bytes a one-pass AdamW step moves per parameter: it reads the parameter, its gradient and both
+# moments (4 x 4 B) and writes the parameter and both moments back (3 x 4 B). With bf16 weights
+# (training_step.triton_adamw) the gradient read is 2 B and the bf16 copy written 2 B more: 28 still.
 ADAMW_BYTES_PER_PARAMETER = 28
+# The optimizers that make one pass over those bytes (records' ``optimizer``); cs336_basics' AdamW
+# makes several, so a floor of one pass would not be its limit.
+ONE_PASS_ADAMWS = (rungs.FUSED_ADAMW, rungs.TRITON_ADAMW)
 
 
 def optimizer_floor(gap_: dict | None, records: list[dict]) -> dict | None:
     """The optimizer phase of the gap's rung against the time its bytes take at the card's memory
-    bandwidth (datasheet): how far from its own limit the part MFU does not count runs."""
+    bandwidth (datasheet): how far from its own limit the part MFU does not count runs. None where
+    the rung's AdamW is not one pass over them."""
     if gap_ is None:
         return None
     for r in records:
         p = r["params"]
         if (p.get("size"), p.get("context"), p.get("rung")) == (gap_["size"], gap_["context"], gap_["rung"]):
+            if not str(p.get("optimizer", "")).startswith(ONE_PASS_ADAMWS):
+                return None
             card = BY_DEVICE_NAME.get(r["provenance"].get("gpu") or "")
             parameters = r["metrics"].get("parameters")
             if card is None or card.hbm_bandwidth is None or not parameters:
