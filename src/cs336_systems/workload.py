@@ -88,6 +88,9 @@ class Workload:
     mode: str
     precision: str
     device: torch.device
+    # the loss of what ``runnable`` returns: cs336_basics' cross-entropy of the logits unless a step
+    # fuses the LM head into its loss (E1's anchor-liger: the runnable returns the hidden states)
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def step(self, phase: Phase = no_phase) -> torch.Tensor:
         """One step of ``mode``; gradients are cleared at the end so every step starts alike.
@@ -99,7 +102,7 @@ class Workload:
         grad_mode = torch.no_grad() if self.mode == "forward" else contextlib.nullcontext()
         with grad_mode:
             with phase("forward"), autocast:
-                loss = cross_entropy(self.runnable(self.inputs), self.targets)
+                loss = (self.loss or cross_entropy)(self.runnable(self.inputs), self.targets)
         if self.mode == "forward":
             return loss
         with phase("backward"):

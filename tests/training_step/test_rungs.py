@@ -9,7 +9,7 @@ from cs336_systems.training_step import rungs
 def test_the_ladder_is_named_as_documented():
     assert rungs.RUNG_NAMES == ("fp32", "bf16", "flash", "compiled", "fused-adamw", "triton-adamw", "bf16-weights",
                                 "checkpointed")
-    assert rungs.ANCHOR_NAMES == ("anchor-sdpa-flash", "anchor-sdpa-cudnn")
+    assert rungs.ANCHOR_NAMES == ("anchor-sdpa-flash", "anchor-sdpa-cudnn", "anchor-liger")
     for name in rungs.RUNG_NAMES + rungs.ANCHOR_NAMES:
         assert f"    {name}" in rungs.__doc__ or name.startswith("anchor-"), name
 
@@ -36,7 +36,9 @@ def test_anchors_are_plain_pytorch():
         assert (s.precision, s.attention, s.compiled, s.adamw, s.bf16_weights, s.checkpointed) == (
             "bf16", "sdpa", True, "torch-fused", False, False)
         assert s.optimizer == "torch.optim.AdamW(fused=True)"
-    assert {a.setup.sdpa_kernel for a in rungs.ANCHORS} == {"flash", "cudnn"}
+    assert [(a.setup.sdpa_kernel, a.setup.liger) for a in rungs.ANCHORS] == [("flash", False), ("cudnn", False),
+                                                                             ("cudnn", True)]
+    assert not any(r.setup.liger for r in rungs.LADDER)
 
 
 def test_a_rung_depends_on_its_own_attention_optimizer_and_checkpointing_only():
@@ -46,6 +48,7 @@ def test_a_rung_depends_on_its_own_attention_optimizer_and_checkpointing_only():
     assert rungs.code_of("checkpointed") == ("cs336_systems.attention.flash_backend", rungs.TRITON_ADAMW_MODULE,
                                              "cs336_systems.memory.checkpointing")
     assert rungs.code_of("anchor-sdpa-cudnn") == ("cs336_systems.attention.sdpa_backend",)
+    assert rungs.code_of("anchor-liger") == ("cs336_systems.attention.sdpa_backend", rungs.LIGER_MODULE)
 
 
 def test_the_rungs_with_a_kernel_of_ours_say_they_run_triton():
@@ -60,7 +63,8 @@ def test_bf16_weights_come_only_with_our_adamw_and_autocast():
         rungs.Setup(adamw="sgd")
 
 
-def test_only_the_cudnn_anchor_needs_cuda():
-    assert [n for n in rungs.BY_NAME if rungs.needs_cuda(n)] == ["anchor-sdpa-cudnn"]
+def test_only_the_cudnn_and_liger_anchors_need_cuda():
+    assert [n for n in rungs.BY_NAME if rungs.needs_cuda(n)] == ["anchor-sdpa-cudnn", "anchor-liger"]
+    assert "Liger-Kernel" in rungs.needs_cuda("anchor-liger")
     with pytest.raises(ValueError, match="unknown E1 rung 'fp16'"):
         rungs.get("fp16")

@@ -112,8 +112,15 @@ def params_of(args: argparse.Namespace, name: str, device: str) -> dict:
 
 
 def cuda_skip(name: str, device: str) -> str | None:
-    """Why rung ``name`` cannot run on ``device``, or None."""
-    return rungs.needs_cuda(name) if device.startswith("cpu") else None
+    """Why rung ``name`` cannot run on ``device``, or None: a CUDA-only kernel on a CPU, or Liger-Kernel
+    (an optional extra) not installed."""
+    if device.startswith("cpu") and rungs.needs_cuda(name):
+        return rungs.needs_cuda(name)
+    if rungs.get(name).setup.liger:
+        from cs336_systems.training_step.liger import missing
+
+        return missing()
+    return None
 
 
 def gated_skip(before: str, outcome: tuple[str, str | None] | None) -> str | None:

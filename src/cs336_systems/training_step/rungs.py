@@ -15,7 +15,8 @@
 
 The anchors are what a practitioner writes in plain PyTorch: bf16 autocast, PyTorch's
 ``scaled_dot_product_attention`` pinned to its flash or its cuDNN kernel, the model compiled,
-``torch.optim.AdamW(fused=True)``.
+``torch.optim.AdamW(fused=True)``; and the cuDNN one with Liger-Kernel's fused RMSNorm, SwiGLU gate
+and linear + cross-entropy (``training_step.liger``: an optional extra, CUDA only).
 
 Kept free of torch: the rule file reads the names and the code each rung runs (``code_of``), so a
 rung's rule depends on its own attention back end and nothing else's.
@@ -35,6 +36,7 @@ TRITON_ADAMW = "training_step.triton_adamw.TritonAdamW"
 # Setup.adamw -> what the record says the optimizer is
 ADAMWS = {"basics": OUR_ADAMW, "torch-fused": FUSED_ADAMW, "triton": TRITON_ADAMW}
 TRITON_ADAMW_MODULE = "cs336_systems.training_step.triton_adamw"
+LIGER_MODULE = "cs336_systems.training_step.liger"
 SDPA_KERNELS = ("flash", "cudnn")        # torch.nn.attention.SDPBackend FLASH_ATTENTION, CUDNN_ATTENTION
 
 
@@ -48,6 +50,7 @@ class Setup:
     adamw: str = "basics"                # which AdamW (ADAMWS): cs336_basics', PyTorch's fused, ours in Triton
     bf16_weights: bool = False           # the matrices held in bf16, fp32 masters in the optimizer (triton only)
     checkpointed: bool = False           # blocks regrouped under torch.utils.checkpoint (A6's code)
+    liger: bool = False                  # Liger-Kernel's norm, SwiGLU gate and linear + cross-entropy (training_step.liger)
 
     def __post_init__(self):
         if self.adamw not in ADAMWS:
@@ -94,7 +97,12 @@ ANCHORS: tuple[Rung, ...] = tuple(
     Rung(f"anchor-sdpa-{kernel}", f"plain PyTorch: bf16 autocast, SDPA pinned to its {kernel} kernel, compiled, "
          f"{FUSED_ADAMW}",
          Setup(precision="bf16", attention="sdpa", sdpa_kernel=kernel, compiled=True, adamw="torch-fused"), anchor=True)
-    for kernel in SDPA_KERNELS)
+    for kernel in SDPA_KERNELS) + (
+    Rung("anchor-liger", "plain PyTorch with Liger-Kernel's fused RMSNorm, SwiGLU gate and linear + cross-entropy "
+         "(no full logits): bf16 autocast, SDPA pinned to its cudnn kernel, compiled, "
+         f"{FUSED_ADAMW}; RoPE stays the model's (Liger's rotates halves, the model adjacent pairs)",
+         Setup(precision="bf16", attention="sdpa", sdpa_kernel="cudnn", compiled=True, adamw="torch-fused", liger=True),
+         anchor=True),)
 RUNG_NAMES = tuple(r.name for r in LADDER)
 ANCHOR_NAMES = tuple(r.name for r in ANCHORS)
 # The rung every other one's losses and gradients are checked against (training_step.check)
@@ -121,9 +129,10 @@ def previous(name: str) -> str | None:
 
 def code_of(name: str) -> tuple[str, ...]:
     """The modules a rung runs beyond the ladder's own: its attention back end, our Triton AdamW if
-    it steps with it, and, if it checkpoints, A6's checkpointing."""
+    it steps with it, Liger's adapters if it uses them, and, if it checkpoints, A6's checkpointing."""
     setup = get(name).setup
     return ((attention_module(setup.attention),) + ((TRITON_ADAMW_MODULE,) if setup.adamw == "triton" else ())
+            + ((LIGER_MODULE,) if setup.liger else ())
             + ((CHECKPOINTING.partition(":")[0],) if setup.checkpointed else ()))
 
 
@@ -135,8 +144,10 @@ def runs_triton(name: str) -> bool:
 
 def needs_cuda(name: str) -> str | None:
     """Why the rung cannot run on a CPU, or None where it can. PyTorch's SDPA has a CPU flash
-    kernel (the smoke preset runs it) but no cuDNN one."""
+    kernel (the smoke preset runs it) but no cuDNN one; Liger's kernels fail in Triton's interpreter."""
     setup = get(name).setup
+    if setup.liger:
+        return "Liger-Kernel's kernels need a CUDA GPU (they fail in Triton's interpreter)"
     if setup.sdpa_kernel == "cudnn":
         return "PyTorch's cuDNN attention kernel needs a CUDA GPU"
     return None

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from cs336_systems.models import VOCAB_SIZE, ModelSize, build_model, get_attention_backend, random_batch
-from cs336_systems.training_step.rungs import CHECKPOINTING, TRITON_ADAMW_MODULE, Setup
+from cs336_systems.training_step.rungs import CHECKPOINTING, LIGER_MODULE, TRITON_ADAMW_MODULE, Setup
 from cs336_systems.workload import LEARNING_RATE, Workload, adamw, no_phase
 
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
@@ -130,6 +130,7 @@ class SharedPoint:
         # every matrix a matmul reads, with its fp32 weight: what the bf16-weights rung holds in bf16
         self._matrices = [(m, m.weight) for m in self.model.modules() if isinstance(m, Linear)]
         self._bf16_copies: dict[int, nn.Parameter] = {}      # id(fp32 weight) -> its bf16 copy, while held
+        self._liger = None          # training_step.liger.Swap, built for the first rung that uses it
 
     def restore(self) -> None:
         """The initial weights back in place (the same tensors, so compiled graphs stay valid), no
@@ -188,6 +189,13 @@ class SharedPoint:
         if not held:
             self._bf16_copies.clear()
 
+    def liger(self):
+        """Liger-Kernel's modules beside the model's (``training_step.liger``), loaded by name: only
+        the anchor that uses them imports Liger."""
+        if self._liger is None:
+            self._liger = importlib.import_module(LIGER_MODULE).Swap(self.model, self.blocks)
+        return self._liger
+
     def gradient_holders(self) -> list[torch.Tensor]:
         """Per parameter (``self.parameters``' order), the tensor whose ``.grad`` is its gradient now:
         its bf16 copy where one is held, else the parameter."""
@@ -212,6 +220,8 @@ class SharedPoint:
         from cs336_basics.model import set_attention
 
         self.hold_bf16_copies(setup.bf16_weights)
+        if setup.liger or self._liger is not None:
+            self.liger().hold(setup.liger)
         self.model.layers = self.layers(setup)
         set_attention(self.model, self.attention(setup))
 
@@ -223,7 +233,7 @@ class SharedPoint:
                 self._compiled_model = torch.compile(self.model, backend=self.backend)
             runnable = self._compiled_model
         return Workload(self.model, runnable, self.optimizer(setup), self.inputs, self.targets,
-                        "train-step", setup.precision, self.device)
+                        "train-step", setup.precision, self.device, loss=self.liger().loss if setup.liger else None)
 
     def step(self, setup: Setup, *, watched: int = 1, on_loss: Callable[[float], None] | None = None,
              on_gradients: Callable[[], None] | None = None):

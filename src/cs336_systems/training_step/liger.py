@@ -1,0 +1,103 @@
+"""E1's ``anchor-liger``: the course's model with Liger-Kernel's fused ops where they compute what it does.
+
+What a practitioner adds to plain PyTorch to make this model's step faster without writing kernels:
+Liger-Kernel (``pip install -e '.[liger]'``; pinned there). It has no patch for this model, so the
+anchor swaps, in every block and at the end, modules that call Liger's autograd functions over the
+model's own parameters:
+
+- ``RMSNorm`` -> Liger's RMSNorm (``casting_mode="llama"``: the mean square and its reciprocal root in
+  fp32, as the model's norm computes them);
+- ``SwiGLU``'s gate, ``silu(w1 x) * w3 x`` -> Liger's SiLU-and-multiply (the three projections stay the
+  model's matmuls);
+- the LM head and the loss -> Liger's fused linear + cross-entropy, which computes the loss and its
+  gradients chunk by chunk and never holds the whole ``tokens x vocabulary`` logits.
+
+Liger's RoPE rotates the two halves of a head (``rotate_half``); the model rotates adjacent pairs
+``(x0, x1), (x2, x3), ...``, so Liger's would compute another function and the model keeps its own.
+
+Liger's kernels are Triton kernels that need a CUDA device: Triton's interpreter fails inside its
+RMSNorm on a CPU, so on a CPU the anchor is skipped.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+from torch import nn
+
+PACKAGE = "liger_kernel"
+INSTALL = "pip install -e '.[liger]'"
+
+
+def missing() -> str | None:
+    """Why Liger-Kernel cannot be used here, or None where it is installed."""
+    if importlib.util.find_spec(PACKAGE) is None:
+        return f"Liger-Kernel is not installed ({INSTALL})"
+    return None
+
+
+class LigerRMSNorm(nn.Module):
+    """The model's RMSNorm (its weight and eps, shared) through Liger's kernel."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.weight, self.eps = norm.weight, norm.eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from liger_kernel.transformers.functional import liger_rms_norm
+
+        # not in place: autograd may still need the gradient Liger would overwrite
+        return liger_rms_norm(x, self.weight, self.eps, casting_mode="llama", in_place=False)
+
+
+class LigerSwiGLU(nn.Module):
+    """The model's SwiGLU (its three projections, shared), its gate through Liger's SiLU-and-multiply."""
+
+    def __init__(self, ffn: nn.Module):
+        super().__init__()
+        self.w1, self.w2, self.w3 = ffn.w1, ffn.w2, ffn.w3
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from liger_kernel.transformers.functional import liger_swiglu
+
+        return self.w2(liger_swiglu(self.w1(x), self.w3(x)))
+
+
+class HiddenStates(nn.Module):
+    """In the LM head's place: hands the final norm's output through, so the loss can fuse the head.
+    Holds the head, so its weight stays among the model's parameters (cleared with them)."""
+
+    def __init__(self, head: nn.Module):
+        super().__init__()
+        self.head = head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def fused_linear_cross_entropy(head: nn.Module):
+    """The step's loss from the hidden states: Liger's fused LM head + mean cross-entropy."""
+    def loss(hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+        return liger_fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), head.weight, targets.reshape(-1))
+    return loss
+
+
+class Swap:
+    """The model's modules and Liger's in their place, swapped in and out by attribute: the blocks
+    (compiled or not) are the same objects, only what they call changes."""
+
+    def __init__(self, model: nn.Module, blocks: nn.ModuleList):
+        self.places: list[tuple[nn.Module, str, nn.Module, nn.Module]] = []    # (owner, name, model's, Liger's)
+        for block in blocks:
+            for name, make in (("ln1", LigerRMSNorm), ("ln2", LigerRMSNorm), ("ffn", LigerSwiGLU)):
+                own = getattr(block, name)
+                self.places.append((block, name, own, make(own)))
+        self.places.append((model, "ln_final", model.ln_final, LigerRMSNorm(model.ln_final)))
+        self.places.append((model, "lm_head", model.lm_head, HiddenStates(model.lm_head)))
+        self.loss = fused_linear_cross_entropy(model.lm_head)
+
+    def hold(self, liger: bool) -> None:
+        for owner, name, own, theirs in self.places:
+            setattr(owner, name, theirs if liger else own)
