@@ -35,11 +35,11 @@ def main(argv=None) -> int:
         for _ in range(args.steps):
             step()
         print(f"{label:16s}", " ".join(f"{x:.4f}" for x in losses), flush=True)
-    # Liger's ops one at a time, eager: swap only some places
+    # Liger's ops one at a time, eager and compiled: swap only some places
     swap = point.liger()
-    for what, names in only.items():
+    for what, names, compiled in [(w, n, c) for c in (False, True) for w, n in only.items()]:
         point.restore()
-        eager = dataclasses.replace(cudnn, compiled=False)
+        eager = dataclasses.replace(cudnn, compiled=compiled)
         losses = []
         loss_fn = swap.loss if what == "flce" else None
         for _ in range(args.steps):
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
             workload.loss = loss_fn
             losses.append(float(workload.step()))
         swap.hold(False)
-        print(f"liger {what:10s}", " ".join(f"{x:.4f}" for x in losses), flush=True)
+        print(f"liger {what:6s} {'compiled' if compiled else 'eager':8s}", " ".join(f"{x:.4f}" for x in losses), flush=True)
     return 0
 
 
