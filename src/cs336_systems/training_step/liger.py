@@ -6,7 +6,11 @@ anchor swaps, in every block and at the end, modules that call Liger's autograd 
 model's own parameters:
 
 - ``RMSNorm`` -> Liger's RMSNorm (``casting_mode="llama"``: the mean square and its reciprocal root in
-  fp32, as the model's norm computes them);
+  fp32, as the model's norm computes them), called outside the compiled graph: traced by
+  ``torch.compile`` (PyTorch 2.11, Liger-Kernel 0.8.5; Dynamo fails to compile its kernel and falls
+  back) its updates go wrong after the first (on one H200, a small model's loss after two updates
+  8.76 where the eager step and every other rung give 8.21: ``lab/e1-rungs``), which E1's loss check
+  would flag; the SwiGLU gate and the fused loss compile and compute what eager does;
 - ``SwiGLU``'s gate, ``silu(w1 x) * w3 x`` -> Liger's SiLU-and-multiply (the three projections stay the
   model's matmuls);
 - the LM head and the loss -> Liger's fused linear + cross-entropy, which computes the loss and its
@@ -43,6 +47,7 @@ class LigerRMSNorm(nn.Module):
         super().__init__()
         self.weight, self.eps = norm.weight, norm.eps
 
+    @torch.compiler.disable
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from liger_kernel.transformers.functional import liger_rms_norm
 
