@@ -219,6 +219,11 @@ def test_ours_against_the_anchor_names_the_kernel_kind_where_they_part(tmp_path)
     # Attention 1.0 ms apart beside GEMMs 0.8 apart: no kind stands out.
     close = profile_record("anchor-sdpa-flash", {"GEMM": 119.2, "attention-softmax": 19.0, "elementwise": 40.0,
                                                  "optimizer": 30.0}, step_ms=best - 1.0, busy_ms=204.0)
+    # with two anchors profiled, the best anchor's profile is the one set against ours
+    assert e1.kernel_comparison([ours, close, anchor], None, None, 0.55, "anchor-liger")["anchor"]["rung"] == \
+        "anchor-sdpa-flash"
+    liger = {**anchor, "params": {**anchor["params"], "rung": "anchor-liger"}}
+    assert e1.kernel_comparison([ours, close, liger], None, None, 0.55, "anchor-liger")["anchor"]["rung"] == "anchor-liger"
     kc = e1.kernel_comparison([ours, close], None, None, 0.55)
     assert kc["anchor"]["largest"] == "attention-softmax" and not kc["anchor"]["largest_stands_out"]
     assert f"at {_projection_flops() / 0.120 / 1e12:.0f} TFLOP/s" in flat

@@ -541,9 +541,10 @@ def profile_summary(profiles: list[dict]) -> list[dict]:
     return out
 
 
-def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | None, goal_mfu: float) -> dict | None:
-    """At the profiled point, ours (the profiled rung that is not an anchor) against the profiled
-    anchor, kind by kind; the GEMM kernels' rate on the projections' closed-form FLOPs against the
+def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | None, goal_mfu: float,
+                      best_anchor: str | None = None) -> dict | None:
+    """At the profiled point, ours (the profiled rung that is not an anchor) against a profiled
+    anchor there (``best_anchor``'s where it was profiled, else the first), kind by kind; the GEMM kernels' rate on the projections' closed-form FLOPs against the
     card's peak; the step the GEMMs at that rate plus the optimizer at its bandwidth floor alone
     would take, with the MFU that bounds while the GEMMs run as they do; and, against the step the
     goal's MFU allows, the room left for every other kernel beside what they take now. The
@@ -578,8 +579,9 @@ def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | Non
         # the share of the rest that must go (removed, fused or overlapped) for the goal's step
         out["bound"]["cut_share"] = 1 - max(room, 0) / rest if rest and rest > max(room, 0) else 0.0
         out["bound"]["no_room"], out["bound"]["cut_needed"] = room <= 0, out["bound"]["cut_share"] > 0
-    anchor = next((r for r in ok if r["params"]["anchor"]
-                   and (r["params"]["size"], r["params"]["context"]) == (p["size"], p["context"])), None)
+    anchors = [r for r in ok if r["params"]["anchor"]
+               and (r["params"]["size"], r["params"]["context"]) == (p["size"], p["context"])]
+    anchor = next((r for r in anchors if r["params"]["rung"] == best_anchor), anchors[0] if anchors else None)
     if anchor is not None:
         a = anchor["metrics"]
         delta = {k: m["kinds"][k]["ms"] - a["kinds"][k]["ms"] for k in m["kinds"] if k in a["kinds"]}
@@ -645,7 +647,10 @@ def main(argv=None) -> int:
     profiles = load_records(args.profiles)
     write_table(profile_table(profiles), args.out_dir, "kernels")
     summary["profiles"] = profile_summary(profiles)
-    summary["kernel_comparison"] = kernel_comparison(profiles, summary["gap"], summary["optimizer_floor"], args.goal_mfu)
+    goal_point = summary["goal"]["point"] or {}
+    best_anchor = (goal_point.get("best_anchor") or {}).get("rung")
+    summary["kernel_comparison"] = kernel_comparison(profiles, summary["gap"], summary["optimizer_floor"], args.goal_mfu,
+                                                     best_anchor)
     if summary["kernel_comparison"] and summary["kernel_comparison"]["anchor"]:
         summary["kernel_comparison"]["anchor"]["goal_pair_unsettled"] = goal_pair_unsettled(
             summary["goal"], summary["kernel_comparison"])
