@@ -12,7 +12,7 @@
 # Inductor's caches (its FX graphs, Triton kernels, autotuning) live under the run folder, shared by
 # the run's jobs and kept across re-runs (git ignores results/*/cache/).
 
-from cs336_systems.pipeline.rule_helpers import records_on_disk
+from cs336_systems.pipeline.rule_helpers import records_in, records_on_disk
 from cs336_systems.training_step import rungs as e1_rungs
 
 E1 = GRID["E1"]
@@ -92,8 +92,9 @@ rule E1_report:
         # Rebuilding a committed run (reuse_records with sections): the records it has; the rows
         # it lacks are "not measured in this run" (rule_helpers.records_on_disk).
         records=records_on_disk(E1_RECORDS, REBUILDING),
-        # The profiles a rebuild has, none measured on the spot (a run made before E1 profiled has none).
-        profiles=(records_present if REBUILDING else list)(E1_PROFILES),
+        # A rebuild reads every profile the run has, none measured on the spot: the rungs its config
+        # profiled then (a run made before E1 profiled has none).
+        profiles=records_in(f"{RESULTS}/E1/profiles") if REBUILDING else E1_PROFILES,
         code=code("cs336_systems.report.e1"),
     output:
         **report_outputs("E1"),

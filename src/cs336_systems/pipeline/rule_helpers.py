@@ -28,6 +28,13 @@ def records_present(paths: list[str]) -> list[str]:
     return [p for p in paths if os.path.exists(p)]
 
 
+def records_in(folder: str) -> list[str]:
+    """Every JSON record ``folder`` holds, sorted: what a rebuild reads where the run measured what its
+    config named then (E1's profiles: the rungs profiled), not what today's config names."""
+    return sorted(os.path.join(folder, name) for name in os.listdir(folder) if name.endswith(".json")) \
+        if os.path.isdir(folder) else []
+
+
 def out_dir(name: str):
     """A params function: the folder of output ``name`` (or the index of an unnamed one), for commands
     that write several files there."""

@@ -644,7 +644,9 @@ def main(argv=None) -> int:
     plot_ladder(df, args.out_dir / "ladder.png")
     summary = summarize(df, records, args.goal_size, args.goal_context, args.goal_mfu)
     summary["planned"], summary["not_measured"] = not_measured(args.planned, args.records)
-    profiles = load_records(args.profiles)
+    # ours first, then the anchors, in the ladder's order, whatever order the files came in
+    profiles = sorted(load_records(args.profiles), key=lambda r: ORDER.index(r["params"]["rung"])
+                      if r["params"].get("rung") in ORDER else len(ORDER))
     write_table(profile_table(profiles), args.out_dir, "kernels")
     summary["profiles"] = profile_summary(profiles)
     goal_point = summary["goal"]["point"] or {}
