@@ -66,3 +66,23 @@ def test_weights_it_cannot_update_are_refused_in_one_line():
         TritonAdamW([q]).step()
     with pytest.raises(ValueError, match="invalid hyperparameters"):
         TritonAdamW([q], betas=(0.9, 1.0))
+
+
+def test_weights_whose_step_counts_differ_are_each_updated_with_their_own():
+    """A weight that joined later (its first step while the others take their third) gets its own
+    bias corrections, as PyTorch's AdamW gives it."""
+    g = torch.Generator().manual_seed(13)
+    start = [torch.randn(s, generator=g) for s in SHAPES]
+    ours = [torch.nn.Parameter(w.to(_device(), copy=True)) for w in start]
+    reference = [torch.nn.Parameter(w.double()) for w in start]
+    opt, ref = TritonAdamW(ours, **HYPER), torch.optim.AdamW(reference, **HYPER, foreach=False)
+    for step in range(3):
+        grads = [torch.randn(s, generator=g) for s in SHAPES]
+        for i, (p, q, grad) in enumerate(zip(ours, reference, grads)):
+            late = i == 1 and step < 2           # the second weight has no gradient in the first two steps
+            p.grad, q.grad = (None, None) if late else (grad.to(_device()), grad.double())
+        opt.step()
+        ref.step()
+    assert [opt.state[p]["step"] for p in ours] == [3, 1, 3]
+    for p, q in zip(ours, reference):
+        assert torch.allclose(p.detach().cpu().double(), q.detach(), rtol=1e-5, atol=1e-6)
