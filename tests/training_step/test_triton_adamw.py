@@ -13,12 +13,17 @@ def _device():
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def test_its_updates_follow_pytorch_s_adamw_in_float64_over_several_steps():
-    g = torch.Generator().manual_seed(11)
+def _beside_pytorch_s(seed: int):
+    """Fresh seeded weights for ours (fp32, on the test's device) and for PyTorch's AdamW in float64."""
+    g = torch.Generator().manual_seed(seed)
     start = [torch.randn(s, generator=g) for s in SHAPES]
     ours = [torch.nn.Parameter(w.to(_device(), copy=True)) for w in start]
     reference = [torch.nn.Parameter(w.double()) for w in start]
-    opt, ref = TritonAdamW(ours, **HYPER), torch.optim.AdamW(reference, **HYPER, foreach=False)
+    return g, start, ours, reference, TritonAdamW(ours, **HYPER), torch.optim.AdamW(reference, **HYPER, foreach=False)
+
+
+def test_its_updates_follow_pytorch_s_adamw_in_float64_over_several_steps():
+    g, start, ours, reference, opt, ref = _beside_pytorch_s(11)
     for _ in range(4):
         grads = [torch.randn(s, generator=g) for s in SHAPES]
         for p, q, grad in zip(ours, reference, grads):
@@ -71,11 +76,7 @@ def test_weights_it_cannot_update_are_refused_in_one_line():
 def test_weights_whose_step_counts_differ_are_each_updated_with_their_own():
     """A weight that joined later (its first step while the others take their third) gets its own
     bias corrections, as PyTorch's AdamW gives it."""
-    g = torch.Generator().manual_seed(13)
-    start = [torch.randn(s, generator=g) for s in SHAPES]
-    ours = [torch.nn.Parameter(w.to(_device(), copy=True)) for w in start]
-    reference = [torch.nn.Parameter(w.double()) for w in start]
-    opt, ref = TritonAdamW(ours, **HYPER), torch.optim.AdamW(reference, **HYPER, foreach=False)
+    g, _, ours, reference, opt, ref = _beside_pytorch_s(13)
     for step in range(3):
         grads = [torch.randn(s, generator=g) for s in SHAPES]
         for i, (p, q, grad) in enumerate(zip(ours, reference, grads)):
