@@ -33,12 +33,11 @@ def test_tiny_model_eager_and_compiled_on_cpu(tmp_path):
         assert variant["step"]["samples"] == pytest.approx(
             [sum(s) for s in zip(*(variant[p]["samples"] for p in ("forward", "backward", "optimizer")))])
     assert m["speedup"]["step"] == pytest.approx(eager["step"]["mean"] / compiled["step"]["mean"])
-    # The two blocks share one compiled graph, and compiling costs more than eager start-up: twice
-    # at least (on an idle machine 10x and more; a loaded two-core CI machine slowed eager's first
-    # calls to 0.22 s against 0.85 s of compiling).
+    # The two blocks share one compiled graph (Dynamo's count: what proves it compiled), and the
+    # compiling is the compiled variant's first calls' overhead. Not a ratio against eager's start-up:
+    # with the Inductor cache warm and two busy cores it fell from 10x to 2.7x and then 1.4x.
     assert m["compiled_graphs"] == 1
-    assert m["compile_seconds"] == compiled["first_calls_overhead_seconds"]
-    assert m["compile_seconds"] > 2 * max(eager["first_calls_overhead_seconds"], 0.01)
+    assert m["compile_seconds"] == compiled["first_calls_overhead_seconds"] > 0
 
     torch.manual_seed(seed)
     model = build_model(get_size("tiny"), 8)
