@@ -283,3 +283,11 @@ def test_the_us_filter_writes_milliseconds_as_microseconds_with_the_unit(tmp_pat
     us = env.from_string("{{ v | us }} / {{ v | us(2) }} / {{ none | us }}")
     assert us.render(v=0.022683) == "22.7 µs / 22.68 µs / n/a"
     assert env.from_string("{{ v | us(0) }}").render(v=1.5) == "1,500 µs"
+
+
+def test_the_span_filters_write_a_range_or_one_number_where_its_ends_read_alike(tmp_path):
+    env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
+    span = env.from_string("{{ v | span }} / {{ v | span(1) }} / {{ v | pct_span }}")
+    assert span.render(v=[0.42, 0.11, 0.3]) == "0 / 0.1–0.4 / 11 %–42 %"
+    assert span.render(v=(3.04, 2.96)) == "3 / 3.0 / 296 %–304 %"
+    assert env.from_string("{{ v | span }}").render(v=[1200.0, 980.4]) == "980–1,200"

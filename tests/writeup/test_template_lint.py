@@ -27,7 +27,7 @@ ALLOWED = {
     # paired, the cold-start and spread comparisons, the largest spread of warm processes
     "A1": (2, 5),
     # the spans (lo–hi where they differ), the per-FLOP direction, the mean/max of NVTX ratios
-    "A2": (2, 33),
+    "A2": (2, 25),
     # the formats' bit counts (bf16's 8 exponent and 7 mantissa bits, fp16's 10 (11))
     "A3": (6, 0),
     # LayerNorm's toy widths, fp16's smallest normal and largest number; the offset squared
@@ -37,9 +37,9 @@ ALLOWED = {
     # the checkpointing closed form's constants; size units chosen by magnitude, ratios of sizes
     "A6": (4, 16),
     # the closed form 2·B·N²; ranges by min/max, out-of-memory against capacity
-    "B1": (1, 11),
+    "B1": (1, 8),
     # eager against compiled by ratio, spans
-    "B2": (0, 17),
+    "B2": (0, 12),
     # tile sizes, the mask value, the head dimensions accepted
     "B3": (8, 0),
     # 2N²d per product; bytes to GB, FLOPs to TFLOP, the faster backward

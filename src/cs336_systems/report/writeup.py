@@ -80,6 +80,18 @@ def _fmt(value, digits: int = 2) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _pct(value, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{100 * value:.{digits}f} %"
+
+
+def _span(values, digits: int = 0, write=_fmt) -> str:
+    """The range of ``values`` as ``write(value, digits)`` writes its ends, "lo–hi", or the one number
+    where both ends read alike: a template words a range without comparing or computing."""
+    values = list(values)
+    lo, hi = write(min(values), digits), write(max(values), digits)
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
 def github_slug(text: str) -> str:
     """The anchor GitHub gives a Markdown heading (lower case, punctuation dropped, spaces to '-')."""
     return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
@@ -149,7 +161,10 @@ class Renderer:
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), undefined=jinja2.StrictUndefined,
                                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
         self.env.filters["f"] = _fmt
-        self.env.filters["pct"] = lambda v, digits=1: "n/a" if v is None else f"{100 * v:.{digits}f} %"
+        self.env.filters["pct"] = _pct
+        # a range of numbers ("3–7", or "5" where both ends read alike), as `f` or `pct` writes them
+        self.env.filters["span"] = _span
+        self.env.filters["pct_span"] = lambda values, digits=0: _span(values, digits, _pct)
         # a share as a signed number of per cent, the sign always written and the "%" left to the template
         self.env.filters["signed_pct"] = lambda v, digits=1: f"{100 * v:+.{digits}f}"
         # milliseconds written in microseconds, with the unit: per-call costs are tens of µs
