@@ -291,3 +291,11 @@ def test_the_span_filters_write_a_range_or_one_number_where_its_ends_read_alike(
     assert span.render(v=[0.42, 0.11, 0.3]) == "0 / 0.1–0.4 / 11 %–42 %"
     assert span.render(v=(3.04, 2.96)) == "3 / 3.0 / 296 %–304 %"
     assert env.from_string("{{ v | span }}").render(v=[1200.0, 980.4]) == "980–1,200"
+
+
+def test_the_binary_size_filter_writes_memory_in_the_largest_binary_unit_it_reaches(tmp_path):
+    env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
+    size = env.from_string("{{ v | binary_size }} | {{ v | binary_size('MiB') }}")
+    assert size.render(v=3 * 1024 ** 3 // 2) == "1.50 GiB | 1,536.00 GiB"
+    assert size.render(v=12 * 1024 ** 2) == "12.0 MiB | 12,288.00 GiB"
+    assert size.render(v=512) == "0.5 KiB | 512.0 MiB"

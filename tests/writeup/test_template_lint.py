@@ -35,7 +35,7 @@ ALLOWED = {
     # a residual's 4 bytes; bytes to MiB, the count of the largest allocation
     "A5": (2, 3),
     # the checkpointing closed form's constants; size units chosen by magnitude, ratios of sizes
-    "A6": (4, 16),
+    "A6": (4, 8),
     # the closed form 2·B·N²; ranges by min/max, out-of-memory against capacity
     "B1": (1, 8),
     # eager against compiled by ratio, spans
@@ -45,7 +45,7 @@ ALLOWED = {
     # 2N²d per product; bytes to GB, FLOPs to TFLOP, the faster backward
     "B4": (1, 7),
     # the grid's limits; the timing basis, ratios against the goal
-    "B5": (5, 17),
+    "B5": (5, 16),
     # the C family, _ddp and C9: another change is splitting report/ddp.py and rewords them
     "C1": (5, 1),
     "C2": (1, 1),

@@ -92,6 +92,20 @@ def _span(values, digits: int = 0, write=_fmt) -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
+BINARY_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
+
+
+def _binary_size(value, unit: str = "B") -> str:
+    """An amount of memory given in ``unit`` written in the largest binary unit it reaches from KiB
+    up to GiB: "1.50 GiB", "12.0 MiB", "0.5 KiB"."""
+    n = value * BINARY_UNITS[unit]
+    if n >= BINARY_UNITS["GiB"]:
+        return f"{n / BINARY_UNITS['GiB']:,.2f} GiB"
+    if n >= BINARY_UNITS["MiB"]:
+        return f"{n / BINARY_UNITS['MiB']:,.1f} MiB"
+    return f"{n / BINARY_UNITS['KiB']:,.1f} KiB"
+
+
 def github_slug(text: str) -> str:
     """The anchor GitHub gives a Markdown heading (lower case, punctuation dropped, spaces to '-')."""
     return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
@@ -165,6 +179,7 @@ class Renderer:
         # a range of numbers ("3–7", or "5" where both ends read alike), as `f` or `pct` writes them
         self.env.filters["span"] = _span
         self.env.filters["pct_span"] = lambda values, digits=0: _span(values, digits, _pct)
+        self.env.filters["binary_size"] = _binary_size
         # a share as a signed number of per cent, the sign always written and the "%" left to the template
         self.env.filters["signed_pct"] = lambda v, digits=1: f"{100 * v:+.{digits}f}"
         # milliseconds written in microseconds, with the unit: per-call costs are tens of µs
