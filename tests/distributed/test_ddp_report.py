@@ -445,3 +445,21 @@ def test_each_rung_is_set_against_the_rung_below_it_that_ran():
     one_pass = 2 * 2e9 * 4 / BY_DEVICE_NAME["NVIDIA H100 80GB HBM3"].hbm_bandwidth * 1e3     # read and write 8 GB
     assert view["removed_pass_ms"] == pytest.approx(one_pass) and avg["removed_pass_ms"] == pytest.approx(one_pass)
     assert bf16["removed_pass_ms"] is None                               # its casting passes are not whole fp32 passes
+
+
+def test_c11_reads_memory_that_moved_over_the_step_and_what_pytorch_ddp_holds_beyond_ours():
+    from cs336_systems.report.ddp import memory_readings
+
+    def row(variant, before, after, gradients=1.0):
+        return {"variant": variant, "before_step_GiB": before, "after_step_GiB": after, "gradients_GiB": gradients}
+
+    # PyTorch DDP holds one more copy of the gradients (its buckets); nothing moves over the step
+    out = memory_readings([row("overlap", 3.0, 3.0), row("torch-ddp", 4.01, 4.01 + 0.5 / 1024)])
+    assert out["memory_checked"] and out["moved_after_step"] == []
+    assert out["torch_ddp_extra"]["GiB"] == pytest.approx(1.01) and out["torch_ddp_extra"]["is_gradients"]
+    # 1.5 GiB more is not the gradients' 1 GiB; a step that keeps 2 MiB more has moved
+    out = memory_readings([row("overlap", 3.0, 3.0 + 2 / 1024), row("torch-ddp", 4.5, 4.5)])
+    assert out["moved_after_step"] == ["overlap"] and not out["torch_ddp_extra"]["is_gradients"]
+    # ours holding more, or no after-step reading at all
+    assert memory_readings([row("overlap", 5.0, None), row("torch-ddp", 4.0, None)]) == {
+        "memory_checked": False, "moved_after_step": [], "torch_ddp_extra": None}

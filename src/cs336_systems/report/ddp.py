@@ -126,11 +126,33 @@ def _c6(s: Section) -> tuple[pd.DataFrame, dict]:
                                       and ov["longest_gap_ms"] < na["longest_gap_ms"]) if na and ov else None}
 
 
+# Memory readings equal to this (GiB) are equal: a MiB.
+SAME_MEMORY_GIB = 1 / 1024
+# PyTorch DDP's extra memory is "the gradients' size" within this share of it.
+GRADIENTS_MATCH = 0.02
+
+
+def memory_readings(memory: list[dict]) -> dict:
+    """C11's readings of rank 0's memory rows: the variants whose memory after the step differs from
+    before it by more than a MiB (``checked``: some row has both readings), and PyTorch DDP's memory
+    before the step beyond ours (overlap), with whether it is the gradients' size."""
+    both = [m for m in memory if m.get("after_step_GiB") is not None]
+    moved = [m["variant"] for m in both if abs(m["after_step_GiB"] - m["before_step_GiB"]) > SAME_MEMORY_GIB]
+    rows = {m["variant"]: m for m in memory}
+    torch_ddp, ours = rows.get("torch-ddp"), rows.get("overlap")
+    extra = None
+    if torch_ddp and ours and torch_ddp["before_step_GiB"] > ours["before_step_GiB"]:
+        gib = torch_ddp["before_step_GiB"] - ours["before_step_GiB"]
+        extra = {"GiB": gib, "is_gradients": abs(gib / ours["gradients_GiB"] - 1) < GRADIENTS_MATCH}
+    return {"memory_checked": bool(both), "moved_after_step": moved, "torch_ddp_extra": extra}
+
+
 def _c11(s: Section) -> tuple[pd.DataFrame, dict]:
     """The table every precision's memory rows; the summary (which the section reads by variant) the first's."""
     memory = memory_rows(s.records, MEMORY_VARIANTS)
     table = pd.DataFrame(memory) if memory else no_rows("no variant recorded its memory")
-    return table, {"memory": [m for m in memory if m["precision"] == s.first]}
+    first = [m for m in memory if m["precision"] == s.first]
+    return table, {"memory": first} | memory_readings(first)
 
 
 # FSDP's step against DDP's (overlap), phase by phase.
@@ -339,7 +361,10 @@ SUMMARY_SCHEMAS["C10"] = section(
 )
 
 SUMMARY_SCHEMAS["C11"] = section(
-    memory=null(arr(obj(after_step_GiB=NUM, before_step_GiB=NUM, variant=STR))),
+    memory=null(arr(obj(variant=STR))),
+    memory_checked=BOOL,
+    moved_after_step=arr(STR),
+    torch_ddp_extra=null(obj(GiB=NUM, is_gradients=BOOL)),
     provenance=PROVENANCE,
     setup=obj(steps=INT, warmup=INT, world_size=INT),
     versus=opt(versus_schema("overlap-sharded", "overlap")),
