@@ -301,3 +301,13 @@ def test_the_binary_size_filter_writes_memory_in_the_largest_binary_unit_it_reac
     assert size.render(v=512) == "0.5 KiB"
     given = env.from_string("{{ v | binary_size('GiB') }} | {{ w | binary_size('MiB') }}")     # amounts in other units
     assert given.render(v=0.25, w=2048) == "256.0 MiB | 2.00 GiB"
+
+
+def test_the_and_join_filter_lists_names_as_a_sentence_does(tmp_path):
+    env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
+    join = env.from_string("{{ xs | and_join }} / {{ xs | and_join(suffix=\"'s\") }} / {{ xs | and_join(names) }}")
+    names = {"a": "alpha", "b": "beta", "c": "gamma"}
+    assert join.render(xs=["a", "b", "c"], names=names) == "a, b and c / a's, b's and c's / alpha, beta and gamma"
+    assert join.render(xs=["a", "b"], names=names) == "a and b / a's and b's / alpha and beta"
+    assert join.render(xs=["c"], names=names) == "c / c's / gamma"
+    assert join.render(xs=[], names=names) == " /  / "

@@ -92,6 +92,12 @@ def _span(values, digits: int = 0, write=_fmt) -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
+def _and_join(values, names: dict | None = None, suffix: str = "") -> str:
+    """"a", "a and b", "a, b and c": each value (or its entry in ``names``) with ``suffix``."""
+    words = [f"{names[v] if names is not None else v}{suffix}" for v in values]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1] if words else ""
+
+
 BINARY_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
 
 
@@ -180,6 +186,7 @@ class Renderer:
         self.env.filters["span"] = _span
         self.env.filters["pct_span"] = lambda values, digits=0: _span(values, digits, _pct)
         self.env.filters["binary_size"] = _binary_size
+        self.env.filters["and_join"] = _and_join
         # a share as a signed number of per cent, the sign always written and the "%" left to the template
         self.env.filters["signed_pct"] = lambda v, digits=1: f"{100 * v:+.{digits}f}"
         # milliseconds written in microseconds, with the unit: per-call costs are tens of µs
