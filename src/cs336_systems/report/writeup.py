@@ -95,7 +95,9 @@ def _span(values, digits: int = 0, write=_fmt) -> str:
 def _and_join(values, names: dict | None = None, suffix: str = "") -> str:
     """"a", "a and b", "a, b and c": each value (or its entry in ``names``) with ``suffix``."""
     words = [f"{names[v] if names is not None else v}{suffix}" for v in values]
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1] if words else ""
+    if len(words) < 2:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " and " + words[-1]
 
 
 BINARY_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
