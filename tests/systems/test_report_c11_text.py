@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cs336_systems.report.ddp import memory_readings
 from cs336_systems.report.writeup import Renderer
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
@@ -25,7 +26,8 @@ def _render(tmp_path, rows):
     provenance = {"gpus": ["G"], "hosts": ["h"], "first_utc": "2026-01-01", "last_utc": "2026-01-01",
                   "dates": "2026-01-01", "sittings": [],
                   "commits": ["0" * 10], "dirty": False, "torch": ["x"], "records": 3, "statuses": {"ok": 3}}
-    summary = {"provenance": provenance, "memory": rows, "baseline": None,
+    # the readings the report makes of the rows (report.ddp.memory_readings), which the template words
+    summary = {"provenance": provenance, "memory": rows, **memory_readings(rows), "baseline": None,
                "setup": {"size": "xl", "context": 512, "global_batch": 8, "world_size": 2, "backend": "nccl",
                          "warmup": 2, "steps": 5}}
     (folder / "summary.json").write_text(json.dumps(summary))
