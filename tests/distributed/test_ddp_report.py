@@ -463,3 +463,10 @@ def test_c11_reads_memory_that_moved_over_the_step_and_what_pytorch_ddp_holds_be
     # ours holding more, or no after-step reading at all
     assert memory_readings([row("overlap", 5.0, None), row("torch-ddp", 4.0, None)]) == {
         "memory_checked": False, "moved_after_step": [], "torch_ddp_extra": None}
+
+
+def test_c8_s_worst_accuracy_is_each_measure_s_largest_over_the_rows_that_have_it():
+    rows = [{"weights_rel_diff": 2e-5, "diff_over_update": None}, {"weights_rel_diff": 7e-5, "diff_over_update": 0.01}]
+    assert c8.worst_accuracy(rows) == {"weights_rel_diff": 7e-5, "diff_over_update": 0.01}
+    assert c8.worst_accuracy(rows[:1]) == {"weights_rel_diff": 2e-5, "diff_over_update": None}
+    assert c8.worst_accuracy([]) is None

@@ -382,6 +382,14 @@ def plot_bucket_model(bucketed: pd.DataFrame, grad_bytes: float, o_s: float, w: 
 LADDER = ("bucketed-<MB>", "bucketed-view-<MB>", "bucketed-ready-<MB>", "bucketed-avg-<MB>", "bucketed-bf16-<MB>")
 
 
+def worst_accuracy(rows: list[dict]) -> dict | None:
+    """The largest of each accuracy measure over the rows that have it (None where no row has any)."""
+    if not rows:
+        return None
+    return {k: max((r[k] for r in rows if r.get(k) is not None), default=None)
+            for k in ("weights_rel_diff", "diff_over_update")}
+
+
 def ladder(records: list[dict]) -> list[dict]:
     """What each rung did: per precision and bucket size, every rung's step against the rung below
     it that ran (``record_difference``: paired per round where they shared a job), in ladder order;
@@ -430,6 +438,7 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
     write_table(pd.DataFrame(accuracy) if accuracy else no_rows("no variant recorded its bf16 gradients' error"),
                 out, stem="accuracy")
     bucketed, model = bucket_model(records, table, setup, c1, out, per_call, found)
+    steps = ladder(records)
     # What the traces show is left: the compute lane's idle time in one step of each traced
     # variant of C8's and of PyTorch DDP's.
     gaps = {label: compute_gaps(traces[label]) for p in precisions for v in traced
@@ -438,8 +447,10 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
     kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced
                                      if variants.lookup(v).deliverable == "C8" or v in ("torch-ddp", QUIET_TRACE)])
     return bucketed, {"bucketed": bucketed.to_dict("records"), "model": model, "overheads": found,
-                      "has_overhead_table": over is not None, "accuracy": accuracy, "compute_gaps": gaps,
-                      "kernel_time": kinds, "ladder": ladder(records),
+                      "has_overhead_table": over is not None, "accuracy": accuracy,
+                      "accuracy_worst": worst_accuracy(accuracy), "compute_gaps": gaps,
+                      "kernel_time": kinds, "ladder": steps, "ladder_all_paired": bool(steps) and all(
+                          s["paired"] for s in steps),
                       "against_overlap": bucketed_against_overlap(records).get(first),
                       "best_bucket_size": best_bucket_size(records, first),
                       "casts_on_side_stream": casts_on_side_stream(records)}
