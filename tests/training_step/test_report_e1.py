@@ -59,8 +59,9 @@ def ladder(best_ms: float, anchor_ms: float) -> list[dict]:
 def build(tmp_path: Path, records: list[dict], planned: tuple[str, ...] = (), profiles: tuple[dict, ...] = ()
           ) -> tuple[dict, str]:
     paths = []
-    for i, r in enumerate(records):
-        paths.append(str(write_json_atomic(tmp_path / "records" / f"{i}.json", r)))
+    for r in records:           # named as the DAG names them: <size>_ctx<context>_<rung>
+        p = r["params"]
+        paths.append(str(write_json_atomic(tmp_path / "records" / f"{p['size']}_ctx{p['context']}_{p['rung']}.json", r)))
     profile_paths = [str(write_json_atomic(tmp_path / "profiles" / f"{i}.json", r)) for i, r in enumerate(profiles)]
     out = tmp_path / "E1"
     assert e1.main(["--records", *paths, "--goal-size", SIZE, "--goal-context", str(CONTEXT), "--goal-mfu", "0.55",
@@ -121,6 +122,18 @@ def test_grid_points_without_a_record_are_named_as_not_measured(tmp_path):
     assert summary["not_measured"] == ["xl_ctx2048_fp32", "xl_ctx2048_bf16"]
     assert summary["planned"] == len(ladder(best, anchor_ms=best)) + 2
     assert f"Not measured in this run: 2 of the grid's {summary['planned']} points (xl_ctx2048_fp32, xl_ctx2048_bf16)" in text
+    assert summary["missing"] == {"rungs": [], "points": ["xl_ctx2048_fp32", "xl_ctx2048_bf16"]}
+
+
+def test_a_rung_the_run_has_no_point_of_is_named_once_not_point_by_point():
+    planned = [f"r/{size}_ctx{c}_{rung}.json" for size in ("xl", "2.7B") for c in (512, 1024)
+               for rung in ("fp32", "bf16-weights", "anchor-liger")]
+    missing = [p.split("/")[1][:-5] for p in planned if "fp32" not in p]
+    missing.remove("xl_ctx512_anchor-liger")        # the run has one point of anchor-liger
+    assert e1.missing_briefly(planned, missing) == {
+        "rungs": ["bf16-weights"],
+        "points": ["xl_ctx1024_anchor-liger", "2.7B_ctx512_anchor-liger", "2.7B_ctx1024_anchor-liger"]}
+    assert e1.missing_briefly(planned, []) == {"rungs": [], "points": []}
 
 
 def test_a_run_with_every_point_says_nothing_is_missing(tmp_path):

@@ -624,6 +624,24 @@ def not_measured(planned: list[str], read: list[str]) -> tuple[int, list[str]]:
     return len(names), [n for n in names if n not in have]
 
 
+def _rung_of(name: str) -> str | None:
+    """The rung of a point's name ``<size>_ctx<context>_<rung>`` (None for another name)."""
+    parts = name.split("_", 2)
+    return parts[2] if len(parts) == 3 and parts[1].startswith("ctx") else None
+
+
+def missing_briefly(planned: list[str], missing: list[str]) -> dict:
+    """The points a run lacks, named briefly: the rungs it has no point of at all (a rung added after
+    the run), then the other points by name."""
+    by_rung: dict[str, list[str]] = {}
+    for name in (Path(p).stem for p in planned):
+        if (rung := _rung_of(name)) is not None:
+            by_rung.setdefault(rung, []).append(name)
+    lacking = set(missing)
+    whole = [rung for rung, names in by_rung.items() if lacking.issuperset(names)]
+    return {"rungs": whole, "points": [n for n in missing if _rung_of(n) not in whole]}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.e1", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", nargs="+", required=True)
@@ -644,6 +662,7 @@ def main(argv=None) -> int:
     plot_ladder(df, args.out_dir / "ladder.png")
     summary = summarize(df, records, args.goal_size, args.goal_context, args.goal_mfu)
     summary["planned"], summary["not_measured"] = not_measured(args.planned, args.records)
+    summary["missing"] = missing_briefly(args.planned, summary["not_measured"])
     # ours first, then the anchors, in the ladder's order, whatever order the files came in
     profiles = sorted(load_records(args.profiles), key=lambda r: ORDER.index(r["params"]["rung"])
                       if r["params"].get("rung") in ORDER else len(ORDER))
@@ -720,6 +739,7 @@ SUMMARY_SCHEMAS["E1"] = section(
     loss_unchecked=null(INT),
     loss_unmasked=arr(NUM),
     not_measured=null(arr(STR)),
+    missing=obj(points=arr(STR), rungs=arr(STR)),
     optimizer_floor=null(obj(bandwidth_tb_s=NUM, billions=NUM, card=STR, floor_ms=NUM, gigabytes=NUM, over_floor=NUM)),
     peaks=arr(STR),
     planned=INT,
