@@ -383,9 +383,9 @@ def test_the_liger_anchor_is_skipped_with_how_to_install_where_liger_is_missing(
     from cs336_systems.training_step import liger
 
     monkeypatch.setattr(liger.importlib.util, "find_spec", lambda name: None)
-    assert ladder.cuda_skip("anchor-liger", "cuda") == "Liger-Kernel is not installed (pip install -e '.[liger]')"
-    assert "CUDA GPU" in ladder.cuda_skip("anchor-liger", "cpu")
-    assert ladder.cuda_skip("anchor-sdpa-cudnn", "cuda") is None
+    assert ladder.unavailable("anchor-liger", "cuda") == "Liger-Kernel is not installed (pip install -e '.[liger]')"
+    assert "CUDA GPU" in ladder.unavailable("anchor-liger", "cpu")
+    assert ladder.unavailable("anchor-sdpa-cudnn", "cuda") is None
 
 
 def test_liger_s_modules_take_the_model_s_places_over_its_own_parameters_and_give_them_back():
@@ -407,3 +407,19 @@ def test_liger_s_modules_take_the_model_s_places_over_its_own_parameters_and_giv
     swap.hold(False)
     assert dict(model.named_modules()).keys() == own.keys()
     assert all(module is own[name] for name, module in model.named_modules())
+
+
+def test_swapping_liger_in_twice_changes_nothing_the_second_time(monkeypatch):
+    """configure() runs before every step: a swap already made must not set ~100 attributes again."""
+    from cs336_systems.training_step.liger import Swap
+
+    point = step_module.SharedPoint(get_size("tiny"), context=16, batch=2, device="cpu", seed=5, backend="aot_eager")
+    swap = Swap(point.model, point.blocks)
+    swap.hold(True)
+    calls = []
+    real = torch.nn.Module.__setattr__
+    monkeypatch.setattr(torch.nn.Module, "__setattr__", lambda self, k, v: (calls.append(k), real(self, k, v))[1])
+    swap.hold(True)
+    assert calls == []
+    swap.hold(False)
+    assert len(calls) == len(swap.places)

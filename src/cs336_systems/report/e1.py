@@ -544,8 +544,8 @@ def profile_summary(profiles: list[dict]) -> list[dict]:
 def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | None, goal_mfu: float,
                       best_anchor: str | None = None) -> dict | None:
     """At the profiled point, ours (the profiled rung that is not an anchor) against a profiled
-    anchor there (``best_anchor``'s where it was profiled, else the first), kind by kind; the GEMM kernels' rate on the projections' closed-form FLOPs against the
-    card's peak; the step the GEMMs at that rate plus the optimizer at its bandwidth floor alone
+    anchor there (``best_anchor``'s where it was profiled, else the first), kind by kind; the GEMM
+    kernels' rate on the projections' closed-form FLOPs against the card's peak; the step the GEMMs at that rate plus the optimizer at its bandwidth floor alone
     would take, with the MFU that bounds while the GEMMs run as they do; and, against the step the
     goal's MFU allows, the room left for every other kernel beside what they take now. The
     optimizer's floor (``optimizer_floor``, of the gap's rung) is used only where the gap is of

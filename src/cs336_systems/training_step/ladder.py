@@ -111,11 +111,11 @@ def params_of(args: argparse.Namespace, name: str, device: str) -> dict:
             "float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 
-def cuda_skip(name: str, device: str) -> str | None:
+def unavailable(name: str, device: str) -> str | None:
     """Why rung ``name`` cannot run on ``device``, or None: a CUDA-only kernel on a CPU, or Liger-Kernel
     (an optional extra) not installed."""
-    if device.startswith("cpu") and rungs.needs_cuda(name):
-        return rungs.needs_cuda(name)
+    if device.startswith("cpu") and (why := rungs.needs_cuda(name)):
+        return why
     if rungs.get(name).setup.liger:
         from cs336_systems.training_step.liger import missing
 
@@ -170,7 +170,7 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
         setup = rungs.get(name).setup
 
         def make():
-            reason = cuda_skip(name, device)
+            reason = unavailable(name, device)
             if reason is None and name == rungs.ONLY_WHEN_PREVIOUS_OOMS:
                 before = rungs.previous(name)
                 reason = gated_skip(before, failed.get(before))
@@ -239,7 +239,7 @@ def run_point(args: argparse.Namespace, measure_point, summarize, label: str = "
         os.environ.setdefault("TRITON_INTERPRET", "1")    # before the kernels are first imported
     params = {**params_of(args, args.rung, device), **extra_params}
     log(f"{label} {args.size} ctx {args.context} rung {args.rung}: {params['adds']}")
-    reason = cuda_skip(args.rung, device)
+    reason = unavailable(args.rung, device)
     if reason is not None:
         write_json_atomic(args.out, make_record("E1", params, "skipped", reason=reason))
         log(f"{label} skipped: {reason} -> {args.out}")

@@ -102,7 +102,13 @@ class Swap:
         self.places.append((model, "ln_final", model.ln_final, LigerRMSNorm(model.ln_final)))
         self.places.append((model, "lm_head", model.lm_head, HiddenStates(model.lm_head)))
         self.loss = fused_linear_cross_entropy(model.lm_head)
+        self.held = False
 
     def hold(self, liger: bool) -> None:
+        """Liger's modules in their places (``liger``) or the model's; a no-op where they already are,
+        so that configuring every step costs nothing once the swap is made."""
+        if liger == self.held:
+            return
         for owner, name, own, theirs in self.places:
             setattr(owner, name, theirs if liger else own)
+        self.held = liger

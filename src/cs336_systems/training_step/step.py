@@ -215,8 +215,9 @@ class SharedPoint:
         return pinned_sdpa(setup.sdpa_kernel) if setup.sdpa_kernel else get_attention_backend(setup.attention)
 
     def configure(self, setup: Setup) -> None:
-        """Make the shared model the one ``setup`` runs: its attention, its list of blocks and the
-        precision its matrices are held in."""
+        """Make the shared model the one ``setup`` runs: its attention, its list of blocks, the
+        precision its matrices are held in and whose norms, gate and loss it calls (Liger's or the
+        model's). Called before every step; each part changes only what differs."""
         from cs336_basics.model import set_attention
 
         self.hold_bf16_copies(setup.bf16_weights)
