@@ -92,17 +92,21 @@ class Workload:
     # fuses the LM head into its loss (E1's anchor-liger: the runnable returns the hidden states)
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
-    def step(self, phase: Phase = no_phase) -> torch.Tensor:
-        """One step of ``mode``; gradients are cleared at the end so every step starts alike.
-        Returns the step's loss (detached; computed before the optimizer's update)."""
+    def forward(self) -> torch.Tensor:
+        """The forward phase: the loss of the batch, under ``precision``'s autocast."""
         from cs336_basics.nn_utils import cross_entropy
 
         dtype = PRECISIONS[self.precision]
         autocast = torch.autocast(self.device.type, dtype=dtype) if dtype else contextlib.nullcontext()
         grad_mode = torch.no_grad() if self.mode == "forward" else contextlib.nullcontext()
-        with grad_mode:
-            with phase("forward"), autocast:
-                loss = (self.loss or cross_entropy)(self.runnable(self.inputs), self.targets)
+        with grad_mode, autocast:
+            return (self.loss or cross_entropy)(self.runnable(self.inputs), self.targets)
+
+    def step(self, phase: Phase = no_phase) -> torch.Tensor:
+        """One step of ``mode``; gradients are cleared at the end so every step starts alike.
+        Returns the step's loss (detached; computed before the optimizer's update)."""
+        with phase("forward"):
+            loss = self.forward()
         if self.mode == "forward":
             return loss
         with phase("backward"):
@@ -159,6 +163,7 @@ def build_workload(size: ModelSize, *, context: int, batch: int, mode: str, prec
 def time_steps(workload: Workload, *, warmup: int, steps: int,
                before_timing: Callable[[], dict] | None = None) -> dict:
     """``warmup`` steps, then ``steps`` timed ones, each phase timed between two synchronisations.
+    ``workload``: a ``Workload``, or anything with its ``step(phase)`` and ``device`` (E1's ``RungStep``).
 
     Returns per-phase summaries with their samples (ms), ``step`` (the phases' sum per step), the
     warm-up steps' times and the peak memory of the timed steps. ``before_timing`` runs between

@@ -53,9 +53,9 @@ def test_a_point_s_rungs_and_anchors_take_turns_in_one_job_and_their_first_losse
     records = read(outs)
     assert list(records) == ALL
     ran = {n: r for n, r in records.items() if r["status"] == "ok"}
-    assert set(ran) == set(ALL) - {"checkpointed", "anchor-sdpa-cudnn", "anchor-liger"}, {
+    assert set(ran) == set(ALL) - {"cuda-graphs", "checkpointed", "anchor-sdpa-cudnn", "anchor-liger"}, {
         n: r.get("message") for n, r in records.items()}
-    for name in ("anchor-sdpa-cudnn", "anchor-liger"):
+    for name in ("cuda-graphs", "anchor-sdpa-cudnn", "anchor-liger"):
         assert records[name]["status"] == "skipped" and "CUDA" in records[name]["reason"]
     assert records["checkpointed"]["reason"] == "not needed: the previous rung (bf16-weights) fits"
     # one job: every record names it, its entrants and its rounds
@@ -316,7 +316,7 @@ def test_on_a_gpu_a_rung_s_peak_in_the_shared_job_is_the_one_it_has_alone_and_lo
 
     shared = job(ALL, "shared")
     assert {n for n, r in shared.items() if r["status"] == "ok"} >= set(ALL) - {"checkpointed", "anchor-liger"}
-    for name in ("fp32", "bf16", "fused-adamw", "bf16-weights", "anchor-sdpa-cudnn"):
+    for name in ("fp32", "bf16", "fused-adamw", "bf16-weights", "cuda-graphs", "anchor-sdpa-cudnn"):
         alone = job([name], name)[name]
         assert shared[name]["metrics"]["peak_memory_bytes"] == pytest.approx(alone["metrics"]["peak_memory_bytes"],
                                                                           rel=0.01), name
@@ -325,6 +325,12 @@ def test_on_a_gpu_a_rung_s_peak_in_the_shared_job_is_the_one_it_has_alone_and_lo
     # bf16 copies hold the bits autocast casts to, and our AdamW moves both alike
     assert shared["bf16-weights"]["metrics"]["losses"] == pytest.approx(shared["triton-adamw"]["metrics"]["losses"],
                                                                         rel=1e-5)
+    # the graphs replay the step bf16-weights takes (its second loss comes from a replay), and hold
+    # what it holds: the capture's peak, not the replays' (which allocate nothing)
+    assert shared["cuda-graphs"]["metrics"]["losses"] == pytest.approx(shared["bf16-weights"]["metrics"]["losses"],
+                                                                       rel=1e-6)
+    assert shared["cuda-graphs"]["metrics"]["peak_memory_bytes"] == pytest.approx(
+        shared["bf16-weights"]["metrics"]["peak_memory_bytes"], rel=0.05)
     assert all(abs(loss / losses["fp32"] - 1) <= LOSS_RTOL for loss in losses.values()), losses
     # and after updates, and the first gradients, group by group: every rung that ran, the anchors too
     later = {n: r["metrics"]["losses"] for n, r in shared.items() if r["status"] == "ok"}
@@ -423,3 +429,27 @@ def test_swapping_liger_in_twice_changes_nothing_the_second_time(monkeypatch):
     assert calls == []
     swap.hold(False)
     assert len(calls) == len(swap.places)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_replayed_graphs_take_the_steps_the_eager_rung_takes_and_go_with_the_turn():
+    """From the same restored state, cuda-graphs' steps (the first eager, then captured and replayed)
+    give bf16-weights' losses and weights; another rung's turn lets the graphs and their gradients go,
+    and the next turn captures them anew."""
+    point = step_module.SharedPoint(get_size("tiny"), context=64, batch=2, device="cuda", seed=7)
+
+    def run(name, steps=4):
+        point.restore()
+        losses = []
+        step = point.step(rungs.get(name).setup, watched=steps, on_loss=losses.append)
+        for _ in range(steps):
+            step()
+        return losses, [p.detach().clone() for p in point.parameters]
+
+    eager_losses, eager_weights = run("bf16-weights")
+    graph_losses, graph_weights = run("cuda-graphs")
+    assert graph_losses == pytest.approx(eager_losses, rel=1e-6) and graph_losses[-1] < graph_losses[0]
+    assert all(torch.allclose(g, e, rtol=1e-6, atol=1e-7) for g, e in zip(graph_weights, eager_weights))
+    assert point._graphed is not None and point.capture_peaks
+    point.configure(rungs.get("triton-adamw").setup)
+    assert point._graphed is None and all(p.grad is None for p in point.model.parameters())

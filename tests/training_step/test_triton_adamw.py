@@ -31,7 +31,7 @@ def test_its_updates_follow_pytorch_s_adamw_in_float64_over_several_steps():
         opt.step()
         ref.step()
     for p, q in zip(ours, reference):
-        assert opt.state[p]["step"] == 4
+        assert opt.state[p]["step"].item() == 4
         assert torch.allclose(p.detach().cpu().double(), q.detach(), rtol=1e-5, atol=1e-6)
         for moment in ("exp_avg", "exp_avg_sq"):
             assert torch.allclose(opt.state[p][moment].cpu().double(), ref.state[q][moment], rtol=1e-5, atol=1e-7)
@@ -84,6 +84,6 @@ def test_weights_whose_step_counts_differ_are_each_updated_with_their_own():
             p.grad, q.grad = (None, None) if late else (grad.to(_device()), grad.double())
         opt.step()
         ref.step()
-    assert [opt.state[p]["step"] for p in ours] == [3, 1, 3]
+    assert [opt.state[p]["step"].item() for p in ours] == [3, 1, 3]
     for p, q in zip(ours, reference):
         assert torch.allclose(p.detach().cpu().double(), q.detach(), rtol=1e-5, atol=1e-6)

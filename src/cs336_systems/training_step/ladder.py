@@ -135,6 +135,15 @@ def gated_skip(before: str, outcome: tuple[str, str | None] | None) -> str | Non
             "checkpointing saves memory and cannot change that")
 
 
+def timed_peak(replayed: int | None, captured: int | None) -> int | None:
+    """The most a rung's timed steps held: the allocator's peak over them, or, for a rung that replays
+    CUDA graphs, its capture's peak where larger (a replay allocates nothing, its activations live in
+    the graphs' pool: ``training_step.cuda_graphs``)."""
+    if captured is None or replayed is None:
+        return replayed if captured is None else captured
+    return max(replayed, captured)
+
+
 def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, dict]:
     """Every rung of the command line's point in one job; returns the records by rung (also written)."""
     device = args.device
@@ -194,6 +203,7 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
     job, outcomes = take_turns([entrant(n) for n in args.rungs], device=device, warmup=args.warmup,
                                rounds=args.rounds, steps=args.steps)
     parameters = sum(p.numel() for p in point.parameters)
+    capture_peaks = dict(point.capture_peaks)
     del point, reference
     free_device_memory(device)
     for name, out in zip(args.rungs, args.out):
@@ -209,7 +219,9 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
                         "tokens_per_s": args.batch * args.context / (metrics["step"]["median"] / 1e3),
                         # the timed steps' peak; the warm-up's (compiling included) beside it
                         "warmup_peak_memory_bytes": metrics["peak_memory_bytes"],
-                        "peak_memory_bytes": outcome.timed_peak_memory_bytes}
+                        "peak_memory_bytes": timed_peak(outcome.timed_peak_memory_bytes,
+                                                        capture_peaks.get(rungs.get(name).setup)),
+                        "graph_capture_peak_bytes": capture_peaks.get(rungs.get(name).setup)}
         else:
             metrics = {"turns": job.as_dict()}
         records[name] = make_record("E1", params, outcome.status, metrics, reason=outcome.message)
@@ -222,12 +234,10 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
 # --- one rung alone (training_step.profile) ---------------------------------------------------
 
 def build(args: argparse.Namespace, device: str):
-    """One rung's setup and its step on a point of its own, built from the command line's point and seed."""
-    setup = rungs.get(args.rung).setup
-    return setup, build_step(setup, get_size(args.size), context=args.context, batch=args.batch,
-                             device=torch.device(device), seed=args.seed, compile_mode=args.compile_mode,
-                             backend=args.backend, checkpoint_group=args.checkpoint_group,
-                             vocab_size=args.vocab_size)
+    """One rung's step on a point of its own (``step.RungStep``), built from the command line's point and seed."""
+    return build_step(rungs.get(args.rung).setup, get_size(args.size), context=args.context, batch=args.batch,
+                      device=torch.device(device), seed=args.seed, compile_mode=args.compile_mode,
+                      backend=args.backend, checkpoint_group=args.checkpoint_group, vocab_size=args.vocab_size)
 
 
 def run_point(args: argparse.Namespace, measure_point, summarize, label: str = "E1", **extra_params) -> int:

@@ -16,15 +16,13 @@ import sys
 
 from cs336_systems.profiling.step_kernels import profile_steps
 from cs336_systems.training_step import ladder, rungs
-from cs336_systems.training_step.step import kernel_context
 from cs336_systems.workload import time_steps
 
 
 def measure(args, device: str) -> dict:
-    setup, workload = ladder.build(args, device)
-    with kernel_context(setup):
-        timed = time_steps(workload, warmup=args.warmup, steps=args.steps)
-        profile = profile_steps(workload.step, args.steps, device, timed["step"]["median"])
+    rung = ladder.build(args, device)
+    timed = time_steps(rung, warmup=args.warmup, steps=args.steps)
+    profile = profile_steps(rung.step, args.steps, device, timed["step"]["median"])
     return {"step": timed["step"], **{p: timed[p] for p in ("forward", "backward", "optimizer")}, **profile}
 
 

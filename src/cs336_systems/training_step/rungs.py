@@ -10,8 +10,14 @@
     bf16-weights  + the matrices held in bf16 for the forward and backward; our AdamW keeps their fp32
                     master copies and moments and writes the bf16 copy: autocast no longer casts
                     the weights each forward, nor their gradients back each backward
-    checkpointed  + activation checkpointing of groups of blocks, measured only where the rung
-                    before it runs out of memory (elsewhere it would only add recomputation)
+    cuda-graphs   + the step's forward, backward and update each captured once as a CUDA graph and
+                    replayed (training_step.cuda_graphs): the host issues a phase in one call
+    checkpointed  bf16-weights + activation checkpointing of groups of blocks, measured only where
+                    bf16-weights runs out of memory (elsewhere it would only add recomputation)
+
+Each rung builds on the one listed before it, except ``checkpointed``, which builds on
+``bf16-weights`` (``Rung.builds_on``): it is for points where that rung does not fit, and the
+memory a capture holds would only stand in its way.
 
 The anchors are what a practitioner writes in plain PyTorch: bf16 autocast, PyTorch's
 ``scaled_dot_product_attention`` pinned to its flash or its cuDNN kernel, the model compiled,
@@ -37,6 +43,7 @@ TRITON_ADAMW = "training_step.triton_adamw.TritonAdamW"
 ADAMWS = {"basics": OUR_ADAMW, "torch-fused": FUSED_ADAMW, "triton": TRITON_ADAMW}
 TRITON_ADAMW_MODULE = "cs336_systems.training_step.triton_adamw"
 LIGER_MODULE = "cs336_systems.training_step.liger"
+CUDA_GRAPHS_MODULE = "cs336_systems.training_step.cuda_graphs"
 SDPA_KERNELS = ("flash", "cudnn")        # torch.nn.attention.SDPBackend FLASH_ATTENTION, CUDNN_ATTENTION
 
 
@@ -51,12 +58,15 @@ class Setup:
     bf16_weights: bool = False           # the matrices held in bf16, fp32 masters in the optimizer (triton only)
     checkpointed: bool = False           # blocks regrouped under torch.utils.checkpoint (A6's code)
     liger: bool = False                  # Liger-Kernel's norm, SwiGLU gate and linear + cross-entropy (training_step.liger)
+    cuda_graphs: bool = False            # each phase of the step replayed from a CUDA graph (training_step.cuda_graphs)
 
     def __post_init__(self):
         if self.adamw not in ADAMWS:
             raise ValueError(f"unknown AdamW {self.adamw!r}; known: {', '.join(ADAMWS)}")
         if self.bf16_weights and (self.adamw != "triton" or self.precision != "bf16"):
             raise ValueError("bf16 weights need bf16 autocast and our Triton AdamW, which keeps their fp32 masters")
+        if self.cuda_graphs and self.adamw != "triton":
+            raise ValueError("CUDA graphs need our Triton AdamW, whose step counts stay on the device")
 
     @property
     def optimizer(self) -> str:
@@ -69,6 +79,7 @@ class Rung:
     adds: str                            # what it adds to the rung before (an anchor: what it is)
     setup: Setup
     anchor: bool = False
+    builds_on: str | None = None         # the rung whose setup it changes (None: the first rung, anchors)
 
 
 def _ladder() -> tuple[Rung, ...]:
@@ -82,14 +93,17 @@ def _ladder() -> tuple[Rung, ...]:
          {"adamw": "triton"}),
         ("bf16-weights", "the matrices held in bf16, their fp32 master copies in our AdamW, which writes the bf16 "
          "copy: no cast of a weight or of its gradient", {"bf16_weights": True}),
-        ("checkpointed", "activation checkpointing of groups of blocks, where the rung before runs out of memory",
-         {"checkpointed": True}),
+        ("cuda-graphs", "the forward, backward and update each captured once as a CUDA graph and replayed: the host "
+         "issues each phase in one call", {"cuda_graphs": True}),
+        ("checkpointed", "activation checkpointing of groups of blocks, where the rung it builds on runs out of memory",
+         {"checkpointed": True}, "bf16-weights"),
     )
-    setup, rungs = Setup(), []
-    for name, adds, change in steps:
-        setup = replace(setup, **change)
-        rungs.append(Rung(name, adds, setup))
-    return tuple(rungs)
+    built: dict[str, Rung] = {}
+    for name, adds, change, *on in steps:
+        base = built[on[0]] if on else next(reversed(built.values()), None)
+        built[name] = Rung(name, adds, replace(base.setup if base else Setup(), **change),
+                           builds_on=base.name if base else None)
+    return tuple(built.values())
 
 
 LADDER: tuple[Rung, ...] = _ladder()
@@ -109,7 +123,7 @@ ANCHOR_NAMES = tuple(r.name for r in ANCHORS)
 # The rung every other one's losses and gradients are checked against (training_step.check)
 REFERENCE = RUNG_NAMES[0]
 BY_NAME: dict[str, Rung] = {r.name: r for r in LADDER + ANCHORS}
-# The rung that is measured only where the rung before it does not fit.
+# The rung that is measured only where the rung it builds on does not fit.
 ONLY_WHEN_PREVIOUS_OOMS = "checkpointed"
 
 
@@ -122,18 +136,16 @@ def get(name: str) -> Rung:
 
 def previous(name: str) -> str | None:
     """The rung ``name`` adds its technique to (None for the first rung and for anchors)."""
-    rung = get(name)
-    if rung.anchor or name == RUNG_NAMES[0]:
-        return None
-    return RUNG_NAMES[RUNG_NAMES.index(name) - 1]
+    return get(name).builds_on
 
 
 def code_of(name: str) -> tuple[str, ...]:
     """The modules a rung runs beyond the ladder's own: its attention back end, our Triton AdamW if
-    it steps with it, Liger's adapters if it uses them, and, if it checkpoints, A6's checkpointing."""
+    it steps with it, Liger's adapters if it uses them, the graph capture if it replays graphs, and,
+    if it checkpoints, A6's checkpointing."""
     setup = get(name).setup
     return ((attention_module(setup.attention),) + ((TRITON_ADAMW_MODULE,) if setup.adamw == "triton" else ())
-            + ((LIGER_MODULE,) if setup.liger else ())
+            + ((LIGER_MODULE,) if setup.liger else ()) + ((CUDA_GRAPHS_MODULE,) if setup.cuda_graphs else ())
             + ((CHECKPOINTING.partition(":")[0],) if setup.checkpointed else ()))
 
 
@@ -149,6 +161,8 @@ def needs_cuda(name: str) -> str | None:
     setup = get(name).setup
     if setup.liger:
         return "Liger-Kernel's kernels need a CUDA GPU (they fail in Triton's interpreter)"
+    if setup.cuda_graphs:
+        return "CUDA graphs need a CUDA GPU"
     if setup.sdpa_kernel == "cudnn":
         return "PyTorch's cuDNN attention kernel needs a CUDA GPU"
     return None

@@ -14,6 +14,11 @@ activation, so two of them do not fit an 80 GB card, and a point's rungs must sh
   weight), made from the fp32 weights when the rung's turn begins and dropped when another rung's
   does, so no other rung holds it; the shared fp32 weights are its master copies, which our AdamW
   updates, writing the bf16 copies too;
+- for the rung that replays CUDA graphs, its captured step (``training_step.cuda_graphs``), captured
+  at the first step of each of its turns but its very first (which compiles and initialises what the
+  capture needs, and takes the gradient check) and dropped, with the gradients it holds, when another
+  rung's turn begins: the graphs hold the bf16 copies' addresses, which the next turn makes anew. The
+  capture falls in a turn's untimed settling step (``rounds.take_turns``);
 - one compiled graph per distinct computation: the compiled, fused-adamw and triton-adamw rungs
   differ only in the optimizer, so they run the same compiled model (or blocks) and compile once
   (bf16-weights' matrices are another dtype, so Dynamo guards compile it apart); the anchors
@@ -28,13 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from dataclasses import dataclass
 from typing import Callable, ContextManager
 
 import torch
 from torch import nn
 
 from cs336_systems.models import VOCAB_SIZE, ModelSize, build_model, get_attention_backend, random_batch
-from cs336_systems.training_step.rungs import CHECKPOINTING, LIGER_MODULE, TRITON_ADAMW_MODULE, Setup
+from cs336_systems.training_step.rungs import CHECKPOINTING, CUDA_GRAPHS_MODULE, LIGER_MODULE, TRITON_ADAMW_MODULE, Setup
 from cs336_systems.workload import LEARNING_RATE, Workload, adamw, no_phase
 
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
@@ -131,10 +137,13 @@ class SharedPoint:
         self._matrices = [(m, m.weight) for m in self.model.modules() if isinstance(m, Linear)]
         self._bf16_copies: dict[int, nn.Parameter] = {}      # id(fp32 weight) -> its bf16 copy, while held
         self._liger = None          # training_step.liger.Swap, built for the first rung that uses it
+        self._graphed = None        # (setup, training_step.cuda_graphs.GraphedStep) while a rung's graphs stand
+        self.capture_peaks: dict[Setup, int] = {}    # setup -> the most a capture of its step allocated
 
     def restore(self) -> None:
         """The initial weights back in place (the same tensors, so compiled graphs stay valid), no
-        gradients, no bf16 copies, and every optimizer as built: zero moments, no step taken."""
+        gradients, no graphs, no bf16 copies, and every optimizer as built: zero moments, no step taken."""
+        self.drop_graphs()
         self.hold_bf16_copies(False)
         self.model.zero_grad(set_to_none=True)
         with torch.no_grad():
@@ -151,7 +160,8 @@ class SharedPoint:
                         state["step"] = 0
 
     def clear(self) -> None:
-        """What a failed step leaves on the shared model: its gradients."""
+        """What a failed step leaves on the shared model: its gradients (and graphs, if it had some)."""
+        self.drop_graphs()
         self.model.zero_grad(set_to_none=True)
 
     def optimizer(self, setup: Setup) -> torch.optim.Optimizer:
@@ -165,8 +175,9 @@ class SharedPoint:
                     exp_avg, exp_avg_sq = moments.state[p]["exp_avg"], moments.state[p]["exp_avg_sq"]
                 else:
                     exp_avg, exp_avg_sq = torch.zeros_like(p), torch.zeros_like(p)
-                # torch's fused kernel takes its step count as a float32 tensor on the device
-                step = torch.zeros((), dtype=torch.float32, device=p.device) if setup.adamw == "torch-fused" else 0
+                # torch's fused kernel and ours take the step count as a float32 scalar on the device
+                on_device = setup.adamw in ("torch-fused", "triton")
+                step = torch.zeros((), dtype=torch.float32, device=p.device) if on_device else 0
                 opt.state[p] = {"step": step, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
             if setup.bf16_weights:
                 opt.copies = self._bf16_copies      # the same dict, filled while the copies are held
@@ -188,6 +199,20 @@ class SharedPoint:
                 module.weight = weight
         if not held:
             self._bf16_copies.clear()
+
+    def drop_graphs(self) -> None:
+        """Let the captured graphs go, with the gradients they write (allocated in their pool)."""
+        if self._graphed is not None:
+            self._graphed = None
+            self.model.zero_grad(set_to_none=True)
+
+    def graphed(self, setup: Setup):
+        """``setup``'s step captured as CUDA graphs over the shared state, captured now if none stands."""
+        if self._graphed is None:
+            graphed = importlib.import_module(CUDA_GRAPHS_MODULE).GraphedStep(self.workload(setup))
+            self.capture_peaks[setup] = max(graphed.capture_peak_bytes, self.capture_peaks.get(setup, 0))
+            self._graphed = (setup, graphed)
+        return self._graphed[1]
 
     def liger(self):
         """Liger-Kernel's modules beside the model's (``training_step.liger``), loaded by name: only
@@ -220,6 +245,8 @@ class SharedPoint:
         model's). Called before every step; each part changes only what differs."""
         from cs336_basics.model import set_attention
 
+        if self._graphed is not None and self._graphed[0] != setup:
+            self.drop_graphs()          # before the copies its graphs read go
         self.hold_bf16_copies(setup.bf16_weights)
         if setup.liger or self._liger is not None:
             self.liger().hold(setup.liger)
@@ -241,7 +268,8 @@ class SharedPoint:
         """``setup``'s step function ``step(phase)``: configures the model, then one train step in its
         kernel context. ``on_loss`` receives the loss of each of the first ``watched`` steps
         (synchronising on each); ``on_gradients()`` is called once, in the first step, between its
-        backward and its optimizer update, while the gradients are in place."""
+        backward and its optimizer update, while the gradients are in place. A rung that replays CUDA
+        graphs takes its first step without them (module doc)."""
         workload = self.workload(setup)
         taken = 0
 
@@ -251,7 +279,7 @@ class SharedPoint:
             if taken == 0 and on_gradients is not None:
                 phase = _calling_before("optimizer", on_gradients, phase)
             with kernel_context(setup):
-                loss = workload.step(phase)
+                loss = self.graphed(setup).step(phase) if setup.cuda_graphs and taken > 0 else workload.step(phase)
             if taken < watched and on_loss is not None:
                 on_loss(float(loss))
             taken += 1
@@ -269,11 +297,19 @@ def _calling_before(name: str, call: Callable[[], None], phase):
     return observed
 
 
+@dataclass(frozen=True)
+class RungStep:
+    """One rung's step function on a point of its own, and its device: what ``workload.time_steps``
+    and the profiler step."""
+    step: Callable
+    device: torch.device
+
+
 def build_step(setup: Setup, size: ModelSize, *, context: int, batch: int, device: torch.device, seed: int,
                compile_mode: str = "model", backend: str = "inductor", checkpoint_group: int = 1,
-               vocab_size: int | None = None) -> Workload:
-    """One rung alone (the profile's): its workload over a point of its own, configured and ready to step."""
+               vocab_size: int | None = None) -> RungStep:
+    """One rung alone (the profile's): its step over a point of its own, stepped as the ladder steps it
+    (a rung that replays CUDA graphs captures them at its second step)."""
     point = SharedPoint(size, context=context, batch=batch, device=device, seed=seed, compile_mode=compile_mode,
                         backend=backend, checkpoint_group=checkpoint_group, vocab_size=vocab_size)
-    point.configure(setup)
-    return point.workload(setup)
+    return RungStep(point.step(setup), point.device)

@@ -7,8 +7,11 @@ Those 28 bytes are the whole cost of the step, so its floor is ``28 x parameters
 (15.7 ms for the 2.7B model on an H200's 4.8 TB/s); PyTorch's fused multi-tensor kernel took 27.8 ms
 there (E1's committed profile), and a plain streaming kernel over each tensor comes closer.
 
-The step count is a Python int on the host, so the bias corrections are scalars computed once a
-step and no device value is read back.
+The step count of each weight is a float32 scalar on the device (as in PyTorch's fused and capturable
+AdamW), counted up by one ``_foreach_add_`` a step and read by the kernel, which computes the bias
+corrections itself: no value depends on the host, so the whole update can be captured in a CUDA graph
+and replayed (E1's ``cuda-graphs`` rung). The corrections are fp32 arithmetic, as PyTorch's fused
+kernel computes them.
 
 **bf16 copies** (the ``bf16-weights`` rung): where a weight has a bf16 copy that the model computes
 with, the kernel reads that copy's bf16 gradient and writes the updated weight to it as well (rounded
@@ -40,9 +43,13 @@ def _to_bf16_nearest_even(x):
 
 
 @triton.jit
-def _adamw_kernel(weight_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, copy_ptr, n_elements,
-                  decay, beta1, beta2, step_size, bias2_sqrt, eps,
+def _adamw_kernel(weight_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, copy_ptr, step_ptr, n_elements,
+                  lr, decay, beta1, beta2, log2_beta1, log2_beta2, eps,
                   BLOCK: tl.constexpr, WRITE_COPY: tl.constexpr):
+    # this update's count (from 1): beta ** step as exp2(step * log2(beta))
+    step = tl.load(step_ptr)
+    step_size = lr / (1.0 - tl.exp2(step * log2_beta1))
+    bias2_sqrt = tl.sqrt(1.0 - tl.exp2(step * log2_beta2))
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < n_elements
     weight = tl.load(weight_ptr + offsets, mask=inside)
@@ -60,25 +67,30 @@ def _adamw_kernel(weight_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, copy_ptr, n
         tl.store(copy_ptr + offsets, _to_bf16_nearest_even(weight), mask=inside)
 
 
+def _log2(beta: float) -> float:
+    return math.log2(beta) if beta > 0 else float("-inf")       # beta 0: beta ** step is 0
+
+
 def adamw_update(weight: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
-                 step: int, lr: float, betas: tuple[float, float], eps: float, weight_decay: float,
+                 step: torch.Tensor, lr: float, betas: tuple[float, float], eps: float, weight_decay: float,
                  copy: torch.Tensor | None = None) -> None:
-    """One AdamW update of ``weight`` and its moments in place; ``step`` counts this update (from 1).
-    ``copy``: a lower-precision copy of ``weight`` that receives the updated weight too."""
+    """One AdamW update of ``weight`` and its moments in place; ``step`` (a float32 scalar on the
+    weight's device) counts this update, from 1. ``copy``: a lower-precision copy of ``weight`` that
+    receives the updated weight too."""
     beta1, beta2 = betas
     n = weight.numel()
     grid = (triton.cdiv(n, BLOCK),)
-    _adamw_kernel[grid](weight, grad, exp_avg, exp_avg_sq, weight if copy is None else copy, n,
-                        1.0 - lr * weight_decay, beta1, beta2, lr / (1.0 - beta1 ** step),
-                        math.sqrt(1.0 - beta2 ** step), eps, BLOCK=BLOCK, WRITE_COPY=copy is not None,
-                        num_warps=NUM_WARPS)
+    _adamw_kernel[grid](weight, grad, exp_avg, exp_avg_sq, weight if copy is None else copy, step, n,
+                        lr, 1.0 - lr * weight_decay, beta1, beta2, _log2(beta1), _log2(beta2), eps,
+                        BLOCK=BLOCK, WRITE_COPY=copy is not None, num_warps=NUM_WARPS)
 
 
 class TritonAdamW(torch.optim.Optimizer):
     """``torch.optim.AdamW``'s update through ``adamw_update``: contiguous fp32 weights, one launch each.
 
-    State per parameter as PyTorch's AdamW keeps it (``step``, ``exp_avg``, ``exp_avg_sq``), with the
-    step a Python int, so E1's shared point can hand the same moments to every optimizer.
+    State per parameter as PyTorch's fused AdamW keeps it (``step`` a float32 scalar on the device,
+    ``exp_avg``, ``exp_avg_sq``), so E1's shared point can hand the same moments to every optimizer;
+    nothing in a step reads a device value back or depends on the host's count (module doc).
 
     ``copies`` (``id(weight)`` -> its bf16 copy, kept by the caller while the model computes with the
     copies): such a weight's gradient is read from its copy, and the update written to both."""
@@ -95,6 +107,7 @@ class TritonAdamW(torch.optim.Optimizer):
     def step(self, closure=None):
         loss = None if closure is None else closure()
         for group in self.param_groups:
+            updates = []
             for p in group["params"]:
                 copy = self.copies.get(id(p))
                 grad = p.grad if copy is None else copy.grad
@@ -106,10 +119,13 @@ class TritonAdamW(torch.optim.Optimizer):
                                      f"with contiguous gradients; got a {p.dtype} weight of shape {tuple(p.shape)}")
                 state = self.state[p]
                 if not state:
-                    state["step"] = 0
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
                     state["exp_avg"] = torch.zeros_like(p)
                     state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] = int(state["step"]) + 1
+                updates.append((p, grad, state, copy))
+            if updates:
+                torch._foreach_add_([state["step"] for _, _, state, _ in updates], 1.0)
+            for p, grad, state, copy in updates:
                 adamw_update(p, grad, state["exp_avg"], state["exp_avg_sq"], step=state["step"], lr=group["lr"],
                              betas=group["betas"], eps=group["eps"], weight_decay=group["weight_decay"], copy=copy)
         return loss
