@@ -447,9 +447,13 @@ def test_on_a_gpu_replayed_graphs_take_the_steps_the_eager_rung_takes_and_go_wit
         return losses, [p.detach().clone() for p in point.parameters]
 
     eager_losses, eager_weights = run("bf16-weights")
+    point.configure(rungs.get("triton-adamw").setup)
+    held = torch.cuda.memory_allocated()
     graph_losses, graph_weights = run("cuda-graphs")
     assert graph_losses == pytest.approx(eager_losses, rel=1e-6) and graph_losses[-1] < graph_losses[0]
     assert all(torch.allclose(g, e, rtol=1e-6, atol=1e-7) for g, e in zip(graph_weights, eager_weights))
     assert point._graphed is not None and point.capture_peaks
     point.configure(rungs.get("triton-adamw").setup)
     assert point._graphed is None and all(p.grad is None for p in point.model.parameters())
+    # nothing of the graphs outlives them (cuBLAS's workspace for the capture's stream included)
+    assert torch.cuda.memory_allocated() <= held

@@ -16,7 +16,10 @@ in the order they were captured (what a shared pool asks). What a capture needs 
 - gradients that stay where the backward graph wrote them: they are allocated inside the capture
   (none before it) and never cleared while the graphs stand, so each replay overwrites them.
 
-Memory: a replay allocates nothing, so the caching allocator's peak over a replayed step is only what
+Memory: cuBLAS keeps a workspace per stream, made at the first product on it and kept for good, so
+each capture (on a stream of its own: CUDA cannot capture on the default one) would leave one behind
+(~64 MiB on an H200); ``let_go`` frees them once the graphs are dropped, so the next rung holds what
+it would hold alone. A replay allocates nothing, so the caching allocator's peak over a replayed step is only what
 lives between steps; the activations sit in the pool's blocks, free to the allocator yet the graph's.
 ``capture_peak_bytes``, the most allocated while capturing (a capture allocates what one step does,
 in the same order), is what the step holds; the E1 record takes the larger of the two.
@@ -30,8 +33,17 @@ from cs336_systems.workload import Phase, Workload, no_phase
 PHASES = ("forward", "backward", "optimizer")
 
 
+def let_go() -> None:
+    """What the graphs of a dropped step leave cached outside them: cuBLAS's workspaces (one per
+    stream it ran on, the capture stream's inside the graphs' pool). The default stream's is made
+    again at its next product."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)     # CUDA builds only
+    if clear is not None:
+        clear()
+
+
 class GraphedStep:
-    """``workload``'s step captured on ``device`` (forward, backward, optimizer: a graph each)."""
+    """``workload``'s step captured on its device (forward, backward, optimizer: a graph each)."""
 
     def __init__(self, workload: Workload):
         if workload.optimizer is None or workload.mode != "train-step":

@@ -205,6 +205,7 @@ class SharedPoint:
         if self._graphed is not None:
             self._graphed = None
             self.model.zero_grad(set_to_none=True)
+            importlib.import_module(CUDA_GRAPHS_MODULE).let_go()
 
     def graphed(self, setup: Setup):
         """``setup``'s step captured as CUDA graphs over the shared state, captured now if none stands."""
