@@ -361,10 +361,10 @@ def test_part_a_calls_compiled_slower_only_beyond_the_paired_spread(tmp_path, tu
     summary = json.loads((out / "summary.json").read_text())
     judged = summary["forward_judged"]
     if turns:
-        assert judged == {"points": 2, "paired": 2, "within": 1, "slower": 1, "faster": 0}
+        assert judged == {"points": 2, "paired": 2, "unpaired": 0, "within": 1, "slower": 1, "faster": 0}
         assert summary["forward_losses"]["seqs"] == [128]
     else:
-        assert judged == {"points": 2, "paired": 0, "within": 0, "slower": 2, "faster": 0}
+        assert judged == {"points": 2, "paired": 0, "unpaired": 2, "within": 0, "slower": 2, "faster": 0}
         assert summary["forward_losses"]["seqs"] == [64, 128]
     text = " ".join(_render(out).split())
     assert ("beyond the spread of the per-round differences; within it at 1 of the 2 points" in text) == turns

@@ -26,8 +26,8 @@ ALLOWED = {
     # steps' FLOPs in the MFU definition ("2 per parameter", "3× that"); whether every pair was
     # paired, the cold-start and spread comparisons, the largest spread of warm processes
     "A1": (2, 5),
-    # the spans (lo–hi where they differ), the per-FLOP direction, the mean/max of NVTX ratios
-    "A2": (2, 25),
+    # "near 1" (a ratio that holds by construction), the softmax's 1/√d scale
+    "A2": (2, 0),
     # the formats' bit counts (bf16's 8 exponent and 7 mantissa bits, fp16's 10 (11))
     "A3": (6, 0),
     # LayerNorm's toy widths, fp16's smallest normal and largest number; the offset squared
@@ -38,14 +38,13 @@ ALLOWED = {
     "A6": (4, 8),
     # the closed form 2·B·N²; ranges by min/max, out-of-memory against capacity
     "B1": (1, 8),
-    # eager against compiled by ratio, spans
-    "B2": (0, 12),
+    "B2": (0, 0),
     # tile sizes, the mask value, the head dimensions accepted
     "B3": (8, 0),
     # 2N²d per product; bytes to GB, FLOPs to TFLOP, the faster backward
     "B4": (1, 7),
-    # the grid's limits; the timing basis, ratios against the goal
-    "B5": (5, 16),
+    # batch 1, the leaderboard's do_bench warm-up and rep (1000 and 10 000 ms), "below 1"
+    "B5": (5, 0),
     # the C family, _ddp and C9: another change is splitting report/ddp.py and rewords them
     "C1": (5, 1),
     "C2": (1, 1),

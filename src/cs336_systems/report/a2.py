@@ -161,7 +161,8 @@ def a_findings(a: pd.DataFrame) -> dict:
     (``slower_issue``: more wall time per kernel launched), which is no property of the workload
     when the two launched about as many kernels."""
     if not len(a):
-        return {"host_bound": [], "slower_shorter": [], "shorter_within_spread": [], "a1_compared": 0}
+        return {"host_bound": [], "slower_shorter": [], "shorter_within_spread": [], "a1_compared": 0,
+                "markers_cost": None}
     host = a[a["gpu_busy"] < HOST_BOUND]
     slower, unsettled = [], []
     for size, part in a.assign(size=a["point"].str.split(" ctx ").str[0],
@@ -180,7 +181,9 @@ def a_findings(a: pd.DataFrame) -> dict:
                     "short_range_us_per_kernel": float(short["range_us_per_kernel"]),
                     "long_range_us_per_kernel": float(long["range_us_per_kernel"]),
                     "kernels_grow": bool(short["kernel_ms"] < long["kernel_ms"]),
-                    "slower_issue": bool(short["range_us_per_kernel"] > long["range_us_per_kernel"])})
+                    "slower_issue": bool(short["range_us_per_kernel"] > long["range_us_per_kernel"]),
+                    # launched about as many kernels (within 10 %): then the slower pace is the process's
+                    "similar_kernel_count": bool(short["kernels"] <= 1.1 * long["kernels"])})
             elif short["python_forward_ms"] > long["python_forward_ms"]:
                 unsettled.append(pair)
     # same work, another process: a difference beyond two of A1's standard deviations is real
@@ -193,6 +196,8 @@ def a_findings(a: pd.DataFrame) -> dict:
             "a1_compared": int(a["a1_forward_ms"].notna().sum()),
             "a1_outside_spread": outside,
             "a1_outside_named": named_briefly(outside, compared),
+            # the most the NVTX range exceeds the Python timer it encloses, as a share of it
+            "markers_cost": float(a["nvtx_over_python"].max() - 1),
             "busy_range": [float(a["gpu_busy"].min()), float(a["gpu_busy"].max())],
             "nvtx_over_a1_range": [float(a["nvtx_over_a1"].min()), float(a["nvtx_over_a1"].max())]
             if a["nvtx_over_a1"].notna().any() else None}
@@ -242,6 +247,7 @@ def b_findings(b: pd.DataFrame) -> dict | None:
             "calls": [int(b["calls_per_forward"].min()), int(b["calls_per_forward"].max())],
             "share": [float(b["share_of_forward"].min()), float(b["share_of_forward"].max())],
             "differ": int(len(differ)), "compared": int(b["same_top"].notna().sum()),
+            "same": int((b["same_top"] == True).sum()),  # noqa: E712
             "differ_categories": sorted(differ["top_fwd_bwd_category"].dropna().unique())
             if "top_fwd_bwd_category" in differ else [],
             # whether every differing pair names different operand layouts (e.g. forward tn, backward nn/nt)
@@ -325,7 +331,8 @@ def d_findings(d: pd.DataFrame, growth: list[dict]) -> dict | None:
             series[int(context)] = {"sizes": list(shares.index), "shares": [float(v) for v in shares]}
             if len(shares) > 1 and all(b > a for a, b in zip(shares, shares.iloc[1:])):
                 rising.append(int(context))
-        by_mode[mode] = {"contexts": sorted(series), "rising_with_size": rising, "series": series}
+        by_mode[mode] = {"contexts": sorted(series), "rising_with_size": rising, "series": series,
+                         "rising_at_every_context": len(rising) == len(series)}
     out = {"gemm_by_mode": by_mode, "empty_categories": empty_categories(d)}
     if growth:
         g = pd.DataFrame(growth)
@@ -333,10 +340,13 @@ def d_findings(d: pd.DataFrame, growth: list[dict]) -> dict | None:
         g_sizes, g_contexts = _size_context(g["point"])
         falls = [size for size, part in g.assign(size=g_sizes, context=g_contexts).groupby("size", sort=False)
                  if len(part) > 1 and part.sort_values("context")["optimizer"].is_monotonic_decreasing]
-        out["train"] = {"gemm_drop": [float((g["gemm_forward"] - g["gemm_train"]).min()),
-                                      float((g["gemm_forward"] - g["gemm_train"]).max())],
+        drop = [float((g["gemm_forward"] - g["gemm_train"]).min()), float((g["gemm_forward"] - g["gemm_train"]).max())]
+        largest_gain = {c: gained.count(c) for c in dict.fromkeys(gained)}
+        out["train"] = {"gemm_drop": drop, "gemm_drop_points": [100 * drop[0], 100 * drop[1]],
+                        "mostly_optimizer": largest_gain.get("optimizer", 0) > len(growth) / 2,
+                        "optimizer_falls_for_every_size": len(falls) == int(g_sizes.nunique()),
                         "optimizer_gain": [float(g["optimizer"].min()), float(g["optimizer"].max())],
-                        "largest_gain": {c: gained.count(c) for c in dict.fromkeys(gained)},
+                        "largest_gain": largest_gain,
                         "points": len(growth), "optimizer_falls_with_context": falls,
                         "sizes": int(g_sizes.nunique())}
     return out
@@ -410,16 +420,22 @@ def e_findings(e: pd.DataFrame) -> dict | None:
     sizes, contexts = e["point"].str.split(" ctx ").str[0], e["point"].str.split(" ctx ").str[1].astype(int)
     longest = e.loc[contexts.groupby(sizes, sort=False).idxmax()]
     pick = lambda df, col: [float(df[col].min()), float(df[col].max())]  # noqa: E731
+    vs_final = pick(longest, "per_flop_vs_final")
+    scores_over_final = pick(longest.assign(r=longest["scores_us"] / longest["final_matmul_us"]), "r")
     return {"longest": [{"point": r.point, "per_flop_vs_final": float(r.per_flop_vs_final),
                          "softmax_gb": float(r.softmax_gb), "softmax_tb_per_s": float(r.softmax_tb_per_s),
                          "softmax_hbm_share": None if math.isnan(r.softmax_hbm_share) else float(r.softmax_hbm_share),
                          "per_flop_vs_scores_and_final": float(r.per_flop_vs_scores_and_final),
                          "time_softmax_over_final": float(r.time_softmax_over_final),
                          "flops_softmax_over_final": float(r.flops_softmax_over_final)} for r in longest.itertuples()],
-            "longest_vs_final": pick(longest, "per_flop_vs_final"),
+            "longest_vs_final": vs_final,
+            # per FLOP against the final matmul at every longest context: slower, faster, or either
+            "per_flop": "slower" if vs_final[0] > 1 else "faster" if vs_final[1] < 1 else "mixed",
+            "longest_final_vs": [1 / vs_final[1], 1 / vs_final[0]],
             "longest_vs_scores_and_final": pick(longest, "per_flop_vs_scores_and_final"),
             # the two matmuls do the same FLOPs: the scores range's extra time is its scaling and mask
-            "longest_scores_over_final": pick(longest.assign(r=longest["scores_us"] / longest["final_matmul_us"]), "r"),
+            "longest_scores_over_final": scores_over_final,
+            "scores_slower_than_final": scores_over_final[0] > 1,
             "median_vs_final": float(e["per_flop_vs_final"].median()),
             "median_vs_scores_and_final": float(e["per_flop_vs_scores_and_final"].median()),
             "kernels_per_call": sorted(set(e["kernels_per_call"])), "sources": sorted(set(e["source"])),
@@ -480,7 +496,7 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
     e = tables["e"]
     return {
         "provenance": run_provenance(records),
-        "sources": sources, "table_units": units,
+        "sources": sources, "table_units": units, "mixed_sources": len(sources) > 1,
         "fallback_reasons": sorted({r["metrics"].get("fallback_reason") for r in records if r["metrics"].get("fallback_reason")}),
         "nsys_versions": sorted({(r["metrics"].get("nsys") or {}).get("version") or "" for r in records} - {""}),
         "warnings": [w for r in records for w in r["metrics"].get("warnings", [])],
@@ -535,8 +551,8 @@ def main(argv=None) -> int:
 SUMMARY_SCHEMAS: dict[str, dict] = {}
 
 SUMMARY_SCHEMAS["A2"] = section(
-    a=null(arr(obj(nvtx_over_python=NUM))),
-    a_findings=obj(a1_compared=null(INT), a1_outside_spread=null(arr(STR)),
+    a=null(arr()),
+    a_findings=obj(a1_compared=null(INT), a1_outside_spread=null(arr(STR)), markers_cost=null(NUM),
                    a1_outside_named=opt(obj(all_but=BOOL, points=arr(STR))), busy_range=arr(NUM),
                    host_bound=null(arr(obj(gpu_busy=NUM, kernel_us_per_kernel=NUM, kernels=INT, point=STR,
                                            range_us_per_kernel=NUM))), nvtx_over_a1_range=null(arr(NUM)),
@@ -544,28 +560,32 @@ SUMMARY_SCHEMAS["A2"] = section(
                    slower_shorter=arr(obj(kernels_grow=null(BOOL), long=INT, long_kernel_ms=NUM, long_kernels=INT,
                                           long_ms=NUM, long_range_us_per_kernel=NUM, short=INT, short_kernel_ms=NUM,
                                           short_kernels=INT, short_ms=NUM, short_range_us_per_kernel=NUM, size=STR,
-                                          slower_issue=null(BOOL)))),
+                                          similar_kernel_count=BOOL, slower_issue=null(BOOL)))),
     b_findings=null(obj(calls=arr(INT), categories=arr(STR), compared=null(INT), differ=null(INT),
-                        differ_categories=arr(STR), differ_in_layout=null(BOOL), points=INT, share=arr(NUM))),
+                        differ_categories=arr(STR), differ_in_layout=null(BOOL), points=INT, same=INT,
+                        share=arr(NUM))),
     batch=INT,
     c_findings=null(obj(categories=arr(STR), kernels=arr(obj(category=STR, kernel=STR, median_share=NUM, points=INT)),
                         non_gemm_share=arr(NUM), points=INT)),
     d_findings=null(obj(
         empty_categories=null(arr(STR)),
-        gemm_by_mode=null(mapping(obj(contexts=arr(INT), rising_with_size=null(arr(INT)),
+        gemm_by_mode=null(mapping(obj(contexts=arr(INT), rising_at_every_context=BOOL, rising_with_size=null(arr(INT)),
                                       series=mapping(obj(shares=arr(NUM), sizes=arr(STR)))))),
-        train=opt(obj(gemm_drop=arr(NUM), largest_gain=obj(optimizer=opt(INT)), optimizer_falls_with_context=arr(STR),
-                      points=INT, sizes=INT)))),
+        train=opt(obj(gemm_drop_points=arr(NUM), largest_gain=mapping(INT), mostly_optimizer=BOOL,
+                      optimizer_falls_for_every_size=BOOL, points=INT)))),
     d_growth=null(arr(obj(elementwise=NUM, gemm_forward=NUM, gemm_train=NUM, optimizer=NUM, other=NUM, point=STR))),
     e_findings=null(obj(longest=arr(obj(flops_softmax_over_final=NUM, point=STR, softmax_gb=NUM, softmax_tb_per_s=NUM,
-                                        time_softmax_over_final=NUM)), longest_scores_over_final=arr(NUM),
-                        longest_vs_final=arr(NUM), longest_vs_scores_and_final=arr(NUM), median_vs_final=NUM,
+                                        time_softmax_over_final=NUM)), longest_final_vs=arr(NUM),
+                        longest_scores_over_final=arr(NUM), longest_vs_final=arr(NUM),
+                        longest_vs_scores_and_final=arr(NUM), median_vs_final=NUM, per_flop=STR,
+                        scores_slower_than_final=BOOL,
                         median_vs_scores_and_final=NUM, memory_bound=null(BOOL), memory_bound_share=NUM,
                         softmax_hbm_share=null(arr(NUM)), softmax_passes=INT, sources=arr(STR))),
     empty_filters=null(arr()),
     failed=null(arr(obj(mode=STR, point=STR, status=STR))),
     fallback_reasons=arr(STR),
     host_bound_below=NUM,
+    mixed_sources=BOOL,
     nsys_versions=arr(STR),
     provenance=PROVENANCE,
     share_threshold=NUM,

@@ -126,6 +126,7 @@ def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
         # how the forward verdicts were reached: points both ran, how many paired in one job's turns,
         # and how many of those within the spread of their rounds
         "forward_judged": {"points": int(len(judged)), "paired": int(judged["paired"].sum()),
+                           "unpaired": int(len(judged) - judged["paired"].sum()),
                            "within": int((judged["verdict"] == WITHIN).sum()), "slower": int(len(losses)),
                            "faster": int(len(wins))},
         # where compiled loses (slower forward): its sequences, and the extra time per call there
@@ -137,9 +138,27 @@ def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
         "speedup": {phase[:-3]: spread(table[f"{phase[:-3]}_speedup"]) for phase in PHASES},
         "at_longest": None if longest_both.empty else {
             k: (float(v) if isinstance(v, float) else int(v)) for k, v in longest_both.iloc[0].items()
-            if k in ("d", "seq", "forward_speedup", "backward_speedup", "eager_MiB", "compiled_MiB")},
-        "fits_only_compiled": fits_only_compiled(table, records),
+            if k in ("d", "seq", "forward_speedup", "backward_speedup", "eager_MiB", "compiled_MiB")}
+        | {"eager_MiB_known": bool(longest_both.iloc[0]["eager_MiB"] == longest_both.iloc[0]["eager_MiB"])},
+        **only_compiled(fits_only_compiled(table, records)),
     }
+
+
+def only_compiled(points: list[dict]) -> dict:
+    """``fits_only_compiled`` and what the section says of them as a whole: whether every eager
+    failure was fragmentation, and how the pass it failed in is known (recorded by every record,
+    inferred for every one, or some either way: the passes named where known)."""
+    known = [p for p in points if p["eager_failed_during_known"] in ("recorded", "inferred")]
+    how = {p["eager_failed_during_known"] for p in known}
+    return {"fits_only_compiled": points,
+            "only_compiled_fragmented": bool(points) and all(p.get("eager_cause") == "fragmentation" for p in points),
+            "only_compiled_pass_known": ("recorded" if how == {"recorded"} and len(known) == len(points) else
+                                         "inferred" if how == {"inferred"} and len(known) == len(points) else
+                                         "some" if known else None),
+            # recorded ones first, then inferred, each pass once (the order the section names them in)
+            "only_compiled_passes": list(dict.fromkeys(
+                p["eager_failed_during"] for kind in ("recorded", "inferred") for p in known
+                if p["eager_failed_during_known"] == kind))}
 
 
 A_COLUMNS = ["d", "seq", "eager_status", "compiled_status", "eager_forward_ms", "compiled_forward_ms",
@@ -168,7 +187,7 @@ def attention_part(rows: list[dict], out_dir: Path) -> dict:
     """(a): the side-by-side table, and its numbers (empty when the run has no B1 rows)."""
     if not rows:
         write_table(pd.DataFrame(columns=A_COLUMNS), out_dir)
-        return {"attention_points": 0, "speedup": None, "at_longest": None, "fits_only_compiled": []}
+        return {"attention_points": 0, "speedup": None, "at_longest": None, **only_compiled([])}
     table = side_by_side(frame(rows))
     write_table(table[A_COLUMNS].round(3), out_dir)
     return {"attention_points": len(table), **summarize(table, rows)}
@@ -201,12 +220,16 @@ _AT_SIZE = obj(size=STR, speedup=NUM)
 _PEAK = obj(lower=null(BOOL), max=NUM, min=NUM, same=null(BOOL))
 _BACKWARD_PEAK = obj(lower=null(BOOL), max=NUM, min=NUM, points=INT, same=null(BOOL))
 SUMMARY_SCHEMAS["B2"] = section(
-    at_longest=null(obj(backward_speedup=NUM, compiled_MiB=NUM, d=INT, eager_MiB=NUM, forward_speedup=NUM, seq=INT)),
+    at_longest=null(obj(backward_speedup=NUM, compiled_MiB=NUM, d=INT, eager_MiB=NUM, eager_MiB_known=BOOL,
+                        forward_speedup=NUM, seq=INT)),
     attention_points=opt(null(INT)),
-    fits_only_compiled=opt(null(arr(obj(d=INT, eager_cause=STR, eager_failed_during=null(STR),
+    fits_only_compiled=opt(null(arr(obj(d=INT, eager_failed_during=null(STR),
                                         eager_failed_during_known=null(STR), eager_held_MiB=null(NUM),
                                         predicted_forward_peak_MiB=null(NUM), seq=INT)))),
-    forward_judged=opt(null(obj(paired=null(INT), points=INT, within=INT))),
+    only_compiled_fragmented=BOOL,
+    only_compiled_pass_known=null(STR),
+    only_compiled_passes=arr(null(STR)),
+    forward_judged=opt(null(obj(paired=null(INT), points=INT, unpaired=INT, within=INT))),
     forward_losses=opt(null(obj(all_shorter_than_wins=null(BOOL), extra_us=arr(NUM), seqs=arr(INT)))),
     memory=opt(null(obj(backward_peak=null(_BACKWARD_PEAK), forward_peak=null(_PEAK),
                         held_for_backward=null(obj(max=NUM, min=NUM, points=INT, same=null(BOOL)))))),
@@ -214,11 +237,12 @@ SUMMARY_SCHEMAS["B2"] = section(
     speedup=null(obj(backward=null(_RANGE), forward=null(_RANGE))),
     whole_model=opt(null(obj(batch=INT, best=obj(mode=STR, size=STR), both_ok=INT, compile=arr(STR),
                              compile_seconds=null(obj(max=NUM, min=NUM)), compiled_graphs=null(arr(INT)), context=INT,
-                             fits_only_compiled=null(arr()), in_turns=opt(null(INT)),
+                             fits_only_compiled=null(arr()), forward_and_backward_faster=BOOL,
+                             in_turns=opt(null(INT)), not_in_turns=INT,
                              loss_checks=obj(checked=null(INT), failed=null(arr()), max_abs_diff=NUM, passed=INT,
                                              rtol=NUM), not_ok=null(arr()),
-                             optimizer=opt(null(obj(compiled_faster=null(arr(STR)), compiled_slower=null(arr(STR)),
-                                                    paired=opt(INT), points=opt(INT), ratio=obj(max=NUM, min=NUM),
+                             optimizer=opt(null(obj(all_paired=BOOL, compiled_faster=null(arr(STR)),
+                                                    compiled_slower=null(arr(STR)), ratio=obj(max=NUM, min=NUM),
                                                     share_of_step=obj(max=NUM, min=NUM), within=null(arr(STR))))),
                              peak_memory=opt(null(obj(by_mode=mapping(obj(largest=obj(compiled_GiB=NUM, eager_GiB=NUM,
                                                                                       size=STR), max=NUM, min=NUM)),

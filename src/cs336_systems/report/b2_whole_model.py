@@ -221,7 +221,7 @@ def optimizer_phase(df: pd.DataFrame) -> dict | None:
         paired += is_paired
     return {"ratio": _spread(rows["optimizer_speedup"]), "compiled_faster": verdicts["higher"],
             "compiled_slower": verdicts["lower"], "within": verdicts[WITHIN], "paired": paired,
-            "points": int(len(rows)),
+            "points": int(len(rows)), "all_paired": paired == len(rows),
             "share_of_step": _spread(rows["eager_optimizer_ms"] / rows["eager_step_ms"])}
 
 
@@ -244,17 +244,21 @@ def size_trend(df: pd.DataFrame) -> dict:
 def summarize(df: pd.DataFrame) -> dict:
     """The numbers the B2(b) part of the section quotes."""
     ok = df.dropna(subset=["step_speedup"])
+    phases = {phase: _spread(ok[f"{phase}_speedup"]) for phase in PHASES}
     checked = df[df["loss_passed"].notna()]
     first = df.iloc[0]
     return {
         "compile": sorted(set(df["compile"])),
         "context": int(first["context"]), "batch": int(first["batch"]),
         "points": len(df), "both_ok": len(ok),
-        "in_turns": in_turns(df), "rounds": sorted({len(r.get("rounds") or []) for r in df["eager_metrics"]
+        "in_turns": in_turns(df), "not_in_turns": len(ok) - in_turns(df), "rounds": sorted({len(r.get("rounds") or []) for r in df["eager_metrics"]
                                                     if isinstance(r, dict) and r.get("turns")}),
         "step_speedup": _spread(ok["step_speedup"]),
         "compiled_graphs": sorted({int(g) for g in df["compiled_graphs"].dropna()}),
-        "phase_speedup": {phase: _spread(ok[f"{phase}_speedup"]) for phase in PHASES},
+        "phase_speedup": phases,
+        # compiled forward and backward each faster at every point that times them
+        "forward_and_backward_faster": bool(phases.get("forward") and phases.get("backward")
+                                            and phases["forward"]["min"] > 1 and phases["backward"]["min"] > 1),
         "peak_memory": peak_memory(df),
         "optimizer": optimizer_phase(df),
         "size_trend": size_trend(df),

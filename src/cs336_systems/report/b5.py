@@ -50,10 +50,11 @@ def eager_goal(df: pd.DataFrame, other: str, ratio: float, dtypes=None, min_seq:
     if dtypes is not None:
         both = both[both["dtype"].isin(dtypes)]
     if both.empty:
-        return {"points": 0, "within": 0, "ratio": ratio, "worst": None}
+        return {"points": 0, "within": 0, "all_within": True, "ratio": ratio, "worst": None}
     over = both["ms"] / both["ms_other"]
     worst = both.loc[over.idxmax()]
-    return {"points": int(len(both)), "within": int((over <= ratio).sum()), "ratio": ratio,
+    return {"points": int(len(both)), "within": int((over <= ratio).sum()), "all_within": bool((over <= ratio).all()),
+            "ratio": ratio,
             "worst": {"dtype": worst["dtype"], "d": int(worst["d"]), "seq": int(worst["seq"]), "pass": worst["pass"],
                       "ours_ms": float(worst["ms"]), "other_ms": float(worst["ms_other"]), "ratio": float(over.max())}}
 
@@ -280,8 +281,9 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> dict:
             if ax.has_data():
                 ax.legend(fontsize=7)
     save_figure(fig, path)
+    graph = int((shown["timing"] == "graph").sum())
     return {"dtype": dtype, "ds": [int(d) for d in ds], "points": int(len(shown)), "peak": name,
-            "graph": int((shown["timing"] == "graph").sum()), "do_bench": int((shown["timing"] == "do_bench").sum())}
+            "graph": graph, "all_graph": graph == len(shown), "do_bench": int((shown["timing"] == "do_bench").sum())}
 
 
 def peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> tuple[str | None, float]:
@@ -324,6 +326,7 @@ PEAK_SHORT = {"the dense bf16 tensor-core peak": "bf16 tensor cores", "the TF32 
 # FLAT_SPAN² times the work for less than FLAT_FACTOR times the time ("flat"); or when the next
 # length measured (more work) took no longer.
 FLAT_FACTOR, FLAT_SPAN = 2.0, 4
+FOLD_GROUPS = 12        # a table of more groups of lost points than this is folded in the section
 # Below this share of the peak a grid with too few programs does not explain the rate by itself.
 GRID_EXPLAINS = 0.5
 
@@ -381,14 +384,17 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
     shares = [p["ours_of_peak"] for p in work_set if p["ours_of_peak"] is not None]
     eager = judged(df, "ours", other, timing="do_bench")
     eager = eager[(eager["seq"] >= min_seq) & (eager["dtype"].isin(dtypes) if dtypes is not None else True)]
-    return {"points": int(len(both)), "lost": int(len(lost)), "by_graph": int((both["timing"] == "graph").sum()),
+    by_graph = int((both["timing"] == "graph").sum())
+    return {"points": int(len(both)), "lost": int(len(lost)), "not_lost": int(len(both) - len(lost)),
+            "by_graph": by_graph, "all_by_graph": by_graph == len(both),
             # the same pairs judged on do_bench's time, launch included, where the verdict above used graph time
             "lost_in_do_bench": int((eager["verdict"] == "higher").sum()),
             # paired: the points measured in one job, judged per round; within: those of them whose
             # difference is inside the spread across rounds; won: faster beyond it (or, unpaired, faster)
-            "paired": int(both["paired"].sum()), "within": int((both["verdict"] == WITHIN).sum()),
+            "paired": int(both["paired"].sum()), "all_paired": int(both["paired"].sum()) == len(both),
+            "within": int((both["verdict"] == WITHIN).sum()),
             "won": int((both["verdict"] == "lower").sum()),
-            "groups": groups,
+            "groups": groups, "fold": len(groups) > FOLD_GROUPS,
             "unexplained": sum(1 for g in groups if not g["flat"] and not g["worst"].get("grid_explains")),
             "by_dtype": {dtype: sum(p["dtype"] == dtype for p in points) for dtype in sorted({p["dtype"] for p in points})},
             "flat_lost": len(points) - len(work_set), "work_groups": sum(1 for g in groups if not g["flat"]),
@@ -413,7 +419,8 @@ def _diagnose(row: pd.Series, other: str) -> dict:
         point.update(programs=int(row["programs"]), programs_from=row["programs_from"])
     if not (math.isnan(row["programs"]) or math.isnan(row["sms"])):
         busy = min(1.0, row["programs"] / row["sms"])
-        point.update(sms=int(row["sms"]), busy=busy, of_busy_peak=ours_tflops * 1e12 / (busy * flops))
+        point.update(sms=int(row["sms"]), busy=busy, short_grid=busy < 1,
+                     of_busy_peak=ours_tflops * 1e12 / (busy * flops))
         if not math.isnan(flops):       # without the card's peak the share says nothing
             point["grid_explains"] = bool(busy < 1 and point["of_busy_peak"] >= GRID_EXPLAINS)
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in point.items()}
@@ -680,7 +687,8 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
                              "max_at": dict(zip(KEYS, map(str, best))),
                              "min": float(r.min()),
                              "min_at": dict(zip(KEYS, map(str, worst))),
-                             "points": int(len(r)), "by_graph": int((pair["timing"] == "graph").sum())}
+                             "points": int(len(r)), "by_graph": int((pair["timing"] == "graph").sum()),
+                             "all_by_graph": int((pair["timing"] == "graph").sum()) == len(r)}
     plain_oom = df[(df["impl"] == "plain") & (df["status"] == "oom")]
     ours_oom = df[(df["impl"] == "ours") & (df["status"] == "oom")]
     by_pass = {which: {row["impl"]: (None if math.isnan(row["ms"]) else row["ms"]) for _, row in part.iterrows()}
@@ -694,7 +702,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "points": int(len(df)), "ok": int(len(ok)),
         "statuses": df["status"].value_counts().to_dict(),
         # how many points that ran were measured in a row job's turns (the rest each in its own process)
-        "in_turns": int(ok["job"].notna().sum()), "rounds": sorted({len(r) for r in ok["rounds_ms"] if r}),
+        "in_turns": int(ok["job"].notna().sum()), "not_in_turns": int(ok["job"].isna().sum()), "rounds": sorted({len(r) for r in ok["rounds_ms"] if r}),
         "ratios": ratios,
         "plain_first_oom_seq": int(plain_oom["seq"].min()) if len(plain_oom) else None,
         "plain_oom": oom_groups(df, "plain"),
@@ -703,7 +711,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "flash_goal_min_seq": FLASH_GOAL_MIN_SEQ,
         "flash_eager_goal": eager_goal(df, "sdpa-flash", EAGER_GOAL_RATIO, dtypes=["bf16"], min_seq=FLASH_GOAL_MIN_SEQ),
         "bf16_gap_trend": gap_trend(df),
-        "flat_factor": FLAT_FACTOR, "flat_span": FLAT_SPAN,
+        "flat_factor": FLAT_FACTOR, "flat_span": FLAT_SPAN, "flat_work": FLAT_SPAN ** 2,
         "timing_check": timing_check(df),
         "ours_splits": ours_splits(records),
         "ours_ran": what_ran([r for r in records if r.get("id") == "B5" and r["params"].get("impl") == "ours"]),
@@ -713,11 +721,17 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "max_seq": int(df["seq"].max()),
         "leaderboard": board_ms,
         "leaderboard_split": {which: by_pass[which] for which in ("forward", "backward") if which in by_pass},
+        # ours' time over cuDNN's, forward alone and backward alone, where both have one
+        "leaderboard_split_over_cudnn": {which: by_pass[which]["ours"] / by_pass[which]["sdpa-cudnn"]
+                                         for which in ("forward", "backward")
+                                         if by_pass.get(which, {}).get("ours") and by_pass[which].get("sdpa-cudnn")},
         "leaderboard_failed": board_failed,
         "leaderboard_shape": board["shape"].iloc[0] if len(board) else None,
         "ours_over_cudnn": (board_ms.get("ours") / board_ms["sdpa-cudnn"]
                             if board_ms.get("ours") and board_ms.get("sdpa-cudnn") else None),
         "flash_over_ours": (board_ms["sdpa-flash"] / board_ms.get("ours")
+                            if board_ms.get("ours") and board_ms.get("sdpa-flash") else None),
+        "ours_over_flash": (1 / (board_ms["sdpa-flash"] / board_ms.get("ours"))
                             if board_ms.get("ours") and board_ms.get("sdpa-flash") else None),
     }
 
@@ -753,16 +767,17 @@ def ran_schema(key: dict = STR, **more) -> dict:
                **more)
 
 
-def losses_schema(of_peak: dict, busy: dict | opt, points: dict, **more) -> dict:
-    """``losses``' summary: ``of_peak`` and ``busy`` the types of the worst point's share of peak and
-    busy time, known for every point where the comparison is in bf16 alone."""
-    worst = obj(busy=busy, grid_explains=opt(null(BOOL)), other_of_peak=of_peak, other_peak_short=null(STR),
+def losses_schema(of_peak: dict, short_grid: dict | opt, points: dict, **more) -> dict:
+    """``losses``' summary: ``of_peak`` and ``short_grid`` the types of the worst point's share of peak
+    and whether its grid left SMs idle, known for every point where the comparison is in bf16 alone."""
+    worst = obj(short_grid=short_grid, grid_explains=opt(null(BOOL)), other_of_peak=of_peak, other_peak_short=null(STR),
                 other_tflops=NUM, ours_of_peak=of_peak, ours_tflops=NUM, peak_short=null(STR),
                 programs=opt(null(INT)), seq=INT, sms=opt(null(INT)))
     group = obj({"pass": STR}, d=INT, dtype=STR, flat=null(BOOL), other_ms=arr(NUM), ours_ms=arr(NUM),
                 seqs=arr(INT), timing=STR, worst=worst)
-    return obj(by_graph=null(INT), flat_lost=null(INT), grid_explained=null(INT), groups=arr(group),
-               lost=null(INT), max_of_peak=null(NUM), paired=null(INT), points=points,
+    return obj(all_paired=BOOL, by_graph=null(INT), flat_lost=null(INT), fold=BOOL,
+               grid_explained=null(INT), groups=arr(group), lost=null(INT), max_of_peak=null(NUM), not_lost=INT,
+               paired=null(INT), points=points,
                programs_from=null(arr(STR)), sms_missing=null(BOOL), within=INT, won=INT,
                work_groups=null(INT), **more)
 
@@ -773,26 +788,30 @@ _SPLIT = opt(null(obj({"ours": opt(null(NUM)), "sdpa-cudnn": opt(null(NUM))})))
 SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     bf16_gap_trend=obj(series=null(INT), widening=INT, rising_throughout=INT, first_falls=INT, lowest_at=arr(INT),
                        falls_at_top=INT, widens_everywhere=opt(BOOL)),
-    flash_eager_goal=null(obj(points=null(INT), ratio=NUM, within=INT, worst=null(obj(
+    flash_eager_goal=null(obj(all_within=BOOL, points=null(INT), ratio=NUM, within=INT, worst=null(obj(
         {"pass": STR}, d=INT, dtype=STR, other_ms=NUM, ours_ms=NUM, ratio=NUM, seq=INT)))),
-    flash_goal=losses_schema(of_peak=NUM, busy=NUM, points=null(INT), lost_in_do_bench=INT),
+    flash_goal=losses_schema(of_peak=NUM, short_grid=BOOL, points=null(INT), lost_in_do_bench=INT,
+                             all_by_graph=BOOL),
     flash_goal_min_seq=INT,
-    flash_over_ours=null(NUM),
     flat_factor=NUM,
     flat_span=INT,
+    flat_work=INT,
     in_turns=null(INT),
+    not_in_turns=INT,
     leaderboard=obj({"ours": NUM, "sdpa-cudnn": null(NUM), "sdpa-flash": null(NUM)}),
     leaderboard_failed=mapping(),
     leaderboard_ran=opt(null(obj(facts=null(arr(obj(known=INT, label=STR, source=STR, values=arr(STR)))),
                                  records=null(INT), unreadable=mapping()))),
     leaderboard_shape=STR,
     leaderboard_split=obj(backward=_SPLIT, forward=_SPLIT),
-    losses_vs_plain=losses_schema(of_peak=null(NUM), busy=opt(NUM), points=INT, by_dtype=mapping(INT),
+    leaderboard_split_over_cudnn=obj(backward=opt(NUM), forward=opt(NUM)),
+    losses_vs_plain=losses_schema(of_peak=null(NUM), short_grid=opt(BOOL), points=INT, by_dtype=mapping(INT),
                                   unexplained=null(INT)),
     max_seq=INT,
     ok=INT,
     ours_first_oom_seq=null(INT),
     ours_over_cudnn=null(NUM),
+    ours_over_flash=null(NUM),
     ours_ran=ran_schema(key=one_of_types(INT, STR), commits=arr(STR)),
     ours_splits=null(obj(backward=opt(null(INT)), forward=opt(null(INT)))),
     plain_first_oom_seq=null(INT),
@@ -801,11 +820,11 @@ SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     provenance=PROVENANCE,
     tuned_elsewhere=arr(STR),
     ratios=obj({
-        "plain": opt(obj(by_graph=opt(null(INT)), max=NUM, max_at=_AT, median=NUM, min=NUM, min_at=_AT, points=INT)),
+        "plain": opt(obj(all_by_graph=BOOL, by_graph=opt(null(INT)), max=NUM, max_at=_AT, median=NUM, min=NUM, min_at=_AT, points=INT)),
         "sdpa-cudnn": opt(obj(by_graph=null(INT), max=NUM, median=NUM, min=NUM, points=INT))}),
     rounds=arr(INT),
     statuses=mapping(INT),
-    tflops_plot=opt(null(obj(ds=arr(INT), dtype=STR, graph=null(INT), peak=null(STR), points=INT))),
+    tflops_plot=opt(null(obj(all_graph=BOOL, ds=arr(INT), dtype=STR, graph=null(INT), peak=null(STR), points=INT))),
     table_view=arr(STR),
     timing_check=obj(failed=mapping(obj(impls=arr(STR), points=INT, reason=STR)), graph_slower=null(INT),
                      launch_bound=null(INT), not_judged=null(INT),
