@@ -86,8 +86,11 @@ def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
                                        max(r["metrics"]["comm_wait_ms"] for r in sizes.values())],
             "every_size_longer": all(w["sign"] > 0 for w in waits.values()),
             "extra_low_ms": low, "extra_high_ms": high, "extra_pass_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
-            # the extra pass can be the whole difference only where it fits in the least of it
-            "pass_fits": extra is not None and extra <= low}
+            # the extra pass can be the whole difference only where it fits in the least of it, and
+            # some of it where it fits in the most
+            "pass_fits": extra is not None and extra <= low,
+            "pass_within_extra": extra is not None and extra <= high,
+            "pass_share_of_extra": extra / high if extra is not None and high else None}
     return out
 
 
@@ -140,6 +143,8 @@ def overheads(records: list[dict]) -> dict[str, dict]:
         spread = step_spread(base)
         out[precision] = {"baseline_ms": spread[0], "baseline_range_ms": [spread[1], spread[2]], "rows": rows,
                           "best": best, "verdict": verdict, "paired": paired,
+                          # PyTorch DDP's range reaches zero: no overhead of it to set ours against
+                          "anchor_reaches_zero": bool(anchor and anchor["low_ms"] <= 0),
                           "ratio": contenders[best]["ms"] / anchor["ms"] if best and anchor and anchor["ms"] > 0 else None}
     return out
 
@@ -253,8 +258,23 @@ def fit_overheads(points: list[tuple[int, float]], grad_bytes: float, w_Bps: flo
     if slope > 0:
         optimum = optimal_buckets(grad_bytes, slope / 1e3, w_Bps)
         total = optimum["overhead_ms"] + intercept
-        found["optimum"] = optimum | {"overhead_ms": total, "fixed_share": intercept / total if total > 0 else None}
+        share = intercept / total if total > 0 else None
+        found["optimum"] = optimum | {"overhead_ms": total, "fixed_share": share,
+                                      "mostly_fixed": share is not None and share > 0.5}
     return found
+
+
+def spans_of(model: dict) -> dict:
+    """What the section says of the model's spans: each range's top over its bottom (the predicted
+    one only where it starts above zero), whether backward takes over twice what sending every
+    gradient once takes (then a bucket is done before the next is ready), and what the pass after the
+    last all-reduce is of the measured waits, and what it leaves of them."""
+    wait, predicted, work = model["measured_wait_range_ms"], model["predicted_range_ms"], model["pass_ms"]
+    return {"measured_ratio": wait[1] / wait[0] if wait[0] > 0 else None,
+            "predicted_ratio": predicted[1] / predicted[0] if predicted[0] > 0 else None,
+            "backward_dwarfs_send": bool(model["backward_ms"] and model["backward_ms"] > 2 * model["send_all_ms"]),
+            "pass_share_of_waits": None if work is None else [work / wait[1], work / wait[0]],
+            "waits_beyond_pass_ms": None if work is None else [wait[0] - work, wait[1] - work]}
 
 
 def plot_phases(table: pd.DataFrame, path: Path) -> None:
@@ -329,6 +349,7 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
                          "bucket_counts": [int(ones["buckets"].min()), int(ones["buckets"].max())],
                          "pass_ms": next((x for x in bucketed["after_backward_pass_ms"] if x is not None), None),
                          "memory_GBps": bandwidth / 1e9 if bandwidth else None}
+        model_summary |= spans_of(model_summary)
         # Fitted to the overheads of the first precision, where the run paired them with a baseline.
         precision = variants.precision_of(sent[0])
         rows = found_overheads.get(precision, {}).get("rows", {})

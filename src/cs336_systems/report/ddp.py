@@ -220,7 +220,8 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     per_call = paid_per_call(records, fit)
     by_precision = {p: {"baseline": rows[p].get(variants.BASELINE)} | QUOTED[ident](rows[p]) for p in precisions}
     summary = {"provenance": run_provenance(records), "setup": setup, "precisions": precisions,
-               "first_precision": first, "paired": paired, **by_precision[first],
+               "first_precision": first, "paired": paired, "every_precision_paired": bool(paired) and all(paired.values()),
+               **by_precision[first],
                "by_precision": {p: by_precision[p] for p in precisions if p != first},
                "naive_calls": naive_calls(setup["size"]), "per_call": per_call.get(first),
                "versus": versus(records, COMPARED.get(ident, ()), first)}
@@ -347,8 +348,10 @@ SUMMARY_SCHEMAS["C8"] = section(
                             removed_pass_ms=null(NUM), rung=STR, sign=INT)))),
     model=null(mapping()),
     others=obj({'torch-ddp': waiting_row_schema(waits_schema())}),
-    overheads=mapping(obj(best=null(STR), paired=null(BOOL), ratio=null(NUM), rows=mapping(SPREAD), verdict=STR)),
+    overheads=mapping(obj(anchor_reaches_zero=BOOL, best=null(STR), paired=null(BOOL), ratio=null(NUM),
+                          rows=mapping(SPREAD), verdict=STR)),
     paired=null(mapping(BOOL)),
+    every_precision_paired=BOOL,
     per_call=null(obj(calls=obj(naive=INT), o_high_ms=null(NUM))),
 )
 
