@@ -543,15 +543,18 @@ def profile_summary(profiles: list[dict]) -> list[dict]:
 
 def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | None, goal_mfu: float,
                       best_anchor: str | None = None) -> dict | None:
-    """At the profiled point, ours (the profiled rung that is not an anchor) against a profiled
-    anchor there (``best_anchor``'s where it was profiled, else the first), kind by kind; the GEMM
+    """At the profiled point, ours (the gap's rung where it was profiled, else the highest profiled
+    rung of the ladder) against a profiled anchor there (``best_anchor``'s where it was profiled, else the first), kind by kind; the GEMM
     kernels' rate on the projections' closed-form FLOPs against the card's peak; the step the GEMMs at that rate plus the optimizer at its bandwidth floor alone
     would take, with the MFU that bounds while the GEMMs run as they do; and, against the step the
     goal's MFU allows, the room left for every other kernel beside what they take now. The
     optimizer's floor (``optimizer_floor``, of the gap's rung) is used only where the gap is of
     the profiled rung and point."""
     ok = [r for r in profiles if r["status"] == "ok"]
-    ours = next((r for r in ok if not r["params"]["anchor"]), None)
+    rungs_profiled = [r for r in ok if not r["params"]["anchor"]]
+    ours = next((r for r in rungs_profiled if gap_ is not None and (r["params"]["rung"], r["params"]["size"],
+                 r["params"]["context"]) == (gap_["rung"], gap_["size"], gap_["context"])), None) \
+        or max(rungs_profiled, key=lambda r: ORDER.index(r["params"]["rung"]), default=None)
     if ours is None:
         return None
     p, m = ours["params"], ours["metrics"]
@@ -594,7 +597,12 @@ def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | Non
                          "largest_stands_out": abs(delta[largest]) >= 2 * others,
                          "busy_delta_ms": (m["busy_ms"] - a["busy_ms"]) if m.get("busy_ms") is not None
                          and a.get("busy_ms") is not None else None,
-                         "step_delta_ms": m["step"]["median"] - a["step"]["median"]}
+                         "step_delta_ms": m["step"]["median"] - a["step"]["median"],
+                         # profiles of two commits were made in two sittings, maybe on two lent
+                         # machines: their differences then also hold the machines'
+                         "commits": [ours["provenance"].get("commit") or "unknown",
+                                     anchor["provenance"].get("commit") or "unknown"],
+                         "apart": ours["provenance"].get("commit") != anchor["provenance"].get("commit")}
         # the differences as the writeup words them: how much, and which way
         x = out["anchor"]
         x["largest_abs_ms"], x["largest_direction"] = abs(delta[largest]), "more" if delta[largest] > 0 else "less"
@@ -711,7 +719,8 @@ SUMMARY_SCHEMAS["E1"] = section(
         best_vs_anchor_spread=null(STR),
         speedup_over_fp32=null(NUM)))),
     jobs=null(INT),
-    kernel_comparison=null(obj(anchor=null(obj(busy_abs_ms=null(NUM), busy_delta_ms=null(NUM), busy_direction=null(STR),
+    kernel_comparison=null(obj(anchor=null(obj(apart=BOOL, busy_abs_ms=null(NUM), busy_delta_ms=null(NUM),
+                                               busy_direction=null(STR), commits=arr(STR),
                                                goal_pair_unsettled=null(BOOL), largest=STR, largest_abs_ms=NUM,
                                                largest_direction=STR, largest_stands_out=null(BOOL),
                                                others_max_abs_ms=NUM, rung=STR, step_abs_ms=NUM, step_direction=STR)),
