@@ -36,8 +36,8 @@ ALLOWED = {
     "A5": (2, 3),
     # the checkpointing closed form's constants; size units chosen by magnitude, ratios of sizes
     "A6": (4, 8),
-    # the closed form 2·B·N²; ranges by min/max, out-of-memory against capacity
-    "B1": (1, 8),
+    # the closed form 2·B·N²
+    "B1": (1, 0),
     "B2": (0, 0),
     # tile sizes, the mask value, the head dimensions accepted
     "B3": (8, 0),

@@ -209,6 +209,7 @@ def peaks_check(df: pd.DataFrame) -> dict | None:
                             "measured_MiB": float(longest[f"{phase}_peak_MiB"]),
                             "predicted_MiB": float(longest[f"predicted_{phase}_peak_MiB"]),
                             "excess_matrices": float(excess / square_MiB(longest)) if square_MiB(longest) > 0 else None,
+                            "excess_direction": "more" if excess >= 0 else "less",
                             "over_saved": float(longest[f"{phase}_peak_MiB"] / longest["predicted_saved_MiB"])}}
     return found or None
 
@@ -224,6 +225,27 @@ def limits(df: pd.DataFrame) -> dict:
     return found
 
 
+def smallest_oom(eager_ooms: list[dict]) -> dict | None:
+    """The shortest (then narrowest) case where eager ran out, and whether what it needed at least,
+    and the closed form's peak, fit the card (where the allocator's message gives its capacity)."""
+    if not eager_ooms:
+        return None
+    s = min(eager_ooms, key=lambda p: (p["seq"], p["d"]))
+    capacity = s["allocator"].get("capacity_MiB")
+    return s | {"needed_fits": s["needed_at_least_MiB"] is not None and capacity is not None
+                and s["needed_at_least_MiB"] <= capacity,
+                "closed_form_fits": capacity is not None and s["predicted_backward_peak_MiB"] <= capacity}
+
+
+def undercounts(ooms: list[dict]) -> dict | None:
+    """Over the cases where the closed form undercounts what the failing pass needed: whether every
+    one is about one N x N matrix (below 1.1 of one) and the least it needed beyond the closed form."""
+    short = [p["undercount"] for p in ooms if p.get("undercount")]
+    if not short:
+        return None
+    return {"one_matrix": max(u["matrices"] for u in short) < 1.1, "at_least_MiB": min(u["at_least_MiB"] for u in short)}
+
+
 def summarize(df: pd.DataFrame, records: list[dict]) -> dict:
     ooms = out_of_memory_points(df, records)
     eager_ooms = [p for p in ooms if p["variant"] == "eager"]
@@ -234,8 +256,8 @@ def summarize(df: pd.DataFrame, records: list[dict]) -> dict:
         "in_turns": sum(1 for r in records if (r["metrics"].get("turns") or {}).get("job")),
         "rounds": sorted({r["metrics"]["turns"]["rounds"] for r in records if r["metrics"].get("turns")}),
         "limits": limits(df),
-        "smallest_oom": min(eager_ooms, key=lambda p: (p["seq"], p["d"])) if eager_ooms else None,
-        "out_of_memory": ooms,
+        "smallest_oom": smallest_oom(eager_ooms),
+        "out_of_memory": ooms, "undercounts": undercounts(ooms),
         "before_backward": before_backward_check(df),
         "peaks": peaks_check(df),
     }
@@ -265,15 +287,17 @@ SUMMARY_SCHEMAS["B1"] = section(
                                              reserved_unallocated_MiB=opt(NUM)), cause=STR, d=INT,
                                failed_during=null(STR), failed_during_known=null(STR), needed_at_least_MiB=null(NUM),
                                predicted_backward_peak_MiB=NUM, seq=INT, variant=STR,
-                               undercount=null(obj(at_least_MiB=NUM, closed_form_MiB=NUM, matrices=NUM,
-                                                   needed_over_saved=NUM))))),
-    peaks=null(mapping(mapping(obj(longest=obj(d=INT, excess_matrices=null(NUM), measured_MiB=NUM, over_saved=NUM,
+                               undercount=null(obj(closed_form_MiB=NUM, matrices=NUM, needed_over_saved=NUM))))),
+    peaks=null(mapping(mapping(obj(longest=obj(d=INT, excess_direction=STR, excess_matrices=null(NUM), measured_MiB=NUM,
+                                               over_saved=NUM,
                                                predicted_MiB=NUM, seq=INT), max=NUM, min=NUM, points=INT)))),
     provenance=PROVENANCE,
     rounds=arr(INT),
     smallest_oom=null(obj(allocator=obj(capacity_MiB=opt(NUM), free_MiB=opt(NUM), requested_MiB=opt(NUM),
                                         reserved_unallocated_MiB=opt(NUM)), cause=STR, d=INT,
-                          needed_at_least_MiB=null(NUM), predicted_backward_peak_MiB=NUM, seq=INT)),
+                          closed_form_fits=BOOL, needed_at_least_MiB=null(NUM), needed_fits=BOOL,
+                          predicted_backward_peak_MiB=NUM, seq=INT)),
+    undercounts=null(obj(at_least_MiB=NUM, one_matrix=BOOL)),
     statuses=mapping(INT),
 )
 
