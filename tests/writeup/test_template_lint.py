@@ -34,8 +34,8 @@ ALLOWED = {
     "A4": (4, 2),
     # a residual's 4 bytes; bytes to MiB, the count of the largest allocation
     "A5": (2, 3),
-    # the checkpointing closed form's constants; size units chosen by magnitude, ratios of sizes
-    "A6": (4, 8),
+    # the checkpointing closed form's constants
+    "A6": (4, 0),
     # the closed form 2·B·N²
     "B1": (1, 0),
     "B2": (0, 0),
