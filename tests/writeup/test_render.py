@@ -285,6 +285,13 @@ def test_the_us_filter_writes_milliseconds_as_microseconds_with_the_unit(tmp_pat
     assert env.from_string("{{ v | us(0) }}").render(v=1.5) == "1,500 µs"
 
 
+def test_the_gb_and_tflop_filters_write_decimal_units(tmp_path):
+    env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
+    assert env.from_string("{{ v | gb }} / {{ v | gb(0) }}").render(v=2_345_678_901) == "2.35 GB / 2 GB"
+    assert env.from_string("{{ v | tflop }} / {{ w | tflop(1) }}").render(v=1.2345e12, w=12_000_000_000_000) == \
+        "1.234 TFLOP / 12.0 TFLOP"
+
+
 def test_the_span_filters_write_a_range_or_one_number_where_its_ends_read_alike(tmp_path):
     env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
     span = env.from_string("{{ v | span }} / {{ v | span(1) }} / {{ v | pct_span }}")

@@ -104,7 +104,8 @@ def backward_speedup(times: pd.DataFrame) -> dict:
     """Per dtype: the compiled PyTorch backward's time ÷ the Triton backward's."""
     ok = times[times["status"] == "ok"].set_index(["dtype", "function"])["backward_ms"]
     return {dtype: {"triton_ms": float(ok[(dtype, "triton")]), "pytorch_ms": float(ok[(dtype, "triton-pytorch-backward")]),
-                    "speedup": float(ok[(dtype, "triton-pytorch-backward")] / ok[(dtype, "triton")])}
+                    "speedup": (speedup := float(ok[(dtype, "triton-pytorch-backward")] / ok[(dtype, "triton")])),
+                    "faster": speedup >= 1, "slowdown": 1 / speedup}
             for dtype in sorted({d for d, _ in ok.index})
             if (dtype, "triton") in ok.index and (dtype, "triton-pytorch-backward") in ok.index}
 
@@ -181,6 +182,9 @@ def _rates(e: dict, gpu: str | None, card, dtype: str, products: str | None) -> 
     floors = [rates["pytorch_flops_floor_ms"], rates["pytorch_bytes_floor_ms"]]
     rates["pytorch_floor_ms"] = sum(f for f in floors if f is not None) if any(f is not None for f in floors) else None
     rates["faster_than_floor"] = (rates["pytorch_floor_ms"] is not None and e["triton_ms"] < rates["pytorch_floor_ms"])
+    # ours against the PyTorch backward: its FLOPs and its rate, each as a ratio
+    rates["flops_ratio"] = e["triton_flops"] / e["pytorch_flops"] if e["triton_flops"] else None
+    rates["rate_ratio"] = rates["triton_tflops"] / rates["pytorch_tflops"] if rates["triton_tflops"] else None
     rates["slower_by_rate"] = bool(e["triton_flops"] and e["triton_ms"] > e["pytorch_ms"]
                                    and e["triton_flops"] < e["pytorch_flops"]
                                    and rates["triton_tflops"] < rates["pytorch_tflops"])
@@ -253,7 +257,10 @@ def main(argv=None) -> int:
             "provenance": run_provenance(records), "shape": time_records[0]["params"]["shape"] if time_records else None,
             "statuses": times["status"].value_counts().to_dict() if len(times) else {},
             "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors),
-            "accounting": backward_accounting(records), "tuner": tuner_choices(),
+            "accounting": (accounting := backward_accounting(records)),
+            # the commits whose code ran where records do not say, over every dtype's entry in order
+            "accounting_sources": list(dict.fromkeys(c for e in (accounting or {}).values() for c in e["sources"])),
+            "tuner": tuner_choices(),
             "tuned_elsewhere": tuned_elsewhere(triton), "ran": ran,
             # the section points at B3's table instead of repeating it where the timed calls ran the
             # same as the checked ones
@@ -284,11 +291,13 @@ SUMMARY_SCHEMAS["B4"] = section(
                                     pytorch_floor_ms=null(NUM), pytorch_flops=INT, pytorch_flops_floor_ms=null(NUM),
                                     pytorch_matrix_bytes=INT, pytorch_ms=NUM, pytorch_of_peak=null(NUM),
                                     pytorch_peak=null(STR), pytorch_precision=null(STR), pytorch_products=INT,
-                                    pytorch_tflops=NUM, slower_by_rate=null(BOOL), sources=arr(STR),
-                                    triton_flops=null(INT), triton_mode=null(STR), triton_ms=NUM,
+                                    pytorch_tflops=NUM, slower_by_rate=null(BOOL),
+                                    triton_flops=null(INT), triton_mode=null(STR), triton_ms=NUM, flops_ratio=null(NUM),
+                                    rate_ratio=null(NUM),
                                     triton_of_peak=null(NUM), triton_peak=null(STR), triton_products=null(INT),
                                     triton_tflops=null(NUM))))),
-    backward=null(mapping(obj(pytorch_ms=NUM, speedup=NUM, triton_ms=NUM))),
+    backward=null(mapping(obj(faster=BOOL, pytorch_ms=NUM, slowdown=NUM, speedup=NUM, triton_ms=NUM))),
+    accounting_sources=opt(arr(STR)),
     provenance=PROVENANCE,
     ran=opt(null(ran_schema())),
     ran_as_b3=opt(BOOL),

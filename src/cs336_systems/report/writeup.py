@@ -193,6 +193,9 @@ class Renderer:
         self.env.filters["signed_pct"] = lambda v, digits=1: f"{100 * v:+.{digits}f}"
         # milliseconds written in microseconds, with the unit: per-call costs are tens of µs
         self.env.filters["us"] = lambda v, digits=1: "n/a" if v is None else f"{1000 * v:,.{digits}f} µs"
+        # bytes in decimal gigabytes and FLOPs in TFLOP, with the unit (bandwidth and rates are decimal)
+        self.env.filters["gb"] = lambda v, digits=2: f"{v / 1e9:,.{digits}f} GB"
+        self.env.filters["tflop"] = lambda v, digits=3: f"{v / 1e12:,.{digits}f} TFLOP"
 
     def anchor(self, ident: str) -> str:
         """The link target of section ``ident`` in this format."""
