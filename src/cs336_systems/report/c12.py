@@ -92,14 +92,17 @@ def fsdp_saving(memory: list[dict], predicted: dict) -> dict | None:
     return {"predicted_GiB": predicted["replicated"] - predicted["fsdp"], "before_step_GiB": before,
             "start_GiB": start["overlap"] - start["fsdp"], "peak_GiB": peak, "gradients_GiB": gradients,
             "rise_GiB": {"fsdp": fs["activations_peak_GiB"], "overlap": ov["activations_peak_GiB"]},
+            "rise_difference_GiB": ov["activations_peak_GiB"] - fs["activations_peak_GiB"],
+            "starts_GiB": start,
             "without_gradients_GiB": before - gradients,
             "reconciled": gradients > 0 and abs(peak - (before - gradients)) <= 0.1 * gradients}
 
 
 def predicted_state_GiB(setup: dict) -> dict:
     """Training state per rank (fp32 weights, gradients, Adam moments), GiB, with and without FSDP."""
-    state = training_state_per_rank(get_size(setup["size"]), setup["world_size"])
-    return {kind: value / GIB for kind, value in state.items()}
+    state = {kind: value / GIB for kind, value in
+             training_state_per_rank(get_size(setup["size"]), setup["world_size"]).items()}
+    return state | {"saved": state["replicated"] - state["fsdp"]}
 
 
 def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: dict, c1: dict | None,
@@ -112,5 +115,12 @@ def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: di
                for v, r in found.items()}
     untraced = {label: untraced_idle(gaps.get(label), rows[p].get(v))
                 for p in rows for v in traced if (label := trace_label(v, p)) in traces}
-    return {"memory": memory, "predicted_state_GiB": predicted, "fsdp_forward": fsdp_forward(rows, setup, c1, forward),
+    forward_rows = fsdp_forward(rows, setup, c1, forward)
+    for label, idle in untraced.items():
+        # idle longer than the fp32 step's transfers can take: the waits are not only for bytes
+        bound = next((f.get("step_bound_ms") for f in forward_rows or ()
+                      if f["variant"] == label and f["precision"] == "fp32"), None)
+        if idle is not None:
+            idle["beyond_transfers"] = bound is not None and idle["idle_ms"] > bound
+    return {"memory": memory, "predicted_state_GiB": predicted, "fsdp_forward": forward_rows,
             "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced}

@@ -71,8 +71,9 @@ def compute_gaps(intervals: list[dict]) -> dict | None:
             longest = max(longest, start - reach)
             long_gaps += start - reach > 500      # µs: longer than any launch gap, a real wait
         reach = max(reach, end)
-    return {"span_ms": (reach - spans[0][0]) / 1e3, "idle_ms": idle / 1e3, "longest_gap_ms": longest / 1e3,
-            "gaps_over_half_ms": long_gaps}
+    span = reach - spans[0][0]
+    return {"span_ms": span / 1e3, "idle_ms": idle / 1e3, "idle_share": idle / span if span > 0 else 0.0,
+            "longest_gap_ms": longest / 1e3, "gaps_over_half_ms": long_gaps}
 
 
 # What a traced kernel does, from its name: NCCL's collectives (the communication lane), matrix
