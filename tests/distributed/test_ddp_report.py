@@ -462,7 +462,10 @@ def test_c11_reads_memory_that_moved_over_the_step_and_what_pytorch_ddp_holds_be
     assert out["moved_after_step"] == ["overlap"] and not out["torch_ddp_extra"]["is_gradients"]
     # ours holding more, or no after-step reading at all
     assert memory_readings([row("overlap", 5.0, None), row("torch-ddp", 4.0, None)]) == {
-        "memory_checked": False, "moved_after_step": [], "torch_ddp_extra": None}
+        "memory_checked": False, "moved_after_step": [], "torch_ddp_extra": None, "sharded_minus_overlap_ms": None}
+    # the sharded step against overlap's, as their medians stand
+    sharded = [row("overlap", 3.0, 3.0) | {"step_ms": 250.0}, row("overlap-sharded", 2.0, 2.0) | {"step_ms": 262.5}]
+    assert memory_readings(sharded)["sharded_minus_overlap_ms"] == pytest.approx(12.5)
 
 
 def test_c8_s_worst_accuracy_is_each_measure_s_largest_over_the_rows_that_have_it():

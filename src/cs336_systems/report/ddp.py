@@ -55,6 +55,17 @@ def _named(**keys: str):
     return lambda rows: {key: rows.get(variant) for key, variant in keys.items()}
 
 
+def _c10(s: "Section") -> tuple[pd.DataFrame, dict]:
+    """C10: the sharded step's and optimizer phase's medians less overlap's (the first precision's),
+    and which way the phase went."""
+    sharded, overlap = s.rows[s.first].get("overlap-sharded"), s.rows[s.first].get("overlap")
+    if not sharded or not overlap:
+        return s.table, {"sharded_minus_overlap": None}
+    return s.table, {"sharded_minus_overlap": {"step_ms": sharded["step_ms"] - overlap["step_ms"],
+                                               "optimizer_ms": sharded["optimizer_ms"] - overlap["optimizer_ms"],
+                                               "optimizer_longer": sharded["optimizer_ms"] > overlap["optimizer_ms"]}}
+
+
 # The rows each section quotes, from one precision's rows (variant -> row, None where it did not run).
 QUOTED = {
     "C2": _named(naive="naive"),
@@ -144,7 +155,10 @@ def memory_readings(memory: list[dict]) -> dict:
     if torch_ddp and ours and torch_ddp["before_step_GiB"] > ours["before_step_GiB"]:
         gib = torch_ddp["before_step_GiB"] - ours["before_step_GiB"]
         extra = {"GiB": gib, "is_gradients": abs(gib / ours["gradients_GiB"] - 1) < GRADIENTS_MATCH}
-    return {"memory_checked": bool(both), "moved_after_step": moved, "torch_ddp_extra": extra}
+    sharded = rows.get("overlap-sharded")
+    return {"memory_checked": bool(both), "moved_after_step": moved, "torch_ddp_extra": extra,
+            # the sharded step less the unsharded (overlap) one, as the rows' medians stand
+            "sharded_minus_overlap_ms": sharded["step_ms"] - ours["step_ms"] if sharded and ours else None}
 
 
 def _c11(s: Section) -> tuple[pd.DataFrame, dict]:
@@ -187,7 +201,7 @@ def _c8(s: Section) -> tuple[pd.DataFrame, dict]:
 
 # What a section adds to the opening every section has: its table (the opening's, or its own) and
 # more summary keys.
-PARTS = {"C6": _c6, "C8": _c8, "C11": _c11, "C12": _c12}
+PARTS = {"C6": _c6, "C8": _c8, "C10": _c10, "C11": _c11, "C12": _c12}
 
 
 def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced: list[str],
@@ -224,6 +238,9 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
                **by_precision[first],
                "by_precision": {p: by_precision[p] for p in precisions if p != first},
                "naive_calls": naive_calls(setup["size"]), "per_call": per_call.get(first),
+               # naive sends one all-reduce per gradient tensor after one call that agrees which exist
+               "gradient_tensors": naive_calls(setup["size"]) - 1,
+               "warmup_and_steps": setup["warmup"] + setup["steps"],
                "versus": versus(records, COMPARED.get(ident, ()), first)}
     if ident in TABLE_VIEW:
         summary["table_view"] = TABLE_VIEW[ident]
@@ -273,6 +290,7 @@ SUMMARY_SCHEMAS["C2"] = section(
     by_precision=BY_PRECISION,
     naive=null(ROW),
     naive_calls=INT,
+    gradient_tensors=INT,
     setup=SETUP,
 )
 
@@ -296,7 +314,7 @@ SUMMARY_SCHEMAS["C4"] = section(
     by_precision=BY_PRECISION,
     flat=null(obj(comm_wait_ms=NUM)),
     naive=null(obj(comm_wait_ms=NUM)),
-    per_call=opt(null(obj(calls=obj(flat=INT, naive=INT), extra_passes_ms=NUM, grad_MB=NUM,
+    per_call=opt(null(obj(calls=obj(flat=INT, naive=INT), extra_passes_ms=NUM, grad_GB=NUM,
                           memory_GBps=null(NUM), o_low_ms=NUM, o_ms=NUM,
                           waits=obj(high_ms=NUM, low_ms=NUM, ms=NUM, sign=INT, less=SPREAD)))),
     versus=versus_schema("flat", "naive"),
@@ -359,9 +377,10 @@ SUMMARY_SCHEMAS["C10"] = section(
     **_OPENING,
     table_view=arr(STR),
     by_precision=BY_PRECISION,
-    overlap=null(obj(optimizer_ms=NUM, step_ms=NUM)),
+    overlap=null(obj(step_ms=NUM)),
     setup=obj(world_size=INT),
-    sharded=null(obj(optimizer_ms=NUM, step_ms=NUM)),
+    sharded=null(obj(step_ms=NUM)),
+    sharded_minus_overlap=null(obj(optimizer_longer=BOOL, optimizer_ms=NUM, step_ms=NUM)),
     versus=versus_schema("overlap-sharded", "overlap"),
 )
 
@@ -369,9 +388,11 @@ SUMMARY_SCHEMAS["C11"] = section(
     memory=null(arr(obj(variant=STR))),
     memory_checked=BOOL,
     moved_after_step=arr(STR),
+    sharded_minus_overlap_ms=null(NUM),
+    warmup_and_steps=INT,
     torch_ddp_extra=null(obj(GiB=NUM, is_gradients=BOOL)),
     provenance=PROVENANCE,
-    setup=obj(steps=INT, warmup=INT, world_size=INT),
+    setup=obj(world_size=INT),
     versus=opt(versus_schema("overlap-sharded", "overlap")),
 )
 

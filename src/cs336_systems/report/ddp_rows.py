@@ -240,7 +240,8 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
         passes = {v: pass_ms(v, grad_bytes, bandwidth) for v in calls}
         extra = passes["flat"] - passes["naive"] if bandwidth else 0.0
         extra_calls = calls["naive"] - calls["flat"]
-        found_here = {"calls": calls, "grad_MB": grad_bytes / 1e6, "waits": waits, "passes_ms": passes,
+        found_here = {"calls": calls, "grad_MB": grad_bytes / 1e6, "grad_GB": grad_bytes / 1e6 / 1000, "waits": waits,
+                      "passes_ms": passes,
                       "extra_passes_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
                       "o_ms": (waits["ms"] + extra) / extra_calls, "o_low_ms": (waits["low_ms"] + extra) / extra_calls,
                       "o_high_ms": None, "c1_o_ms": fit["o_ms"] if fit else None}
