@@ -19,6 +19,7 @@
 # back as gpu-tests.log) unless SKIP_GPU_TESTS=1. Later calls on the same machine wait on the same
 # run; each brings home what it has written so far.
 set -u
+source "$(dirname "$0")/common.sh"
 RUN=$1 SHA=$2 WAIT=$3
 REMEASURE=${REMEASURE:-} SKIP_GPU_TESTS=${SKIP_GPU_TESTS:-0}
 W=/tmp/cfamily
@@ -31,18 +32,14 @@ if [ ! -d $W ]; then
 fi
 cd $W && source .carry/env.sh
 export CS336_GIT_COMMIT=$SHA CS336_GIT_DIRTY=false
-if [ ! -e /tmp/cfamily.started ]; then
-  touch /tmp/cfamily.started
-  date -u +%Y%m%dT%H%M%SZ > /tmp/cfamily.start
-  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
+if first_call cfamily; then
   if [ "$SKIP_GPU_TESTS" != 1 ]; then
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/distributed > "$OUT/gpu-tests.log" 2>&1
     echo "GPU tests of tests/distributed: exit $?"
   fi
   targets="results/$RUN/C3/records/no-comm_fp32.json results/$RUN/C3/records/no-comm_bf16.json"
   for backend in gloo nccl; do for world in 2 4 6; do targets="$targets results/$RUN/C1/records/${backend}_x$world.json"; done; done
-  (setsid bash -c "snakemake $targets --cores 1 --resources gpu=2 --config preset=full run=$RUN reuse_records=true \
-    > /tmp/cfamily.log 2>&1; echo \$? > /tmp/cfamily.done" > /dev/null 2>&1 &)
+  in_background cfamily "snakemake $targets --cores 1 --resources gpu=2 --config preset=full run=$RUN reuse_records=true"
   echo started
 fi
 while [ $((SECONDS - T0)) -lt "$WAIT" ] && [ ! -e /tmp/cfamily.done ]; do sleep 5; done

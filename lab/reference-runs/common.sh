@@ -1,5 +1,6 @@
-# Shared by refrun.sh and finish.sh (sourced, not run): README's main command for a run, the run a
-# machine's card belongs to, and the tar of what a call brings home.
+# Shared by the device calls' scripts here (sourced, not run): README's main command for a run, the
+# run a machine's card belongs to, the tar of what a call brings home, and a lab run's first call
+# and background command.
 
 # README's main command, measuring into results/$1 and keeping every record there
 run_command() {
@@ -28,4 +29,22 @@ resolve_run() {
 tar_run() {
   tar -czf "$2/out.tgz" --exclude='*.nsys-rep' --exclude='*.pickle' --exclude='*.sqlite' --exclude="results/$1/cache" \
     "results/$1" $( [ -d "writeup/$1" ] && echo "writeup/$1" )
+}
+
+# A device call's lab run (c_family.sh, e1_section.sh): on the machine's first call, mark it started,
+# note when (Snakemake's log is kept under that time: /tmp/$1.start) and the card's clocks, and
+# return 0; on a later call of the same machine return 1
+first_call() {
+  [ -e "/tmp/$1.started" ] && return 1
+  touch "/tmp/$1.started"
+  date -u +%Y%m%dT%H%M%SZ > "/tmp/$1.start"
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv || true
+}
+
+# "$2..." in the background, beyond this device call (the machine's next call finds it running):
+# its output in /tmp/$1.log, its exit status in /tmp/$1.done
+in_background() {
+  local name=$1
+  shift
+  (setsid bash -c "{ $*; } > /tmp/$name.log 2>&1; echo \$? > /tmp/$name.done" > /dev/null 2>&1 &)
 }

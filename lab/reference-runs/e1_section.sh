@@ -13,6 +13,7 @@
 # drops the run's E1 records and profiles, so every one is measured at SHA. Later calls on the
 # same machine wait on the same run; each brings home what it has written so far.
 set -u
+source "$(dirname "$0")/common.sh"
 RUN=$1 SHA=$2 WAIT=$3
 W=/tmp/e1section
 T0=$SECONDS
@@ -22,12 +23,9 @@ if [ ! -d $W ]; then
 fi
 cd $W && source .carry/env.sh
 export CS336_GIT_COMMIT=$SHA CS336_GIT_DIRTY=false
-if [ ! -e /tmp/e1section.started ]; then
-  touch /tmp/e1section.started
-  date -u +%Y%m%dT%H%M%SZ > /tmp/e1section.start
-  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
-  (setsid bash -c "snakemake results/$RUN/E1/summary.json --cores 1 --resources gpu=2 --config preset=full run=$RUN \
-    reuse_records=true > /tmp/e1section.log 2>&1; echo \$? > /tmp/e1section.done" > /dev/null 2>&1 &)
+if first_call e1section; then
+  in_background e1section "snakemake results/$RUN/E1/summary.json --cores 1 --resources gpu=2 --config preset=full" \
+    "run=$RUN reuse_records=true"
   echo started
 fi
 while [ $((SECONDS - T0)) -lt "$WAIT" ] && [ ! -e /tmp/e1section.done ]; do sleep 5; done
