@@ -22,7 +22,7 @@ from cs336_systems.models import get_size
 from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.report.a5_timeline import draw, draw_placeholder
 from cs336_systems.report.common import load_records, run_provenance, write_summary, write_table
-from cs336_systems.report.summary_schemas import INT, NUM, PROVENANCE, STR, arr, null, obj, section
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, null, obj, section
 
 MODE_TITLES = {"forward": "forward", "forward-backward": "forward + backward", "train-step": "full train step"}
 MIB = 2**20
@@ -186,6 +186,8 @@ def _largest(top: list[dict]) -> dict | None:
 def summarize(records: list[dict], timelines: list[dict], top_record: dict | None) -> dict:
     ok = [r for r in records if r["status"] == "ok"]
     first = records[0]["params"]
+    phases = phase_rows(records)
+    top = (top_record["metrics"]["top_allocations"] or []) if top_record else []
     summary = {
         "provenance": run_provenance(records),
         "size": first["size"], "d_model": first["d_model"], "num_layers": first["num_layers"],
@@ -200,10 +202,14 @@ def summarize(records: list[dict], timelines: list[dict], top_record: dict | Non
                    f"{r['status']}" + (f" ({r['message']})" if r.get("message") else "")
                    for r in records if r["status"] != "ok"],
         "residual": residual_activation(records),
-        "phases": phase_rows(records),
+        "phases": phases,
+        # some phase was timed on the GPU as well (CUDA events at the same marks)
+        "gpu_timed": any(p["gpu_ms"] is not None for row in phases for p in row["phases"]),
         "top_context": top_record["params"]["context"] if top_record else None,
         "top_precision": top_record["params"]["precision"] if top_record else None,
-        "top_allocations": top_record["metrics"]["top_allocations"] if top_record else [],
+        "top_allocations": top,
+        # the largest of them, as the section words it: its size in MiB and whether it recurs
+        "largest_allocation": {"size_mib": top[0]["size_bytes"] / 1048576, "several": top[0]["count"] > 1} if top else None,
         "allocator_check": allocator_check(records),
         "bf16_vs_fp32": precision_ratios(records),
         "timelines": timelines,
@@ -261,7 +267,9 @@ SUMMARY_SCHEMAS["A5"] = section(
     snapshots=null(arr(STR)),
     sources=null(arr(STR)),
     timelines=arr(obj(context=INT, mode=STR, path=STR, precision=STR, status=STR)),
-    top_allocations=null(arr(obj(count=INT, frame=null(STR), node=null(STR), op=null(STR), size_bytes=INT))),
+    top_allocations=null(arr(obj(count=INT, frame=null(STR), node=null(STR), op=null(STR)))),
+    largest_allocation=null(obj(several=BOOL, size_mib=NUM)),
+    gpu_timed=BOOL,
     top_context=INT,
     top_precision=STR,
     warmup=INT,
