@@ -356,7 +356,9 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         unit_spread = part[part["spread"] == 1.0]
         if len(unit_spread):
             offset = float(unit_spread["offset"].max())
-            focus[device] = {"offset": offset, **layernorm[device][f"offset {offset:g}, spread 1"]}
+            # offset squared: what a one-pass variance's x² reaches there
+            focus[device] = {"offset": offset, "offset_squared": offset ** 2,
+                             **layernorm[device][f"offset {offset:g}, spread 1"]}
     by_phase = {}
     for r in ok.to_dict("records") if len(ok) else []:
         by_phase.setdefault(series_name(r["mode"], r["phase"]), []).append(r["speedup"])
@@ -379,6 +381,7 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "speedup_trend": trend_by_series,
         # Claims the prose makes only when the records bear them out, each by report.spread's test.
         "timing_sizes": int(ok["size"].nunique()) if len(ok) else 0,
+        "several_timing_sizes": bool(len(ok)) and ok["size"].nunique() > 1,
         "speedup_grows_with_size": bool(trend_by_series) and all(t["verdict"] == "grows" for t in trend_by_series.values()),
         "bf16_slower": _rows_where(ok, "slower"),
         "bf16_within_spread": _rows_where(ok, WITHIN),
@@ -455,7 +458,9 @@ SUMMARY_SCHEMAS["A4"] = section(
                      precisions=null(obj(bf16=obj(busy_share=null(NUM), step_ms=NUM, step_std_ms=NUM),
                                          fp32=obj(busy_share=null(NUM), step_ms=NUM, step_std_ms=NUM))), unit=STR)),
     layernorm_autocast_output=null(arr(STR)),
-    layernorm_focus=null(mapping(null(obj(bf16=opt(_LAYERNORM_ERRORS), fp16=_LAYERNORM_ERRORS, offset=NUM)))),
+    layernorm_focus=null(mapping(null(obj(bf16=opt(_LAYERNORM_ERRORS), fp16=_LAYERNORM_ERRORS, offset=NUM,
+                                          offset_squared=NUM)))),
+    several_timing_sizes=BOOL,
     layernorm_shape=null(arr(INT)),
     median_speedup_by_phase=null(mapping(NUM)),
     provenance=PROVENANCE,
@@ -469,7 +474,6 @@ SUMMARY_SCHEMAS["A4"] = section(
     timing_paired=null(INT),
     timing_provenance=null(obj(gpus=arr(STR))),
     timing_rounds=null(INT),
-    timing_sizes=INT,
     timing_steps=null(INT),
 )
 

@@ -55,6 +55,13 @@ def _named(**keys: str):
     return lambda rows: {key: rows.get(variant) for key, variant in keys.items()}
 
 
+def _c7(s: "Section") -> tuple[pd.DataFrame, dict]:
+    """C7: whether the first precision has more than one bucket size to set side by side, and the
+    range their waits after backward stay within."""
+    waits = [r["comm_wait_ms"] for v, r in s.rows[s.first].items() if is_bucket_size(v) and r]
+    return s.table, {"several_sizes": len(waits) > 1, "wait_range_ms": [min(waits), max(waits)] if waits else None}
+
+
 def _c10(s: "Section") -> tuple[pd.DataFrame, dict]:
     """C10: the sharded step's and optimizer phase's medians less overlap's (the first precision's),
     and which way the phase went."""
@@ -201,7 +208,7 @@ def _c8(s: Section) -> tuple[pd.DataFrame, dict]:
 
 # What a section adds to the opening every section has: its table (the opening's, or its own) and
 # more summary keys.
-PARTS = {"C6": _c6, "C8": _c8, "C10": _c10, "C11": _c11, "C12": _c12}
+PARTS = {"C6": _c6, "C7": _c7, "C8": _c8, "C10": _c10, "C11": _c11, "C12": _c12}
 
 
 def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced: list[str],
@@ -346,6 +353,8 @@ SUMMARY_SCHEMAS["C7"] = section(
     **_OPENING,
     table_view=arr(STR),
     bucketed=null(arr(obj(buckets=NUM, comm_wait_ms=NUM, step_ms=NUM, variant=STR))),
+    several_sizes=BOOL,
+    wait_range_ms=null(arr(NUM)),
 )
 
 SUMMARY_SCHEMAS["C8"] = section(
