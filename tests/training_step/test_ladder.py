@@ -457,3 +457,14 @@ def test_on_a_gpu_replayed_graphs_take_the_steps_the_eager_rung_takes_and_go_wit
     assert point._graphed is None and all(p.grad is None for p in point.model.parameters())
     # nothing of the graphs outlives them (cuBLAS's workspace for the capture's stream included)
     assert torch.cuda.memory_allocated() <= held
+
+
+def test_a_replayed_rung_s_peak_is_its_capture_s_where_that_is_larger():
+    """A replay allocates nothing, so the allocator's peak over replayed steps misses the activations
+    the graphs' pool holds: the record takes the capture's peak where larger (and either where only
+    one is known: the CPU has neither)."""
+    assert ladder.timed_peak(100, 250) == 250
+    assert ladder.timed_peak(300, 250) == 300
+    assert ladder.timed_peak(100, None) == 100
+    assert ladder.timed_peak(None, 250) == 250
+    assert ladder.timed_peak(None, None) is None

@@ -404,3 +404,22 @@ def test_a_rung_whose_gradients_or_later_losses_part_from_fp32_eager_s_is_flagge
         assert "flash at 2.7B ctx 1024 (first gradients of layers.attn.q_proj.weight 90.0 % off)" in text
     else:
         assert "flash at 2.7B ctx 1024 (losses up to 2.588 % from fp32 eager's)" in text
+
+
+def test_ours_is_the_gap_s_rung_where_profiled_else_the_highest_and_two_commits_are_said(tmp_path):
+    kinds = {"GEMM": 120.0, "attention-softmax": 20.0, "elementwise": 40.0, "optimizer": 30.0}
+    fused = profile_record("fused-adamw", kinds, step_ms=215.0, busy_ms=210.0)
+    graphs = profile_record("cuda-graphs", {**kinds, "elementwise": 30.0}, step_ms=200.0, busy_ms=200.0)
+    anchor = profile_record("anchor-sdpa-cudnn", kinds, step_ms=210.0, busy_ms=205.0)
+    gap_ = {"rung": "cuda-graphs", "size": SIZE, "context": CONTEXT}
+    # the gap's rung, though another of ours comes first
+    assert e1.kernel_comparison([fused, graphs, anchor], gap_, None, 0.55)["rung"] == "cuda-graphs"
+    # no gap, or the gap's rung not profiled: the ladder's highest profiled rung
+    assert e1.kernel_comparison([fused, graphs, anchor], None, None, 0.55)["rung"] == "cuda-graphs"
+    assert e1.kernel_comparison([fused, anchor], gap_, None, 0.55)["rung"] == "fused-adamw"
+    kc = e1.kernel_comparison([graphs, anchor], gap_, None, 0.55)
+    assert not kc["anchor"]["apart"]
+    elsewhere = {**anchor, "provenance": {**anchor["provenance"], "commit": "f" * 40}}
+    kc = e1.kernel_comparison([graphs, elsewhere], gap_, None, 0.55)
+    assert kc["anchor"]["apart"] and kc["anchor"]["commits"][1] == "f" * 40
+    assert kc["anchor"]["commits"][0] == (graphs["provenance"].get("commit") or "unknown")

@@ -155,15 +155,18 @@ def test_committed_run_command_dry_run(command, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", by_kind("rebuild"))
-def test_rebuilding_a_committed_run_measures_nothing_and_gives_its_tables(command, tmp_path):
+def test_rebuilding_a_committed_run_measures_nothing_and_gives_its_tables_and_text(command, tmp_path):
     """Run for real on this CPU: only reports and the writeup run (no rule that makes records, C9's
     CPU one included), every record keeps its numbers, and every table comes out byte for byte as
-    committed (so the committed tables are the code's)."""
+    committed (so the committed tables are the code's), and so does the writeup's text: the reports
+    decide and the templates word, so a summary key computed wrongly shows here."""
     run = re.search(r"\brun=(\S+)", command).group(1)
     copy = make_copy(tmp_path)
     _copy_committed_run(copy, run)
+    (copy / "writeup" / run / "writeup.md").unlink()         # made again, not left as copied
     proc = shell(copy, command)
     assert proc.returncode == 0, _show(proc)
+    assert (copy / "writeup" / run / "writeup.md").read_text() == (REPO / "writeup" / run / "writeup.md").read_text()
     ran = job_stats(proc.stdout + proc.stderr) if "Job stats:" in proc.stdout + proc.stderr else {}
     assert not [rule for rule in ran if rule in MEASURING], ran
     committed = REPO / "results" / run
