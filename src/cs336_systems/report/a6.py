@@ -132,7 +132,7 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
     size = _size(workload)
     T, B, N = workload["context"], workload["batch"], size.num_layers
     a, A = block_input_bytes(size, T, B), block_saved_bytes(size, T, B)
-    k_opt = optimal_group_size(N, a, A)
+    k_opt, k_star = optimal_group_size(N, a, A), continuous_optimum(N, a, A)
     ok = df[(df["status"] == "ok") & df["peak_gib"].notna()]
     best = ok.loc[ok["peak_gib"].idxmin()] if len(ok) else None
     grouped = ok[ok["k"] >= 1]
@@ -166,8 +166,8 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
         "A_terms": block_saved_terms(size, T, B),
         "attention_share": 3 * B * size.num_heads * T * T * 4 / A,
         "head_bytes": head_saved_bytes(size, T, B),
-        "k_star": continuous_optimum(N, a, A),
-        "k_star_below_one": continuous_optimum(N, a, A) < 1,
+        "k_star": k_star,
+        "k_star_below_one": k_star < 1,
         "k_opt": k_opt,
         "activation_model_at_opt_gib": checkpoint_memory(N, a, A, k_opt) / GIB,
         "no_checkpoint_activations_gib": checkpoint_memory(N, a, A, 0) / GIB,

@@ -245,13 +245,14 @@ def summarize(df: pd.DataFrame) -> dict:
     """The numbers the B2(b) part of the section quotes."""
     ok = df.dropna(subset=["step_speedup"])
     phases = {phase: _spread(ok[f"{phase}_speedup"]) for phase in PHASES}
+    turns = in_turns(df)
     checked = df[df["loss_passed"].notna()]
     first = df.iloc[0]
     return {
         "compile": sorted(set(df["compile"])),
         "context": int(first["context"]), "batch": int(first["batch"]),
         "points": len(df), "both_ok": len(ok),
-        "in_turns": in_turns(df), "not_in_turns": len(ok) - in_turns(df), "rounds": sorted({len(r.get("rounds") or []) for r in df["eager_metrics"]
+        "in_turns": turns, "not_in_turns": len(ok) - turns, "rounds": sorted({len(r.get("rounds") or []) for r in df["eager_metrics"]
                                                     if isinstance(r, dict) and r.get("turns")}),
         "step_speedup": _spread(ok["step_speedup"]),
         "compiled_graphs": sorted({int(g) for g in df["compiled_graphs"].dropna()}),

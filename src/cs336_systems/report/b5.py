@@ -384,14 +384,14 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
     shares = [p["ours_of_peak"] for p in work_set if p["ours_of_peak"] is not None]
     eager = judged(df, "ours", other, timing="do_bench")
     eager = eager[(eager["seq"] >= min_seq) & (eager["dtype"].isin(dtypes) if dtypes is not None else True)]
-    by_graph = int((both["timing"] == "graph").sum())
+    by_graph, paired = int((both["timing"] == "graph").sum()), int(both["paired"].sum())
     return {"points": int(len(both)), "lost": int(len(lost)), "not_lost": int(len(both) - len(lost)),
             "by_graph": by_graph, "all_by_graph": by_graph == len(both),
             # the same pairs judged on do_bench's time, launch included, where the verdict above used graph time
             "lost_in_do_bench": int((eager["verdict"] == "higher").sum()),
             # paired: the points measured in one job, judged per round; within: those of them whose
             # difference is inside the spread across rounds; won: faster beyond it (or, unpaired, faster)
-            "paired": int(both["paired"].sum()), "all_paired": int(both["paired"].sum()) == len(both),
+            "paired": paired, "all_paired": paired == len(both),
             "within": int((both["verdict"] == WITHIN).sum()),
             "won": int((both["verdict"] == "lower").sum()),
             "groups": groups, "fold": len(groups) > FOLD_GROUPS,
@@ -683,17 +683,19 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         r = (pair["t_other"] / pair["t"]).set_axis(pd.MultiIndex.from_frame(pair[KEYS])).sort_index()
         if len(r):
             best, worst = r.idxmax(), r.idxmin()
+            graphed = int((pair["timing"] == "graph").sum())
             ratios[other] = {"median": float(r.median()), "max": float(r.max()),
                              "max_at": dict(zip(KEYS, map(str, best))),
                              "min": float(r.min()),
                              "min_at": dict(zip(KEYS, map(str, worst))),
-                             "points": int(len(r)), "by_graph": int((pair["timing"] == "graph").sum()),
-                             "all_by_graph": int((pair["timing"] == "graph").sum()) == len(r)}
+                             "points": int(len(r)), "by_graph": graphed, "all_by_graph": graphed == len(r)}
     plain_oom = df[(df["impl"] == "plain") & (df["status"] == "oom")]
     ours_oom = df[(df["impl"] == "ours") & (df["status"] == "oom")]
     by_pass = {which: {row["impl"]: (None if math.isnan(row["ms"]) else row["ms"]) for _, row in part.iterrows()}
                for which, part in board.groupby("pass")} if len(board) else {}
     board_ms = by_pass.get("forward-backward", {})
+    flash_over_ours = (board_ms["sdpa-flash"] / board_ms["ours"]
+                       if board_ms.get("ours") and board_ms.get("sdpa-flash") else None)
     board_failed = {f'{r["params"]["impl"]} ({r["params"].get("pass", "forward-backward")})': " ".join(f"{r['status']}: {r.get('message', r.get('reason', ''))}".split())[:160]
                     for r in records if r["id"] == "B5-leaderboard" and r["status"] not in ("ok", "skipped")}
     return {
@@ -729,10 +731,8 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "leaderboard_shape": board["shape"].iloc[0] if len(board) else None,
         "ours_over_cudnn": (board_ms.get("ours") / board_ms["sdpa-cudnn"]
                             if board_ms.get("ours") and board_ms.get("sdpa-cudnn") else None),
-        "flash_over_ours": (board_ms["sdpa-flash"] / board_ms.get("ours")
-                            if board_ms.get("ours") and board_ms.get("sdpa-flash") else None),
-        "ours_over_flash": (1 / (board_ms["sdpa-flash"] / board_ms.get("ours"))
-                            if board_ms.get("ours") and board_ms.get("sdpa-flash") else None),
+        "flash_over_ours": flash_over_ours,
+        "ours_over_flash": 1 / flash_over_ours if flash_over_ours else None,
     }
 
 

@@ -240,13 +240,14 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
     per_call = paid_per_call(records, fit)
     by_precision = {p: {"baseline": rows[p].get(variants.BASELINE)} | QUOTED[ident](rows[p]) for p in precisions}
+    calls = naive_calls(setup["size"])
     summary = {"provenance": run_provenance(records), "setup": setup, "precisions": precisions,
                "first_precision": first, "paired": paired, "every_precision_paired": bool(paired) and all(paired.values()),
                **by_precision[first],
                "by_precision": {p: by_precision[p] for p in precisions if p != first},
-               "naive_calls": naive_calls(setup["size"]), "per_call": per_call.get(first),
+               "naive_calls": calls, "per_call": per_call.get(first),
                # naive sends one all-reduce per gradient tensor after one call that agrees which exist
-               "gradient_tensors": naive_calls(setup["size"]) - 1,
+               "gradient_tensors": calls - 1,
                "warmup_and_steps": setup["warmup"] + setup["steps"],
                "versus": versus(records, COMPARED.get(ident, ()), first)}
     if ident in TABLE_VIEW:

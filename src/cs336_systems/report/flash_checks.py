@@ -103,11 +103,14 @@ def time_table(records: list[dict]) -> pd.DataFrame:
 def backward_speedup(times: pd.DataFrame) -> dict:
     """Per dtype: the compiled PyTorch backward's time ÷ the Triton backward's."""
     ok = times[times["status"] == "ok"].set_index(["dtype", "function"])["backward_ms"]
-    return {dtype: {"triton_ms": float(ok[(dtype, "triton")]), "pytorch_ms": float(ok[(dtype, "triton-pytorch-backward")]),
-                    "speedup": (speedup := float(ok[(dtype, "triton-pytorch-backward")] / ok[(dtype, "triton")])),
-                    "faster": speedup >= 1, "slowdown": 1 / speedup}
-            for dtype in sorted({d for d, _ in ok.index})
-            if (dtype, "triton") in ok.index and (dtype, "triton-pytorch-backward") in ok.index}
+    out = {}
+    for dtype in sorted({d for d, _ in ok.index}):
+        if (dtype, "triton") in ok.index and (dtype, "triton-pytorch-backward") in ok.index:
+            ours, theirs = float(ok[(dtype, "triton")]), float(ok[(dtype, "triton-pytorch-backward")])
+            speedup = theirs / ours
+            out[dtype] = {"triton_ms": ours, "pytorch_ms": theirs, "speedup": speedup,
+                          "faster": speedup >= 1, "slowdown": 1 / speedup}
+    return out
 
 
 # Products of N x N x d (or N x d x N) per backward: the Triton dK/dV and dQ kernels each recompute S
@@ -253,11 +256,12 @@ def main(argv=None) -> int:
     else:
         write_table(times, args.out_dir)
         ran = ran_in("time")
+        accounting = backward_accounting(records)
         write_summary(args.out_dir / "summary.json", {
             "provenance": run_provenance(records), "shape": time_records[0]["params"]["shape"] if time_records else None,
             "statuses": times["status"].value_counts().to_dict() if len(times) else {},
             "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors),
-            "accounting": (accounting := backward_accounting(records)),
+            "accounting": accounting,
             # the commits whose code ran where records do not say, over every dtype's entry in order
             "accounting_sources": list(dict.fromkeys(c for e in (accounting or {}).values() for c in e["sources"])),
             "tuner": tuner_choices(),

@@ -43,7 +43,9 @@ def let_go() -> None:
 
 
 class GraphedStep:
-    """``workload``'s step captured on its device (forward, backward, optimizer: a graph each)."""
+    """``workload``'s step captured on its device (forward, backward, optimizer: a graph each).
+    Capturing resets the device's peak-memory counter (to read the capture's own peak), so a
+    warm-up peak taken across a capture starts from it."""
 
     def __init__(self, workload: Workload):
         if workload.optimizer is None or workload.mode != "train-step":

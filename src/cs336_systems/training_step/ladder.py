@@ -209,6 +209,7 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
     for name, out in zip(args.rungs, args.out):
         outcome = outcomes[name]
         params = params_of(args, name, device)
+        captured = capture_peaks.get(rungs.get(name).setup)     # None but for a rung that replays graphs
         if outcome.status == "ok":
             metrics = outcome.metrics(job)
             # the first step (its loss; a compiled rung's compiling) apart from the other warm-up steps
@@ -219,9 +220,8 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
                         "tokens_per_s": args.batch * args.context / (metrics["step"]["median"] / 1e3),
                         # the timed steps' peak; the warm-up's (compiling included) beside it
                         "warmup_peak_memory_bytes": metrics["peak_memory_bytes"],
-                        "peak_memory_bytes": timed_peak(outcome.timed_peak_memory_bytes,
-                                                        capture_peaks.get(rungs.get(name).setup)),
-                        "graph_capture_peak_bytes": capture_peaks.get(rungs.get(name).setup)}
+                        "peak_memory_bytes": timed_peak(outcome.timed_peak_memory_bytes, captured),
+                        "graph_capture_peak_bytes": captured}
         else:
             metrics = {"turns": job.as_dict()}
         records[name] = make_record("E1", params, outcome.status, metrics, reason=outcome.message)
