@@ -1,7 +1,8 @@
 """Head dimensions that are not a power of two, or above 128, in the Triton kernels.
 
-The kernels' tiles are a power of two wide (``flash_tiles.padded_head_dim``) and mask the columns
-past d; these tests hold the forward, dQ, dK and dV against float64 attention for such head
+The kernels' tiles are a power of two wide (``flash_tiles.padded_head_dim``), or two such chunks
+side by side where that is narrower (``flash_tiles.head_chunks``: 80 as 64 + 16, 72 as 64 + 16 with
+8 masked, 160 as 128 + 32), and mask the columns past d; these tests hold the forward, dQ, dK and dV against float64 attention for such head
 dimensions (80 and 96 as in the course's larger models, 160 to 256 past d = 128, and small odd
 multiples of 8), with ragged lengths, in each dtype, causal and not. Without CUDA they run in
 Triton's interpreter on short sequences; the ``gpu`` test runs them compiled on realistic lengths
@@ -97,6 +98,23 @@ def test_accepted_head_dimensions():
         with pytest.raises(ValueError, match=f"head dimension {d} is not supported; supported: multiples of 8 "
                                              "from 8 to 256"):
             check_inputs(q, q, q, True)
+
+
+def test_head_chunks_cover_d_in_fewer_columns_than_padding():
+    """Every accepted d: one or two power-of-two chunks of at least 16 columns that hold d; two only
+    where they are narrower than the padded width and the first is wholly inside d."""
+    def power_of_two(n):
+        return n >= 16 and n & (n - 1) == 0
+    for d in range(8, 257, 8):
+        first, second = flash_tiles.head_chunks(d)
+        whole = flash_tiles.padded_head_dim(d)
+        assert power_of_two(first) and first + second >= d
+        if second:
+            assert power_of_two(second) and first < d and first + second < whole
+        else:
+            assert first == whole
+    assert [flash_tiles.head_chunks(d) for d in (64, 72, 80, 96, 112, 160, 256)] == [
+        (64, 0), (64, 16), (64, 16), (64, 32), (128, 0), (128, 32), (256, 0)]
 
 
 def test_tiles_for_every_head_dimension(monkeypatch):

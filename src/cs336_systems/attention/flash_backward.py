@@ -17,8 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from cs336_systems.attention.flash_forward import (LOG2_E, _load_rows, _mm, _tile_and_batch, _tile_mask,
-                                                   _tile_split_and_batch)
+from cs336_systems.attention.flash_forward import (LOG2_E, _load_rows, _mm, _second_accumulator, _second_chunk,
+                                                   _tile_and_batch, _tile_mask, _tile_split_and_batch)
 
 
 @triton.jit
@@ -37,11 +37,12 @@ def _delta_kernel(O, DO, DELTA, stride_ob, stride_on, stride_dob, stride_don, st
 
 
 @triton.jit
-def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d, q_lo, q_hi,
-                n_queries, qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+def _dkdv_tiles(dk, dk2, dv, dv2, k, k2, v, v2, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
+                offs_e, q_lo, q_hi, n_queries, qk_scale, D: tl.constexpr, D_PAD: tl.constexpr, D_HI: tl.constexpr,
+                D_HI_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                 PRECISION: tl.constexpr):
     """Add the contributions of query tiles [q_lo, q_hi) to one key tile's dK and dV (transposed
-    scores)."""
+    scores); the ``2``s are the head dimension's second column chunk, where D_HI_PAD > 0."""
     for start in range(q_lo, q_hi, BLOCK_Q):
         offs_q = start + tl.arange(0, BLOCK_Q)
         q = _load_rows(q_base, offs_q, stride_qn, offs_d, n_queries, D, MASK)
@@ -53,11 +54,16 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride
         else:
             lse = tl.load(l_base + offs_q)
             delta = tl.load(d_base + offs_q)
-        s_t = _mm(k, tl.trans(q), PRECISION) * qk_scale        # (keys, queries), log2 units
+        s_t = _mm(k, tl.trans(q), PRECISION)
         # dP before the exponentials: it does not depend on them, so the tensor cores can work on
         # it while the special-function units compute P.
         dp_t = _mm(v, tl.trans(do), PRECISION)
-        p_t = tl.exp2(s_t - lse[None, :] * LOG2_E)
+        if D_HI_PAD > 0:
+            q2 = _load_rows(q_base + D_PAD, offs_q, stride_qn, offs_e, n_queries, D_HI, MASK)
+            do2 = _load_rows(do_base + D_PAD, offs_q, stride_don, offs_e, n_queries, D_HI, MASK)
+            s_t += _mm(k2, tl.trans(q2), PRECISION)
+            dp_t += _mm(v2, tl.trans(do2), PRECISION)
+        p_t = tl.exp2(s_t * qk_scale - lse[None, :] * LOG2_E)     # (keys, queries); log2 units
         if MASK:
             keep = in_range[None, :]
             if CAUSAL:
@@ -66,15 +72,28 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride
         dv += _mm(p_t.to(do.dtype), do, PRECISION)
         ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
         dk += _mm(ds_t, q, PRECISION)
-    return dk, dv
+        if D_HI_PAD > 0:
+            dv2 += _mm(p_t.to(do2.dtype), do2, PRECISION)
+            dk2 += _mm(ds_t, q2, PRECISION)
+    return dk, dk2, dv, dv2
+
+
+@triton.jit
+def _store_rows(base, offs_rows, stride_row, offs_d, offs_e, valid, tile, tile2, D: tl.constexpr, D_PAD: tl.constexpr,
+                D_HI: tl.constexpr, D_HI_PAD: tl.constexpr):
+    """Store a row tile (and its second column chunk, where D_HI_PAD > 0) in the output's dtype."""
+    at = base + offs_rows[:, None] * stride_row
+    tl.store(at + offs_d[None, :], tile.to(base.dtype.element_ty), mask=_tile_mask(valid, offs_d, D))
+    if D_HI_PAD > 0:
+        tl.store(at + D_PAD + offs_e[None, :], tile2.to(base.dtype.element_ty), mask=_tile_mask(valid, offs_e, D_HI))
 
 
 @triton.jit
 def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
                        stride_dob, stride_don, stride_lb, stride_dkb, stride_dkn, stride_dvb, stride_dvn,
                        n_batch, n_queries, n_keys, scale, qk_scale,
-                       D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
-                       PRECISION: tl.constexpr):
+                       D: tl.constexpr, D_PAD: tl.constexpr, D_HI: tl.constexpr, D_HI_PAD: tl.constexpr,
+                       BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
     scale = tl.cast(scale, tl.float32)
@@ -85,60 +104,77 @@ def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stri
     k_valid = offs_k < n_keys
     k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, n_keys, D, True)
     v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, n_keys, D, True)
+    k2, offs_e = _second_chunk(K + b * stride_kb, offs_k, stride_kn, n_keys, D_PAD, D_HI, D_HI_PAD, True)
+    v2, _ = _second_chunk(V + b * stride_vb, offs_k, stride_vn, n_keys, D_PAD, D_HI, D_HI_PAD, True)
     q_base, do_base = Q + b * stride_qb, DO + b * stride_dob
     l_base, d_base = L + b * stride_lb, DELTA + b * stride_lb
     dk = tl.zeros([BLOCK_K, D_PAD], tl.float32)
     dv = tl.zeros([BLOCK_K, D_PAD], tl.float32)
+    dk2 = _second_accumulator(BLOCK_K, D_HI_PAD)
+    dv2 = _second_accumulator(BLOCK_K, D_HI_PAD)
     full = (n_queries // BLOCK_Q) * BLOCK_Q
     if CAUSAL:
         # Queries before k_lo see none of these keys: skipped. The diagonal [k_lo, k_lo + BLOCK_K) is
         # masked; later whole tiles are not; a ragged last query tile is masked again.
         diag_hi = tl.minimum(k_lo + BLOCK_K, n_queries)
         rest_hi = tl.maximum(full, diag_hi)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             k_lo, diag_hi, n_queries, qk_scale, D, BLOCK_Q, True, True, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             diag_hi, rest_hi, n_queries, qk_scale, D, BLOCK_Q, False, True, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             rest_hi, n_queries, n_queries, qk_scale, D, BLOCK_Q, True, True, PRECISION)
+        dk, dk2, dv, dv2 = _dkdv_tiles(dk, dk2, dv, dv2, k, k2, v, v2, q_base, do_base, l_base, d_base, stride_qn,
+                                       stride_don, offs_k, offs_d, offs_e, k_lo, diag_hi, n_queries, qk_scale, D, D_PAD,
+                                       D_HI, D_HI_PAD, BLOCK_Q, True, True, PRECISION)
+        dk, dk2, dv, dv2 = _dkdv_tiles(dk, dk2, dv, dv2, k, k2, v, v2, q_base, do_base, l_base, d_base, stride_qn,
+                                       stride_don, offs_k, offs_d, offs_e, diag_hi, rest_hi, n_queries, qk_scale, D,
+                                       D_PAD, D_HI, D_HI_PAD, BLOCK_Q, False, True, PRECISION)
+        dk, dk2, dv, dv2 = _dkdv_tiles(dk, dk2, dv, dv2, k, k2, v, v2, q_base, do_base, l_base, d_base, stride_qn,
+                                       stride_don, offs_k, offs_d, offs_e, rest_hi, n_queries, n_queries, qk_scale, D,
+                                       D_PAD, D_HI, D_HI_PAD, BLOCK_Q, True, True, PRECISION)
     else:
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             0, full, n_queries, qk_scale, D, BLOCK_Q, False, False, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             full, n_queries, n_queries, qk_scale, D, BLOCK_Q, True, False, PRECISION)
-    tl.store(DK + b * stride_dkb + offs_k[:, None] * stride_dkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
-             mask=_tile_mask(k_valid, offs_d, D))
-    tl.store(DV + b * stride_dvb + offs_k[:, None] * stride_dvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
-             mask=_tile_mask(k_valid, offs_d, D))
+        dk, dk2, dv, dv2 = _dkdv_tiles(dk, dk2, dv, dv2, k, k2, v, v2, q_base, do_base, l_base, d_base, stride_qn,
+                                       stride_don, offs_k, offs_d, offs_e, 0, full, n_queries, qk_scale, D, D_PAD, D_HI,
+                                       D_HI_PAD, BLOCK_Q, False, False, PRECISION)
+        dk, dk2, dv, dv2 = _dkdv_tiles(dk, dk2, dv, dv2, k, k2, v, v2, q_base, do_base, l_base, d_base, stride_qn,
+                                       stride_don, offs_k, offs_d, offs_e, full, n_queries, n_queries, qk_scale, D,
+                                       D_PAD, D_HI, D_HI_PAD, BLOCK_Q, True, False, PRECISION)
+    _store_rows(DK + b * stride_dkb, offs_k, stride_dkn, offs_d, offs_e, k_valid, dk * scale, dk2 * scale, D, D_PAD,
+                D_HI, D_HI_PAD)
+    _store_rows(DV + b * stride_dvb, offs_k, stride_dvn, offs_d, offs_e, k_valid, dv, dv2, D, D_PAD, D_HI, D_HI_PAD)
 
 
 @triton.jit
-def _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, k_lo, k_hi, n_keys,
-              qk_scale, D: tl.constexpr, BLOCK_K: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    """Add the contributions of key tiles [k_lo, k_hi) to one query tile's dQ."""
+def _dq_tiles(dq, dq2, q, q2, do, do2, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, offs_e, k_lo,
+              k_hi, n_keys, qk_scale, D: tl.constexpr, D_PAD: tl.constexpr, D_HI: tl.constexpr, D_HI_PAD: tl.constexpr,
+              BLOCK_K: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """Add the contributions of key tiles [k_lo, k_hi) to one query tile's dQ (and its second
+    column chunk, where D_HI_PAD > 0)."""
     for start in range(k_lo, k_hi, BLOCK_K):
         offs_k = start + tl.arange(0, BLOCK_K)
         k = _load_rows(k_base, offs_k, stride_kn, offs_d, n_keys, D, MASK)
         v = _load_rows(v_base, offs_k, stride_vn, offs_d, n_keys, D, MASK)
-        s = _mm(q, tl.trans(k), PRECISION) * qk_scale
-        p = tl.exp2(s - lse[:, None] * LOG2_E)
+        s = _mm(q, tl.trans(k), PRECISION)
+        dp = _mm(do, tl.trans(v), PRECISION)
+        if D_HI_PAD > 0:
+            k2 = _load_rows(k_base + D_PAD, offs_k, stride_kn, offs_e, n_keys, D_HI, MASK)
+            v2 = _load_rows(v_base + D_PAD, offs_k, stride_vn, offs_e, n_keys, D_HI, MASK)
+            s += _mm(q2, tl.trans(k2), PRECISION)
+            dp += _mm(do2, tl.trans(v2), PRECISION)
+        p = tl.exp2(s * qk_scale - lse[:, None] * LOG2_E)
         if MASK:
             keep = (offs_k < n_keys)[None, :]
             if CAUSAL:
                 keep = keep & (offs_q[:, None] >= offs_k[None, :])
             p = tl.where(keep, p, 0.0)
-        dp = _mm(do, tl.trans(v), PRECISION)
-        ds = p * (dp - delta[:, None])
-        dq += _mm(ds.to(k.dtype), k, PRECISION)
-    return dq
+        ds = (p * (dp - delta[:, None])).to(k.dtype)
+        dq += _mm(ds, k, PRECISION)
+        if D_HI_PAD > 0:
+            dq2 += _mm(ds, k2, PRECISION)
+    return dq, dq2
 
 
 @triton.jit
 def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
                      stride_dob, stride_don, stride_lb, stride_dqb, stride_dqn, n_batch, n_queries, n_keys, scale,
                      qk_scale,
-                     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
-                     PRECISION: tl.constexpr):
+                     D: tl.constexpr, D_PAD: tl.constexpr, D_HI: tl.constexpr, D_HI_PAD: tl.constexpr,
+                     BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
     q_tile, b = _tile_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, CAUSAL)
@@ -148,23 +184,29 @@ def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb,
     q_valid = offs_q < n_queries
     q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, D, True)
     do = _load_rows(DO + b * stride_dob, offs_q, stride_don, offs_d, n_queries, D, True)
+    q2, offs_e = _second_chunk(Q + b * stride_qb, offs_q, stride_qn, n_queries, D_PAD, D_HI, D_HI_PAD, True)
+    do2, _ = _second_chunk(DO + b * stride_dob, offs_q, stride_don, n_queries, D_PAD, D_HI, D_HI_PAD, True)
     lse = tl.load(L + b * stride_lb + offs_q, mask=q_valid, other=0.0)
     delta = tl.load(DELTA + b * stride_lb + offs_q, mask=q_valid, other=0.0)
     k_base, v_base = K + b * stride_kb, V + b * stride_vb
     dq = tl.zeros([BLOCK_Q, D_PAD], tl.float32)
+    dq2 = _second_accumulator(BLOCK_Q, D_HI_PAD)
     if CAUSAL:
-        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, q_lo, n_keys,
-                       qk_scale, D, BLOCK_K, False, True, PRECISION)
-        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, q_lo,
-                       tl.minimum(q_lo + BLOCK_Q, n_keys), n_keys, qk_scale, D, BLOCK_K, True, True, PRECISION)
+        dq, dq2 = _dq_tiles(dq, dq2, q, q2, do, do2, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d,
+                            offs_e, 0, q_lo, n_keys, qk_scale, D, D_PAD, D_HI, D_HI_PAD, BLOCK_K, False, True, PRECISION)
+        dq, dq2 = _dq_tiles(dq, dq2, q, q2, do, do2, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d,
+                            offs_e, q_lo, tl.minimum(q_lo + BLOCK_Q, n_keys), n_keys, qk_scale, D, D_PAD, D_HI,
+                            D_HI_PAD, BLOCK_K, True, True, PRECISION)
     else:
         full = (n_keys // BLOCK_K) * BLOCK_K
-        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, full, n_keys,
-                       qk_scale, D, BLOCK_K, False, False, PRECISION)
-        dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, full, n_keys,
-                       n_keys, qk_scale, D, BLOCK_K, True, False, PRECISION)
-    tl.store(DQ + b * stride_dqb + offs_q[:, None] * stride_dqn + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
-             mask=_tile_mask(q_valid, offs_d, D))
+        dq, dq2 = _dq_tiles(dq, dq2, q, q2, do, do2, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d,
+                            offs_e, 0, full, n_keys, qk_scale, D, D_PAD, D_HI, D_HI_PAD, BLOCK_K, False, False,
+                            PRECISION)
+        dq, dq2 = _dq_tiles(dq, dq2, q, q2, do, do2, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d,
+                            offs_e, full, n_keys, n_keys, qk_scale, D, D_PAD, D_HI, D_HI_PAD, BLOCK_K, True, False,
+                            PRECISION)
+    _store_rows(DQ + b * stride_dqb, offs_q, stride_dqn, offs_d, offs_e, q_valid, dq * scale, dq2 * scale, D, D_PAD,
+                D_HI, D_HI_PAD)
 
 
 # --- backward with each tile's range split across programs (short grids) ----------------------
@@ -208,22 +250,27 @@ def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_
     if CAUSAL:
         diag_hi = _clamp(k_lo + BLOCK_K, lo, hi)
         rest_hi = _clamp(full, diag_hi, hi)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             lo, diag_hi, n_queries, qk_scale, D, BLOCK_Q, True, True, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             diag_hi, rest_hi, n_queries, qk_scale, D, BLOCK_Q, False, True, PRECISION)
+        dk, _, dv, _ = _dkdv_tiles(dk, 0.0, dv, 0.0, k, 0.0, v, 0.0, q_base, do_base, l_base, d_base, stride_qn,
+                                   stride_don, offs_k, offs_d, 0, lo, diag_hi, n_queries, qk_scale, D, D_PAD, 0, 0,
+                                   BLOCK_Q, True, True, PRECISION)
+        dk, _, dv, _ = _dkdv_tiles(dk, 0.0, dv, 0.0, k, 0.0, v, 0.0, q_base, do_base, l_base, d_base, stride_qn,
+                                   stride_don, offs_k, offs_d, 0, diag_hi, rest_hi, n_queries, qk_scale, D, D_PAD, 0, 0,
+                                   BLOCK_Q, False, True, PRECISION)
         # The ragged end (at most one tile, past `full`) lies in the slice that reaches n_queries;
         # written as [.., n_queries) rather than [rest_hi, hi), with which ptxas spilled 128-136
         # bytes at bf16 d = 64 (0-4 this way; the unsplit kernel 0).
         ragged_lo = tl.where(hi < n_queries, n_queries, rest_hi)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             ragged_lo, n_queries, n_queries, qk_scale, D, BLOCK_Q, True, True, PRECISION)
+        dk, _, dv, _ = _dkdv_tiles(dk, 0.0, dv, 0.0, k, 0.0, v, 0.0, q_base, do_base, l_base, d_base, stride_qn,
+                                   stride_don, offs_k, offs_d, 0, ragged_lo, n_queries, n_queries, qk_scale, D, D_PAD, 0, 0,
+                                   BLOCK_Q, True, True, PRECISION)
     else:
         mid = _clamp(full, lo, hi)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             lo, mid, n_queries, qk_scale, D, BLOCK_Q, False, False, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, l_base, d_base, stride_qn, stride_don, offs_k, offs_d,
-                             mid, hi, n_queries, qk_scale, D, BLOCK_Q, True, False, PRECISION)
+        dk, _, dv, _ = _dkdv_tiles(dk, 0.0, dv, 0.0, k, 0.0, v, 0.0, q_base, do_base, l_base, d_base, stride_qn,
+                                   stride_don, offs_k, offs_d, 0, lo, mid, n_queries, qk_scale, D, D_PAD, 0, 0,
+                                   BLOCK_Q, False, False, PRECISION)
+        dk, _, dv, _ = _dkdv_tiles(dk, 0.0, dv, 0.0, k, 0.0, v, 0.0, q_base, do_base, l_base, d_base, stride_qn,
+                                   stride_don, offs_k, offs_d, 0, mid, hi, n_queries, qk_scale, D, D_PAD, 0, 0,
+                                   BLOCK_Q, True, False, PRECISION)
     row = (split * n_batch + b) * n_keys + offs_k
     at = row[:, None] * D + offs_d[None, :]
     k_valid = _tile_mask(offs_k < n_keys, offs_d, D)
@@ -256,10 +303,10 @@ def _dq_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb
     hi = tl.minimum(((split + 1) * n_tiles // SPLITS) * BLOCK_K, key_end)
     mid = _clamp(q_lo if CAUSAL else (n_keys // BLOCK_K) * BLOCK_K, lo, hi)
     dq = tl.zeros([BLOCK_Q, D_PAD], tl.float32)
-    dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, lo, mid, n_keys,
-                   qk_scale, D, BLOCK_K, False, CAUSAL, PRECISION)
-    dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, mid, hi, n_keys,
-                   qk_scale, D, BLOCK_K, True, CAUSAL, PRECISION)
+    dq, _ = _dq_tiles(dq, 0.0, q, 0.0, do, 0.0, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0,
+                      lo, mid, n_keys, qk_scale, D, D_PAD, 0, 0, BLOCK_K, False, CAUSAL, PRECISION)
+    dq, _ = _dq_tiles(dq, 0.0, q, 0.0, do, 0.0, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0,
+                      mid, hi, n_keys, qk_scale, D, D_PAD, 0, 0, BLOCK_K, True, CAUSAL, PRECISION)
     row = (split * n_batch + b) * n_queries + offs_q
     tl.store(PART + row[:, None] * D + offs_d[None, :], dq, mask=_tile_mask(q_valid, offs_d, D))
 

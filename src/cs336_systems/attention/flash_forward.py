@@ -1,8 +1,12 @@
 """FlashAttention-2's forward in Triton (B3): the kernels, and the helpers the backward shares.
 
-Layout: q (batch, Nq, d); k, v (batch, Nk, d); any row strides. d is any multiple of 8 up to 256;
-the tiles are D_PAD wide, d rounded up to a power of two, and the columns past d are masked
-(``_tile_mask``): read as zeros, never written. The launch grid is one-dimensional over
+Layout: q (batch, Nq, d); k, v (batch, Nk, d); any row strides. d is any multiple of 8 up to 256.
+Along d a tile is one chunk D_PAD wide, d rounded up to a power of two, or, where d is not one and
+two chunks make fewer columns (``flash_tiles.head_chunks``: 80 as 64 + 16), a chunk D_PAD wide and
+a second D_HI_PAD wide beside it: each product over d is then two ``tl.dot``s and each accumulator
+two tiles, so no product spends its work on padding. Columns past d are masked (``_tile_mask``):
+read as zeros, never written. The split kernels and the combines keep one padded chunk: they run
+only on short grids. The launch grid is one-dimensional over
 (tile, batch entry), longest causal tiles first (``_tile_and_batch``).
 
 One program per query tile: stream key tiles, keep the running max ``m``, denominator ``l`` and
@@ -105,39 +109,73 @@ def _mm(a, b, PRECISION: tl.constexpr):
 # --- forward ----------------------------------------------------------------------------------
 
 @triton.jit
-def _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, key_lo, key_hi, n_keys,
-                   qk_scale, D: tl.constexpr, BLOCK_K: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    """Fold key tiles [key_lo, key_hi) into the running (acc, l, m) of one query tile."""
+def _forward_tiles(acc, acc2, l, m, q, q2, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, offs_e, key_lo, key_hi,
+                   n_keys, qk_scale, D: tl.constexpr, D_PAD: tl.constexpr, D_HI: tl.constexpr, D_HI_PAD: tl.constexpr,
+                   BLOCK_K: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """Fold key tiles [key_lo, key_hi) into the running (acc, acc2, l, m) of one query tile (acc2
+    and q2: the second column chunk, where D_HI_PAD > 0; see ``_second_chunk``)."""
     for start in range(key_lo, key_hi, BLOCK_K):
         offs_k = start + tl.arange(0, BLOCK_K)
         k = _load_rows(k_base, offs_k, stride_kn, offs_d, n_keys, D, MASK)
         v = _load_rows(v_base, offs_k, stride_vn, offs_d, n_keys, D, MASK)
-        s = _mm(q, tl.trans(k), PRECISION) * qk_scale          # log2 units
+        s = _mm(q, tl.trans(k), PRECISION)
+        if D_HI_PAD > 0:
+            k2 = _load_rows(k_base + D_PAD, offs_k, stride_kn, offs_e, n_keys, D_HI, MASK)
+            v2 = _load_rows(v_base + D_PAD, offs_k, stride_vn, offs_e, n_keys, D_HI, MASK)
+            s += _mm(q2, tl.trans(k2), PRECISION)
+        s = s * qk_scale                                        # log2 units
         if MASK:
             keep = (offs_k < n_keys)[None, :]
             if CAUSAL:
                 keep = keep & (offs_q[:, None] >= offs_k[None, :])
             s = s + tl.where(keep, 0.0, MASKED)
-        acc, l, m = _softmax_fold(acc, l, m, s, v, PRECISION)
-    return acc, l, m
+        p, alpha, l, m = _softmax_fold(l, m, s)
+        acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, PRECISION)
+        if D_HI_PAD > 0:
+            acc2 = acc2 * alpha[:, None] + _mm(p.to(v2.dtype), v2, PRECISION)
+    return acc, acc2, l, m
 
 
 @triton.jit
-def _softmax_fold(acc, l, m, s, v, PRECISION: tl.constexpr):
-    """Fold one tile of scores ``s`` (log2 units) and its values into the running (acc, l, m)."""
+def _softmax_fold(l, m, s):
+    """Fold one tile of scores ``s`` (log2 units) into the running (l, m): the tile's probabilities
+    against the new max, the factor that rescales what was accumulated before, and the new (l, m)."""
     m_new = tl.maximum(m, tl.max(s, 1))
     alpha = tl.exp2(m - m_new)
     p = tl.exp2(s - m_new[:, None])
-    l = l * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, PRECISION)
-    return acc, l, m_new
+    return p, alpha, l * alpha + tl.sum(p, 1), m_new
+
+
+@triton.jit
+def _second_chunk(base, offs_rows, stride_row, n_rows, D_PAD: tl.constexpr, D_HI: tl.constexpr,
+                  D_HI_PAD: tl.constexpr, MASK: tl.constexpr):
+    """The head dimension's second column chunk of a row tile, where it has one (D_HI_PAD > 0):
+    columns [D_PAD, D_PAD + D_HI_PAD) of which the first D_HI exist, and their offsets. Without
+    one, a placeholder (the kernels touch it only under ``D_HI_PAD > 0``)."""
+    if D_HI_PAD > 0:
+        offs_e = tl.arange(0, D_HI_PAD)
+        tile = _load_rows(base + D_PAD, offs_rows, stride_row, offs_e, n_rows, D_HI, MASK)
+    else:
+        offs_e = 0
+        tile = 0.0
+    return tile, offs_e
+
+
+@triton.jit
+def _second_accumulator(ROWS: tl.constexpr, D_HI_PAD: tl.constexpr):
+    """Zeros for a second column chunk's fp32 accumulator, or a placeholder where there is none."""
+    if D_HI_PAD > 0:
+        acc = tl.zeros([ROWS, D_HI_PAD], tl.float32)
+    else:
+        acc = 0.0
+    return acc
 
 
 @triton.jit
 def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
                           stride_ob, stride_on, stride_lb, n_batch, n_queries, n_keys, qk_scale,
-                          D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
-                          PRECISION: tl.constexpr):
+                          D: tl.constexpr, D_PAD: tl.constexpr, D_HI: tl.constexpr, D_HI_PAD: tl.constexpr,
+                          BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
     q_tile, b = _tile_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, CAUSAL)
@@ -146,28 +184,36 @@ def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride
     offs_d = tl.arange(0, D_PAD)
     q_valid = offs_q < n_queries
     q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, D, True)
+    q2, offs_e = _second_chunk(Q + b * stride_qb, offs_q, stride_qn, n_queries, D_PAD, D_HI, D_HI_PAD, True)
     k_base, v_base = K + b * stride_kb, V + b * stride_vb
 
     m = tl.full([BLOCK_Q], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_Q], tl.float32)
     acc = tl.zeros([BLOCK_Q, D_PAD], tl.float32)
+    acc2 = _second_accumulator(BLOCK_Q, D_HI_PAD)
     if CAUSAL:
         # Keys before the tile's first query: every score is visible, no mask. Then the diagonal
         # keys [q_lo, q_lo + BLOCK_Q), masked; keys after them are never loaded.
-        acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, q_lo,
-                                   n_keys, qk_scale, D, BLOCK_K, False, True, PRECISION)
-        acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, q_lo,
-                                   tl.minimum(q_lo + BLOCK_Q, n_keys), n_keys, qk_scale, D, BLOCK_K, True, True, PRECISION)
+        acc, acc2, l, m = _forward_tiles(acc, acc2, l, m, q, q2, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d,
+                                         offs_e, 0, q_lo, n_keys, qk_scale, D, D_PAD, D_HI, D_HI_PAD, BLOCK_K, False,
+                                         True, PRECISION)
+        acc, acc2, l, m = _forward_tiles(acc, acc2, l, m, q, q2, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d,
+                                         offs_e, q_lo, tl.minimum(q_lo + BLOCK_Q, n_keys), n_keys, qk_scale, D, D_PAD,
+                                         D_HI, D_HI_PAD, BLOCK_K, True, True, PRECISION)
     else:
         full = (n_keys // BLOCK_K) * BLOCK_K
-        acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, full,
-                                   n_keys, qk_scale, D, BLOCK_K, False, False, PRECISION)
-        acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, full, n_keys,
-                                   n_keys, qk_scale, D, BLOCK_K, True, False, PRECISION)
+        acc, acc2, l, m = _forward_tiles(acc, acc2, l, m, q, q2, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d,
+                                         offs_e, 0, full, n_keys, qk_scale, D, D_PAD, D_HI, D_HI_PAD, BLOCK_K, False,
+                                         False, PRECISION)
+        acc, acc2, l, m = _forward_tiles(acc, acc2, l, m, q, q2, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d,
+                                         offs_e, full, n_keys, n_keys, qk_scale, D, D_PAD, D_HI, D_HI_PAD, BLOCK_K, True,
+                                         False, PRECISION)
 
-    out = acc / l[:, None]
-    tl.store(O + b * stride_ob + offs_q[:, None] * stride_on + offs_d[None, :], out.to(O.dtype.element_ty),
-             mask=_tile_mask(q_valid, offs_d, D))
+    o_base = O + b * stride_ob + offs_q[:, None] * stride_on
+    tl.store(o_base + offs_d[None, :], (acc / l[:, None]).to(O.dtype.element_ty), mask=_tile_mask(q_valid, offs_d, D))
+    if D_HI_PAD > 0:
+        tl.store(o_base + D_PAD + offs_e[None, :], (acc2 / l[:, None]).to(O.dtype.element_ty),
+                 mask=_tile_mask(q_valid, offs_e, D_HI))
     tl.store(L + b * stride_lb + offs_q, (m + tl.log2(l)) / LOG2_E, mask=q_valid)
 
 
@@ -206,10 +252,11 @@ def _forward_part_kernel(Q, K, V, PART, stride_qb, stride_qn, stride_kb, stride_
     m = tl.full([BLOCK_Q], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_Q], tl.float32)
     acc = tl.zeros([BLOCK_Q, D_PAD], tl.float32)
-    acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, lo, mid, n_keys,
-                               qk_scale, D, BLOCK_K, False, CAUSAL, PRECISION)
-    acc, l, m = _forward_tiles(acc, l, m, q, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, mid, hi, n_keys,
-                               qk_scale, D, BLOCK_K, True, CAUSAL, PRECISION)
+    # one column chunk (D_HI_PAD = 0): short grids are not where padding columns cost much
+    acc, _, l, m = _forward_tiles(acc, 0.0, l, m, q, 0.0, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, lo,
+                                  mid, n_keys, qk_scale, D, D_PAD, 0, 0, BLOCK_K, False, CAUSAL, PRECISION)
+    acc, _, l, m = _forward_tiles(acc, 0.0, l, m, q, 0.0, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d, 0, mid,
+                                  hi, n_keys, qk_scale, D, D_PAD, 0, 0, BLOCK_K, True, CAUSAL, PRECISION)
     row = (split * n_batch + b) * n_queries + offs_q
     q_valid = offs_q < n_queries
     tl.store(ACC + row[:, None] * D + offs_d[None, :], acc, mask=_tile_mask(q_valid, offs_d, D))

@@ -22,7 +22,8 @@ from cs336_systems.attention.flash_backward import (_delta_kernel, _dkdv_combine
 from cs336_systems.attention.flash_forward import (LOG2_E, _flash_forward_kernel, _forward_combine_kernel,
                                                    _forward_part_kernel)
 from cs336_systems.attention.flash_tiles import (KernelTiles, Tiles, _precision, backward_splits, choose_tiles,
-                                                 fit_to_grid, forward_splits, interpreting, padded_head_dim)
+                                                 fit_to_grid, forward_splits, head_chunks, interpreting,
+                                                 padded_head_dim)
 from cs336_systems.attention.inputs import check_inputs
 
 
@@ -56,6 +57,16 @@ def _head(d: int) -> dict:
     return dict(D=d, D_PAD=padded_head_dim(d))
 
 
+def _head_chunks(d: int) -> dict:
+    """The head-dimension constexprs of the kernels that take two column chunks (forward, dK/dV,
+    dQ; ``head_chunks``): the first chunk [0, D_PAD) of which D columns exist, and where D_HI_PAD > 0
+    a second [D_PAD, D_PAD + D_HI_PAD) of which D_HI exist."""
+    first, second = head_chunks(d)
+    if not second:
+        return dict(**_head(d), D_HI=0, D_HI_PAD=0)
+    return dict(D=first, D_PAD=first, D_HI=d - first, D_HI_PAD=second)
+
+
 # Each kernel's launch is described once, by a function of the tensors and tiles that returns the
 # grid, the arguments after the tensors (strides, sizes, scales) and the constexprs, both as
 # keyword arguments named as in the kernel's signature. The plain launch functions below and the
@@ -67,7 +78,7 @@ def _forward_args(q, k, v, out, lse, is_causal: bool, t: KernelTiles):
                    stride_vb=v.stride(0), stride_vn=v.stride(1), stride_ob=out.stride(0), stride_on=out.stride(1),
                    stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q, n_keys=k.shape[1],
                    qk_scale=LOG2_E.value / math.sqrt(d))
-    constexprs = dict(**_head(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    constexprs = dict(**_head_chunks(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 
@@ -111,7 +122,7 @@ def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, is_causal: bool, t: Kerne
                    stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dkb=grad_k.stride(0),
                    stride_dkn=grad_k.stride(1), stride_dvb=grad_v.stride(0), stride_dvn=grad_v.stride(1),
                    n_batch=batch, n_queries=n_q, n_keys=n_k, scale=scale, qk_scale=scale * LOG2_E.value)
-    constexprs = dict(**_head(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    constexprs = dict(**_head_chunks(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_k, t.block_k) * batch,), scalars, constexprs
 
 
@@ -123,7 +134,7 @@ def _dq_args(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles):
                    stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dqb=grad_q.stride(0),
                    stride_dqn=grad_q.stride(1), n_batch=batch, n_queries=n_q, n_keys=k.shape[1], scale=scale,
                    qk_scale=scale * LOG2_E.value)
-    constexprs = dict(**_head(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    constexprs = dict(**_head_chunks(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 

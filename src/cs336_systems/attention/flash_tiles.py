@@ -76,6 +76,19 @@ def padded_head_dim(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 
 
+def head_chunks(d: int) -> tuple[int, int]:
+    """How the forward, dQ and dK/dV kernels lay their tiles along the head dimension: (the first
+    chunk's width, the second's, or 0 for one chunk), each a power of two of at least 16. A head
+    dimension that is not a power of two is cut in two where that makes fewer columns than padding
+    it whole: d = 80 as 64 + 16 (37.5 % of the padded 128's products would be padding), 96 as 64 +
+    32, 72 as 64 + 16 (its last 8 masked); d = 112 stays 128 (64 + 64 would be no narrower). Each
+    product over d is then two ``tl.dot``s, and each accumulator two tiles."""
+    whole = padded_head_dim(d)
+    first = whole // 2
+    second = max(16, triton.next_power_of_2(max(d - first, 1)))
+    return (first, second) if d > first and first >= 16 and first + second < whole else (whole, 0)
+
+
 def default_tiles(d: int, dtype: torch.dtype) -> Tiles:
     """Tiles for a shape the tuner has not measured. A head dimension runs at its padded width
     (``padded_head_dim``), whose tiles have the same registers and shared memory as the power of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-# Multiples of 8 up to 256; the kernels pad each to a power of two (``flash_tiles.padded_head_dim``).
+# Multiples of 8 up to 256; the kernels lay each out as one or two power-of-two chunks (``flash_tiles.head_chunks``).
 HEAD_DIMS = tuple(range(8, 257, 8))
 HEAD_DIMS_TEXT = f"multiples of 8 from {HEAD_DIMS[0]} to {HEAD_DIMS[-1]}"
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
