@@ -8,17 +8,17 @@ cut it into two chunks (64 + 16; ``flash_tiles.head_chunks``). This probe times 
 forward + backward of both, and PyTorch SDPA's cuDNN kernel, on the same bf16 causal inputs, taking
 turns in rounds (the order rotating) with ``triton.testing.do_bench`` medians in each turn; it first
 checks both of ours against SDPA. Prints one JSON object: per variant every round's ms, the median,
-and the paired difference of chunked against padded per round. Needs a CUDA GPU.
+and the paired difference of chunked against padded per round, with the command's arguments and
+provenance (``probe._print``). Needs a CUDA GPU.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 
 import torch
+from probe import _print
 
 
 def main(argv=None) -> int:
@@ -85,14 +85,10 @@ def main(argv=None) -> int:
         median = statistics.median(diffs)
         paired[what] = {"chunked_minus_padded_ms": [round(x, 4) for x in diffs], "median_ms": round(median, 4),
                         "spread_ms": round(max(abs(x - median) for x in diffs), 4)}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(json.dumps({"argv": sys.argv[1:] if argv is None else argv, "shape": args.shape, "dtype": "bf16",
-                      "causal": True, "head_chunks": head_chunks(d), "padded_width": padded_head_dim(d),
-                      "tiles": tiles.to_json(), "max_abs_error_vs_sdpa_cudnn": errors,
-                      "rounds_ms": rounds, "median_ms": {k: statistics.median(v) for k, v in rounds.items()},
-                      "paired": paired, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                      "triton": __import__("triton").__version__, "commit": commit}, indent=1))
-    return 0
+    return _print({"shape": args.shape, "dtype": "bf16", "causal": True, "head_chunks": head_chunks(d),
+                   "padded_width": padded_head_dim(d), "tiles": tiles.to_json(),
+                   "max_abs_error_vs_sdpa_cudnn": errors, "rounds_ms": rounds,
+                   "median_ms": {k: statistics.median(v) for k, v in rounds.items()}, "paired": paired}, argv)
 
 
 if __name__ == "__main__":

@@ -90,9 +90,9 @@ def head_chunks(d: int) -> tuple[int, int]:
 
 
 def default_tiles(d: int, dtype: torch.dtype) -> Tiles:
-    """Tiles for a shape the tuner has not measured. A head dimension runs at its padded width
-    (``padded_head_dim``), whose tiles have the same registers and shared memory as the power of
-    two's, so it takes that width's tiles."""
+    """Tiles for a shape the tuner has not measured. A head dimension takes its padded width's
+    (``padded_head_dim``): padded, its tiles hold that width's registers and shared memory; cut in
+    two chunks (``head_chunks``), fewer, so the width's tiles fit either way (if not fastest)."""
     d = padded_head_dim(d)
     if d == 256:
         return _wide_tiles(dtype)
@@ -121,8 +121,8 @@ def _wide_tiles(dtype: torch.dtype) -> Tiles:
 
 def tuned_key(d: int, dtype: torch.dtype) -> str | None:
     """The entry of the tuner's winners (``tuned_tiles.py``) that ``choose_tiles`` takes for this
-    shape, if any: the head dimension's own, else its padded width's (the same kernels, tiles for
-    tiles: a head dimension of 80 runs 128-wide tiles)."""
+    shape, if any: the head dimension's own, else its padded width's, whose tiles fit its chunks
+    too (``default_tiles``). The d = 80 entry is tuned for its 64 + 16 chunks."""
     for width in (d, padded_head_dim(d)):
         key = f"{_dtype_name(dtype)}_d{width}"
         if key in TUNED:
