@@ -4,7 +4,8 @@ Public API (imported lazily, so ``import cs336_systems.benchmark`` does not load
 kernels, and editing them does not make unrelated pipeline rules stale):
 
 - ``FlashAttentionPytorch``, ``FlashAttentionTriton``: autograd Functions,
-  ``.apply(q, k, v, is_causal=False)`` on q (batch, Nq, d) and k, v (batch, Nk, d).
+  ``.apply(q, k, v, is_causal=False)`` on q (batch, Nq, d) and k, v (batch, Nk, d); the Triton
+  one also on (batch, heads, seq, d) views with any strides.
 - ``DDPIndividualParameters(module)``, ``DDPBucketed(module, bucket_size_mb)``: data-parallel
   wrappers (``forward``, ``finish_gradient_synchronization()``, ``on_train_batch_start()``, ``.module``);
   the naive and flat variants live beside them in ``cs336_systems.distributed.ddp``.

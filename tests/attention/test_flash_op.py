@@ -86,14 +86,19 @@ def strided(t: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "heads"])
 def test_opcheck(device, layout):
     """Schema (no aliasing or mutation of inputs), the fake implementations (shapes, dtypes and
     strides against the real outputs), the autograd registration and AOTAutograd with dynamic
-    shapes: opcheck's default tests, on the plan's layout and on one the plain launches take."""
+    shapes: opcheck's default tests, on the plan's layout, on one the plain launches take, and on
+    the model's (batch, heads, seq, d) view of its projections, whose O is laid out (batch, seq,
+    heads, d)."""
     q, k, v = random_qkv(1, 24, 24, 16, device)
     if layout == "strided":
         q, k = strided(q), strided(k)
+    if layout == "heads":
+        q, k, v = (torch.randn(2, 24, 3 * 16, device=device).unflatten(-1, (3, 16)).transpose(1, 2).requires_grad_()
+                   for _ in range(3))
     torch.library.opcheck(flash_attention_forward, (q, k, v, True))
     out, lse = (t.detach() for t in flash_attention_forward(q, k, v, True))
     grad_out = torch.randn(out.shape, device=device)

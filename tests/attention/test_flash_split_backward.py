@@ -48,7 +48,7 @@ def test_split_backward_through_plan(device, is_causal, shape, monkeypatch):
     check_against_reference(FlashAttentionTriton, q, k, v, is_causal)
     check_against_reference(FlashAttentionTriton, *random_qkv(batch, n_q, n_k, d, _dtype(device), device), is_causal)
     for i, kernel in enumerate(("dkdv", "dq")):
-        assert isinstance(plan.backwards[q.stride()][1 + i], fp._SplitLaunch) == (splits[i] > 1), kernel
+        assert isinstance(plan.backwards[(q.stride(), q.stride())][1 + i], fp._SplitLaunch) == (splits[i] > 1), kernel  # (dO, O)
     programs = plan.programs()
     assert programs["dkdv"] == -(-n_k // plan.tiles.dkdv.block_k) * batch * splits[0]
     assert programs["dq"] == -(-n_q // plan.tiles.dq.block_q) * batch * splits[1]

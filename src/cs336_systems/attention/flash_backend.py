@@ -7,9 +7,12 @@ from cs336_systems.attention.inputs import causal_flag
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = True) -> torch.Tensor:
-    # The kernels take (batch, seq, d): fold the heads into the batch, and unfold them after.
+    # The kernels read (batch, heads, seq, d) with any strides: the model's view of its projections
+    # (heads transposed out of (batch, seq, heads·d)) goes in without a copy, and O comes back laid
+    # out as (batch, seq, heads, d) for the output projection. Other leading axes fold into a batch.
     lead = q.shape[:-2]
-    q, k, v = (t.reshape(-1, *t.shape[-2:]) for t in (q, k, v))
+    if q.dim() not in (3, 4):
+        q, k, v = (t.reshape(-1, *t.shape[-2:]) for t in (q, k, v))
     if torch.compiler.is_compiling():
         # The custom op is one node of the compiled graph; the autograd function's Triton launches
         # and plan cache would break the graph there.

@@ -17,13 +17,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from cs336_systems.attention.flash_forward import (LOG2_E, _load_rows, _mm, _second_accumulator, _second_chunk,
-                                                   _tile_and_batch, _tile_mask, _tile_split_and_batch)
+from cs336_systems.attention.flash_forward import (LOG2_E, _entry, _load_rows, _mm, _second_accumulator,
+                                                   _second_chunk, _store_rows, _tile_and_batch, _tile_mask,
+                                                   _tile_split_and_batch)
 
 
 @triton.jit
-def _delta_kernel(O, DO, DELTA, stride_ob, stride_on, stride_dob, stride_don, stride_db, n_batch, n_rows,
-                  D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr):
+def _delta_kernel(O, DO, DELTA, stride_ob, stride_oh, stride_on, stride_dob, stride_doh, stride_don, stride_db,
+                  n_batch, n_heads, n_rows, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr):
     """D = rowsum(dO ∘ O) in fp32 for BLOCK rows of one batch entry (one launch, where PyTorch
     takes four: two casts, a product and a sum)."""
     pid = tl.program_id(0)
@@ -31,8 +32,9 @@ def _delta_kernel(O, DO, DELTA, stride_ob, stride_on, stride_dob, stride_don, st
     rows = (pid // n_batch) * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, D_PAD)
     valid = rows < n_rows
-    o = _load_rows(O + b * stride_ob, rows, stride_on, offs_d, n_rows, D, True)
-    do = _load_rows(DO + b * stride_dob, rows, stride_don, offs_d, n_rows, D, True)
+    o_base, do_base = O + _entry(b, n_heads, stride_ob, stride_oh), DO + _entry(b, n_heads, stride_dob, stride_doh)
+    o = _load_rows(o_base, rows, stride_on, offs_d, n_rows, D, True)
+    do = _load_rows(do_base, rows, stride_don, offs_d, n_rows, D, True)
     tl.store(DELTA + b * stride_db + rows, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=valid)
 
 
@@ -79,21 +81,12 @@ def _dkdv_tiles(dk, dk2, dv, dv2, k, k2, v, v2, q_base, do_base, l_base, d_base,
 
 
 @triton.jit
-def _store_rows(base, offs_rows, stride_row, offs_d, offs_e, valid, tile, tile2, D: tl.constexpr, D_PAD: tl.constexpr,
-                D_HI: tl.constexpr, D_HI_PAD: tl.constexpr):
-    """Store a row tile (and its second column chunk, where D_HI_PAD > 0) in the output's dtype."""
-    at = base + offs_rows[:, None] * stride_row
-    tl.store(at + offs_d[None, :], tile.to(base.dtype.element_ty), mask=_tile_mask(valid, offs_d, D))
-    if D_HI_PAD > 0:
-        tl.store(at + D_PAD + offs_e[None, :], tile2.to(base.dtype.element_ty), mask=_tile_mask(valid, offs_e, D_HI))
-
-
-@triton.jit
-def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                       stride_dob, stride_don, stride_lb, stride_dkb, stride_dkn, stride_dvb, stride_dvn,
-                       n_batch, n_queries, n_keys, scale, qk_scale,
-                       D: tl.constexpr, D_PAD: tl.constexpr, D_HI: tl.constexpr, D_HI_PAD: tl.constexpr,
-                       BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qh, stride_qn, stride_kb, stride_kh,
+                       stride_kn, stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_don, stride_lb,
+                       stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn, n_batch, n_heads,
+                       n_queries, n_keys, scale, qk_scale, D: tl.constexpr, D_PAD: tl.constexpr, D_HI: tl.constexpr,
+                       D_HI_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr,
+                       PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
     scale = tl.cast(scale, tl.float32)
@@ -102,11 +95,12 @@ def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stri
     offs_k = k_lo + tl.arange(0, BLOCK_K)
     offs_d = tl.arange(0, D_PAD)
     k_valid = offs_k < n_keys
-    k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, n_keys, D, True)
-    v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, n_keys, D, True)
-    k2, offs_e = _second_chunk(K + b * stride_kb, offs_k, stride_kn, n_keys, D_PAD, D_HI, D_HI_PAD, True)
-    v2, _ = _second_chunk(V + b * stride_vb, offs_k, stride_vn, n_keys, D_PAD, D_HI, D_HI_PAD, True)
-    q_base, do_base = Q + b * stride_qb, DO + b * stride_dob
+    k_base, v_base = K + _entry(b, n_heads, stride_kb, stride_kh), V + _entry(b, n_heads, stride_vb, stride_vh)
+    q_base, do_base = Q + _entry(b, n_heads, stride_qb, stride_qh), DO + _entry(b, n_heads, stride_dob, stride_doh)
+    k = _load_rows(k_base, offs_k, stride_kn, offs_d, n_keys, D, True)
+    v = _load_rows(v_base, offs_k, stride_vn, offs_d, n_keys, D, True)
+    k2, offs_e = _second_chunk(k_base, offs_k, stride_kn, n_keys, D_PAD, D_HI, D_HI_PAD, True)
+    v2, _ = _second_chunk(v_base, offs_k, stride_vn, n_keys, D_PAD, D_HI, D_HI_PAD, True)
     l_base, d_base = L + b * stride_lb, DELTA + b * stride_lb
     dk = tl.zeros([BLOCK_K, D_PAD], tl.float32)
     dv = tl.zeros([BLOCK_K, D_PAD], tl.float32)
@@ -134,9 +128,10 @@ def _flash_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, stride_qb, stride_qn, stri
         dk, dk2, dv, dv2 = _dkdv_tiles(dk, dk2, dv, dv2, k, k2, v, v2, q_base, do_base, l_base, d_base, stride_qn,
                                        stride_don, offs_k, offs_d, offs_e, full, n_queries, n_queries, qk_scale, D,
                                        D_PAD, D_HI, D_HI_PAD, BLOCK_Q, True, False, PRECISION)
-    _store_rows(DK + b * stride_dkb, offs_k, stride_dkn, offs_d, offs_e, k_valid, dk * scale, dk2 * scale, D, D_PAD,
-                D_HI, D_HI_PAD)
-    _store_rows(DV + b * stride_dvb, offs_k, stride_dvn, offs_d, offs_e, k_valid, dv, dv2, D, D_PAD, D_HI, D_HI_PAD)
+    _store_rows(DK + _entry(b, n_heads, stride_dkb, stride_dkh), offs_k, stride_dkn, offs_d, offs_e, k_valid, dk * scale,
+                dk2 * scale, D, D_PAD, D_HI, D_HI_PAD)
+    _store_rows(DV + _entry(b, n_heads, stride_dvb, stride_dvh), offs_k, stride_dvn, offs_d, offs_e, k_valid, dv, dv2,
+                D, D_PAD, D_HI, D_HI_PAD)
 
 
 @triton.jit
@@ -170,11 +165,11 @@ def _dq_tiles(dq, dq2, q, q2, do, do2, lse, delta, k_base, v_base, stride_kn, st
 
 
 @triton.jit
-def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                     stride_dob, stride_don, stride_lb, stride_dqb, stride_dqn, n_batch, n_queries, n_keys, scale,
-                     qk_scale,
-                     D: tl.constexpr, D_PAD: tl.constexpr, D_HI: tl.constexpr, D_HI_PAD: tl.constexpr,
-                     BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+                     stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_don, stride_lb, stride_dqb,
+                     stride_dqh, stride_dqn, n_batch, n_heads, n_queries, n_keys, scale, qk_scale, D: tl.constexpr,
+                     D_PAD: tl.constexpr, D_HI: tl.constexpr, D_HI_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
+                     BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
     qk_scale = tl.cast(qk_scale, tl.float32)
     q_tile, b = _tile_and_batch(tl.cdiv(n_queries, BLOCK_Q), n_batch, CAUSAL)
@@ -182,13 +177,14 @@ def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb,
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D_PAD)
     q_valid = offs_q < n_queries
-    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, D, True)
-    do = _load_rows(DO + b * stride_dob, offs_q, stride_don, offs_d, n_queries, D, True)
-    q2, offs_e = _second_chunk(Q + b * stride_qb, offs_q, stride_qn, n_queries, D_PAD, D_HI, D_HI_PAD, True)
-    do2, _ = _second_chunk(DO + b * stride_dob, offs_q, stride_don, n_queries, D_PAD, D_HI, D_HI_PAD, True)
+    q_base, do_base = Q + _entry(b, n_heads, stride_qb, stride_qh), DO + _entry(b, n_heads, stride_dob, stride_doh)
+    q = _load_rows(q_base, offs_q, stride_qn, offs_d, n_queries, D, True)
+    do = _load_rows(do_base, offs_q, stride_don, offs_d, n_queries, D, True)
+    q2, offs_e = _second_chunk(q_base, offs_q, stride_qn, n_queries, D_PAD, D_HI, D_HI_PAD, True)
+    do2, _ = _second_chunk(do_base, offs_q, stride_don, n_queries, D_PAD, D_HI, D_HI_PAD, True)
     lse = tl.load(L + b * stride_lb + offs_q, mask=q_valid, other=0.0)
     delta = tl.load(DELTA + b * stride_lb + offs_q, mask=q_valid, other=0.0)
-    k_base, v_base = K + b * stride_kb, V + b * stride_vb
+    k_base, v_base = K + _entry(b, n_heads, stride_kb, stride_kh), V + _entry(b, n_heads, stride_vb, stride_vh)
     dq = tl.zeros([BLOCK_Q, D_PAD], tl.float32)
     dq2 = _second_accumulator(BLOCK_Q, D_HI_PAD)
     if CAUSAL:
@@ -205,8 +201,8 @@ def _flash_dq_kernel(Q, K, V, DO, L, DELTA, DQ, stride_qb, stride_qn, stride_kb,
         dq, dq2 = _dq_tiles(dq, dq2, q, q2, do, do2, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_q, offs_d,
                             offs_e, full, n_keys, n_keys, qk_scale, D, D_PAD, D_HI, D_HI_PAD, BLOCK_K, True, False,
                             PRECISION)
-    _store_rows(DQ + b * stride_dqb, offs_q, stride_dqn, offs_d, offs_e, q_valid, dq * scale, dq2 * scale, D, D_PAD,
-                D_HI, D_HI_PAD)
+    _store_rows(DQ + _entry(b, n_heads, stride_dqb, stride_dqh), offs_q, stride_dqn, offs_d, offs_e, q_valid, dq * scale,
+                dq2 * scale, D, D_PAD, D_HI, D_HI_PAD)
 
 
 # --- backward with each tile's range split across programs (short grids) ----------------------
@@ -217,10 +213,11 @@ def _clamp(x, lo, hi):
 
 
 @triton.jit
-def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                      stride_dob, stride_don, stride_lb, n_batch, n_queries, n_keys, qk_scale,
-                      D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
-                      CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+                      stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_don, stride_lb, n_batch,
+                      n_heads, n_queries, n_keys, qk_scale, D: tl.constexpr, D_PAD: tl.constexpr,
+                      BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr, CAUSAL: tl.constexpr,
+                      PRECISION: tl.constexpr):
     """One key tile's dK (unscaled) and dV over one of SPLITS slices of the query tiles it sees,
     in fp32 into PART: DK (SPLITS, batch, Nk, D), then DV of the same shape (one buffer: one
     allocation per call). ``_dkdv_combine_kernel`` adds the slices. For grids with fewer
@@ -232,9 +229,10 @@ def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_
     k_lo = k_tile * BLOCK_K
     offs_k = k_lo + tl.arange(0, BLOCK_K)
     offs_d = tl.arange(0, D_PAD)
-    k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, n_keys, D, True)
-    v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, n_keys, D, True)
-    q_base, do_base = Q + b * stride_qb, DO + b * stride_dob
+    k_base, v_base = K + _entry(b, n_heads, stride_kb, stride_kh), V + _entry(b, n_heads, stride_vb, stride_vh)
+    q_base, do_base = Q + _entry(b, n_heads, stride_qb, stride_qh), DO + _entry(b, n_heads, stride_dob, stride_doh)
+    k = _load_rows(k_base, offs_k, stride_kn, offs_d, n_keys, D, True)
+    v = _load_rows(v_base, offs_k, stride_vn, offs_d, n_keys, D, True)
     l_base, d_base = L + b * stride_lb, DELTA + b * stride_lb
     # This slice's query tiles, balanced: [split * T // SPLITS, (split + 1) * T // SPLITS) of the T
     # tiles the key tile sees (causal: from its diagonal on; BLOCK_K is a multiple of BLOCK_Q, so
@@ -279,10 +277,10 @@ def _dkdv_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_
 
 
 @triton.jit
-def _dq_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                    stride_dob, stride_don, stride_lb, n_batch, n_queries, n_keys, qk_scale,
-                    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
-                    CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def _dq_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+                    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_don, stride_lb, n_batch, n_heads,
+                    n_queries, n_keys, qk_scale, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
+                    BLOCK_K: tl.constexpr, SPLITS: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """One query tile's dQ (unscaled) over one of SPLITS slices of its key tiles, in fp32 into
     PART (SPLITS, batch, Nq, D); ``_dq_combine_kernel`` adds the slices. The key slices are cut as
     in ``_forward_part_kernel``."""
@@ -292,11 +290,12 @@ def _dq_part_kernel(Q, K, V, DO, L, DELTA, PART, stride_qb, stride_qn, stride_kb
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D_PAD)
     q_valid = offs_q < n_queries
-    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, D, True)
-    do = _load_rows(DO + b * stride_dob, offs_q, stride_don, offs_d, n_queries, D, True)
+    q_base, do_base = Q + _entry(b, n_heads, stride_qb, stride_qh), DO + _entry(b, n_heads, stride_dob, stride_doh)
+    q = _load_rows(q_base, offs_q, stride_qn, offs_d, n_queries, D, True)
+    do = _load_rows(do_base, offs_q, stride_don, offs_d, n_queries, D, True)
     lse = tl.load(L + b * stride_lb + offs_q, mask=q_valid, other=0.0)
     delta = tl.load(DELTA + b * stride_lb + offs_q, mask=q_valid, other=0.0)
-    k_base, v_base = K + b * stride_kb, V + b * stride_vb
+    k_base, v_base = K + _entry(b, n_heads, stride_kb, stride_kh), V + _entry(b, n_heads, stride_vb, stride_vh)
     key_end = tl.minimum(q_lo + BLOCK_Q, n_keys) if CAUSAL else n_keys
     n_tiles = tl.cdiv(key_end, BLOCK_K)
     lo = (split * n_tiles // SPLITS) * BLOCK_K
@@ -323,8 +322,9 @@ def _sum_slices(part, rows, valid, offs_d, slice_rows, D: tl.constexpr, D_PAD: t
 
 
 @triton.jit
-def _dkdv_combine_kernel(PART, DK, DV, stride_dkb, stride_dkn, stride_dvb, stride_dvn, n_batch, n_keys, scale,
-                         D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+def _dkdv_combine_kernel(PART, DK, DV, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
+                         n_batch, n_heads, n_keys, scale, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr,
+                         SPLITS: tl.constexpr):
     """dK (scaled) and dV of BLOCK key rows: the sums of ``_dkdv_part_kernel``'s slices."""
     scale = tl.cast(scale, tl.float32)
     pid = tl.program_id(0)
@@ -335,14 +335,14 @@ def _dkdv_combine_kernel(PART, DK, DV, stride_dkb, stride_dkn, stride_dvb, strid
     slice_rows = n_batch * n_keys
     dk = _sum_slices(PART, b * n_keys + rows, valid, offs_d, slice_rows, D, D_PAD, BLOCK, SPLITS)
     dv = _sum_slices(PART + SPLITS * slice_rows * D, b * n_keys + rows, valid, offs_d, slice_rows, D, D_PAD, BLOCK, SPLITS)
-    tl.store(DK + b * stride_dkb + rows[:, None] * stride_dkn + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
-             mask=_tile_mask(valid, offs_d, D))
-    tl.store(DV + b * stride_dvb + rows[:, None] * stride_dvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
-             mask=_tile_mask(valid, offs_d, D))
+    _store_rows(DK + _entry(b, n_heads, stride_dkb, stride_dkh), rows, stride_dkn, offs_d, 0, valid, dk * scale, 0.0, D,
+                D_PAD, 0, 0)
+    _store_rows(DV + _entry(b, n_heads, stride_dvb, stride_dvh), rows, stride_dvn, offs_d, 0, valid, dv, 0.0, D, D_PAD,
+                0, 0)
 
 
 @triton.jit
-def _dq_combine_kernel(PART, DQ, stride_dqb, stride_dqn, n_batch, n_queries, scale,
+def _dq_combine_kernel(PART, DQ, stride_dqb, stride_dqh, stride_dqn, n_batch, n_heads, n_queries, scale,
                        D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
     """dQ (scaled) of BLOCK query rows: the sum of ``_dq_part_kernel``'s slices."""
     scale = tl.cast(scale, tl.float32)
@@ -352,5 +352,5 @@ def _dq_combine_kernel(PART, DQ, stride_dqb, stride_dqn, n_batch, n_queries, sca
     offs_d = tl.arange(0, D_PAD)
     valid = rows < n_queries
     dq = _sum_slices(PART, b * n_queries + rows, valid, offs_d, n_batch * n_queries, D, D_PAD, BLOCK, SPLITS)
-    tl.store(DQ + b * stride_dqb + rows[:, None] * stride_dqn + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
-             mask=_tile_mask(valid, offs_d, D))
+    _store_rows(DQ + _entry(b, n_heads, stride_dqb, stride_dqh), rows, stride_dqn, offs_d, 0, valid, dq * scale, 0.0, D,
+                D_PAD, 0, 0)

@@ -1,6 +1,8 @@
 """FlashAttention-2's forward in Triton (B3): the kernels, and the helpers the backward shares.
 
-Layout: q (batch, Nq, d); k, v (batch, Nk, d); any row strides. d is any multiple of 8 up to 256.
+Layout: q (batch, Nq, d); k, v (batch, Nk, d); any row strides; or each with a heads axis after
+the batch, (batch, heads, N, d), any strides but the last (``_entry``: the model's view of its
+projections is read where it lies). d is any multiple of 8 up to 256.
 Along d a tile is one chunk D_PAD wide, d rounded up to a power of two, or, where d is not one and
 two chunks make fewer columns (``flash_tiles.head_chunks``: 80 as 64 + 16), a chunk D_PAD wide and
 a second D_HI_PAD wide beside it: each product over d is then two ``tl.dot``s and each accumulator
@@ -70,6 +72,14 @@ def _tile_split_and_batch(n_tiles, n_batch, SPLITS: tl.constexpr, HEAVY_LAST: tl
     if HEAVY_LAST:
         tile = n_tiles - 1 - tile
     return tile, (pid % per_tile) // n_batch, pid % n_batch
+
+
+@triton.jit
+def _entry(b, n_heads, stride_b, stride_h):
+    """Where batch entry ``b`` of a tensor begins: entry b is head ``b % n_heads`` of batch element
+    ``b // n_heads`` (a (batch, heads, N, d) tensor, any strides: the model's view of its (batch, N,
+    heads·d) projections is read in place), or with n_heads 1 batch element b of a (batch, N, d) one."""
+    return (b // n_heads) * stride_b + (b % n_heads) * stride_h
 
 
 @triton.jit
@@ -162,6 +172,16 @@ def _second_chunk(base, offs_rows, stride_row, n_rows, D_PAD: tl.constexpr, D_HI
 
 
 @triton.jit
+def _store_rows(base, offs_rows, stride_row, offs_d, offs_e, valid, tile, tile2, D: tl.constexpr, D_PAD: tl.constexpr,
+                D_HI: tl.constexpr, D_HI_PAD: tl.constexpr):
+    """Store a row tile (and its second column chunk, where D_HI_PAD > 0) in the output's dtype."""
+    at = base + offs_rows[:, None] * stride_row
+    tl.store(at + offs_d[None, :], tile.to(base.dtype.element_ty), mask=_tile_mask(valid, offs_d, D))
+    if D_HI_PAD > 0:
+        tl.store(at + D_PAD + offs_e[None, :], tile2.to(base.dtype.element_ty), mask=_tile_mask(valid, offs_e, D_HI))
+
+
+@triton.jit
 def _second_accumulator(ROWS: tl.constexpr, D_HI_PAD: tl.constexpr):
     """Zeros for a second column chunk's fp32 accumulator, or a placeholder where there is none."""
     if D_HI_PAD > 0:
@@ -172,8 +192,9 @@ def _second_accumulator(ROWS: tl.constexpr, D_HI_PAD: tl.constexpr):
 
 
 @triton.jit
-def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                          stride_ob, stride_on, stride_lb, n_batch, n_queries, n_keys, qk_scale,
+def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+                          stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_on, stride_lb,
+                          n_batch, n_heads, n_queries, n_keys, qk_scale,
                           D: tl.constexpr, D_PAD: tl.constexpr, D_HI: tl.constexpr, D_HI_PAD: tl.constexpr,
                           BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     # torch.compile passes Python floats as fp64 scalars; fp64 would leak into the fp32 accumulators.
@@ -183,9 +204,10 @@ def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D_PAD)
     q_valid = offs_q < n_queries
-    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, D, True)
-    q2, offs_e = _second_chunk(Q + b * stride_qb, offs_q, stride_qn, n_queries, D_PAD, D_HI, D_HI_PAD, True)
-    k_base, v_base = K + b * stride_kb, V + b * stride_vb
+    q_base = Q + _entry(b, n_heads, stride_qb, stride_qh)
+    k_base, v_base = K + _entry(b, n_heads, stride_kb, stride_kh), V + _entry(b, n_heads, stride_vb, stride_vh)
+    q = _load_rows(q_base, offs_q, stride_qn, offs_d, n_queries, D, True)
+    q2, offs_e = _second_chunk(q_base, offs_q, stride_qn, n_queries, D_PAD, D_HI, D_HI_PAD, True)
 
     m = tl.full([BLOCK_Q], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_Q], tl.float32)
@@ -209,19 +231,16 @@ def _flash_forward_kernel(Q, K, V, O, L, stride_qb, stride_qn, stride_kb, stride
                                          offs_e, full, n_keys, n_keys, qk_scale, D, D_PAD, D_HI, D_HI_PAD, BLOCK_K, True,
                                          False, PRECISION)
 
-    o_base = O + b * stride_ob + offs_q[:, None] * stride_on
-    tl.store(o_base + offs_d[None, :], (acc / l[:, None]).to(O.dtype.element_ty), mask=_tile_mask(q_valid, offs_d, D))
-    if D_HI_PAD > 0:
-        tl.store(o_base + D_PAD + offs_e[None, :], (acc2 / l[:, None]).to(O.dtype.element_ty),
-                 mask=_tile_mask(q_valid, offs_e, D_HI))
+    _store_rows(O + _entry(b, n_heads, stride_ob, stride_oh), offs_q, stride_on, offs_d, offs_e, q_valid,
+                acc / l[:, None], acc2 / l[:, None], D, D_PAD, D_HI, D_HI_PAD)
     tl.store(L + b * stride_lb + offs_q, (m + tl.log2(l)) / LOG2_E, mask=q_valid)
 
 
 # --- forward with the keys split across programs (short grids) --------------------------------
 
 @triton.jit
-def _forward_part_kernel(Q, K, V, PART, stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                         n_batch, n_queries, n_keys, qk_scale,
+def _forward_part_kernel(Q, K, V, PART, stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+                         stride_vb, stride_vh, stride_vn, n_batch, n_heads, n_queries, n_keys, qk_scale,
                          D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
                          CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """One query tile's share of the forward over one of SPLITS slices of its key tiles: the
@@ -238,8 +257,8 @@ def _forward_part_kernel(Q, K, V, PART, stride_qb, stride_qn, stride_kb, stride_
     q_lo = q_tile * BLOCK_Q
     offs_q = q_lo + tl.arange(0, BLOCK_Q)
     offs_d = tl.arange(0, D_PAD)
-    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, n_queries, D, True)
-    k_base, v_base = K + b * stride_kb, V + b * stride_vb
+    q = _load_rows(Q + _entry(b, n_heads, stride_qb, stride_qh), offs_q, stride_qn, offs_d, n_queries, D, True)
+    k_base, v_base = K + _entry(b, n_heads, stride_kb, stride_kh), V + _entry(b, n_heads, stride_vb, stride_vh)
     # This slice's key tiles, balanced: [split * T // SPLITS, (split + 1) * T // SPLITS) of the T
     # tiles the query tile sees. Then, as in the one-program forward, the keys that need no mask
     # first and the rest masked.
@@ -265,7 +284,7 @@ def _forward_part_kernel(Q, K, V, PART, stride_qb, stride_qn, stride_kb, stride_
 
 
 @triton.jit
-def _forward_combine_kernel(PART, O, L, stride_ob, stride_on, stride_lb, n_batch, n_queries,
+def _forward_combine_kernel(PART, O, L, stride_ob, stride_oh, stride_on, stride_lb, n_batch, n_heads, n_queries,
                             D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
     """O and L (natural log) of BLOCK rows from the SPLITS partial (acc, m, l): rescale each to the
     rows' overall max, add, divide. A slice with no keys has m = -inf and weight 0."""
@@ -287,6 +306,6 @@ def _forward_combine_kernel(PART, O, L, stride_ob, stride_on, stride_lb, n_batch
         weight = tl.exp2(tl.load(M + at, mask=valid, other=0.0) - m)
         l += weight * tl.load(LS + at, mask=valid, other=0.0)
         acc += weight[:, None] * tl.load(ACC + at[:, None] * D + offs_d[None, :], mask=_tile_mask(valid, offs_d, D), other=0.0)
-    tl.store(O + b * stride_ob + rows[:, None] * stride_on + offs_d[None, :], (acc / l[:, None]).to(O.dtype.element_ty),
-             mask=_tile_mask(valid, offs_d, D))
+    _store_rows(O + _entry(b, n_heads, stride_ob, stride_oh), rows, stride_on, offs_d, 0, valid, acc / l[:, None], 0.0,
+                D, D_PAD, 0, 0)
     tl.store(L + b * stride_lb + rows, (m + tl.log2(l)) / LOG2_E, mask=valid)

@@ -4,8 +4,10 @@ its graph instead of breaking the graph around a Triton launch and the plan cach
 - ``cs336::flash_attention_forward(q, k, v, is_causal) -> (o, lse)``
 - ``cs336::flash_attention_backward(q, k, v, o, lse, grad_o, is_causal) -> (dq, dk, dv)``
 
-on (batch, seq, d) tensors; lse is fp32 of shape (batch, Nq), the log-sum-exp the backward
-recomputes the probabilities from. Autograd links the two (``register_autograd``).
+on (batch, seq, d) tensors, or (batch, heads, seq, d) ones with any strides (the model's view of
+its projections, read in place); o is laid out as ``flash_plan.new_output`` lays it; lse is fp32 of
+q's shape but d, the log-sum-exp the backward recomputes the probabilities from. Autograd links the
+two (``register_autograd``).
 
 Each op runs what ``FlashAttentionTriton`` runs: the plan cached per input layout, else the plain
 launches (``flash_plan``). The compiler sees each op as one opaque node, shaped by its fake
@@ -16,7 +18,8 @@ its splits) as an eager one, and on the same inputs gives the same bits.
 
 import torch
 
-from cs336_systems.attention.flash_plan import _check_device, _plan, flash_backward_triton, flash_forward_triton
+from cs336_systems.attention.flash_plan import (_check_device, _plan, flash_backward_triton, flash_forward_triton,
+                                                new_output, new_row_stats)
 from cs336_systems.attention.inputs import check_inputs
 
 
@@ -28,28 +31,27 @@ def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         check_inputs(q, k, v, is_causal)
         _check_device(q)
         return flash_forward_triton(q, k, v, is_causal)
-    out, lse = torch.empty(**plan.new_out), torch.empty(**plan.new_lse)
+    out, lse = plan.new_out(), plan.new_lse()
     plan.forward(Q=q, K=k, V=v, O=out, L=lse)
     return out, lse
 
 
 @flash_attention_forward.register_fake
 def _forward_fake(q, k, v, is_causal):
-    # Both launch paths allocate the outputs fresh and contiguous, whatever the inputs' strides.
-    return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32)
+    # Both launch paths allocate the outputs fresh, laid out by q's shape alone, whatever the strides.
+    return new_output(q.shape, q.dtype, q.device), new_row_stats(q.shape, q.device)
 
 
 @torch.library.custom_op("cs336::flash_attention_backward", mutates_args=())
 def flash_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                              lse: torch.Tensor, grad_out: torch.Tensor,
                              is_causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # The plan's launches fix every stride but the tensors': O and L as the forward made them
-    # (contiguous), dO with a unit last stride, all of them 16-byte aligned. Copies of anything
-    # else keep an odd caller (opcheck, a compiler's relayout) correct at no cost to the usual one.
-    if not (out.is_contiguous() and lse.is_contiguous()):
-        out, lse = out.contiguous(), lse.contiguous()
-    if grad_out.stride(-1) != 1:
-        grad_out = grad_out.contiguous()
+    # The plan's launches are made per layout of dO and O; L must be contiguous, dO and O need a unit
+    # last stride, and all of them 16-byte alignment. Copies of anything else keep an odd caller
+    # (opcheck, a compiler's relayout) correct at no cost to the usual one.
+    if not lse.is_contiguous():
+        lse = lse.contiguous()
+    out, grad_out = (t if t.stride(-1) == 1 else t.contiguous() for t in (out, grad_out))
     plan = _plan(q, k, v, is_causal)
     if plan is not None and (grad_out.data_ptr() | out.data_ptr() | lse.data_ptr()) % 16 == 0:
         return plan.backward(q, k, v, out, grad_out, lse)

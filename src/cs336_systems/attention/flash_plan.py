@@ -67,111 +67,137 @@ def _head_chunks(d: int) -> dict:
     return dict(D=first, D_PAD=first, D_HI=d - first, D_HI_PAD=second)
 
 
+def _dims(shape: torch.Size) -> tuple[int, int, int, int]:
+    """(batch entries, heads, rows, d) of a (batch, N, d) or a (batch, heads, N, d) shape: the
+    kernels see batch x heads entries of N rows each (``flash_forward._entry``)."""
+    if len(shape) == 4:
+        return shape[0] * shape[1], shape[1], shape[2], shape[3]
+    return shape[0], 1, shape[1], shape[2]
+
+
+def _strides(name: str, t: torch.Tensor) -> dict:
+    """One tensor's stride arguments, named as in the kernels: per batch element, per head (0 for
+    a (batch, N, d) tensor), per row."""
+    entry, head, row = (t.stride(0), t.stride(1), t.stride(2)) if t.dim() == 4 else (t.stride(0), 0, t.stride(1))
+    return {f"stride_{name}b": entry, f"stride_{name}h": head, f"stride_{name}n": row}
+
+
+def new_output(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An empty O of q's ``shape``: (batch, N, d) contiguous, or (batch, heads, N, d) laid out as
+    (batch, N, heads, d), which the model's output projection reads as (batch, N, heads·d) without
+    a copy."""
+    if len(shape) == 4:
+        batch, heads, n, d = shape
+        return torch.empty(batch, n, heads, d, dtype=dtype, device=device).transpose(1, 2)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def new_row_stats(shape: torch.Size, device: torch.device) -> torch.Tensor:
+    """An empty fp32 tensor of one value per row of a tensor of ``shape``, contiguous: L, and
+    D = rowsum(dO ∘ O)."""
+    return torch.empty(shape[:-1], dtype=torch.float32, device=device)
+
+
 # Each kernel's launch is described once, by a function of the tensors and tiles that returns the
 # grid, the arguments after the tensors (strides, sizes, scales) and the constexprs, both as
 # keyword arguments named as in the kernel's signature. The plain launch functions below and the
-# cached per-shape plans (``_Launch``, ``_Plan``) both build their launches from these.
+# cached per-shape plans (``_Launch``, ``_Plan``) both build their launches from these. L and D are
+# contiguous, one row of N values per batch entry: their entry stride is N (``stride(-2)``).
 
 def _forward_args(q, k, v, out, lse, is_causal: bool, t: KernelTiles):
-    batch, n_q, d = q.shape
-    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
-                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_ob=out.stride(0), stride_on=out.stride(1),
-                   stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q, n_keys=k.shape[1],
+    batch, heads, n_q, d = _dims(q.shape)
+    scalars = dict(**_strides("q", q), **_strides("k", k), **_strides("v", v), **_strides("o", out),
+                   stride_lb=lse.stride(-2), n_batch=batch, n_heads=heads, n_queries=n_q, n_keys=k.shape[-2],
                    qk_scale=LOG2_E.value / math.sqrt(d))
-    constexprs = dict(**_head_chunks(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    constexprs = dict(**_head_chunks(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal,
+                      PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 
 def _forward_part_args(q, k, v, is_causal: bool, t: KernelTiles, splits: int):
-    batch, n_q, d = q.shape
-    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
-                   stride_vb=v.stride(0), stride_vn=v.stride(1), n_batch=batch, n_queries=n_q, n_keys=k.shape[1],
-                   qk_scale=LOG2_E.value / math.sqrt(d))
+    batch, heads, n_q, d = _dims(q.shape)
+    scalars = dict(**_strides("q", q), **_strides("k", k), **_strides("v", v), n_batch=batch, n_heads=heads,
+                   n_queries=n_q, n_keys=k.shape[-2], qk_scale=LOG2_E.value / math.sqrt(d))
     constexprs = dict(**_head(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
                       PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_q, t.block_q) * splits * batch,), scalars, constexprs
 
 
 def _combine_args(out, lse, splits: int):
-    batch, n_q, d = out.shape
+    batch, heads, n_q, d = _dims(out.shape)
     block = max(16, 4096 // padded_head_dim(d))
-    scalars = dict(stride_ob=out.stride(0), stride_on=out.stride(1), stride_lb=lse.stride(0), n_batch=batch,
-                   n_queries=n_q)
+    scalars = dict(**_strides("o", out), stride_lb=lse.stride(-2), n_batch=batch, n_heads=heads, n_queries=n_q)
     return (triton.cdiv(n_q, block) * batch,), scalars, dict(**_head(d), BLOCK=block, SPLITS=splits)
 
 
 def _part_numel(q, splits: int) -> int:
-    batch, n_q, d = q.shape
+    batch, _, n_q, d = _dims(q.shape)
     return splits * batch * n_q * (d + 2)
 
 
 def _delta_args(out, grad_out, delta):
-    batch, n_q, d = out.shape
+    batch, heads, n_q, d = _dims(out.shape)
     block = max(16, 8192 // padded_head_dim(d))
-    scalars = dict(stride_ob=out.stride(0), stride_on=out.stride(1), stride_dob=grad_out.stride(0),
-                   stride_don=grad_out.stride(1), stride_db=delta.stride(0), n_batch=batch, n_rows=n_q)
+    scalars = dict(**_strides("o", out), **_strides("do", grad_out), stride_db=delta.stride(-2), n_batch=batch,
+                   n_heads=heads, n_rows=n_q)
     return (triton.cdiv(n_q, block) * batch,), scalars, dict(**_head(d), BLOCK=block)
 
 
 def _dkdv_args(q, k, v, grad_out, lse, grad_k, grad_v, is_causal: bool, t: KernelTiles):
-    batch, n_q, d = q.shape
-    n_k = k.shape[1]
+    batch, heads, n_q, d = _dims(q.shape)
+    n_k = k.shape[-2]
     scale = 1.0 / math.sqrt(d)
-    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
-                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
-                   stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dkb=grad_k.stride(0),
-                   stride_dkn=grad_k.stride(1), stride_dvb=grad_v.stride(0), stride_dvn=grad_v.stride(1),
-                   n_batch=batch, n_queries=n_q, n_keys=n_k, scale=scale, qk_scale=scale * LOG2_E.value)
-    constexprs = dict(**_head_chunks(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    scalars = dict(**_strides("q", q), **_strides("k", k), **_strides("v", v), **_strides("do", grad_out),
+                   stride_lb=lse.stride(-2), **_strides("dk", grad_k), **_strides("dv", grad_v), n_batch=batch,
+                   n_heads=heads, n_queries=n_q, n_keys=n_k, scale=scale, qk_scale=scale * LOG2_E.value)
+    constexprs = dict(**_head_chunks(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal,
+                      PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_k, t.block_k) * batch,), scalars, constexprs
 
 
 def _dq_args(q, k, v, grad_out, lse, grad_q, is_causal: bool, t: KernelTiles):
-    batch, n_q, d = q.shape
+    batch, heads, n_q, d = _dims(q.shape)
     scale = 1.0 / math.sqrt(d)
-    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
-                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
-                   stride_don=grad_out.stride(1), stride_lb=lse.stride(0), stride_dqb=grad_q.stride(0),
-                   stride_dqn=grad_q.stride(1), n_batch=batch, n_queries=n_q, n_keys=k.shape[1], scale=scale,
-                   qk_scale=scale * LOG2_E.value)
-    constexprs = dict(**_head_chunks(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal, PRECISION=_precision(q.dtype))
+    scalars = dict(**_strides("q", q), **_strides("k", k), **_strides("v", v), **_strides("do", grad_out),
+                   stride_lb=lse.stride(-2), **_strides("dq", grad_q), n_batch=batch, n_heads=heads, n_queries=n_q,
+                   n_keys=k.shape[-2], scale=scale, qk_scale=scale * LOG2_E.value)
+    constexprs = dict(**_head_chunks(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, CAUSAL=is_causal,
+                      PRECISION=_precision(q.dtype))
     return (triton.cdiv(n_q, t.block_q) * batch,), scalars, constexprs
 
 
 def _backward_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int, n_tiles: int):
     """The launch of either split backward kernel (their signatures are the same): ``n_tiles`` tiles
     (key tiles for dK/dV, query tiles for dQ), each over ``splits`` programs."""
-    batch, n_q, d = q.shape
-    scalars = dict(stride_qb=q.stride(0), stride_qn=q.stride(1), stride_kb=k.stride(0), stride_kn=k.stride(1),
-                   stride_vb=v.stride(0), stride_vn=v.stride(1), stride_dob=grad_out.stride(0),
-                   stride_don=grad_out.stride(1), stride_lb=lse.stride(0), n_batch=batch, n_queries=n_q,
-                   n_keys=k.shape[1], qk_scale=LOG2_E.value / math.sqrt(d))
+    batch, heads, n_q, d = _dims(q.shape)
+    scalars = dict(**_strides("q", q), **_strides("k", k), **_strides("v", v), **_strides("do", grad_out),
+                   stride_lb=lse.stride(-2), n_batch=batch, n_heads=heads, n_queries=n_q, n_keys=k.shape[-2],
+                   qk_scale=LOG2_E.value / math.sqrt(d))
     constexprs = dict(**_head(d), BLOCK_Q=t.block_q, BLOCK_K=t.block_k, SPLITS=splits, CAUSAL=is_causal,
                       PRECISION=_precision(q.dtype))
     return (n_tiles * splits * batch,), scalars, constexprs
 
 
 def _dkdv_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int):
-    return _backward_part_args(q, k, v, grad_out, lse, is_causal, t, splits, triton.cdiv(k.shape[1], t.block_k))
+    return _backward_part_args(q, k, v, grad_out, lse, is_causal, t, splits, triton.cdiv(k.shape[-2], t.block_k))
 
 
 def _dq_part_args(q, k, v, grad_out, lse, is_causal: bool, t: KernelTiles, splits: int):
-    return _backward_part_args(q, k, v, grad_out, lse, is_causal, t, splits, triton.cdiv(q.shape[1], t.block_q))
+    return _backward_part_args(q, k, v, grad_out, lse, is_causal, t, splits, triton.cdiv(q.shape[-2], t.block_q))
 
 
 def _dkdv_combine_args(grad_k, grad_v, splits: int):
-    batch, n_k, d = grad_k.shape
+    batch, heads, n_k, d = _dims(grad_k.shape)
     block = max(16, 2048 // padded_head_dim(d))        # two outputs: half the forward combine's rows
-    scalars = dict(stride_dkb=grad_k.stride(0), stride_dkn=grad_k.stride(1), stride_dvb=grad_v.stride(0),
-                   stride_dvn=grad_v.stride(1), n_batch=batch, n_keys=n_k, scale=1.0 / math.sqrt(d))
+    scalars = dict(**_strides("dk", grad_k), **_strides("dv", grad_v), n_batch=batch, n_heads=heads, n_keys=n_k,
+                   scale=1.0 / math.sqrt(d))
     return (triton.cdiv(n_k, block) * batch,), scalars, dict(**_head(d), BLOCK=block, SPLITS=splits)
 
 
 def _dq_combine_args(grad_q, splits: int):
-    batch, n_q, d = grad_q.shape
+    batch, heads, n_q, d = _dims(grad_q.shape)
     block = max(16, 4096 // padded_head_dim(d))
-    scalars = dict(stride_dqb=grad_q.stride(0), stride_dqn=grad_q.stride(1), n_batch=batch, n_queries=n_q,
-                   scale=1.0 / math.sqrt(d))
+    scalars = dict(**_strides("dq", grad_q), n_batch=batch, n_heads=heads, n_queries=n_q, scale=1.0 / math.sqrt(d))
     return (triton.cdiv(n_q, block) * batch,), scalars, dict(**_head(d), BLOCK=block, SPLITS=splits)
 
 
@@ -180,12 +206,10 @@ def _dq_combine_args(grad_q, splits: int):
 def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
                          tiles: Tiles | None = None, splits: int = 1):
     """Launch the forward kernel, or with ``splits`` > 1 the split-key forward and its combine;
-    returns (O in q's dtype, L fp32 of shape (batch, Nq))."""
-    batch, n_q, d = q.shape
+    returns (O in q's dtype, laid out as ``new_output`` lays it, and L fp32 of q's shape but d)."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    t = (tiles or choose_tiles(d, q.dtype)).forward
-    out = torch.empty(batch, n_q, d, dtype=q.dtype, device=q.device)
-    lse = torch.empty(batch, n_q, dtype=torch.float32, device=q.device)
+    t = (tiles or choose_tiles(q.shape[-1], q.dtype)).forward
+    out, lse = new_output(q.shape, q.dtype, q.device), new_row_stats(q.shape, q.device)
     if splits > 1:
         part = torch.empty(_part_numel(q, splits), dtype=torch.float32, device=q.device)
         grid, scalars, constexprs = _forward_part_args(q, k, v, is_causal, t, splits)
@@ -199,8 +223,8 @@ def flash_forward_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_c
 
 
 def backward_delta(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
-    """D = rowsum(dO ∘ O) in fp32, shape (batch, Nq); both inputs with unit last stride."""
-    delta = torch.empty(out.shape[:2], dtype=torch.float32, device=out.device)
+    """D = rowsum(dO ∘ O) in fp32, of O's shape but d; both inputs with unit last stride."""
+    delta = new_row_stats(out.shape, out.device)
     grid, scalars, constexprs = _delta_args(out, grad_out, delta)
     _delta_kernel[grid](O=out, DO=grad_out, DELTA=delta, **scalars, **constexprs)
     return delta
@@ -375,22 +399,22 @@ class _Plan:
 
     def __init__(self, q, k, v, is_causal: bool, splits: int | None = None,
                  split_backward: tuple[int, int] | None = None):
-        batch, n_q, d = q.shape
+        batch, _, n_q, d = _dims(q.shape)
+        n_k = k.shape[-2]
         tiles = choose_tiles(d, q.dtype)
         if not interpreting():
             sms = _sm_count(q.device)
-            tiles = fit_to_grid(tiles, batch, n_q, k.shape[1], sms)
+            tiles = fit_to_grid(tiles, batch, n_q, n_k, sms)
             if splits is None:
-                splits = forward_splits(tiles.forward, batch, n_q, k.shape[1], d, q.dtype, sms)
+                splits = forward_splits(tiles.forward, batch, n_q, n_k, d, q.dtype, sms)
             if split_backward is None:
-                split_backward = backward_splits(tiles, batch, n_q, k.shape[1], d, q.dtype, sms)
-        self.tiles, self.is_causal, self.splits, self.n_k = tiles, is_causal, splits or 1, k.shape[1]
+                split_backward = backward_splits(tiles, batch, n_q, n_k, d, q.dtype, sms)
+        self.tiles, self.is_causal, self.splits, self.n_k = tiles, is_causal, splits or 1, n_k
         # (dK/dV, dQ) slices of the split backward; forced by the caller, or 1 where the rule does
         # not run (the interpreter, which has no SM count).
         self.backward_splits = tuple(split_backward or (1, 1))
-        self.new_out = dict(size=q.shape, dtype=q.dtype, device=q.device)
-        self.new_lse = dict(size=(batch, n_q), dtype=torch.float32, device=q.device)
-        out, lse = torch.empty(**self.new_out), torch.empty(**self.new_lse)
+        self.shape, self.dtype, self.device = q.shape, q.dtype, q.device
+        out, lse = self.new_out(), self.new_lse()
         if self.splits > 1:
             self.forward = _SplitForward(q, k, v, out, lse, is_causal, tiles.forward, self.splits)
         else:
@@ -398,21 +422,29 @@ class _Plan:
                                    _options(tiles.forward))
         self.backwards: dict = {}
 
+    def new_out(self) -> torch.Tensor:
+        """An empty O, laid out as this plan's launches write it (``new_output``)."""
+        return new_output(self.shape, self.dtype, self.device)
+
+    def new_lse(self) -> torch.Tensor:
+        return new_row_stats(self.shape, self.device)
+
     def programs(self) -> dict[str, int]:
         """Each kernel's program count (the grid) for this layout."""
-        batch, n_q, _ = self.new_out["size"]
+        batch, _, n_q, _ = _dims(self.shape)
         t = self.tiles
         return {"forward": triton.cdiv(n_q, t.forward.block_q) * batch * self.splits,
                 "dkdv": triton.cdiv(self.n_k, t.dkdv.block_k) * batch * self.backward_splits[0],
                 "dq": triton.cdiv(n_q, t.dq.block_q) * batch * self.backward_splits[1]}
 
     def backward(self, q, k, v, out, grad_out, lse):
-        """dQ, dK, dV through the launches for this layout of dO (made on first use)."""
-        launches = self.backwards.get(grad_out.stride())
+        """dQ, dK, dV through the launches for this layout of dO and O (made on first use)."""
+        layout = (grad_out.stride(), out.stride())
+        launches = self.backwards.get(layout)
         if launches is None:
-            launches = self.backwards[grad_out.stride()] = self._backward_launches(q, k, v, out, grad_out, lse)
+            launches = self.backwards[layout] = self._backward_launches(q, k, v, out, grad_out, lse)
         delta_launch, dkdv, dq = launches
-        delta = torch.empty(**self.new_lse)
+        delta = self.new_lse()
         delta_launch(O=out, DO=grad_out, DELTA=delta)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         dkdv(Q=q, K=k, V=v, DO=grad_out, L=lse, DELTA=delta, DK=grad_k, DV=grad_v)
@@ -421,7 +453,7 @@ class _Plan:
 
     def _backward_launches(self, q, k, v, out, grad_out, lse):
         t, causal = self.tiles, self.is_causal
-        delta = torch.empty(**self.new_lse)
+        delta = self.new_lse()
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         dkdv_splits, dq_splits = self.backward_splits
         if dkdv_splits > 1:

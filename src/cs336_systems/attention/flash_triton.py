@@ -44,7 +44,7 @@ class FlashAttentionTriton(torch.autograd.Function):
         is_causal = causal_flag(is_causal)
         plan = _plan(q, k, v, is_causal)
         if plan is not None:
-            out, lse = torch.empty(**plan.new_out), torch.empty(**plan.new_lse)
+            out, lse = plan.new_out(), plan.new_lse()
             plan.forward(Q=q, K=k, V=v, O=out, L=lse)
         else:
             check_inputs(q, k, v, is_causal)

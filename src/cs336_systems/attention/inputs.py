@@ -19,27 +19,28 @@ def causal_flag(is_causal) -> bool:
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> None:
-    """Raise ``ValueError`` / ``TypeError`` unless q (batch, Nq, d), k and v (batch, Nk, d) fit."""
+    """Raise ``ValueError`` / ``TypeError`` unless q (batch, Nq, d), k and v (batch, Nk, d) fit, or
+    the same with a heads axis after the batch: q (batch, heads, Nq, d), k and v (batch, heads, Nk, d)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 3:
-            raise ValueError(f"{name} must have shape (batch, seq, d); got {tuple(t.shape)}")
+        if t.dim() not in (3, 4):
+            raise ValueError(f"{name} must have shape (batch, seq, d) or (batch, heads, seq, d); got {tuple(t.shape)}")
         if t.dtype not in DTYPES:
             raise TypeError(f"{name} has dtype {t.dtype}; supported: float32, float16, bfloat16")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
-    if not (q.shape[0] == k.shape[0] == v.shape[0]):
-        raise ValueError(f"batch sizes differ: q {q.shape[0]}, k {k.shape[0]}, v {v.shape[0]}")
-    if k.shape[1] != v.shape[1]:
-        raise ValueError(f"k and v must have the same sequence length; got {k.shape[1]} and {v.shape[1]}")
-    if not (q.shape[2] == k.shape[2] == v.shape[2]):
-        raise ValueError(f"q, k, v must share the head dimension; got {q.shape[2]}, {k.shape[2]}, {v.shape[2]}")
-    if q.shape[2] not in HEAD_DIMS:
-        raise ValueError(f"head dimension {q.shape[2]} is not supported; supported: {HEAD_DIMS_TEXT}")
-    if min(q.shape[1], k.shape[1]) < 1:
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError(f"batch sizes differ: q {tuple(q.shape[:-2])}, k {tuple(k.shape[:-2])}, v {tuple(v.shape[:-2])}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same sequence length; got {k.shape[-2]} and {v.shape[-2]}")
+    if not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
+        raise ValueError(f"q, k, v must share the head dimension; got {q.shape[-1]}, {k.shape[-1]}, {v.shape[-1]}")
+    if q.shape[-1] not in HEAD_DIMS:
+        raise ValueError(f"head dimension {q.shape[-1]} is not supported; supported: {HEAD_DIMS_TEXT}")
+    if min(q.shape[-2], k.shape[-2]) < 1:
         raise ValueError("sequence lengths must be at least 1")
-    if is_causal and q.shape[1] != k.shape[1]:
-        raise ValueError(f"causal attention needs as many queries as keys; got {q.shape[1]} and {k.shape[1]}")
+    if is_causal and q.shape[-2] != k.shape[-2]:
+        raise ValueError(f"causal attention needs as many queries as keys; got {q.shape[-2]} and {k.shape[-2]}")
