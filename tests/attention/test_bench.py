@@ -596,12 +596,24 @@ def test_graph_time_pairs_on_the_rounds_of_graph_time():
     assert row["timing"] == "graph" and row["paired"] and row["verdict"] == "lower"
 
 
-def test_tiles_tuned_on_another_card_are_named():
+def test_tiles_tuned_on_another_card_are_named_for_the_shapes_that_take_them():
+    """The points here are bf16 at d = 64, which take the tuner's bf16_d64 entry: its card is named
+    where no point ran on it, and no other entry's card is."""
     from cs336_systems.attention.tuned_tiles import TUNED
-    tuned_on = {e["measured"]["gpu"] for e in TUNED.values()}
-    h200 = [_point("ours", 1024, 1.0, gpu="NVIDIA H200")]
-    assert b5.tuned_elsewhere(h200) == sorted(tuned_on - {"NVIDIA H200"})
-    on_a_tuned_card = [_point("ours", 1024, 1.0, gpu=g) for g in tuned_on]
-    assert b5.tuned_elsewhere(on_a_tuned_card) == []
+    tuned_on = TUNED["bf16_d64"]["measured"]["gpu"]
+    elsewhere = [_point("ours", 1024, 1.0, gpu="Some other GPU")]
+    assert b5.tuned_elsewhere(elsewhere) == [tuned_on]
+    assert b5.tuned_elsewhere(elsewhere + [_point("ours", 2048, 1.0, gpu=tuned_on)]) == []
+    assert b5.tuned_elsewhere([_point("ours", 1024, 1.0, dtype="fp32", gpu="Some other GPU")]) == []  # no fp32 entry
     cpu = [_point("ours", 1024, 1.0, gpu=None)]
     assert b5.tuned_elsewhere(cpu) == []      # a CPU run runs the interpreter: no card to tune for
+
+
+def test_tuned_entry_is_the_kernels_rule():
+    """The report's torch-free ``tuned_entry`` names the entry ``flash_tiles.tuned_key`` takes."""
+    import torch
+
+    from cs336_systems.attention import flash_tiles
+    for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16"), (torch.bfloat16, "bf16")):
+        for d in range(8, 257, 8):
+            assert b5.tuned_entry(name, d) == flash_tiles.tuned_key(d, dtype), (name, d)

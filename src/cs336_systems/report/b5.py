@@ -632,13 +632,27 @@ SHORT = {"order": {"label": "causal tile order", "longest-first": "longest first
          "backward": {"label": "backward kernels", "dkdv+dq": "dK/dV then dQ", "fused": "fused, dQ added atomically"}}
 
 
+def tuned_entry(dtype: str | None, d: int) -> str | None:
+    """The entry of ``attention/tuned_tiles.py`` whose tiles a (dtype name, head dimension) takes, by
+    ``flash_tiles.tuned_key``'s rule (its own entry, else its padded width's; a test holds the two
+    equal), without importing the kernels."""
+    from cs336_systems.attention.tuned_tiles import TUNED
+
+    for width in (d, max(16, 1 << (d - 1).bit_length())):
+        if f"{dtype}_d{width}" in TUNED:
+            return f"{dtype}_d{width}"
+    return None
+
+
 def tuned_elsewhere(records: list[dict]) -> list[str]:
-    """The cards ``attention/tuned_tiles.py``'s entries were tuned on that none of ``records`` ran on:
-    their tiles run here untuned for this card (the tuner is not re-run per card)."""
+    """The cards on which the tuner chose the tiles that ``records``' shapes take (``tuned_entry``),
+    where none of ``records`` ran: those tiles run here untuned for this card (the tuner is not
+    re-run per card). Entries for shapes the records do not have say nothing about them."""
     from cs336_systems.attention.tuned_tiles import TUNED
 
     here = {r["provenance"].get("gpu") for r in records}
-    return sorted({e["measured"]["gpu"] for e in TUNED.values()} - here) if any(here) else []
+    used = {tuned_entry((shape := shape_of(r))["dtype"], shape["d"]) for r in records} - {None}
+    return sorted({TUNED[key]["measured"]["gpu"] for key in used} - here) if any(here) else []
 
 
 def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) -> dict:
