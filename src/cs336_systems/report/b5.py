@@ -686,7 +686,7 @@ def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) 
     return {"records": len(records), "commits": sorted({w["commit"][:10] for _, w in resolved}),
             "dates": [dates[0], dates[-1]] if dates else [], "unreadable": unreadable, "facts": rows,
             "tiles": tiles, "tiles_vary_with_length": len(varies) < len(tiles), "tree": tree,
-            "lengths": len({shape_seq(r) for r in records})}
+            "several_lengths": len({shape_seq(r) for r in records}) > 1}
 
 
 def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dict:
@@ -776,7 +776,7 @@ def ran_schema(key: dict = STR, **more) -> dict:
     fact = obj(fact=STR, known=null(INT), label=STR, source=STR, values=null(arr(STR)))
     tile = obj(dkdv=STR, dq=STR, forward=STR, key=arr(key), seqs=STR, source=STR)
     differs = obj(label=STR, ran=arr(STR), tree=arr(STR))
-    return obj(facts=arr(fact), lengths=INT, records=null(INT), tiles=null(arr(tile)),
+    return obj(facts=arr(fact), several_lengths=BOOL, records=null(INT), tiles=null(arr(tile)),
                tiles_vary_with_length=null(BOOL), tree=null(obj(compared=arr(STR), differs=null(arr(differs)))),
                **more)
 

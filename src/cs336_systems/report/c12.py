@@ -106,10 +106,13 @@ def predicted_state_GiB(setup: dict) -> dict:
 
 
 def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: dict, c1: dict | None,
-         traces: dict[str, list[dict]], traced: list[str], gaps: dict[str, dict | None], memory: list[dict]) -> dict:
+         traces: dict[str, list[dict]], traced: list[str], drawn: list[str], gaps: dict[str, dict | None],
+         memory: list[dict]) -> dict:
     """C12's summary keys: the memory rows (``memory``, the first precision's), the state FSDP is
-    predicted to save and what it saves, what its forward is made of, and how much of each traced
-    step's idle compute lane (``gaps``) the untraced step holds."""
+    predicted to save and what it saves, what its forward is made of, how much of each traced
+    step's idle compute lane (``gaps``) the untraced step holds, and which traces' gaps the section
+    tabulates: the drawn FSDP ones (``gap_labels``; a traced variant that ran out of memory or
+    failed has no trace, so no gaps), and DDP (overlap)'s as their reference (``gap_rows``)."""
     predicted = predicted_state_GiB(setup)
     forward = {(v, p): phase_spread(r, "forward_ms") for p, found in by_variant(records).items()
                for v, r in found.items()}
@@ -122,5 +125,9 @@ def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: di
                       if f["variant"] == label and f["precision"] == "fp32"), None)
         if idle is not None:
             idle["beyond_transfers"] = bound is not None and idle["idle_ms"] > bound
+    with_gaps = {label for label, found in gaps.items() if found}
+    gap_labels = [label for label in drawn if label in with_gaps]
+    reference = ["overlap"] if untraced.get("overlap") and "overlap" in with_gaps else []
     return {"memory": memory, "predicted_state_GiB": predicted, "fsdp_forward": forward_rows,
-            "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced}
+            "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced, "gap_labels": gap_labels,
+            "gap_rows": gap_labels + reference}

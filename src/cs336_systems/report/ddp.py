@@ -199,7 +199,7 @@ def _c12(s: Section) -> tuple[pd.DataFrame, dict]:
     memory = [m for m in memory_rows(s.records, MEMORY_VARIANTS) if m["precision"] == s.first]
     found = by_variant(s.records).get(s.first, {})
     return s.table, drawn | phases_against(found.get("fsdp"), found.get("overlap")) | c12.part(
-        s.records, s.rows, s.setup, s.c1, s.traces, s.traced, drawn["compute_gaps"], memory)
+        s.records, s.rows, s.setup, s.c1, s.traces, s.traced, drawn["traced"], drawn["compute_gaps"], memory)
 
 
 def _c8(s: Section) -> tuple[pd.DataFrame, dict]:
@@ -242,7 +242,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     by_precision = {p: {"baseline": rows[p].get(variants.BASELINE)} | QUOTED[ident](rows[p]) for p in precisions}
     calls = naive_calls(setup["size"])
     summary = {"provenance": run_provenance(records), "setup": setup, "precisions": precisions,
-               "first_precision": first, "paired": paired, "every_precision_paired": bool(paired) and all(paired.values()),
+               "first_precision": first, "only_fp32": precisions == ["fp32"], "paired": paired, "every_precision_paired": bool(paired) and all(paired.values()),
                **by_precision[first],
                "by_precision": {p: by_precision[p] for p in precisions if p != first},
                "naive_calls": calls, "per_call": per_call.get(first),
@@ -290,7 +290,7 @@ def main(argv=None) -> int:
 # What writeup/templates/sections/<ID>.md.j2 reads of the summary this report writes for each of its
 # sections (report.summary_schemas); the blocks they share are ddp_rows'.
 SUMMARY_SCHEMAS: dict[str, dict] = {}
-_OPENING = dict(first_precision=STR, precisions=arr(STR), provenance=PROVENANCE)
+_OPENING = dict(first_precision=STR, only_fp32=BOOL, precisions=arr(STR), provenance=PROVENANCE)
 _PHASE_DIFF = obj(high_ms=NUM, low_ms=NUM, ms=NUM)
 
 SUMMARY_SCHEMAS["C2"] = section(
@@ -440,7 +440,8 @@ SUMMARY_SCHEMAS["C12"] = section(
                         without_gradients_GiB=NUM))),
     setup=SETUP,
     torch_ddp=waiting_row_schema(waits_schema()),
-    traced=opt(null(arr(STR))),
+    gap_labels=arr(STR),
+    gap_rows=arr(STR),
     untraced_idle=opt(mapping(null(obj(beyond_transfers=BOOL, idle_ms=NUM, idle_share=NUM, mostly_profiler=null(BOOL),
                                        step_ms=NUM,
                                        traced_idle_ms=NUM)))),
