@@ -292,6 +292,16 @@ def test_the_gb_and_tflop_filters_write_decimal_units(tmp_path):
         "1.234 TFLOP / 12.0 TFLOP"
 
 
+def test_the_sci_and_billion_filters_write_a_constant_as_prose_does(tmp_path):
+    env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
+    sci = env.from_string("{{ v | sci }}")
+    assert [sci.render(v=v) for v in (4.59e14, 1.8e11, 9.96e10, -2.5e-3, 7.0, 0.0)] == [
+        "4.6·10¹⁴", "1.8·10¹¹", "1.0·10¹¹", "-2.5·10⁻³", "7.0·10⁰", "0.0·10⁰"]
+    assert env.from_string("{{ v | sci(2) }} / {{ none | sci }}").render(v=123456.0) == "1.23·10⁵ / n/a"
+    assert env.from_string("{{ v | billion }} / {{ v | billion(2) }}").render(v=6_996_000_000) == \
+        "7.0 billion / 7.00 billion"
+
+
 def test_the_span_filters_write_a_range_or_one_number_where_its_ends_read_alike(tmp_path):
     env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
     span = env.from_string("{{ v | span }} / {{ v | span(1) }} / {{ v | pct_span }}")

@@ -138,6 +138,10 @@ def build(record: dict, out_dir: Path) -> dict:
         "tricks": m["tricks"],
         "hardware": m["hardware"],
         "ib_GBps": m["ib_GBps"],
+        # how many times slower a cross-node collective is over InfiniBand than over NVLink
+        "ib_slowdown": m["hardware"]["H100 SXM"]["link_GBps"] / m["ib_GBps"],
+        # the batch at which the saved activations alone fill one H100's memory
+        "tokens_filling_an_h100": ans["a"]["h100_hbm_GB"] * 1e3 / ans["a"]["activations_per_token_MB"],
         "global_batch_tokens": record["params"]["global_batch_tokens"],
         "scaling": scaling_summary,
         "scaling_models": m["scaling_models"],
@@ -173,6 +177,8 @@ SUMMARY_SCHEMAS["C9"] = section(
     global_batch_tokens=INT,
     hardware=obj({'H100 SXM': obj(bf16_TFLOPs=NUM, hbm_GB=NUM, link_GBps=NUM)}),
     ib_GBps=NUM,
+    ib_slowdown=NUM,
+    tokens_filling_an_h100=NUM,
     model=mapping(INT),
     provenance=PROVENANCE,
     scaling=mapping(mapping(mapping(mapping(null(one_of_types(BOOL, NUM, STR)))))),

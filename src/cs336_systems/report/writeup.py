@@ -80,6 +80,21 @@ def _fmt(value, digits: int = 2) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _sci(value, digits: int = 1) -> str:
+    """``value`` in scientific notation as prose writes it, "4.6·10¹⁴": the template states a
+    closed form's constant without dividing it by a power of ten it types itself."""
+    if value is None:
+        return "n/a"
+    exponent = math.floor(math.log10(abs(value))) if value else 0
+    mantissa = value / 10 ** exponent
+    if abs(round(mantissa, digits)) >= 10:        # 9.96 rounds up to the next power
+        mantissa, exponent = mantissa / 10, exponent + 1
+    return f"{mantissa:.{digits}f}·10{str(exponent).translate(_SUPERSCRIPT)}"
+
+
 def _pct(value, digits: int = 1) -> str:
     return "n/a" if value is None else f"{100 * value:.{digits}f} %"
 
@@ -196,6 +211,8 @@ class Renderer:
         # bytes in decimal gigabytes and FLOPs in TFLOP, with the unit (bandwidth and rates are decimal)
         self.env.filters["gb"] = lambda v, digits=2: f"{v / 1e9:,.{digits}f} GB"
         self.env.filters["tflop"] = lambda v, digits=3: f"{v / 1e12:,.{digits}f} TFLOP"
+        self.env.filters["sci"] = _sci
+        self.env.filters["billion"] = lambda v, digits=1: f"{v / 1e9:,.{digits}f} billion"
 
     def anchor(self, ident: str) -> str:
         """The link target of section ``ident`` in this format."""
