@@ -27,12 +27,17 @@ def shapes(size, vocab: int) -> list[tuple[int, ...]]:
     return [(vocab, d)] + per_layer * layers + [(d,), (vocab, d)]
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc: str) -> argparse.ArgumentParser:
+    """The options both AdamW probes of this folder take: the model size, rounds and steps a round."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--size", choices=list(MODEL_SIZES), default="2.7B")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=5)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = arguments(__doc__).parse_args(argv)
     g = torch.Generator(device="cuda").manual_seed(0)
     made = {}
     for name, make in (("torch-fused", lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.01, fused=True)),

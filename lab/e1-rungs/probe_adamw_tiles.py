@@ -10,33 +10,23 @@ ms per step, its median and the bandwidth it reached.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 
 import torch
 
-from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, get_size
+from probe_adamw import BYTES_PER_PARAMETER, arguments, shapes     # this folder's probe: shapes, options
+
+from cs336_systems.models import VOCAB_SIZE, get_size
 from cs336_systems.training_step import triton_adamw
 
-BYTES_PER_PARAMETER = 28
 SETTINGS = [(block, warps) for block in (1024, 2048, 4096, 8192, 16384) for warps in (4, 8, 16)
             if block // (32 * warps) >= 4]
 
 
-def shapes(size, vocab: int) -> list[tuple[int, ...]]:
-    d, f, layers = size.d_model, size.d_ff, size.num_layers
-    per_layer = [(d, d)] * 4 + [(d,), (f, d), (d, f), (f, d), (d,)]
-    return [(vocab, d)] + per_layer * layers + [(d,), (vocab, d)]
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--size", choices=list(MODEL_SIZES), default="2.7B")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--steps", type=int, default=5)
-    args = p.parse_args(argv)
+    args = arguments(__doc__).parse_args(argv)
     g = torch.Generator(device="cuda").manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(s, device="cuda", generator=g))
               for s in shapes(get_size(args.size), VOCAB_SIZE)]
