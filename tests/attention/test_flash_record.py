@@ -81,6 +81,19 @@ def test_a_compiled_call_is_described_by_the_plan_its_custom_op_takes():
                                                             compiled["backward_splits"])
 
 
+def test_the_plain_path_counts_heads_as_entries():
+    """A (batch, heads, N, d) input the plan does not take (a strided last dimension: the plain
+    launches copy it): its programs are counted over batch x heads entries, as the kernels run them,
+    and the plan's count of the same shape, contiguous, agrees."""
+    q = torch.randn(2, 3, 100, 32, device=DEVICE)
+    strided = q.transpose(-1, -2).contiguous().transpose(-1, -2)
+    plain, planned = flash_record.describe(strided, strided, strided, True), flash_record.describe(q, q, q, True)
+    assert plain["path"] == "plain" and planned["path"] == "plan"
+    assert plain["programs"] == flash_record.programs_of(plain["tiles"], 6, 100, 100)
+    assert planned["programs"] == flash_record.programs_of(planned["tiles"], 6, 100, 100, planned["splits"],
+                                                           planned["backward_splits"])
+
+
 def test_the_order_a_record_states_is_the_kernels():
     # The kernels take tiles through _tile_and_batch, which reverses the query tiles' order when
     # HEAVY_LAST (the forward and dQ pass CAUSAL): without that switch "longest-first" would be false.

@@ -72,7 +72,7 @@ def tiles_from(d: int, dtype) -> str:
 
 def describe(q, k, v, is_causal: bool, *, compiled: bool = False, backward: str = "dkdv+dq") -> dict:
     """What ``FlashAttentionTriton`` (``backward`` "dkdv+dq") or the Triton forward with the compiled
-    PyTorch backward ("compiled-pytorch") runs for these (batch, N, d) inputs: the cached plan
+    PyTorch backward ("compiled-pytorch") runs for these (batch, N, d) or (batch, heads, N, d) inputs: the cached plan
     where the shape takes one ("plan": tiles fitted to the grid, split launches for short grids),
     else the plain launches ("plain": the tuned or default tiles, no splits). Under
     ``torch.compile`` the model back end calls the same launches through its custom op
@@ -84,7 +84,8 @@ def describe(q, k, v, is_causal: bool, *, compiled: bool = False, backward: str 
     if not launch:
         tiles = _module("flash_tiles").choose_tiles(q.shape[-1], q.dtype).to_json()
         launch = {"tiles": tiles, "splits": 1, "backward_splits": [1, 1],
-                  "programs": programs_of(tiles, q.shape[0], q.shape[1], k.shape[1]),
+                  # batch x heads entries where the inputs have a heads axis (the kernels' entries)
+                  "programs": programs_of(tiles, math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2]),
                   "sms": plan._sm_count(q.device) if q.device.type == "cuda" else None,
                   "products": plan._precision(q.dtype)}
     launch.update(path=path, tiles_from=tiles_from(q.shape[-1], q.dtype), order=order(is_causal), backward=backward)
