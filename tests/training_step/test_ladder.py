@@ -53,9 +53,11 @@ def test_a_point_s_rungs_and_anchors_take_turns_in_one_job_and_their_first_losse
     records = read(outs)
     assert list(records) == ALL
     ran = {n: r for n, r in records.items() if r["status"] == "ok"}
-    assert set(ran) == set(ALL) - {"cuda-graphs", "checkpointed", "anchor-sdpa-cudnn", "anchor-liger"}, {
-        n: r.get("message") for n, r in records.items()}
-    for name in ("cuda-graphs", "anchor-sdpa-cudnn", "anchor-liger"):
+    # our fused modules build on the CUDA graphs: test_our_fused_modules_compute_what... runs them on a CPU
+    on_cuda = {"cuda-graphs", "triton-rmsnorm", "triton-swiglu", "triton-rope", "triton-linear-ce", "anchor-sdpa-cudnn",
+               "anchor-liger"}
+    assert set(ran) == set(ALL) - on_cuda - {"checkpointed"}, {n: r.get("message") for n, r in records.items()}
+    for name in on_cuda:
         assert records[name]["status"] == "skipped" and "CUDA" in records[name]["reason"]
     assert records["checkpointed"]["reason"] == "not needed: the previous rung (bf16-weights) fits"
     # one job: every record names it, its entrants and its rounds
@@ -395,40 +397,89 @@ def test_the_liger_anchor_is_skipped_with_how_to_install_where_liger_is_missing(
 
 
 def test_liger_s_modules_take_the_model_s_places_over_its_own_parameters_and_give_them_back():
-    from cs336_systems.training_step.liger import HiddenStates, LigerRMSNorm, LigerSwiGLU, Swap
+    from cs336_systems.training_step.liger import KIT, LigerRMSNorm, LigerSwiGLU
+    from cs336_systems.training_step.swap import HiddenStates, Swap
 
     point = step_module.SharedPoint(get_size("tiny"), context=16, batch=2, device="cpu", seed=5, backend="aot_eager")
     model = point.model
     own = {name: module for name, module in model.named_modules()}
     before = [id(p) for p in model.parameters()]
     swap = Swap(model, point.blocks)
-    swap.hold(True)
+    swap.hold({kind: KIT for kind in KIT})
     assert all(isinstance(b.ln1, LigerRMSNorm) and isinstance(b.ln2, LigerRMSNorm) and isinstance(b.ffn, LigerSwiGLU)
                for b in point.blocks)
+    assert all(b.attn.rope is own["layers.0.attn.rope"] or b.attn.rope is own[f"layers.{i}.attn.rope"]
+               for i, b in enumerate(point.blocks))             # Liger's RoPE is another function: not swapped
     assert isinstance(model.ln_final, LigerRMSNorm) and isinstance(model.lm_head, HiddenStates)
     assert sorted(id(p) for p in model.parameters()) == sorted(before)      # the same tensors, none added
     assert point.blocks[0].ffn.w1 is own["layers.0.ffn"].w1 and point.blocks[0].ln1.weight is own["layers.0.ln1"].weight
     hidden = torch.randn(2, 3, model.lm_head.head.weight.shape[1])
     assert model.lm_head(hidden) is hidden          # the head is fused into the loss instead
-    swap.hold(False)
+    swap.hold({})
     assert dict(model.named_modules()).keys() == own.keys()
     assert all(module is own[name] for name, module in model.named_modules())
 
 
-def test_swapping_liger_in_twice_changes_nothing_the_second_time(monkeypatch):
+def test_swapping_the_same_kits_in_twice_changes_nothing_the_second_time(monkeypatch):
     """configure() runs before every step: a swap already made must not set ~100 attributes again."""
-    from cs336_systems.training_step.liger import Swap
+    from cs336_systems.training_step.liger import KIT
+    from cs336_systems.training_step.swap import Swap
 
     point = step_module.SharedPoint(get_size("tiny"), context=16, batch=2, device="cpu", seed=5, backend="aot_eager")
     swap = Swap(point.model, point.blocks)
-    swap.hold(True)
+    swap.hold({kind: KIT for kind in KIT})
     calls = []
     real = torch.nn.Module.__setattr__
     monkeypatch.setattr(torch.nn.Module, "__setattr__", lambda self, k, v: (calls.append(k), real(self, k, v))[1])
-    swap.hold(True)
+    swap.hold({kind: KIT for kind in KIT})
     assert calls == []
-    swap.hold(False)
+    swap.hold({})
     assert len(calls) == len(swap.places)
+    with pytest.raises(ValueError, match="no such kind of place: bias"):
+        swap.hold({"bias": KIT})
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_our_fused_modules_compute_what_the_model_s_own_compute_step_after_step(compiled):
+    """The triton-* rungs' setups without CUDA graphs (a CPU runs Triton's interpreter), compiled
+    (aot_eager) or not, on the GPU where there is one: from one seeded state, three steps' losses and the first step's gradients
+    against fp32 eager's, within the report's tolerances and no farther than the same bf16 step with
+    the model's own norms, gate, RoPE and loss lands; then the model's modules are back in their places."""
+    from cs336_systems.report.e1 import GRAD_RTOL, LOSS_RTOL
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"     # our kernels compiled, or in the interpreter
+    point = step_module.SharedPoint(get_size("tiny"), context=16, batch=2, device=device, seed=5, backend="aot_eager")
+    own = dict(point.model.named_modules())
+
+    def plain(name):
+        return dataclasses.replace(rungs.get(name).setup, cuda_graphs=False, compiled=compiled, attention="sdpa")
+
+    def run(setup):
+        point.restore()
+        losses, grads = [], {}
+
+        def keep():
+            grads.update({n: h.grad.double().clone() for n, h in zip(point.names, point.gradient_holders())})
+        step = point.step(setup, watched=3, on_loss=losses.append, on_gradients=keep)
+        for _ in range(3):
+            step()
+        return losses, grads
+
+    def errors(grads):
+        return {n: float((grads[n] - fp32_grads[n]).norm() / fp32_grads[n].norm()) for n in fp32_grads}
+
+    fp32_losses, fp32_grads = run(dataclasses.replace(rungs.get("fp32").setup, attention="sdpa"))
+    base_losses, base_grads = run(plain("cuda-graphs"))
+    base = errors(base_grads)
+    for name in ("triton-rmsnorm", "triton-swiglu", "triton-rope", "triton-linear-ce"):
+        losses, grads = run(plain(name))
+        assert losses == pytest.approx(fp32_losses, rel=LOSS_RTOL), name
+        assert losses != base_losses or name == "triton-rmsnorm", name        # another computation ran
+        ours = errors(grads)
+        assert all(ours[n] <= min(GRAD_RTOL, 1.5 * base[n] + 1e-3) for n in ours), (name, ours, base)
+    assert type(point.model.lm_head).__name__ == "HiddenStates"
+    point.configure(plain("cuda-graphs"))
+    assert all(module is own[name] for name, module in point.model.named_modules())
 
 
 @pytest.mark.gpu

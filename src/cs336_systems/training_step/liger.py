@@ -68,18 +68,6 @@ class LigerSwiGLU(nn.Module):
         return self.w2(liger_swiglu(self.w1(x), self.w3(x)))
 
 
-class HiddenStates(nn.Module):
-    """In the LM head's place: hands the final norm's output through, so the loss can fuse the head.
-    Holds the head, so its weight stays among the model's parameters (cleared with them)."""
-
-    def __init__(self, head: nn.Module):
-        super().__init__()
-        self.head = head
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-
 def fused_linear_cross_entropy(head: nn.Module):
     """The step's loss from the hidden states: Liger's fused LM head + mean cross-entropy."""
     def loss(hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -89,26 +77,5 @@ def fused_linear_cross_entropy(head: nn.Module):
     return loss
 
 
-class Swap:
-    """The model's modules and Liger's in their place, swapped in and out by attribute: the blocks
-    (compiled or not) are the same objects, only what they call changes."""
-
-    def __init__(self, model: nn.Module, blocks: nn.ModuleList):
-        self.places: list[tuple[nn.Module, str, nn.Module, nn.Module]] = []    # (owner, name, model's, Liger's)
-        for block in blocks:
-            for name, make in (("ln1", LigerRMSNorm), ("ln2", LigerRMSNorm), ("ffn", LigerSwiGLU)):
-                own = getattr(block, name)
-                self.places.append((block, name, own, make(own)))
-        self.places.append((model, "ln_final", model.ln_final, LigerRMSNorm(model.ln_final)))
-        self.places.append((model, "lm_head", model.lm_head, HiddenStates(model.lm_head)))
-        self.loss = fused_linear_cross_entropy(model.lm_head)
-        self.held = False
-
-    def hold(self, liger: bool) -> None:
-        """Liger's modules in their places (``liger``) or the model's; a no-op where they already are,
-        so that configuring every step costs nothing once the swap is made."""
-        if liger == self.held:
-            return
-        for owner, name, own, theirs in self.places:
-            setattr(owner, name, theirs if liger else own)
-        self.held = liger
+# What this anchor puts in the model's places (``training_step.swap``)
+KIT = {"norm": LigerRMSNorm, "gate": LigerSwiGLU, "loss": fused_linear_cross_entropy}

@@ -12,6 +12,13 @@
                     the weights each forward, nor their gradients back each backward
     cuda-graphs   + the step's forward, backward and update each captured once as a CUDA graph and
                     replayed (training_step.cuda_graphs): the host issues a phase in one call
+    triton-rmsnorm    + our RMSNorm, one Triton kernel forward and one backward, writing the bf16
+                    the next matmul reads (training_step.triton_rmsnorm)
+    triton-swiglu     + our SwiGLU gate, silu(a) * b, one Triton kernel each way (training_step.triton_swiglu)
+    triton-rope       + our RoPE, one Triton kernel each way over the model's view of q and k
+                    (training_step.triton_rope)
+    triton-linear-ce  + our LM head and cross-entropy in one op, the gradients made in the forward
+                    chunk by chunk, no fp32 logits (training_step.triton_linear_ce)
     checkpointed  bf16-weights + activation checkpointing of groups of blocks, measured only where
                     bf16-weights runs out of memory (elsewhere it would only add recomputation)
 
@@ -22,7 +29,8 @@ memory a capture holds would only stand in its way.
 The anchors are what a practitioner writes in plain PyTorch: bf16 autocast, PyTorch's
 ``scaled_dot_product_attention`` pinned to its flash or its cuDNN kernel, the model compiled,
 ``torch.optim.AdamW(fused=True)``; and the cuDNN one with Liger-Kernel's fused RMSNorm, SwiGLU gate
-and linear + cross-entropy (``training_step.liger``: an optional extra, CUDA only).
+and linear + cross-entropy (``training_step.liger``: an optional extra, CUDA only). Both Liger's
+modules and our fused ones take the model's places through ``training_step.swap``.
 
 Kept free of torch: the rule file reads the names and the code each rung runs (``code_of``), so a
 rung's rule depends on its own attention back end and nothing else's.
@@ -44,6 +52,12 @@ ADAMWS = {"basics": OUR_ADAMW, "torch-fused": FUSED_ADAMW, "triton": TRITON_ADAM
 TRITON_ADAMW_MODULE = "cs336_systems.training_step.triton_adamw"
 LIGER_MODULE = "cs336_systems.training_step.liger"
 CUDA_GRAPHS_MODULE = "cs336_systems.training_step.cuda_graphs"
+# Our fused Triton modules by the kind of place they take (training_step.swap.KINDS), loaded by name
+# like the attention back ends: a rung depends on the kernels it runs.
+OUR_KERNELS = {"norm": "cs336_systems.training_step.triton_rmsnorm:TritonRMSNorm",
+               "gate": "cs336_systems.training_step.triton_swiglu:TritonSwiGLU",
+               "rope": "cs336_systems.training_step.triton_rope:TritonRoPE",
+               "loss": "cs336_systems.training_step.triton_linear_ce:fused_loss"}
 SDPA_KERNELS = ("flash", "cudnn")        # torch.nn.attention.SDPBackend FLASH_ATTENTION, CUDNN_ATTENTION
 
 
@@ -59,6 +73,7 @@ class Setup:
     checkpointed: bool = False           # blocks regrouped under torch.utils.checkpoint (A6's code)
     liger: bool = False                  # Liger-Kernel's norm, SwiGLU gate and linear + cross-entropy (training_step.liger)
     cuda_graphs: bool = False            # each phase of the step replayed from a CUDA graph (training_step.cuda_graphs)
+    ours: tuple[str, ...] = ()           # the places our fused Triton modules take (OUR_KERNELS' kinds)
 
     def __post_init__(self):
         if self.adamw not in ADAMWS:
@@ -67,6 +82,11 @@ class Setup:
             raise ValueError("bf16 weights need bf16 autocast and our Triton AdamW, which keeps their fp32 masters")
         if self.cuda_graphs and self.adamw != "triton":
             raise ValueError("CUDA graphs need our Triton AdamW, whose step counts stay on the device")
+        unknown = [kind for kind in self.ours if kind not in OUR_KERNELS]
+        if unknown:
+            raise ValueError(f"no fused module of ours for {', '.join(unknown)}; we have: {', '.join(OUR_KERNELS)}")
+        if self.ours and self.liger:
+            raise ValueError("a step holds Liger-Kernel's modules or ours, not both")
 
     @property
     def optimizer(self) -> str:
@@ -95,6 +115,13 @@ def _ladder() -> tuple[Rung, ...]:
          "copy: no cast of a weight or of its gradient", {"bf16_weights": True}),
         ("cuda-graphs", "the forward, backward and update each captured once as a CUDA graph and replayed: the host "
          "issues each phase in one call", {"cuda_graphs": True}),
+        ("triton-rmsnorm", "our RMSNorm, one Triton kernel forward and one backward, writing the bf16 the next "
+         "matmul reads", {"ours": ("norm",)}),
+        ("triton-swiglu", "our SwiGLU gate, silu(a) * b, one Triton kernel each way", {"ours": ("norm", "gate")}),
+        ("triton-rope", "our RoPE, one Triton kernel each way over the model's view of q and k",
+         {"ours": ("norm", "gate", "rope")}),
+        ("triton-linear-ce", "our LM head and cross-entropy in one op, the gradients made in the forward chunk by "
+         "chunk, no fp32 logits", {"ours": ("norm", "gate", "rope", "loss")}),
         ("checkpointed", "activation checkpointing of groups of blocks, where the rung it builds on runs out of memory",
          {"checkpointed": True}, "bf16-weights"),
     )
@@ -141,18 +168,19 @@ def previous(name: str) -> str | None:
 
 def code_of(name: str) -> tuple[str, ...]:
     """The modules a rung runs beyond the ladder's own: its attention back end, our Triton AdamW if
-    it steps with it, Liger's adapters if it uses them, the graph capture if it replays graphs, and,
-    if it checkpoints, A6's checkpointing."""
+    it steps with it, Liger's adapters if it uses them, the graph capture if it replays graphs, our
+    fused modules it holds, and, if it checkpoints, A6's checkpointing."""
     setup = get(name).setup
     return ((attention_module(setup.attention),) + ((TRITON_ADAMW_MODULE,) if setup.adamw == "triton" else ())
             + ((LIGER_MODULE,) if setup.liger else ()) + ((CUDA_GRAPHS_MODULE,) if setup.cuda_graphs else ())
+            + tuple(OUR_KERNELS[kind].partition(":")[0] for kind in setup.ours)
             + ((CHECKPOINTING.partition(":")[0],) if setup.checkpointed else ()))
 
 
 def runs_triton(name: str) -> bool:
     """Whether the rung launches a Triton kernel of ours (on a CPU: in Triton's interpreter)."""
     setup = get(name).setup
-    return setup.attention == "flash" or setup.adamw == "triton"
+    return setup.attention == "flash" or setup.adamw == "triton" or bool(setup.ours)
 
 
 def needs_cuda(name: str) -> str | None:

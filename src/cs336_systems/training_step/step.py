@@ -40,7 +40,9 @@ import torch
 from torch import nn
 
 from cs336_systems.models import VOCAB_SIZE, ModelSize, build_model, get_attention_backend, random_batch
-from cs336_systems.training_step.rungs import CHECKPOINTING, CUDA_GRAPHS_MODULE, LIGER_MODULE, TRITON_ADAMW_MODULE, Setup
+from cs336_systems.training_step.rungs import (CHECKPOINTING, CUDA_GRAPHS_MODULE, LIGER_MODULE, OUR_KERNELS,
+                                               TRITON_ADAMW_MODULE, Setup)
+from cs336_systems.training_step.swap import Kit, Swap
 from cs336_systems.workload import LEARNING_RATE, Workload, adamw, no_phase
 
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
@@ -136,7 +138,8 @@ class SharedPoint:
         # every matrix a matmul reads, with its fp32 weight: what the bf16-weights rung holds in bf16
         self._matrices = [(m, m.weight) for m in self.model.modules() if isinstance(m, Linear)]
         self._bf16_copies: dict[int, nn.Parameter] = {}      # id(fp32 weight) -> its bf16 copy, while held
-        self._liger = None          # training_step.liger.Swap, built for the first rung that uses it
+        self._swap = None           # training_step.swap.Swap, built for the first step that fuses a place
+        self._kits: dict[Setup, dict[str, Kit]] = {}
         self._graphed = None        # (setup, training_step.cuda_graphs.GraphedStep) while a rung's graphs stand
         self.capture_peaks: dict[Setup, int] = {}    # setup -> the most a capture of its step allocated
 
@@ -215,12 +218,23 @@ class SharedPoint:
             self._graphed = (setup, graphed)
         return self._graphed[1]
 
-    def liger(self):
-        """Liger-Kernel's modules beside the model's (``training_step.liger``), loaded by name: only
-        the anchor that uses them imports Liger."""
-        if self._liger is None:
-            self._liger = importlib.import_module(LIGER_MODULE).Swap(self.model, self.blocks)
-        return self._liger
+    def kits(self, setup: Setup) -> dict[str, Kit]:
+        """Per kind of place ``setup`` fuses (``swap.KINDS``), the kit whose module takes it: Liger's
+        (``training_step.liger``) or ours, each loaded by name, so only a step that uses Liger imports it."""
+        if setup not in self._kits:
+            kits: dict[str, Kit] = {}
+            if setup.liger:
+                liger = importlib.import_module(LIGER_MODULE).KIT
+                kits = {kind: liger for kind in liger}
+            for kind in setup.ours:
+                kits[kind] = _our_kit(kind)
+            self._kits[setup] = kits
+        return self._kits[setup]
+
+    def swap(self) -> Swap:
+        if self._swap is None:
+            self._swap = Swap(self.model, self.blocks)
+        return self._swap
 
     def gradient_holders(self) -> list[torch.Tensor]:
         """Per parameter (``self.parameters``' order), the tensor whose ``.grad`` is its gradient now:
@@ -242,15 +256,16 @@ class SharedPoint:
 
     def configure(self, setup: Setup) -> None:
         """Make the shared model the one ``setup`` runs: its attention, its list of blocks, the
-        precision its matrices are held in and whose norms, gate and loss it calls (Liger's or the
-        model's). Called before every step; each part changes only what differs."""
+        precision its matrices are held in and whose norms, gates, rotary embeddings and loss it
+        calls (Liger's, ours or the model's). Called before every step; each part changes only what differs."""
         from cs336_basics.model import set_attention
 
         if self._graphed is not None and self._graphed[0] != setup:
             self.drop_graphs()          # before the copies its graphs read go
         self.hold_bf16_copies(setup.bf16_weights)
-        if setup.liger or self._liger is not None:
-            self.liger().hold(setup.liger)
+        kits = self.kits(setup)
+        if kits or self._swap is not None:
+            self.swap().hold(kits)
         self.model.layers = self.layers(setup)
         set_attention(self.model, self.attention(setup))
 
@@ -261,8 +276,9 @@ class SharedPoint:
             if self._compiled_model is None:
                 self._compiled_model = torch.compile(self.model, backend=self.backend)
             runnable = self._compiled_model
-        return Workload(self.model, runnable, self.optimizer(setup), self.inputs, self.targets,
-                        "train-step", setup.precision, self.device, loss=self.liger().loss if setup.liger else None)
+        loss_kit = self.kits(setup).get("loss")
+        return Workload(self.model, runnable, self.optimizer(setup), self.inputs, self.targets, "train-step",
+                        setup.precision, self.device, loss=None if loss_kit is None else self.swap().loss(loss_kit))
 
     def step(self, setup: Setup, *, watched: int = 1, on_loss: Callable[[float], None] | None = None,
              on_gradients: Callable[[], None] | None = None):
@@ -287,6 +303,18 @@ class SharedPoint:
             return loss
 
         return step
+
+
+_OUR_KITS: dict[str, Kit] = {}
+
+
+def _our_kit(kind: str) -> Kit:
+    """A kit holding our fused module for ``kind`` alone (``rungs.OUR_KERNELS``), one object per kind so
+    that a swap keeps the module it made for it."""
+    if kind not in _OUR_KITS:
+        module, _, name = OUR_KERNELS[kind].partition(":")
+        _OUR_KITS[kind] = {kind: getattr(importlib.import_module(module), name)}
+    return _OUR_KITS[kind]
 
 
 def _calling_before(name: str, call: Callable[[], None], phase):

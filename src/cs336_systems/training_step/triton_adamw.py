@@ -29,22 +29,14 @@ import torch
 import triton
 import triton.language as tl
 
+from cs336_systems.training_step.triton_rounding import to_bf16_nearest_even
+
 # Elements per program, and warps: 1024 with 4 warps (8 elements a thread) was the fastest of 14
 # settings over the 2.7B model's parameters on an H200, 24.2 ms a step (3.9 TB/s) against 25.0 at
 # 4096 with 8 (lab/e1-rungs/probe_adamw_tiles.py). Triton's interpreter (a CPU) runs the programs
 # one after another, each with a fixed cost, so there a block is 64x larger.
 BLOCK = 65536 if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else 1024
 NUM_WARPS = 4
-
-
-@triton.jit
-def _to_bf16_nearest_even(x):
-    """fp32 -> bf16 rounded to nearest, ties to even, as PyTorch rounds. Done on the bits because
-    Triton's interpreter truncates in ``.to(tl.bfloat16)`` whatever rounding is asked for (finite
-    values only: weights are)."""
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = bits + 0x7FFF + ((bits >> 16) & 1)
-    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
@@ -69,7 +61,7 @@ def _adamw_kernel(weight_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, copy_ptr, s
     tl.store(exp_avg_ptr + offsets, exp_avg, mask=inside)
     tl.store(exp_avg_sq_ptr + offsets, exp_avg_sq, mask=inside)
     if WRITE_COPY:
-        tl.store(copy_ptr + offsets, _to_bf16_nearest_even(weight), mask=inside)
+        tl.store(copy_ptr + offsets, to_bf16_nearest_even(weight), mask=inside)
 
 
 def _log2(beta: float) -> float:
