@@ -36,6 +36,16 @@ def test_captured_non_matmul_kernels(fragment, category):
     assert {classify(n) for n in matches} == {category}
 
 
+@pytest.mark.parametrize("kernel", ["_rms_norm_forward_kernel", "_rms_norm_backward_kernel", "_swiglu_forward_kernel",
+                                    "_swiglu_backward_kernel", "_rope_kernel", "_cross_entropy_kernel"])
+def test_e1_s_fused_triton_kernels_are_elementwise_by_name(kernel):
+    from cs336_systems.training_step import triton_linear_ce, triton_rmsnorm, triton_rope, triton_swiglu
+
+    defined = {name for module in (triton_linear_ce, triton_rmsnorm, triton_rope, triton_swiglu) for name in vars(module)}
+    assert kernel in defined                    # the name the profiler sees is the kernel's own
+    assert classify(kernel) == "elementwise"
+
+
 def test_range_membership_wins_over_the_name():
     softmax = _names(DATA / "h100_small_ctx128_kern_sum_softmax.csv")
     assert {classify(n) for n in softmax} == {"elementwise"}            # by name: generic kernels

@@ -44,7 +44,9 @@ RULES: tuple[tuple[str, re.Pattern], ...] = tuple((category, re.compile(pattern,
               r"memset|^aten::(" + _VIEWS_AND_ALLOCS + r")$"),
     # memory-bound pointwise and reduction work
     ("elementwise", r"elementwise|vectorized|unrolled|reduce_kernel|triton_(poi|red|per)_|Functor|"
-                    r"fill|copy|^aten::"),
+                    r"fill|copy|^aten::|"
+                    # E1's fused Triton kernels (training_step.triton_*): norms, gates, rotations, the loss
+                    r"^_(rms_norm|swiglu|rope|cross_entropy)_"),
 ))
 
 

@@ -35,7 +35,7 @@ CHUNK_BYTES = 256 * 2**20
 
 
 @triton.jit
-def _loss_and_gradient_kernel(logits_ptr, targets_ptr, losses_ptr, vocab, stride_row, scale, BLOCK_V: tl.constexpr):
+def _cross_entropy_kernel(logits_ptr, targets_ptr, losses_ptr, vocab, stride_row, scale, BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     base = logits_ptr + row * stride_row
     cols = tl.arange(0, BLOCK_V)
@@ -80,7 +80,7 @@ def linear_cross_entropy_with_gradients(hidden: torch.Tensor, weight: torch.Tens
     for start in range(0, tokens, rows):
         h = hidden[start:start + rows]
         logits = h @ weight.T
-        _loss_and_gradient_kernel[(h.shape[0],)](logits, targets[start:start + rows], losses[start:start + rows],
+        _cross_entropy_kernel[(h.shape[0],)](logits, targets[start:start + rows], losses[start:start + rows],
                                                  vocab, logits.stride(0), 1.0 / tokens, BLOCK_V=BLOCK_V)
         torch.mm(logits, weight, out=grad_hidden[start:start + rows])
         if grad_weight is None:

@@ -36,7 +36,7 @@ BACKWARD_PROGRAMS = 4 if _INTERPRET else 264
 
 
 @triton.jit
-def _forward_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, d, eps, BLOCK_D: tl.constexpr):
+def _rms_norm_forward_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, d, eps, BLOCK_D: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     inside = cols < d
@@ -48,7 +48,7 @@ def _forward_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, d, eps, BLOCK_D: tl.constexpr
 
 
 @triton.jit
-def _backward_kernel(x_ptr, w_ptr, dy_ptr, rstd_ptr, dx_ptr, dw_partial_ptr, rows, d, rows_per_program,
+def _rms_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, rstd_ptr, dx_ptr, dw_partial_ptr, rows, d, rows_per_program,
                      BLOCK_D: tl.constexpr):
     program = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
@@ -81,7 +81,7 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float,
     y = torch.empty(rows.shape, dtype=out_dtype, device=x.device)
     rstd = torch.empty(rows.shape[0], dtype=torch.float32, device=x.device)
     d = rows.shape[1]
-    _forward_kernel[(rows.shape[0],)](rows, weight, y, rstd, d, eps, BLOCK_D=triton.next_power_of_2(d))
+    _rms_norm_forward_kernel[(rows.shape[0],)](rows, weight, y, rstd, d, eps, BLOCK_D=triton.next_power_of_2(d))
     return y.view(x.shape), rstd
 
 
@@ -98,7 +98,7 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
     programs = max(1, min(BACKWARD_PROGRAMS, n))
     dx = torch.empty_like(rows)
     partial = torch.empty((programs, d), dtype=torch.float32, device=x.device)
-    _backward_kernel[(programs,)](rows, weight, dy, rstd, dx, partial, n, d, triton.cdiv(n, programs),
+    _rms_norm_backward_kernel[(programs,)](rows, weight, dy, rstd, dx, partial, n, d, triton.cdiv(n, programs),
                                   BLOCK_D=triton.next_power_of_2(d))
     return dx.view(x.shape), partial.sum(0).to(weight.dtype)
 

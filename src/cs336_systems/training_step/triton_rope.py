@@ -30,7 +30,7 @@ BLOCK_N = 256 if _INTERPRET else 32         # sequence positions a program rotat
 
 
 @triton.jit
-def _rotate_kernel(x_ptr, y_ptr, pos_ptr, cos_ptr, sin_ptr, heads, n, d, half, sx_b, sx_h, sx_n, sy_b, sy_h, sy_n,
+def _rope_kernel(x_ptr, y_ptr, pos_ptr, cos_ptr, sin_ptr, heads, n, d, half, sx_b, sx_h, sx_n, sy_b, sy_h, sy_n,
                    SIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     # Whole rows are loaded and stored, their pairs split and joined in registers: loading the even
     # and the odd columns apart (stride 2) let the compiler lay threads along the rows, and every
@@ -69,7 +69,7 @@ def _rotate(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: to
     view_x, view_y = (x, y) if x.dim() == 4 else (x.unsqueeze(0), y.unsqueeze(0))
     batch, heads, n, d = view_x.shape
     grid = (batch * heads, triton.cdiv(n, BLOCK_N))
-    _rotate_kernel[grid](view_x, view_y, positions, cos, sin, heads, n, d, d // 2, *view_x.stride()[:3],
+    _rope_kernel[grid](view_x, view_y, positions, cos, sin, heads, n, d, d // 2, *view_x.stride()[:3],
                          *view_y.stride()[:3], SIGN=sign, BLOCK_N=BLOCK_N, BLOCK_D=triton.next_power_of_2(d))
     return y
 

@@ -26,7 +26,7 @@ BLOCK = 65536 if _INTERPRET else 1024        # the interpreter pays a fixed cost
 
 
 @triton.jit
-def _forward_kernel(a_ptr, b_ptr, h_ptr, n, BLOCK: tl.constexpr):
+def _swiglu_forward_kernel(a_ptr, b_ptr, h_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < n
     a = tl.load(a_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
@@ -36,7 +36,7 @@ def _forward_kernel(a_ptr, b_ptr, h_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _backward_kernel(a_ptr, b_ptr, dh_ptr, da_ptr, db_ptr, n, BLOCK: tl.constexpr):
+def _swiglu_backward_kernel(a_ptr, b_ptr, dh_ptr, da_ptr, db_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < n
     a = tl.load(a_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
@@ -60,7 +60,7 @@ def swiglu_gate_forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a, b = a.contiguous(), b.contiguous()
     h = torch.empty_like(a)
     n = a.numel()
-    _forward_kernel[(triton.cdiv(n, BLOCK),)](a, b, h, n, BLOCK=BLOCK)
+    _swiglu_forward_kernel[(triton.cdiv(n, BLOCK),)](a, b, h, n, BLOCK=BLOCK)
     return h
 
 
@@ -74,7 +74,7 @@ def swiglu_gate_backward(a: torch.Tensor, b: torch.Tensor, grad_h: torch.Tensor)
     a, b, grad_h = a.contiguous(), b.contiguous(), grad_h.contiguous()
     da, db = torch.empty_like(a), torch.empty_like(b)
     n = a.numel()
-    _backward_kernel[(triton.cdiv(n, BLOCK),)](a, b, grad_h, da, db, n, BLOCK=BLOCK)
+    _swiglu_backward_kernel[(triton.cdiv(n, BLOCK),)](a, b, grad_h, da, db, n, BLOCK=BLOCK)
     return da, db
 
 
