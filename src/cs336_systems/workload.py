@@ -91,6 +91,9 @@ class Workload:
     # the loss of what ``runnable`` returns: cs336_basics' cross-entropy of the logits unless a step
     # fuses the LM head into its loss (E1's anchor-liger: the runnable returns the hidden states)
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    # called at the end of the backward phase, inside it (E1's adamw-in-backward: backward's stream
+    # waits there for the updates its hooks launched on another stream)
+    after_backward: Callable[[], None] | None = None
 
     def forward(self) -> torch.Tensor:
         """The forward phase: the loss of the batch, under ``precision``'s autocast."""
@@ -111,6 +114,8 @@ class Workload:
             return loss
         with phase("backward"):
             loss.backward()
+            if self.after_backward is not None:
+                self.after_backward()
         if self.optimizer is not None:
             with phase("optimizer"):
                 self.optimizer.step()

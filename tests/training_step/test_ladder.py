@@ -54,8 +54,8 @@ def test_a_point_s_rungs_and_anchors_take_turns_in_one_job_and_their_first_losse
     assert list(records) == ALL
     ran = {n: r for n, r in records.items() if r["status"] == "ok"}
     # our fused modules build on the CUDA graphs: test_our_fused_modules_compute_what... runs them on a CPU
-    on_cuda = {"cuda-graphs", "triton-rmsnorm", "triton-swiglu", "triton-rope", "triton-linear-ce", "anchor-sdpa-cudnn",
-               "anchor-liger"}
+    on_cuda = {"cuda-graphs", "triton-rmsnorm", "triton-swiglu", "triton-rope", "triton-linear-ce", "adamw-in-backward",
+               "anchor-sdpa-cudnn", "anchor-liger"}
     assert set(ran) == set(ALL) - on_cuda - {"checkpointed"}, {n: r.get("message") for n, r in records.items()}
     for name in on_cuda:
         assert records[name]["status"] == "skipped" and "CUDA" in records[name]["reason"]
@@ -519,3 +519,58 @@ def test_a_replayed_rung_s_peak_is_its_capture_s_where_that_is_larger():
     assert ladder.timed_peak(100, None) == 100
     assert ladder.timed_peak(None, 250) == 250
     assert ladder.timed_peak(None, None) is None
+
+
+def test_the_update_in_backward_computes_what_the_update_after_it_computes_and_leaves_other_rungs_alone():
+    """adamw-in-backward's setup without CUDA graphs (on a CPU each update runs in its hook): from one
+    seeded state, three steps' losses, the first gradients and the weights after them equal the same
+    step with the update after backward; then another rung's steps fire no update from backward."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    point = step_module.SharedPoint(get_size("tiny"), context=16, batch=2, device=device, seed=5, backend="aot_eager")
+
+    def plain(name):
+        return dataclasses.replace(rungs.get(name).setup, cuda_graphs=False, compiled=False, attention="sdpa")
+
+    def run(setup):
+        point.restore()
+        losses, grads = [], {}
+
+        def keep():
+            grads.update({n: h.grad.double().clone() for n, h in zip(point.names, point.gradient_holders())})
+        step = point.step(setup, watched=3, on_loss=losses.append, on_gradients=keep)
+        for _ in range(3):
+            step()
+        return losses, grads, [p.detach().clone() for p in point.parameters]
+
+    after = run(plain("triton-linear-ce"))
+    inside = run(plain("adamw-in-backward"))
+    assert point._in_backward is not None and len(point._in_backward.handles) == len(point.parameters)
+    assert inside[0] == after[0] and after[0][2] < after[0][0]
+    assert all(torch.equal(inside[1][n], after[1][n]) for n in after[1])
+    assert all(torch.equal(a, b) for a, b in zip(inside[2], after[2]))
+    # the hooks go with the rung's turn: another rung's backward leaves the weights alone
+    point.configure(plain("triton-linear-ce"))
+    assert point._in_backward is None
+    before = [p.detach().clone() for p in point.parameters]
+    point.workload(plain("triton-linear-ce")).forward().backward()
+    assert all(torch.equal(a, b) for a, b in zip(before, point.parameters))
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_graphed_update_in_backward_takes_the_steps_the_update_after_it_takes():
+    """Captured, the hooks' updates on the side stream become branches of the backward graph: from
+    one restored state, three steps (the first eager, then captured and replayed) give the same
+    losses and weights as the graphed step that updates after backward."""
+    point = step_module.SharedPoint(get_size("tiny"), context=64, batch=2, device="cuda", seed=7)
+    results = {}
+    for name in ("triton-linear-ce", "adamw-in-backward"):
+        setup = dataclasses.replace(rungs.get(name).setup, compiled=False)
+        point.restore()
+        losses = []
+        step = point.step(setup, watched=3, on_loss=losses.append)
+        for _ in range(3):
+            step()
+        results[name] = losses, [p.detach().clone() for p in point.parameters]
+    (after, after_weights), (inside, inside_weights) = results["triton-linear-ce"], results["adamw-in-backward"]
+    assert inside == after and after[2] < after[0]
+    assert all(torch.equal(a, b) for a, b in zip(inside_weights, after_weights))

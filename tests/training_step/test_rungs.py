@@ -9,7 +9,7 @@ from cs336_systems.training_step import rungs
 def test_the_ladder_is_named_as_documented():
     assert rungs.RUNG_NAMES == ("fp32", "bf16", "flash", "compiled", "fused-adamw", "triton-adamw", "bf16-weights",
                                 "cuda-graphs", "triton-rmsnorm", "triton-swiglu", "triton-rope", "triton-linear-ce",
-                                "checkpointed")
+                                "adamw-in-backward", "checkpointed")
     assert rungs.ANCHOR_NAMES == ("anchor-sdpa-flash", "anchor-sdpa-cudnn", "anchor-liger")
     for name in rungs.RUNG_NAMES + rungs.ANCHOR_NAMES:
         assert f"    {name}" in rungs.__doc__ or name.startswith("anchor-"), name
@@ -28,9 +28,9 @@ def test_each_rung_adds_one_technique_and_keeps_the_earlier_ones():
         seen[field] = getattr(after.setup, field)
     assert seen == {"precision": "bf16", "attention": "flash", "compiled": True, "adamw": "triton",
                     "bf16_weights": True, "cuda_graphs": True, "ours": ("norm", "gate", "rope", "loss"),
-                    "checkpointed": True}
+                    "adamw_in_backward": True, "checkpointed": True}
     # our fused modules, one place more a rung, each keeping the ones before
-    ours = [r.setup.ours for r in rungs.LADDER if r.setup.ours]
+    ours = [r.setup.ours for r in rungs.LADDER if r.name.startswith("triton-") and r.setup.ours]
     assert ours == [("norm",), ("norm", "gate"), ("norm", "gate", "rope"), ("norm", "gate", "rope", "loss")]
     # a line, but for the checkpointed rung: it is for where bf16-weights does not fit, so it
     # builds on that, not on the CUDA graphs (whose capture would only hold more memory)
@@ -63,6 +63,7 @@ def test_a_rung_depends_on_its_own_attention_optimizer_and_checkpointing_only():
     assert rungs.code_of("triton-rope") == rungs.code_of("cuda-graphs") + (
         "cs336_systems.training_step.triton_rmsnorm", "cs336_systems.training_step.triton_swiglu",
         "cs336_systems.training_step.triton_rope")
+    assert rungs.code_of("adamw-in-backward") == rungs.code_of("triton-linear-ce") + (rungs.IN_BACKWARD_MODULE,)
 
 
 def test_the_rungs_with_a_kernel_of_ours_say_they_run_triton():
@@ -79,13 +80,15 @@ def test_bf16_weights_come_only_with_our_adamw_and_autocast():
         rungs.Setup(ours=("bias",))
     with pytest.raises(ValueError, match="Liger-Kernel's modules or ours, not both"):
         rungs.Setup(ours=("norm",), liger=True)
+    with pytest.raises(ValueError, match="the update in backward is our Triton AdamW's"):
+        rungs.Setup(adamw="torch-fused", adamw_in_backward=True)
     with pytest.raises(ValueError, match="unknown AdamW 'sgd'"):
         rungs.Setup(adamw="sgd")
 
 
 def test_only_the_graphs_and_the_cudnn_and_liger_anchors_need_cuda():
     assert [n for n in rungs.BY_NAME if rungs.needs_cuda(n)] == ["cuda-graphs", "triton-rmsnorm", "triton-swiglu",
-                                                                 "triton-rope", "triton-linear-ce",
+                                                                 "triton-rope", "triton-linear-ce", "adamw-in-backward",
                                                                  "anchor-sdpa-cudnn", "anchor-liger"]
     assert "Liger-Kernel" in rungs.needs_cuda("anchor-liger")
     assert rungs.needs_cuda("cuda-graphs") == "CUDA graphs need a CUDA GPU"

@@ -60,8 +60,13 @@ class GraphedStep:
             self.loss = workload.forward()
         with torch.cuda.graph(self.graphs["backward"], pool=pool, stream=stream):
             self.loss.backward()
-        with torch.cuda.graph(self.graphs["optimizer"], pool=pool, stream=stream):
-            workload.optimizer.step()
+            if workload.after_backward is not None:
+                workload.after_backward()       # within the capture: a stream it forked joins here
+        if getattr(workload.optimizer, "runs_nothing", False):
+            del self.graphs["optimizer"]        # the updates ran in backward: nothing to capture
+        else:
+            with torch.cuda.graph(self.graphs["optimizer"], pool=pool, stream=stream):
+                workload.optimizer.step()
         self.capture_peak_bytes = torch.cuda.max_memory_allocated(device)
 
     def step(self, phase: Phase = no_phase) -> torch.Tensor:
@@ -69,5 +74,6 @@ class GraphedStep:
         tensor: read it before the next replay)."""
         for name in PHASES:
             with phase(name):
-                self.graphs[name].replay()
+                if name in self.graphs:
+                    self.graphs[name].replay()
         return self.loss.detach()

@@ -19,6 +19,8 @@
                     (training_step.triton_rope)
     triton-linear-ce  + our LM head and cross-entropy in one op, the gradients made in the forward
                     chunk by chunk, no fp32 logits (training_step.triton_linear_ce)
+    adamw-in-backward + each weight's AdamW update launched on a second stream as soon as backward
+                    has its gradient, beside the rest of backward (training_step.adamw_in_backward)
     checkpointed  bf16-weights + activation checkpointing of groups of blocks, measured only where
                     bf16-weights runs out of memory (elsewhere it would only add recomputation)
 
@@ -52,6 +54,7 @@ ADAMWS = {"basics": OUR_ADAMW, "torch-fused": FUSED_ADAMW, "triton": TRITON_ADAM
 TRITON_ADAMW_MODULE = "cs336_systems.training_step.triton_adamw"
 LIGER_MODULE = "cs336_systems.training_step.liger"
 CUDA_GRAPHS_MODULE = "cs336_systems.training_step.cuda_graphs"
+IN_BACKWARD_MODULE = "cs336_systems.training_step.adamw_in_backward"
 # Our fused Triton modules by the kind of place they take (training_step.swap.KINDS), loaded by name
 # like the attention back ends: a rung depends on the kernels it runs.
 OUR_KERNELS = {"norm": "cs336_systems.training_step.triton_rmsnorm:TritonRMSNorm",
@@ -74,6 +77,7 @@ class Setup:
     liger: bool = False                  # Liger-Kernel's norm, SwiGLU gate and linear + cross-entropy (training_step.liger)
     cuda_graphs: bool = False            # each phase of the step replayed from a CUDA graph (training_step.cuda_graphs)
     ours: tuple[str, ...] = ()           # the places our fused Triton modules take (OUR_KERNELS' kinds)
+    adamw_in_backward: bool = False      # each update launched from backward (training_step.adamw_in_backward)
 
     def __post_init__(self):
         if self.adamw not in ADAMWS:
@@ -87,10 +91,13 @@ class Setup:
             raise ValueError(f"no fused module of ours for {', '.join(unknown)}; we have: {', '.join(OUR_KERNELS)}")
         if self.ours and self.liger:
             raise ValueError("a step holds Liger-Kernel's modules or ours, not both")
+        if self.adamw_in_backward and self.adamw != "triton":
+            raise ValueError("the update in backward is our Triton AdamW's")
 
     @property
     def optimizer(self) -> str:
-        return ADAMWS[self.adamw] + (" with fp32 master weights, writing the bf16 copies" if self.bf16_weights else "")
+        return (ADAMWS[self.adamw] + (" with fp32 master weights, writing the bf16 copies" if self.bf16_weights else "")
+                + (", each update launched from backward" if self.adamw_in_backward else ""))
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,8 @@ def _ladder() -> tuple[Rung, ...]:
          {"ours": ("norm", "gate", "rope")}),
         ("triton-linear-ce", "our LM head and cross-entropy in one op, the gradients made in the forward chunk by "
          "chunk, no fp32 logits", {"ours": ("norm", "gate", "rope", "loss")}),
+        ("adamw-in-backward", "each weight's AdamW update launched on a second stream as soon as backward has its "
+         "gradient, beside the rest of backward", {"adamw_in_backward": True}),
         ("checkpointed", "activation checkpointing of groups of blocks, where the rung it builds on runs out of memory",
          {"checkpointed": True}, "bf16-weights"),
     )
@@ -174,6 +183,7 @@ def code_of(name: str) -> tuple[str, ...]:
     return ((attention_module(setup.attention),) + ((TRITON_ADAMW_MODULE,) if setup.adamw == "triton" else ())
             + ((LIGER_MODULE,) if setup.liger else ()) + ((CUDA_GRAPHS_MODULE,) if setup.cuda_graphs else ())
             + tuple(OUR_KERNELS[kind].partition(":")[0] for kind in setup.ours)
+            + ((IN_BACKWARD_MODULE,) if setup.adamw_in_backward else ())
             + ((CHECKPOINTING.partition(":")[0],) if setup.checkpointed else ()))
 
 

@@ -40,8 +40,8 @@ import torch
 from torch import nn
 
 from cs336_systems.models import VOCAB_SIZE, ModelSize, build_model, get_attention_backend, random_batch
-from cs336_systems.training_step.rungs import (CHECKPOINTING, CUDA_GRAPHS_MODULE, LIGER_MODULE, OUR_KERNELS,
-                                               TRITON_ADAMW_MODULE, Setup)
+from cs336_systems.training_step.rungs import (CHECKPOINTING, CUDA_GRAPHS_MODULE, IN_BACKWARD_MODULE, LIGER_MODULE,
+                                               OUR_KERNELS, TRITON_ADAMW_MODULE, Setup)
 from cs336_systems.training_step.swap import Kit, Swap
 from cs336_systems.workload import LEARNING_RATE, Workload, adamw, no_phase
 
@@ -142,6 +142,7 @@ class SharedPoint:
         self._kits: dict[Setup, dict[str, Kit]] = {}
         self._graphed = None        # (setup, training_step.cuda_graphs.GraphedStep) while a rung's graphs stand
         self.capture_peaks: dict[Setup, int] = {}    # setup -> the most a capture of its step allocated
+        self._in_backward = None    # training_step.adamw_in_backward.UpdateInBackward while its hooks stand
 
     def restore(self) -> None:
         """The initial weights back in place (the same tensors, so compiled graphs stay valid), no
@@ -268,6 +269,21 @@ class SharedPoint:
             self.swap().hold(kits)
         self.model.layers = self.layers(setup)
         set_attention(self.model, self.attention(setup))
+        self.hold_updates_in_backward(setup)
+
+    def hold_updates_in_backward(self, setup: Setup) -> None:
+        """Hooks that update each weight from backward where ``setup`` asks for them, on the tensors
+        that receive the gradients now (the bf16 copies are made anew each turn); none elsewhere, so
+        another rung's backward updates nothing."""
+        holders = self.gradient_holders() if setup.adamw_in_backward else None
+        standing = self._in_backward
+        if standing is not None and (holders is None or standing.optimizer is not self.optimizer(setup)
+                                     or [id(h) for h in standing.holders] != [id(h) for h in holders]):
+            standing.release()
+            self._in_backward = standing = None
+        if holders is not None and standing is None:
+            module = importlib.import_module(IN_BACKWARD_MODULE)
+            self._in_backward = module.UpdateInBackward(self.optimizer(setup), self.parameters, holders)
 
     def workload(self, setup: Setup) -> Workload:
         """``setup``'s train step over the shared state (call ``configure(setup)`` before stepping it)."""
@@ -277,8 +293,15 @@ class SharedPoint:
                 self._compiled_model = torch.compile(self.model, backend=self.backend)
             runnable = self._compiled_model
         loss_kit = self.kits(setup).get("loss")
-        return Workload(self.model, runnable, self.optimizer(setup), self.inputs, self.targets, "train-step",
-                        setup.precision, self.device, loss=None if loss_kit is None else self.swap().loss(loss_kit))
+        optimizer, after_backward = self.optimizer(setup), None
+        if setup.adamw_in_backward:         # the hooks (made by configure) update; backward's end joins them
+            optimizer, after_backward = importlib.import_module(IN_BACKWARD_MODULE).NOTHING_LEFT, self._join_updates
+        return Workload(self.model, runnable, optimizer, self.inputs, self.targets, "train-step", setup.precision,
+                        self.device, loss=None if loss_kit is None else self.swap().loss(loss_kit),
+                        after_backward=after_backward)
+
+    def _join_updates(self) -> None:
+        self._in_backward.join()
 
     def step(self, setup: Setup, *, watched: int = 1, on_loss: Callable[[float], None] | None = None,
              on_gradients: Callable[[], None] | None = None):

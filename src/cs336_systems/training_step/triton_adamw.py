@@ -100,29 +100,42 @@ class TritonAdamW(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self.copies: dict[int, torch.Tensor] = {}
 
+    def checked(self, p: torch.Tensor) -> tuple[torch.Tensor | None, dict, torch.Tensor | None]:
+        """``p``'s gradient (from its bf16 copy where it has one; None where it has none), its state
+        (made where new) and its copy, after checking they are what the kernel updates."""
+        copy = self.copies.get(id(p))
+        grad = p.grad if copy is None else copy.grad
+        if grad is None:
+            return None, {}, copy
+        if p.dtype != torch.float32 or not p.is_contiguous() or not grad.is_contiguous() or (copy is not None and (
+                copy.dtype != torch.bfloat16 or not copy.is_contiguous() or copy.shape != p.shape)):
+            raise ValueError("TritonAdamW updates contiguous fp32 weights (and bf16 copies of their shape) "
+                             f"with contiguous gradients; got a {p.dtype} weight of shape {tuple(p.shape)}")
+        return grad, self.state_of(p), copy
+
+    def state_of(self, p: torch.Tensor) -> dict:
+        """``p``'s step count and moments, made (zero) where new."""
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+            state["exp_avg"] = torch.zeros_like(p)
+            state["exp_avg_sq"] = torch.zeros_like(p)
+        return state
+
+    @staticmethod
+    def update(p: torch.Tensor, grad: torch.Tensor, state: dict, copy: torch.Tensor | None, group: dict) -> None:
+        """One weight's update (its step count already counted up for this step)."""
+        adamw_update(p, grad, state["exp_avg"], state["exp_avg_sq"], step=state["step"], lr=group["lr"],
+                     betas=group["betas"], eps=group["eps"], weight_decay=group["weight_decay"], copy=copy)
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None if closure is None else closure()
         for group in self.param_groups:
-            updates = []
-            for p in group["params"]:
-                copy = self.copies.get(id(p))
-                grad = p.grad if copy is None else copy.grad
-                if grad is None:
-                    continue
-                if p.dtype != torch.float32 or not p.is_contiguous() or not grad.is_contiguous() or (copy is not None and (
-                        copy.dtype != torch.bfloat16 or not copy.is_contiguous() or copy.shape != p.shape)):
-                    raise ValueError("TritonAdamW updates contiguous fp32 weights (and bf16 copies of their shape) "
-                                     f"with contiguous gradients; got a {p.dtype} weight of shape {tuple(p.shape)}")
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                updates.append((p, grad, state, copy))
+            updates = [(p, *self.checked(p)) for p in group["params"]]
+            updates = [u for u in updates if u[1] is not None]
             if updates:
                 torch._foreach_add_([state["step"] for _, _, state, _ in updates], 1.0)
             for p, grad, state, copy in updates:
-                adamw_update(p, grad, state["exp_avg"], state["exp_avg_sq"], step=state["step"], lr=group["lr"],
-                             betas=group["betas"], eps=group["eps"], weight_decay=group["weight_decay"], copy=copy)
+                self.update(p, grad, state, copy, group)
         return loss
