@@ -31,6 +31,7 @@ import torch
 from cs336_systems.workload import Phase, Workload, no_phase
 
 PHASES = ("forward", "backward", "optimizer")
+HIGHEST_PRIORITY = -100      # lower is higher; CUDA clamps a priority past its range to the range's end
 
 
 def let_go() -> None:
@@ -52,7 +53,11 @@ class GraphedStep:
             raise ValueError("a graphed step captures a whole train step: forward, backward and optimizer")
         device = workload.device
         self.graphs = {name: torch.cuda.CUDAGraph() for name in PHASES}
-        pool, stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream(device)
+        # The step's own stream at the highest priority: where a phase forks work onto a stream of
+        # lower priority (adamw_in_backward's updates), the step's kernels are scheduled first and
+        # the forked ones fill what they leave idle; a step with no fork runs as on any stream.
+        pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream(device, priority=HIGHEST_PRIORITY)
         torch.cuda.reset_peak_memory_stats(device)
         # torch.cuda.graph synchronises, collects garbage and empties the allocator's cache on entry,
         # so the pool can take the memory other rungs left cached
