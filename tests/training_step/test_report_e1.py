@@ -144,7 +144,8 @@ def test_a_run_with_every_point_says_nothing_is_missing(tmp_path):
 
 def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
     # 28 bytes a parameter (read p, g, m, v; write p, m, v in fp32) at the H100's 3.35 TB/s.
-    gap_ = {"size": "2.7B", "context": 1024, "rung": "fused-adamw", "phases_ms": {"optimizer": 40.0}}
+    gap_ = {"size": "2.7B", "context": 1024, "rung": "fused-adamw", "phases_ms": {"optimizer": 40.0},
+            "updates_in_backward": False}
     record = {"params": {"size": "2.7B", "context": 1024, "rung": "fused-adamw", "optimizer": rungs.FUSED_ADAMW},
               "provenance": {"gpu": "NVIDIA H100 80GB HBM3"}, "metrics": {"parameters": 3_000_000_000}}
     floor = e1.optimizer_floor(gap_, [record])
@@ -156,6 +157,8 @@ def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
     assert e1.optimizer_floor(gap_, [{**record, "params": {**record["params"], "optimizer": ours}}]) == floor
     several = {**record["params"], "optimizer": rungs.OUR_ADAMW}
     assert e1.optimizer_floor(gap_, [{**record, "params": several}]) is None
+    # updates that ran inside backward leave the optimizer phase empty: no floor to set it against
+    assert e1.optimizer_floor({**gap_, "updates_in_backward": True}, [record]) is None
 
 
 def test_a_lead_the_timed_steps_do_not_settle_is_said_to_be_unsettled(tmp_path):
@@ -423,3 +426,17 @@ def test_ours_is_the_gap_s_rung_where_profiled_else_the_highest_and_two_commits_
     kc = e1.kernel_comparison([graphs, elsewhere], gap_, None, 0.55)
     assert kc["anchor"]["apart"] and kc["anchor"]["commits"][1] == "f" * 40
     assert kc["anchor"]["commits"][0] == (graphs["provenance"].get("commit") or "unknown")
+
+
+def test_a_best_rung_that_updates_in_backward_is_said_to_and_gets_no_optimizer_floor(tmp_path):
+    """Its optimizer phase is empty (the updates ran inside backward): the section says where they ran
+    and sets no empty phase against the AdamW's bandwidth floor."""
+    best = _ms_at(0.60)
+    records = ladder(best, anchor_ms=1.05 * best)
+    records.append(record("adamw-in-backward", ms=0.95 * best, peak_gib=28))
+    records[-1]["metrics"]["optimizer"] = {"median": 0.0}
+    summary, text = build(tmp_path, records)
+    assert summary["gap"]["rung"] == "adamw-in-backward" and summary["gap"]["updates_in_backward"]
+    assert summary["optimizer_floor"] is None
+    assert "its updates ran inside backward, on a second stream beside it" in text
+    assert "memory-bound floor" not in text

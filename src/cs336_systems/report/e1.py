@@ -380,7 +380,10 @@ def gap(point: dict | None) -> dict | None:
     if any(v is None for v in phases.values()):
         return None
     total = sum(phases.values())
+    rung = rungs.BY_NAME.get(best["rung"])
     return {"rung": best["rung"], "size": point["size"], "context": point["context"], "ms": best["ms"],
+            # its updates ran inside the backward phase, beside it (training_step.adamw_in_backward)
+            "updates_in_backward": bool(rung and rung.setup.adamw_in_backward),
             "mfu": best["mfu"], "phases_ms": phases, "shares": {k: v / total for k, v in phases.items()},
             "backward_over_forward": phases["backward"] / phases["forward"] if phases["forward"] else None,
             "matmul_backward_over_forward": MATMUL_BACKWARD_OVER_FORWARD}
@@ -398,8 +401,9 @@ ONE_PASS_ADAMWS = (rungs.FUSED_ADAMW, rungs.TRITON_ADAMW)
 def optimizer_floor(gap_: dict | None, records: list[dict]) -> dict | None:
     """The optimizer phase of the gap's rung against the time its bytes take at the card's memory
     bandwidth (datasheet): how far from its own limit the part MFU does not count runs. None where
-    the rung's AdamW is not one pass over them."""
-    if gap_ is None:
+    the rung's AdamW is not one pass over them, or where its updates ran inside backward (the
+    optimizer phase is then empty, and what the updates cost is hidden in backward's time)."""
+    if gap_ is None or gap_["updates_in_backward"]:
         return None
     for r in records:
         p = r["params"]
@@ -707,7 +711,7 @@ SUMMARY_SCHEMAS["E1"] = section(
     compile=null(arr(STR)),
     faster_than_anchor_at=null(arr(STR)),
     gap=null(obj(backward_over_forward=NUM, context=INT, matmul_backward_over_forward=INT, mfu=null(NUM), ms=NUM,
-                 phases_ms=_PHASES, rung=STR, shares=_PHASES, size=STR)),
+                 phases_ms=_PHASES, rung=STR, shares=_PHASES, size=STR, updates_in_backward=BOOL)),
     goal=obj(context=INT, met=null(BOOL), mfu_target=NUM, shortfalls=arr(STR), size=STR, point=null(obj(
         batch=INT,
         best_anchor=null(_RUNG),
