@@ -152,3 +152,27 @@ def test_the_custom_ops_pass_pytorch_s_opcheck():
     targets = torch.randint(11, (6,), generator=g).to(dev)
     torch.library.opcheck(triton_linear_ce.linear_cross_entropy_with_gradients,
                           (h.requires_grad_(), head.requires_grad_(), targets))
+
+
+def test_a_compiled_block_with_our_modules_computes_what_it_computes_eager():
+    """torch.compile (aot_eager: Dynamo and AOTAutograd, no code generated) traces the custom ops by
+    their fakes and autograd registrations, and the norm asks autocast for the matmul's dtype while
+    traced: one block's output and input gradient, compiled and not, under bf16 autocast."""
+    from cs336_basics.model import TransformerBlock
+
+    g = torch.Generator().manual_seed(9)
+    block = TransformerBlock(32, 2, 64, 16, 10000.0).to(_device())
+    block.ln1, block.ln2 = triton_rmsnorm.TritonRMSNorm(block.ln1), triton_rmsnorm.TritonRMSNorm(block.ln2)
+    block.ffn, block.attn.rope = triton_swiglu.TritonSwiGLU(block.ffn), triton_rope.TritonRoPE(block.attn.rope)
+    x, dy = torch.randn(2, 16, 32, generator=g).to(_device()), torch.randn(2, 16, 32, generator=g).to(_device())
+    positions = torch.arange(16, device=_device())
+    results = []
+    for run in (block, torch.compile(block, backend="aot_eager", fullgraph=True)):
+        leaf = x.clone().requires_grad_()
+        with torch.autocast(_device(), dtype=torch.bfloat16):
+            y = run(leaf, positions)
+        (y.float() * dy).sum().backward()
+        results.append((y.float(), leaf.grad))
+    (eager_y, eager_dx), (compiled_y, compiled_dx) = results
+    assert torch.equal(compiled_y, eager_y) and torch.equal(compiled_dx, eager_dx)
+    assert eager_dx.abs().sum() > 0
