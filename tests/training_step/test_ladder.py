@@ -439,6 +439,25 @@ def test_swapping_the_same_kits_in_twice_changes_nothing_the_second_time(monkeyp
         swap.hold({"bias": KIT})
 
 
+def _eager_sdpa(name: str) -> rungs.Setup:
+    """Rung ``name``'s setup without CUDA graphs or compiling, attention by SDPA: what a CPU runs of it."""
+    return dataclasses.replace(rungs.get(name).setup, cuda_graphs=False, compiled=False, attention="sdpa")
+
+
+def _two_steps(point, setup) -> tuple[list[float], dict, list[torch.Tensor]]:
+    """From the point's restored seeded state, two steps of ``setup``: their losses, the first step's
+    gradients (float64, by parameter name) and the weights after them."""
+    point.restore()
+    losses, grads = [], {}
+
+    def keep():
+        grads.update({n: h.grad.double().clone() for n, h in zip(point.names, point.gradient_holders())})
+    step = point.step(setup, watched=2, on_loss=losses.append, on_gradients=keep)
+    for _ in range(2):
+        step()
+    return losses, grads, [p.detach().clone() for p in point.parameters]
+
+
 def test_our_fused_modules_compute_what_the_model_s_own_compute_step_after_step():
     """The triton-* rungs' setups without CUDA graphs or compiling (a CPU runs Triton's interpreter;
     test_fused_ops compiles the modules), on the GPU where there is one: from one seeded state, two
@@ -451,34 +470,20 @@ def test_our_fused_modules_compute_what_the_model_s_own_compute_step_after_step(
     point = step_module.SharedPoint(get_size("tiny"), context=16, batch=2, device=device, seed=5, backend="aot_eager")
     own = dict(point.model.named_modules())
 
-    def plain(name):
-        return dataclasses.replace(rungs.get(name).setup, cuda_graphs=False, compiled=False, attention="sdpa")
-
-    def run(setup):
-        point.restore()
-        losses, grads = [], {}
-
-        def keep():
-            grads.update({n: h.grad.double().clone() for n, h in zip(point.names, point.gradient_holders())})
-        step = point.step(setup, watched=2, on_loss=losses.append, on_gradients=keep)
-        for _ in range(2):
-            step()
-        return losses, grads
-
     def errors(grads):
         return {n: float((grads[n] - fp32_grads[n]).norm() / fp32_grads[n].norm()) for n in fp32_grads}
 
-    fp32_losses, fp32_grads = run(dataclasses.replace(rungs.get("fp32").setup, attention="sdpa"))
-    base_losses, base_grads = run(plain("cuda-graphs"))
+    fp32_losses, fp32_grads, _ = _two_steps(point, dataclasses.replace(rungs.get("fp32").setup, attention="sdpa"))
+    base_losses, base_grads, _ = _two_steps(point, _eager_sdpa("cuda-graphs"))
     base = errors(base_grads)
     for name in ("triton-rmsnorm", "triton-swiglu", "triton-rope", "triton-linear-ce"):
-        losses, grads = run(plain(name))
+        losses, grads, _ = _two_steps(point, _eager_sdpa(name))
         assert losses == pytest.approx(fp32_losses, rel=LOSS_RTOL), name
         assert losses != base_losses or name == "triton-rmsnorm", name        # another computation ran
         ours = errors(grads)
         assert all(ours[n] <= min(GRAD_RTOL, 1.5 * base[n] + 1e-3) for n in ours), (name, ours, base)
     assert type(point.model.lm_head).__name__ == "HiddenStates"
-    point.configure(plain("cuda-graphs"))
+    point.configure(_eager_sdpa("cuda-graphs"))
     assert all(module is own[name] for name, module in point.model.named_modules())
 
 
@@ -527,32 +532,17 @@ def test_the_update_in_backward_computes_what_the_update_after_it_computes_and_l
     step with the update after backward; then another rung's steps fire no update from backward."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     point = step_module.SharedPoint(get_size("tiny"), context=16, batch=2, device=device, seed=5, backend="aot_eager")
-
-    def plain(name):
-        return dataclasses.replace(rungs.get(name).setup, cuda_graphs=False, compiled=False, attention="sdpa")
-
-    def run(setup):
-        point.restore()
-        losses, grads = [], {}
-
-        def keep():
-            grads.update({n: h.grad.double().clone() for n, h in zip(point.names, point.gradient_holders())})
-        step = point.step(setup, watched=2, on_loss=losses.append, on_gradients=keep)
-        for _ in range(2):
-            step()
-        return losses, grads, [p.detach().clone() for p in point.parameters]
-
-    after = run(plain("triton-linear-ce"))
-    inside = run(plain("adamw-in-backward"))
+    after = _two_steps(point, _eager_sdpa("triton-linear-ce"))
+    inside = _two_steps(point, _eager_sdpa("adamw-in-backward"))
     assert point._in_backward is not None and len(point._in_backward.handles) == len(point.parameters)
     assert inside[0] == after[0] and after[0][1] < after[0][0]
     assert all(torch.equal(inside[1][n], after[1][n]) for n in after[1])
     assert all(torch.equal(a, b) for a, b in zip(inside[2], after[2]))
     # the hooks go with the rung's turn: another rung's backward leaves the weights alone
-    point.configure(plain("triton-linear-ce"))
+    point.configure(_eager_sdpa("triton-linear-ce"))
     assert point._in_backward is None
     before = [p.detach().clone() for p in point.parameters]
-    point.workload(plain("triton-linear-ce")).forward().backward()
+    point.workload(_eager_sdpa("triton-linear-ce")).forward().backward()
     assert all(torch.equal(a, b) for a, b in zip(before, point.parameters))
 
 
