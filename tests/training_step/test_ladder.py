@@ -564,3 +564,14 @@ def test_on_a_gpu_the_graphed_update_in_backward_takes_the_steps_the_update_afte
     (after, after_weights), (inside, inside_weights) = results["triton-linear-ce"], results["adamw-in-backward"]
     assert inside == after and after[2] < after[0]
     assert all(torch.equal(a, b) for a, b in zip(inside_weights, after_weights))
+
+
+def test_a_point_may_compile_a_graph_for_every_compiled_rung_and_anchor_and_no_silent_fallback():
+    """Dynamo's default keeps 8 graphs of a code object and past that runs it eagerly with only a
+    warning: a point's compiled rungs and anchors (one graph of the blocks' code each, at most) must
+    fit under the limit the point sets, and reaching it must fail the job instead."""
+    step_module.SharedPoint(get_size("tiny"), context=16, batch=2, device="cpu", seed=5, backend="aot_eager")
+    compiled = [r.name for r in rungs.BY_NAME.values() if r.setup.compiled]
+    assert len(compiled) > 8                        # what the default would not hold
+    assert torch._dynamo.config.recompile_limit >= step_module.RECOMPILE_LIMIT >= len(compiled)
+    assert torch._dynamo.config.fail_on_recompile_limit_hit

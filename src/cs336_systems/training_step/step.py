@@ -46,6 +46,7 @@ from cs336_systems.training_step.swap import Kit, Swap
 from cs336_systems.workload import LEARNING_RATE, Workload, adamw, no_phase
 
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+RECOMPILE_LIMIT = 64        # graphs of one code object a point may compile (SharedPoint)
 
 
 # cs336_basics' AdamW hyperparameters, for the optimizers that stand in for it
@@ -120,6 +121,12 @@ class SharedPoint:
                  vocab_size: int | None = None):
         self.device = torch.device(device)
         self.compile_mode, self.backend, self.checkpoint_group = compile_mode, backend, checkpoint_group
+        # Each compiled rung or anchor is one more graph of the same blocks' code (another dtype,
+        # attention function or module in a place): more than Dynamo's default 8 a code object. Past
+        # its limit Dynamo would run the blocks eagerly, saying so only in a warning, and a rung would
+        # time another step than it names; so the limit is raised, and reaching it is an error.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
         vocab_size = VOCAB_SIZE if vocab_size is None else vocab_size
         torch.manual_seed(seed)
         self.model = build_model(size, context, vocab_size=vocab_size, device=self.device)
