@@ -21,4 +21,5 @@ for rung in ${PROFILE:-}; do
       --rung "$rung" --steps 8 --out "$out/profile_2.7B_ctx1024_$rung.json" > "$out/profile_$rung.log" 2>&1
   echo "profile $rung: exit $?"
 done
-git rev-parse HEAD > "$out/commit.txt" 2>/dev/null || true
+# the records' commit: CS336_GIT_COMMIT where the copy's git is stale (a lent machine), else the checkout's
+echo "${CS336_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" > "$out/commit.txt"
