@@ -19,6 +19,11 @@ activation, so two of them do not fit an 80 GB card, and a point's rungs must sh
   capture needs, and takes the gradient check) and dropped, with the gradients it holds, when another
   rung's turn begins: the graphs hold the bf16 copies' addresses, which the next turn makes anew. The
   capture falls in a turn's untimed settling step (``rounds.take_turns``);
+- for the rung that updates each weight from backward, its hooks (``training_step.adamw_in_backward``),
+  made when its turn begins on the tensors that receive the gradients then, and removed when another
+  rung's does: no other rung's backward updates anything;
+- the model's norms, gates, rotary embeddings and head in their places, or Liger's or ours
+  (``training_step.swap``), set before each step;
 - one compiled graph per distinct computation: the compiled, fused-adamw and triton-adamw rungs
   differ only in the optimizer, so they run the same compiled model (or blocks) and compile once
   (bf16-weights' matrices are another dtype, so Dynamo guards compile it apart); the anchors
