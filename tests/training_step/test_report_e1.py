@@ -440,3 +440,12 @@ def test_a_best_rung_that_updates_in_backward_is_said_to_and_gets_no_optimizer_f
     assert summary["optimizer_floor"] is None
     assert "its updates ran inside backward, on a second stream beside it" in text
     assert "memory-bound floor" not in text
+
+
+def test_a_row_without_a_gradient_check_shows_an_empty_cell_not_nan(tmp_path):
+    """fp32 (the reference) and a rung that did not run have no gradient error nor group."""
+    best = _ms_at(0.60)
+    summary, text = build(tmp_path, _checked_ladder(best, {"layers.attn.q_proj.weight": 0.015}))
+    assert "(nan)" not in text and "nan %" not in text
+    table = (tmp_path / "E1" / "table.md").read_text()
+    assert "(nan)" not in table

@@ -225,7 +225,9 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
         "first loss": [_num(v, ".4f") for v in df["loss"]],
         "vs fp32 losses": [_num(100 * v, ".4f") + (" %" if not math.isnan(v) else "") + (" (out)" if ok is False else "")
                            + (f" ({n} steps)" if n > 1 else "") for v, ok, n in zip(df["loss_rel_diff"], df["loss_ok"], df["loss_steps"])],
-        "vs fp32 gradients": [_num(100 * v, ".2f") + (f" % ({group})" if group else "") + (" (out)" if ok is False else "")
+        # a row with no gradient check (fp32 itself, a rung that did not run) has no group: NaN in the frame
+        "vs fp32 gradients": [_num(100 * v, ".2f") + (f" % ({group})" if isinstance(group, str) and group else "")
+                              + (" (out)" if ok is False else "")
                               for v, group, ok in zip(df["grad_rel_error"], df["grad_group"], df["grad_ok"])],
         "note": [n if len(n) <= 120 else n[:117] + "..." for n in df["note"]],
     })
