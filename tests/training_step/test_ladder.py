@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cs336_systems.models import build_model, get_size, random_batch
+from cs336_systems.models import MODEL_SIZES, build_model, get_size, random_batch
 from cs336_systems.records import STATUSES
 from cs336_systems.report.e1 import GRAD_RTOL, LOSS_RTOL
 from cs336_systems.training_step import ladder, rungs
@@ -574,4 +574,6 @@ def test_a_point_may_compile_a_graph_for_every_compiled_rung_and_anchor_and_no_s
     compiled = [r.name for r in rungs.BY_NAME.values() if r.setup.compiled]
     assert len(compiled) > 8                        # what the default would not hold
     assert torch._dynamo.config.recompile_limit >= step_module.RECOMPILE_LIMIT >= len(compiled)
+    # every block compiled apart (compile mode "blocks"), even if each kept graphs of its own
+    assert torch._dynamo.config.accumulated_recompile_limit >= len(compiled) * max(s.num_layers for s in MODEL_SIZES.values())
     assert torch._dynamo.config.fail_on_recompile_limit_hit

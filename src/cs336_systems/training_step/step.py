@@ -130,8 +130,12 @@ class SharedPoint:
         # attention function or module in a place): more than Dynamo's default 8 a code object. Past
         # its limit Dynamo would run the blocks eagerly, saying so only in a warning, and a rung would
         # time another step than it names; so the limit is raised, and reaching it is an error.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        # (The accumulated limit counts every frame's graphs together: the blocks, compiled one by
+        # one, would add up if Dynamo ever told them apart.)
+        config = torch._dynamo.config
+        config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+        config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 64 * RECOMPILE_LIMIT)
+        config.fail_on_recompile_limit_hit = True
         vocab_size = VOCAB_SIZE if vocab_size is None else vocab_size
         torch.manual_seed(seed)
         self.model = build_model(size, context, vocab_size=vocab_size, device=self.device)
