@@ -1,28 +1,28 @@
 """The E1 ladder as data: each rung adds one technique to the rung before it; anchors stand beside.
 
-    fp32          fp32 eager, naive attention (cs336_basics), cs336_basics' AdamW: the workload's step
-    bf16          + bf16 autocast around forward and loss (weights, gradients, optimizer state fp32)
-    flash         + our FlashAttention-2 (attention back end "flash")
-    compiled      + torch.compile of the model
-    fused-adamw   + torch.optim.AdamW(fused=True) in place of cs336_basics' AdamW
-    triton-adamw  + our AdamW, one Triton kernel per parameter (training_step.triton_adamw), in place
-                    of PyTorch's fused one
-    bf16-weights  + the matrices held in bf16 for the forward and backward; our AdamW keeps their fp32
-                    master copies and moments and writes the bf16 copy: autocast no longer casts
-                    the weights each forward, nor their gradients back each backward
-    cuda-graphs   + the step's forward, backward and update each captured once as a CUDA graph and
-                    replayed (training_step.cuda_graphs): the host issues a phase in one call
+    fp32              fp32 eager, naive attention (cs336_basics), cs336_basics' AdamW: the workload's step
+    bf16              + bf16 autocast around forward and loss (weights, gradients, optimizer state fp32)
+    flash             + our FlashAttention-2 (attention back end "flash")
+    compiled          + torch.compile of the model
+    fused-adamw       + torch.optim.AdamW(fused=True) in place of cs336_basics' AdamW
+    triton-adamw      + our AdamW, one Triton kernel per parameter (training_step.triton_adamw), in place
+                      of PyTorch's fused one
+    bf16-weights      + the matrices held in bf16 for the forward and backward; our AdamW keeps their fp32
+                      master copies and moments and writes the bf16 copy: autocast no longer casts
+                      the weights each forward, nor their gradients back each backward
+    cuda-graphs       + the step's forward, backward and update each captured once as a CUDA graph and
+                      replayed (training_step.cuda_graphs): the host issues a phase in one call
     triton-rmsnorm    + our RMSNorm, one Triton kernel forward and one backward, writing the bf16
-                    the next matmul reads (training_step.triton_rmsnorm)
+                      the next matmul reads (training_step.triton_rmsnorm)
     triton-swiglu     + our SwiGLU gate, silu(a) * b, one Triton kernel each way (training_step.triton_swiglu)
     triton-rope       + our RoPE, one Triton kernel each way over the model's view of q and k
-                    (training_step.triton_rope)
+                      (training_step.triton_rope)
     triton-linear-ce  + our LM head and cross-entropy in one op, the gradients made in the forward
-                    chunk by chunk, no fp32 logits (training_step.triton_linear_ce)
+                      chunk by chunk, no fp32 logits (training_step.triton_linear_ce)
     adamw-in-backward + each weight's AdamW update launched on a second stream as soon as backward
-                    has its gradient, beside the rest of backward (training_step.adamw_in_backward)
-    checkpointed  bf16-weights + activation checkpointing of groups of blocks, measured only where
-                    bf16-weights runs out of memory (elsewhere it would only add recomputation)
+                      has its gradient, beside the rest of backward (training_step.adamw_in_backward)
+    checkpointed      bf16-weights + activation checkpointing of groups of blocks, measured only where
+                      bf16-weights runs out of memory (elsewhere it would only add recomputation)
 
 Each rung builds on the one listed before it, except ``checkpointed``, which builds on
 ``bf16-weights`` (``Rung.builds_on``): it is for points where that rung does not fit, and the

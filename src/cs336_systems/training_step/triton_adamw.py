@@ -23,19 +23,19 @@ each backward. The bytes per element stay 28 (a bf16 gradient read, a bf16 copy 
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
+from cs336_systems.attention.flash_tiles import interpreting
 from cs336_systems.training_step.triton_rounding import to_bf16_nearest_even
 
 # Elements per program, and warps: 1024 with 4 warps (8 elements a thread) was the fastest of 14
 # settings over the 2.7B model's parameters on an H200, 24.2 ms a step (3.9 TB/s) against 25.0 at
 # 4096 with 8 (lab/e1-rungs/probe_adamw_tiles.py). Triton's interpreter (a CPU) runs the programs
 # one after another, each with a fixed cost, so there a block is 64x larger.
-BLOCK = 65536 if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else 1024
+BLOCK = 65536 if interpreting() else 1024
 NUM_WARPS = 4
 
 

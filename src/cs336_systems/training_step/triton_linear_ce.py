@@ -19,16 +19,14 @@ autograd rounds them, the softmax is fp32 arithmetic.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from cs336_systems.training_step.triton_rounding import rounded
+from cs336_systems.attention.flash_tiles import interpreting
+from cs336_systems.training_step.triton_rounding import matmul_dtype, rounded
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-BLOCK_V = 16384 if _INTERPRET else 2048      # vocabulary entries a loop step reads
+BLOCK_V = 16384 if interpreting() else 2048      # vocabulary entries a loop step reads
 # The logits of a chunk of tokens at most this large: the 2.7B model's point (4096 tokens x 10,000)
 # is one chunk of 82 MB in bf16; longer batches or vocabularies go in several.
 CHUNK_BYTES = 256 * 2**20
@@ -44,7 +42,7 @@ def _cross_entropy_kernel(logits_ptr, targets_ptr, losses_ptr, vocab, stride_row
     for start in range(0, vocab, BLOCK_V):
         z = tl.load(base + start + cols, mask=start + cols < vocab, other=float("-inf")).to(tl.float32)
         new_max = tl.maximum(running_max, z)
-        # lanes still at -inf (no entry yet) add nothing: exp2 of -inf is 0, so guard the max's NaN
+        # lanes still at -inf (no entry yet) add nothing: exp(-inf) is 0, and -inf - -inf would be NaN
         shift = tl.where(new_max == float("-inf"), 0.0, new_max)
         running_sum = running_sum * tl.exp(running_max - shift) + tl.exp(z - shift)
         running_max = new_max
@@ -81,7 +79,7 @@ def linear_cross_entropy_with_gradients(hidden: torch.Tensor, weight: torch.Tens
         h = hidden[start:start + rows]
         logits = h @ weight.T
         _cross_entropy_kernel[(h.shape[0],)](logits, targets[start:start + rows], losses[start:start + rows],
-                                                 vocab, logits.stride(0), 1.0 / tokens, BLOCK_V=BLOCK_V)
+                                             vocab, logits.stride(0), 1.0 / tokens, BLOCK_V=BLOCK_V)
         torch.mm(logits, weight, out=grad_hidden[start:start + rows])
         if grad_weight is None:
             grad_weight = logits.T @ h          # one chunk: the head's gradient in one matmul
@@ -117,14 +115,13 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     """cs336_basics' ``cross_entropy(hidden @ weight.T, targets)`` without the logits of every token at
     once, computed in the dtype autocast gives the head's matmul (module doc)."""
     _check(hidden, weight, targets)
-    kind = hidden.device.type
-    dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else hidden.dtype
+    dtype = matmul_dtype(hidden)
     flat = hidden.reshape(-1, hidden.shape[-1]).to(dtype)
     return linear_cross_entropy_with_gradients(flat, weight.to(dtype), targets.reshape(-1))[0]
 
 
 def fused_loss(head: torch.nn.Module):
-    """The step's loss from the hidden states (the head swapped for ``liger.HiddenStates``)."""
+    """The step's loss from the hidden states (the head's place holds ``swap.HiddenStates``)."""
     def loss(hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return linear_cross_entropy(hidden, head.weight, targets)
     return loss

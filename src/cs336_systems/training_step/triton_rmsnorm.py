@@ -21,18 +21,16 @@ and a CUDA graph captures its launches.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from cs336_systems.training_step.triton_rounding import rounded
+from cs336_systems.attention.flash_tiles import interpreting
+from cs336_systems.training_step.triton_rounding import matmul_dtype, rounded
 
 # Rows a backward program sums dw over; Triton's interpreter (a CPU) pays a fixed cost per program,
 # so there every program takes many rows.
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-BACKWARD_PROGRAMS = 4 if _INTERPRET else 264
+BACKWARD_PROGRAMS = 4 if interpreting() else 264
 
 
 @triton.jit
@@ -49,7 +47,7 @@ def _rms_norm_forward_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, d, eps, BLOCK_D: tl.
 
 @triton.jit
 def _rms_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, rstd_ptr, dx_ptr, dw_partial_ptr, rows, d, rows_per_program,
-                     BLOCK_D: tl.constexpr):
+                              BLOCK_D: tl.constexpr):
     program = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     inside = cols < d
@@ -99,7 +97,7 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
     dx = torch.empty_like(rows)
     partial = torch.empty((programs, d), dtype=torch.float32, device=x.device)
     _rms_norm_backward_kernel[(programs,)](rows, weight, dy, rstd, dx, partial, n, d, triton.cdiv(n, programs),
-                                  BLOCK_D=triton.next_power_of_2(d))
+                                           BLOCK_D=triton.next_power_of_2(d))
     return dx.view(x.shape), partial.sum(0).to(weight.dtype)
 
 
@@ -125,12 +123,6 @@ rms_norm_forward.register_autograd(_backward, setup_context=_setup_context)
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The model's RMSNorm of ``x`` over its last dimension, in ``out_dtype`` (default ``x``'s)."""
     return rms_norm_forward(x, weight, eps, x.dtype if out_dtype is None else out_dtype)[0]
-
-
-def matmul_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype a matmul reading ``x`` will compute in: autocast's where it is on for ``x``'s device."""
-    kind = x.device.type
-    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
 
 
 class TritonRMSNorm(torch.nn.Module):

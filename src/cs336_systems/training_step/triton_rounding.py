@@ -1,12 +1,21 @@
-"""Rounding to bf16 inside our Triton kernels as PyTorch rounds, compiled and interpreted alike.
+"""What E1's Triton kernels write: bf16 rounded as PyTorch rounds, compiled and interpreted alike, in
+the dtype the matmul that reads it computes in.
 
 Triton's interpreter truncates in ``.to(tl.bfloat16)`` whatever rounding is asked for, so a kernel
 tested on a CPU would compute another function than on a GPU (truncation is biased: in E1's step on
 a CPU it doubled a rung's gradient error against fp32). Rounding on the bits costs a few integer
 operations an element, nothing beside the memory traffic of the kernels that use it.
 """
+import torch
 import triton
 import triton.language as tl
+
+
+def matmul_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a matmul reading ``x`` computes in: autocast's where it is on for ``x``'s device, so a
+    kernel writing in it spares the cast autocast would make."""
+    kind = x.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
 
 
 @triton.jit

@@ -13,16 +13,14 @@ A custom op with its own autograd (``torch.compile`` keeps it as one node; a CUD
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from cs336_systems.attention.flash_tiles import interpreting
 from cs336_systems.training_step.triton_rounding import rounded
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-BLOCK = 65536 if _INTERPRET else 1024        # the interpreter pays a fixed cost per program
+BLOCK = 65536 if interpreting() else 1024        # the interpreter pays a fixed cost per program
 
 
 @triton.jit
