@@ -9,6 +9,9 @@ pytest loads before it imports a single test module.
 ``@pytest.mark.gpu`` (or ``gpu(n)`` for n devices) is the one switch for CUDA tests: the hook below
 skips them where fewer devices are visible; a test needs no ``skipif`` of its own.
 
+``smoke`` is README's main command run once for the whole session (the smoke preset, in a copy of
+the tree); a test that takes it is marked ``slow``.
+
 Every test starts with ``random``, NumPy and torch seeded from its own node id (mixed with
 ``--seed``, 0 unless given), before its fixtures are set up: its inputs are still arbitrary values,
 but the same ones on every run, so a failure reproduces. A failing test's report names its seed. A
@@ -39,9 +42,12 @@ def seed_of(nodeid: str, base: int) -> int:
     return zlib.crc32(nodeid.encode(), base % 2**32)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config, items):
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
+        if "smoke" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)      # the smoke run takes minutes on two cores
         marker = item.get_closest_marker("gpu")
         needed = marker.args[0] if marker and marker.args else 1
         if marker and visible < needed:
@@ -65,6 +71,23 @@ def pytest_runtest_makereport(item, call):
         report.sections.append(("random seed", f"{item.stash[_SEED]} (from the test's id and --seed={base}); "
                                                f"`pytest '{item.nodeid}' --seed={base}` draws the same inputs"))
     return report
+
+
+@pytest.fixture(scope="session")
+def smoke(tmp_path_factory):
+    """(copy, finished process, seconds) of README's main command in a copy of the tree, on this
+    (CUDA-less) machine, which picks the smoke preset by itself: the one smoke run the DAG's tests and
+    the tests that read its records share. Tests that change the copy put it back as they found it."""
+    import shlex
+    import time
+
+    from workflow.readme import main_command
+    from workflow.test_snakemake import SMOKE_LIMIT_S, make_copy, snakemake
+
+    copy = make_copy(tmp_path_factory.mktemp("repo"))
+    start = time.monotonic()
+    proc = snakemake(copy, *shlex.split(main_command())[1:], timeout=SMOKE_LIMIT_S)
+    return copy, proc, time.monotonic() - start
 
 
 @pytest.fixture

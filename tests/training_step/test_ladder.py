@@ -23,7 +23,7 @@ JOB = [*POINT, "--rounds", "3", "--steps", "1", "--checkpoint-group", "1"]
 ALL = list(rungs.RUNG_NAMES + rungs.ANCHOR_NAMES)
 
 
-def float64_loss(seed=3, context=16, batch=2) -> float:
+def float64_loss(seed, context, batch) -> float:
     """fp32 eager's first loss, computed apart: the same seeded init and batch, a float64 forward."""
     from cs336_basics.nn_utils import cross_entropy
 
@@ -43,14 +43,17 @@ def read(paths) -> dict:
     return records
 
 
-def test_a_point_s_rungs_and_anchors_take_turns_in_one_job_and_their_first_losses_check_out(tmp_path):
-    outs = [tmp_path / f"{name}.json" for name in ALL]
-    # In its own process, as the rule runs it: the Triton interpreter must be chosen before our
-    # kernels are first imported, and another test of this process may have imported them.
-    proc = subprocess.run([sys.executable, "-m", "cs336_systems.training_step.ladder", *JOB, "--rungs", *ALL,
-                           "--out", *map(str, outs)], capture_output=True, text=True, timeout=600)
+def smoke_records(smoke) -> dict:
+    """The smoke run's E1 records (its one point, every rung and anchor): the job as its rule runs it,
+    in its own process, so the Triton interpreter is chosen before our kernels are first imported."""
+    copy, proc, _ = smoke
     assert proc.returncode == 0, proc.stderr[-2000:]
-    records = read(outs)
+    folder = copy / "results" / "smoke" / "E1" / "records"
+    return read([folder / f"tiny_ctx16_{name}.json" for name in ALL])
+
+
+def test_a_point_s_rungs_and_anchors_take_turns_in_one_job_and_their_first_losses_check_out(smoke):
+    records = smoke_records(smoke)
     assert list(records) == ALL
     ran = {n: r for n, r in records.items() if r["status"] == "ok"}
     # our fused modules build on the CUDA graphs: test_our_fused_modules_compute_what... runs them on a CPU
@@ -63,17 +66,19 @@ def test_a_point_s_rungs_and_anchors_take_turns_in_one_job_and_their_first_losse
     # one job: every record names it, its entrants and its rounds
     jobs = {r["metrics"]["turns"]["job"] for r in records.values()}
     assert len(jobs) == 1 and records["fp32"]["metrics"]["turns"]["with"] == ALL
+    p = records["fp32"]["params"]
     for name, r in ran.items():
         m = r["metrics"]
-        assert len(m["rounds"]) == 3 and all(len(rd["step"]) == 1 for rd in m["rounds"])
-        assert m["step"]["n"] == 3 and m["tokens_per_s"] == pytest.approx(2 * 16 / (m["step"]["median"] / 1e3))
+        assert len(m["rounds"]) == p["rounds"] and all(len(rd["step"]) == p["steps"] for rd in m["rounds"])
+        assert m["step"]["n"] == p["rounds"] * p["steps"]
+        assert m["tokens_per_s"] == pytest.approx(p["batch"] * p["context"] / (m["step"]["median"] / 1e3))
         assert set(m) >= {"forward", "backward", "optimizer", "loss", "peak_memory_bytes", "first_step_ms"}
-        assert len(m["warmup_step_samples"]) == 0          # --warmup 1: the first step only
-        assert r["params"]["rounds"] == 3 and r["params"]["steps"] == 1
+        assert len(m["warmup_step_samples"]) == p["warmup"] - 1          # the steps after the first
+        assert (r["params"]["rounds"], r["params"]["steps"]) == (p["rounds"], p["steps"])
     # first losses: fp32 eager against a float64 forward computed apart; every other rung within the
     # report's tolerance; compiled and fused-adamw run the same graph from the same restored weights
     losses = {n: r["metrics"]["loss"] for n, r in ran.items()}
-    assert losses["fp32"] == pytest.approx(float64_loss(), rel=1e-5)
+    assert losses["fp32"] == pytest.approx(float64_loss(p["seed"], p["context"], p["batch"]), rel=1e-5)
     assert all(abs(loss / losses["fp32"] - 1) <= LOSS_RTOL for loss in losses.values()), losses
     assert losses["compiled"] == losses["fused-adamw"]
     assert records["fp32"]["params"]["optimizer"].startswith("cs336_basics.optimizer.AdamW")
@@ -185,17 +190,18 @@ def test_restoring_puts_back_the_seeded_weights_after_another_rung_stepped():
         assert not ours.state[p]["exp_avg"].any() and not ours.state[p]["exp_avg_sq"].any()
 
 
-def _losses_and_gradients_apart(seed, steps, autocast: bool):
+def _losses_and_gradients_apart(p: dict, steps: int, autocast: bool):
     """A point's first ``steps`` losses and first gradients, computed apart from the job: the same
-    seeded model and batch, cs336_basics' AdamW built fresh, the model run as it is."""
+    seeded model and batch (the record's params ``p``), cs336_basics' AdamW built fresh, the model run
+    as it is."""
     from cs336_basics.nn_utils import cross_entropy
     from cs336_basics.optimizer import AdamW
 
     from cs336_systems.workload import LEARNING_RATE
 
-    torch.manual_seed(seed)
-    model = build_model(get_size("tiny"), 16)
-    inputs, targets = random_batch(2, 16)
+    torch.manual_seed(p["seed"])
+    model = build_model(get_size(p["size"]), p["context"])
+    inputs, targets = random_batch(p["batch"], p["context"])
     opt = AdamW(model.parameters(), lr=LEARNING_RATE)
     losses, grads = [], None
     for _ in range(steps):
@@ -209,20 +215,19 @@ def _losses_and_gradients_apart(seed, steps, autocast: bool):
     return losses, grads
 
 
-def test_the_job_keeps_each_warm_up_step_s_loss_and_the_first_gradients_error_against_fp32_eager_s(tmp_path):
-    names = ["fp32", "bf16", "compiled", "fused-adamw"]
-    outs = [tmp_path / f"{n}.json" for n in names]
-    assert ladder.main([*POINT[:POINT.index("--warmup")], "--warmup", "3", *POINT[POINT.index("--warmup") + 2:],
-                        "--rounds", "3", "--steps", "1", "--rungs", *names, "--out", *map(str, outs)]) == 0
-    records = {n: r["metrics"] for n, r in read(outs).items()}
-    # fp32 eager's losses over three steps from the seeded state, against a model and optimizer built apart
-    fp32_losses, fp32_grads = _losses_and_gradients_apart(3, 3, autocast=False)
+def test_the_job_keeps_each_warm_up_step_s_loss_and_the_first_gradients_error_against_fp32_eager_s(smoke):
+    records = {n: r["metrics"] for n, r in smoke_records(smoke).items()}
+    p = smoke_records(smoke)["fp32"]["params"]
+    warmup = p["warmup"]
+    assert warmup >= 2                     # the smoke preset's: a loss after an update is among them
+    # fp32 eager's losses over the warm-up steps from the seeded state, against a model and optimizer built apart
+    fp32_losses, fp32_grads = _losses_and_gradients_apart(p, warmup, autocast=False)
     assert records["fp32"]["losses"] == pytest.approx(fp32_losses, rel=1e-6)
     assert records["fp32"]["loss"] == records["fp32"]["losses"][0]
-    assert fp32_losses[2] < fp32_losses[0]          # the updates moved the loss: the later steps see them
+    assert fp32_losses[-1] < fp32_losses[0]          # the updates moved the loss: the later steps see them
     assert records["fp32"]["gradient_rel_error"] is None        # the reference itself
     # bf16's gradient error per group, against the same quantity computed apart
-    bf16_losses, bf16_grads = _losses_and_gradients_apart(3, 1, autocast=True)
+    bf16_losses, bf16_grads = _losses_and_gradients_apart(p, 1, autocast=True)
     apart: dict[str, list[float]] = {}
     for name, g in bf16_grads.items():
         d, r = apart.setdefault(group_of(name), [0.0, 0.0]), fp32_grads[name]
@@ -232,9 +237,9 @@ def test_the_job_keeps_each_warm_up_step_s_loss_and_the_first_gradients_error_ag
     assert set(errors) == set(apart) and "layers.attn.q_proj.weight" in errors
     assert errors == pytest.approx({k: (d / r) ** 0.5 for k, (d, r) in apart.items()}, rel=1e-3)
     assert records["bf16"]["losses"][0] == pytest.approx(bf16_losses[0], rel=1e-6)
-    for name in ("bf16", "compiled", "fused-adamw"):
+    for name in ("bf16", "flash", "compiled", "fused-adamw", "triton-adamw", "bf16-weights"):
         m = records[name]
-        assert len(m["losses"]) == 3
+        assert len(m["losses"]) == warmup
         assert all(abs(a / b - 1) <= LOSS_RTOL for a, b in zip(m["losses"], records["fp32"]["losses"])), name
         assert 0 < max(m["gradient_rel_error"].values()) <= GRAD_RTOL, name
 
