@@ -47,6 +47,7 @@ from torch import nn
 from cs336_systems.models import VOCAB_SIZE, ModelSize, build_model, get_attention_backend, random_batch
 from cs336_systems.training_step.rungs import (CHECKPOINTING, CUDA_GRAPHS_MODULE, IN_BACKWARD_MODULE, LIGER_MODULE,
                                                OUR_KERNELS, TRITON_ADAMW_MODULE, Setup)
+from cs336_systems.training_step.check import host_copy
 from cs336_systems.training_step.swap import Kit, Swap
 from cs336_systems.workload import LEARNING_RATE, Workload, adamw, no_phase
 
@@ -145,7 +146,7 @@ class SharedPoint:
         # the names as built: a compiled or checkpointed list of blocks renames what it wraps
         self.names = [n for n, _ in named]
         self.parameters = [p for _, p in named]
-        self.initial = [p.detach().to("cpu", copy=True) for p in self.parameters]
+        self.initial = [host_copy(p) for p in self.parameters]     # each rung's first steps start from these
         self._layers: dict[tuple[bool, bool], nn.ModuleList] = {(False, False): self.blocks}
         self._compiled_model = None
         self._optimizers: dict[tuple[str, bool], torch.optim.Optimizer] = {}
@@ -168,7 +169,7 @@ class SharedPoint:
         self.model.zero_grad(set_to_none=True)
         with torch.no_grad():
             for p, saved in zip(self.parameters, self.initial):
-                p.copy_(saved)
+                p.copy_(saved, non_blocking=True)      # page-locked: the copies queue on the stream
             for opt in self._optimizers.values():
                 for p in self.parameters:
                     state = opt.state[p]
