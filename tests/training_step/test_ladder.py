@@ -15,7 +15,7 @@ from cs336_systems.records import STATUSES
 from cs336_systems.report.e1 import GRAD_RTOL, LOSS_RTOL
 from cs336_systems.training_step import ladder, rungs
 from cs336_systems.training_step import step as step_module
-from cs336_systems.training_step.check import GradientReference, group_of
+from cs336_systems.training_step.check import GradientReference, group_of, host_copy
 
 POINT = ["--size", "tiny", "--context", "16", "--batch", "2", "--warmup", "1", "--seed", "3",
          "--backend", "aot_eager", "--device", "cpu"]
@@ -304,6 +304,27 @@ def test_the_gradient_tolerance_tells_bf16_rounding_from_a_wrong_attention():
     first_gradients()
     unmasked = reference.relative_errors(parameters)
     assert max(bf16.values()) < GRAD_RTOL < min(unmasked.values())
+
+
+def test_the_reference_keeps_its_own_copy_of_the_gradients_it_took():
+    """The reference's gradients are copies: the next rung's backward, writing the same .grad
+    tensors, does not move them."""
+    weight = torch.nn.Parameter(torch.randn(4, 3))
+    weight.grad = torch.randn(4, 3)
+    reference = GradientReference(["layers.0.w"], [weight])
+    taken = weight.grad.clone()
+    weight.grad.mul_(2)                         # another rung's gradients in the same tensor
+    assert reference.relative_errors([weight]) == {"layers.w": pytest.approx(1.0)}
+    assert torch.equal(reference.gradients[0], taken)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_host_copies_are_page_locked_and_come_back_as_they_went():
+    on_device = torch.randn(1000, 33, device="cuda")
+    kept = host_copy(on_device)
+    assert kept.device.type == "cpu" and kept.is_pinned() and torch.equal(kept.cuda(), on_device)
+    on_device.add_(1)                           # a copy, not a view
+    assert not torch.equal(kept.cuda(), on_device)
 
 
 @pytest.mark.gpu
