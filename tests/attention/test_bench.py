@@ -469,7 +469,7 @@ def test_the_section_opens_with_its_answer_and_tabulates_the_losses(tmp_path, se
     import random
 
     rng = random.Random(seed)
-    commit = "493df71ec1f7c7342a59764da58f2a0ae4871231"      # records that do not say what ran
+    commit = "493df71ec1f7c7342a59764da58f2a0ae4871231"      # records that do not say what ran: nothing known
     summary, text = _report_from(tmp_path, _grid(rng, commit=commit))
     L = summary["losses_vs_plain"]
     body = text.split("\n\n")
@@ -486,13 +486,12 @@ def test_the_section_opens_with_its_answer_and_tabulates_the_losses(tmp_path, se
     shares = [row["tflops"] * 1e12 / b5.peak(row["gpu"], "ours", row["dtype"], "ieee" if row["dtype"] == "fp32" else None)[1]
               for (_, row), f in zip(lost.iterrows(), is_flat) if not f]
     assert L["max_of_peak"] == (pytest.approx(max(shares)) if shares else None)
-    # One table row per group, the repeated sentence gone, the grids counted from the commit's tiles.
+    # One table row per group, the repeated sentence gone; no grid where the records give none.
     rows = [line for line in text.splitlines() if " | no: a fixed cost | " in line or " | yes | " in line]
     assert len(rows) == len(L["groups"]) + len(summary["flash_goal"]["groups"])
-    if L["lost"]:
-        assert "Grids the records do not give are counted from the tiles of the code of 493df71" in text
-    assert "do not say how many programs" not in text
-    assert "| causal tile order | tiles in index order" in text and "the code of 493df71 (the records do not say)" in text
+    assert all(row.rstrip().endswith("| — |") for row in rows)
+    assert "code of" not in text and "do not say how many programs" not in text
+    assert "| causal tile order | — | not known: the records do not say |" in text
 
 
 def test_what_ran_names_the_records_where_they_say_it(tmp_path, seed):
@@ -506,11 +505,10 @@ def test_what_ran_names_the_records_where_they_say_it(tmp_path, seed):
     assert {row["source"] for row in rows.values()} == {"the records"}
     assert rows["products"]["values"] == ["three TF32 tensor-core products each (3xTF32)"]
     assert "| causal tile order | the longest causal tiles issued first | the records |" in text
-    # Records of a commit whose code cannot be read say so instead.
-    unknown = "9f0266d95a5b0cbb3ac3e0d6e2b5bd0ec03ba5d6"
-    summary, text = _report_from(tmp_path, _grid(random.Random(seed), commit=unknown))
-    assert all(row["values"] == [] and row["source"].startswith("not known") for row in summary["ours_ran"]["facts"])
-    assert "not in this repository's history" in text
+    # Records that do not say it: nothing is known, and the section says so.
+    summary, text = _report_from(tmp_path, _grid(random.Random(seed), commit="9f0266d95a5b0cbb3ac3e0d6e2b5bd0ec03ba5d6"))
+    assert all(row["values"] == [] and row["source"] == "not known: the records do not say"
+               for row in summary["ours_ran"]["facts"])
 
 
 def test_the_rate_plot_is_logarithmic_and_says_its_timing(tmp_path, monkeypatch):

@@ -5,10 +5,8 @@ A record of our kernels carries ``launch`` (``describe``): the path the call too
 tiles and program count, the SM count, the forward's key splits, the backward's (dK/dV, dQ)
 slices, how fp32 products were computed, the order the programs take their tiles in, how
 D = rowsum(dO ∘ O) was computed and which backward ran. A report states a fact about our kernels
-only as ``ran`` gives it: from the record, or, for records made before records said it, from
-``CODE_AT``: what the kernels of the record's commit did, as ``git show <commit>:<path>`` shows it
-(the tests compare each entry with that source where the history is at hand). A fact neither
-gives is one the report says it does not know.
+only as ``ran`` gives it, from the record; a fact the record does not give is one the report says it
+does not know.
 
 The kernels are imported by name (``_module``), not by an import statement: ``attention.bench``
 imports this module for every B5 row, and a static import would make plain attention's and SDPA's
@@ -118,58 +116,6 @@ TREE = {"order": order(True), "tiles_from": ("tuned", "default"), "products": "t
         "backward": "dkdv+dq"}
 
 
-# --- records made before they said what ran ------------------------------------------------------
-
-def _fixed_tiles(dtype: str, d: int) -> dict:
-    """``choose_tiles`` of 493df71 / 24a6f99 on a GPU: one tile set per (dtype, head dimension), a
-    square tile for both backward kernels."""
-    if dtype == "fp32":
-        forward, backward, warps = (64, 32 if d == 128 else 64), 32, 4
-    else:
-        forward, backward, warps = (128, 64), 64 if d <= 64 else 32, 8 if d == 128 else 4
-
-    def tile(block_q, block_k):
-        return {"block_q": block_q, "block_k": block_k, "num_warps": warps, "num_stages": 2}
-    return {"forward": tile(*forward), "dkdv": tile(backward, backward), "dq": tile(backward, backward)}
-
-
-def _before_plans(shape: dict) -> dict:
-    """The kernels of 493df71 and 24a6f99 (flash_triton.py): a (tiles, batch) grid whose programs
-    take tiles in index order, ``_fixed_tiles``, fp32 products as IEEE FMA (``_precision``), no
-    split launches, D = rowsum(dO ∘ O) in PyTorch, then the dK/dV and the dQ kernels. Nothing in
-    the package sets PyTorch's float32 matmul precision, so it was the default, "highest"; the
-    compiled PyTorch backward (``attention/backward.py``) upcasts to fp32."""
-    return {"path": "plain", "tiles": _fixed_tiles(shape["dtype"], shape["d"]), "tiles_from": "fixed", "order": "index",
-            "products": "ieee" if shape["dtype"] == "fp32" else "tf32", "splits": 1, "backward_splits": [1, 1],
-            "delta": "pytorch", "backward": "dkdv+dq", "backward_arithmetic": "fp32",
-            "float32_matmul_precision": "highest"}
-
-
-def _plans_longest_first(shape: dict) -> dict:
-    """The kernels of 6a1d6b0 (flash_triton.py), for what its records do not say: the longest causal
-    tiles first (``_tile_and_batch``), tiles from the tuner for the two entries of its
-    ``tuned_tiles.py`` (bf16, d = 64 and 128) and from ``default_tiles`` elsewhere, D by
-    ``_delta_kernel``, and dK/dV then dQ (the fused backward ran only for tiles without a dQ tile,
-    and neither the tuned nor the default tiles lacked one); the eager path's plan, the compiled
-    call's plain launches without splits; the compiled PyTorch backward in fp32."""
-    return {"path": "compiled" if shape["compiled"] else "plan", "order": order(shape["causal"]),
-            "tiles_from": "tuned" if (shape["dtype"], shape["d"]) in (("bf16", 64), ("bf16", 128)) else "default",
-            "delta": "triton", "backward": "dkdv+dq", "backward_arithmetic": "fp32",
-            **({"splits": 1, "backward_splits": [1, 1]} if shape["compiled"] else {})}
-
-
-# Commits of committed records of our kernels that predate the facts they lack, by full hash.
-CODE_AT = {
-    "493df71ec1f7c7342a59764da58f2a0ae4871231": _before_plans,
-    "24a6f999d755f49243561872a5123685552b9bbb": _before_plans,
-    "6a1d6b007b78ec035b0702584f9aa9b66fc813c8": _plans_longest_first,
-}
-# Commits of committed records whose code cannot be read here, and why.
-UNREADABLE = {
-    "9f0266d95a5b0cbb3ac3e0d6e2b5bd0ec03ba5d6": "not in this repository's history",
-}
-
-
 def shape_of(record: dict) -> dict:
     """(dtype, d, N, batch, causal, compiled) of a record of our kernels: a B5 grid point, the
     leaderboard case or a B3/B4 check."""
@@ -180,12 +126,10 @@ def shape_of(record: dict) -> dict:
 
 
 def ran(record: dict) -> dict:
-    """What ran for one record of our kernels: ``facts`` (name -> value), ``source`` (name ->
-    "record", or the commit whose code gave it), the record's ``commit``, and ``unreadable`` (why
-    its commit's code cannot be read) where that is known. A commit's code is used only for a
-    record made from a clean work tree; program counts follow from the tiles and splits."""
-    prov = record.get("provenance") or {}
-    commit = prov.get("commit") or ""
+    """What ran for one record of our kernels, as the record says it: ``facts`` (name -> value) and
+    the record's ``commit``. Program counts follow from the tiles and splits where the record gives
+    those alone."""
+    commit = (record.get("provenance") or {}).get("commit") or ""
     launch = dict((record.get("metrics") or {}).get("launch") or {})
     params = record["params"]
     if params.get("function") in BACKWARD_OF:             # B3/B4 checks: the Function says which backward
@@ -194,25 +138,16 @@ def ran(record: dict) -> dict:
         launch.setdefault("float32_matmul_precision", record["metrics"]["float32_matmul_precision"])
     triton = params.get("function", "triton") != "pytorch"
     shape = shape_of(record)
-    known = triton and commit in CODE_AT and not prov.get("dirty") and shape["dtype"] is not None
-    from_code = CODE_AT[commit](shape) if known else {}
-    facts, source = {}, {}
-    for name in (*FACTS, "float32_matmul_precision"):
-        if launch.get(name) is not None:
-            facts[name], source[name] = launch[name], "record"
-        elif from_code.get(name) is not None:
-            facts[name], source[name] = from_code[name], commit
+    facts = {name: launch[name] for name in (*FACTS, "float32_matmul_precision") if launch.get(name) is not None}
     if triton and "programs" not in facts and {"tiles", "splits"} <= set(facts):
         facts["programs"] = programs_of(facts["tiles"], shape["batch"], shape["seq"], shape["seq"], facts["splits"],
                                         facts.get("backward_splits") or (1, 1))
-        source["programs"] = source["tiles"]
     pytorch_backward = facts.get("backward") == "compiled-pytorch"
     # Facts of the backward that did not run: the Triton kernels' for the PyTorch backward and back.
     for name in ("delta", "backward_splits") if pytorch_backward else ("backward_arithmetic",):
         facts.pop(name, None)
-        source.pop(name, None)
     if pytorch_backward:
         for name in ("tiles", "programs"):
             if name in facts:
                 facts[name] = {"forward": facts[name]["forward"]}
-    return {"facts": facts, "source": source, "commit": commit, "unreadable": UNREADABLE.get(commit)}
+    return {"facts": facts, "commit": commit}

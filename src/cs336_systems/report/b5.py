@@ -8,9 +8,9 @@ a point is judged on graph time where both have it, else on do_bench's median, a
 Where a point has both, do_bench's median is *launch-bound* when it exceeds the slowest graph replay
 by more than a cold cache can explain (``cold_cache_ms``): the rest of its time is spent launching.
 
-What our kernels ran (tiles, tile order, fp32 products, splits, backward) comes from the records,
-else from the code of the commit that made them (``attention.flash_record.ran``); ``what_ran``
-puts it in words with its source, and the writeup states nothing about our kernels beyond it.
+What our kernels ran (tiles, tile order, fp32 products, splits, backward) comes from the records
+(``attention.flash_record.ran``); ``what_ran`` puts it in words, saying where records do not give
+it, and the writeup states nothing about our kernels beyond it.
 
     python -m cs336_systems.report.b5 --rows row1.json ... --leaderboard leaderboard.json --out-dir DIR
 """
@@ -63,13 +63,12 @@ def grid_frame(records: list[dict]) -> pd.DataFrame:
     """One row per record, with what the loss analysis needs where it is known: the GPU, our
     kernels' smallest grid for the pass and the SM count, how fp32 products were computed (ours:
     the kernels' choice; plain: PyTorch's float32 matmul precision), each of ours as
-    ``flash_record.ran`` gives it (the record, else the code of its commit; unknown: NaN / None,
-    with ``programs_from`` naming the source of the grid), and the graph time with its range and
+    ``flash_record.ran`` gives it from the record (unknown: NaN / None), and the graph time with its range and
     what bounds a cold cache's cost (records from before graph timing: NaN, graph status None)."""
     rows = []
     for r in records:
         m = r["metrics"]
-        what = ran(r) if r["params"]["impl"] == "ours" else {"facts": {}, "source": {}}
+        what = ran(r) if r["params"]["impl"] == "ours" else {"facts": {}}
         facts = what["facts"]
         programs = [n for k in PASS_KERNELS[r["params"]["pass"]] if (n := (facts.get("programs") or {}).get(k))]
         graph_ok = m.get("graph_status") == "ok"
@@ -78,7 +77,6 @@ def grid_frame(records: list[dict]) -> pd.DataFrame:
                      "flops": m.get("flops", math.nan),
                      "gpu": (r.get("provenance") or {}).get("gpu"),
                      "programs": min(programs) if programs else math.nan,
-                     "programs_from": what["source"].get("programs") if programs else None,
                      "sms": facts.get("sms") or math.nan,
                      "fp32_products": facts.get("products") or m.get("float32_matmul_precision"),
                      "graph_status": m.get("graph_status"), "graph_reason": m.get("graph_reason"),
@@ -91,7 +89,7 @@ def grid_frame(records: list[dict]) -> pd.DataFrame:
 
 
 FRAME_COLUMNS = ["impl", "dtype", "d", "seq", "pass", "status", "ms", "tflops", "flops", "gpu", "programs",
-                 "programs_from", "sms", "fp32_products", "graph_status", "graph_reason", "graph_ms", "graph_ms_min",
+                 "sms", "fp32_products", "graph_status", "graph_reason", "graph_ms", "graph_ms_min",
                  "graph_ms_max", "resident_bytes", "l2_bytes", "job", "rounds_ms", "rounds_graph_ms"]
 KEYS = ["dtype", "d", "seq", "pass"]
 
@@ -400,7 +398,6 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
             "flat_lost": len(points) - len(work_set), "work_groups": sum(1 for g in groups if not g["flat"]),
             "max_of_peak": max(shares) if shares else None,
             "grid_explained": sum(1 for g in groups if g["worst"].get("grid_explains")),
-            "programs_from": sorted({p["programs_from"] for p in points if p.get("programs_from")}),
             "sms_missing": any(p.get("programs") is not None and p.get("sms") is None for p in points)}
 
 
@@ -416,7 +413,7 @@ def _diagnose(row: pd.Series, other: str) -> dict:
              "other_peak": other_name, "other_of_peak": other_tflops * 1e12 / other_flops,
              "peak_short": PEAK_SHORT.get(name), "other_peak_short": PEAK_SHORT.get(other_name)}
     if not math.isnan(row["programs"]):
-        point.update(programs=int(row["programs"]), programs_from=row["programs_from"])
+        point["programs"] = int(row["programs"])
     if not (math.isnan(row["programs"]) or math.isnan(row["sms"])):
         busy = min(1.0, row["programs"] / row["sms"])
         point.update(sms=int(row["sms"]), busy=busy, short_grid=busy < 1,
@@ -508,8 +505,7 @@ PHRASES = {
     "backward": {"dkdv+dq": "a dK/dV kernel, then a dQ kernel (no atomics)",
                  "fused": "one dK/dV kernel adding dQ atomically", "compiled-pytorch": "the compiled PyTorch backward"},
     "delta": {"pytorch": "D = rowsum(dO ∘ O) in PyTorch", "triton": "D = rowsum(dO ∘ O) in a Triton kernel"},
-    "tiles_from": {"fixed": "one set per dtype and head dimension (that code has no tuner)",
-                   "tuned": "the tuner's (attention/tuned_tiles.py) where it has an entry",
+    "tiles_from": {"tuned": "the tuner's (attention/tuned_tiles.py) where it has an entry",
                    "default": "the defaults where the tuner has no entry",
                    "interpreter": "the small tiles of Triton's CPU interpreter"},
     "path": {"plan": "the eager call's cached per-shape plan", "plain": "plain launches",
@@ -544,17 +540,13 @@ def _phrase(fact: str, record: dict, facts: dict) -> str | None:
     return None if value is None else PHRASES[fact].get(value, value)
 
 
-def _source(sources: set, missing: int, total: int, unreadable: dict) -> str:
-    """Where a fact came from, in words: the records, the code of their commit, both, or neither."""
-    commits = sorted(s[:7] for s in sources if s != "record")
-    code = f"the code of {', '.join(commits)}" if commits else ""
-    said = ("the records" + (f" where they say it, else {code}" if code else "") if "record" in sources
-            else f"{code} (the records do not say)" if code else "")
+def _source(missing: int, total: int) -> str:
+    """Where a fact came from, in words: the records, where they say it."""
     if not missing:
-        return said
-    why = "; ".join(f"{c}: {reason}" for c, reason in unreadable.items())
-    unknown = f"not known for {missing} of {total} records" if said else "not known: the records do not say"
-    return (f"{said}; " if said else "") + unknown + (f" (commit {why})" if why else "")
+        return "the records"
+    if missing == total:
+        return "not known: the records do not say"
+    return f"the records; not known for {missing} of {total} records"
 
 
 def _tile(t: dict | None) -> str:
@@ -581,15 +573,12 @@ def tile_rows(resolved: list[tuple[dict, dict]], key=by_dtype_and_d) -> list[dic
         if not tiles:
             continue
         cells = tuple(_tile(tiles.get(k)) for k in ("forward", "dkdv", "dq"))
-        row = rows.setdefault((*key(record), cells), {"seqs": set(), "source": set()})
-        row["seqs"].add(shape_seq(record))
-        row["source"].add("record" if what["source"]["tiles"] == "record" else what["source"]["tiles"][:7])
+        rows.setdefault((*key(record), cells), set()).add(shape_seq(record))
     out = []
-    for (*k, cells), row in sorted(rows.items(), key=lambda item: (item[0][:-1], min(item[1]["seqs"]))):
-        seqs = sorted(row["seqs"])
+    for (*k, cells), seqs in sorted(rows.items(), key=lambda item: (item[0][:-1], min(item[1]))):
+        seqs = sorted(seqs)
         out.append({"key": list(k), "seqs": f"{seqs[0]}" if len(seqs) == 1 else f"{seqs[0]}–{seqs[-1]}",
-                    "forward": cells[0], "dkdv": cells[1], "dq": cells[2],
-                    "source": "record" if row["source"] == {"record"} else ", ".join(sorted(row["source"]))})
+                    "forward": cells[0], "dkdv": cells[1], "dq": cells[2]})
     return out
 
 
@@ -657,13 +646,12 @@ def tuned_elsewhere(records: list[dict]) -> list[str]:
 
 def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) -> dict:
     """What our kernels ran in ``records`` (ours only), for the writeup: per fact its value(s) in
-    words and where they come from (``flash_record.ran``: the record, or the code of its commit);
+    words and whether the records say it (``flash_record.ran``);
     the commits; the tile sets (``tile_rows``); whether the tiles changed with the length."""
     resolved = [(r, ran(r)) for r in records]
-    unreadable = {w["commit"][:10]: w["unreadable"] for _, w in resolved if w["unreadable"]}
     rows = []
     for fact in facts:
-        values, sources, missing, applies = set(), set(), 0, 0
+        values, missing, applies = set(), 0, 0
         for record, what in resolved:
             phrase = _phrase(fact, record, what["facts"])
             if phrase == "":
@@ -673,18 +661,16 @@ def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) 
                 missing += 1
                 continue
             values.add(phrase)
-            companion = {"backward": "delta", "tiles": "tiles_from"}.get(fact, fact)
-            sources.update({what["source"].get(fact), what["source"].get(companion)} - {None})
         if applies:
             rows.append({"fact": fact, "label": FACT_LABELS[fact], "values": sorted(values),
-                         "source": _source(sources, missing, applies, unreadable), "known": applies - missing,
+                         "source": _source(missing, applies), "known": applies - missing,
                          "records": applies})
     tiles = tile_rows(resolved, key)
     tree = tree_differences(resolved)
     varies = {tuple(t["key"]) for t in tiles}
     dates = sorted(r["provenance"]["utc"][:10] for r in records if r.get("provenance"))
     return {"records": len(records), "commits": sorted({w["commit"][:10] for _, w in resolved}),
-            "dates": [dates[0], dates[-1]] if dates else [], "unreadable": unreadable, "facts": rows,
+            "dates": [dates[0], dates[-1]] if dates else [], "facts": rows,
             "tiles": tiles, "tiles_vary_with_length": len(varies) < len(tiles), "tree": tree,
             "several_lengths": len({shape_seq(r) for r in records}) > 1}
 
@@ -774,7 +760,7 @@ def ran_schema(key: dict = STR, **more) -> dict:
     """``what_ran``'s summary as the sections' schemas declare it (B3's and B4's too): ``key`` the type
     of a tile row's key."""
     fact = obj(fact=STR, known=null(INT), label=STR, source=STR, values=null(arr(STR)))
-    tile = obj(dkdv=STR, dq=STR, forward=STR, key=arr(key), seqs=STR, source=STR)
+    tile = obj(dkdv=STR, dq=STR, forward=STR, key=arr(key), seqs=STR)
     differs = obj(label=STR, ran=arr(STR), tree=arr(STR))
     return obj(facts=arr(fact), several_lengths=BOOL, records=null(INT), tiles=null(arr(tile)),
                tiles_vary_with_length=null(BOOL), tree=null(obj(compared=arr(STR), differs=null(arr(differs)))),
@@ -792,7 +778,7 @@ def losses_schema(of_peak: dict, short_grid: dict | opt, points: dict, **more) -
     return obj(all_paired=BOOL, by_graph=null(INT), flat_lost=null(INT), fold=BOOL,
                grid_explained=null(INT), groups=arr(group), lost=null(INT), max_of_peak=null(NUM), not_lost=INT,
                paired=null(INT), points=points,
-               programs_from=null(arr(STR)), sms_missing=null(BOOL), within=INT, won=INT,
+               sms_missing=null(BOOL), within=INT, won=INT,
                work_groups=null(INT), **more)
 
 
@@ -815,7 +801,7 @@ SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     leaderboard=obj({"ours": NUM, "sdpa-cudnn": null(NUM), "sdpa-flash": null(NUM)}),
     leaderboard_failed=mapping(),
     leaderboard_ran=opt(null(obj(facts=null(arr(obj(known=INT, label=STR, source=STR, values=arr(STR)))),
-                                 records=null(INT), unreadable=mapping()))),
+                                 records=null(INT)))),
     leaderboard_shape=STR,
     leaderboard_split=obj(backward=_SPLIT, forward=_SPLIT),
     leaderboard_split_over_cudnn=obj(backward=opt(NUM), forward=opt(NUM)),

@@ -145,8 +145,7 @@ def backward_accounting(records: list[dict]) -> dict:
         batch, n, d = tri["params"]["shape"]
         gpu = (tri.get("provenance") or {}).get("gpu")
         card = BY_DEVICE_NAME.get(gpu or "")
-        ran_t, ran_p = ran(tri), ran(pyt)
-        facts_t, facts_p = ran_t["facts"], ran_p["facts"]
+        facts_t, facts_p = ran(tri)["facts"], ran(pyt)["facts"]
         products = TRITON_PRODUCTS.get(facts_t.get("backward"))
         entry = {"shape": [batch, n, d], "triton_ms": tri["metrics"]["backward_ms"],
                  "pytorch_ms": pyt["metrics"]["backward_ms"], "triton_backward": facts_t.get("backward"),
@@ -155,9 +154,7 @@ def backward_accounting(records: list[dict]) -> dict:
                  "pytorch_flops": PYTORCH_PRODUCTS * 2 * batch * n * n * d,
                  "pytorch_arithmetic": facts_p.get("backward_arithmetic"),
                  "pytorch_precision": facts_p.get("float32_matmul_precision"),
-                 "triton_mode": facts_t.get("products") if dtype == "fp32" else None,
-                 "sources": sorted({c[:7] for c in (*ran_t["source"].values(), *ran_p["source"].values())
-                                    if c != "record"})}
+                 "triton_mode": facts_t.get("products") if dtype == "fp32" else None}
         entry.update(_rates(entry, gpu, card, dtype, facts_t.get("products")))
         out[dtype] = entry
     return out
@@ -217,8 +214,8 @@ def by_function(record: dict) -> tuple:
 
 
 def same_table(ran: dict, other: dict) -> bool:
-    """Whether two ``what_ran`` summaries tabulate the same: the same facts, values and sources, tiles
-    and differences from the tree, whatever the number of records behind each and the lengths they
+    """Whether two ``what_ran`` summaries tabulate the same: the same facts, values and sources
+    (whether the records say them), tiles and differences from the tree, whatever the number of records behind each and the lengths they
     ran at (B3 checks at one length, B4 times at another, with the same tiles)."""
     def shown(r: dict) -> tuple:
         return ([(f["fact"], f["label"], f["values"], f["source"]) for f in r.get("facts") or []],
@@ -262,8 +259,6 @@ def main(argv=None) -> int:
             "statuses": times["status"].value_counts().to_dict() if len(times) else {},
             "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors),
             "accounting": accounting,
-            # the commits whose code ran where records do not say, over every dtype's entry in order
-            "accounting_sources": list(dict.fromkeys(c for e in (accounting or {}).values() for c in e["sources"])),
             "tuner": tuner_choices(),
             "tuned_elsewhere": tuned_elsewhere(triton), "ran": ran,
             # the section points at B3's table instead of repeating it where the timed calls ran the
@@ -301,7 +296,6 @@ SUMMARY_SCHEMAS["B4"] = section(
                                     triton_of_peak=null(NUM), triton_peak=null(STR), triton_products=null(INT),
                                     triton_tflops=null(NUM))))),
     backward=null(mapping(obj(faster=BOOL, pytorch_ms=NUM, slowdown=NUM, speedup=NUM, triton_ms=NUM))),
-    accounting_sources=opt(arr(STR)),
     provenance=PROVENANCE,
     ran=opt(null(ran_schema())),
     ran_as_b3=opt(BOOL),
