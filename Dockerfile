@@ -76,7 +76,7 @@ ENV PATH=/opt/venv/bin:$PATH
 ARG TORCH_SPEC=""
 RUN python3 -m venv --system-site-packages /opt/venv \
     && if [ -n "$TORCH_SPEC" ]; then pip install --no-cache-dir $TORCH_SPEC; fi \
-    && python -c 'import sys; assert sys.version_info >= (3, 10), sys.version'
+    && python -c 'import sys; assert sys.version_info >= (3, 11), sys.version'
 
 # The project, with the README's set-up line (less the test extra). First its dependencies alone,
 # from the two pyproject.toml files with the packages still empty, so that this slow layer stays
@@ -86,6 +86,11 @@ COPY pyproject.toml ./
 COPY cs336-basics/pyproject.toml cs336-basics/
 RUN mkdir -p src && touch README.md \
     && pip install --no-cache-dir -e ./cs336-basics -e .
+# E1's Liger-Kernel anchor: the `liger` extra, as pinned in pyproject.toml, without its dependencies
+# (torch and Triton, which a CUDA base has; where a base has no Triton, as a CPU image, Liger cannot
+# import, and the anchor, CUDA-only, is skipped on such a machine anyway).
+RUN pip install --no-cache-dir --no-deps $(python -c 'import tomllib; \
+        print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["liger"])')
 COPY . /opt/cs336
 RUN pip install --no-cache-dir --no-deps -e ./cs336-basics -e . \
     && python -c 'import torch, snakemake, cs336_systems, cs336_basics; print("torch", torch.__version__)'

@@ -253,6 +253,17 @@ def test_image_leaves_out_results_caches_and_git(podman, image):
     assert proc.stdout.strip() == str(IMAGE_UID)            # not root
 
 
+def test_the_image_holds_liger_kernel_as_the_liger_extra_pins_it(podman, image):
+    """E1's Liger anchor runs in the image on a GPU: Liger-Kernel is installed, the version the
+    ``liger`` extra pins."""
+    import tomllib
+
+    pins = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["liger"]
+    proc = podman("run", "--rm", "--network", "none", "--entrypoint", "python", image, "-c",
+                  "import importlib.metadata as m; print('liger-kernel==' + m.version('liger-kernel'))")
+    assert proc.stdout.split() == pins
+
+
 def test_the_mounted_checkout_is_the_code_that_runs(podman, image, checkout):
     probe = ("import cs336_systems, cs336_basics\n"
              "from cs336_systems.pipeline import sources\n"
