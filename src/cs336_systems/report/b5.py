@@ -63,8 +63,9 @@ def grid_frame(records: list[dict]) -> pd.DataFrame:
     """One row per record, with what the loss analysis needs where it is known: the GPU, our
     kernels' smallest grid for the pass and the SM count, how fp32 products were computed (ours:
     the kernels' choice; plain: PyTorch's float32 matmul precision), each of ours as
-    ``flash_record.ran`` gives it from the record (unknown: NaN / None), and the graph time with its range and
-    what bounds a cold cache's cost (records from before graph timing: NaN, graph status None)."""
+    ``flash_record.ran`` gives it from the record (unknown: NaN / None), and the graph time with its
+    range and what bounds a cold cache's cost (records from before graph timing: NaN, graph status
+    None)."""
     rows = []
     for r in records:
         m = r["metrics"]
