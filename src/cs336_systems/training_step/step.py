@@ -4,7 +4,7 @@ The 2.7B model with AdamW holds ~42 GB (fp32 weights, gradients, two moments) be
 activation, so two of them do not fit an 80 GB card, and a point's rungs must share one:
 
 - one model, built from ``seed`` (then the batch drawn, from the same generator state), its initial
-  weights copied to the host. Each rung sets what it changes before each of its steps: the
+  weights copied to the host (page-locked: ``check.host_copy``). Each rung sets what it changes before each of its steps: the
   attention function of every attention module, and which list of blocks ``model.layers`` holds
   (the blocks themselves, checkpointed groups of them, or the blocks compiled one by one);
 - one pair of AdamW moments per parameter, which every optimizer (cs336_basics' AdamW, PyTorch's
