@@ -112,13 +112,13 @@ def _check_fp32_backward(flash_backward, seed):
     assert all(torch.equal(a, b.bfloat16()) for a, b in zip(low, high))
 
 
-# --- the conditioning rule on synthetic records -----------------------------------------------------
+# --- what a report knows, on synthetic records ------------------------------------------------------
 
-def _record(commit: str, launch: dict | None, dirty=False, rng=None, **params) -> dict:
+def _record(commit: str, launch: dict | None, rng=None, **params) -> dict:
     p = {"impl": "ours", "dtype": rng.choice(["fp32", "bf16"]), "d": rng.choice([16, 32, 64, 128]),
          "seq": rng.choice([128, 1024, 8192]), "batch": 1, "causal": True, "pass": "forward", **params}
     record = make_record("B5", p, "ok", {"ms": 1.0, **({"launch": launch} if launch else {})})
-    record["provenance"].update(commit=commit, dirty=dirty)
+    record["provenance"].update(commit=commit, dirty=False)
     return record
 
 

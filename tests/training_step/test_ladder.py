@@ -216,8 +216,8 @@ def _losses_and_gradients_apart(p: dict, steps: int, autocast: bool):
 
 
 def test_the_job_keeps_each_warm_up_step_s_loss_and_the_first_gradients_error_against_fp32_eager_s(smoke):
-    records = {n: r["metrics"] for n, r in smoke_records(smoke).items()}
-    p = smoke_records(smoke)["fp32"]["params"]
+    read = smoke_records(smoke)
+    records, p = {n: r["metrics"] for n, r in read.items()}, read["fp32"]["params"]
     warmup = p["warmup"]
     assert warmup >= 2                     # the smoke preset's: a loss after an update is among them
     # fp32 eager's losses over the warm-up steps from the seeded state, against a model and optimizer built apart

@@ -9,7 +9,7 @@ before any gradient exists. So each rung's job also keeps
 - its **losses over its first steps** (``SharedPoint.restore`` resets the weights and the AdamW moments
   before them), each computed after one more optimizer update than the one before.
 
-The reference's gradients wait on the host (the 2.7B model's are 10.7 GB in fp32, too much to keep
+The reference's gradients wait on the host (the 2.7B model's are 13.6 GB in fp32, too much to keep
 beside a rung on an 80 GB card), in page-locked memory (``host_copy``); each group's error is summed
 on the device, one tensor at a time.
 """

@@ -1,12 +1,13 @@
 """The E1 rungs of one point as runnable steps over one shared model, batch and AdamW state.
 
-The 2.7B model with AdamW holds ~42 GB (fp32 weights, gradients, two moments) before any
-activation, so two of them do not fit an 80 GB card, and a point's rungs must share one:
+The 2.7B model with AdamW holds ~55 GB (3.4e9 parameters; fp32 weights, gradients, two moments)
+before any activation, so two of them do not fit an 80 GB card, and a point's rungs must share one:
 
 - one model, built from ``seed`` (then the batch drawn, from the same generator state), its initial
-  weights copied to the host (page-locked: ``check.host_copy``). Each rung sets what it changes before each of its steps: the
-  attention function of every attention module, and which list of blocks ``model.layers`` holds
-  (the blocks themselves, checkpointed groups of them, or the blocks compiled one by one);
+  weights copied to the host (page-locked: ``check.host_copy``). Each rung sets what it changes
+  before each of its steps: the attention function of every attention module, and which list of
+  blocks ``model.layers`` holds (the blocks themselves, checkpointed groups of them, or the blocks
+  compiled one by one);
 - one pair of AdamW moments per parameter, which every optimizer (cs336_basics' AdamW, PyTorch's
   fused one, ours in Triton) updates in place, each with its own step count: the memory a rung holds
   is what it would hold alone, and an AdamW step's work does not depend on the moments' values;
