@@ -34,6 +34,10 @@ def test_leaderboard_times_the_case_then_its_forward_and_backward(tmp_path):
     ours = {r["params"]["pass"]: r for r in records if r["params"]["impl"] == "ours"}
     assert list(ours) == list(bench.LEADERBOARD_PASSES) and all(r["status"] == "ok" for r in ours.values())
     assert len(records) == 3 * len(bench.LEADERBOARD_PASSES)
+    # the split is timed a tenth as long as the headline, and each record says how long
+    settings = {r["params"]["pass"]: (r["params"]["warmup_ms"], r["params"]["rep_ms"]) for r in records}
+    assert settings["forward-backward"] == (1, 5)
+    assert settings["forward"] == settings["backward"] == (1 / bench.SPLIT_SHORTER, 5 / bench.SPLIT_SHORTER)
 
 
 def test_grid_row(tmp_path):
@@ -158,8 +162,11 @@ def test_report_ratios_and_tables(tmp_path):
     times = {"forward-backward": (("ours", 5.0), ("sdpa-cudnn", 4.0), ("sdpa-flash", 7.5)),
              "forward": (("ours", 1.5), ("sdpa-cudnn", 1.2), ("sdpa-flash", 2.0)),
              "backward": (("ours", 3.5), ("sdpa-cudnn", 2.8), ("sdpa-flash", 5.5))}
+    timing = {"forward-backward": (1000, 10000), "forward": (100, 1000), "backward": (100, 1000)}
     board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 16, "seq": 16384, "d": 64,
-                                                                "pass": which}, "ok", {"ms": ms, "tflops": 1.0})
+                                                                "pass": which, "warmup_ms": timing[which][0],
+                                                                "rep_ms": timing[which][1]},
+                                             "ok", {"ms": ms, "tflops": 1.0})
                                  for which, pairs in times.items() for i, ms in pairs]))
     out = tmp_path / "B5"
     assert b5.main(["--rows", *rows, "--leaderboard", str(board), "--out-dir", str(out)]) == 0
@@ -171,6 +178,8 @@ def test_report_ratios_and_tables(tmp_path):
     assert summary["flash_over_ours"] == pytest.approx(7.5 / 5.0)
     assert summary["leaderboard_split"]["forward"]["ours"] == 1.5
     assert summary["leaderboard_split"]["backward"]["sdpa-cudnn"] == 2.8
+    assert summary["leaderboard_timing"] == {"total": {"warmup_ms": 1000.0, "rep_ms": 10000.0},
+                                             "split": {"warmup_ms": 100.0, "rep_ms": 1000.0}}
     import pandas as pd
     board_csv = pd.read_csv(out / "leaderboard.csv")
     ours_bwd = board_csv[(board_csv["impl"] == "ours") & (board_csv["pass"] == "backward")]

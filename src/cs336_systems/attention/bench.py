@@ -26,9 +26,9 @@ others go on.
 
 ``leaderboard`` runs the fixed case: q, k, v (16, 16384, 64) bf16, causal, forward and
 ``o.sum().backward()``, do_bench warm-up 1000 ms and rep 10 000 ms, ours under ``torch.compile``
-and both SDPA anchors, in one process so the numbers are comparable. The same settings then time
-the forward alone (no autograd graph) and the backward alone (``backward`` of one retained graph),
-so the total can be split.
+and both SDPA anchors, in one process so the numbers are comparable. The forward alone (no
+autograd graph) and the backward alone (``backward`` of one retained graph) follow, timed a tenth
+as long (``SPLIT_SHORTER``; each record keeps its own warm-up and rep), so the total can be split.
 
 On a machine without CUDA (the smoke preset) times come from a plain timer loop instead of
 CUDA events, the Triton kernels run in the interpreter, and the SDPA anchors are recorded as skipped.
@@ -479,13 +479,19 @@ def leaderboard(device: str, shape=None, warmup_ms=None, rep_ms=None) -> list[di
     case["rep_ms"] = rep_ms if rep_ms is not None else case["rep_ms"]
     records = []
     for which in LEADERBOARD_PASSES:
+        settings = case if which == "forward-backward" else {
+            **case, "warmup_ms": case["warmup_ms"] / SPLIT_SHORTER, "rep_ms": case["rep_ms"] / SPLIT_SHORTER}
         for impl in ("ours", "sdpa-cudnn", "sdpa-flash"):
-            records.append(_leaderboard_point(impl, which, case, device))
+            records.append(_leaderboard_point(impl, which, settings, device))
     return records
 
 
 # The headline pass first: it is the case's definition; the split follows.
 LEADERBOARD_PASSES = ("forward-backward", "forward", "backward")
+# The split is timed for a tenth as long as the headline (warm-up 100 ms, rep 1 000 ms): the case's
+# 11 s a pass is the course's rule for the leaderboard's total, and at 1-5 ms a call a second still
+# holds hundreds of calls, while the six split passes at full length would take a minute more.
+SPLIT_SHORTER = 10
 
 
 def _leaderboard_point(impl: str, which: str, case: dict, device: str) -> dict:

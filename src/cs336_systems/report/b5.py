@@ -474,6 +474,20 @@ def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
     return df
 
 
+def leaderboard_timing(records: list[dict]) -> dict:
+    """The do_bench warm-up and rep (ms) the leaderboard's records say they were timed with: the
+    headline pass's (``total``) and the split's (``split``, its forward and backward alone), each
+    ``{"warmup_ms", "rep_ms"}`` where its records agree, else None."""
+    def agreed(parts: set[str]) -> dict | None:
+        settings = {(r["params"].get("warmup_ms"), r["params"].get("rep_ms")) for r in records
+                    if r.get("id") == "B5-leaderboard" and r["params"].get("pass", "forward-backward") in parts}
+        if len(settings) != 1 or None in next(iter(settings)):
+            return None
+        warmup_ms, rep_ms = settings.pop()
+        return {"warmup_ms": float(warmup_ms), "rep_ms": float(rep_ms)}
+    return {"total": agreed({"forward-backward"}), "split": agreed({"forward", "backward"})}
+
+
 def ours_splits(records: list[dict]) -> dict:
     """Whether our records' launches split a tile's work at any point (the forward's key split, the
     backward's split of either kernel), as ``flash_record.ran`` gives it, and the longest length
@@ -729,6 +743,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
                                          for which in ("forward", "backward")
                                          if by_pass.get(which, {}).get("ours") and by_pass[which].get("sdpa-cudnn")},
         "leaderboard_failed": board_failed,
+        "leaderboard_timing": leaderboard_timing(records),
         "leaderboard_shape": board["shape"].iloc[0] if len(board) else None,
         "ours_over_cudnn": (board_ms.get("ours") / board_ms["sdpa-cudnn"]
                             if board_ms.get("ours") and board_ms.get("sdpa-cudnn") else None),
@@ -804,6 +819,7 @@ SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     leaderboard_ran=opt(null(obj(facts=null(arr(obj(known=INT, label=STR, source=STR, values=arr(STR)))),
                                  records=null(INT)))),
     leaderboard_shape=STR,
+    leaderboard_timing=obj(total=null(obj(warmup_ms=NUM, rep_ms=NUM)), split=null(obj(warmup_ms=NUM, rep_ms=NUM))),
     leaderboard_split=obj(backward=_SPLIT, forward=_SPLIT),
     leaderboard_split_over_cudnn=obj(backward=opt(NUM), forward=opt(NUM)),
     losses_vs_plain=losses_schema(of_peak=null(NUM), short_grid=opt(BOOL), points=INT, by_dtype=mapping(INT),
