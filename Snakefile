@@ -31,6 +31,13 @@ for _name, _folder in (("cs336_systems", _CHECKOUT_CODE[0]), ("cs336_basics", _C
                  "in a fresh process (nothing imported the package before the Snakefile), from this checkout")
 
 
+# Where torch's install keeps no bytecode (the lent GPU machines), the jobs keep theirs in one folder
+# instead of compiling every module they import again, a few seconds a job (pipeline/bytecode.py).
+from cs336_systems.pipeline import bytecode
+
+bytecode.apply(os.environ, bytecode.job_environment(os.environ, bytecode.CACHE_FOLDER, bytecode.has_bytecode("torch")))
+
+
 configfile: "config.yaml"
 # The image each job runs in under `--software-deployment-method apptainer` (docs/containers.md);
 # ignored otherwise. CS336_CONTAINER names another: a .sif file, a registry image.

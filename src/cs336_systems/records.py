@@ -16,6 +16,7 @@ killed job never leaves half a record for an aggregate rule to trip over.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -52,13 +53,22 @@ def git_state() -> dict[str, Any]:
         dirty = os.environ.get("CS336_GIT_DIRTY")
         return {"commit": os.environ["CS336_GIT_COMMIT"],
                 "dirty": None if dirty is None else dirty.lower() in ("1", "true", "yes")}
+    return dict(_checkout_state())
+
+
+# A process asks git and nvidia-smi once: a row job writes up to 120 records, and each question is
+# a subprocess (~22 ms for nvidia-smi on an H200; git's status grows with the checkout). The code a
+# process runs is what it loaded when it started, so the first answer is the one that holds.
+@functools.cache
+def _checkout_state() -> tuple[tuple[str, Any], ...]:
     commit = _git("rev-parse", "HEAD")
     if commit is None:
-        return {"commit": "unknown", "dirty": None}
+        return (("commit", "unknown"), ("dirty", None))
     status = _git("status", "--porcelain", "--", ":(top)", ":(top,exclude)results", ":(top,exclude)writeup")
-    return {"commit": commit, "dirty": bool(status)}
+    return (("commit", commit), ("dirty", bool(status)))
 
 
+@functools.cache
 def _driver_version() -> str | None:
     smi = shutil.which("nvidia-smi")
     if smi is None:

@@ -124,6 +124,26 @@ def test_git_state_without_override_reads_the_checkout(monkeypatch):
     assert state["commit"] == (head if head is not None else "unknown")
 
 
+def test_a_process_asks_git_and_nvidia_smi_once_for_all_its_records(monkeypatch):
+    monkeypatch.delenv("CS336_GIT_COMMIT", raising=False)
+    calls = []
+    real_run = records.subprocess.run
+
+    def counting_run(cmd, *args, **kwargs):
+        calls.append(cmd[0])
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(records.subprocess, "run", counting_run)
+    records._checkout_state.cache_clear()
+    records._driver_version.cache_clear()
+    first = [make_record("B5", {"seq": s}, "ok")["provenance"] for s in range(5)]
+    asked = len(calls)
+    assert asked <= 3                  # git rev-parse, git status, nvidia-smi where there is one
+    assert {p["commit"] for p in first} == {first[0]["commit"]}
+    make_record("B5", {"seq": 6}, "ok")
+    assert len(calls) == asked
+
+
 @pytest.mark.parametrize("damage", ["cut", "not-json", "not-a-list"])
 def test_a_damaged_record_names_its_file(tmp_path, damage):
     path = tmp_path / "row.json"
