@@ -59,6 +59,48 @@ def test_the_nsys_child_gets_this_commands_own_arguments(monkeypatch, tmp_path):
     assert forwarded["nsys"] == "" and forwarded["child"] and forwarded["out"] != parent["out"]
 
 
+def test_under_nsys_each_phase_gets_the_kernel_table_of_its_own_filter(monkeypatch, tmp_path):
+    """The `nsys stats` calls run side by side and finish in any order; every phase's table is still
+    the one its own --filter-nvtx returned (a fake nsys: each filter's table names the filter)."""
+    import random
+    import time
+
+    import pandas as pd
+
+    argv = ["--size", "tiny", "--context", "16", "--steps", "2", "--device", "cpu", "--nsys", "/opt/nsys",
+            "--out", str(tmp_path / "tiny_ctx16.json")]
+    args = profile.parse_args(argv)
+
+    def fake_profile(cmd):
+        out = Path(cmd[len(cmd) - 1 - cmd[::-1].index("--out") + 1])     # the child's: the last --out
+        out.write_text(json.dumps({"modes": {m: {"status": "ok"} for m in args.modes}}))
+        profile.nsys_report_paths(Path(args.out))[1].write_text("report")
+        return argparse.Namespace(returncode=0)
+
+    rng = random.Random(7)
+    delays = {}
+
+    def fake_stats(nsys, sqlite, reports, nvtx=None):
+        if nvtx is None:
+            return {r: pd.DataFrame() for r in reports}
+        time.sleep(delays.setdefault(nvtx, rng.uniform(0, 0.05)))
+        return {"cuda_gpu_kern_sum": pd.DataFrame({"Name": [f"kernel of {nvtx}"], "Total Time (ns)": [1000.0],
+                                                   "Instances": [1]})}
+
+    monkeypatch.setattr(profile.nsys_tools, "profile_command", lambda nsys, stem, child: child)
+    monkeypatch.setattr(profile.subprocess, "run", fake_profile)
+    monkeypatch.setattr(profile.nsys_tools, "export_sqlite", lambda nsys, report: tmp_path / "x.sqlite")
+    monkeypatch.setattr(profile.nsys_tools, "run_stats", fake_stats)
+    monkeypatch.setattr(profile.nsys_tools, "nsys_version", lambda nsys: "fake")
+    metrics = profile.with_nsys(args, "/opt/nsys")
+    assert len(delays) == sum(len(profile.MODE_PHASES[m]) for m in args.modes)
+    for mode in args.modes:
+        tables = metrics["modes"][mode]["tables"]
+        assert list(tables) == list(profile.MODE_PHASES[mode])
+        for range_name, rows in tables.items():
+            assert [r["name"] for r in rows] == [f"kernel of {profile.nsys_tools.nvtx_filter(range_name, mode)}"]
+
+
 def test_window_attribution_ignores_threads_and_nesting():
     events = [Event("backward", False, 0, 100, 1), Event("aten::mm", False, 10, 20, 10),
               Event("aten::mm", False, 30, 50, 20), Event("k_gemm", True, 40, 60, 20),

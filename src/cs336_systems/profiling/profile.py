@@ -21,9 +21,11 @@ import contextlib
 import functools
 import gc
 import json
+import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
@@ -43,6 +45,8 @@ from cs336_systems.workload import MODES, build_workload
 
 # Below this share of its Python-timed duration, a phase's kernel table is suspect (see notes).
 MIN_COVERAGE = 0.05
+# `nsys stats` calls at once, one per range tabulated (about 20 a profile).
+STATS_WORKERS = 8
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -198,6 +202,15 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
     ranges = nsys_tools.parse_nvtx_sum(summary["nvtx_sum"])
     projection = nsys_tools.parse_gpu_projection(summary["nvtx_gpu_proj_sum"])
     empty = []
+    wanted = [(mode, range_name, nsys_tools.nvtx_filter(range_name, mode))
+              for mode, m in modes.items() if m["status"] == "ok"
+              for range_name in ranges_to_tabulate(args.modes, mode, "nvtx")]
+    # One `nsys stats` per range, each a process of its own reading the finished export: they run
+    # side by side (the profiled steps are over, so nothing they do can touch a measurement).
+    with ThreadPoolExecutor(max_workers=max(1, min(STATS_WORKERS, os.cpu_count() or 1))) as pool:
+        frames = list(pool.map(lambda task: nsys_tools.run_stats(nsys, sqlite, ["cuda_gpu_kern_sum"],
+                                                                 nvtx=task[2])["cuda_gpu_kern_sum"], wanted))
+    tables = {(mode, range_name): (nvtx, frame) for (mode, range_name, nvtx), frame in zip(wanted, frames)}
     for mode, m in modes.items():
         if m["status"] != "ok":
             continue
@@ -205,8 +218,7 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
         m["gpu_projection"] = [r for r in projection if r["domain"] == mode]
         m["tables"] = {}
         for range_name in ranges_to_tabulate(args.modes, mode, "nvtx"):
-            nvtx = nsys_tools.nvtx_filter(range_name, mode)
-            frame = nsys_tools.run_stats(nsys, sqlite, ["cuda_gpu_kern_sum"], nvtx=nvtx)["cuda_gpu_kern_sum"]
+            nvtx, frame = tables[(mode, range_name)]
             rows = nsys_tools.parse_kernel_sum(frame)
             if not rows:
                 empty.append(nvtx)
