@@ -35,4 +35,7 @@ if ! grep -q 'slim_carry' .carry/env.sh; then
   mv .carry/env.sh.new .carry/env.sh
 fi
 grep -qx '/.carry-spare/' .git/info/exclude || echo '/.carry-spare/' >> .git/info/exclude
+# A2 under nsys needs nvtx (keep-nvtx) and .carry/debs (the importer's libdw1 and libelf1): without
+# them its jobs end in "nsys profile exited 0 without a result".
+[ -d .carry/debs ] || echo "note: no .carry/debs: A2's nsys profiles cannot become reports on the machine" >&2
 echo "tracked tree $(git ls-files -z | du --files0-from=- -c 2>/dev/null | tail -1 | cut -f1) KiB, .carry $(du -s .carry | cut -f1) KiB (the limit: 65536 KiB together)"
