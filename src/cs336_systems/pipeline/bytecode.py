@@ -6,7 +6,7 @@ and writes it there on the first import. Where it cannot, every job compiles eve
 again: an image that sets ``PYTHONDONTWRITEBYTECODE`` over packages installed without bytecode, as on
 the lent GPU machines, or site-packages the user may not write. There, on one H200, a process that
 imported torch and the E1 ladder took 4.7-5.1 s, and 2.2 s once its bytecode was kept; with
-Liger-Kernel 14-18 s against 8.5-9.4 s (lab/e1-rungs/README.md). At ~90 measuring jobs in the full
+Liger-Kernel 14-18 s against 8.5-9.4 s (lab/reference-runs/job-times/README.md). At ~90 measuring jobs in the full
 preset, that is minutes of the one-GPU DAG.
 
 So where torch's own package has no bytecode beside it, the Snakefile points the jobs at one folder

@@ -1,0 +1,167 @@
+"""What the full preset's one-GPU measuring jobs would take on one H200 at the current code: an
+estimate, from the jobs measured at the current shapes and the committed `h200` run's job times and
+step times for the rest. Every input is a file in this repository; the rules are in the docstrings.
+
+    python lab/reference-runs/job-times/estimate.py
+
+Prints one Markdown table: per deliverable, its jobs, the estimate without and with the bytecode the
+jobs now keep (cs336_systems.pipeline.bytecode), and where each figure comes from.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+H200 = ROOT / "results" / "h200"
+E1_RUNS = ROOT / "lab" / "e1-rungs" / "runs" / "h200-job-times"
+
+A1_SIZES = ["small", "medium", "large", "xl", "2.7B"]
+A1_WARMUP, A1_ROUNDS, A1_STEPS, A1_SETTLE, A1_MIN_TURN_MS = 2, 5, 2, 1, 250
+E1_STEPS_PER_ENTRANT = 3 + 4 * (1 + 2)      # warm-up 3, then 4 rounds of a settling step and 2 timed
+E1_POINTS = [(size, ctx) for size in ("xl", "2.7B") for ctx in (512, 1024, 2048)]
+E1_ENTRANTS = ["fp32", "bf16", "flash", "compiled", "fused-adamw", "triton-adamw", "bf16-weights", "cuda-graphs",
+               "triton-rmsnorm", "triton-swiglu", "triton-rope", "triton-linear-ce", "adamw-in-backward",
+               "anchor-sdpa-flash", "anchor-sdpa-cudnn", "anchor-liger"]    # `checkpointed` runs where bf16-weights OOMs
+E1_PROFILES = 4
+
+
+def job_seconds(path: Path) -> float:
+    """A Snakemake benchmark file's wall-clock seconds."""
+    return float(path.read_text().splitlines()[-1].split("\t")[0])
+
+
+def old_jobs(section: str, pattern: str = "**/*.tsv") -> list[float]:
+    return [job_seconds(Path(p)) for p in glob.glob(str(H200 / "benchmarks" / section / pattern), recursive=True)]
+
+
+def bytecode_savings() -> tuple[float, float]:
+    """Seconds a process saves when its imports' bytecode is kept, from bytecode_probe.txt: the median
+    of `plain` less the median of `writable-prefix` after its first (which writes the bytecode); the
+    same with Liger-Kernel imported."""
+    text = (HERE / "at-d4e37fd" / "bytecode_probe.txt").read_text()
+    times = {}
+    for label, seconds in re.findall(r"^([a-z+-]+) ([\d.]+) s$", text, re.M):
+        times.setdefault(label, []).append(float(seconds))
+    plain = statistics.median(times["plain"]) - statistics.median(times["writable-prefix"][1:])
+    liger = statistics.median(times["plain+liger"]) - statistics.median(times["writable-prefix+liger"][1:])
+    return plain, liger
+
+
+def provenance_seconds_per_record() -> float:
+    """A record's nvidia-smi call before a process asked once, from the B5 row's cProfile."""
+    text = (HERE / "at-d4e37fd" / "b5_bf16_d64_cprofile.txt").read_text()
+    calls, cumulative = re.search(r"^\s*(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s+\S*records\.py:\d+\(provenance\)",
+                                  text, re.M).groups()
+    return float(cumulative) / int(calls)
+
+
+def a1_model() -> dict[str, float]:
+    """Per size, the seconds of its points' steps: a point whose timed steps fill a turn of
+    `min_turn_ms` takes (warm-up + rounds x (settle + steps)) steps; a cheaper one takes turns of
+    `min_turn_ms` (its warm-up too) and a settling step each round. Step times: the committed h200
+    records' medians."""
+    seconds = dict.fromkeys(A1_SIZES, 0.0)
+    for path in glob.glob(str(H200 / "A1" / "records" / "*.json")):
+        record = json.loads(Path(path).read_text())
+        if record["status"] != "ok":
+            continue
+        step = record["metrics"]["step"]["median"]
+        if step * A1_STEPS >= A1_MIN_TURN_MS:
+            ms = (A1_WARMUP + A1_ROUNDS * (A1_SETTLE + A1_STEPS)) * step
+        else:
+            ms = A1_MIN_TURN_MS * (1 + A1_ROUNDS) + A1_ROUNDS * A1_SETTLE * step
+        seconds[record["params"]["size"]] += ms / 1000
+    return seconds
+
+
+def e1_step_medians() -> dict[tuple[str, int], dict[str, float]]:
+    """Per point, each entrant's step median (ms) in the committed h200 records (ok only)."""
+    out: dict[tuple[str, int], dict[str, float]] = {point: {} for point in E1_POINTS}
+    for path in glob.glob(str(H200 / "E1" / "records" / "*.json")):
+        record = json.loads(Path(path).read_text())
+        size, ctx, rung = re.fullmatch(r"(.+)_ctx(\d+)_(.+)\.json", os.path.basename(path)).groups()
+        if record["status"] == "ok":
+            out[(size, int(ctx))][rung] = record["metrics"]["step"]["median"]
+    return out
+
+
+def e1_model() -> tuple[float, str]:
+    """Each point's job: a fixed part per size (building, copying, compiling; from the measured job
+    of that size, less its entrants' steps) plus 15 steps of every entrant at the h200 records' step
+    medians; an entrant with no record at a point (a rung added since, or an OOM where the next rung
+    fits) counted at the fastest median that point has, an entrant that ran out of memory there
+    (fp32 and bf16 at 2048) at none."""
+    medians = e1_step_medians()
+    measured_27 = job_seconds(E1_RUNS / "after" / "E1_2.7B_ctx1024.tsv")
+    steps_27 = sum(json.loads(Path(p).read_text())["metrics"]["step"]["median"]
+                   for p in glob.glob(str(E1_RUNS / "after" / "E1_records_2.7B_ctx1024" / "*.json"))
+                   if json.loads(Path(p).read_text())["status"] == "ok")
+    log = (E1_RUNS / "after" / "E1_xl_ctx512_timestamped.log").read_text()
+    measured_xl = float(log.strip().splitlines()[-1].split()[0])
+    steps_xl = sum(float(ms) for ms in re.findall(r"E1 \S+ ok: step median ([\d.]+) ms", log))
+    fixed = {"2.7B": measured_27 - E1_STEPS_PER_ENTRANT * steps_27 / 1000,
+             "xl": measured_xl - E1_STEPS_PER_ENTRANT * steps_xl / 1000}
+    oom = {(size, 2048): {"fp32", "bf16"} for size in ("xl", "2.7B")}
+    total = 0.0
+    for point in E1_POINTS:
+        known = medians[point]
+        floor = min(known.values())
+        ms = sum(known.get(e, floor) for e in E1_ENTRANTS if e not in oom.get(point, ()))
+        total += fixed[point[0]] + E1_STEPS_PER_ENTRANT * ms / 1000
+    why = (f"model: fixed part {fixed['xl']:.0f} s (xl) and {fixed['2.7B']:.0f} s (2.7B) from the two measured jobs, "
+           f"+ {E1_STEPS_PER_ENTRANT} steps an entrant")
+    return total, why
+
+
+def main() -> None:
+    plain_saving, liger_saving = bytecode_savings()
+    per_record = provenance_seconds_per_record()
+    model = a1_model()
+    a1_measured = job_seconds(HERE / "at-d4e37fd" / "A1_2.7B.tsv")
+    a1_fixed = a1_measured - model["2.7B"]
+    b1_old = old_jobs("B1")
+    b1_scale = job_seconds(HERE / "at-4314ad5" / "B1_row_d64.tsv") / sum(old_jobs("B1", "*_d64.tsv"))
+    b2_scale = (sum(job_seconds(HERE / "at-4314ad5" / f"B2_2.7B_{m}.tsv") for m in ("forward", "train-step"))
+                / sum(old_jobs("B2", "whole_model/2.7B_*.tsv")))
+    b5_row = job_seconds(E1_RUNS / "before" / "B5_row_bf16_d128.tsv")
+    e1_seconds, e1_why = e1_model()
+    profile_old = old_jobs("E1", "profile_*.tsv")
+
+    # deliverable: (jobs, processes that import torch, of them with Liger, seconds, records per job beyond one, basis)
+    rows = {
+        "A1": (5, 5, 0, sum(model.values()) + 5 * a1_fixed, 23 * 5,
+               f"model: committed step times, 5 rounds x 2 steps; + {a1_fixed:.0f} s a job (2.7B's job measured: {a1_measured:.0f} s)"),
+        "A1 warm-up study": (12, 12, 0, sum(old_jobs("A1", "warmup/*.tsv")), 0, "h200's jobs (shape unchanged)"),
+        "A2": (20, 40, 0, sum(old_jobs("A2")), 0, "h200's jobs (shape unchanged; two processes a job)"),
+        "A3, C9": (2, 2, 0, sum(old_jobs("A3")) + sum(old_jobs("C9")), 0, "h200's jobs"),
+        "A4": (2, 2, 0, sum(old_jobs("A4")), 0, "h200's three jobs (the pair is one job now)"),
+        "A5": (12, 12, 0, sum(old_jobs("A5")), 0, "h200's jobs (shape unchanged)"),
+        "A6": (1, 1, 0, job_seconds(HERE / "at-d4e37fd" / "A6_groups.tsv"), 0, "measured"),
+        "B1": (4, 4, 0, sum(b1_old) * b1_scale, 0, f"h200's jobs x {b1_scale:.2f} (the d = 64 row measured against its two old jobs)"),
+        "B2": (10, 10, 0, sum(old_jobs("B2")) * b2_scale, 0, f"h200's jobs x {b2_scale:.2f} (2.7B's two jobs measured against their old ones)"),
+        "B3": (1, 1, 0, sum(old_jobs("B3")), 0, "h200's job"),
+        "B5": (9, 9, 0, 8 * b5_row + job_seconds(HERE / "at-d4e37fd" / "B5_leaderboard.tsv"), 119 * 8,
+               "8 x the bf16 d = 128 row measured + the leaderboard measured"),
+        "E1": (6, 6, 6, e1_seconds, 16 * 6, e1_why),
+        "E1 profiles": (E1_PROFILES, E1_PROFILES, 1, E1_PROFILES * statistics.mean(profile_old), 0, "4 x the mean of h200's two profile jobs"),
+    }
+    print("| deliverable | jobs | min | min, bytecode kept | from |")
+    print("|:--|--:|--:|--:|:--|")
+    before = after = 0.0
+    for name, (jobs, processes, liger, seconds, extra_records, basis) in rows.items():
+        saved = (processes - liger) * plain_saving + liger * liger_saving + extra_records * per_record
+        before, after = before + seconds, after + seconds - saved
+        print(f"| {name} | {jobs} | {seconds / 60:.1f} | {(seconds - saved) / 60:.1f} | {basis} |")
+    print(f"| **all** | {sum(r[0] for r in rows.values())} | **{before / 60:.1f}** | **{after / 60:.1f}** | |")
+    print(f"\nbytecode kept: {plain_saving:.1f} s a process, {liger_saving:.1f} s one that imports Liger-Kernel; "
+          f"a record's nvidia-smi: {per_record * 1000:.0f} ms (B5: {119 * 8} records beyond one a job, E1: 16 a job)")
+
+
+if __name__ == "__main__":
+    main()
