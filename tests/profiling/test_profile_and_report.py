@@ -101,6 +101,26 @@ def test_under_nsys_each_phase_gets_the_kernel_table_of_its_own_filter(monkeypat
             assert [r["name"] for r in rows] == [f"kernel of {profile.nsys_tools.nvtx_filter(range_name, mode)}"]
 
 
+def test_a_trace_nsys_could_not_import_is_named_as_such(monkeypatch, tmp_path):
+    """nsys exits 0 when its importer fails and leaves the raw .qdstrm beside the record: the error
+    says that, and where the trace is, instead of only that no report came."""
+    argv = ["--size", "tiny", "--context", "16", "--device", "cpu", "--nsys", "/opt/nsys",
+            "--out", str(tmp_path / "tiny_ctx16.json")]
+    args = profile.parse_args(argv)
+    stem, _ = profile.nsys_report_paths(Path(args.out))
+
+    def fake_profile(cmd):
+        Path(cmd[len(cmd) - 1 - cmd[::-1].index("--out") + 1]).write_text(json.dumps({"modes": {}}))
+        (stem.parent / (stem.name + ".qdstrm")).write_text("raw trace")
+        return argparse.Namespace(returncode=0)
+
+    monkeypatch.setattr(profile.nsys_tools, "profile_command", lambda nsys, stem, child: child)
+    monkeypatch.setattr(profile.subprocess, "run", fake_profile)
+    with pytest.raises(RuntimeError, match="could not turn it into a report") as info:
+        profile.with_nsys(args, "/opt/nsys")
+    assert "tiny_ctx16.qdstrm" in str(info.value)
+
+
 def test_window_attribution_ignores_threads_and_nesting():
     events = [Event("backward", False, 0, 100, 1), Event("aten::mm", False, 10, 20, 10),
               Event("aten::mm", False, 30, 50, 20), Event("k_gemm", True, 40, 60, 20),

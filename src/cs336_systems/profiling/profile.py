@@ -193,6 +193,13 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
                  "--nsys", "", "--child", "--out", str(child_out)]
         out.parent.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(nsys_tools.profile_command(nsys, report_stem, child))
+        trace = report_stem.parent / (report_stem.name + ".qdstrm")
+        if child_out.exists() and not report.exists() and trace.exists():
+            # nsys collected the trace but its importer could not turn it into a report (on a lent
+            # machine: the importer's libraries missing); nsys itself still exits 0
+            raise RuntimeError(f"nsys recorded a trace but could not turn it into a report: its importer failed "
+                               f"(nsys's output above says why; the raw trace is left at {trace}). Check the "
+                               "Nsight Systems install: its QdstrmImporter and the libraries that needs")
         if not child_out.exists() or not report.exists():
             raise RuntimeError(f"nsys profile exited {done.returncode} without a result "
                                f"(child record: {child_out.exists()}, report: {report.exists()})")
