@@ -179,7 +179,7 @@ def test_report_ratios_and_tables(tmp_path):
     assert summary["leaderboard_split"]["forward"]["ours"] == 1.5
     assert summary["leaderboard_split"]["backward"]["sdpa-cudnn"] == 2.8
     assert summary["leaderboard_timing"] == {"total": {"warmup_ms": 1000.0, "rep_ms": 10000.0},
-                                             "split": {"warmup_ms": 100.0, "rep_ms": 1000.0}}
+                                             "split": {"warmup_ms": 100.0, "rep_ms": 1000.0}, "same": False}
     import pandas as pd
     board_csv = pd.read_csv(out / "leaderboard.csv")
     ours_bwd = board_csv[(board_csv["impl"] == "ours") & (board_csv["pass"] == "backward")]

@@ -302,6 +302,12 @@ def test_the_sci_and_billion_filters_write_a_constant_as_prose_does(tmp_path):
         "7.0 billion / 7.00 billion"
 
 
+def test_the_setting_filter_writes_a_setting_as_it_was_given(tmp_path):
+    setting = Renderer("md", tmp_path / "w.md", TEMPLATES).env.from_string("{{ v | setting }}")
+    assert [setting.render(v=v) for v in (10000.0, 1000, 0.5, 2.0, 0.125, None)] == [
+        "10,000", "1,000", "0.5", "2", "0.125", "n/a"]
+
+
 def test_the_span_filters_write_a_range_or_one_number_where_its_ends_read_alike(tmp_path):
     env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
     span = env.from_string("{{ v | span }} / {{ v | span(1) }} / {{ v | pct_span }}")

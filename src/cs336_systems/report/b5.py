@@ -477,7 +477,7 @@ def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
 def leaderboard_timing(records: list[dict]) -> dict:
     """The do_bench warm-up and rep (ms) the leaderboard's records say they were timed with: the
     headline pass's (``total``) and the split's (``split``, its forward and backward alone), each
-    ``{"warmup_ms", "rep_ms"}`` where its records agree, else None."""
+    ``{"warmup_ms", "rep_ms"}`` where its records agree, else None; ``same``: both known and equal."""
     def agreed(parts: set[str]) -> dict | None:
         settings = {(r["params"].get("warmup_ms"), r["params"].get("rep_ms")) for r in records
                     if r.get("id") == "B5-leaderboard" and r["params"].get("pass", "forward-backward") in parts}
@@ -485,7 +485,8 @@ def leaderboard_timing(records: list[dict]) -> dict:
             return None
         warmup_ms, rep_ms = settings.pop()
         return {"warmup_ms": float(warmup_ms), "rep_ms": float(rep_ms)}
-    return {"total": agreed({"forward-backward"}), "split": agreed({"forward", "backward"})}
+    total, split = agreed({"forward-backward"}), agreed({"forward", "backward"})
+    return {"total": total, "split": split, "same": total is not None and total == split}
 
 
 def ours_splits(records: list[dict]) -> dict:
@@ -819,7 +820,8 @@ SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     leaderboard_ran=opt(null(obj(facts=null(arr(obj(known=INT, label=STR, source=STR, values=arr(STR)))),
                                  records=null(INT)))),
     leaderboard_shape=STR,
-    leaderboard_timing=obj(total=null(obj(warmup_ms=NUM, rep_ms=NUM)), split=null(obj(warmup_ms=NUM, rep_ms=NUM))),
+    leaderboard_timing=obj(total=null(obj(warmup_ms=NUM, rep_ms=NUM)), split=null(obj(warmup_ms=NUM, rep_ms=NUM)),
+                           same=BOOL),
     leaderboard_split=obj(backward=_SPLIT, forward=_SPLIT),
     leaderboard_split_over_cudnn=obj(backward=opt(NUM), forward=opt(NUM)),
     losses_vs_plain=losses_schema(of_peak=null(NUM), short_grid=opt(BOOL), points=INT, by_dtype=mapping(INT),

@@ -80,6 +80,12 @@ def _fmt(value, digits: int = 2) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _setting(value) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3g}"
+
+
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -212,6 +218,8 @@ class Renderer:
         self.env.filters["gb"] = lambda v, digits=2: f"{v / 1e9:,.{digits}f} GB"
         self.env.filters["tflop"] = lambda v, digits=3: f"{v / 1e12:,.{digits}f} TFLOP"
         self.env.filters["sci"] = _sci
+        # a setting as it was given: a whole number without decimals (1,000), else three significant digits (0.5)
+        self.env.filters["setting"] = _setting
         self.env.filters["billion"] = lambda v, digits=1: f"{v / 1e9:,.{digits}f} billion"
 
     def anchor(self, ident: str) -> str:
