@@ -45,7 +45,7 @@ from cs336_systems.workload import MODES, build_workload
 
 # Below this share of its Python-timed duration, a phase's kernel table is suspect (see notes).
 MIN_COVERAGE = 0.05
-# `nsys stats` calls at once, one per range tabulated (about 20 a profile).
+# `nsys stats` calls at once: one per phase range tabulated, six a profile of the three modes.
 STATS_WORKERS = 8
 
 
