@@ -80,15 +80,19 @@ def a1_model() -> dict[str, float]:
     return seconds
 
 
-def e1_step_medians() -> dict[tuple[str, int], dict[str, float]]:
-    """Per point, each entrant's step median (ms) in the committed h200 records (ok only)."""
-    out: dict[tuple[str, int], dict[str, float]] = {point: {} for point in E1_POINTS}
+def e1_records() -> tuple[dict[tuple[str, int], dict[str, float]], dict[tuple[str, int], set[str]]]:
+    """Per point, in the committed h200 records: each entrant's step median (ms) where it ran, and
+    the entrants that ran out of memory."""
+    medians: dict[tuple[str, int], dict[str, float]] = {point: {} for point in E1_POINTS}
+    oom: dict[tuple[str, int], set[str]] = {point: set() for point in E1_POINTS}
     for path in glob.glob(str(H200 / "E1" / "records" / "*.json")):
         record = json.loads(Path(path).read_text())
         size, ctx, rung = re.fullmatch(r"(.+)_ctx(\d+)_(.+)\.json", os.path.basename(path)).groups()
         if record["status"] == "ok":
-            out[(size, int(ctx))][rung] = record["metrics"]["step"]["median"]
-    return out
+            medians[(size, int(ctx))][rung] = record["metrics"]["step"]["median"]
+        elif record["status"] == "oom":
+            oom[(size, int(ctx))].add(rung)
+    return medians, oom
 
 
 def e1_model() -> tuple[float, str]:
@@ -97,22 +101,21 @@ def e1_model() -> tuple[float, str]:
     medians; an entrant with no record at a point (a rung added since, or an OOM where the next rung
     fits) counted at the fastest median that point has, an entrant that ran out of memory there
     (fp32 and bf16 at 2048) at none."""
-    medians = e1_step_medians()
+    medians, oom = e1_records()
     measured_27 = job_seconds(E1_RUNS / "after" / "E1_2.7B_ctx1024.tsv")
-    steps_27 = sum(json.loads(Path(p).read_text())["metrics"]["step"]["median"]
-                   for p in glob.glob(str(E1_RUNS / "after" / "E1_records_2.7B_ctx1024" / "*.json"))
-                   if json.loads(Path(p).read_text())["status"] == "ok")
+    records_27 = [json.loads(Path(p).read_text())
+                  for p in glob.glob(str(E1_RUNS / "after" / "E1_records_2.7B_ctx1024" / "*.json"))]
+    steps_27 = sum(r["metrics"]["step"]["median"] for r in records_27 if r["status"] == "ok")
     log = (E1_RUNS / "after" / "E1_xl_ctx512_timestamped.log").read_text()
     measured_xl = float(log.strip().splitlines()[-1].split()[0])
     steps_xl = sum(float(ms) for ms in re.findall(r"E1 \S+ ok: step median ([\d.]+) ms", log))
     fixed = {"2.7B": measured_27 - E1_STEPS_PER_ENTRANT * steps_27 / 1000,
              "xl": measured_xl - E1_STEPS_PER_ENTRANT * steps_xl / 1000}
-    oom = {(size, 2048): {"fp32", "bf16"} for size in ("xl", "2.7B")}
     total = 0.0
     for point in E1_POINTS:
         known = medians[point]
         floor = min(known.values())
-        ms = sum(known.get(e, floor) for e in E1_ENTRANTS if e not in oom.get(point, ()))
+        ms = sum(known.get(e, floor) for e in E1_ENTRANTS if e not in oom[point])
         total += fixed[point[0]] + E1_STEPS_PER_ENTRANT * ms / 1000
     why = (f"model: fixed part {fixed['xl']:.0f} s (xl) and {fixed['2.7B']:.0f} s (2.7B) from the two measured jobs, "
            f"+ {E1_STEPS_PER_ENTRANT} steps an entrant")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 CACHE_FOLDER = os.path.join(".snakemake", "pycache")
 
@@ -41,7 +41,7 @@ def has_bytecode(package: str = "torch") -> bool:
         return False
 
 
-def job_environment(environ: MutableMapping[str, str], cache_dir: str, bytecode_installed: bool) -> dict[str, str | None]:
+def job_environment(environ: Mapping[str, str], cache_dir: str, bytecode_installed: bool) -> dict[str, str | None]:
     """The changes the jobs' environment needs (a name mapped to None is removed): none where the
     packages carry bytecode or the user chose a prefix; else the prefix, writable."""
     if bytecode_installed or environ.get("PYTHONPYCACHEPREFIX"):
@@ -50,6 +50,7 @@ def job_environment(environ: MutableMapping[str, str], cache_dir: str, bytecode_
 
 
 def apply(environ: MutableMapping[str, str], changes: dict[str, str | None]) -> None:
+    """Make ``changes`` (``job_environment``'s) in ``environ``, which the jobs inherit."""
     for name, value in changes.items():
         if value is None:
             environ.pop(name, None)

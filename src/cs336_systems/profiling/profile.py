@@ -209,15 +209,14 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
     ranges = nsys_tools.parse_nvtx_sum(summary["nvtx_sum"])
     projection = nsys_tools.parse_gpu_projection(summary["nvtx_gpu_proj_sum"])
     empty = []
-    wanted = [(mode, range_name, nsys_tools.nvtx_filter(range_name, mode))
-              for mode, m in modes.items() if m["status"] == "ok"
-              for range_name in ranges_to_tabulate(args.modes, mode, "nvtx")]
+    filters = [nsys_tools.nvtx_filter(range_name, mode) for mode, m in modes.items() if m["status"] == "ok"
+               for range_name in ranges_to_tabulate(args.modes, mode, "nvtx")]
     # One `nsys stats` per range, each a process of its own reading the finished export: they run
     # side by side (the profiled steps are over, so nothing they do can touch a measurement).
     with ThreadPoolExecutor(max_workers=max(1, min(STATS_WORKERS, os.cpu_count() or 1))) as pool:
-        frames = list(pool.map(lambda task: nsys_tools.run_stats(nsys, sqlite, ["cuda_gpu_kern_sum"],
-                                                                 nvtx=task[2])["cuda_gpu_kern_sum"], wanted))
-    tables = {(mode, range_name): (nvtx, frame) for (mode, range_name, nvtx), frame in zip(wanted, frames)}
+        kernel_sums = dict(zip(filters, pool.map(
+            lambda nvtx: nsys_tools.run_stats(nsys, sqlite, ["cuda_gpu_kern_sum"], nvtx=nvtx)["cuda_gpu_kern_sum"],
+            filters)))
     for mode, m in modes.items():
         if m["status"] != "ok":
             continue
@@ -225,8 +224,8 @@ def with_nsys(args: argparse.Namespace, nsys: str) -> dict:
         m["gpu_projection"] = [r for r in projection if r["domain"] == mode]
         m["tables"] = {}
         for range_name in ranges_to_tabulate(args.modes, mode, "nvtx"):
-            nvtx, frame = tables[(mode, range_name)]
-            rows = nsys_tools.parse_kernel_sum(frame)
+            nvtx = nsys_tools.nvtx_filter(range_name, mode)
+            rows = nsys_tools.parse_kernel_sum(kernel_sums[nvtx])
             if not rows:
                 empty.append(nvtx)
                 log(f"A2 WARNING: --filter-nvtx {nvtx!r} matched no kernels")
