@@ -1,19 +1,31 @@
-"""When two measured numbers differ: the one test every report sentence about a difference uses.
+"""When two measured numbers differ: the one judge every report sentence about a difference uses.
 
-A timed mean is an estimate: ``mean`` with a standard error ``se = std / sqrt(n)`` over its timed
-steps. Two estimates *differ* when their gap exceeds two standard errors of the difference,
-``2 * sqrt(se_a² + se_b²)`` (about a 95 % two-sided test for independent, roughly normal means);
-otherwise the data does not settle which is larger, and the prose must say so instead of
-naming a direction. Ratios (a speedup ``fp32 / bf16``) carry a first-order standard error from
-their two means, so a speedup is compared with another speedup the same way.
+``judge(a, b)`` takes two records — or two sets of per-process means — and returns a ``Verdict``:
+the difference, its 95 % interval and ``"higher"``, ``"lower"``, ``WITHIN`` or ``NOT_SETTLED``.
 
-    compare(Estimate.of(fp32_summary), Estimate.of(bf16_summary))   # "higher", "lower" or WITHIN
+- **Paired** (both records from one job's rounds, ``cs336_systems.rounds``): one difference a round,
+  the rounds farthest from their median set aside, and the interval a calibrated multiple of the
+  kept rounds' spread (``judge_rounds``). An A/A pair — the same configuration entered twice — is
+  called different in at most 5 % of jobs, under normal, light- or heavy-tailed noise and with a
+  disturbed turn (``MULTIPLIER``; tests/systems/test_judge.py).
+- **Across processes** (two jobs): the difference is judged against the processes' own scatter, one
+  mean per process (``judge_processes``); with one process a side nothing measures that scatter and
+  the verdict is ``NOT_SETTLED``. A standard error inside one process says nothing about how two
+  processes differ (up to 60 % at host-bound points), so it never decides a verdict.
+
+``Estimate`` (a mean and its standard error) stays for error bars and tables: it describes one
+process's timing, it does not compare two.
+
+    judge(bf16_record, fp32_record)                       # Verdict(difference=-3.1, low=-3.6, ...)
+    judge(bf16_record, fp32_record, ratio=True).verdict   # "lower"
+    judge([40.1, 39.8, 41.0], [44.2, 45.0, 43.1])          # per-process means: Welch's interval
 """
 from __future__ import annotations
 
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Sequence
 
 WITHIN = "within the spread"
 STANDARD_ERRORS = 2.0      # how many standard errors of the difference make a difference
@@ -95,6 +107,168 @@ def across_processes(estimates: list[Estimate]) -> Estimate:
     scatter = math.sqrt(sum((m - centre) ** 2 for m in means) / (len(means) - 1))
     return Estimate(centre, scatter * math.sqrt(1 + 1 / len(means)))
 
+
+# --- The judge: every verdict a report calls ---------------------------------------------------
+
+NOT_SETTLED = "not settled"     # no spread to judge by: one process a side, or too few rounds
+MIN_ROUNDS = 5                  # fewer rounds decide nothing (below 5 no multiplier keeps A/A at 5 %)
+MAX_TABLED_ROUNDS = 16
+
+# The interval's half-width over the kept rounds' spread, by rounds, chosen so that an A/A pair is
+# called different in at most 5 % of jobs under normal, uniform, Student-t (3 df) and log-normal turn
+# noise, one disturbed turn in a job, or one in each entrant (lab/paired/calibrate.py makes this table
+# from 200,000 simulated jobs a family; tests/systems/test_judge.py checks it through ``judge_rounds``).
+# Past the table the last entry holds: it calls fewer differences than the exact one would, none more.
+MULTIPLIER = {5: 1.93, 6: 1.29, 7: 1.02, 8: 1.28, 9: 1.04, 10: 0.90, 11: 0.79, 12: 0.90, 13: 0.81, 14: 0.74,
+              15: 0.67, 16: 0.73}
+
+# Welch's two-sided 95 % quantiles of Student's t by degrees of freedom (judging per-process means).
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000}
+
+
+def set_aside(rounds: int) -> int:
+    """Rounds of a paired comparison the judge sets aside, farthest first: one in every four (at least
+    one), so that one disturbed turn — or one per side, from 8 rounds — cannot decide a verdict."""
+    return max(1, rounds // 4)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the judge says of ``a`` against ``b``.
+
+    ``difference``: ``a - b`` (or ``a / b``); ``low``..``high``: its 95 % interval; ``verdict``:
+    ``"higher"`` or ``"lower"`` where the interval excludes 0 (or 1), ``WITHIN`` where it holds it,
+    ``NOT_SETTLED`` where no spread could be measured. ``paired``: judged round by round in one job
+    (``rounds`` of them, ``set_aside`` discounted), else across processes (``rounds`` = the fewer
+    processes of the two sides)."""
+    difference: float
+    low: float
+    high: float
+    verdict: str
+    rounds: int
+    set_aside: int = 0
+    paired: bool = True
+    ratio: bool = False
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict in ("higher", "lower")
+
+    @property
+    def spread(self) -> float:
+        """The interval's half-width (nan where none was measured)."""
+        return (self.high - self.low) / 2
+
+    def as_dict(self) -> dict:
+        return {"difference": self.difference, "low": self.low, "high": self.high, "verdict": self.verdict,
+                "rounds": self.rounds, "set_aside": self.set_aside, "paired": self.paired, "ratio": self.ratio}
+
+
+def _decide(centre: float, half: float, null: float) -> str:
+    if math.isnan(half) or math.isnan(centre):
+        return NOT_SETTLED
+    return "higher" if centre - half > null else "lower" if centre + half < null else WITHIN
+
+
+def judge_rounds(a_rounds: Sequence[Sequence[float]], b_rounds: Sequence[Sequence[float]], *,
+                 ratio: bool = False) -> Verdict:
+    """``a`` against ``b`` from their samples per round of one job (``a_rounds[i]``, ``b_rounds[i]``:
+    round ``i``'s turns). Each round gives one difference of the two turns' medians (or their ratio):
+    what moves a whole round (the host busy, clocks lower) moves both sides and cancels.
+
+    The statistic: set aside the ``set_aside(n)`` rounds whose difference lies farthest from the
+    median of all, and of the kept ones take the median (``difference``) and the largest distance
+    from it (the spread); the interval is ``difference ± MULTIPLIER[n] × spread``. The rounds set
+    aside are the job's disturbed turns, if it had any: a turn far off its entrant's others lands its
+    round's difference farthest from the median, where it is discounted instead of widening the
+    spread (or, towards the difference, deciding it). Fewer than ``MIN_ROUNDS`` rounds: not settled."""
+    n = min(len(a_rounds), len(b_rounds))
+    null = 1.0 if ratio else 0.0
+    diffs = [statistics.median(a) / statistics.median(b) if ratio else statistics.median(a) - statistics.median(b)
+             for a, b in zip(a_rounds[:n], b_rounds[:n])]
+    if n < MIN_ROUNDS:
+        centre = statistics.median(diffs) if diffs else math.nan
+        return Verdict(centre, math.nan, math.nan, NOT_SETTLED, n, 0, True, ratio)
+    middle = statistics.median(diffs)
+    aside = set_aside(n)
+    kept = sorted(diffs, key=lambda d: abs(d - middle))[: n - aside]
+    centre = statistics.median(kept)
+    half = MULTIPLIER[min(n, MAX_TABLED_ROUNDS)] * max(abs(d - centre) for d in kept)
+    return Verdict(centre, centre - half, centre + half, _decide(centre, half, null), n, aside, True, ratio)
+
+
+def _t975(df: float) -> float:
+    """Student's t two-sided 95 % quantile for ``df`` degrees of freedom (rounded down to the table)."""
+    known = [k for k in T975 if k <= df]
+    return T975[max(known)] if known else math.inf
+
+
+def judge_processes(a_means: Sequence[float], b_means: Sequence[float], *, ratio: bool = False) -> Verdict:
+    """``a`` against ``b`` from one mean per process a side, where the two were not measured in one
+    job: the spread is the processes' own scatter (processes differ by more than any one's standard
+    error shows). Welch's interval on the means (on their logarithms for a ratio); where one side
+    has a single process, the interval a new process of the other would fall in. One process a
+    side: not settled."""
+    a, b = ([math.log(x) for x in xs] if ratio else list(xs) for xs in (a_means, b_means))
+    if not a or not b:
+        raise ValueError("judge_processes needs at least one process a side")
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    va = statistics.variance(a) if len(a) > 1 else None
+    vb = statistics.variance(b) if len(b) > 1 else None
+    if va is None and vb is None:
+        half = math.nan
+    elif va is None or vb is None:
+        k, v = (len(b), vb) if va is None else (len(a), va)
+        half = _t975(k - 1) * math.sqrt(v * (1 + 1 / k))
+    else:
+        sa, sb = va / len(a), vb / len(b)
+        df = (sa + sb) ** 2 / ((sa ** 2 / (len(a) - 1) if sa else 0) + (sb ** 2 / (len(b) - 1) if sb else 0) or math.inf)
+        half = _t975(df) * math.sqrt(sa + sb)
+    centre = ma - mb
+    verdict = _decide(centre, half, 0.0)
+    if ratio:
+        return Verdict(math.exp(centre), math.exp(centre - half), math.exp(centre + half), verdict,
+                       min(len(a), len(b)), 0, False, True)
+    return Verdict(centre, centre - half, centre + half, verdict, min(len(a), len(b)), 0, False, False)
+
+
+def judge(a: dict | Sequence[float], b: dict | Sequence[float], phase: str = "step", *,
+          ratio: bool = False) -> Verdict:
+    """The one judge. ``a`` and ``b`` are two records (``judge_rounds`` of their ``phase`` per round
+    where one job measured both, else not settled: a comparison across processes needs a spread
+    measured across processes) or two sets of per-process means (``judge_processes``)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if same_job(a, b):
+            return judge_rounds(round_samples(a, phase), round_samples(b, phase), ratio=ratio)
+        ca, cb = _centre(a, phase), _centre(b, phase)
+        centre = ca / cb if ratio else ca - cb
+        return Verdict(centre, math.nan, math.nan, NOT_SETTLED, 1, 0, False, ratio)
+    return judge_processes(list(a), list(b), ratio=ratio)
+
+
+def _centre(record: dict, phase: str) -> float:
+    """A record's median of ``phase`` over every timed sample (its summary's where it has no rounds)."""
+    samples = [t for r in round_samples(record, phase) for t in r]
+    if samples:
+        return statistics.median(samples)
+    summary = record.get("metrics", {}).get(phase) or {}
+    return float(summary.get("median", summary.get("mean", math.nan)))
+
+
+def trend_of(steps: Sequence[Verdict]) -> str:
+    """How a series moves (in order: sizes, say) from the judge's verdict on each step, later against
+    earlier: ``"grows"`` (every step higher), ``"falls"`` (every step lower), ``"mixed"`` (steps both
+    ways) or ``"not settled"`` (a step undecided, none against the others)."""
+    kinds = [s.verdict for s in steps]
+    if kinds and all(k == "higher" for k in kinds):
+        return "grows"
+    if kinds and all(k == "lower" for k in kinds):
+        return "falls"
+    return "mixed" if {"higher", "lower"} <= set(kinds) else NOT_SETTLED
+
+
+# --- Being replaced by the judge (callers move to ``judge``) ---
 
 # --- Paired verdicts: two points measured in one job, in interleaved rounds (cs336_systems.rounds) ---
 
