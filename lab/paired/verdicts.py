@@ -6,7 +6,7 @@
 A compared pair is two records of one job (``metrics.turns.job``) that agree on every held key
 (``HELD``: the point both sides are measured at — mode, size, context, sequence length, head
 dimension, dtype) and differ in something else (the precision, the implementation, the rung, the
-group size). For each pair ``report.spread.paired_records`` gives a verdict on the time its report judges:
+group size). For each pair ``report.spread.judge`` gives a verdict on the time its report judges:
 the step, or for B5 a kernel call's CUDA-graph time where both sides have it, else its do_bench median
 (``report.b5.judged``) — "higher", "lower" or within the spread. A pair is matched across the two runs by the two records'
 places in their run folders, so both runs must be of the same grid.
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from cs336_systems.pipeline.run_folder import record_files, records_in
-from cs336_systems.report.spread import WITHIN, paired_records, round_samples
+from cs336_systems.report.spread import judge, round_samples
 
 # What both sides of a compared pair hold equal; anything else that differs is what is compared.
 HELD = ("mode", "size", "context", "seq", "seq_len", "d", "head_dim", "dtype", "batch", "shape", "pass")
@@ -70,9 +70,10 @@ def verdicts(folder: Path, ids: set[str] | None = None) -> dict[tuple, dict]:
     out = {}
     for key, (a, b) in pairs_of(folder, ids).items():
         phase = _timed(a, b)
-        result = paired_records(a, b, phase)
+        result = judge(a, b, phase)
         step = min(_median(a, phase), _median(b, phase))
-        out[key] = {"verdict": result.verdict, "difference_ms": result.difference, "spread_ms": result.spread,
+        out[key] = {"verdict": result.verdict, "decided": result.decided, "difference_ms": result.difference,
+                    "spread_ms": result.spread,
                     "spread_share": result.spread / step if step else float("nan"), "rounds": result.rounds,
                     "timed": phase}
     return out
@@ -83,11 +84,12 @@ def agreement(first: dict[tuple, dict], second: dict[tuple, dict]) -> dict[str, 
     table: dict[str, dict] = {}
     for key in sorted(first.keys() & second.keys()):
         a, b = first[key], second[key]
-        row = table.setdefault(key[0], {"pairs": 0, "decided_1": 0, "decided_2": 0, "agree": 0, "shares": [],
-                                        "disagree": []})
+        row = table.setdefault(key[0], {"pairs": 0, "decided_1": 0, "decided_2": 0, "agree": 0, "opposite": 0,
+                                        "shares": [], "disagree": []})
         row["pairs"] += 1
-        row["decided_1"] += a["verdict"] != WITHIN
-        row["decided_2"] += b["verdict"] != WITHIN
+        row["decided_1"] += a["decided"]
+        row["decided_2"] += b["decided"]
+        row["opposite"] += {a["verdict"], b["verdict"]} == {"higher", "lower"}
         if a["verdict"] == b["verdict"]:
             row["agree"] += 1
         else:
@@ -113,17 +115,19 @@ def round_spreads(folder: Path, pattern: str) -> dict[str, tuple[float, float, i
 
 
 def markdown(table: dict[str, dict]) -> str:
-    lines = ["| deliverable | pairs | decided (run 1) | decided (run 2) | agree | spread ÷ step: median | largest |",
-             "|:--|--:|--:|--:|--:|--:|--:|"]
+    lines = ["| deliverable | pairs | decided (run 1) | decided (run 2) | agree | opposite | spread ÷ step: median | largest |",
+             "|:--|--:|--:|--:|--:|--:|--:|--:|"]
     for ident, row in table.items():
+        shares = [s for s in row["shares"] if s == s]       # nan where a side was not settled
         lines.append(f"| {ident} | {row['pairs']} | {row['decided_1']} | {row['decided_2']} | "
-                     f"{row['agree']} ({row['agree'] / row['pairs']:.0%}) | {statistics.median(row['shares']):.2%} | "
-                     f"{max(row['shares']):.2%} |")
+                     f"{row['agree']} ({row['agree'] / row['pairs']:.0%}) | {row['opposite']} | "
+                     + (f"{statistics.median(shares):.2%} | {max(shares):.2%} |" if shares else "– | – |"))
     total = sum(r["pairs"] for r in table.values())
     agree = sum(r["agree"] for r in table.values())
     if total:
         lines.append(f"| **all** | {total} | {sum(r['decided_1'] for r in table.values())} | "
-                     f"{sum(r['decided_2'] for r in table.values())} | {agree} ({agree / total:.0%}) | | |")
+                     f"{sum(r['decided_2'] for r in table.values())} | {agree} ({agree / total:.0%}) | "
+                     f"{sum(r['opposite'] for r in table.values())} | | |")
     for ident, row in table.items():
         lines += [f"- {ident} disagrees: {line}" for line in row["disagree"]]
     return "\n".join(lines)

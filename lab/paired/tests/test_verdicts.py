@@ -20,7 +20,7 @@ def _write(folder, name, job, params, centres, rng, ident="A1", status="ok"):
 
 
 def _run(folder, rng, bf16_gap):
-    drift = [rng.uniform(90, 130) for _ in range(4)]
+    drift = [rng.uniform(90, 130) for _ in range(6)]      # the judge decides from 5 rounds
     for mode, job in (("forward", "j1"), ("train-step", "j2")):
         _write(folder, f"small_{mode}_fp32", job + folder.name, {"size": "small", "mode": mode, "precision": "fp32"},
                drift, rng)
@@ -85,11 +85,24 @@ def _kernel_record(folder, name, job, impl, graph_ms, launch_ms, rng, with_graph
 def test_a_kernel_pair_is_judged_on_graph_time_where_both_sides_have_it_as_its_report_judges(tmp_path):
     rng = random.Random(8)
     # ours is 10 % faster on the GPU every round; the launch time the host adds flips do_bench's medians
-    _kernel_record(tmp_path, "ours", "j", "ours", [0.090] * 4, [0.05, 0.01, 0.05, 0.01], rng)
-    _kernel_record(tmp_path, "plain", "j", "plain", [0.100] * 4, [0.01, 0.05, 0.01, 0.05], rng)
+    _kernel_record(tmp_path, "ours", "j", "ours", [0.090] * 6, [0.05, 0.01] * 3, rng)
+    _kernel_record(tmp_path, "plain", "j", "plain", [0.100] * 6, [0.01, 0.05] * 3, rng)
     (found,) = verdicts.verdicts(tmp_path).values()
     assert found["timed"] == "graph_ms" and found["verdict"] == "lower"
     # one side without graph time: both are judged on do_bench's median, here within its spread
-    _kernel_record(tmp_path, "plain", "j", "plain", [0.100] * 4, [0.01, 0.05, 0.01, 0.05], rng, with_graph=False)
+    _kernel_record(tmp_path, "plain", "j", "plain", [0.100] * 6, [0.01, 0.05] * 3, rng, with_graph=False)
     (found,) = verdicts.verdicts(tmp_path).values()
     assert found["timed"] == "ms" and found["verdict"] == "within the spread"
+
+
+def test_agreement_prints_the_issue_s_line_from_a_folder_of_two_runs(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("paired_agreement", HERE / "agreement.py")
+    agreement = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agreement)
+    rng = random.Random(8)
+    gaps = {"forward": -10.0, "train-step": 0.0}
+    _run(tmp_path / "a", rng, gaps)
+    _run(tmp_path / "b", rng, {"forward": 10.0, "train-step": 0.0})      # the second run turned around
+    assert agreement.main([str(tmp_path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("1 of 2 verdicts agree, 1 opposite, decided ")
