@@ -168,7 +168,7 @@ DELIVERABLES: tuple[Deliverable, ...] = (
     _ddp("C12", "FSDP", ("fsdp", "fsdp-bf16", "overlap", "torch-ddp"), about=f"{_S}.distributed.fsdp",
          traces=True, reads=("C1", "C3", "C6"), outputs=tables("table") + ("timeline.png",)),
     Deliverable("E1", "The training step, every technique together", "e1_training_step.smk",
-                f"{_S}.training_step.ladder", f"{_S}.report.e1", ONE_GPU, ("E1_step", "E1_profile"),
+                f"{_S}.training_step.ladder", f"{_S}.report.e1", ONE_GPU, ("E1_ladder", "E1_step", "E1_profile"),
                 outputs=tables("table", "kernels") + ("ladder.png",), record_folders=("records", "profiles")),
 )
 

@@ -273,8 +273,16 @@ def test_full_preset_plans_the_whole_grid(tmp_path):
     assert stats["B2_whole_model"] == len(presets["B2"]["sizes"]) * len(presets["B2"]["modes"])
     assert stats["A4_kernels"] == 1                         # one A1 point, fp32 and bf16 in one job
     e1 = presets["E1"]
-    assert stats["E1_step"] == len(e1["sizes"]) * len(e1["contexts"])     # a point's rungs and anchors in one job
+    # a point's rungs and anchors in one job: the goal point's the whole ladder, every other point's the
+    # rungs measured elsewhere beside the anchors
+    goal = (e1["goal"]["size"], e1["goal"]["context"])
+    e1_points = set(itertools.product(e1["sizes"], e1["contexts"])) | {goal}
+    assert stats["E1_ladder"] == 1 and stats["E1_step"] == len(e1_points) - 1
     assert stats["E1_profile"] == len(e1["profiled"])           # at the goal point
+    elsewhere = [r for r in e1["rungs"] if r in e1["rungs_elsewhere"]] + e1["anchors"]
+    assert {p for p in planned_outputs(out) if p.startswith("results/dryrun/E1/records/")} == \
+        {f"results/dryrun/E1/records/{s}_ctx{c}_{r}.json" for s, c in e1_points
+         for r in (e1["rungs"] + e1["anchors"] if (s, c) == goal else elsewhere)}
     per_point = ("A1_benchmark", "A1_warmup_study", "B5_grid_row", "B1_row", "C1_row", "A2_profile",
                  "A5_snapshot", "A6_checkpoint", "B2_whole_model", "A4_kernels", "E1_step", "E1_profile",
                  "C3_variants")

@@ -102,6 +102,7 @@ _NAMED = {    # kind -> (what it is, the names to list, whether a value is one)
     ("DDP", "variants"): _VARIANT,
     ("DDP", "traced"): _VARIANT,
     ("E1", "rungs"): ("a rung of the E1 ladder", list(e1_rungs.RUNG_NAMES), e1_rungs.RUNG_NAMES.__contains__),
+    ("E1", "rungs_elsewhere"): ("a rung of the E1 ladder", list(e1_rungs.RUNG_NAMES), e1_rungs.RUNG_NAMES.__contains__),
     ("E1", "anchors"): ("an E1 anchor", list(e1_rungs.ANCHOR_NAMES), e1_rungs.ANCHOR_NAMES.__contains__),
     ("E1", "profiled"): ("an E1 rung or anchor", list(e1_rungs.BY_NAME), e1_rungs.BY_NAME.__contains__),
 }

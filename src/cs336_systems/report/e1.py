@@ -6,13 +6,27 @@ it, each rung's first loss against fp32 eager's, and whether the goal point meet
 
 Step times are the median of the timed steps (the spread: standard deviation, min and max).
 
-**Verdicts.** A rung against the rung before it, and our best rung against the best anchor, are
-judged by ``spread.paired_records``: where both were measured in one job (the rungs and anchors of
-a point take turns in rounds, ``training_step.ladder``), "faster"/"slower" only where the median
-per-round difference exceeds its scatter across rounds. Records measured in separate processes (a
-run made before the jobs were points) are judged as they were, by the two means' standard errors
-(``spread.compare``), and labelled as spanning processes: that spread is measured inside each
-process and understates the one between them. MFU is
+**Scope.** The goal point holds the whole ladder; the grid's other points the rungs E1 measures
+there (``--elsewhere``: the top rung and the one it is set against) and every anchor. The report
+reads whatever records exist: each rung against the rung before it wherever both ran, and at every
+point the *top rung* — the highest rung of the ladder that ran and computes what fp32 eager
+computes (``checkpointed`` counted just above the rung it builds on) — against each ``--elsewhere``
+rung and each anchor there.
+
+**Verdicts** all come from the one judge, ``spread.judge``: where both records were measured in one
+job (the rungs and anchors of a point take turns in rounds, ``training_step.ladder``), the paired
+difference per round, the farthest quarter of rounds set aside, "faster"/"slower" only where its
+interval lies wholly on one side of no difference; two records from separate processes, or fewer than
+``spread.MIN_ROUNDS`` rounds, are *not settled*. A rung against the rung before it is judged in ms;
+the top rung against another entrant by the ratio of their steps, per round.
+
+**The goal** (the issue's, at the goal point): the top rung's step at most ``--goal-ratio`` times the
+best anchor's (``judge(..., ratio=True)``: the median of per-round ratios and its interval), or at
+least ``--goal-mfu`` MFU (its per-round steps against the step that MFU allows, ``judge_rounds``).
+Either part *holds* only where its interval's far end is on the goal's side, is *missed* where the
+whole interval misses, and is otherwise not settled; the goal holds where a part holds, is missed
+where every part that could be judged is missed, and is not settled by these records otherwise.
+The best anchor is the anchor with the lowest median step there (a choice, not a verdict). MFU is
 A1's: the step's matrix-product FLOPs in closed form (``profiling.flops.model_step_flops``, which
 counts the full context x context attention products whatever the kernel skips) over the median
 step, against the card's peak for the arithmetic the products ran in (``profiling.mfu.peak``: bf16
@@ -52,7 +66,7 @@ from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
 from cs336_systems.profiling.flops import model_step_flops, model_step_flops_parts
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import WITHIN, Estimate, compare, paired_records
+from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge, judge_rounds, round_samples
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, null, obj, opt, section
 from cs336_systems.training_step import rungs
 
@@ -68,8 +82,10 @@ GRAD_RTOL = 0.1           # a rung's first gradients against fp32 eager's, per p
 # error under attention without its causal mask on the CPU (tiny, small).
 GRAD_BF16_GPU_MAX = 0.015
 GRAD_UNMASKED = (0.48, 1.2)
-# A lent machine is held at most this long: two processes further apart ran on two machines.
-LEASE_HOURS = 0.5
+# What the judge's interval holds: spread.MULTIPLIER keeps an A/A pair inside it in 95 % of jobs.
+INTERVAL_LEVEL = 0.95
+# The goal's parts and its outcome (goal_check)
+HOLDS, MISSED, NOT_MEASURED = "holds", "missed", "not measured"
 # A backward pass does two matrix products for each of the forward's.
 MATMUL_BACKWARD_OVER_FORWARD = 2
 REFERENCE = rungs.REFERENCE
@@ -113,13 +129,13 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             **{f"{phase}_ms": _nan(m.get(phase, {}).get("median")) if ok else math.nan for phase in PHASES},
             "tokens_per_s": _nan(m.get("tokens_per_s")) if ok else math.nan,
             "flops": flops, "tflops": achieved(flops, median / 1e3) / 1e12 if ok and median > 0 else math.nan,
-            "mfu": _nan(mfu), "peak_basis": card.basis,
+            "mfu": _nan(mfu), "peak_basis": card.basis, "peak_flops": card.flops,
             "peak_gib": _nan(m.get("peak_memory_bytes")) / GIB if ok else math.nan,
             "loss": _nan(m.get("loss")) if ok else math.nan,
             # the loss of each warm-up step; a record from before the job kept them holds the first only
             "losses": (m.get("losses") or [m.get("loss")]) if ok else [],
             "gradient_rel_error": m.get("gradient_rel_error") if ok else None,
-            "job": (m.get("turns") or {}).get("job"), "utc": r["provenance"].get("utc"), "record": index,
+            "job": (m.get("turns") or {}).get("job"), "record": index,
         })
     df = pd.DataFrame(rows)
     if df.empty:
@@ -130,25 +146,22 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     return _against_reference_and_previous(df, records)
 
 
-def verdict(a, b, records: list[dict]) -> dict:
-    """``a``'s step against ``b``'s (two rows of the frame): the paired verdict where one job
-    measured both, else the verdict on the means (``spread.compare``) and how far apart in time the
-    two processes ran. ``verdict`` is "higher", "lower" or ``WITHIN``."""
-    pair = paired_records(records[int(a["record"])], records[int(b["record"])])
-    if pair is not None:
-        return {"verdict": pair.verdict, "paired": True, "rounds": pair.rounds,
-                "difference_ms": pair.difference, "spread_ms": pair.spread, "hours_apart": None,
-                "across_leases": False}
-    hours = None
-    if a["utc"] and b["utc"]:
-        hours = abs((pd.Timestamp(a["utc"]) - pd.Timestamp(b["utc"])).total_seconds()) / 3600
-    return {"verdict": compare(_estimate(a), _estimate(b)), "paired": False, "rounds": 0,
-            "difference_ms": float(a["mean_ms"] - b["mean_ms"]), "spread_ms": None, "hours_apart": hours,
-            "across_leases": hours is not None and hours > LEASE_HOURS}
+def _finite(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def verdict(a, b, records: list[dict], *, ratio: bool = False) -> dict:
+    """``a``'s step against ``b``'s (two rows of the frame) by ``spread.judge``: ``difference`` (ms, or
+    ``a / b`` with ``ratio``), its interval ``low``..``high`` (None where none was measured), the
+    verdict ("higher", "lower", ``WITHIN`` or ``NOT_SETTLED``), the rounds and those set aside, and
+    whether one job measured both (``paired``)."""
+    judged = judge(records[int(a["record"])], records[int(b["record"])], ratio=ratio)
+    return {**judged.as_dict(), "difference": _finite(judged.difference), "low": _finite(judged.low),
+            "high": _finite(judged.high)}
 
 
 def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
-    ref_loss, loss_diff, loss_ok, d_ms, d_pct, d_gib, d_spread, d_paired = [], [], [], [], [], [], [], []
+    ref_loss, loss_diff, loss_ok, d_ms, d_pct, d_gib, d_spread, d_low, d_high = [], [], [], [], [], [], [], [], []
     loss_steps, grad_error, grad_group, grad_ok = [], [], [], []
     by_point = {(str(r["size"]), r["context"], str(r["rung"])): r for _, r in df.iterrows()}
     for _, row in df.iterrows():
@@ -185,13 +198,15 @@ def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd
             d_gib.append(row["peak_gib"] - prev["peak_gib"])
             judged = verdict(row, prev, records)        # is the change beyond the spread?
             d_spread.append(judged["verdict"])
-            d_paired.append(judged["paired"])
+            d_low.append(_nan(judged["low"]))
+            d_high.append(_nan(judged["high"]))
         else:
             d_ms.append(math.nan)
             d_pct.append(math.nan)
             d_gib.append(math.nan)
             d_spread.append(None)
-            d_paired.append(None)
+            d_low.append(math.nan)
+            d_high.append(math.nan)
     df = df.copy()
     df["fp32_loss"], df["loss_rel_diff"], df["loss_ok"] = ref_loss, loss_diff, loss_ok
     df["loss_steps"], df["grad_rel_error"], df["grad_group"], df["grad_ok"] = loss_steps, grad_error, grad_group, grad_ok
@@ -199,12 +214,16 @@ def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd
     df["computes_ok"] = [None if lo is None and go is None else (lo is not False and go is not False)
                          for lo, go in zip(loss_ok, grad_ok)]
     df["delta_ms"], df["delta_pct"], df["delta_peak_gib"], df["delta_spread"] = d_ms, d_pct, d_gib, d_spread
-    df["delta_paired"] = d_paired
+    df["delta_low_ms"], df["delta_high_ms"] = d_low, d_high
     return df
 
 
 def _num(value: float, fmt: str) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, fmt)
+
+
+# The judge's verdict on a step time, as a reader says it.
+VERDICT_WORDS = {"lower": "faster", "higher": "slower", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}
 
 
 def display_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -216,8 +235,9 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
         "min–max (ms)": [f"{r['min_ms']:.2f}–{r['max_ms']:.2f}" if r["status"] == "ok" else "" for _, r in df.iterrows()],
         "Δ vs rung before (ms)": [_num(v, "+.2f") for v in df["delta_ms"]],
         "Δ (%)": [_num(100 * v, "+.1f") for v in df["delta_pct"]],
-        "Δ verdict": ["" if not isinstance(v, str) else {"lower": "faster", "higher": "slower"}.get(v, v)
-                      + ("" if paired else " (across processes)") for v, paired in zip(df["delta_spread"], df["delta_paired"])],
+        "Δ interval (ms)": [f"{lo:+.2f} to {hi:+.2f}" if not math.isnan(lo) else "" for lo, hi in
+                            zip(df["delta_low_ms"], df["delta_high_ms"])],
+        "Δ verdict": [VERDICT_WORDS.get(v, v) if isinstance(v, str) else "" for v in df["delta_spread"]],
         "tokens/s": [_num(v, ",.0f") for v in df["tokens_per_s"]],
         "MFU": [_num(100 * v, ".1f") + (" %" if not math.isnan(v) else "") for v in df["mfu"]],
         "peak (GiB)": [_num(v, ".2f") for v in df["peak_gib"]],
@@ -281,46 +301,75 @@ def _rankable(part: pd.DataFrame) -> pd.DataFrame:
     return part[(part["status"] == "ok") & (part["computes_ok"] != False)]     # noqa: E712 - None: not checked
 
 
-def _estimate(row) -> Estimate:
-    return Estimate.from_samples(row["mean_ms"], row["std_ms"], max(int(row["n"]), 1))
+def height(name: str) -> float:
+    """A rung's place up the ladder: its index, ``checkpointed`` just above the rung it builds on
+    (it stands in for that rung where that one does not fit)."""
+    if name == rungs.ONLY_WHEN_PREVIOUS_OOMS:
+        return rungs.RUNG_NAMES.index(rungs.previous(name)) + 0.5
+    return float(rungs.RUNG_NAMES.index(name))
 
 
-def points_summary(df: pd.DataFrame, records: list[dict]) -> list[dict]:
-    """Per size x context: fp32 eager, our best rung, the best anchor, the verdict between those two
-    (``verdict``), and what did not run."""
+def _top(part: pd.DataFrame) -> pd.Series | None:
+    """The point's top rung: the highest rung of the ladder that ran and computes what fp32 eager computes."""
+    ours = _rankable(part[~part["anchor"]])
+    if not len(ours):
+        return None
+    return ours.loc[max(ours.index, key=lambda i: height(str(ours.at[i, "rung"])))]
+
+
+def points_summary(df: pd.DataFrame, records: list[dict], elsewhere: tuple[str, ...] = ()) -> list[dict]:
+    """Per size x context: fp32 eager, the top rung, the best anchor (the lowest median), the top rung
+    against each ``elsewhere`` rung and each anchor that ran there (``against``: the judge's ratio of
+    their steps per round, ``verdict``), against the best anchor among them (``top_vs_anchor``), and
+    what did not run."""
     out = []
     for (size, context), part in df.groupby(["size", "context"], observed=True, sort=True):
-        ours = _rankable(part[~part["anchor"]])
+        top = _top(part)
         anchors = _rankable(part[part["anchor"]])
-        best = ours.loc[ours["median_ms"].idxmin()] if len(ours) else None
         anchor = anchors.loc[anchors["median_ms"].idxmin()] if len(anchors) else None
         ref = part[(part["rung"] == REFERENCE) & (part["status"] == "ok")]
-        against = verdict(best, anchor, records) if best is not None and anchor is not None else None
-        vs_anchor = float(best["median_ms"] / anchor["median_ms"] - 1) if best is not None and anchor is not None else None
+        against = [] if top is None else [
+            {"rung": str(r["rung"]), "anchor": bool(r["anchor"]), "ms": float(r["median_ms"]),
+             **verdict(top, r, records, ratio=True)}
+            for _, r in _rankable(part).iterrows()
+            if str(r["rung"]) != str(top["rung"]) and (r["anchor"] or str(r["rung"]) in elsewhere)]
+        best = next((a for a in against if anchor is not None and a["rung"] == str(anchor["rung"])), None)
         out.append({
-            "size": str(size), "context": int(context), "batch": int(part["batch"].iloc[0]),
+            "size": str(size), "context": int(context), "label": f"{size} ctx {int(context)}",
+            "batch": int(part["batch"].iloc[0]),
+            # what the point measured: a skipped rung was not (an OOM was)
+            "measured": [str(r["rung"]) for _, r in part.iterrows() if r["status"] != "skipped"],
             "fp32": _row(ref.iloc[0]) if len(ref) else None,
-            "best_rung": _row(best) if best is not None else None,
+            "top_rung": _row(top) if top is not None else None,
             "best_anchor": _row(anchor) if anchor is not None else None,
-            "speedup_over_fp32": float(ref["median_ms"].iloc[0] / best["median_ms"]) if len(ref) and best is not None else None,
-            "best_vs_anchor": vs_anchor,
-            # the same, as the writeup words it: how much, and which way (equal counts as faster)
-            "best_vs_anchor_size": abs(vs_anchor) if vs_anchor is not None else None,
-            "best_vs_anchor_direction": None if vs_anchor is None else "faster" if vs_anchor <= 0 else "slower",
-            # Whether the timed steps settle which is faster: paired per round in one job, else on the means.
-            "best_vs_anchor_spread": against["verdict"] if against else None,
-            "best_vs_anchor_judged": against,
+            "speedup_over_fp32": (float(ref["median_ms"].iloc[0] / top["median_ms"])
+                                  if len(ref) and top is not None else None),
+            "against": against,
+            "top_vs_anchor": best,
             "not_ok": [{"rung": str(r["rung"]), "status": r["status"], "note": r["note"]}
                        for _, r in part[part["status"] != "ok"].iterrows()],
         })
     return out
 
 
+def scope(points: list[dict], goal_size: str, goal_context: int) -> list[dict]:
+    """The points other than the goal's that lack a rung of the ladder the goal point has, grouped by
+    the rungs they have (``{"points": [...], "rungs": [...]}``): where each rung against the rung
+    before it could not be judged."""
+    goal = next((p for p in points if (p["size"], p["context"]) == (goal_size, goal_context)), None)
+    ladder = {n for n in (goal["measured"] if goal else []) if n in rungs.RUNG_NAMES}
+    groups: dict[tuple, list[str]] = {}
+    for p in points:
+        have = tuple(n for n in p["measured"] if n in rungs.RUNG_NAMES)
+        if p is not goal and not ladder <= set(have):
+            groups.setdefault(have, []).append(p["label"])
+    return [{"points": labels, "rungs": list(have)} for have, labels in groups.items()]
+
+
 def bought(df: pd.DataFrame) -> list[dict]:
     """Per rung after the first: over the points where it and the rung before both ran, the median
-    change of step time (ms and relative) and of peak memory, and at how many points it is faster
-    or slower beyond the spread (``verdict``: paired where one job measured both; the rest are within
-    it), and at how many of those points the pair spans processes."""
+    change of step time (ms and relative) and of peak memory, and at how many points the judge calls
+    it faster, slower, within the spread or not settled (``verdict``)."""
     out = []
     for name in rungs.RUNG_NAMES[1:]:
         part = df[(df["rung"] == name) & df["delta_ms"].notna()] if name in set(df["rung"].astype(str)) else df.iloc[:0]
@@ -331,53 +380,65 @@ def bought(df: pd.DataFrame) -> list[dict]:
                     "faster_at": int((part["delta_spread"] == "lower").sum()),
                     "slower_at": int((part["delta_spread"] == "higher").sum()),
                     "within_spread_at": int((part["delta_spread"] == WITHIN).sum()),
-                    "across_processes_at": int((part["delta_paired"] == False).sum()),     # noqa: E712
+                    "not_settled_at": int((part["delta_spread"] == NOT_SETTLED).sum()),
                     "median_delta_peak_gib": float(gib.median()) if len(gib) else None})
     return out
 
 
-def goal_check(points: list[dict], size: str, context: int, mfu_target: float) -> dict:
-    """The issue's goal at one point: our best rung at or below the best anchor's median step time,
-    and at least ``mfu_target`` MFU. ``met`` is True only when both are measured and hold;
-    ``shortfalls`` says, in words, each reason it is not."""
-    goal = {"size": size, "context": context, "mfu_target": mfu_target, "measured": False, "met": False,
-            "faster_or_equal": None, "mfu_met": None, "shortfalls": [], "point": None}
-    point = next((p for p in points if p["size"] == size and p["context"] == context), None)
-    if point is None:
-        goal["shortfalls"].append(f"{size} at context {context} was not measured in this run")
-        return goal
-    goal["point"], goal["measured"] = point, True
-    best, anchor = point["best_rung"], point["best_anchor"]
-    if best is None:
-        goal["shortfalls"].append("no rung of our ladder ran there with a loss within the tolerance")
-    if anchor is None:
-        goal["shortfalls"].append("no anchor ran there, so there is nothing to beat")
-    if best is not None and anchor is not None:
-        goal["faster_or_equal"] = best["ms"] <= anchor["ms"]
-        if not goal["faster_or_equal"]:
-            unsettled = point.get("best_vs_anchor_spread") == WITHIN
-            goal["shortfalls"].append(f"our best rung's median step ({best['rung']}, {best['ms']:.1f} ms) is "
-                                      f"{100 * (best['ms'] / anchor['ms'] - 1):.1f} % above the best anchor's "
-                                      f"({anchor['rung']}, {anchor['ms']:.1f} ms)"
-                                      + (", a difference within the spread" if unsettled else ""))
-    if best is not None:
-        if best["mfu"] is None:
-            goal["shortfalls"].append("no MFU: the run has no peak for its device")
-        else:
-            goal["mfu_met"] = best["mfu"] >= mfu_target
-            if not goal["mfu_met"]:
-                goal["shortfalls"].append(f"our best rung reaches {100 * best['mfu']:.1f} % MFU, "
-                                          f"below {100 * mfu_target:.0f} %")
-    goal["met"] = bool(goal["faster_or_equal"] and goal["mfu_met"])
+def _part(judged: dict, target: float) -> str:
+    """A goal's part from a judged ratio that must be at most ``target``: ``HOLDS`` where the whole
+    interval is, ``MISSED`` where none of it is, else ``NOT_SETTLED`` (also where no interval was measured)."""
+    if judged["low"] is None or judged["high"] is None:
+        return NOT_SETTLED
+    return HOLDS if judged["high"] <= target else MISSED if judged["low"] > target else NOT_SETTLED
+
+
+def mfu_judged(record: dict, flops: float, peak_flops: float | None, target: float) -> dict | None:
+    """The top rung's MFU against ``target``, judged per round: each round's step over the step
+    ``target`` allows (``goal_ms``), by ``spread.judge_rounds`` (a ratio at most 1 is an MFU at least
+    ``target``); the MFU and its interval follow from that ratio's. None where the card has no peak."""
+    if not peak_flops:
+        return None
+    goal_ms = flops / (target * peak_flops) * 1e3
+    per_round = round_samples(record)
+    judged = judge_rounds(per_round, [[goal_ms]] * len(per_round), ratio=True)
+    low, high = _finite(judged.low), _finite(judged.high)
+    return {"goal_ms": goal_ms, **judged.as_dict(), "difference": _finite(judged.difference), "low": low, "high": high,
+            "mfu": None if math.isnan(judged.difference) else target / judged.difference,
+            "mfu_low": target / high if high else None, "mfu_high": target / low if low else None}
+
+
+def goal_check(df: pd.DataFrame, records: list[dict], points: list[dict], size: str, context: int,
+               ratio_target: float, mfu_target: float) -> dict:
+    """The issue's goal at one point, judged: the top rung's step against the best anchor's
+    (``ratio``: at most ``ratio_target``) and its MFU (``mfu``: at least ``mfu_target``). Each part
+    ``HOLDS``, is ``MISSED`` or ``NOT_SETTLED`` (``_part``; None where it cannot be judged: no anchor,
+    no peak). ``outcome``: ``HOLDS`` where a part holds, ``MISSED`` where every judged part is missed,
+    ``NOT_MEASURED`` where no part can be judged, else ``NOT_SETTLED``."""
+    goal = {"size": size, "context": context, "ratio_target": ratio_target, "mfu_target": mfu_target,
+            "point": next((p for p in points if p["size"] == size and p["context"] == context), None),
+            "ratio": None, "ratio_part": None, "mfu": None, "mfu_part": None}
+    point = goal["point"]
+    if point is not None and point["top_rung"] is not None:
+        goal["ratio"] = point["top_vs_anchor"]
+        goal["ratio_part"] = _part(goal["ratio"], ratio_target) if goal["ratio"] else None
+        row = df[(df["size"].astype(str) == size) & (df["context"] == context)
+                 & (df["rung"].astype(str) == point["top_rung"]["rung"])].iloc[0]
+        goal["mfu"] = mfu_judged(records[int(row["record"])], row["flops"], row["peak_flops"], mfu_target)
+        goal["mfu_part"] = _part(goal["mfu"], 1.0) if goal["mfu"] else None
+    parts = [p for p in (goal["ratio_part"], goal["mfu_part"]) if p is not None]
+    goal["outcome"] = (NOT_MEASURED if not parts else HOLDS if HOLDS in parts
+                       else MISSED if all(p == MISSED for p in parts) else NOT_SETTLED)
+    goal["met"] = goal["outcome"] == HOLDS
     return goal
 
 
 def gap(point: dict | None) -> dict | None:
-    """Where the best rung's step goes, by phase (the optimizer's elementwise work is time MFU does
+    """Where the top rung's step goes, by phase (the optimizer's elementwise work is time MFU does
     not count), and how far its MFU is from the peak."""
-    if point is None or point["best_rung"] is None:
+    if point is None or point["top_rung"] is None:
         return None
-    best = point["best_rung"]
+    best = point["top_rung"]
     phases = best["phases_ms"]
     if any(v is None for v in phases.values()):
         return None
@@ -436,17 +497,22 @@ def adds_as_run(rung: rungs.Rung, records: list[dict]) -> str:
     return COMPILED_AS.get(modes.pop(), rung.adds) if len(modes) == 1 else rung.adds
 
 
-def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_context: int, goal_mfu: float) -> dict:
-    points = points_summary(df, records)
-    goal = goal_check(points, goal_size, goal_context, goal_mfu)
+def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_context: int, goal_ratio: float,
+              goal_mfu: float, elsewhere: tuple[str, ...] = ()) -> dict:
+    points = points_summary(df, records, elsewhere)
+    goal = goal_check(df, records, points, goal_size, goal_context, goal_ratio, goal_mfu)
     ok = df[df["status"] == "ok"]
     checked = ok[ok["loss_ok"].notna() & (ok["rung"] != REFERENCE)]     # fp32 eager is the reference itself
     out_of_tolerance = checked[checked["computes_ok"] == False]     # noqa: E712
     grads = checked[checked["grad_ok"].notna()]
     worst_grad = grads.loc[grads["grad_rel_error"].idxmax()] if len(grads) else None
     first = records[0]["params"] if records else {}
-    best_anywhere = [p for p in points if p["best_rung"] and p["best_anchor"]]
-    where = gap(goal["point"])
+    compared = [p for p in points if p["top_vs_anchor"]]
+
+    def where(kind: str) -> list[str]:
+        return [p["label"] for p in compared if p["top_vs_anchor"]["verdict"] == kind]
+
+    gap_ = gap(goal["point"])
     return {
         "provenance": run_provenance(records),
         "records": len(records), "ok": int(len(ok)),
@@ -459,7 +525,7 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         # how the run was measured: one job per point (its rungs paired), or a process per record
         "jobs": len({r["metrics"]["turns"]["job"] for r in records if (r["metrics"].get("turns") or {}).get("job")}),
         "unpaired_records": sum(1 for r in records if not (r["metrics"].get("turns") or {}).get("job")),
-        "comparisons_across_processes": int((df["delta_paired"] == False).sum()) if len(df) else 0,     # noqa: E712
+        "min_rounds": MIN_ROUNDS, "interval_level": INTERVAL_LEVEL, "elsewhere": list(elsewhere),
         "seed": first.get("seed"),
         "compile": sorted({f"{p['params']['compile_mode']} ({p['params']['compile_backend']})"
                            for p in records if p["params"].get("compiled")}),
@@ -469,7 +535,6 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         "on_gpu": any(r["provenance"].get("gpu") for r in records),
         "loss_rtol": LOSS_RTOL,
         "loss_bf16_cpu_max": LOSS_BF16_CPU_MAX, "loss_unmasked": list(LOSS_UNMASKED),
-        "lease_minutes": round(60 * LEASE_HOURS),
         "loss_checked": int(len(checked)),
         "loss_unchecked": int((ok["loss_ok"].isna()).sum()),
         "loss_out_of_tolerance": [{"size": str(r["size"]), "context": int(r["context"]), "rung": str(r["rung"]),
@@ -489,19 +554,15 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
             "rel_error": float(worst_grad["grad_rel_error"]), "group": str(worst_grad["grad_group"]),
             "rung": str(worst_grad["rung"]), "size": str(worst_grad["size"]), "context": int(worst_grad["context"])},
         "points": points,
+        "partial_points": scope(points, goal_size, goal_context),
         "bought": bought(df),
-        "beats_anchor_at": [f"{p['size']} ctx {p['context']}" for p in best_anywhere if p["best_vs_anchor"] <= 0],
-        "compared_points": len(best_anywhere),
-        # the same points by their verdicts (``verdict``): ours faster or slower beyond the spread
-        "faster_than_anchor_at": [f"{p['size']} ctx {p['context']}" for p in best_anywhere
-                                  if p["best_vs_anchor_spread"] == "lower"],
-        "slower_than_anchor_at": [f"{p['size']} ctx {p['context']}" for p in best_anywhere
-                                  if p["best_vs_anchor_spread"] == "higher"],
-        "anchor_pairs_paired": sum(1 for p in best_anywhere if p["best_vs_anchor_judged"]["paired"]),
-        "anchor_pairs_all_paired": sum(1 for p in best_anywhere if p["best_vs_anchor_judged"]["paired"]) == len(best_anywhere),
+        # the top rung against the best anchor, point by point, by the judge's verdict (``verdict``)
+        "compared_points": len(compared),
+        "faster_than_anchor_at": where("lower"), "slower_than_anchor_at": where("higher"),
+        "within_anchor_at": where(WITHIN), "not_settled_anchor_at": where(NOT_SETTLED),
         "goal": goal,
-        "gap": where,
-        "optimizer_floor": optimizer_floor(where, records),
+        "gap": gap_,
+        "optimizer_floor": optimizer_floor(gap_, records),
     }
 
 
@@ -620,14 +681,16 @@ def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | Non
 
 
 def goal_pair_unsettled(goal: dict, comparison: dict | None) -> bool:
-    """Whether the profiled pair is the goal point's best rung and best anchor, which the ladder's own
-    processes timed within their spread."""
+    """Whether the profiled pair is the goal point's top rung and best anchor, whose steps the
+    ladder's own job did not tell apart (within the spread, or not settled)."""
     point = goal.get("point")
-    if not (point and point["best_anchor"] and point["best_rung"] and comparison and comparison["anchor"]):
+    if not (point and point["best_anchor"] and point["top_rung"] and point["top_vs_anchor"]
+            and comparison and comparison["anchor"]):
         return False
+    pair = (point["top_rung"]["rung"], point["best_anchor"]["rung"])
     return ((goal["size"], goal["context"]) == (comparison["size"], comparison["context"])
-            and (point["best_rung"]["rung"], point["best_anchor"]["rung"]) == (comparison["rung"], comparison["anchor"]["rung"])
-            and point["best_vs_anchor_spread"] == WITHIN)
+            and pair == (comparison["rung"], comparison["anchor"]["rung"])
+            and point["top_vs_anchor"]["verdict"] in (WITHIN, NOT_SETTLED))
 
 
 def not_measured(planned: list[str], read: list[str]) -> tuple[int, list[str]]:
@@ -661,7 +724,12 @@ def main(argv=None) -> int:
     p.add_argument("--records", nargs="+", required=True)
     p.add_argument("--goal-size", required=True, choices=list(MODEL_SIZES))
     p.add_argument("--goal-context", required=True, type=int)
+    p.add_argument("--goal-ratio", required=True, type=float,
+                   help="the most the goal allows the top rung's step over the best anchor's, 0.85 = 0.85x")
     p.add_argument("--goal-mfu", required=True, type=float, help="the MFU the goal asks for, 0.55 = 55 %%")
+    p.add_argument("--elsewhere", nargs="*", default=[], choices=list(rungs.RUNG_NAMES), metavar="RUNG",
+                   help="the rungs the grid measures away from the goal point: the top rung is set against them "
+                        "(and against every anchor) at every point")
     p.add_argument("--out-dir", required=True, type=Path)
     p.add_argument("--profiles", nargs="*", default=[], help="records of training_step.profile")
     p.add_argument("--planned", nargs="*", default=[],
@@ -670,11 +738,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not 0 < args.goal_mfu <= 1:
         p.error(f"--goal-mfu is a share between 0 and 1, got {args.goal_mfu}")
+    if args.goal_ratio <= 0:
+        p.error(f"--goal-ratio is a ratio of step times, above 0, got {args.goal_ratio}")
     records = load_records(args.records)
     df = records_frame(records)
     write_table(display_table(df), args.out_dir)
     plot_ladder(df, args.out_dir / "ladder.png")
-    summary = summarize(df, records, args.goal_size, args.goal_context, args.goal_mfu)
+    summary = summarize(df, records, args.goal_size, args.goal_context, args.goal_ratio, args.goal_mfu,
+                        tuple(args.elsewhere))
     summary["planned"], summary["not_measured"] = not_measured(args.planned, args.records)
     summary["missing"] = missing_briefly(args.planned, summary["not_measured"])
     # ours first, then the anchors, in the ladder's order, whatever order the files came in
@@ -699,31 +770,31 @@ SUMMARY_SCHEMAS: dict[str, dict] = {}
 
 _RUNG = obj(mfu=null(NUM), ms=NUM, rung=STR)
 _PHASES = obj(backward=NUM, forward=NUM, optimizer=NUM)
+# a verdict of the judge (``verdict``): None for an interval that was not measured
+_JUDGED = dict(difference=null(NUM), high=null(NUM), low=null(NUM), paired=BOOL, rounds=INT, verdict=STR)
 SUMMARY_SCHEMAS["E1"] = section(
-    anchor_pairs_all_paired=null(BOOL),
-    anchor_pairs_paired=null(INT),
     anchors=arr(obj(adds=STR, rung=STR)),
     batch=INT,
-    beats_anchor_at=null(arr(STR)),
-    bought=arr(obj(across_processes_at=INT, faster_at=INT, median_delta_ms=null(NUM), median_delta_pct=null(NUM),
-                   median_delta_peak_gib=null(NUM), points=INT, rung=STR, slower_at=INT, within_spread_at=INT)),
+    bought=arr(obj(faster_at=INT, median_delta_ms=null(NUM), median_delta_pct=null(NUM),
+                   median_delta_peak_gib=null(NUM), not_settled_at=INT, points=INT, rung=STR, slower_at=INT,
+                   within_spread_at=INT)),
     checkpoint_groups=null(arr()),
     compared_points=null(INT),
-    comparisons_across_processes=INT,
     compile=null(arr(STR)),
+    elsewhere=arr(STR),
     faster_than_anchor_at=null(arr(STR)),
     gap=null(obj(backward_over_forward=NUM, context=INT, matmul_backward_over_forward=INT, mfu=null(NUM), ms=NUM,
                  phases_ms=_PHASES, rung=STR, shares=_PHASES, size=STR, updates_in_backward=BOOL)),
-    goal=obj(context=INT, met=null(BOOL), mfu_target=NUM, shortfalls=arr(STR), size=STR, point=null(obj(
-        batch=INT,
-        best_anchor=null(_RUNG),
-        best_rung=null(_RUNG),
-        best_vs_anchor_direction=null(STR),
-        best_vs_anchor_judged=null(obj(across_leases=null(BOOL), difference_ms=NUM, hours_apart=null(NUM),
-                                       paired=null(BOOL), rounds=INT, spread_ms=null(NUM))),
-        best_vs_anchor_size=null(NUM),
-        best_vs_anchor_spread=null(STR),
-        speedup_over_fp32=null(NUM)))),
+    goal=obj(context=INT, mfu_target=NUM, outcome=STR, ratio_target=NUM, size=STR,
+             mfu=null(obj(goal_ms=NUM, low=null(NUM), mfu=null(NUM), mfu_high=null(NUM), mfu_low=null(NUM), rounds=INT)),
+             mfu_part=null(STR), ratio=null(obj(low=null(NUM))), ratio_part=null(STR),
+             point=null(obj(
+                 batch=INT,
+                 best_anchor=null(_RUNG),
+                 speedup_over_fp32=null(NUM),
+                 top_rung=null(_RUNG),
+                 top_vs_anchor=null(obj(**_JUDGED, set_aside=INT))))),
+    interval_level=NUM,
     jobs=null(INT),
     kernel_comparison=null(obj(anchor=null(obj(apart=BOOL, busy_abs_ms=null(NUM), busy_delta_ms=null(NUM),
                                                busy_direction=null(STR), commits=arr(STR),
@@ -735,7 +806,6 @@ SUMMARY_SCHEMAS["E1"] = section(
                                               rest_now_ms=null(NUM), room_ms=NUM)), gemm_share_of_peak=null(NUM),
                                gemm_tflops=null(NUM), peak=STR, rung=STR)),
     ladder=arr(obj(adds=STR, rung=STR)),
-    lease_minutes=INT,
     loss_bf16_cpu_max=NUM,
     loss_checked=null(INT),
     loss_max_rel_diff=null(NUM),
@@ -753,11 +823,15 @@ SUMMARY_SCHEMAS["E1"] = section(
     loss_rtol=NUM,
     loss_unchecked=null(INT),
     loss_unmasked=arr(NUM),
+    min_rounds=INT,
     not_measured=null(arr(STR)),
+    not_settled_anchor_at=arr(STR),
     missing=obj(points=arr(STR), rungs=arr(STR)),
     optimizer_floor=null(obj(bandwidth_tb_s=NUM, billions=NUM, card=STR, floor_ms=NUM, gigabytes=NUM, over_floor=NUM)),
+    partial_points=arr(obj(points=arr(STR), rungs=arr(STR))),
     peaks=arr(STR),
     planned=INT,
+    points=arr(obj(against=arr(obj(**_JUDGED, anchor=BOOL, ms=NUM, rung=STR)), label=STR, top_rung=null(obj(ms=NUM, rung=STR)))),
     profiles=null(arr(obj(
         busy_ms=opt(null(NUM)), busy_share=opt(null(NUM)), context=INT,
         kinds_ms=opt(obj({'GEMM': NUM, 'attention-softmax': NUM, 'cast': NUM, 'elementwise': NUM, 'optimizer': NUM,
@@ -772,6 +846,7 @@ SUMMARY_SCHEMAS["E1"] = section(
     steps=INT,
     unpaired_records=null(INT),
     warmup=INT,
+    within_anchor_at=arr(STR),
 )
 
 
