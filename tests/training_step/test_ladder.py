@@ -603,3 +603,21 @@ def test_a_point_may_compile_a_graph_for_every_compiled_rung_and_anchor_and_no_s
     # every block compiled apart (compile mode "blocks"), even if each kept graphs of its own
     assert torch._dynamo.config.accumulated_recompile_limit >= len(compiled) * max(s.num_layers for s in MODEL_SIZES.values())
     assert torch._dynamo.config.fail_on_recompile_limit_hit
+
+
+def test_a_rung_named_twice_is_an_a_a_pair_of_one_job(tmp_path):
+    """The second entry is an entrant of its own (``<rung>#2``) that computes what the first computes;
+    its record says ``again``, so a report or the A/A check tells the two apart."""
+    names = ["fp32", "bf16", "fp32"]
+    outs = [tmp_path / f"{i}.json" for i in range(3)]
+    assert ladder.main([*JOB, "--rungs", *names, "--out", *map(str, outs)]) == 0
+    first, _, again = (json.loads(p.read_text()) for p in outs)
+    assert first["status"] == again["status"] == "ok"
+    assert again["params"]["again"] is True and "again" not in first["params"]
+    assert {k: v for k, v in again["params"].items() if k != "again"} == first["params"]
+    assert again["metrics"]["turns"]["with"] == ["fp32", "bf16", "fp32#2"]
+    assert again["metrics"]["turns"]["job"] == first["metrics"]["turns"]["job"]
+    assert again["metrics"]["loss"] == pytest.approx(first["metrics"]["loss"], rel=1e-6)    # the same seeded start
+    assert max(again["metrics"]["gradient_rel_error"].values()) < 1e-6
+    with pytest.raises(SystemExit):
+        ladder.main([*JOB, "--rungs", "fp32", "fp32", "fp32", "--out", "a", "b", "c"])

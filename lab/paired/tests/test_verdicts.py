@@ -106,3 +106,25 @@ def test_agreement_prints_the_issue_s_line_from_a_folder_of_two_runs(tmp_path, c
     assert agreement.main([str(tmp_path)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("1 of 2 verdicts agree, 1 opposite, decided ")
+
+
+def test_the_a_a_check_finds_a_configuration_entered_twice_and_judges_it(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("paired_aa", HERE / "aa.py")
+    aa = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(aa)
+    rng = random.Random(9)
+    drift = [rng.uniform(90, 130) for _ in range(8)]
+    params = {"size": "xl", "rung": "cuda-graphs"}
+    _write(tmp_path, "a", "j", params, drift, rng, ident="E1")
+    _write(tmp_path, "b", "j", params | {"again": True}, drift, rng, ident="E1")
+    _write(tmp_path, "c", "j", {"size": "xl", "rung": "fused-adamw"}, [d + 30 for d in drift], rng, ident="E1")
+    _write(tmp_path, "d", "other-job", params | {"again": True}, drift, rng, ident="E1")
+    pairs = aa.aa_pairs(tmp_path)
+    assert [(p[0], p[1]) for p in pairs] == [("E1/records/a.json#0", "E1/records/b.json#0")]
+    assert aa.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    # whether this one pair is called different is the 5 % the judge allows; the count says which
+    called = 1 if "): higher" in out or "): lower" in out else 0
+    assert out.strip().endswith(f"called different in {called} of 1 A/A pairs") and "8 rounds, 2 set aside" in out
+    (tmp_path / "empty").mkdir()
+    assert aa.main([str(tmp_path / "empty")]) == 1

@@ -18,6 +18,10 @@ and ``turns`` (the job), so the report judges a rung against the rung before it,
 an anchor, by the paired difference per round.
 Its peak memory is the most its timed steps held (the warm-up's, which include compiling, apart).
 
+A rung named twice is an A/A pair: the second entry is the same configuration built and timed
+again as an entrant of its own (``<rung>#2``, its record's params ``again: true``), the control that
+shows how often the judge calls one configuration different from itself (lab/paired/aa.py).
+
 A rung that needs CUDA on a CPU is recorded as ``skipped`` with why. The ``checkpointed`` rung runs
 only where the rung before it (bf16-weights, warmed up earlier in the same job) ran out of memory:
 where that one fits, checkpointing would only add recomputation, and the record says "not needed".
@@ -83,8 +87,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     check_point_arguments(p, args)
     if args.rounds < MIN_ROUNDS:
         p.error(f"--rounds must be at least {MIN_ROUNDS} (a verdict needs a spread across rounds)")
-    if len(set(args.rungs)) != len(args.rungs):
-        p.error("--rungs names a rung twice")
+    if any(args.rungs.count(n) > 2 for n in args.rungs):
+        p.error("--rungs names a rung more than twice (twice is an A/A pair)")
+    if rungs.ONLY_WHEN_PREVIOUS_OOMS in args.rungs and args.rungs.count(rungs.ONLY_WHEN_PREVIOUS_OOMS) > 1:
+        p.error(f"--rungs: {rungs.ONLY_WHEN_PREVIOUS_OOMS} runs only where the rung before it ran out of memory; "
+                "it cannot be an A/A pair")
     if len(args.out) != len(args.rungs):
         p.error(f"--out needs one path per rung: {len(args.rungs)} rungs, {len(args.out)} paths")
     gated = rungs.ONLY_WHEN_PREVIOUS_OOMS
@@ -95,8 +102,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+AGAIN = "#2"        # the second entry of a rung named twice (an A/A pair)
+
+
+def entries(names: list[str]) -> list[str]:
+    """The job's entrant names, in order: a rung's second entry is ``<rung>#2``."""
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        out.append(name + AGAIN if name in seen else name)
+        seen.add(name)
+    return out
+
+
+def rung_of(entry: str) -> str:
+    return entry.removesuffix(AGAIN)
+
+
 def params_of(args: argparse.Namespace, name: str, device: str) -> dict:
-    """What a record says was asked for: the point, the rung and exactly what its step runs."""
+    """What a record says was asked for: the point, the rung and exactly what its step runs (and
+    ``again: true`` for a rung's second entry)."""
+    again = name.endswith(AGAIN)
+    name = rung_of(name)
     rung = rungs.get(name)
     setup = rung.setup
     return {"size": args.size, **asdict(get_size(args.size)), "vocab_size": args.vocab_size, "context": args.context,
@@ -108,7 +135,7 @@ def params_of(args: argparse.Namespace, name: str, device: str) -> dict:
             "warmup": args.warmup, "steps": args.steps, "rounds": getattr(args, "rounds", None),
             "seed": args.seed, "device": device,
             # what fp32 matmuls run in, for the MFU's peak (profiling.mfu)
-            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+            "float32_matmul_precision": torch.get_float32_matmul_precision()} | ({"again": True} if again else {})
 
 
 def unavailable(name: str, device: str) -> str | None:
@@ -156,7 +183,7 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
         vocab_size=args.vocab_size))
     records = {}
     if status != "ok":              # the shared model itself does not fit: every rung says so
-        for name, out in zip(args.rungs, args.out):
+        for name, out in zip(entries(args.rungs), args.out):
             records[name] = make_record("E1", params_of(args, name, device), status, reason=message)
             write_json_atomic(out, records[name])
         log(f"E1 {status} building the point: {message}")
@@ -176,10 +203,10 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
     failed: dict[str, tuple[str, str | None]] = {}     # rung -> (status, message) of what stopped it
 
     def entrant(name: str) -> Entrant:
-        setup = rungs.get(name).setup
+        setup = rungs.get(rung_of(name)).setup
 
         def make():
-            reason = unavailable(name, device)
+            reason = unavailable(rung_of(name), device)
             if reason is None and name == rungs.ONLY_WHEN_PREVIOUS_OOMS:
                 before = rungs.previous(name)
                 reason = gated_skip(before, failed.get(before))
@@ -200,16 +227,17 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
 
         return Entrant(name, make, cleanup=point.clear)
 
-    job, outcomes = take_turns([entrant(n) for n in args.rungs], device=device, warmup=args.warmup,
+    names = entries(args.rungs)
+    job, outcomes = take_turns([entrant(n) for n in names], device=device, warmup=args.warmup,
                                rounds=args.rounds, steps=args.steps)
     parameters = sum(p.numel() for p in point.parameters)
     capture_peaks = dict(point.capture_peaks)
     del point, reference
     free_device_memory(device)
-    for name, out in zip(args.rungs, args.out):
+    for name, out in zip(names, args.out):
         outcome = outcomes[name]
         params = params_of(args, name, device)
-        captured = capture_peaks.get(rungs.get(name).setup)     # None but for a rung that replays graphs
+        captured = capture_peaks.get(rungs.get(rung_of(name)).setup)     # None but for a rung that replays graphs
         if outcome.status == "ok":
             metrics = outcome.metrics(job)
             # the first step (its loss; a compiled rung's compiling) apart from the other warm-up steps
