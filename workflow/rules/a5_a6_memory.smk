@@ -82,13 +82,15 @@ rule A6_checkpoint:
         context=A6["context"],
         batch=A6["batch"],
         groups=" ".join(map(str, A6["group_sizes"])),
+        rounds=A6["rounds"],
         device=GRID["device"],
     resources:
         gpu=1,
     shell:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.memory.checkpoint_bench --size {params.size} --context {params.context}"
-        " --batch {params.batch} --groups {params.groups} --mode forward-backward --device {params.device}"
+        " --batch {params.batch} --groups {params.groups} --rounds {params.rounds} --mode forward-backward"
+        " --device {params.device}"
         " --out {output} > {log} 2>&1")
 
 

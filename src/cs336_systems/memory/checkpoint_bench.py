@@ -104,7 +104,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="blocks per checkpointed group, one record each; 0 = no checkpointing")
     p.add_argument("--mode", choices=MODES, default="forward-backward")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per group size")
-    p.add_argument("--rounds", type=int, default=3, help=f"rounds in which every group size takes a turn (at least {MIN_ROUNDS})")
+    # 10 rounds, as A1 takes: the report's judge settles nothing below 5 and sets aside one round in four
+    p.add_argument("--rounds", type=int, default=10,
+                   help=f"rounds in which every group size takes a turn (at least {MIN_ROUNDS}; the report's judge needs 5)")
     p.add_argument("--steps", type=int, default=1, help="timed steps per turn")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", nargs="+", required=True, help="where each group size's JSON record goes, in --groups' order")

@@ -228,7 +228,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the precisions timed in turns and profiled, one record each into --out-dir")
     p.add_argument("--precision", choices=list(PRECISIONS), help="one precision alone (with --out)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps per precision")
-    p.add_argument("--rounds", type=int, default=4, help="rounds of turns (at least 3); rounds x steps are profiled")
+    p.add_argument("--rounds", type=int, default=10,
+                   help="rounds of turns (at least 3; the report's judge needs 5); rounds x steps are profiled")
     p.add_argument("--steps", type=int, default=3, help="timed steps per precision and turn")
     p.add_argument("--device", default="cuda" if _cuda() else "cpu")
     out = p.add_mutually_exclusive_group(required=True)

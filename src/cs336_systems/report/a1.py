@@ -4,13 +4,13 @@ points), two figures, and the writeup's numbers.
     python -m cs336_systems.report.a1 --records r1.json ... --warmup-records w1.json ... \
         [--profiles A2/records/*.json] --out-dir DIR
 
-Every "slower", "faster" or "grows" handed to the prose is a test against a spread. Two records
-measured in one job (``metrics.turns``: the points of a size took turns in rounds) are judged
-*paired*: ``spread.paired_records``, the per-round difference against its scatter across rounds.
-Records of separate processes (runs measured before the group jobs, with no ``turns``) are judged
-*across processes* by ``spread.compare`` (a difference beyond two standard errors of each process's
-own steps) and every such verdict says so: separate processes differ by more than that (the warm-up
-study measures by how much). Closer than the spread, the prose says the data does not settle it.
+Every "slower", "faster" or "grows" handed to the prose is the judge's (``spread.judge``). Two
+records measured in one job (``metrics.turns``: the points of a heat took turns in rounds) are
+judged *paired*, the per-round difference against its spread across rounds; records of separate
+jobs (runs measured before the group jobs, with no ``turns``, or two heats of one size) are not
+settled: separate processes differ by more than one process's own spread (the warm-up study
+measures by how much), and one process a side measures nothing of that. The warm-up study's
+processes are judged against the warm processes' own scatter (``spread.judge_processes``).
 
 A point is *launch-bound* when its GPU sits idle most of the step. Two kinds of evidence, the first
 that the run holds wins:
@@ -20,7 +20,8 @@ that the run holds wins:
   under the profiler and its NVTX ranges, so its length is not A1's);
 - the timings alone: a point of the same size, mode and precision with at least ``MORE_WORK`` times
   the FLOPs (a longer context) is not slower beyond the spread, so this step's time is not set by
-  its arithmetic. The longest context of a series has no such neighbour: not settled.
+  its arithmetic. The longest context of a series has no such neighbour, and a neighbour measured
+  in another job cannot be judged against it: not settled.
 """
 from __future__ import annotations
 
@@ -40,11 +41,11 @@ from cs336_systems.profiling.busy import profile_busy
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import WITHIN, Estimate, across_processes, compare, paired_records, trend
+from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict, judge, judge_processes, trend_of
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, section
 
 PHASES = ("forward", "backward", "optimizer", "step")
-PAIRED, ACROSS = "paired", "across processes"     # how a comparison was judged (see the module's doc)
+PAIRED, SEPARATE = "paired", "separate processes"    # how a comparison was judged (see the module's doc)
 KEY = ("size", "context", "mode", "precision")
 MORE_WORK = 1.5          # FLOPs ratio of a neighbour whose equal time marks a point launch-bound
 LAUNCH_BOUND_BUSY = 0.5  # GPU busy share under which a profiled step is launch-bound
@@ -83,10 +84,6 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     return df.sort_values(["size", "mode", "precision", "context", "warmup"]).reset_index(drop=True)
 
 
-def step_estimate(row) -> Estimate:
-    return Estimate.from_samples(row["step_mean"], row["step_std"], max(1, int(row["step_n"])))
-
-
 def by_point(records: list[dict]) -> dict[tuple, dict]:
     """Records by (size, context, mode, precision), the key ``records_frame``'s rows carry."""
     return {tuple(str(r["params"][k]) if k != "context" else int(r["params"][k]) for k in KEY): r for r in records}
@@ -96,15 +93,18 @@ def _key(row) -> tuple:
     return tuple(str(row[k]) if k != "context" else int(row[k]) for k in KEY)
 
 
-def direction(a_row, b_row, records: dict[tuple, dict] | None, phase: str = "step") -> tuple[str, str]:
-    """``a`` against ``b`` ("higher", "lower" or WITHIN) and how it was judged: paired where both
-    records come from one job's rounds, else across processes (``spread.compare``)."""
+def verdict(a_row, b_row, records: dict[tuple, dict] | None, phase: str = "step") -> Verdict:
+    """The judge's verdict on ``a``'s ``phase`` against ``b``'s (``spread.judge`` of their records):
+    paired where one job's rounds hold both, else not settled (also where a record is missing)."""
     a, b = (records or {}).get(_key(a_row)), (records or {}).get(_key(b_row))
-    pair = paired_records(a, b, phase) if a is not None and b is not None else None
-    if pair is not None:
-        return pair.verdict, PAIRED
-    return compare(Estimate.from_samples(a_row[f"{phase}_mean"], a_row[f"{phase}_std"], max(1, int(a_row[f"{phase}_n"]))),
-                   Estimate.from_samples(b_row[f"{phase}_mean"], b_row[f"{phase}_std"], max(1, int(b_row[f"{phase}_n"])))), ACROSS
+    if a is None or b is None:
+        return Verdict(math.nan, math.nan, math.nan, NOT_SETTLED, 0, 0, False)
+    return judge(a, b, phase)
+
+
+def how_judged(v: Verdict) -> str:
+    """How the table says a verdict was judged: paired over its rounds, or two separate processes."""
+    return f"{PAIRED}, {v.rounds} rounds" if v.paired else SEPARATE
 
 
 def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list[dict] = ()) -> pd.DataFrame:
@@ -114,18 +114,19 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list
       (``profiles``: ``profiling.busy.profile_busy`` rows): A2's kernel time per step over this
       row's own (unprofiled) step time; launch-bound when that is under ``LAUNCH_BOUND_BUSY``, not
       when more; None without a profile;
-    - ``flat_in_work`` from the timings: True when a point of the same series with at least
-      ``MORE_WORK`` times the FLOPs is not slower beyond the spread (paired where ``records`` show
-      both measured in one job, ``direction``). Its time is then not set by its
-      arithmetic (launches, or kernels too small to fill the GPU: only a profile tells which); a
-      neighbour that is slower settles nothing (a launch-bound step grows too), so None otherwise;
+    - ``flat_in_work`` from the timings: True when the judge finds a point of the same series with
+      at least ``MORE_WORK`` times the FLOPs not slower beyond the spread (``verdict``: paired where
+      ``records`` show both measured in one job). Its time is then not set by its arithmetic
+      (launches, or kernels too small to fill the GPU: only a profile tells which); a neighbour
+      that is slower settles nothing (a launch-bound step grows too), so None otherwise, and
+      ``flat_not_settled`` True where the judge could not settle the comparison at all;
     - ``bound_by``: the table's words for the two."""
     df = df.copy()
     records = by_point(list(records))
     busy = {(str(b["size"]), int(b["context"]), b["mode"], int(b["batch"])): b for b in profiles}
-    shares, launch, flat, evidence, bound_by, profiled, flat_evidence = [], [], [], [], [], [], []
+    shares, launch, flat, evidence, bound_by, profiled, flat_evidence, unsettled = [], [], [], [], [], [], [], []
     for _, row in df.iterrows():
-        share, is_launch, is_flat, why, words, flat_why = math.nan, None, None, "", "", ""
+        share, is_launch, is_flat, why, words, flat_why, is_unsettled = math.nan, None, None, "", "", "", False
         b = busy.get((str(row["size"]), int(row["context"]), str(row["mode"]), int(row["batch"])))
         if row["status"] == "ok" and b is not None and row["precision"] == "fp32" and row["step_mean"] > 0:
             # A2's kernel time against A1's own step: A2's step, under the profiler, is longer
@@ -139,33 +140,36 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list
         if row["status"] == "ok" and len(bigger):
             # the smallest step up in work: the hardest test of "time grows with work"
             nxt = bigger.sort_values("flops").iloc[0]
-            verdict, judged = direction(nxt, row, records)
-            if verdict != "higher":
+            v = verdict(nxt, row, records)
+            if v.verdict in ("lower", WITHIN):
                 is_flat = True
                 flat_why = (f"{nxt['flops'] / row['flops']:.1f}× the FLOPs at context {nxt['context']} "
-                            + ("run faster" if verdict == "lower" else "run no slower (within the spread)")
-                            + f", {judged}")
+                            + ("run faster" if v.verdict == "lower" else "run no slower (within the spread)")
+                            + f", {how_judged(v)}")
                 why = f"{why}; {flat_why}" if why else flat_why
                 words = words or "flat in work"
+            is_unsettled = v.verdict == NOT_SETTLED
         shares.append(share)
         profiled.append({"kernels": int(b["kernels"]), "kernel_ms": float(b["kernel_ms"])} if share == share else None)
         flat_evidence.append(flat_why)
         launch.append(is_launch)
         flat.append(is_flat)
+        unsettled.append(is_unsettled)
         evidence.append(why)
         bound_by.append(words)
     df["busy_share"], df["launch_bound"], df["flat_in_work"] = shares, launch, flat
     df["bound_evidence"], df["bound_by"] = evidence, bound_by
-    df["a2_profile"], df["flat_evidence"] = profiled, flat_evidence
+    df["a2_profile"], df["flat_evidence"], df["flat_not_settled"] = profiled, flat_evidence, unsettled
     return df
 
 
-BF16_IS = {"higher": "slower", "lower": "faster"}
+BF16_IS = {"higher": "slower", "lower": "faster", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}
 
 
 def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
-    """Per grid point timed in both precisions: the bf16 step (and each phase) against the fp32 one,
-    paired where one job measured both (``direction``), else across processes; ``judged`` says which."""
+    """Per grid point timed in both precisions: the judge's verdict on the bf16 step (and each phase)
+    against the fp32 one (``verdict``), its difference and interval in ms, and how it was judged:
+    paired over one job's rounds, or not settled between separate processes."""
     ok = df[df["status"] == "ok"]
     records = by_point(list(records))
     out = []
@@ -173,14 +177,16 @@ def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
         by = {str(r["precision"]): r for _, r in part.iterrows()}
         if "fp32" in by and "bf16" in by:
             fp32, bf16 = by["fp32"], by["bf16"]
-            verdict, judged = direction(bf16, fp32, records)
-            phases = {phase: BF16_IS.get(direction(bf16, fp32, records, phase)[0], WITHIN)
+            v = verdict(bf16, fp32, records)
+            phases = {phase: BF16_IS[verdict(bf16, fp32, records, phase).verdict]
                       for phase in ("forward", "backward", "optimizer") if not math.isnan(bf16[f"{phase}_mean"])}
             out.append({"size": str(size), "context": int(context), "mode": str(mode),
                         "fp32_ms": fp32["step_mean"], "fp32_std_ms": fp32["step_std"],
                         "bf16_ms": bf16["step_mean"], "bf16_std_ms": bf16["step_std"],
-                        "bf16_is": BF16_IS.get(verdict, WITHIN), "judged": judged,
-                        "rounds": int(bf16["rounds"]) if judged == PAIRED else None, "phases": phases,
+                        "bf16_is": BF16_IS[v.verdict], "judged": PAIRED if v.paired else SEPARATE,
+                        "how": how_judged(v), "rounds": v.rounds if v.paired else None,
+                        # bf16's step minus fp32's (median per round) and its interval; nan where not settled
+                        "difference_ms": v.difference, "low_ms": v.low, "high_ms": v.high, "phases": phases,
                         "bound_by": {"fp32": fp32["bound_by"], "bf16": bf16["bound_by"]}})
     return out
 
@@ -203,7 +209,7 @@ def display_table(df: pd.DataFrame, comparisons: list[dict] = ()) -> pd.DataFram
     out["MFU"] = ["" if math.isnan(u) else f"{100 * u:.1f} %" for u in df["mfu"]]
     if "bound_by" in df:
         out["bound by"] = df["bound_by"]
-    verdicts = {(c["size"], c["context"], c["mode"]): f"{c['bf16_is']} ({c['judged']})" for c in comparisons}
+    verdicts = {(c["size"], c["context"], c["mode"]): f"{c['bf16_is']} ({c['how']})" for c in comparisons}
     out["bf16 vs fp32"] = [verdicts.get((str(r["size"]), int(r["context"]), str(r["mode"])), "")
                            if str(r["precision"]) == "bf16" else "" for _, r in df.iterrows()]
     return out
@@ -273,11 +279,10 @@ def warmup_summary(records: list[dict]) -> list[dict]:
 
     A process without warm-up (``warmup == 0``) is compared with the processes of its size that had
     some (``ref_*``, ``vs_warm``, ``later_vs_warm``): its mean, and its later steps alone, each by
-    ``spread.compare`` against ``spread.across_processes`` of the warm processes, since two
-    processes differ by more than one process's standard error says. With a single warm process
-    that scatter is unknown, and the comparison falls back to that process's own spread
-    (``ref_between`` False). The standard error of the cold process is its steady steps' (all
-    but the first): its own std holds the slow first step."""
+    ``spread.judge_processes`` against the warm processes' means, since two processes differ by
+    more than one process's standard error says: the interval a new process of that kind would fall
+    in. With a single warm process that scatter is unknown and the verdict is not settled
+    (``ref_between`` False)."""
     rows = []
     for r in records:
         if r["status"] != "ok":
@@ -306,27 +311,33 @@ def _against_warm(row: dict, warm: list[dict]) -> dict:
     if row["warmup"] > 0 or not warm:
         return {"ref_mean": None, "ref_processes": len(warm), "ref_between": None, "vs_warm": None,
                 "later_vs_warm": None, "vs_warm_direction": None, "later_direction": None}
-    estimates = [Estimate.from_samples(w["mean"], w["std"], w["n"]) for w in warm]
-    ref = across_processes(estimates) if len(estimates) > 1 else estimates[0]
-    steady_se = row["rest_std"] / math.sqrt(max(1, row["n"] - 1))
-    return {"ref_mean": ref.mean, "ref_processes": len(warm), "ref_between": len(warm) > 1,
-            "vs_warm": row["mean"] / ref.mean - 1, "later_vs_warm": row["rest_mean"] / ref.mean - 1,
-            "vs_warm_direction": compare(Estimate(row["mean"], steady_se), ref),
-            "later_direction": compare(Estimate(row["rest_mean"], steady_se), ref)}
+    means = [w["mean"] for w in warm]
+    ref = statistics.fmean(means)
+    return {"ref_mean": ref, "ref_processes": len(warm), "ref_between": len(warm) > 1,
+            "vs_warm": row["mean"] / ref - 1, "later_vs_warm": row["rest_mean"] / ref - 1,
+            "vs_warm_direction": judge_processes([row["mean"]], means).verdict,
+            "later_direction": judge_processes([row["rest_mean"]], means).verdict}
 
 
 def warm_processes(rows: list[dict]) -> list[dict]:
     """Per size, the processes with warm-up against each other: how far apart their means are
-    (``spread``: largest over smallest, minus one) and ``order``, ``spread.trend`` of their means
-    in order of warm-up count ("falls": each longer warm-up faster beyond the spread)."""
+    (``spread``: largest over smallest, minus one) and ``order``, ``spread.trend_of`` the judge's
+    verdict on each step up in warm-up count ("falls": each longer warm-up faster beyond the
+    spread). A step is judged by the processes' own scatter (``spread.judge``, per-process means):
+    with one process a warm-up count, not settled (``one_process_each``)."""
     out = []
     for size in dict.fromkeys(row["size"] for row in rows):
         warm = [w for w in rows if w["size"] == size and w["warmup"] > 0]
         if len(warm) < 2:
             continue
+        by_count: dict[int, list[float]] = {}
+        for w in warm:
+            by_count.setdefault(w["warmup"], []).append(w["mean"])
+        counts = sorted(by_count)
+        steps = [judge(by_count[b], by_count[a]) for a, b in zip(counts, counts[1:])]
         means = [w["mean"] for w in warm]
-        out.append({"size": size, "warmups": [w["warmup"] for w in warm], "spread": max(means) / min(means) - 1,
-                    "order": trend([Estimate.from_samples(w["mean"], w["std"], w["n"]) for w in warm])})
+        out.append({"size": size, "warmups": counts, "spread": max(means) / min(means) - 1,
+                    "order": trend_of(steps), "one_process_each": all(len(v) == 1 for v in by_count.values())})
     return out
 
 
@@ -421,11 +432,19 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "flat_steps_noisier": cv_flat is not None and cv_rest is not None and cv_flat > cv_rest,
         "bf16_slower": [c for c in comparisons if c["bf16_is"] == "slower"],
         "bf16_within_spread": [c for c in comparisons if c["bf16_is"] == WITHIN],
+        "bf16_not_settled": [c for c in comparisons if c["bf16_is"] == NOT_SETTLED],
         "bf16_faster_count": sum(c["bf16_is"] == "faster" for c in comparisons),
         "bf16_compared": len(comparisons),
+        # pairs from one job's rounds, and pairs from separate processes (not settled)
         "bf16_paired": sum(c["judged"] == PAIRED for c in comparisons),
         "bf16_all_paired": sum(c["judged"] == PAIRED for c in comparisons) == len(comparisons),
-        "bf16_across_processes": sum(c["judged"] == ACROSS for c in comparisons),
+        "bf16_separate_processes": sum(c["judged"] == SEPARATE for c in comparisons),
+        # paired pairs the judge could not settle: fewer rounds than it needs
+        "bf16_too_few_rounds": sum(c["judged"] == PAIRED and c["bf16_is"] == NOT_SETTLED for c in comparisons),
+        "bf16_none_settled": bool(comparisons) and all(c["bf16_is"] == NOT_SETTLED for c in comparisons),
+        "min_rounds": MIN_ROUNDS,
+        # points with a step up in work whose comparison the judge could not settle (another job)
+        "flat_not_settled": int(ok["flat_not_settled"].sum()) if "flat_not_settled" in ok else 0,
         # the grid's design: one job per size, its points in turns (else a process per point)
         "grouped": bool(len(df)) and bool(df["job"].notna().all()),
         "rounds": int(records[0]["params"]["rounds"]) if records and "rounds" in records[0]["params"] else None,
@@ -473,11 +492,13 @@ def main(argv=None) -> int:
 SUMMARY_SCHEMAS: dict[str, dict] = {}
 
 SUMMARY_SCHEMAS["A1"] = section(
-    backward_over_forward_median=null(NUM), batch=INT, bf16_across_processes=null(INT), bf16_compared=null(INT),
-    bf16_faster_count=INT, bf16_paired=null(INT),
+    backward_over_forward_median=null(NUM), batch=INT, bf16_separate_processes=INT, bf16_compared=null(INT),
+    bf16_faster_count=INT, bf16_paired=null(INT), bf16_too_few_rounds=INT, min_rounds=INT, bf16_none_settled=BOOL,
     bf16_slower=null(arr(obj(bf16_ms=NUM, bf16_std_ms=NUM, bound_by=obj(bf16=null(STR), fp32=null(STR)), context=INT,
-                             fp32_ms=NUM, fp32_std_ms=NUM, judged=STR, mode=STR, size=STR))),
+                             fp32_ms=NUM, fp32_std_ms=NUM, how=STR, low_ms=NUM, high_ms=NUM, mode=STR, size=STR))),
     bf16_within_spread=null(arr(obj(context=INT, mode=STR, size=STR))),
+    bf16_not_settled=arr(),
+    flat_not_settled=INT,
     cv_by_precision=mapping(NUM), cv_max=NUM, cv_max_point=STR, cv_median=null(NUM),
     flat_in_work=null(arr(obj(context=INT, evidence=STR, mfu=null(NUM), mode=STR, precision=STR, size=STR))),
     flat_in_work_by_precision=mapping(INT), forward_grows_less_than_work=null(arr(STR)),
@@ -493,7 +514,7 @@ SUMMARY_SCHEMAS["A1"] = section(
     profiled_points=null(INT), provenance=PROVENANCE, rounds=null(INT), step_cv_flat=null(NUM),
     flat_steps_noisier=BOOL, bf16_all_paired=BOOL, warm_spread_max=null(NUM), cold_first_slowest=BOOL,
     step_cv_rest=null(NUM), steps=INT,
-    warm_processes=null(arr(obj(order=STR, size=STR, spread=NUM, warmups=arr(INT)))),
+    warm_processes=null(arr(obj(one_process_each=BOOL, order=STR, size=STR, spread=NUM, warmups=arr(INT)))),
     warmup=null(arr(obj(first=NUM, first_slowest=BOOL, first_vs_rest=NUM, later_direction=null(STR),
                         later_vs_warm=null(NUM), mean=NUM, ref_between=null(BOOL), ref_mean=null(NUM),
                         ref_processes=INT, rest_mean=NUM, rest_std=NUM, size=STR, std=NUM, vs_longest=NUM,

@@ -28,7 +28,7 @@ from cs336_systems.profiling.flops import attention_flops
 from cs336_systems.profiling.ranges import ATTENTION_RANGES as ATTENTION
 from cs336_systems.profiling.ranges import FINAL, MODE_PHASES, PHASE_RANGES, SCORES, SOFTMAX
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import Estimate, compare
+from cs336_systems.report.spread import NOT_SETTLED, WITHIN, Estimate, judge
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 SHARE_THRESHOLD = 0.01        # (c): a non-matmul kernel with at least this share of forward time
@@ -154,48 +154,60 @@ def a_findings(a: pd.DataFrame) -> dict:
     """What (a)'s prose says, from the table: host-bound points, and a shorter context whose
     forward took longer than the next longer one's.
 
-    "Took longer" is ``spread.compare`` of the Python timer's means (the range encloses it), so a
-    pair the measured steps do not separate is ``shorter_within_spread``, not a finding. For a pair
-    that is separated: whether the GPU's own work still grew with context (``kernels_grow``), and
-    whether the host issued kernels at a slower pace in the shorter point's process
-    (``slower_issue``: more wall time per kernel launched), which is no property of the workload
-    when the two launched about as many kernels."""
+    "Took longer" is the judge's (``spread.judge`` of the Python timer's per-process means: the
+    range encloses the timer). Each point is its own process (an A2 job a point), so two points are
+    judged by how much processes of one point differ; with one process a point nothing measures
+    that, and the pair is ``shorter_not_settled``, not a finding (``shorter_within_spread`` where
+    several processes put the two within their scatter). For each pair whose shorter context took
+    longer: whether the GPU's own work still grew with context (``kernels_grow``), and whether the
+    host issued kernels at a slower pace in the shorter point's process (``slower_issue``: more
+    wall time per kernel launched), which is no property of the workload when the two launched
+    about as many kernels. NVTX against A1's timing of the same point is judged the same way."""
     if not len(a):
-        return {"host_bound": [], "slower_shorter": [], "shorter_within_spread": [], "a1_compared": 0,
-                "markers_cost": None}
+        return {"host_bound": [], "slower_shorter": [], "shorter_within_spread": [], "shorter_not_settled": [],
+                "a1_compared": 0, "a1_not_settled": 0, "markers_cost": None}
     host = a[a["gpu_busy"] < HOST_BOUND]
-    slower, unsettled = [], []
-    for size, part in a.assign(size=a["point"].str.split(" ctx ").str[0],
-                               context=a["point"].str.split(" ctx ").str[1].astype(int)).groupby("size", sort=False):
+    slower, within, unsettled = [], [], []
+    processes = dict(tuple(a.groupby("point", sort=False)))      # a row per process (record) of a point
+    means = a.groupby("point", sort=False).mean(numeric_only=True)
+    points = pd.DataFrame({"point": means.index, "size": [p.split(" ctx ")[0] for p in means.index],
+                           "context": [int(p.split(" ctx ")[1]) for p in means.index]})
+    for size, part in points.groupby("size", sort=False):
         part = part.sort_values("context")
-        for (_, short), (_, long) in zip(part.iterrows(), part.iloc[1:].iterrows()):
-            pair = {"size": size, "short": int(short["context"]), "long": int(long["context"]),
+        for short_point, long_point in zip(part["point"], part["point"].iloc[1:]):
+            short, long = means.loc[short_point], means.loc[long_point]
+            v = judge(list(processes[short_point]["python_forward_ms"]), list(processes[long_point]["python_forward_ms"]))
+            pair = {"size": size, "short": int(short_point.split(" ctx ")[1]), "long": int(long_point.split(" ctx ")[1]),
                     "short_ms": float(short["python_forward_ms"]), "long_ms": float(long["python_forward_ms"])}
-            direction = compare(Estimate(short["python_forward_ms"], short["python_forward_se_ms"]),
-                                Estimate(long["python_forward_ms"], long["python_forward_se_ms"]))
-            if direction == "higher":
-                slower.append(pair | {
-                    "short_kernel_ms": float(short["kernel_ms"]), "long_kernel_ms": float(long["kernel_ms"]),
-                    "short_busy": float(short["gpu_busy"]),
-                    "short_kernels": int(short["kernels"]), "long_kernels": int(long["kernels"]),
-                    "short_range_us_per_kernel": float(short["range_us_per_kernel"]),
-                    "long_range_us_per_kernel": float(long["range_us_per_kernel"]),
-                    "kernels_grow": bool(short["kernel_ms"] < long["kernel_ms"]),
-                    "slower_issue": bool(short["range_us_per_kernel"] > long["range_us_per_kernel"]),
-                    # launched about as many kernels (within 10 %): then the slower pace is the process's
-                    "similar_kernel_count": bool(short["kernels"] <= 1.1 * long["kernels"])})
-            elif short["python_forward_ms"] > long["python_forward_ms"]:
-                unsettled.append(pair)
-    # same work, another process: a difference beyond two of A1's standard deviations is real
-    compared = [r.point for r in a.itertuples() if not math.isnan(r.a1_forward_ms)]
-    outside = [r.point for r in a.itertuples() if abs(r.nvtx_forward_ms - r.a1_forward_ms) > 2 * r.a1_std_ms]
+            details = {
+                "short_kernel_ms": float(short["kernel_ms"]), "long_kernel_ms": float(long["kernel_ms"]),
+                "short_busy": float(short["gpu_busy"]),
+                "short_kernels": int(short["kernels"]), "long_kernels": int(long["kernels"]),
+                "short_range_us_per_kernel": float(short["range_us_per_kernel"]),
+                "long_range_us_per_kernel": float(long["range_us_per_kernel"]),
+                "kernels_grow": bool(short["kernel_ms"] < long["kernel_ms"]),
+                "slower_issue": bool(short["range_us_per_kernel"] > long["range_us_per_kernel"]),
+                # launched about as many kernels (within 10 %): then the slower pace is the process's
+                "similar_kernel_count": bool(short["kernels"] <= 1.1 * long["kernels"])}
+            if v.verdict == "higher":
+                slower.append(pair | details)
+            elif v.verdict == NOT_SETTLED and pair["short_ms"] > pair["long_ms"]:
+                unsettled.append(pair | details)
+            elif v.verdict == WITHIN and pair["short_ms"] > pair["long_ms"]:
+                within.append(pair)
+    # same work, another process (A1's): judged against how much A2's processes of the point differ
+    compared = [p for p in processes if not math.isnan(means.loc[p, "a1_forward_ms"])]
+    a1_verdicts = {p: judge(list(processes[p]["nvtx_forward_ms"]), [float(means.loc[p, "a1_forward_ms"])]).verdict
+                   for p in compared}
+    outside = [p for p, v in a1_verdicts.items() if v in ("higher", "lower")]
     return {"host_bound": [{"point": r.point, "gpu_busy": float(r.gpu_busy), "kernels": int(r.kernels),
                             "kernel_us_per_kernel": float(r.kernel_us_per_kernel),
                             "range_us_per_kernel": float(r.range_us_per_kernel)} for r in host.itertuples()],
-            "slower_shorter": slower, "shorter_within_spread": unsettled,
-            "a1_compared": int(a["a1_forward_ms"].notna().sum()),
+            "slower_shorter": slower, "shorter_within_spread": within, "shorter_not_settled": unsettled,
+            "a1_compared": len(compared),
             "a1_outside_spread": outside,
             "a1_outside_named": named_briefly(outside, compared),
+            "a1_not_settled": sum(v == NOT_SETTLED for v in a1_verdicts.values()),
             # the most the NVTX range exceeds the Python timer it encloses, as a share of it
             "markers_cost": float(a["nvtx_over_python"].max() - 1),
             "busy_range": [float(a["gpu_busy"].min()), float(a["gpu_busy"].max())],
@@ -553,6 +565,9 @@ SUMMARY_SCHEMAS: dict[str, dict] = {}
 SUMMARY_SCHEMAS["A2"] = section(
     a=null(arr()),
     a_findings=obj(a1_compared=null(INT), a1_outside_spread=null(arr(STR)), markers_cost=null(NUM),
+                   a1_not_settled=INT,
+                   shorter_not_settled=null(arr(obj(long=INT, long_kernel_ms=NUM, long_ms=NUM, short=INT,
+                                                   short_kernel_ms=NUM, short_ms=NUM, size=STR))),
                    a1_outside_named=opt(obj(all_but=BOOL, points=arr(STR))), busy_range=arr(NUM),
                    host_bound=null(arr(obj(gpu_busy=NUM, kernel_us_per_kernel=NUM, kernels=INT, point=STR,
                                            range_us_per_kernel=NUM))), nvtx_over_a1_range=null(arr(NUM)),

@@ -8,13 +8,15 @@ error of layer norm in fp16 / bf16 against float64), ``timing.*`` (forward and b
 bf16 autocast, per size), ``speedup.png``, ``kernels.*`` (one A1 point's kernels per step by kind,
 fp32 beside bf16; a note where this run has no such record) and ``summary.json``.
 
-Every "faster", "slower" and "grows" the summary hands the prose is a test against a spread;
-anything closer is reported as not settled. bf16 against fp32 at one point is *paired* where one job
-timed both in turns (A1's group jobs, A4's kernel job: ``spread.paired_records``, the per-round
-difference against its scatter across rounds); records of separate processes (runs measured before
-those jobs) are judged *across processes* by ``spread.compare`` (two standard errors of each
-process's own steps), and the tables say which. Speedups of different sizes come from different
-jobs and are compared by ``spread.compare`` of their propagated standard errors.
+Every "faster", "slower" and "grows" the summary hands the prose is the judge's (``spread.judge``);
+anything it does not decide is reported as within the spread or not settled. bf16 against fp32 at
+one point is *paired* where one job timed both in turns (A1's group jobs, A4's kernel job): the
+speedup fp32 / bf16 per round, its interval from the rounds' spread (``judge(fp32, bf16, phase,
+ratio=True)``). Records of separate processes (runs measured before those jobs) are not settled:
+processes differ by more than one process's own spread, which one process a side does not measure.
+Speedups of different sizes come from different jobs, one a size, so a step from one size to the
+next is not settled either (``spread.judge_processes`` of one speedup a side); backward's speedup
+against forward's, from the same rounds, is judged per round (``spread.judge_rounds``).
 """
 from __future__ import annotations
 
@@ -31,25 +33,22 @@ from cs336_systems.models import MODEL_SIZES
 from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_summary, write_table)
-from cs336_systems.report.spread import WITHIN, Estimate, compare, paired_records, trend
+from cs336_systems.report.spread import (MIN_ROUNDS, NOT_SETTLED, WITHIN, Estimate, Verdict, judge, judge_rounds,
+                                         round_samples, same_job, trend_of)
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
 # A step whose kernels keep the GPU busy less than this share of it waits on launches most of the time.
 LAUNCH_BOUND_BUSY = 0.5
-PAIRED, ACROSS = "paired", "across processes"     # how a bf16/fp32 verdict was judged
+PAIRED, SEPARATE = "paired", "separate processes"    # how a bf16/fp32 verdict was judged
+BF16_IS = {"higher": "faster", "lower": "slower", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}   # by its speedup
 
 
-def bf16_verdict(bf16: dict, fp32: dict, phase: str) -> tuple[str, str]:
-    """bf16's ``phase`` against fp32's: ("slower" / "faster" / WITHIN, how judged). Paired where the
-    two records come from one job's rounds, else ``spread.compare`` of the two processes' means."""
-    pair = paired_records(bf16, fp32, phase)
-    if pair is not None:
-        direction, judged = pair.verdict, PAIRED
-    else:
-        direction, judged = compare(Estimate.of(bf16["metrics"][phase]), Estimate.of(fp32["metrics"][phase])), ACROSS
-    return {"higher": "slower", "lower": "faster"}.get(direction, WITHIN), judged
+def speedup(bf16: dict, fp32: dict, phase: str) -> Verdict:
+    """The judge's verdict on bf16's speedup in ``phase`` (fp32's time over bf16's, against 1):
+    per round where one job timed both, else not settled."""
+    return judge(fp32, bf16, phase, ratio=True)
 
 
 def series_name(mode: str, phase: str) -> str:
@@ -153,12 +152,9 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
                     continue
                 recs = [by_point.get((size, context, mode, p)) for p in ("fp32", "bf16")]
                 both_ok = all(r is not None and r["status"] == "ok" for r in recs)
-                bf16_is, judged = bf16_verdict(recs[1], recs[0], phase) if both_ok else ("", "")
+                v = speedup(recs[1], recs[0], phase) if both_ok else None
                 (_, fp32, fp32_std, fp32_n), (_, bf16, bf16_std, bf16_n) = cells["fp32"], cells["bf16"]
-                both = fp32_n > 0 and bf16_n > 0
-                fast, slow = ((Estimate.from_samples(fp32, fp32_std, fp32_n), Estimate.from_samples(bf16, bf16_std, bf16_n))
-                              if both else (None, None))
-                speedup = fast / slow if both else Estimate(math.nan, math.nan)
+                both = fp32_n > 0 and bf16_n > 0 and v is not None
                 rows.append({"size": size, "context": context, "mode": mode, "phase": phase,
                              "fp32_status": cells["fp32"][0], "bf16_status": cells["bf16"][0],
                              "fp32_ms": fp32, "fp32_std_ms": fp32_std, "fp32_n": fp32_n,
@@ -166,9 +162,12 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
                              "speedup": fp32 / bf16,
                              # First-order spread of the ratio of two independent means' samples.
                              "speedup_std": fp32 / bf16 * math.hypot(fp32_std / fp32, bf16_std / bf16),
-                             "speedup_se": speedup.se,
-                             # bf16 against fp32 beyond the spread: "slower", "faster" or WITHIN
-                             "bf16_is": bf16_is if both else "", "judged": judged if both else ""})
+                             # the judge's interval of the speedup (nan where not settled) and its rounds
+                             "speedup_low": v.low if both else math.nan, "speedup_high": v.high if both else math.nan,
+                             "rounds": v.rounds if both and v.paired else 0,
+                             # bf16 against fp32 by the judge: "slower", "faster", WITHIN or NOT_SETTLED
+                             "bf16_is": BF16_IS[v.verdict] if both else "",
+                             "judged": (PAIRED if v.paired else SEPARATE) if both else ""})
     return pd.DataFrame(rows)
 
 
@@ -176,8 +175,13 @@ def _mean_std(mean: float, std: float, unit: str = "") -> str:
     return f"{mean:.2f}{unit}" if math.isnan(std) else f"{mean:.2f} ± {std:.2f}{unit}"
 
 
+def _interval(low: float, high: float) -> str:
+    return "" if math.isnan(low) or math.isnan(high) else f"{low:.2f}–{high:.2f}×"
+
+
 def timing_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Means ± standard deviations over the timed steps; the speedup's spread is propagated from them."""
+    """Means ± standard deviations over the timed steps; the speedup's spread is propagated from them,
+    and beside it the judge's interval of the paired speedup (empty where not settled)."""
     def cell(status, mean, std):
         return _mean_std(mean, std) if status == "ok" else (status or "missing").upper()
 
@@ -186,7 +190,9 @@ def timing_table(df: pd.DataFrame) -> pd.DataFrame:
         "fp32 (ms)": [cell(*c) for c in zip(df["fp32_status"], df["fp32_ms"], df["fp32_std_ms"])],
         "bf16 autocast (ms)": [cell(*c) for c in zip(df["bf16_status"], df["bf16_ms"], df["bf16_std_ms"])],
         "speedup fp32/bf16": ["" if math.isnan(v) else _mean_std(v, s, "×") for v, s in zip(df["speedup"], df["speedup_std"])],
-        "bf16 is": [f"{v} ({j})" if v else "" for v, j in zip(df["bf16_is"], df["judged"])],
+        "paired speedup interval": [_interval(lo, hi) for lo, hi in zip(df["speedup_low"], df["speedup_high"])],
+        "bf16 is": [f"{v} ({j}{f', {n} rounds' if j == PAIRED else ''})" if v else ""
+                    for v, j, n in zip(df["bf16_is"], df["judged"], df["rounds"])],
     })
 
 
@@ -195,12 +201,15 @@ def plot_speedup(df: pd.DataFrame, path: Path) -> None:
     sizes = list(dict.fromkeys(df["size"]))
     for (context, mode, phase), part in df.groupby(["context", "mode", "phase"], sort=False):
         part = part.set_index("size").reindex(sizes)
-        # bars: two standard errors, the spread report.spread compares against
-        ax.errorbar(range(len(sizes)), part["speedup"], yerr=2 * part.get("speedup_se", 0 * part["speedup"]),
+        # bars: the judge's interval of the paired speedup, none where it settled nothing
+        low, high = (part.get(k, math.nan * part["speedup"]) for k in ("speedup_low", "speedup_high"))
+        yerr = [(part["speedup"] - low).clip(lower=0).fillna(0), (high - part["speedup"]).clip(lower=0).fillna(0)]
+        ax.errorbar(range(len(sizes)), part["speedup"], yerr=yerr,
                     marker="o", capsize=3, label=f"{series_name(mode, phase)}, context {context}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(range(len(sizes)), sizes)
-    ax.set(xlabel="model size", ylabel="speedup of bf16 autocast (fp32 time / bf16 time)\nbars: ± 2 standard errors")
+    ax.set(xlabel="model size", ylabel="speedup of bf16 autocast (fp32 time / bf16 time)\n"
+                                         "bars: the judge's interval, paired rounds only")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
@@ -208,19 +217,20 @@ def plot_speedup(df: pd.DataFrame, path: Path) -> None:
 
 
 def speedup_trends(ok: pd.DataFrame) -> dict[str, dict]:
-    """Per series (context, mode, phase): the speedup at each size and, size to size, whether it
-    rose or fell beyond the spread; ``verdict`` is ``spread.trend`` of the whole series."""
+    """Per series (context, mode, phase): the speedup at each size and, size to size, the judge's
+    verdict on the step; ``verdict`` is ``spread.trend_of`` them. Each size's speedup comes from a job
+    of its own, one speedup a size: a step compares two jobs with nothing to measure how much a
+    speedup moves between jobs, so it is not settled (``judge`` of one speedup a side)."""
     out = {}
     for (context, mode, phase), part in (ok.groupby(["context", "mode", "phase"], sort=False) if len(ok) else []):
         if part["size"].nunique() < 2:
             continue
-        estimates = [Estimate(r["speedup"], r["speedup_se"]) for r in part.to_dict("records")]
-        sizes = list(part["size"])
+        speedups, sizes = list(part["speedup"]), list(part["size"])
+        steps = [judge([b], [a], ratio=True) for a, b in zip(speedups, speedups[1:])]
         out[f"{series_name(mode, phase)}, context {context}"] = {
-            "sizes": sizes, "speedups": [e.mean for e in estimates], "se": [e.se for e in estimates],
-            "steps": [{"from": a, "to": b, "direction": compare(eb, ea)}
-                      for a, b, ea, eb in zip(sizes, sizes[1:], estimates, estimates[1:])],
-            "verdict": trend(estimates)}
+            "sizes": sizes, "speedups": speedups,
+            "steps": [{"from": a, "to": b, "direction": v.verdict} for a, b, v in zip(sizes, sizes[1:], steps)],
+            "verdict": trend_of(steps)}
     return out
 
 
@@ -232,15 +242,27 @@ def _rows_where(ok: pd.DataFrame, bf16_is: str) -> list[dict]:
             for r in (ok.to_dict("records") if len(ok) else []) if r["bf16_is"] == bf16_is]
 
 
-def backward_vs_forward(ok: pd.DataFrame) -> dict[str, str]:
-    """Per size and context: whether backward's speedup is higher or lower than forward's (of the
-    same forward+backward steps) beyond the spread, or within it."""
+def backward_vs_forward(records: list[dict]) -> dict[str, str]:
+    """Per size and context: the judge's verdict on backward's speedup against forward's in the same
+    forward+backward steps. Both come from the same rounds, so each round gives one ratio of the two
+    speedups (``spread.judge_rounds`` of the derived per-round series); where fp32 and bf16 ran in
+    separate jobs there are no such rounds: not settled."""
+    by_point = {(r["params"]["size"], r["params"]["context"], r["params"]["precision"]): r for r in records
+                if r["params"].get("mode") == "forward-backward" and r["status"] == "ok"}
+    order = list(MODEL_SIZES)
+    points = sorted({(s, c) for s, c, _ in by_point}, key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[1]))
     out = {}
-    for (size, context), part in (ok.groupby(["size", "context"], sort=False, observed=True) if len(ok) else []):
-        by = {r["phase"]: Estimate(r["speedup"], r["speedup_se"]) for r in part.to_dict("records")
-              if r["mode"] == "forward-backward"}
-        if "forward" in by and "backward" in by:
-            out[f"{size} ctx {context}"] = compare(by["backward"], by["forward"])
+    for size, context in points:
+        fp32, bf16 = by_point.get((size, context, "fp32")), by_point.get((size, context, "bf16"))
+        if fp32 is None or bf16 is None or not {"forward", "backward"} <= set(fp32["metrics"]):
+            continue
+        if not same_job(fp32, bf16):
+            out[f"{size} ctx {context}"] = NOT_SETTLED
+            continue
+        per_round = {phase: [[statistics.median(a) / statistics.median(b)]
+                             for a, b in zip(round_samples(fp32, phase), round_samples(bf16, phase))]
+                     for phase in ("forward", "backward")}
+        out[f"{size} ctx {context}"] = judge_rounds(per_round["backward"], per_round["forward"], ratio=True).verdict
     return out
 
 
@@ -249,7 +271,8 @@ def backward_vs_forward(ok: pd.DataFrame) -> dict[str, str]:
 def kernel_summary(records: list[dict]) -> dict | None:
     """What the prose says about the kernel records (None: this run has none). Per precision: the
     kernels per step by kind, their device time, busy share and the unprofiled step time; between
-    the two, each difference with ``spread.compare``'s direction where it has a spread."""
+    the two, the step by the judge (paired over the timing job's rounds) and the GPU's busy time,
+    whose two profiles ran one after the other and so are not settled."""
     if not records:
         return None
     first = records[0]
@@ -274,9 +297,11 @@ def kernel_summary(records: list[dict]) -> dict | None:
     if fp32 and bf16:
         on_gpu = fp32["busy"] is not None and bf16["busy"] is not None
         recs = {r["params"]["precision"]: r for r in records if r["status"] == "ok"}
-        pair = paired_records(recs["bf16"], recs["fp32"], "step")
-        step_is = pair.verdict if pair is not None else compare(Estimate(**bf16["step"]), Estimate(**fp32["step"]))
-        busy_is = compare(Estimate(**bf16["busy"]), Estimate(**fp32["busy"])) if on_gpu else None
+        step = judge(recs["bf16"], recs["fp32"], "step")
+        step_is = step.verdict
+        # the two profiles ran one after the other, not in turns: one profile a side, which the judge
+        # does not settle (no spread measured between profiles)
+        busy_is = judge([bf16["busy"]["mean"]], [fp32["busy"]["mean"]]).verdict if on_gpu else None
         out["compare"] = {
             "extra_kernels": bf16["kernels"] - fp32["kernels"],
             "extra_casts": bf16["kinds"]["cast"]["count"] - fp32["kinds"]["cast"]["count"],
@@ -287,10 +312,12 @@ def kernel_summary(records: list[dict]) -> dict | None:
             "net_kernels": abs(bf16["kernels"] - fp32["kernels"]),
             "cast_ms": {p: e["kinds"]["cast"]["ms"] for p, e in out["precisions"].items()},
             "gemm_ms": {p: e["kinds"]["GEMM"]["ms"] for p, e in out["precisions"].items()},
-            "bf16_step_is": {"higher": "slower", "lower": "faster"}.get(step_is, WITHIN),
-            "step_judged": PAIRED if pair is not None else ACROSS,
-            "rounds": pair.rounds if pair is not None else None,
-            "bf16_busy_is": {"higher": "longer", "lower": "shorter"}.get(busy_is, WITHIN) if on_gpu else None,
+            "bf16_step_is": {"higher": "slower", "lower": "faster"}.get(step_is, step_is),
+            "step_judged": PAIRED if step.paired else SEPARATE,
+            "rounds": step.rounds if step.paired else None,
+            # bf16's step minus fp32's (ms) and its interval, nan where not settled
+            "step_difference_ms": step.difference, "step_low_ms": step.low, "step_high_ms": step.high,
+            "bf16_busy_is": {"higher": "longer", "lower": "shorter"}.get(busy_is, busy_is) if on_gpu else None,
             "launch_bound": {p: e["busy_share"] < LAUNCH_BOUND_BUSY for p, e in out["precisions"].items()} if on_gpu else None,
             # The slowdown is not kernel time when bf16's step is slower beyond the spread while its
             # kernels keep the GPU busy no longer than fp32's: the extra time is the GPU idle, and
@@ -385,8 +412,10 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "speedup_grows_with_size": bool(trend_by_series) and all(t["verdict"] == "grows" for t in trend_by_series.values()),
         "bf16_slower": _rows_where(ok, "slower"),
         "bf16_within_spread": _rows_where(ok, WITHIN),
+        "bf16_not_settled": _rows_where(ok, NOT_SETTLED),
+        "timing_none_settled": bool(len(ok)) and bool((ok["bf16_is"] == NOT_SETTLED).all()),
         "median_speedup_by_phase": median,
-        "backward_vs_forward": backward_vs_forward(ok),
+        "backward_vs_forward": backward_vs_forward(timing_records),
         "timing_not_ok": list(dict.fromkeys(
             f"{r['size']} ctx {r['context']} {r['mode']}: fp32 {r['fp32_status']}, bf16 {r['bf16_status']}"
             for r in timing.to_dict("records") if "ok" != r["fp32_status"] or "ok" != r["bf16_status"])),
@@ -395,8 +424,14 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "timing_batch": int(timing_records[0]["params"]["batch"]) if timing_records else None,
         "timing_steps": timing_records[0]["params"].get("steps") if timing_records else None,
         "timing_rounds": timing_records[0]["params"].get("rounds") if timing_records else None,
+        # rows whose fp32 and bf16 took turns in one job, and rows from separate processes (not settled)
         "timing_paired": int((ok["judged"] == PAIRED).sum()) if len(ok) else 0,
-        "timing_across_processes": int((ok["judged"] == ACROSS).sum()) if len(ok) else 0,
+        "timing_separate_processes": int((ok["judged"] == SEPARATE).sum()) if len(ok) else 0,
+        # paired rows the judge could not settle: fewer rounds than it needs
+        "timing_too_few_rounds": int(((ok["judged"] == PAIRED) & (ok["bf16_is"] == NOT_SETTLED)).sum()) if len(ok) else 0,
+        "min_rounds": MIN_ROUNDS,
+        # a step from one size to the next compares two jobs: none is settled
+        "speedup_steps_settled": sum(st["direction"] != NOT_SETTLED for t in trend_by_series.values() for st in t["steps"]),
         "kernels": kernel_summary(list(kernel_records)),
         "launch_bound_busy": LAUNCH_BOUND_BUSY,
     }
@@ -447,13 +482,15 @@ SUMMARY_SCHEMAS["A4"] = section(
     bf16_slower=null(arr(obj(bf16_ms=NUM, bf16_std_ms=NUM, context=INT, fp32_ms=NUM, fp32_std_ms=NUM, judged=STR,
                              series=STR, size=STR, speedup=NUM))),
     bf16_within_spread=null(arr(obj(context=INT, series=STR, size=STR))),
+    bf16_not_settled=arr(obj(context=INT, series=STR, size=STR)),
     dtype_rules=null(arr(obj(cells=mapping(STR), kind=STR, stage=STR))),
     dtypes_not_ok=null(arr(STR)),
     kernels=null(obj(compare=null(obj(bf16_busy_is=null(STR), bf16_step_is=STR, cast_ms=obj(bf16=NUM, fp32=NUM),
                                       extra_casts=NUM, extra_kernels=NUM, gemm_ms=obj(bf16=NUM, fp32=NUM),
                                       kernel_changes=arr(obj(count=NUM, kind=STR)), more_or_fewer=STR, net_kernels=NUM,
                                       launch_bound=null(obj(bf16=null(BOOL), fp32=null(BOOL))), rounds=null(INT),
-                                      slowdown_outside_kernels=null(BOOL), step_judged=STR)), device=STR,
+                                      slowdown_outside_kernels=null(BOOL), step_judged=STR, step_low_ms=NUM,
+                                      step_high_ms=NUM)), device=STR,
                      not_ok=null(arr()), point=obj(batch=INT, context=INT, mode=STR, size=STR),
                      precisions=null(obj(bf16=obj(busy_share=null(NUM), step_ms=NUM, step_std_ms=NUM),
                                          fp32=obj(busy_share=null(NUM), step_ms=NUM, step_std_ms=NUM))), unit=STR)),
@@ -467,7 +504,11 @@ SUMMARY_SCHEMAS["A4"] = section(
     speedup_grows_with_size=null(BOOL),
     speedup_trend=null(mapping(obj(sizes=arr(STR), speedups=arr(NUM), verdict=STR,
                                    steps=null(arr(obj({'direction': STR, 'from': STR, 'to': STR})))))),
-    timing_across_processes=null(INT),
+    speedup_steps_settled=INT,
+    timing_separate_processes=INT,
+    timing_too_few_rounds=INT,
+    timing_none_settled=BOOL,
+    min_rounds=INT,
     timing_batch=null(INT),
     timing_grid=null(obj(contexts=arr(INT), modes=arr(STR), precisions=arr(STR), records=INT, sizes=arr(STR))),
     timing_not_ok=null(arr(STR)),

@@ -21,7 +21,7 @@ from cs336_systems.memory.activation_model import (block_input_bytes, block_save
                                                    optimal_group_size, predicted_peak)
 from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import Estimate, compare, paired_records
+from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, judge, trend_of
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, section
 
 GIB = 2**30
@@ -107,25 +107,13 @@ def plot_peak(df: pd.DataFrame, path: Path, k_opt: int) -> None:
     save_figure(fig, path)
 
 
-def step_change(a: dict, b: dict) -> dict:
-    """Group size ``a``'s step against the next one's, ``b``: ``direction`` is b's step "higher",
-    "lower" or ``spread.WITHIN``, by the paired difference per round where one job measured both
-    (``spread.paired_records``), else by the two means' standard errors (``spread.compare``), a
-    comparison that spans processes."""
-    pair = paired_records(b, a)
-    direction = pair.verdict if pair is not None else compare(Estimate.of(b["metrics"]["step"]),
-                                                              Estimate.of(a["metrics"]["step"]))
-    return {"from": int(a["params"]["group"]), "to": int(b["params"]["group"]), "direction": direction,
-            "paired": pair is not None}
-
-
-def _trend(directions: list[str]) -> str:
-    """As ``spread.trend``, from the steps' directions: grows, falls, mixed or not settled."""
-    if all(d == "higher" for d in directions):
-        return "grows"
-    if all(d == "lower" for d in directions):
-        return "falls"
-    return "mixed" if {"higher", "lower"} <= set(directions) else "not settled"
+def step_change(a: dict, b: dict):
+    """Group size ``a``'s step against the next one's, ``b``: the judge's verdict on b's step
+    (``spread.judge``): paired per round where one job measured both, else not settled (two
+    processes, one a side, measure nothing of how much processes differ)."""
+    v = judge(b, a, "step")
+    return v, {"from": int(a["params"]["group"]), "to": int(b["params"]["group"]), "direction": v.verdict,
+               "paired": v.paired}
 
 
 def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
@@ -144,8 +132,9 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
     # how the step time moves with k, each step judged by step_change (the recomputed FLOPs do not)
     by_k = sorted((r for r in records if r["status"] == "ok" and r["params"]["group"] >= 1 and r["metrics"].get("step")),
                   key=lambda r: r["params"]["group"])
-    step_steps = [step_change(a, b) for a, b in zip(by_k, by_k[1:])]
-    step_trend = _trend([x["direction"] for x in step_steps]) if step_steps else None
+    judged = [step_change(a, b) for a, b in zip(by_k, by_k[1:])]
+    verdicts, step_steps = [v for v, _ in judged], [x for _, x in judged]
+    step_trend = trend_of(verdicts) if step_steps else None
     return {
         "provenance": run_provenance(records),
         "peak_slope_gib_per_block": slope,
@@ -157,6 +146,10 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
         "step_steps": step_steps,
         # the group sizes took turns in one job (a paired verdict per step), or each had a process
         "step_paired": bool(step_steps) and all(x["paired"] for x in step_steps),
+        # steps the judge did not settle: separate processes, or fewer rounds than it needs
+        "step_not_settled": sum(x["direction"] == NOT_SETTLED for x in step_steps),
+        "step_rounds": min((v.rounds for v in verdicts), default=None),
+        "min_rounds": MIN_ROUNDS,
         "fitting_k": [int(k) for k in ok["k"]],
         "workload": workload,
         "num_blocks": N,
@@ -232,6 +225,9 @@ SUMMARY_SCHEMAS["A6"] = section(
     step_ms_range=null(arr(NUM)),
     step_spread_share=null(NUM),
     step_paired=null(BOOL),
+    step_not_settled=INT,
+    step_rounds=null(INT),
+    min_rounds=INT,
     step_steps=null(arr(obj({'direction': STR, 'from': INT, 'to': INT}))),
     workload=obj(batch=INT, context=INT, size=STR),
 )
