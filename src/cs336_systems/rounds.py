@@ -6,7 +6,7 @@ A comparison measured across processes therefore says little. Here the compared 
 process and take turns — warm-up for each, then rounds ``A B C | B C A | C A B ...`` (the order
 rotates so no entrant always follows the same one) — and each round keeps its own samples. A
 drift that moves every entrant of a round moves both sides of a pair alike, and the per-round
-difference cancels it; ``report.spread.paired`` judges that difference against its scatter across
+difference cancels it; ``report.spread.judge`` judges that difference against its scatter across
 rounds.
 
     outcomes = take_turns([Entrant("fp32", make_fp32), Entrant("bf16", make_bf16)],
@@ -17,6 +17,11 @@ An entrant is built lazily (``make()`` returns its step function ``step(phase)``
 ``name -> context manager``), at the start of its warm-up. One that runs out of memory, building or
 stepping, is an outcome (``oom``), its memory released before the next entrant's turn; the others go
 on. Entrants may share state (one model, its optimizer): the caller decides what is shared.
+
+An entrant whose turn must produce its own samples — calls timed one by one as ``triton.testing.do_bench``
+times them, CUDA-graph replays — has ``make()`` build and warm it up itself and return ``SelfTimed``:
+its ``take()`` is one whole turn and returns the turn's samples per phase. It takes its turns in the
+same rotation, fails, runs out of memory and is recorded the same way; only the timing is its own.
 """
 from __future__ import annotations
 
@@ -48,6 +53,17 @@ class Skipped(Exception):
     ``skipped``, the message says why."""
 
 
+class Failed(Exception):
+    """Raised by an entrant (its ``make()``, step or ``take()``) to stop with a status and message
+    decided elsewhere: the ranks of a process group agreeing that one of them ran out of memory, so
+    that every rank leaves the entrant in the same turn. Recorded as given; the process that failed
+    logged its own traceback."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
 @dataclass
 class Entrant:
     name: str                               # the point it measures, unique in the job
@@ -55,6 +71,16 @@ class Entrant:
     # After it fails: clear what it left in state shared with the others (a half-done backward's
     # gradients on a shared model), so the next entrant starts from the memory it would have had.
     cleanup: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True)
+class SelfTimed:
+    """What ``make()`` returns for an entrant that times its own turns (built and warmed up already):
+    ``take()`` takes one whole turn and returns its samples per phase (ms), which become the round's
+    samples as they are; ``steps`` is what one turn times (its calls), the record's steps_per_turn. No
+    untimed settling step precedes its turns and none of its turns is shared with another entrant."""
+    take: Callable[[], dict[str, list[float]]]
+    steps: int
 
 
 @dataclass
@@ -71,7 +97,16 @@ class Outcome:
     timed_peak_memory_bytes: int | None = None    # the same over its timed steps only (not warm-up, not settling)
     steps_per_turn: int = 0                 # its timed steps in each round (``take_turns``' min_turn_ms)
     interleaved: bool = False               # whether its turns were shared, step by step, with the other cheap entrants
-    step: StepFn | None = field(default=None, repr=False)
+    step: StepFn | SelfTimed | None = field(default=None, repr=False)
+
+    @property
+    def self_timed(self) -> bool:
+        return isinstance(self.step, SelfTimed)
+
+    def turns(self, job: "Job") -> dict:
+        """The record's ``turns``: the job, its entrants and its rounds (which makes pairs findable),
+        and this entrant's timed steps a turn."""
+        return job.as_dict() | {"steps_per_turn": self.steps_per_turn, "interleaved": self.interleaved}
 
     def metrics(self, job: "Job") -> dict:
         """What a record keeps: per-phase summaries over every timed sample (``timing.summarize`` and
@@ -88,7 +123,7 @@ class Outcome:
         metrics["allocator_calls_per_round"] = self.allocator_calls
         metrics["warmup_step_samples"] = self.warmup_steps
         metrics["peak_memory_bytes"] = self.peak_memory_bytes
-        metrics["turns"] = job.as_dict() | {"steps_per_turn": self.steps_per_turn, "interleaved": self.interleaved}
+        metrics["turns"] = self.turns(job)
         return metrics
 
 
@@ -137,7 +172,9 @@ def _attempt(outcome: Outcome, entrant: Entrant, device, action: Callable[[Outco
 
 def _fail(outcome: Outcome, entrant: Entrant, exc: BaseException) -> None:
     """Record why ``outcome`` stopped and let go of everything its entrant held."""
-    outcome.status, outcome.message = ("skipped", str(exc)) if isinstance(exc, Skipped) else failure_status(exc)
+    outcome.status, outcome.message = (("skipped", str(exc)) if isinstance(exc, Skipped)
+                                       else (exc.status, exc.message) if isinstance(exc, Failed)
+                                       else failure_status(exc))
     outcome.step = None
     if entrant.cleanup is not None:
         entrant.cleanup()
@@ -191,10 +228,37 @@ def interleaving(counts: dict[str, int]) -> list[str]:
     return order
 
 
+def _note_peak(outcome: Outcome, device) -> None:
+    """Fold the device's peak since the last reset into ``outcome``'s peaks (a timed step's or turn's)."""
+    peak = peak_memory_bytes(device)
+    if peak is not None:
+        outcome.peak_memory_bytes = max(peak, outcome.peak_memory_bytes or 0)
+        outcome.timed_peak_memory_bytes = max(peak, outcome.timed_peak_memory_bytes or 0)
+
+
+def _take_own_turn(outcome: Outcome, entrant: Entrant, device) -> None:
+    """One turn of a ``SelfTimed`` entrant: its ``take()``, whose samples become the round's."""
+    taken: dict = {}
+
+    def take(o: Outcome) -> None:
+        reset_peak_memory(device)
+        before = allocator_calls(device)
+        taken["samples"] = {phase: list(samples) for phase, samples in o.step.take().items()}
+        taken["calls"] = None if before is None else allocator_calls(device) - before
+        _note_peak(o, device)
+
+    _attempt(outcome, entrant, device, take)
+    if outcome.step is not None:
+        outcome.rounds.append(taken["samples"])
+        outcome.allocator_calls.append(taken["calls"])
+
+
 def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle: int) -> None:
     """One turn of a round: ``turn``'s entrants (one, or the interleaved ones together) settle, then
     take their timed steps in ``interleaving`` order; each that finishes adds a round to its outcome.
     An entrant that fails stops there, its memory released, and the others go on."""
+    if len(turn) == 1 and turn[0].self_timed:
+        return _take_own_turn(turn[0], by_name[turn[0].name], device)
     timers = {o.name: PhaseTimer(device) for o in turn}
     totals: dict[str, list[float]] = {o.name: [] for o in turn}
     calls: dict[str, int | None] = dict.fromkeys(totals)
@@ -211,10 +275,7 @@ def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle:
         totals[outcome.name].append(_timed_step(outcome, device, timers[outcome.name]))
         if before is not None:
             calls[outcome.name] = (calls[outcome.name] or 0) + allocator_calls(device) - before
-        peak = peak_memory_bytes(device)
-        if peak is not None:
-            outcome.peak_memory_bytes = max(peak, outcome.peak_memory_bytes or 0)
-            outcome.timed_peak_memory_bytes = max(peak, outcome.timed_peak_memory_bytes or 0)
+        _note_peak(outcome, device)
 
     schedule = [(settle_all, o.name) for o in turn]
     schedule += [(timed, name) for name in interleaving({o.name: o.steps_per_turn for o in turn})]
@@ -249,6 +310,9 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
     one on a GPU and none on the CPU, which has no such allocator and where the smoke preset's
     numbers mean nothing (its Triton-interpreted steps take about a second each).
 
+    A ``SelfTimed`` entrant (module docstring) warms up in its own ``make()``: ``warmup``,
+    ``min_turn_ms`` and ``settle`` do not apply to it, and it keeps a turn of its own.
+
     Returns the job and one ``Outcome`` per entrant, in the entrants' order. ``rounds`` must be at
     least ``MIN_ROUNDS``: a verdict needs a spread across rounds.
     """
@@ -268,6 +332,10 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
     def warm_up(outcome: Outcome) -> None:
         reset_peak_memory(device)
         outcome.step = by_name[outcome.name].make()
+        if outcome.self_timed:
+            outcome.steps_per_turn = outcome.step.steps
+            outcome.peak_memory_bytes = peak_memory_bytes(device)
+            return
         warm = PhaseTimer(device)
         while len(outcome.warmup_steps) < warmup or (
                 0 < sum(outcome.warmup_steps) < min_turn_ms and len(outcome.warmup_steps) < MAX_STEPS_PER_TURN):
@@ -278,9 +346,10 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
     for name in names:
         outcome = outcomes[name]
         _attempt(outcome, by_name[name], device, warm_up)
-        log(f"  {name}: warm-up {', '.join(f'{t:.2f}' for t in outcome.warmup_steps)} ms")
+        if outcome.warmup_steps:
+            log(f"  {name}: warm-up {', '.join(f'{t:.2f}' for t in outcome.warmup_steps)} ms")
 
-    cheap = [name for name in names if outcomes[name].steps_per_turn > steps]
+    cheap = [name for name in names if not outcomes[name].self_timed and outcomes[name].steps_per_turn > steps]
     interleaved = set(cheap) if len(cheap) > 1 else set()
     for name in interleaved:
         outcomes[name].interleaved = True
@@ -289,8 +358,11 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
             _take_turn([outcomes[name] for name in turn if outcomes[name].step is not None], by_name, device, settle)
             for name in turn:
                 if outcomes[name].step is not None and len(outcomes[name].rounds) == r + 1:
-                    totals = outcomes[name].rounds[-1]["step"]
-                    log(f"  round {r + 1}/{rounds} {name}: step median {sorted(totals)[len(totals) // 2]:.2f} ms")
+                    last = outcomes[name].rounds[-1]
+                    phase = "step" if "step" in last else next(iter(last), None)
+                    if phase is not None and last[phase]:
+                        totals = sorted(last[phase])
+                        log(f"  round {r + 1}/{rounds} {name}: {phase} median {totals[len(totals) // 2]:.3f} ms")
 
     for outcome in outcomes.values():
         outcome.step = None             # the caller's state may go; outcomes keep numbers only

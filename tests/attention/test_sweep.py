@@ -38,7 +38,7 @@ def test_eager_and_compiled_take_turns_in_one_job_and_each_extends_to_its_own_fi
     """One job per head dimension writes both variants' records, sharing the job's id and holding
     every round; eager running out of memory at an extended length stops eager's extension and
     not compiled's, which goes on to its own first failure."""
-    from cs336_systems.report.spread import paired_records
+    from cs336_systems.report.spread import judge
 
     real = sweep.warm_up
 
@@ -61,8 +61,13 @@ def test_eager_and_compiled_take_turns_in_one_job_and_each_extends_to_its_own_fi
     assert len({r["metrics"]["turns"]["job"] for r in ok}) == 1
     assert all(len(r["metrics"]["rounds"]) == sweep.ROUNDS >= 3 for r in ok)
     assert all(r["metrics"]["turns"]["with"] == ["eager", "compiled"] for r in ok)
-    pair = paired_records(rows["eager"][0], rows["compiled"][0], phase="forward")
-    assert pair is not None and pair.rounds == sweep.ROUNDS
+    # a turn's calls: the iterations over the rounds, rounded up
+    assert all(r["metrics"]["turns"]["steps_per_turn"] == r["metrics"]["calls_per_turn"] == 1 for r in ok)
+    for r in ok:        # a time is the mean of its rounds' means
+        assert r["metrics"]["forward_ms"] == pytest.approx(
+            sum(one["forward"][0] for one in r["metrics"]["rounds"]) / sweep.ROUNDS)
+    verdict = judge(rows["eager"][0], rows["compiled"][0], phase="forward")
+    assert verdict.paired and verdict.rounds == sweep.ROUNDS and verdict.set_aside == sweep.ROUNDS // 4
     assert rows["eager"][2]["metrics"]["failed_during"] == "backward"
 
 

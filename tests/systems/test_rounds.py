@@ -248,22 +248,22 @@ def _sleeping(name, ms, calls, clock):
 
 
 def test_cheap_entrants_take_their_steps_in_turn_and_the_drift_they_share_cancels():
-    from cs336_systems.report.spread import paired
+    from cs336_systems.report.spread import judge_rounds
 
     calls, clock = [], {"n": 0}
     entrants = [Entrant("a", _sleeping("a", 4, calls, clock)), Entrant("b", _sleeping("b", 6, calls, clock)),
                 Entrant("dear", _sleeping("dear", 45, calls, clock))]
-    job, out = take_turns(entrants, device="cpu", warmup=1, rounds=3, steps=2, min_turn_ms=40, settle=0)
+    job, out = take_turns(entrants, device="cpu", warmup=1, rounds=5, steps=2, min_turn_ms=40, settle=0)
     a, b, dear = out["a"], out["b"], out["dear"]
     assert a.interleaved and b.interleaved and not dear.interleaved
     assert a.metrics(job)["turns"]["interleaved"] is True and dear.metrics(job)["turns"]["interleaved"] is False
-    timed = calls[len(calls) - 3 * (a.steps_per_turn + b.steps_per_turn + dear.steps_per_turn):]
+    timed = calls[len(calls) - 5 * (a.steps_per_turn + b.steps_per_turn + dear.steps_per_turn):]
     first_round = timed[:a.steps_per_turn + b.steps_per_turn]
     assert first_round == rounds.interleaving({"a": a.steps_per_turn, "b": b.steps_per_turn})
     assert timed[len(first_round):len(first_round) + dear.steps_per_turn] == ["dear"] * dear.steps_per_turn
-    assert all(len(r["step"]) == a.steps_per_turn for r in a.rounds) and len(b.rounds) == 3
+    assert all(len(r["step"]) == a.steps_per_turn for r in a.rounds) and len(b.rounds) == 5
     # b's step is 1.5x a's in every mood: paired per round, it is higher beyond the spread
-    verdict = paired([r["step"] for r in b.rounds], [r["step"] for r in a.rounds], ratio=True)
+    verdict = judge_rounds([r["step"] for r in b.rounds], [r["step"] for r in a.rounds], ratio=True)
     assert verdict.verdict == "higher" and 1.2 < verdict.difference < 1.8
 
 
@@ -346,3 +346,78 @@ def test_on_a_gpu_a_new_block_is_an_allocator_call_and_a_cached_one_is_not():
     y = torch.empty(64 << 20, dtype=torch.uint8, device=device)     # the freed block, from the cache
     assert after_new == before + 1 and allocator_calls(device) == after_new
     del y
+
+
+# --- entrants that time their own turns (rounds.SelfTimed) ---------------------------------------
+
+def _self_timed(name, calls, samples_of, steps=7, built=None):
+    """An entrant whose make() warms it up itself and whose turn returns ``samples_of(turn)``."""
+    def make():
+        calls.append(f"{name} warm-up")
+        if built is not None:
+            built.append(name)
+
+        def take():
+            calls.append(name)
+            return samples_of(calls.count(name))
+        return rounds.SelfTimed(take, steps)
+    return Entrant(name, make)
+
+
+def test_a_self_timed_entrant_takes_its_turns_in_the_rotation_and_its_samples_are_the_rounds():
+    """Its samples per phase are the round's as given; its turns are its own (never shared, never
+    settled) however many calls it says a turn times; the entrants that step are timed as ever."""
+    calls = []
+    fixed = _self_timed("s", calls, lambda n: {"ms": [float(n)], "graph_ms": [n / 10, n / 5]})
+    other = _self_timed("t", calls, lambda n: {"ms": [100.0 + n]}, steps=3)
+    job, out = take_turns([fixed, Entrant("r", _counting("r", calls)), other], device="cpu", warmup=1, rounds=3,
+                          steps=1, settle=2)
+    assert calls == ["s warm-up", "r", "t warm-up",
+                     "s", "r", "r", "r", "t",          # round 1: r settles twice, then its timed step
+                     "r", "r", "r", "t", "s",
+                     "t", "s", "r", "r", "r"]
+    s, t, r = out["s"], out["t"], out["r"]
+    assert s.rounds == [{"ms": [n], "graph_ms": [n / 10, n / 5]} for n in (1.0, 2.0, 3.0)]
+    assert [one["ms"] for one in t.rounds] == [[101.0], [102.0], [103.0]]
+    assert (s.steps_per_turn, t.steps_per_turn, s.warmup_steps) == (7, 3, [])
+    assert not (s.interleaved or t.interleaved)           # two "cheap" self-timed entrants share nothing
+    assert s.turns(job) == job.as_dict() | {"steps_per_turn": 7, "interleaved": False}
+    assert all(len(one["step"]) == 1 for one in r.rounds) and len(r.warmup_steps) == 1
+
+
+@pytest.mark.parametrize("when", ["warm-up", "round 2"])
+def test_a_self_timed_entrant_that_fails_is_an_outcome_its_state_cleaned_and_the_others_go_on(when):
+    calls, cleaned = [], []
+
+    def make():
+        if when == "warm-up":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+        def take():
+            calls.append("f")
+            if calls.count("f") == 2:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+            return {"ms": [1.0]}
+        return rounds.SelfTimed(take, 1)
+
+    survivor = _self_timed("s", calls, lambda n: {"ms": [2.0]})
+    _, out = take_turns([Entrant("f", make, cleanup=lambda: cleaned.append(1)), survivor], device="cpu",
+                        warmup=0, rounds=4, steps=1)
+    assert out["f"].status == "oom" and "out of memory" in out["f"].message and cleaned == [1]
+    assert len(out["f"].rounds) == (0 if when == "warm-up" else 1)
+    assert out["s"].status == "ok" and len(out["s"].rounds) == 4
+    assert calls.count("f") == (0 if when == "warm-up" else 2)        # no turn after the failure
+
+
+def test_a_self_timed_turn_counts_its_allocator_calls_and_its_peak(monkeypatch):
+    made = {"calls": 0, "peak": 0}
+    monkeypatch.setattr(rounds, "allocator_calls", lambda device: made["calls"])
+    monkeypatch.setattr(rounds, "reset_peak_memory", lambda device: made.update(peak=0))
+    monkeypatch.setattr(rounds, "peak_memory_bytes", lambda device: made["peak"])
+
+    def samples(n):
+        made["calls"] += n          # the n-th turn goes to the driver n times
+        made["peak"] = 10 * n
+        return {"ms": [1.0]}
+    _, out = take_turns([_self_timed("s", [], samples)], device="cpu", warmup=0, rounds=3, steps=1)
+    assert out["s"].allocator_calls == [1, 2, 3] and out["s"].timed_peak_memory_bytes == 30

@@ -31,6 +31,7 @@ rule B1_row:
         backend=COMPILE_BACKEND,
         batch=B1["batch"],
         iters=B1["iters"],
+        rounds=B1["rounds"],
         out_dir=out_dir(0),
         device=GRID["device"],
     resources:
@@ -39,7 +40,7 @@ rule B1_row:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.attention.sweep --d {wildcards.d} --seqs {params.seqs} {params.extend_to}"
         " --variants {params.variants} --backend {params.backend} --batch {params.batch} --iters {params.iters}"
-        " --device {params.device} --out-dir {params.out_dir} > {log} 2>&1")
+        " --rounds {params.rounds} --device {params.device} --out-dir {params.out_dir} > {log} 2>&1")
 
 
 rule B1_report:
@@ -185,6 +186,7 @@ rule B5_grid_row:
     params:
         impls=" ".join(B5["impls"]),
         seqs=" ".join(map(str, B5["seqs"])),
+        rounds=B5["rounds"],
         out_dir=out_dir(0),
         device=GRID["device"],
     resources:
@@ -192,8 +194,8 @@ rule B5_grid_row:
     shell:
         logged("python -m cs336_systems.pipeline.gpu_lease --gpus {resources.gpu} --"
         " python -m cs336_systems.attention.bench grid --impls {params.impls} --dtype {wildcards.dtype}"
-        " --d {wildcards.d} --seqs {params.seqs} --device {params.device} --out-dir {params.out_dir}"
-        " > {log} 2>&1")
+        " --d {wildcards.d} --seqs {params.seqs} --rounds {params.rounds} --device {params.device}"
+        " --out-dir {params.out_dir} > {log} 2>&1")
 
 
 rule B5_leaderboard:

@@ -8,16 +8,19 @@
 ``grid`` is one job per (dtype, head dimension) row: the implementations it compares take turns at
 each sequence length and pass (forward, backward, forward+backward), batch 1, causal, so each
 comparison is a paired difference measured in one process (issue 42: two processes of one command
-differ by more than many of the effects compared). At a point each implementation is built and
-warmed up in order (its kernels compiled, then calls for ``--warmup-ms``, which also estimate one
-call's time), then ``--rounds`` rounds follow in rotating order (``rounds.rotation``), each
-implementation timing ``--rep-ms`` of calls per turn the way ``triton.testing.do_bench`` does (the
-L2 cache flushed before each call, each call timed by CUDA events; the grads reset first) and
-keeping the turn's median. A round's medians are the record's ``metrics.rounds`` (``{"ms": [..],
-"graph_ms": [..]}``), ``metrics.turns`` names the job and its entrants (``rounds.Job``), so
-``report.spread.paired_records`` pairs two implementations' records; ``ms`` is the median of every
-timed call. do_bench itself re-estimates each call (five calls) at every use, which at the long
-points would triple their cost over three rounds; one estimate per point serves all its turns.
+differ by more than many of the effects compared). At a point the implementations are the
+entrants of one ``rounds.take_turns`` (the one turn-taker: its rotation, its failure and
+out-of-memory handling, its record of rounds and turns). Each is a ``rounds.SelfTimed`` entrant: it is
+built and warmed up in order (its kernels compiled, then calls for ``--warmup-ms``, which also
+estimate one call's time, then its graph captured), and in each of the ``--rounds`` rounds its turn
+times ``--rep-ms`` of calls the way ``triton.testing.do_bench`` does (the L2 cache flushed before
+each call, each call timed by CUDA events; the grads reset first), then replays its graph. A round
+keeps each timing's median over the turn: the record's ``metrics.rounds`` (``{"ms": [..],
+"graph_ms": [..]}``), with ``metrics.turns`` naming the job and its entrants (``rounds.Outcome.turns``:
+``steps_per_turn`` is a turn's do_bench calls) so ``report.spread.judge`` pairs two implementations'
+records; ``ms`` is the median of every timed call. do_bench itself re-estimates each call (five
+calls) at every use, which at the long points would cost one more call than the turn's; one
+estimate per point serves all its turns.
 What ran is recorded too (ours: ``flash_record.describe``: the path, tiles, programs, SM count,
 splits, product mode, tile order and backward) with PyTorch's float32 matmul precision. One record
 per (implementation, sequence, pass), written as a JSON list per (implementation, dtype, d); an
@@ -73,7 +76,7 @@ import torch
 from cs336_systems.attention import flash_record
 from cs336_systems.attention.backends import BENCH_IMPLS, load
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.rounds import MIN_ROUNDS, Job, rotation
+from cs336_systems.rounds import MIN_ROUNDS, Entrant, Job, Outcome, SelfTimed, Skipped, take_turns
 from cs336_systems.timing import attempt, failure_status, free_device_memory, is_out_of_memory, median_ms
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -132,16 +135,25 @@ def no_grad_for(which: str):
 
 
 # A point's turns (module docstring): the rounds time together what one do_bench call with its
-# default rep (100 ms) timed, after do_bench's default warm-up (25 ms), once per point.
-ROUNDS, TURN_WARMUP_MS = 3, 25.0
-TURN_REP_MS = 100.0 / ROUNDS
+# default rep (REP_MS) timed, after do_bench's default warm-up (25 ms), once per point. Eight rounds:
+# the judge (report.spread) decides nothing below five and sets aside one round in four, so eight
+# discount a disturbed turn of each side of a pair. At 8 rounds of 12.5 ms instead of 3 of 33 ms the
+# short points cost the same and a point slower than a turn's rep costs one call a round more (about
+# half a minute more on a committed h200 grid of ~10 minutes).
+ROUNDS, TURN_WARMUP_MS, REP_MS = 8, 25.0, 100.0
+
+
+def turn_rep_ms(rounds: int) -> float:
+    """One turn's timed calls (ms): ``REP_MS`` over the point's rounds."""
+    return REP_MS / rounds
 
 
 # Graph timing (see the module docstring): one replay aims at GRAPH_REPLAY_MS of GPU time, with at
 # most GRAPH_MAX_CALLS calls captured (capturing a call costs the host's launch time); each turn
 # replays for about GRAPH_REP_MS ÷ rounds, at least GRAPH_MIN_REPLAYS over all rounds (the range
 # needs a few) and at most GRAPH_MAX_REPLAYS a turn. A grid whose do_bench timing took about 190 s
-# on the committed h100 rows spent about 35 s more on graph time this way.
+# on the committed h100 rows spent about 35 s more on graph time this way at 3 rounds (at 8, the
+# points whose one replay outlasts a turn's share replay once a round: about as much again).
 GRAPH_REPLAY_MS, GRAPH_MAX_CALLS = 2.0, 100
 GRAPH_REP_MS, GRAPH_MIN_REPLAYS, GRAPH_MAX_REPLAYS = 20.0, 3, 10
 # GPU clock cycles of sleep before a turn's replays: ~2.5 ms at the H100's 1.98 GHz, longer than the
@@ -274,7 +286,8 @@ def timed_calls(call, n: int, device: str, grads=()) -> list[float]:
 
 
 class Turns:
-    """One implementation at one point of a row: built and warmed up once, then a turn per round."""
+    """One implementation at one point of a row, as a ``rounds.SelfTimed`` entrant: built and warmed
+    up once (``warm_up``), then ``turn`` once a round; it keeps every timed call for the record."""
 
     def __init__(self, impl: str, q, k, v, which: str, device: str):
         self.impl, self.which, self.device = impl, which, device
@@ -285,7 +298,6 @@ class Turns:
         self.estimate = math.nan
         self.samples: list[float] = []
         self.graph_samples: list[float] = []
-        self.rounds: list[dict[str, list[float]]] = []
         self.warmup: list[float] = []
         self.graph: GraphTimer | None = None
         self.graph_metrics: dict = {}
@@ -331,20 +343,26 @@ class Turns:
             self.graph = None
             free_device_memory(self.device)
 
-    def turn(self, rep_ms: float, rounds: int) -> None:
-        """One round's turn: ``rep_ms`` of timed calls (at least one), then the graph's replays."""
-        n = max(1, int(rep_ms / self.estimate))
+    def calls_per_turn(self, rep_ms: float) -> int:
+        """do_bench-style calls in each turn: ``rep_ms`` of them by the warm-up's estimate, at least one."""
+        return max(1, int(rep_ms / self.estimate))
+
+    def turn(self, rep_ms: float, rounds: int) -> dict[str, list[float]]:
+        """One round's turn, from the allocator's cache emptied: ``rep_ms`` of timed calls, then the
+        graph's replays. The round keeps each timing's median over the turn (a turn may hold
+        thousands of calls); the record's ``ms`` and ``graph_ms`` are medians over every one."""
+        free_device_memory(self.device)
         with self.context(), no_grad_for(self.which):
-            samples = timed_calls(self._call, n, self.device, self.grads)
+            samples = timed_calls(self._call, self.calls_per_turn(rep_ms), self.device, self.grads)
         this = {"ms": [statistics.median(samples)]}
         self.samples += samples
         if self.graph is not None:
             replays = self.graph.replay(self.graph.replays_per_turn(rounds))
             self.graph_samples += replays
             this["graph_ms"] = [statistics.median(replays)]
-        self.rounds.append(this)
+        return this
 
-    def metrics(self, seq: int, d: int, turns: dict) -> dict:
+    def metrics(self, seq: int, d: int, outcome: Outcome, job: Job, extra_turns: dict) -> dict:
         flops = causal_flops(1, seq, d, self.which)
         ms = statistics.median(self.samples)
         graph = dict(self.graph_metrics)
@@ -353,7 +371,8 @@ class Turns:
                          graph_ms_max=max(self.graph_samples), graph_replays=len(self.graph_samples))
         return {"ms": ms, "flops": flops, "tflops": flops / ms / 1e9, "calls": len(self.samples),
                 **launch_metrics(self.impl, self.q, self.k, self.v), **graph,
-                "rounds": self.rounds, "warmup_samples": self.warmup, "turns": turns}
+                "rounds": outcome.rounds, "allocator_calls_per_round": outcome.allocator_calls,
+                "warmup_samples": self.warmup, "turns": outcome.turns(job) | extra_turns}
 
     def close(self) -> None:
         if self.graph is not None:
@@ -364,21 +383,22 @@ class Turns:
 
 
 def row(impls: list[str], dtype: str, d: int, seqs: list[int], device: str, *, rounds: int = ROUNDS,
-        rep_ms: float = TURN_REP_MS, warmup_ms: float = TURN_WARMUP_MS, passes=PASSES,
+        rep_ms: float | None = None, warmup_ms: float = TURN_WARMUP_MS, passes=PASSES,
         job_id: str | None = None) -> dict[str, list[dict]]:
     """One (dtype, d) row: at each sequence length and pass, ``impls`` take turns (module docstring).
-    Returns each implementation's records, one per (sequence, pass), in that order."""
+    ``rep_ms`` is one turn's timed calls (default: ``REP_MS`` over the rounds). Returns each
+    implementation's records, one per (sequence, pass), in that order."""
     if rounds < MIN_ROUNDS:
         raise ValueError(f"at least {MIN_ROUNDS} rounds are needed for a spread across rounds, got {rounds}")
     if len(set(impls)) != len(impls):
         raise ValueError(f"implementations must be unique, got {impls}")
-    job = Job(job_id or uuid.uuid4().hex[:12], tuple(impls), rounds, 1, 1)
-    turns = job.as_dict() | {"rep_ms": rep_ms, "warmup_ms": warmup_ms}
+    rep_ms = turn_rep_ms(rounds) if rep_ms is None else rep_ms
+    job_id = job_id or uuid.uuid4().hex[:12]        # one process: every point's turns are this job's
     records: dict[str, list[dict]] = {impl: [] for impl in impls}
     for seq in seqs:
         for which in passes:
             results = point(impls, dtype, d, seq, which, device, rounds=rounds, rep_ms=rep_ms,
-                            warmup_ms=warmup_ms, turns=turns)
+                            warmup_ms=warmup_ms, job_id=job_id)
             for impl in impls:
                 status, metrics, message = results[impl]
                 params = {"impl": impl, "dtype": dtype, "d": d, "seq": seq, "batch": 1, "causal": True,
@@ -390,65 +410,47 @@ def row(impls: list[str], dtype: str, d: int, seqs: list[int], device: str, *, r
 
 
 def point(impls: list[str], dtype: str, d: int, seq: int, which: str, device: str, *, rounds: int,
-          rep_ms: float, warmup_ms: float, turns: dict) -> dict[str, tuple[str, dict, str | None]]:
-    """(status, metrics, message) per implementation at one (sequence, pass): each built and warmed
-    up in order, then ``rounds`` rounds in rotating order. One that fails (building, warming up or in
-    a turn) is that outcome, its state and memory released before the next turn; the others go on.
-    The implementations share one q, k, v."""
-    results: dict[str, tuple[str, dict, str | None]] = {}
-    for impl in impls:
-        reason = skip_reason(impl, device, dtype)
-        if reason:
-            results[impl] = ("skipped", {}, reason)
-    live: dict[str, Turns] = {}
+          rep_ms: float, warmup_ms: float, job_id: str) -> dict[str, tuple[str, dict, str | None]]:
+    """(status, metrics, message) per implementation at one (sequence, pass): the implementations,
+    sharing one q, k, v, take turns (``rounds.take_turns``, each a ``SelfTimed`` entrant that warms up
+    in its ``make()``). One that is skipped or fails is that outcome, the others go on."""
     try:
         q, k, v = (torch.randn(1, seq, d, dtype=DTYPES[dtype], device=device, requires_grad=True) for _ in range(3))
     except Exception as exc:  # noqa: BLE001 - no implementation can run the point
         status, message = failure_status(exc)
-        return {impl: results.get(impl) or (status, {}, message) for impl in impls}
+        return {impl: ("skipped", {}, reason) if (reason := skip_reason(impl, device, dtype)) else (status, {}, message)
+                for impl in impls}
+    timers: dict[str, Turns] = {}
 
-    def fail(impl: str, exc: BaseException) -> None:
-        status, message = failure_status(exc)
-        results[impl] = (status, {}, message)
-        entrant = live.pop(impl, None)
-        if entrant is not None:
-            entrant.close()
+    def entrant(impl: str) -> Entrant:
+        def make() -> SelfTimed:
+            reason = skip_reason(impl, device, dtype)
+            if reason:
+                raise Skipped(reason)
+            timer = timers[impl] = Turns(impl, q, k, v, which, device)
+            timer.warm_up(warmup_ms)
+            return SelfTimed(lambda: timer.turn(rep_ms, rounds), timer.calls_per_turn(rep_ms))
 
-    for impl in impls:
-        if impl in results:
-            continue
-        failure = None
-        try:
-            live[impl] = Turns(impl, q, k, v, which, device)
-            live[impl].warm_up(warmup_ms)
-        except Exception as exc:  # noqa: BLE001 - an OOM or error is this implementation's outcome
-            failure = exc
-        if failure is not None:
-            fail(impl, failure)
-            del failure             # its traceback holds the implementation's tensors
-            gc.collect()
-            free_device_memory(device)
-    for r in range(rounds):
-        for impl in rotation(impls, r):
-            if impl not in live:
-                continue
-            failure = None
-            try:
-                live[impl].turn(rep_ms, rounds)
-            except Exception as exc:  # noqa: BLE001 - as above
-                failure = exc
-            if failure is not None:
-                fail(impl, failure)
-                del failure
-                gc.collect()
-            free_device_memory(device)      # each turn starts from the allocator's cache emptied
-    for impl, entrant in live.items():
-        results[impl] = ("ok", entrant.metrics(seq, d, turns), None)
-        entrant.close()
-    live.clear()
+        def cleanup() -> None:
+            if impl in timers:
+                timers.pop(impl).close()
+        return Entrant(impl, make, cleanup)
+
+    job, outcomes = take_turns([entrant(impl) for impl in impls], device=device, warmup=0, rounds=rounds, steps=1,
+                               settle=0, job_id=job_id)
+    extra = {"rep_ms": rep_ms, "warmup_ms": warmup_ms}
+    results = {}
+    for impl, outcome in outcomes.items():
+        if outcome.status == "ok":
+            results[impl] = ("ok", timers[impl].metrics(seq, d, outcome, job, extra), None)
+        else:
+            results[impl] = (outcome.status, {}, outcome.message)
+    for timer in timers.values():
+        timer.close()
+    timers.clear()
     gc.collect()
     free_device_memory(device)
-    return {impl: results[impl] for impl in impls}
+    return results
 
 
 def _point_line(metrics: dict) -> str:
@@ -551,7 +553,7 @@ def main(argv=None) -> int:
     g.add_argument("--d", type=int, required=True, help="head dimension: one our kernels take (multiples of 8 to 256)")
     g.add_argument("--seqs", type=int, nargs="+", required=True)
     g.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of turns per point (at least {MIN_ROUNDS})")
-    g.add_argument("--rep-ms", type=float, default=TURN_REP_MS, help="timed calls per turn, in ms")
+    g.add_argument("--rep-ms", type=float, help=f"timed calls per turn, in ms (default {REP_MS:g} over the rounds)")
     g.add_argument("--warmup-ms", type=float, default=TURN_WARMUP_MS, help="warm-up calls per point, in ms")
     g.add_argument("--out", help="with --impl: where the JSON list of records goes")
     g.add_argument("--out-dir", help="with --impls: the folder of the records, one file per implementation"
@@ -571,7 +573,7 @@ def main(argv=None) -> int:
             p.error("--seqs must be positive")
         if args.rounds < MIN_ROUNDS:
             p.error(f"--rounds must be at least {MIN_ROUNDS} (a verdict needs a spread across rounds)")
-        if not args.rep_ms > 0 or args.warmup_ms < 0:
+        if args.rep_ms is not None and not args.rep_ms > 0 or args.warmup_ms < 0:
             p.error("--rep-ms must be positive and --warmup-ms not negative")
         if args.impl and not args.out or args.impls and not args.out_dir:
             p.error("--impl writes to --out, --impls to --out-dir")

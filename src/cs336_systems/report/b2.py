@@ -1,5 +1,6 @@
 """B2 report. (a) The B1 attention grid compiled against eager, from B1's records: a side-by-side
-table of times and memory with the speed-ups, and their spread. (b) The whole model compiled against
+table of times and memory with the speed-ups, their range, and the judge's verdict per point
+(``spread.judge``). (b) The whole model compiled against
 eager, from the compile-bench records: a table per size and mode, a speed-up figure, and the numbers.
 
     python -m cs336_systems.report.b2 --rows eager_d16.json ... --whole-model small_forward.json ... --out-dir DIR
@@ -20,7 +21,7 @@ from cs336_systems.report import b2_whole_model as whole
 from cs336_systems.report.b1 import frame, out_of_memory_points
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, write_summary,
                                          write_table)
-from cs336_systems.report.spread import WITHIN, paired_records
+from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 PHASES = ("forward_ms", "backward_ms")
@@ -98,21 +99,15 @@ def fits_only_compiled(table: pd.DataFrame, records: list[dict]) -> list[dict]:
 
 
 def verdicts(table: pd.DataFrame, records: list[dict], phase: str = "forward") -> pd.DataFrame:
-    """Per point both ran: compiled against eager in ``phase`` — "higher" where compiled is slower,
-    "lower" where faster, ``WITHIN`` neither — and whether that is ``paired``. Records of one job's
-    turns are judged per round (``spread.paired_records``: beyond the scatter of the per-round
-    differences); records each from its own process (before B1's rows took turns) as their times
-    stand (compiled slower where its time is higher), a comparison that spans processes."""
+    """Per point both ran: compiled against eager in ``phase`` by ``spread.judge`` — "higher" where
+    compiled is slower, "lower" where faster, ``WITHIN`` neither, ``NOT_SETTLED`` where the records
+    cannot say (fewer rounds than the judge needs, or each variant from its own process: B1's rows
+    from before they took turns) — and whether the two were ``paired`` in one job's turns."""
     by_key = {(r["params"]["d"], r["params"]["seq"], r["params"]["compiled"]): r for r in records if r["status"] == "ok"}
     rows = []
     for r in table[(table["eager_status"] == "ok") & (table["compiled_status"] == "ok")].itertuples():
-        eager, compiled = by_key.get((r.d, r.seq, False)), by_key.get((r.d, r.seq, True))
-        pair = paired_records(compiled, eager, phase) if eager and compiled else None
-        if pair is not None and pair.rounds:
-            found = pair.verdict
-        else:
-            found = "higher" if getattr(r, f"{phase}_speedup") < 1 else "lower"
-        rows.append({"d": r.d, "seq": r.seq, "verdict": found, "paired": pair is not None and bool(pair.rounds)})
+        verdict = judge(by_key[(r.d, r.seq, True)], by_key[(r.d, r.seq, False)], phase)
+        rows.append({"d": r.d, "seq": r.seq, "verdict": verdict.verdict, "paired": verdict.paired})
     return pd.DataFrame(rows, columns=["d", "seq", "verdict", "paired"])
 
 
@@ -121,14 +116,18 @@ def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
     judged = table.merge(verdicts(table, records), on=["d", "seq"])
     losses = judged[judged["verdict"] == "higher"]
     wins = judged[judged["verdict"] == "lower"]
+    unsettled = judged["verdict"] == NOT_SETTLED
     return {
         "memory": memory_findings(table),
-        # how the forward verdicts were reached: points both ran, how many paired in one job's turns,
-        # and how many of those within the spread of their rounds
+        # how the forward verdicts were reached: points both ran, how many paired in one job's turns
+        # (the rest each from its own process), how many within the spread of their rounds, and how
+        # many the records do not settle (unpaired, or paired in fewer rounds than the judge needs)
         "forward_judged": {"points": int(len(judged)), "paired": int(judged["paired"].sum()),
                            "unpaired": int(len(judged) - judged["paired"].sum()),
                            "within": int((judged["verdict"] == WITHIN).sum()), "slower": int(len(losses)),
-                           "faster": int(len(wins))},
+                           "faster": int(len(wins)), "not_settled": int(unsettled.sum()),
+                           "few_rounds": int((unsettled & judged["paired"].astype(bool)).sum()),
+                           "min_rounds": MIN_ROUNDS},
         # where compiled loses (slower forward): its sequences, and the extra time per call there
         "forward_losses": {"seqs": sorted(int(s) for s in losses["seq"].unique()),
                            "extra_us": [float(1e3 * (r.compiled_forward_ms - r.eager_forward_ms)) for r in losses.itertuples()],
@@ -229,7 +228,8 @@ SUMMARY_SCHEMAS["B2"] = section(
     only_compiled_fragmented=BOOL,
     only_compiled_pass_known=null(STR),
     only_compiled_passes=arr(null(STR)),
-    forward_judged=opt(null(obj(paired=null(INT), points=INT, unpaired=INT, within=INT))),
+    forward_judged=opt(null(obj(few_rounds=INT, min_rounds=INT, not_settled=INT, paired=null(INT), points=INT,
+                                unpaired=INT, within=INT))),
     forward_losses=opt(null(obj(all_shorter_than_wins=null(BOOL), extra_us=arr(NUM), seqs=arr(INT)))),
     memory=opt(null(obj(backward_peak=null(_BACKWARD_PEAK), forward_peak=null(_PEAK),
                         held_for_backward=null(obj(max=NUM, min=NUM, points=INT, same=null(BOOL)))))),
@@ -241,8 +241,9 @@ SUMMARY_SCHEMAS["B2"] = section(
                              in_turns=opt(null(INT)), not_in_turns=INT,
                              loss_checks=obj(checked=null(INT), failed=null(arr()), max_abs_diff=NUM, passed=INT,
                                              rtol=NUM), not_ok=null(arr()),
-                             optimizer=opt(null(obj(all_paired=BOOL, compiled_faster=null(arr(STR)),
-                                                    compiled_slower=null(arr(STR)), ratio=obj(max=NUM, min=NUM),
+                             optimizer=opt(null(obj(compiled_faster=null(arr(STR)),
+                                                    compiled_slower=null(arr(STR)), not_settled=arr(STR),
+                                                    ratio=obj(max=NUM, min=NUM),
                                                     share_of_step=obj(max=NUM, min=NUM), within=null(arr(STR))))),
                              peak_memory=opt(null(obj(by_mode=mapping(obj(largest=obj(compiled_GiB=NUM, eager_GiB=NUM,
                                                                                       size=STR), max=NUM, min=NUM)),

@@ -16,7 +16,8 @@ import pandas as pd
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.report.common import save_figure
-from cs336_systems.report.spread import WITHIN, Estimate, compare, paired_records, same_job, trend
+from cs336_systems.report.spread import (NOT_SETTLED, WITHIN, Verdict, judge, judge_processes, same_job,
+                                         trend_of)
 
 PHASES = ("forward", "backward", "optimizer", "step")
 DISPLAY_COLUMNS = ["size", "mode", "eager step (ms)", "compiled step (ms)", "step ×", "forward ×", "backward ×",
@@ -50,7 +51,6 @@ def frame(records: list[dict]) -> pd.DataFrame:
                 timed = v.get(phase, {})
                 row[f"{name}_{phase}_ms"] = timed.get("mean", math.nan)
                 row[f"{name}_{phase}_std_ms"] = timed.get("std", math.nan)
-                row[f"{name}_{phase}_n"] = timed.get("n") or len(timed.get("samples") or ()) or math.nan
             row[f"{name}_peak_GiB"] = (v.get("peak_memory_bytes") or math.nan) / 2**30
             row[f"{name}_metrics"] = v          # its rounds and turns, for the paired verdicts
         row["compile_s"] = math.nan if m.get("compile_seconds") is None else m["compile_seconds"]
@@ -154,13 +154,6 @@ def _point(row: pd.Series) -> dict:
             "eager_ms": float(row["eager_step_ms"]), "compiled_ms": float(row["compiled_step_ms"])}
 
 
-def _estimate(row: pd.Series, variant: str, phase: str) -> Estimate:
-    n = row[f"{variant}_{phase}_n"]
-    if isinstance(n, float) and math.isnan(n):
-        return Estimate(float(row[f"{variant}_{phase}_ms"]), math.nan)
-    return Estimate.from_samples(row[f"{variant}_{phase}_ms"], row[f"{variant}_{phase}_std_ms"], int(n))
-
-
 def _both_ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["eager_status"] == "ok") & (df["compiled_status"] == "ok")]
 
@@ -187,16 +180,21 @@ def peak_memory(df: pd.DataFrame) -> dict | None:
     return {"by_mode": by_mode, "only_with_backward": only}
 
 
-def verdict(row: pd.Series, phase: str) -> tuple[str, bool]:
-    """(eager against compiled in ``phase``: "higher" where eager is slower, "lower" where faster, or
-    ``WITHIN``; whether the verdict is paired). Variants that took turns in one job are judged per
-    round (``spread.paired_records``: beyond the scatter of the per-round differences); variants
-    each timed once after the other (records made before the turns) by the standard errors of their
-    timed steps (``spread.compare``)."""
-    pair = paired_records({"metrics": row["eager_metrics"]}, {"metrics": row["compiled_metrics"]}, phase)
-    if pair is not None and pair.rounds:
-        return pair.verdict, True
-    return compare(_estimate(row, "eager", phase), _estimate(row, "compiled", phase)), False
+def verdict(row: pd.Series, phase: str) -> Verdict:
+    """Eager against compiled in ``phase`` by ``spread.judge``: "higher" where eager is slower,
+    "lower" where faster, ``WITHIN`` neither; ``NOT_SETTLED`` where the variants did not take turns
+    in one job (records from before the turns: one variant timed after the other) or took fewer
+    rounds than the judge needs."""
+    return judge({"metrics": row["eager_metrics"]}, {"metrics": row["compiled_metrics"]}, phase)
+
+
+def faster_everywhere(df: pd.DataFrame, phases: tuple[str, ...]) -> bool:
+    """Whether compiled is faster than eager beyond the spread (``verdict`` "higher": eager slower)
+    in each of ``phases`` at every point where both ran and that times the phase (False without one)."""
+    rows = _both_ok(df)
+    found = [verdict(r, phase).verdict for phase in phases for _, r in rows.iterrows()
+             if not math.isnan(r[f"eager_{phase}_ms"]) and not math.isnan(r[f"compiled_{phase}_ms"])]
+    return bool(found) and all(v == "higher" for v in found)
 
 
 def in_turns(df: pd.DataFrame) -> int:
@@ -207,36 +205,40 @@ def in_turns(df: pd.DataFrame) -> int:
 
 def optimizer_phase(df: pd.DataFrame) -> dict | None:
     """The optimizer step is not compiled: the same AdamW runs in both variants. Its eager ÷ compiled
-    ratio, the sizes where the two differ beyond the spread (``verdict``: per round where the
-    variants took turns, else the timed steps' standard errors) and where they do not, and the
-    optimizer's share of the eager step."""
+    ratio, the sizes where the two differ beyond the spread of the per-round differences (``verdict``),
+    where they do not, and where the records do not settle it; and the optimizer's share of the
+    eager step."""
     rows = _both_ok(df).dropna(subset=["optimizer_speedup"])
     if rows.empty:
         return None
-    verdicts = {"higher": [], "lower": [], WITHIN: []}
+    verdicts = {"higher": [], "lower": [], WITHIN: [], NOT_SETTLED: []}
     paired = 0
     for _, r in rows.iterrows():
-        found, is_paired = verdict(r, "optimizer")
-        verdicts[found].append(str(r["size"]))
-        paired += is_paired
+        found = verdict(r, "optimizer")
+        verdicts[found.verdict].append(str(r["size"]))
+        paired += found.paired
     return {"ratio": _spread(rows["optimizer_speedup"]), "compiled_faster": verdicts["higher"],
-            "compiled_slower": verdicts["lower"], "within": verdicts[WITHIN], "paired": paired,
-            "points": int(len(rows)), "all_paired": paired == len(rows),
+            "compiled_slower": verdicts["lower"], "within": verdicts[WITHIN], "not_settled": verdicts[NOT_SETTLED],
+            "paired": paired, "points": int(len(rows)), "all_paired": paired == len(rows),
             "share_of_step": _spread(rows["eager_optimizer_ms"] / rows["eager_step_ms"])}
 
 
 def size_trend(df: pd.DataFrame) -> dict:
-    """Per mode, how the step speed-up moves from the smallest model to the largest: ``spread.trend``
-    of the eager ÷ compiled estimates in size order (every step), and the largest model's speed-up
-    against the smallest's (``spread.compare``: "lower", "higher" or within the spread), with both."""
+    """Per mode, how the step speed-up moves from the smallest model to the largest: ``spread.trend_of``
+    the judge's verdict on each step between sizes, and the largest model's speed-up against the
+    smallest's, with both ends. Each size is its own job, so each speed-up is one process's; the
+    judge compares them across processes (``judge_processes``), which with one process a size is
+    ``NOT_SETTLED``: nothing measures how far two processes' speed-ups differ by chance."""
     found = {}
     for mode, part in _both_ok(df).groupby("mode", observed=True):
         part = part.sort_values("size")
         if len(part) < 2:
             continue
-        estimates = [_estimate(r, "eager", "step") / _estimate(r, "compiled", "step") for _, r in part.iterrows()]
-        ends = [{"size": str(part.iloc[i]["size"]), "speedup": float(estimates[i].mean)} for i in (0, -1)]
-        found[str(mode)] = {"trend": trend(estimates), "largest_against_smallest": compare(estimates[-1], estimates[0]),
+        speedups = [float(s) for s in part["step_speedup"]]
+        steps = [judge_processes([later], [earlier], ratio=True) for earlier, later in zip(speedups, speedups[1:])]
+        ends = [{"size": str(part.iloc[i]["size"]), "speedup": speedups[i]} for i in (0, -1)]
+        found[str(mode)] = {"trend": trend_of(steps),
+                            "largest_against_smallest": judge_processes([speedups[-1]], [speedups[0]], ratio=True).verdict,
                             "first": ends[0], "last": ends[1]}
     return found
 
@@ -257,9 +259,8 @@ def summarize(df: pd.DataFrame) -> dict:
         "step_speedup": _spread(ok["step_speedup"]),
         "compiled_graphs": sorted({int(g) for g in df["compiled_graphs"].dropna()}),
         "phase_speedup": phases,
-        # compiled forward and backward each faster at every point that times them
-        "forward_and_backward_faster": bool(phases.get("forward") and phases.get("backward")
-                                            and phases["forward"]["min"] > 1 and phases["backward"]["min"] > 1),
+        # compiled forward and backward each faster, by the judge, at every point that times them
+        "forward_and_backward_faster": faster_everywhere(df, ("forward", "backward")),
         "peak_memory": peak_memory(df),
         "optimizer": optimizer_phase(df),
         "size_trend": size_trend(df),

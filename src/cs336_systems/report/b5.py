@@ -4,7 +4,9 @@ the leaderboard case, and the numbers the writeup quotes.
 Two timings per point where the records have both: do_bench's median (``ms``, L2 flushed before
 each call, host launch time included where the host is slower than the flush) and the CUDA-graph
 time (``graph_ms``: GPU time only; see ``attention.bench``). A comparison of two implementations at
-a point is judged on graph time where both have it, else on do_bench's median, and says which.
+a point is judged by ``spread.judge`` on the rounds of graph time where both have it, else of
+do_bench's median, and says which; records that did not take turns in one row job (or took fewer
+rounds than the judge needs) settle nothing.
 Where a point has both, do_bench's median is *launch-bound* when it exceeds the slowest graph replay
 by more than a cold cache can explain (``cold_cache_ms``): the rest of its time is spent launching.
 
@@ -29,7 +31,7 @@ from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.profiling import mfu
 from cs336_systems.attention.flash_record import TREE, ran, shape_of
 from cs336_systems.report.common import load_record_lists, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import WITHIN, paired, round_samples
+from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict, judge, round_samples
 from cs336_systems.report.summary_schemas import (BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj,
                                                   one_of_types, opt, section)
 
@@ -98,14 +100,11 @@ KEYS = ["dtype", "d", "seq", "pass"]
 def judged(df: pd.DataFrame, impl: str, other: str, timing: str | None = None) -> pd.DataFrame:
     """The points both ran, one row each, ``impl``'s columns plain and ``other``'s suffixed
     ``_other``, with the timing that judges the pair: ``timing`` "graph" where both have a graph
-    time, else "do_bench"; ``t`` and ``t_other`` the two times in it; and ``verdict``, whether
-    ``impl`` is slower ("higher"), faster ("lower") or neither (``WITHIN``), with ``paired`` saying how:
-
-    - measured in one job's turns (``paired``): ``spread.paired`` of the two rounds' medians in that
-      timing, a difference only beyond its spread across rounds;
-    - otherwise each in its own process (records made before B5's rows took turns): the two times
-      compared as they stand, higher or lower, since such records carry no spread across processes;
-      the section says the comparison spans processes.
+    time, else "do_bench"; ``t`` and ``t_other`` the two times in it; and ``verdict``, the judge's
+    (``spread.judge`` of the two records' rounds in that timing): ``impl`` slower ("higher"), faster
+    ("lower"), neither (``WITHIN``), or ``NOT_SETTLED`` — measured each in its own process (records
+    from before B5's rows took turns), which carries no spread across processes, or in fewer
+    rounds than the judge needs. ``paired``: measured in one job's turns.
 
     ``timing="do_bench"`` judges every pair on do_bench's time (the host's launch included: what an
     eager training loop pays) even where both have a graph time."""
@@ -116,15 +115,18 @@ def judged(df: pd.DataFrame, impl: str, other: str, timing: str | None = None) -
                        t=np.where(graph, both["graph_ms"], both["ms"]),
                        t_other=np.where(graph, both["graph_ms_other"], both["ms_other"]))
     verdicts = [_verdict(row) for _, row in both.iterrows()]
-    return both.assign(verdict=[v for v, _ in verdicts], paired=[p for _, p in verdicts])
+    return both.assign(verdict=[v.verdict for v in verdicts], paired=[v.paired for v in verdicts])
 
 
-def _verdict(row: pd.Series) -> tuple[str, bool]:
-    """(verdict, paired) of one row of ``judged``."""
-    column = "rounds_graph_ms" if row["timing"] == "graph" else "rounds_ms"
-    if row["job"] and row["job"] == row["job_other"] and row[column] and row[f"{column}_other"]:
-        return paired(row[column], row[f"{column}_other"]).verdict, True
-    return ("higher" if row["t"] > row["t_other"] else "lower"), False
+def _verdict(row: pd.Series) -> Verdict:
+    """The judge on one row of ``judged``: its two records' rounds in the judging timing."""
+    phase = "graph_ms" if row["timing"] == "graph" else "ms"
+
+    def record(suffix: str) -> dict:
+        job = row[f"job{suffix}"]
+        return {"metrics": {"rounds": [{phase: r} for r in row[f"rounds_{phase}{suffix}"]],
+                            "turns": {"job": job} if job else {}}}
+    return judge(record(""), record("_other"), phase)
 
 
 def cold_cache_ms(row: pd.Series) -> float:
@@ -384,15 +386,21 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
     eager = judged(df, "ours", other, timing="do_bench")
     eager = eager[(eager["seq"] >= min_seq) & (eager["dtype"].isin(dtypes) if dtypes is not None else True)]
     by_graph, paired = int((both["timing"] == "graph").sum()), int(both["paired"].sum())
-    return {"points": int(len(both)), "lost": int(len(lost)), "not_lost": int(len(both) - len(lost)),
+    return {"points": int(len(both)), "lost": int(len(lost)),
             "by_graph": by_graph, "all_by_graph": by_graph == len(both),
             # the same pairs judged on do_bench's time, launch included, where the verdict above used graph time
             "lost_in_do_bench": int((eager["verdict"] == "higher").sum()),
-            # paired: the points measured in one job, judged per round; within: those of them whose
-            # difference is inside the spread across rounds; won: faster beyond it (or, unpaired, faster)
+            # paired: the points measured in one job, judged per round; within: those whose difference
+            # is inside the spread across rounds; won: faster beyond it; not settled: points the
+            # records cannot judge (each from its own process, or too few rounds)
             "paired": paired, "all_paired": paired == len(both),
             "within": int((both["verdict"] == WITHIN).sum()),
             "won": int((both["verdict"] == "lower").sum()),
+            "settled": int((both["verdict"] != NOT_SETTLED).sum()),
+            "not_settled": int((both["verdict"] == NOT_SETTLED).sum()),
+            # of those: measured each in its own process, and paired in fewer rounds than the judge needs
+            "not_settled_unpaired": int(((both["verdict"] == NOT_SETTLED) & ~both["paired"].astype(bool)).sum()),
+            "not_settled_few_rounds": int(((both["verdict"] == NOT_SETTLED) & both["paired"].astype(bool)).sum()),
             "groups": groups, "fold": len(groups) > FOLD_GROUPS,
             "unexplained": sum(1 for g in groups if not g["flat"] and not g["worst"].get("grid_explains")),
             "by_dtype": {dtype: sum(p["dtype"] == dtype for p in points) for dtype in sorted({p["dtype"] for p in points})},
@@ -721,6 +729,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "statuses": df["status"].value_counts().to_dict(),
         # how many points that ran were measured in a row job's turns (the rest each in its own process)
         "in_turns": int(ok["job"].notna().sum()), "not_in_turns": int(ok["job"].isna().sum()), "rounds": sorted({len(r) for r in ok["rounds_ms"] if r}),
+        "min_rounds": MIN_ROUNDS,       # the fewest rounds in which the judge decides anything
         "ratios": ratios,
         "plain_first_oom_seq": int(plain_oom["seq"].min()) if len(plain_oom) else None,
         "plain_oom": oom_groups(df, "plain"),
@@ -792,9 +801,9 @@ def losses_schema(of_peak: dict, short_grid: dict | opt, points: dict, **more) -
                 programs=opt(null(INT)), seq=INT, sms=opt(null(INT)))
     group = obj({"pass": STR}, d=INT, dtype=STR, flat=null(BOOL), other_ms=arr(NUM), ours_ms=arr(NUM),
                 seqs=arr(INT), timing=STR, worst=worst)
-    return obj(all_paired=BOOL, by_graph=null(INT), flat_lost=null(INT), fold=BOOL,
-               grid_explained=null(INT), groups=arr(group), lost=null(INT), max_of_peak=null(NUM), not_lost=INT,
-               paired=null(INT), points=points,
+    return obj(by_graph=null(INT), flat_lost=null(INT), fold=BOOL,
+               grid_explained=null(INT), groups=arr(group), lost=null(INT), max_of_peak=null(NUM),
+               not_settled=INT, not_settled_few_rounds=INT, not_settled_unpaired=INT, points=points, settled=INT,
                sms_missing=null(BOOL), within=INT, won=INT,
                work_groups=null(INT), **more)
 
@@ -827,6 +836,7 @@ SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     losses_vs_plain=losses_schema(of_peak=null(NUM), short_grid=opt(BOOL), points=INT, by_dtype=mapping(INT),
                                   unexplained=null(INT)),
     max_seq=INT,
+    min_rounds=INT,
     ok=INT,
     ours_first_oom_seq=null(INT),
     ours_over_cudnn=null(NUM),
