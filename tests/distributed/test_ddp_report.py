@@ -12,7 +12,7 @@ import pytest
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.distributed import traces, variants
 from cs336_systems.records import make_record, write_json_atomic
-from cs336_systems.report import c12, c8, ddp, ddp_rows, ddp_traces
+from cs336_systems.report import c12, c8, ddp, ddp_rows, ddp_traces, spread
 from cs336_systems.report.writeup import Renderer
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
@@ -22,9 +22,14 @@ PRECISIONS = ["fp32", "bf16"]
 GIB = 2**30
 
 
+ROUNDS, STEPS = 6, 2      # a precision's records share one job, as train_bench writes them
+ROUND_PHASES = {"forward": "forward_ms", "backward": "backward_ms", "comm_wait": "comm_wait_ms",
+                "optimizer": "optimizer_ms", "step": "step_ms"}
+
+
 def _record(variant: str, rng: random.Random, precision: str = "fp32") -> dict:
     steps = []
-    for _ in range(3):
+    for _ in range(ROUNDS * STEPS):
         phases = {"forward_ms": rng.uniform(200, 260), "backward_ms": rng.uniform(450, 520),
                   "comm_wait_ms": rng.uniform(0, 40), "optimizer_ms": rng.uniform(25, 55)}
         steps.append(phases | {"step_ms": sum(phases.values())})
@@ -32,16 +37,19 @@ def _record(variant: str, rng: random.Random, precision: str = "fp32") -> dict:
               "after_step": rng.uniform(20, 30) * GIB, "peak": rng.uniform(40, 60) * GIB,
               "forward_backward_peak_above_start": rng.uniform(25, 35) * GIB,
               "breakdown_before_step": {"parameters": 7.4 * GIB, "gradients": 7.4 * GIB, "optimizer_state": 14.9 * GIB}}
-    metrics = {k: sorted(s[k] for s in steps)[1] for k in steps[0]} | {
+    metrics = {k: sorted(s[k] for s in steps)[len(steps) // 2] for k in steps[0]} | {
         "steps": steps, "memory_per_rank": [memory, memory], "parameter_count": 2_000_000_000,
-        "buckets": rng.randint(2, 400) if variant.startswith("bucketed-") else None}
+        "buckets": rng.randint(2, 400) if variant.startswith("bucketed-") else None,
+        "rounds": [{short: [st[long] for st in steps[k * STEPS:(k + 1) * STEPS]] for short, long in ROUND_PHASES.items()}
+                   for k in range(ROUNDS)],
+        "turns": {"job": f"job-{precision}", "rounds": ROUNDS, "steps": STEPS}}
     metrics["comm_share"] = metrics["comm_wait_ms"] / metrics["step_ms"]
     if variants.fp32_twin(variant):
         metrics["accuracy"] = {"reference": variants.fp32_twin(variant), "steps": 20, "weights_rel_diff": 3e-7,
                                "diff_over_update": 2e-3, "max_abs_diff": 1e-4, "losses": [9.2, 9.1],
                                "reference_losses": [9.2, 9.1001]}
     params = {"variant": variant, "precision": precision, "size": "xl", "context": 512, "global_batch": 8,
-              "warmup": 2, "steps": 3, "world_size": 2, "backend": "nccl"}
+              "warmup": 2, "rounds": ROUNDS, "steps": STEPS, "world_size": 2, "backend": "nccl"}
     return make_record(variants.lookup(variant).deliverable, params, "ok", metrics)
 
 
@@ -191,8 +199,15 @@ def test_overhead_is_the_step_against_the_baseline_of_the_same_run_and_precision
     for precision in PRECISIONS:
         rows = table[table["precision"] == precision]
         base = rows.loc[rows["variant"] == "no-comm", "step_ms"].iloc[0]
-        assert list(rows["overhead_ms"]) == pytest.approx(list(rows["step_ms"] - base), abs=2e-3)
-        assert list(rows["overhead_pct"]) == pytest.approx(list(100 * (rows["step_ms"] - base) / base), abs=1e-3)
+        # one job: the judge's difference of the rounds, against the baseline of the same precision's job
+        records = {v: json.loads(Path(_path(run, "records", v, precision)).read_text()) for v in rows["variant"]}
+        judged = [spread.judge(records[v], records["no-comm"]).difference for v in rows["variant"]]
+        assert list(rows["overhead_ms"]) == pytest.approx(judged, abs=2e-3)
+        assert list(rows["overhead_pct"]) == pytest.approx([100 * j / base for j in judged], abs=1e-3)
+        # records of their own processes (no shared job): the medians' difference, not settled
+        alone = [{**r, "metrics": {k: v for k, v in r["metrics"].items() if k != "turns"}} for r in records.values()]
+        table_alone = ddp_rows.step_table(alone)
+        assert list(table_alone["overhead_ms"]) == pytest.approx(list(rows["step_ms"] - base), abs=2e-3)
     # A run without the baseline has the overhead columns, empty: no number against nothing.
     records = [json.loads(Path(_path(run, "records", v, "fp32")).read_text()) for v in ("naive", "torch-ddp")]
     table = ddp_rows.step_table(records)
@@ -225,48 +240,91 @@ def test_a_record_without_a_precision_is_fp32(run):
     assert variants.precision_of(record) == "fp32" and list(ddp_rows.step_table([record])["precision"]) == ["fp32"]
 
 
-def _steps_record(variant: str, precision: str, times: list[float]) -> dict:
+def _steps_record(variant: str, precision: str, rounds: list[list[float]], job: str | None = "job") -> dict:
+    """A record whose steps (ms) are ``rounds``, one list per round of one job (``job``; None: a
+    record of its own process, before the rounds)."""
+    times = [t for r in rounds for t in r]
     steps = [{"forward_ms": t / 4, "backward_ms": t / 2, "comm_wait_ms": 0.0, "optimizer_ms": t / 4, "step_ms": t}
              for t in times]
     metrics = {k: sorted(st[k] for st in steps)[len(steps) // 2] for k in steps[0]} | {"steps": steps}
     metrics["comm_share"] = 0.0
+    metrics["rounds"] = [{"step": list(r)} for r in rounds]
+    if job is not None:
+        metrics["turns"] = {"job": job}
     params = {"variant": variant, "precision": precision, "size": "xl", "context": 512, "global_batch": 8,
-              "warmup": 2, "steps": len(times), "world_size": 2, "backend": "nccl"}
+              "warmup": 2, "rounds": len(rounds), "steps": len(rounds[0]), "world_size": 2, "backend": "nccl"}
     return make_record(variants.lookup(variant).deliverable, params, "ok", metrics)
 
 
-@pytest.mark.parametrize("ours, anchor, verdict", [
-    ([103.0, 103.5, 104.0], [112.0, 113.0, 114.0], "halves"),      # at most 4.5 ms against at least 11.5
-    ([107.0, 108.0, 109.0], [112.0, 113.0, 114.0], "less"),        # 7–9 against 12–14: below, not half
-    ([111.0, 113.0, 115.0], [112.0, 113.0, 114.0], "unsettled"),   # the ranges overlap
-    ([120.0, 121.0, 122.0], [112.0, 113.0, 114.0], "more"),
-    ([100.5, 101.0, 101.5], [99.0, 102.0, 104.0], "unsettled"),    # the anchor's range reaches zero
+def _job(rng: random.Random, shifts: dict[str, float], wobble: dict[str, float], rounds: int = 6) -> dict[str, list]:
+    """Rounds of one job: every round moves all entrants alike (the host's mood, up to 5 ms), each
+    entrant's step is 100 ms plus its shift, and ``wobble`` adds +w in even rounds and -w in odd ones
+    (a known scatter of the per-round differences, symmetric around the shift)."""
+    moods = [rng.uniform(0, 5) for _ in range(rounds)]
+    return {v: [[100.0 + m + shift + (wobble.get(v, 0.0) if k % 2 == 0 else -wobble.get(v, 0.0))] * 2
+                for k, m in enumerate(moods)] for v, shift in shifts.items()}
+
+
+# (ours' overhead, PyTorch DDP's, the wobble of each): the verdict the rounds support
+@pytest.mark.parametrize("ours, anchor, wobble, verdict", [
+    (4.0, 13.0, 0.25, "halves"),                # 4 against half of 13, each within ±0.25 a round
+    (9.0, 13.0, 0.25, "less"),                  # below 13, above its half
+    (20.0, 13.0, 0.25, "more"),
+    (13.0, 13.0, 2.0, spread.WITHIN),           # the same overhead, rounds scattering by ±2 each side
+    (0.0, 0.0, 1.0, spread.WITHIN),             # PyTorch DDP costs nothing beyond the spread
 ])
-def test_a_comparison_is_stated_only_as_far_as_the_ranges_carry_it(ours, anchor, verdict, tmp_path):
-    """The baseline's steps are 99.5, 100, 100.5 ms; the overhead ranges are step range minus it."""
-    base = [99.5, 100.0, 100.5] if verdict != "unsettled" or anchor[0] > 100 else [99.0, 100.0, 101.0]
-    records = [_steps_record("no-comm", "bf16", base), _steps_record("bucketed-view-25", "bf16", ours),
-               _steps_record("torch-ddp", "bf16", anchor)]
+def test_an_overhead_is_judged_against_pytorch_ddp_s_only_as_far_as_the_rounds_carry_it(seed, ours, anchor, wobble,
+                                                                                         verdict, tmp_path):
+    rng = random.Random(seed)
+    # ours wobbles against the baseline one way, PyTorch DDP the other: their difference scatters too
+    rounds = _job(rng, {"no-comm": 0.0, "bucketed-view-25": ours, "torch-ddp": anchor},
+                  {"bucketed-view-25": wobble, "torch-ddp": -wobble})
+    records = [_steps_record(v, "bf16", r) for v, r in rounds.items()]
     found = c8.overheads(records)["bf16"]
-    assert found["best"] == "bucketed-view-25" and found["verdict"] == verdict
+    assert found["best"] == "bucketed-view-25" and found["verdict"] == verdict and found["paired"]
+    assert found["anchor_reaches_zero"] is (anchor == 0.0)
     row = found["rows"]["bucketed-view-25"]
-    assert (row["low_ms"], row["high_ms"]) == (min(ours) - max(base), max(ours) - min(base))
+    judged = spread.judge(records[1], records[0])
+    assert row["ms"] == pytest.approx(ours, abs=wobble) and row["verdict"] == judged.verdict
+    assert (row["low_ms"], row["high_ms"]) == pytest.approx((judged.low, judged.high))
     summary = ddp.build("C8", records, {}, [], {"fits": {}}, tmp_path)
     from cs336_systems.report.common import write_summary
     write_summary(tmp_path / "summary.json", summary)
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C8", tmp_path / "summary.json")
     assert ("halves PyTorch DDP's overhead" in text) == (verdict == "halves")
-    assert ("do not settle" in text) == (verdict == "unsettled")
+    assert ("do not settle" in text) == (verdict == spread.WITHIN)
+    assert ("is not above zero beyond the spread" in text) == (anchor == 0.0)
     assert (tmp_path / "overhead.png").stat().st_size > 0
     table = pd.read_csv(tmp_path / "overhead.csv")
     assert list(table["variant"]) == ["bucketed-view-25", "torch-ddp"] and "bf16_baseline_ms" in table
 
 
+@pytest.mark.parametrize("rounds, job", [(3, "job"), (6, None)])
+def test_an_overhead_comparison_without_enough_rounds_of_one_job_is_not_settled(seed, rounds, job, tmp_path):
+    """Three rounds are fewer than the judge needs; records without a shared job (one process each)
+    have no spread across processes to be judged by: either way nothing is called, and the text says why."""
+    rng = random.Random(seed)
+    found = _job(rng, {"no-comm": 0.0, "bucketed-view-25": 4.0, "torch-ddp": 13.0}, {}, rounds)
+    records = [_steps_record(v, "fp32", r, job) for v, r in found.items()]
+    over = c8.overheads(records)["fp32"]
+    assert over["verdict"] == spread.NOT_SETTLED and over["paired"] is (job is not None)
+    assert all(r["verdict"] == spread.NOT_SETTLED and r["low_ms"] is None for r in over["rows"].values())
+    # the difference is still quoted: the judge's from the rounds, else the medians'
+    assert over["rows"]["bucketed-view-25"]["ms"] == pytest.approx(4.0, abs=1e-9)
+    summary = ddp.build("C8", records, {}, [], {"fits": {}}, tmp_path)
+    from cs336_systems.report.common import write_summary
+    write_summary(tmp_path / "summary.json", summary)
+    text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C8", tmp_path / "summary.json")
+    assert ("These rounds are fewer than the judge needs" in text) is (job is not None)
+    assert ("no overhead is settled" in text) is (job is None)
+    assert "halves" not in text.split("**What communication costs")[1].split("**")[0]
+
+
 def test_the_best_contender_leaves_out_sharding_and_fsdp():
-    base = [99.5, 100.0, 100.5]
-    records = [_steps_record("no-comm", "fp32", base), _steps_record("torch-ddp", "fp32", [110.0, 111.0, 112.0]),
-               _steps_record("fsdp", "fp32", [100.6, 100.7, 100.8]), _steps_record("naive", "fp32", [120.0, 121.0, 122.0]),
-               _steps_record("overlap-sharded", "fp32", [100.6, 100.7, 100.8])]
+    base = [[99.5, 100.0, 100.5]]
+    records = [_steps_record("no-comm", "fp32", base), _steps_record("torch-ddp", "fp32", [[110.0, 111.0, 112.0]]),
+               _steps_record("fsdp", "fp32", [[100.6, 100.7, 100.8]]), _steps_record("naive", "fp32", [[120.0, 121.0, 122.0]]),
+               _steps_record("overlap-sharded", "fp32", [[100.6, 100.7, 100.8]])]
     assert c8.overheads(records)["fp32"]["best"] == "naive"
 
 
@@ -335,15 +393,19 @@ def test_c6_sets_overlaps_slower_backward_beside_the_shorter_wait(run, tmp_path)
     summary = json.loads((folder / "summary.json").read_text())
     naive, overlap = summary["naive"], summary["overlap"]
     wait, backward = summary["wait_saved"], summary["backward_vs_naive"]
-    # the differences are overlap's against naive's, as the table's medians order them
+    # the judge's differences, overlap's against naive's, from the rounds of their job
+    by = {(r["params"]["variant"], variants.precision_of(r)): r for r in map(json.loads, (
+        Path(_path(run, "records", v, "fp32")).read_text() for v in ("naive", "overlap")))}
+    judged = spread.judge(by[("overlap", "fp32")], by[("naive", "fp32")], "backward")
+    assert backward["paired"] and backward["ms"] == pytest.approx(judged.difference)
+    assert (backward["low_ms"], backward["high_ms"]) == pytest.approx((judged.low, judged.high))
     assert wait["low_ms"] <= wait["ms"] <= wait["high_ms"] and backward["low_ms"] <= backward["ms"] <= backward["high_ms"]
-    if not backward.get("paired"):
-        assert backward["ms"] == pytest.approx(overlap["backward_ms"] - naive["backward_ms"], abs=1e-6)
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C6", folder / "summary.json")
     if wait["sign"] == 1:
         assert f"with overlap it is {wait['ms']:.1f} ms shorter ({wait['low_ms']:.1f} to {wait['high_ms']:.1f})" in text
     else:
         assert "with overlap it is not shorter beyond the spread" in text
+    assert "not settled" not in text.split("**In bf16")[0]             # six rounds of one job: every verdict called
     assert (f"Backward takes {backward['ms']:.1f} ms longer with overlap" in text) is (backward["sign"] == 1)
     assert "nothing can hide" not in text
     # the same summary with overlap's backward within the spread of naive's: no slowdown sentence
@@ -420,9 +482,8 @@ def test_the_overhead_model_is_fitted_to_whole_overheads():
 
 def _round_record(variant: str, rounds: list[list[float]], job: str = "job1") -> dict:
     """An fp32 record of one job's rounds (step samples per round), as train_bench writes them."""
-    record = _steps_record(variant, "fp32", [t for r in rounds for t in r])
-    record["metrics"] |= {"rounds": [{"step": r} for r in rounds], "turns": {"job": job},
-                          "parameter_count": 2_000_000_000}
+    record = _steps_record(variant, "fp32", rounds, job)
+    record["metrics"] |= {"parameter_count": 2_000_000_000}
     record["provenance"]["gpu"] = "NVIDIA H100 80GB HBM3"
     return record
 
@@ -431,7 +492,7 @@ def test_each_rung_is_set_against_the_rung_below_it_that_ran():
     """Paired per round in one job; a rung that did not run is skipped over; the passes over the
     gradients a rung removes are priced at the card's datasheet bandwidth."""
     rng = random.Random(5)
-    base = [rng.uniform(800, 820) for _ in range(3)]
+    base = [rng.uniform(800, 820) for _ in range(6)]
     rounds = lambda shift: [[b + shift + rng.uniform(-0.1, 0.1) for _ in range(3)] for b in base]
     avg_rounds = rounds(30.0)
     records = [_round_record("bucketed-25", rounds(40.0)), _round_record("bucketed-view-25", rounds(35.0)),
@@ -442,6 +503,10 @@ def test_each_rung_is_set_against_the_rung_below_it_that_ran():
     view, avg, bf16 = steps.values()
     assert view["paired"] and view["sign"] == -1 and view["ms"] == pytest.approx(-5.0, abs=0.5)
     assert avg["sign"] == -1 and bf16["sign"] == 0 and bf16["ms"] == 0    # the same rounds: no difference
+    assert bf16["verdict"] == spread.WITHIN and view["verdict"] == "lower"
+    # three rounds: the rungs are not settled, their differences still quoted
+    short = [_round_record(r["params"]["variant"], [x["step"] for x in r["metrics"]["rounds"][:3]]) for r in records]
+    assert {s["verdict"] for s in c8.ladder(short)} == {spread.NOT_SETTLED}
     one_pass = 2 * 2e9 * 4 / BY_DEVICE_NAME["NVIDIA H100 80GB HBM3"].hbm_bandwidth * 1e3     # read and write 8 GB
     assert view["removed_pass_ms"] == pytest.approx(one_pass) and avg["removed_pass_ms"] == pytest.approx(one_pass)
     assert bf16["removed_pass_ms"] is None                               # its casting passes are not whole fp32 passes

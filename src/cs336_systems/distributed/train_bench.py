@@ -5,7 +5,7 @@ the optimizer step; memory at the points C11 asks about; a trace of one step of 
 
     python -m cs336_systems.distributed.train_bench --variants no-comm naive torch-ddp bucketed-100 \
         --size xl --context 512 --global-batch 8 --world-size 2 --backend nccl --precision bf16 \
-        --warmup 2 --rounds 4 --steps 3 --traced naive --accuracy-steps 20 --out-dir results/RUN
+        --warmup 2 --rounds 6 --steps 2 --traced naive --accuracy-steps 20 --out-dir results/RUN
 
 writes one record per variant, ``<out-dir>/<ID>/records/<variant>_<precision>.json`` (its deliverable's
 folder, ``variants.stem``), and ``<out-dir>/<ID>/traces/<variant>_<precision>.json.gz`` for each
@@ -14,9 +14,9 @@ folder, ``variants.stem``), and ``<out-dir>/<ID>/traces/<variant>_<precision>.js
 Why one process group. Two processes of one command differ by more than the variants do (on one
 2×H200 host, xl/512 bf16: the baseline read 243–261 ms and PyTorch DDP 297–355 ms in alternating
 processes), so an overhead taken as one process's step less another's baseline says little. Here
-every variant takes its turns in the same ranks, rounds in rotating order (``rounds.rotation``), and
+every variant takes its turns in the same ranks, rounds in rotating order (``rounds.take_turns``), and
 each record keeps every round (``metrics.rounds``) and the job it shared (``metrics.turns``), so a
-report pairs a variant with the baseline of its own job round by round (``report.spread.paired_records``).
+report judges a variant against the baseline of its own job round by round (``report.spread.judge``).
 
 How a turn is built. Every variant wraps the model differently (our DDP wrappers hook the gradients,
 PyTorch's DDP owns a reducer, the sharded optimizer keeps a shard's state, FSDP replaces the
@@ -27,17 +27,20 @@ builds a fresh copy of the same seeded model (seed 0, the same weights every tur
 timed ones, and lets all of it go before the next turn. Every turn thus starts from the memory the
 previous variants left (nothing), and each record's memory is what its variant alone holds. FSDP
 stays in the same group: it reshards only its own copy, so it is paired with the same baseline and
-with the replicating variants C12 sets it against.
+with the replicating variants C12 sets it against. To ``rounds.take_turns`` each variant is an
+entrant that times its own turns (``rounds.SelfTimed``: one turn is all of the above, its phases
+timed as below), so the rotation, the failures and the record's rounds are that module's.
 
 The baseline: the same ranks, each with the same per-rank batch as the variants, and no gradient
 communication (``wrap_none``); each rank steps on its own (tested: its steps issue no collective).
 
-Lock-step. All ranks take the same turns in the same order; after each turn they exchange whether it
-failed (``all_gather_object``, outside the timed steps), so a variant that runs out of memory or
-fails on any rank is recorded as such (``oom``/``error``) on every rank and leaves the rounds
-together; the others go on. A failure that leaves one rank inside a collective the other never
-joins hangs that collective: the process group's collective time limit ends the job, and every
-variant's record then holds that failure.
+Lock-step. All ranks take the same turns in the same order; at the end of each turn they exchange
+whether it failed (``all_gather_object``, outside the timed steps), and where any rank failed every
+rank raises ``rounds.Failed`` with that rank's status and message, so the variant is recorded as such
+(``oom``/``error``, naming the rank; an error's traceback is in that rank's log) on every rank and
+leaves the rounds together; the others go on. A failure that leaves one rank inside a collective
+the other never joins hangs that collective: the process group's collective time limit ends the
+job, and every variant's record then holds that failure.
 
 ``--precision bf16`` runs each rank's forward pass and loss under ``torch.autocast(bfloat16)``, as
 A1's bf16 (backward follows the dtypes autocast chose); weights, gradients and optimizer state stay
@@ -83,7 +86,7 @@ import torch
 from cs336_systems.distributed import traces, variants
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.rounds import MIN_ROUNDS, Job, rotation
+from cs336_systems.rounds import MIN_ROUNDS, Entrant, Failed, SelfTimed, take_turns
 from cs336_systems.timing import failure_status, free_device_memory
 from cs336_systems.workload import PRECISIONS as AUTOCAST_DTYPES
 
@@ -299,20 +302,23 @@ def _let_go(device: torch.device) -> None:
     free_device_memory(device)
 
 
-def _take_turn(name: str, cfg: dict, device: torch.device, batch, autocast, found: dict) -> None:
+def _turn(name: str, cfg: dict, device: torch.device, batch, autocast, found: dict) -> dict[str, list[float]]:
     """One turn of variant ``name``: build, ``warmup`` untimed steps (the last of the variant's first
-    turn reads the memory), ``steps`` timed ones, appended to ``found["rounds"]`` as one round."""
+    turn reads the memory into ``found["memory"]``), ``steps`` timed ones. Returns the turn's samples
+    per phase, by their names in ``metrics.rounds`` (``ROUND_PHASES``)."""
     built = build(name, cfg, device)
     for i in range(cfg["warmup"]):
-        first = not found["rounds"] and i == cfg["warmup"] - 1
+        first = not found["turns"] and i == cfg["warmup"] - 1
         train_step(built, *batch, autocast, device, memory=found["memory"] if first else None)
-    found["rounds"].append([train_step(built, *batch, autocast, device) for _ in range(cfg["steps"])])
+    steps = [train_step(built, *batch, autocast, device) for _ in range(cfg["steps"])]
     if not found["details"]:
         wrapped = built.wrapped
         found["details"] = {"buckets": len(wrapped.buckets) if hasattr(wrapped, "buckets") else None,
                             "rebuilt_in_ready_order": getattr(wrapped, "rebuilt", None),
                             "casts_on_side_stream": getattr(wrapped, "casts_on_side_stream", None),
                             "parameter_count": sum(p.numel() for p in built.model.parameters())}
+    found["turns"] += 1
+    return {short: [s[long] for s in steps] for short, long in ROUND_PHASES.items()}
 
 
 def _agree(status: str, message: str | None) -> tuple[str, str | None]:
@@ -328,10 +334,31 @@ def _agree(status: str, message: str | None) -> tuple[str, str | None]:
     return "ok", None
 
 
+def _entrant(name: str, cfg: dict, device: torch.device, batch, autocast, found: dict) -> Entrant:
+    """Variant ``name`` as ``rounds.take_turns`` sees it: an entrant that times its own turns, each
+    a ``_turn``, whose memory is let go after it and whose outcome every rank agrees on before the
+    next (a failure anywhere is raised everywhere, as ``rounds.Failed``)."""
+    def take() -> dict[str, list[float]]:
+        failure, samples = None, None
+        try:
+            samples = _turn(name, cfg, device, batch, autocast, found)
+        except Exception as exc:  # noqa: BLE001 - an OOM or error is this variant's outcome, agreed below
+            failure = failure_status(exc)       # an error's traceback goes to this rank's log
+            del exc                 # its traceback holds the turn's tensors
+        _let_go(device)
+        status, message = _agree(*(failure or ("ok", None)))
+        if status != "ok":
+            raise Failed(status, message)
+        return samples
+
+    return Entrant(name, lambda: SelfTimed(take, cfg["steps"]))
+
+
 def _group(rank: int, world_size: int, backend: str, cfg: dict) -> dict:
-    """This rank's part of the job: the variants' turns in rotating rounds, then the accuracy twins'
-    runs and one traced step of each traced variant. Returns per variant its status, every round's
-    steps (this rank's), memory, and what the record reports about its wrapper."""
+    """This rank's part of the job: the variants' turns in rotating rounds (``rounds.take_turns``),
+    then the accuracy twins' runs and one traced step of each traced variant. Returns per variant its
+    status, every round's samples (this rank's), the job (``turns``), memory, and what the record
+    reports about its wrapper."""
     from cs336_systems.models import random_batch
 
     device = device_for(rank, backend)
@@ -339,25 +366,12 @@ def _group(rank: int, world_size: int, backend: str, cfg: dict) -> dict:
     batch = random_batch(cfg["per_rank_batch"], cfg["context"], device=device)
     autocast = autocast_for(cfg["precision"], device)
     names = cfg["variants"]
-    out = {n: {"status": "ok", "message": None, "rounds": [], "memory": {}, "details": {}} for n in names}
-    for r in range(cfg["rounds"]):
-        for name in rotation(names, r):
-            found = out[name]
-            if found["status"] != "ok":
-                continue
-            failure = None
-            try:
-                _take_turn(name, cfg, device, batch, autocast, found)
-            except Exception as exc:  # noqa: BLE001 - an OOM or error is this variant's outcome
-                failure = failure_status(exc)
-                del exc                 # its traceback holds the turn's tensors
-            _let_go(device)
-            found["status"], found["message"] = _agree(*(failure or ("ok", None)))
-            if found["status"] != "ok":
-                log(f"  {name}: {found['status']} ({found['message']})")
-            elif rank == 0:
-                step = statistics.median(s["step_ms"] for s in found["rounds"][-1])
-                log(f"  round {r + 1}/{cfg['rounds']} {name}: step median {step:.2f} ms")
+    found = {n: {"memory": {}, "details": {}, "turns": 0} for n in names}
+    job, outcomes = take_turns([_entrant(n, cfg, device, batch, autocast, found[n]) for n in names], device=device,
+                               warmup=cfg["warmup"], rounds=cfg["rounds"], steps=cfg["steps"], settle=0,
+                               job_id=cfg.get("job"))
+    out = {n: {"status": o.status, "message": o.message, "rounds": o.rounds, "turns": o.turns(job),
+               "memory": found[n]["memory"], "details": found[n]["details"]} for n, o in outcomes.items()}
     for name in names:
         twin = variants.fp32_twin(name)
         if twin and cfg.get("accuracy_steps") and out[name]["status"] == "ok":
@@ -519,21 +533,22 @@ def trace_intervals(events, gpu: bool) -> list[dict]:
     return [dict(i, start_us=i["start_us"] - t0, end_us=i["end_us"] - t0) for i in out]
 
 
-def summarize_ranks(per_rank: list[dict], job: Job) -> dict:
+def summarize_ranks(per_rank: list[dict]) -> dict:
     """One variant's metrics from every rank's outcome of it: medians over rank 0's timed steps of each
     phase, per step the slowest rank's step, every round's samples (rank 0's phases and the slowest
-    rank's step, ``ROUND_PHASES``'s names: ``report.spread.paired_records`` pairs them) and the job."""
+    rank's step, ``ROUND_PHASES``' names: ``report.spread.judge`` pairs them) and the job (``turns``)."""
     rounds0 = per_rank[0]["rounds"]
-    steps0 = [s for turn in rounds0 for s in turn]
+    steps0 = [{long: turn[short][i] for short, long in ROUND_PHASES.items()}
+              for turn in rounds0 for i in range(len(turn["step"]))]
     metrics = {phase: statistics.median(s[phase] for s in steps0) for phase in PHASES}
-    slowest_by_round = [[max(r["rounds"][k][i]["step_ms"] for r in per_rank) for i in range(len(turn))]
+    slowest_by_round = [[max(r["rounds"][k]["step"][i] for r in per_rank) for i in range(len(turn["step"]))]
                         for k, turn in enumerate(rounds0)]
     metrics["step_ms_slowest_rank"] = statistics.median(t for turn in slowest_by_round for t in turn)
     metrics["comm_share"] = metrics["comm_wait_ms"] / metrics["step_ms"]
     metrics["steps"] = [{k: round(v, 4) for k, v in s.items()} for s in steps0]
-    metrics["rounds"] = [{short: [s[long] for s in turn] for short, long in ROUND_PHASES.items()}
-                         | {"step_slowest_rank": slowest} for turn, slowest in zip(rounds0, slowest_by_round)]
-    metrics["turns"] = job.as_dict()
+    metrics["rounds"] = [{short: list(turn[short]) for short in ROUND_PHASES} | {"step_slowest_rank": slowest}
+                         for turn, slowest in zip(rounds0, slowest_by_round)]
+    metrics["turns"] = per_rank[0]["turns"]
     metrics["memory_per_rank"] = [r["memory"] for r in per_rank]
     details = per_rank[0]["details"]
     metrics["parameter_count"] = details["parameter_count"]
@@ -567,8 +582,8 @@ def run(cfg: dict, world_size: int, backend: str, timeout_s: float,
         return {n: (make_record(ident[n], params[n], "skipped", reason=reason), None) for n in names}
     if cfg["global_batch"] % world_size:
         raise SystemExit(f"train_bench: global batch {cfg['global_batch']} does not split over {world_size} ranks")
-    job = Job(uuid.uuid4().hex[:12], tuple(names), cfg["rounds"], cfg["steps"], cfg["warmup"])
-    cfg = cfg | {"per_rank_batch": cfg["global_batch"] // world_size}
+    # one job id for every rank's ``take_turns``: the records of this job pair with each other only
+    cfg = cfg | {"per_rank_batch": cfg["global_batch"] // world_size, "job": uuid.uuid4().hex[:12]}
     try:
         per_rank = run_on_ranks(_group, world_size, args=(backend, cfg), backend=backend, timeout_s=timeout_s,
                                 collective_timeout_s=collective_timeout_s)
@@ -582,7 +597,7 @@ def run(cfg: dict, world_size: int, backend: str, timeout_s: float,
         if mine[0]["status"] != "ok":
             out[name] = (make_record(ident[name], params[name], mine[0]["status"], reason=mine[0]["message"]), None)
             continue
-        metrics = summarize_ranks(mine, job)
+        metrics = summarize_ranks(mine)
         log(f"{ident[name]} {name} {cfg['precision']}: step {metrics['step_ms']:.2f} ms (forward {metrics['forward_ms']:.2f}, "
             f"backward {metrics['backward_ms']:.2f}, waiting {metrics['comm_wait_ms']:.2f}, optimizer {metrics['optimizer_ms']:.2f})")
         out[name] = (make_record(ident[name], params[name], "ok", metrics), mine[0].get("trace"))
@@ -610,8 +625,10 @@ def main(argv=None) -> int:
                    help="for a variant that communicates in bf16: train this many steps beside its fp32-"
                         "communicating twin and record how far the weights end apart (0: no)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps at the start of every turn (at least 1)")
-    p.add_argument("--rounds", type=int, default=4, help=f"rounds of turns (at least {MIN_ROUNDS})")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per variant and turn")
+    p.add_argument("--rounds", type=int, default=6,
+                   help=f"rounds of turns (at least {MIN_ROUNDS}; the reports' judge decides nothing from "
+                        "fewer than report.spread.MIN_ROUNDS)")
+    p.add_argument("--steps", type=int, default=2, help="timed steps per variant and turn")
     p.add_argument("--timeout-s", type=float, default=3600, help="the whole job's limit")
     p.add_argument("--collective-timeout-s", type=float, default=120,
                    help="the limit of one collective: a hung one ends the job after this long")

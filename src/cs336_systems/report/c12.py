@@ -9,7 +9,7 @@ from cs336_systems.accounting.parallelism import all_gather_bytes
 from cs336_systems.accounting.transformer import transformer_parameter_tensors
 from cs336_systems.distributed import variants
 from cs336_systems.models import get_size
-from cs336_systems.report.ddp_rows import GIB, by_variant, difference, phase_spread, trace_label
+from cs336_systems.report.ddp_rows import GIB, by_variant, record_difference, trace_label
 from cs336_systems.report.ddp_traces import untraced_idle
 
 # The variants whose forward communicates nothing (they all-reduce gradients only): each one's
@@ -18,12 +18,13 @@ QUIET_FORWARD = (variants.BASELINE, "overlap", "naive", "flat")
 
 
 def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
-                 forward: dict[tuple[str, str], tuple[float, float, float]] | None = None) -> list[dict]:
+                 records: dict[tuple[str, str], dict] | None = None) -> list[dict]:
     """C12: what an FSDP forward's time is made of, as far as the records settle it. Per FSDP row:
     its forward against a forward that communicates nothing in the precision its matmuls run in
     (fsdp-bf16 gathers bf16 weights, so bf16): the baseline's, else the first of ``QUIET_FORWARD``
-    the run has (``baseline_variant``), with the range the steps allow where ``forward`` gives each
-    record's (median, fastest, slowest) forward. And the most the weight transfers can take: every
+    the run has (``baseline_variant``), judged (``record_difference``: ``excess``) where ``records``
+    gives both records by (variant, precision): not settled where they were not measured in one job
+    (fsdp-bf16 against a bf16 run's baseline). And the most the weight transfers can take: every
     Linear and Embedding weight all-gathered once (each rank receives (N − 1)/N of it) at C1's bus
     bandwidth for this back end and world size, plus C1's per-call cost (one call timed alone, the
     most a call costs) per gather as if none overlapped. An excess beyond that bound is not the
@@ -32,7 +33,7 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
     gathers = transformer_parameter_tensors(size)["matrices"]      # FSDP gathers each Linear and Embedding weight
     fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
     n = setup["world_size"]
-    forward = forward or {}
+    records = records or {}
     # a forward of another batch is another workload: a precision may run its own (config's
     # DDP.global_batch), and then the fp32 run's fsdp-bf16 has no quiet bf16 forward to set against
     batch = {**{p: setup.get("global_batch") for p in rows}, **setup.get("other_batches", {})}
@@ -64,9 +65,9 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
                 found["step_bound_ms"] = 3 * found["bound_ms"]
             if base:
                 found["excess_ms"] = row["forward_ms"] - base["forward_ms"]
-                mine, theirs = forward.get((variant, precision)), forward.get((base_variant, compute))
-                if mine and theirs:
-                    found["excess"] = difference(mine, theirs)
+                mine, theirs = records.get((variant, precision)), records.get((base_variant, compute))
+                if mine and theirs and (excess := record_difference(mine, theirs, "forward_ms")) is not None:
+                    found["excess"] = excess
                 if "bound_ms" in found:
                     found["beyond_transfers"] = found["excess_ms"] > found["bound_ms"]
                     found["beyond_bytes"] = found["excess_ms"] > found["transfer_ms"]
@@ -114,11 +115,10 @@ def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: di
     tabulates: the drawn FSDP ones (``gap_labels``; a traced variant that ran out of memory or
     failed has no trace, so no gaps), and DDP (overlap)'s as their reference (``gap_rows``)."""
     predicted = predicted_state_GiB(setup)
-    forward = {(v, p): phase_spread(r, "forward_ms") for p, found in by_variant(records).items()
-               for v, r in found.items()}
+    by_point = {(v, p): r for p, found in by_variant(records).items() for v, r in found.items()}
     untraced = {label: untraced_idle(gaps.get(label), rows[p].get(v))
                 for p in rows for v in traced if (label := trace_label(v, p)) in traces}
-    forward_rows = fsdp_forward(rows, setup, c1, forward)
+    forward_rows = fsdp_forward(rows, setup, c1, by_point)
     for label, idle in untraced.items():
         # idle longer than the fp32 step's transfers can take: the waits are not only for bytes
         bound = next((f.get("step_bound_ms") for f in forward_rows or ()

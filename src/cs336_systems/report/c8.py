@@ -14,7 +14,7 @@ import pandas as pd
 
 from cs336_systems.accounting.data_parallel import optimal_buckets, overhead_model
 from cs336_systems.distributed import variants
-from cs336_systems.report import spread as paired_spread
+from cs336_systems.report import spread
 from cs336_systems.report.common import save_figure, write_table
 from cs336_systems.report.ddp_rows import (PHASES, WAITS_IN_BACKWARD, by_variant, is_bucket_size, memory_bandwidth,
                                            no_rows, pass_ms, phase_spread, record_difference, step_spread,
@@ -38,33 +38,12 @@ def model_against_waits(predicted: list[float], measured: list[float]) -> dict:
             "predicted_change": change}
 
 
-def overhead_range(step: tuple[float, float, float], base: tuple[float, float, float]) -> dict:
-    """A variant's overhead against the baseline with the spread both carry: the medians'
-    difference, and the least and most it can be given the fastest and slowest steps of each."""
-    return {"ms": step[0] - base[0], "low_ms": step[1] - base[2], "high_ms": step[2] - base[1],
-            "pct": 100 * (step[0] - base[0]) / base[0]}
-
-
-def compare_overheads(ours: dict, anchor: dict) -> str:
-    """What the numbers support about ``ours`` against ``anchor`` (each from ``overhead_range``):
-    "halves" where even our largest overhead is at most half the anchor's smallest; "less" where our
-    largest is below the anchor's smallest; "more" the other way round; "unsettled" where the
-    ranges overlap or the anchor has no overhead to compare with (its smallest is not above zero)."""
-    if anchor["low_ms"] <= 0:
-        return "unsettled"
-    if ours["high_ms"] <= 0.5 * anchor["low_ms"]:
-        return "halves"
-    if ours["high_ms"] < anchor["low_ms"]:
-        return "less"
-    if ours["low_ms"] > anchor["high_ms"]:
-        return "more"
-    return "unsettled"
-
-
 def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
-    """Per precision: the bucket sizes' waits after backward against overlap's (``difference``, by
-    variant), and what the passes over the gradients after backward (``AFTER_BACKWARD_PASSES``)
-    account for: the least time the bucket sizes' extra pass takes at the card's memory bandwidth."""
+    """Per precision: the bucket sizes' waits after backward against overlap's (``record_difference``,
+    by variant; ``settled`` where the judge settled every one), and what the passes over the gradients
+    after backward (``AFTER_BACKWARD_PASSES``) account for: the least time the bucket sizes' extra
+    pass takes at the card's memory bandwidth, against the least and the most of the extra wait (the
+    ends of the intervals, None where not settled)."""
     out = {}
     bandwidth = memory_bandwidth(records)
     for precision, found in by_variant(records).items():
@@ -78,18 +57,19 @@ def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
         extra = None
         if bandwidth and grad_bytes:
             extra = pass_ms(next(iter(sizes)), grad_bytes, bandwidth) - pass_ms("overlap", grad_bytes, bandwidth)
-        low = min(w["low_ms"] for w in waits.values())
-        high = max(w["high_ms"] for w in waits.values())
+        settled = all(w["verdict"] != spread.NOT_SETTLED for w in waits.values())
+        low = min(w["low_ms"] for w in waits.values()) if settled else None
+        high = max(w["high_ms"] for w in waits.values()) if settled else None
         out[precision] = {
             "overlap_wait_ms": mine[0], "waits": waits,
             "bucketed_wait_range_ms": [min(r["metrics"]["comm_wait_ms"] for r in sizes.values()),
                                        max(r["metrics"]["comm_wait_ms"] for r in sizes.values())],
-            "every_size_longer": all(w["sign"] > 0 for w in waits.values()),
+            "every_size_longer": all(w["sign"] > 0 for w in waits.values()), "settled": settled,
             "extra_low_ms": low, "extra_high_ms": high, "extra_pass_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
             # the extra pass can be the whole difference only where it fits in the least of it, and
             # some of it where it fits in the most
-            "pass_fits": extra is not None and extra <= low,
-            "pass_within_extra": extra is not None and extra <= high,
+            "pass_fits": extra is not None and settled and extra <= low,
+            "pass_within_extra": extra is not None and settled and extra <= high,
             "pass_share_of_extra": extra / high if extra is not None and high else None}
     return out
 
@@ -103,7 +83,7 @@ def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     best = min(sizes, key=lambda v: sizes[v]["metrics"]["step_ms"])
     others = ("naive", "flat", "overlap", "torch-ddp")
     against = versus(records, [(best, o) for o in others], precision).get(best, {})
-    # the variants it beats beyond the spread, and by how much: the least and the most
+    # the variants the judge has it shorter than, and by how much: the least and the most
     shorter = {o: x for o, x in against.items() if x and x["sign"] < 0}
     saved = [x["less"]["ms"] for x in shorter.values()]
     return {"variant": best, "step_ms": sizes[best]["metrics"]["step_ms"], "buckets": sizes[best]["metrics"].get("buckets"),
@@ -119,11 +99,11 @@ CONTENDERS_OF = ("C3", "C4", "C6", "C8")
 
 
 def overheads(records: list[dict]) -> dict[str, dict]:
-    """Per precision: every variant's overhead (``overhead_of``: paired against the baseline of its
-    own job, else the range across processes), the best contender (smallest median overhead) and
-    what the data says of it against PyTorch DDP's: ``compare_overheads_paired`` where the contender,
-    PyTorch DDP and the baseline took turns in one job (``paired``), else ``compare_overheads`` on
-    the ranges. Precisions without an ok baseline are left out."""
+    """Per precision: every variant's overhead (``overhead_of``: judged against the baseline of its
+    own job), the best contender (smallest median overhead) and what the data says of it against
+    PyTorch DDP's: ``compare_overheads_paired`` where the contender, PyTorch DDP and the baseline took
+    turns in one job (``paired``), else not settled. ``anchor_reaches_zero``: PyTorch DDP's own
+    overhead is not above zero beyond the spread. Precisions without an ok baseline are left out."""
     out = {}
     for precision, found in by_variant(records).items():
         base = found.get(variants.BASELINE)
@@ -135,52 +115,54 @@ def overheads(records: list[dict]) -> dict[str, dict]:
                       and variants.lookup(v).deliverable in CONTENDERS_OF}
         best = min(contenders, key=lambda v: contenders[v]["ms"], default=None)
         paired = bool(best and anchor and contenders[best]["paired"] and anchor["paired"]
-                      and paired_spread.same_job(found[best], found["torch-ddp"]))
+                      and spread.same_job(found[best], found["torch-ddp"]))
         verdict = None
         if best and anchor:
-            verdict = (compare_overheads_paired(found[best], found["torch-ddp"], base) if paired
-                       else compare_overheads(contenders[best], anchor))
-        spread = step_spread(base)
-        out[precision] = {"baseline_ms": spread[0], "baseline_range_ms": [spread[1], spread[2]], "rows": rows,
+            verdict = compare_overheads_paired(found[best], found["torch-ddp"], base) if paired else spread.NOT_SETTLED
+        steps = step_spread(base)
+        out[precision] = {"baseline_ms": steps[0], "baseline_range_ms": [steps[1], steps[2]], "rows": rows,
                           "best": best, "verdict": verdict, "paired": paired,
-                          # PyTorch DDP's range reaches zero: no overhead of it to set ours against
-                          "anchor_reaches_zero": bool(anchor and anchor["low_ms"] <= 0),
+                          # PyTorch DDP's interval reaches zero: no overhead of it to set ours against
+                          "anchor_reaches_zero": bool(anchor and anchor["verdict"] in (spread.WITHIN, "lower")),
                           "ratio": contenders[best]["ms"] / anchor["ms"] if best and anchor and anchor["ms"] > 0 else None}
     return out
 
 
 def overhead_of(record: dict, base: dict) -> dict:
-    """A variant's overhead: its step less the baseline's (``record_difference``: paired per round in
-    one job, else the range the steps allow), and the median difference as % of the baseline's step."""
+    """A variant's overhead: its step less the baseline's (``record_difference``: judged per round in
+    one job, else not settled), and the difference as % of the baseline's step."""
     found = record_difference(record, base)
     return found | {"pct": 100 * found["ms"] / step_spread(base)[0]}
 
 
 def compare_overheads_paired(ours: dict, anchor: dict, base: dict) -> str:
     """What one job's rounds support about ``ours``'s overhead against ``anchor``'s (records of the
-    same job as the baseline ``base``): per round each overhead is its median step less the
-    baseline's; "halves" where our overhead less half the anchor's is below zero beyond its spread
-    across rounds (and the anchor's overhead above zero beyond its own); "less"/"more" where our
-    step is below/above the anchor's beyond theirs (the baseline cancels out of the difference of
-    two overheads); else "unsettled" (``spread.paired``'s verdicts)."""
+    same job as the baseline ``base``). Per round each overhead is its median step less the
+    baseline's, and the judge (``spread.judge_rounds``, each round's overhead a round of one sample)
+    decides: "halves" where the anchor's overhead is above zero and ours is below half of it;
+    "less"/"more" where ours is below/above the anchor's (the baseline cancels out of the
+    difference of two overheads); else the judge's ``WITHIN`` or ``NOT_SETTLED`` (fewer rounds than
+    it needs)."""
     def per_round(record):
-        return [statistics.median(r) for r in paired_spread.round_samples(record)]
+        return [statistics.median(r) for r in spread.round_samples(record)]
 
     mine, theirs, baseline = per_round(ours), per_round(anchor), per_round(base)
     n = min(len(mine), len(theirs), len(baseline))
-    over_ours = [mine[i] - baseline[i] for i in range(n)]
-    over_anchor = [theirs[i] - baseline[i] for i in range(n)]
-    anchor_costs = paired_spread.paired([[t] for t in over_anchor], [[0.0]] * n).verdict == "higher"
-    if anchor_costs and paired_spread.paired([[o] for o in over_ours],
-                                             [[0.5 * t] for t in over_anchor]).verdict == "lower":
+    over_ours = [[mine[i] - baseline[i]] for i in range(n)]
+    over_anchor = [[theirs[i] - baseline[i]] for i in range(n)]
+    anchor_costs = spread.judge_rounds(over_anchor, [[0.0]] * n)
+    if anchor_costs.verdict == spread.NOT_SETTLED:
+        return spread.NOT_SETTLED
+    half = spread.judge_rounds(over_ours, [[0.5 * t] for (t,) in over_anchor])
+    if anchor_costs.verdict == "higher" and half.verdict == "lower":
         return "halves"
-    verdict = paired_spread.paired(paired_spread.round_samples(ours), paired_spread.round_samples(anchor)).verdict
-    return {"lower": "less", "higher": "more"}.get(verdict, "unsettled")
+    verdict = spread.judge_rounds(over_ours, over_anchor).verdict
+    return {"lower": "less", "higher": "more"}.get(verdict, verdict)
 
 
 def overhead_table(records: list[dict], found: dict[str, dict]) -> pd.DataFrame | None:
     """C8: one row per variant, for each precision its step, the baseline, the overhead in ms (with
-    its least–most) and as % of the baseline."""
+    the judge's interval, empty where not settled) and as % of the baseline."""
     if not found:
         return None
     rows = {}
@@ -189,18 +171,19 @@ def overhead_table(records: list[dict], found: dict[str, dict]) -> pd.DataFrame 
         if precision not in found or variant == variants.BASELINE:
             continue
         row = rows.setdefault(variant, {"variant": variant})
-        spread, over = step_spread(r), found[precision]["rows"].get(variant)
-        row[f"{precision}_step_ms"] = spread[0] if spread else None
+        steps, over = step_spread(r), found[precision]["rows"].get(variant)
+        row[f"{precision}_step_ms"] = steps[0] if steps else None
         row[f"{precision}_baseline_ms"] = found[precision]["baseline_ms"]
         row[f"{precision}_overhead_ms"] = over["ms"] if over else None
-        row[f"{precision}_overhead_range_ms"] = f"{over['low_ms']:.1f}–{over['high_ms']:.1f}" if over else ""
+        row[f"{precision}_overhead_range_ms"] = (f"{over['low_ms']:.1f}–{over['high_ms']:.1f}"
+                                                 if over and over["low_ms"] is not None else "")
         row[f"{precision}_overhead_pct"] = over["pct"] if over else None
     return pd.DataFrame(list(rows.values()))
 
 
 def plot_overheads(found: dict[str, dict], path: Path) -> None:
-    """Overhead per variant and precision as % of that precision's baseline, with the least–most
-    range as error bars."""
+    """Overhead per variant and precision as % of that precision's baseline, with the judge's
+    interval as error bars (none where not settled)."""
     fig, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * max(1, len({v for f in found.values() for v in f["rows"]}))))
     names = list(dict.fromkeys(v for f in found.values() for v in f["rows"]))
     height = 0.8 / max(1, len(found))
@@ -209,14 +192,14 @@ def plot_overheads(found: dict[str, dict], path: Path) -> None:
         rows = [f["rows"][v] for v in names if v in f["rows"]]
         base = f["baseline_ms"]
         pct = [r["pct"] for r in rows]
-        err = [[p - 100 * r["low_ms"] / base for p, r in zip(pct, rows)],
-               [100 * r["high_ms"] / base - p for p, r in zip(pct, rows)]]
+        err = [[0.0 if r["low_ms"] is None else p - 100 * r["low_ms"] / base for p, r in zip(pct, rows)],
+               [0.0 if r["high_ms"] is None else 100 * r["high_ms"] / base - p for p, r in zip(pct, rows)]]
         ax.barh(ys, pct, height=height, xerr=err, capsize=2, label=f"{precision} (baseline {base:.1f} ms)")
     if not found:
         ax.text(0.5, 0.5, "no no-communication baseline in this run", ha="center", transform=ax.transAxes)
     ax.set_yticks([i + height * (len(found) - 1) / 2 for i in range(len(names))], names)
     ax.axvline(0, color="black", lw=0.8)
-    ax.set(xlabel="overhead: step against the no-communication baseline (% of the baseline; bars: least–most)")
+    ax.set(xlabel="overhead: step against the no-communication baseline (% of the baseline; bars: the judge's interval)")
     ax.invert_yaxis()
     ax.grid(alpha=0.3, axis="x")
     if found:
@@ -413,7 +396,7 @@ def worst_accuracy(rows: list[dict]) -> dict | None:
 
 def ladder(records: list[dict]) -> list[dict]:
     """What each rung did: per precision and bucket size, every rung's step against the rung below
-    it that ran (``record_difference``: paired per round where they shared a job), in ladder order;
+    it that ran (``record_difference``: judged per round where they shared a job), in ladder order;
     ``removed_pass_ms``, the least time (datasheet bandwidth) of the passes over the gradients after
     backward that the rung no longer makes (``AFTER_BACKWARD_PASSES``), where both rungs' are known."""
     out = []

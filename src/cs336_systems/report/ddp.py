@@ -27,7 +27,7 @@ import pandas as pd
 from cs336_systems import deliverables
 from cs336_systems.distributed import traces as stored_traces
 from cs336_systems.distributed import variants
-from cs336_systems.report import c8, c12
+from cs336_systems.report import c8, c12, spread
 from cs336_systems.report.common import load_records, run_provenance, write_summary, write_table
 from cs336_systems.report.ddp_rows import (backward_waits, by_variant, is_bucket_size, memory_rows, naive_calls, no_rows,
                                            paid_per_call, paired_by_precision, record_difference, row_of, step_table,
@@ -63,14 +63,15 @@ def _c7(s: "Section") -> tuple[pd.DataFrame, dict]:
 
 
 def _c10(s: "Section") -> tuple[pd.DataFrame, dict]:
-    """C10: the sharded step's and optimizer phase's medians less overlap's (the first precision's),
-    and which way the phase went."""
+    """C10: the sharded step's median less overlap's (the first precision's), and the sharded
+    optimizer phase against overlap's as the judge has it (``record_difference``)."""
     sharded, overlap = s.rows[s.first].get("overlap-sharded"), s.rows[s.first].get("overlap")
     if not sharded or not overlap:
         return s.table, {"sharded_minus_overlap": None}
-    return s.table, {"sharded_minus_overlap": {"step_ms": sharded["step_ms"] - overlap["step_ms"],
-                                               "optimizer_ms": sharded["optimizer_ms"] - overlap["optimizer_ms"],
-                                               "optimizer_longer": sharded["optimizer_ms"] > overlap["optimizer_ms"]}}
+    found = by_variant(s.records)[s.first]
+    return s.table, {"sharded_minus_overlap": {
+        "step_ms": sharded["step_ms"] - overlap["step_ms"],
+        "optimizer": record_difference(found["overlap-sharded"], found["overlap"], "optimizer_ms")}}
 
 
 # The rows each section quotes, from one precision's rows (variant -> row, None where it did not run).
@@ -183,13 +184,13 @@ C12_PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms")
 def phases_against(fsdp: dict | None, ddp: dict | None) -> dict:
     """C12: FSDP's record against DDP's phase by phase (``record_difference``, None where either is
     missing), and whether they support the one reading C12 gives: a longer forward paid back by a
-    shorter optimizer phase (each beyond its spread), the steps the same within theirs."""
+    shorter optimizer phase (each judged so), the steps judged the same within the spread."""
     if fsdp is None or ddp is None:
         return {"phases_vs_ddp": None, "optimizer_offsets_forward": False}
     phases = {p: record_difference(fsdp, ddp, p) for p in C12_PHASES}
     step = record_difference(fsdp, ddp)
     forward, optimizer = phases["forward_ms"], phases["optimizer_ms"]
-    offsets = bool(step and forward and optimizer and step["sign"] == 0 and forward["sign"] == 1
+    offsets = bool(step and forward and optimizer and step["verdict"] == spread.WITHIN and forward["sign"] == 1
                    and optimizer["sign"] == -1)
     return {"phases_vs_ddp": phases, "optimizer_offsets_forward": offsets}
 
@@ -234,6 +235,9 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     params = records[0]["params"]
     setup = {k: params[k] for k in ("size", "context", "global_batch", "world_size", "backend", "warmup", "steps")}
     setup["rounds"] = params.get("rounds")          # None: one process per variant, before the rounds
+    # whether the judge can settle anything from these rounds (it decides nothing from fewer)
+    setup["min_rounds"] = spread.MIN_ROUNDS
+    setup["judged"] = bool(setup["rounds"]) and setup["rounds"] >= spread.MIN_ROUNDS
     # A precision may run its own batch (config.yaml's DDP.global_batch says why): the setup line names it.
     setup["other_batches"] = {variants.precision_of(r): r["params"]["global_batch"] for r in records
                               if r["params"]["global_batch"] != setup["global_batch"]}
@@ -291,7 +295,7 @@ def main(argv=None) -> int:
 # sections (report.summary_schemas); the blocks they share are ddp_rows'.
 SUMMARY_SCHEMAS: dict[str, dict] = {}
 _OPENING = dict(first_precision=STR, only_fp32=BOOL, precisions=arr(STR), provenance=PROVENANCE)
-_PHASE_DIFF = obj(high_ms=NUM, low_ms=NUM, ms=NUM)
+_PHASE_DIFF = SPREAD
 
 SUMMARY_SCHEMAS["C2"] = section(
     **_OPENING,
@@ -311,7 +315,7 @@ SUMMARY_SCHEMAS["C3"] = section(
     naive_calls=INT,
     paired=mapping(BOOL),
     setup=SETUP,
-    torch_ddp=null(row_schema(comm=null(NUM), inside=null(waits_schema(excess=obj(ms=NUM))),
+    torch_ddp=null(row_schema(comm=null(NUM), inside=null(waits_schema()),
                               overhead_pct=opt(NUM))),
     versus=versus_schema("torch-ddp", "naive"),
 )
@@ -323,8 +327,7 @@ SUMMARY_SCHEMAS["C4"] = section(
     flat=null(obj(comm_wait_ms=NUM)),
     naive=null(obj(comm_wait_ms=NUM)),
     per_call=opt(null(obj(calls=obj(flat=INT, naive=INT), extra_passes_ms=NUM, grad_GB=NUM,
-                          memory_GBps=null(NUM), o_low_ms=NUM, o_ms=NUM,
-                          waits=obj(high_ms=NUM, low_ms=NUM, ms=NUM, sign=INT, less=SPREAD)))),
+                          memory_GBps=null(NUM), o_low_ms=null(NUM), o_ms=NUM, waits=DIFFERENCE))),
     versus=versus_schema("flat", "naive"),
 )
 
@@ -342,11 +345,12 @@ SUMMARY_SCHEMAS["C6"] = section(
     compute_gaps=obj(naive=opt(mapping(NUM)), overlap=opt(mapping(NUM))),
     naive=null(obj(backward_ms=NUM, comm_wait_ms=NUM, overhead_ms=opt(null(NUM)))),
     overlap=null(obj(backward_ms=NUM, comm_wait_ms=NUM, overhead_ms=opt(NUM), overhead_paired=opt(null(BOOL)))),
-    torch_ddp=waiting_row_schema(waits_schema(reference=null(STR), excess=obj(ms=NUM))),
+    torch_ddp=waiting_row_schema(waits_schema(reference=null(STR))),
     traced=null(arr(STR)),
     versus=obj(overlap=opt(mapping(DIFFERENCE))),
-    backward_vs_naive=null(obj(high_ms=NUM, low_ms=NUM, ms=NUM, sign=INT, paired=opt(null(BOOL)))),
-    wait_saved=null(obj(high_ms=NUM, low_ms=NUM, ms=NUM, sign=INT, less=obj(ms=NUM))),
+    backward_vs_naive=null(obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM, sign=INT)),
+    wait_saved=null(obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM, sign=INT, verdict=STR, paired=opt(null(BOOL)),
+                        less=obj(ms=NUM))),
     traces_show_naive_waiting=null(BOOL),
 )
 
@@ -372,8 +376,8 @@ SUMMARY_SCHEMAS["C8"] = section(
     compute_gaps=null(mapping(mapping(NUM))),
     has_overhead_table=null(BOOL),
     kernel_time=opt(null(mapping(mapping(NUM)))),
-    ladder=opt(null(arr(obj(below=STR, high_ms=NUM, low_ms=NUM, ms=NUM, precision=STR,
-                            removed_pass_ms=null(NUM), rung=STR, sign=INT)))),
+    ladder=opt(null(arr(obj(below=STR, high_ms=null(NUM), low_ms=null(NUM), ms=NUM, precision=STR,
+                            removed_pass_ms=null(NUM), rung=STR, sign=INT, verdict=STR)))),
     model=null(mapping()),
     others=obj({'torch-ddp': waiting_row_schema(waits_schema())}),
     overheads=mapping(obj(anchor_reaches_zero=BOOL, best=null(STR), paired=null(BOOL), ratio=null(NUM),
@@ -390,7 +394,7 @@ SUMMARY_SCHEMAS["C10"] = section(
     overlap=null(obj(step_ms=NUM)),
     setup=obj(world_size=INT),
     sharded=null(obj(step_ms=NUM)),
-    sharded_minus_overlap=null(obj(optimizer_longer=BOOL, optimizer_ms=NUM, step_ms=NUM)),
+    sharded_minus_overlap=null(obj(optimizer=DIFFERENCE, step_ms=NUM)),
     versus=versus_schema("overlap-sharded", "overlap"),
 )
 

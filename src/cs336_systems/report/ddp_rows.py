@@ -2,13 +2,13 @@
 from its record, each variant's overhead against the no-communication baseline, and the comparisons
 of two records' steps or phases.
 
-Comparisons. Records of one job (``metrics.turns``: every variant of a precision took turns in one
-process group, ``train_bench``) are compared per round (``record_difference``: the median per-round
-difference, with as spread the largest distance of a round's difference from it,
-``report.spread.paired_records``); an overhead is a variant's step against the baseline of its own
-job. Records without a shared job (one process per variant, as the committed runs before it were
-measured) are compared by the range their fastest and slowest steps allow, and the rows say the
-comparison spans processes (``paired`` false).
+Comparisons. Every verdict is the judge's (``report.spread.judge``, through ``record_difference``):
+records of one job (``metrics.turns``: every variant of a precision took turns in one process group,
+``train_bench``) are judged round by round, the difference and its interval from the per-round
+differences; an overhead is a variant's step against the baseline of its own job. Records of
+different jobs (one process per variant, or two precisions) are not settled: a spread across
+processes would be needed, and one process a side has none. The fastest–slowest step ranges
+(``step_spread``, ``phase_spread``) describe a record's steps; they decide nothing.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from cs336_systems.accounting import data_parallel
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.distributed import variants
 from cs336_systems.models import get_size
-from cs336_systems.report import spread as paired_spread
+from cs336_systems.report import spread
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, STR, arr, mapping, null, obj, opt
 
 GIB = 2**30
@@ -79,7 +79,7 @@ def with_overhead(table: pd.DataFrame, records: list[dict] | None = None) -> pd.
     "Waiting" alone misses what overlapping costs inside backward (PyTorch DDP waits 0 ms yet runs a
     slower backward); this does not. Where ``records`` (the table's, in its order) and the baseline
     took turns in one job, the overhead is their paired difference (``record_difference``: the median
-    per-round difference); else the difference of the medians, across processes. Added only where
+    of the per-round differences the judge keeps); else the difference of the medians. Added only where
     the run has an ok baseline: a precision without one gets empty cells, never a number against
     nothing (the columns are there in every run, so a writeup's view of the table names them alike)."""
     base = table[(table["variant"] == variants.BASELINE) & (table["status"] == "ok")]
@@ -117,18 +117,12 @@ def phase_spread(record: dict, phase: str) -> tuple[float, float, float] | None:
     return (median, min(times, default=median), max(times, default=median))
 
 
-def difference(a: tuple[float, float, float], b: tuple[float, float, float]) -> dict:
-    """``a`` less ``b`` (each a (median, fastest, slowest) spread): the medians' difference and the
-    least and most it can be given the fastest and slowest of each; ``sign`` is +1 where even the
-    least is above zero, -1 where even the most is below, 0 where the spreads overlap."""
-    low, high = a[1] - b[2], a[2] - b[1]
-    return with_less({"ms": a[0] - b[0], "low_ms": low, "high_ms": high, "sign": 1 if low > 0 else -1 if high < 0 else 0})
-
-
 def with_less(d: dict) -> dict:
-    """A difference with ``less``: by how much ``a`` is below ``b`` (the difference negated, its range
-    reversed), the numbers a sentence saying "shorter by" quotes."""
-    return d | {"less": {"ms": -d["ms"], "low_ms": -d["high_ms"], "high_ms": -d["low_ms"]}}
+    """A difference with ``less``: by how much ``a`` is below ``b`` (the difference negated, its
+    interval reversed; None where it has none), the numbers a sentence saying "shorter by" quotes."""
+    def negated(x):
+        return None if x is None else -x
+    return d | {"less": {"ms": -d["ms"], "low_ms": negated(d["high_ms"]), "high_ms": negated(d["low_ms"])}}
 
 
 # A record's phase (its metrics' name) -> its name in ``metrics.rounds`` (train_bench.ROUND_PHASES).
@@ -137,21 +131,20 @@ ROUND_PHASE = {"forward_ms": "forward", "backward_ms": "backward", "comm_wait_ms
 
 
 def record_difference(a: dict, b: dict, phase: str = "step_ms") -> dict | None:
-    """``a``'s ``phase`` less ``b``'s, as ``difference`` gives it (``ms``, ``low_ms``, ``high_ms``,
-    ``sign``) plus ``paired``. Measured in one job: paired per round (``spread.paired_records``):
-    ``ms`` the median per-round difference, ``low_ms``/``high_ms`` it less/plus the spread across
-    rounds, ``sign`` the paired verdict. Else (the comparison spans processes) the range the two
-    records' fastest and slowest steps allow. None where either has no such phase."""
-    found = paired_spread.paired_records(a, b, ROUND_PHASE[phase]) if a["status"] == b["status"] == "ok" else None
-    if found is not None and found.rounds:
-        return with_less({"ms": found.difference, "low_ms": found.difference - found.spread,
-                          "high_ms": found.difference + found.spread,
-                          "sign": {"higher": 1, "lower": -1}.get(found.verdict, 0), "paired": True,
-                          "rounds": found.rounds})
-    mine, theirs = phase_spread(a, phase), phase_spread(b, phase)
-    if not mine or not theirs:
+    """``a``'s ``phase`` less ``b``'s, as the judge (``report.spread.judge``) has it: ``verdict`` its
+    verdict, ``sign`` +1 where higher, -1 where lower, 0 where within the spread or not settled;
+    ``ms`` the difference (the judge's, from the rounds, where one job measured both; else the
+    medians'), ``low_ms``/``high_ms`` its 95 % interval (None where not settled), ``paired`` (one
+    job) and ``rounds``. None where either record is not ok or has no such phase."""
+    if a["status"] != "ok" or b["status"] != "ok" or a["metrics"].get(phase) is None or b["metrics"].get(phase) is None:
         return None
-    return difference(mine, theirs) | {"paired": False}
+    found = spread.judge(a, b, ROUND_PHASE[phase])
+    medians = a["metrics"][phase] - b["metrics"][phase]
+    settled = found.verdict != spread.NOT_SETTLED
+    return with_less({"ms": medians if math.isnan(found.difference) or not found.paired else found.difference,
+                      "low_ms": found.low if settled else None, "high_ms": found.high if settled else None,
+                      "verdict": found.verdict, "sign": {"higher": 1, "lower": -1}.get(found.verdict, 0),
+                      "paired": found.paired, "rounds": found.rounds})
 
 
 def by_variant(records: list[dict]) -> dict[str, dict[str, dict]]:
@@ -166,11 +159,12 @@ def by_variant(records: list[dict]) -> dict[str, dict[str, dict]]:
 def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
     """Per precision, for each variant that waits inside backward (``WAITS_IN_BACKWARD``): its
     backward against a backward that communicates nothing, the baseline's where the run has it,
-    else the longer of naive's and flat's (the smaller difference), with the range the steps allow
-    (``difference``); whether its backward is the longest of the precision's variants beyond the
-    steps' spread (its fastest slower than every other's slowest); and its step
-    against every other variant's that runs the same computation (``difference``, keyed by variant;
-    the baseline's is the overhead, and ``OTHER_COMPUTE`` computes otherwise)."""
+    else the longer of naive's and flat's (the smaller difference), as the judge has it
+    (``record_difference``); whether its backward is the longest of the precision's variants (judged
+    longer than every other's); and its step against every other variant's that runs the same
+    computation (``record_difference``, keyed by variant; the baseline's is the overhead, and
+    ``OTHER_COMPUTE`` computes otherwise), with the variants it is judged shorter and longer than,
+    and whether against some it is within the spread or not settled."""
     out: dict[str, dict[str, dict]] = {}
     for precision, found in by_variant(records).items():
         backward = {v: phase_spread(r, "backward_ms") for v, r in found.items()}
@@ -181,18 +175,21 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
             if variant not in found or not backward[variant]:
                 continue
             mine = backward[variant]
+            backwards = [record_difference(found[variant], r, "backward_ms") for v, r in found.items()
+                         if v != variant and backward[v]]
             steps = {v: d for v, r in found.items() if v not in (variant, variants.BASELINE)
                      and v not in OTHER_COMPUTE and (d := record_difference(found[variant], r)) is not None}
             out.setdefault(precision, {})[variant] = {
                 "backward_ms": mine[0], "reference": reference,
                 "reference_backward_ms": backward[reference][0] if reference else None,
                 "excess": record_difference(found[variant], found[reference], "backward_ms") if reference else None,
-                "longest": all(mine[1] > b[2] for v, b in backward.items() if b and v != variant),
+                "longest": bool(backwards) and all(d["verdict"] == "higher" for d in backwards),
                 "steps": steps,
-                # its step against the others' beyond the spread, by name (sorted), and whether any overlap
+                # its step against the others' as judged, by name (sorted), and whether any is undecided
                 "shorter_than": sorted(v for v, d in steps.items() if d["sign"] < 0),
                 "longer_than": sorted(v for v, d in steps.items() if d["sign"] > 0),
-                "overlaps_some": any(d["sign"] == 0 for d in steps.values())}
+                "within_some": any(d["verdict"] == spread.WITHIN for d in steps.values()),
+                "unsettled_some": any(d["verdict"] == spread.NOT_SETTLED for d in steps.values())}
     return out
 
 
@@ -224,8 +221,9 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
 
         o = (naive's wait − flat's wait + flat's extra passes) / (naive's calls − flat's calls),
 
-    ``o_ms`` from the medians and ``o_low_ms`` from naive's fastest wait against flat's slowest
-    (both lower bounds, the passes being counted at peak bandwidth). With C1's fit, ``o_high_ms``:
+    ``o_ms`` from the judge's difference of the waits (``record_difference``) and ``o_low_ms`` from
+    the low end of its interval (None where not settled; both lower bounds, the passes being counted
+    at peak bandwidth). With C1's fit, ``o_high_ms``:
     the most naive's calls can cost each, its slowest wait less its bytes at C1's bandwidth and its
     own division pass. A CPU run (no memory bandwidth) counts no passes."""
     out = {}
@@ -243,7 +241,8 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
         found_here = {"calls": calls, "grad_MB": grad_bytes / 1e6, "grad_GB": grad_bytes / 1e6 / 1000, "waits": waits,
                       "passes_ms": passes,
                       "extra_passes_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
-                      "o_ms": (waits["ms"] + extra) / extra_calls, "o_low_ms": (waits["low_ms"] + extra) / extra_calls,
+                      "o_ms": (waits["ms"] + extra) / extra_calls,
+                      "o_low_ms": None if waits["low_ms"] is None else (waits["low_ms"] + extra) / extra_calls,
                       "o_high_ms": None, "c1_o_ms": fit["o_ms"] if fit else None}
         if fit and fit.get("w_GBps"):
             slowest = phase_spread(naive, "comm_wait_ms")[2]
@@ -310,8 +309,8 @@ def is_bucket_size(variant: str) -> bool:
 
 
 def versus(records: list[dict], pairs, precision: str) -> dict[str, dict[str, dict]]:
-    """``{a: {b: difference of a's step and b's}}`` (``difference``, ms) for the pairs that both ran
-    in ``precision``."""
+    """``{a: {b: a's step against b's}}`` (``record_difference``, ms) for the pairs that both ran in
+    ``precision``."""
     found = by_variant(records).get(precision, {})
     out: dict[str, dict[str, dict]] = {}
     for a, b in pairs:
@@ -328,7 +327,7 @@ def trace_label(variant: str, precision: str) -> str:
 
 def paired_by_precision(records: list[dict]) -> dict[str, bool]:
     """Per precision: whether every ok record of it was measured in one job (one process group taking
-    turns), so its comparisons are paired per round; False where they span processes."""
+    turns), so its comparisons are judged per round; False where they span jobs (not settled)."""
     out = {}
     for precision, found in by_variant(records).items():
         jobs = {(r["metrics"].get("turns") or {}).get("job") for r in found.values()}
@@ -357,11 +356,12 @@ ROW_OR_BASELINE = row_schema(comm=null(NUM), inside=null(mapping()))
 # precision -> variant -> row (null where the variant did not run in that precision).
 BY_PRECISION = mapping(mapping(null(ROW)))
 BY_PRECISION_WITH_BASELINE = mapping(mapping(null(ROW_OR_BASELINE)))
-SPREAD = obj(high_ms=NUM, low_ms=NUM, ms=NUM)                                  # ``difference``'s range
-DIFFERENCE = obj(high_ms=NUM, low_ms=NUM, ms=NUM, paired=opt(null(BOOL)), sign=INT,   # ``record_difference``
-                 less=opt(SPREAD))
+# A difference and its interval (null where not settled), and what a sentence quotes of the judge's verdict.
+SPREAD = obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM)
+DIFFERENCE = obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM, paired=opt(null(BOOL)), sign=INT, verdict=STR,
+                 less=opt(SPREAD))                                             # ``record_difference``
 SETUP = obj(backend=STR, context=INT, global_batch=INT, other_batches=opt(mapping(INT)), rounds=null(INT), size=STR,
-            steps=INT, warmup=INT, world_size=INT)
+            steps=INT, warmup=INT, world_size=INT, judged=BOOL, min_rounds=INT)
 
 
 def versus_schema(a: str, b: str) -> dict:
@@ -369,10 +369,10 @@ def versus_schema(a: str, b: str) -> dict:
     return obj({a: opt(obj({b: opt(null(DIFFERENCE))}))})
 
 
-def waits_schema(reference: dict = STR, excess: dict = SPREAD) -> dict:
+def waits_schema(reference: dict = STR, excess: dict = DIFFERENCE) -> dict:
     """A variant's entry of ``backward_waits``: ``reference`` the quiet backward it is held against."""
     return obj(backward_ms=NUM, excess=null(excess), longest=null(BOOL), reference=reference,
-               shorter_than=arr(STR), longer_than=arr(STR), overlaps_some=BOOL)
+               shorter_than=arr(STR), longer_than=arr(STR), within_some=BOOL, unsettled_some=BOOL)
 
 
 def waiting_row_schema(waits: dict) -> dict:
