@@ -8,6 +8,9 @@ One point (``--out``): builds a randomly initialised model (a named size or expl
 makes a random batch, runs ``--warmup`` untimed steps, then times ``--steps`` steps; the warm-up
 study runs this, since it studies a fresh process's first steps.
 
+A precision listed twice (``--precisions fp32 fp32``) is an A/A pair: the point entered again as an
+entrant of its own, its record ``..._again.json`` with ``again: true`` in its params (lab/paired/aa.py).
+
 A group (``--out-dir``): every context x mode x precision of one model, one process, the points
 taking turns (``rounds.take_turns``): each warms up ``--warmup`` steps, then ``--rounds`` rounds in
 rotating order of ``--steps`` timed steps per turn, so bf16 against fp32 (and one context against
@@ -47,7 +50,7 @@ import torch
 from cs336_systems.cli import parse_device, require_at_least
 from cs336_systems.models import ATTENTION_BACKENDS, MODEL_SIZES, ModelSize, build_model, get_size, random_batch
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.rounds import MIN_ROUNDS, Entrant, take_turns
+from cs336_systems.rounds import MIN_ROUNDS, Entrant, configuration, entries, take_turns
 from cs336_systems.timing import attempt, free_device_memory
 from cs336_systems.workload import LEARNING_RATE, MODES, PRECISIONS, Workload, adamw, build_workload, time_steps
 
@@ -112,9 +115,11 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error("give --contexts (or --context) for a group")
         if min(args.contexts) < 1:
             p.error("--contexts must all be at least 1")
-        for name in ("contexts", "modes", "precisions"):
+        for name in ("contexts", "modes"):
             if len(set(getattr(args, name))) != len(getattr(args, name)):
                 p.error(f"--{name} lists a value twice")
+        if any(args.precisions.count(x) > 2 for x in args.precisions):
+            p.error("--precisions lists a value more than twice (twice is an A/A pair)")
         if args.rounds < MIN_ROUNDS:
             p.error(f"--rounds must be at least {MIN_ROUNDS}: a paired verdict needs a spread across rounds")
         args.context = max(args.contexts)
@@ -191,24 +196,26 @@ def group_entrants(size: ModelSize, *, contexts: list[int], modes: list[str], pr
         def make():
             inputs, targets = batches[context]
             workload = Workload(model, runnable, optimizer() if mode == "train-step" else None, inputs, targets,
-                                mode, precision, device)
+                                mode, configuration(precision), device)
             return workload.step
 
         # a step that failed half-way leaves gradients on the shared model: the next point starts without
         return Entrant(point_name(context, mode, precision), make, cleanup=lambda: model.zero_grad(set_to_none=True))
 
-    heats = [[entrant(c, m, p) for p in precisions] for heat in HEATS for c in contexts for m in modes if m in heat]
+    heats = [[entrant(c, m, p) for p in entries(precisions)]
+             for heat in HEATS for c in contexts for m in modes if m in heat]
     return heats, model
 
 
 def point_name(context: int, mode: str, precision: str) -> str:
+    """An entrant's name; ``precision`` may carry ``rounds.AGAIN`` (a precision listed twice)."""
     return f"ctx{context}_{mode}_{precision}"
 
 
 def run_group(args: argparse.Namespace, size: ModelSize, base: dict) -> int:
     """Time every point of the group in turns; write one record per point into ``--out-dir``."""
     device = torch.device(args.device)
-    points = [(c, m, p) for c in args.contexts for m in args.modes for p in args.precisions]
+    points = [(c, m, p) for c in args.contexts for m in args.modes for p in entries(args.precisions)]
     if args.memory_limit_gb is not None:
         limit_memory(device, args.memory_limit_gb)
     def build() -> dict:
@@ -231,9 +238,11 @@ def run_group(args: argparse.Namespace, size: ModelSize, base: dict) -> int:
     if args.memory_limit_gb is not None:
         lift_memory_limit()
     for context, mode, precision in points:
-        params = base | {"context": context, "mode": mode, "precision": precision, "rounds": args.rounds,
-                         "min_turn_ms": args.min_turn_ms}
-        out = Path(args.out_dir) / f"{base['size']}_ctx{context}_{mode}_{precision}.json"
+        again = precision != configuration(precision)
+        params = base | {"context": context, "mode": mode, "precision": configuration(precision), "rounds": args.rounds,
+                         "min_turn_ms": args.min_turn_ms} | ({"again": True} if again else {})
+        out = Path(args.out_dir) / (f"{base['size']}_ctx{context}_{mode}_{configuration(precision)}"
+                                    + ("_again" if again else "") + ".json")
         outcome = outcomes.get(point_name(context, mode, precision))
         if outcome is None:           # building the shared model failed: every point shares its fate
             record = make_record("A1", params, status, {}, reason=message)

@@ -143,6 +143,28 @@ class Job:
                 "warmup": self.warmup, "min_turn_ms": self.min_turn_ms, "settle": self.settle}
 
 
+AGAIN = "#2"        # the second entry of a configuration a job measures twice: an A/A pair
+
+
+def entries(names: Sequence[str]) -> list[str]:
+    """Entrant names for ``names`` in order, a name given twice entered again as ``<name>#2``: the
+    same configuration as its own entrant, the control that shows how often the judge calls one
+    configuration different from itself (``report.spread``; lab/paired/aa.py)."""
+    if any(list(names).count(n) > 2 for n in names):
+        raise ValueError(f"a name given more than twice: {list(names)} (twice is an A/A pair)")
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        out.append(name + AGAIN if name in seen else name)
+        seen.add(name)
+    return out
+
+
+def configuration(entry: str) -> str:
+    """What an entrant named by ``entries`` measures: its name without the A/A mark."""
+    return entry.removesuffix(AGAIN)
+
+
 def rotation(names: Sequence[str], round_index: int) -> list[str]:
     """Round ``round_index``'s order: the list rotated by one more place each round."""
     k = round_index % len(names) if names else 0

@@ -232,9 +232,23 @@ def test_a_group_writes_one_paired_record_per_point(tmp_path):
     # a heat per context and mode: its precisions take turns, close together
     assert sorted(sorted(heat) for heat in jobs.values()) == sorted(
         [(c, m, "bf16"), (c, m, "fp32")] for c in (8, 16) for m in bm.MODES)
-    from cs336_systems.report.spread import paired_records
+    from cs336_systems.report.spread import judge
     fp32, bf16 = (_read(out / f"tiny_ctx16_forward-backward_{p}.json") for p in ("fp32", "bf16"))
-    assert paired_records(bf16, fp32).rounds == 3
+    verdict = judge(bf16, fp32)
+    assert verdict.paired and verdict.rounds == 3 and verdict.verdict == "not settled"    # the judge needs 5
+
+
+def test_a_precision_listed_twice_is_an_a_a_pair_in_its_point_s_heat(tmp_path):
+    out = tmp_path / "records"
+    argv = ["--size", "tiny", "--contexts", "8", "--modes", "forward", "--precisions", "fp32", "fp32", "bf16",
+            "--batch", "2", "--warmup", "1", "--rounds", "3", "--steps", "1", "--device", "cpu"]
+    assert bm.main([*argv, "--out-dir", str(out)]) == 0
+    first, again = (_read(out / f"tiny_ctx8_forward_fp32{tail}.json") for tail in ("", "_again"))
+    assert again["params"].pop("again") is True and again["params"] == first["params"]
+    assert again["metrics"]["turns"]["job"] == first["metrics"]["turns"]["job"]
+    assert again["metrics"]["turns"]["with"] == ["ctx8_forward_fp32", "ctx8_forward_fp32#2", "ctx8_forward_bf16"]
+    with pytest.raises(SystemExit):
+        bm.main([*argv[:6], "fp32", "fp32", "fp32", *argv[9:], "--out-dir", str(tmp_path / "x")])
 
 
 def test_an_entrant_that_runs_out_of_memory_is_an_oom_record_and_the_others_go_on(monkeypatch, tmp_path):

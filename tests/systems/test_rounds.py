@@ -421,3 +421,12 @@ def test_a_self_timed_turn_counts_its_allocator_calls_and_its_peak(monkeypatch):
         return {"ms": [1.0]}
     _, out = take_turns([_self_timed("s", [], samples)], device="cpu", warmup=0, rounds=3, steps=1)
     assert out["s"].allocator_calls == [1, 2, 3] and out["s"].timed_peak_memory_bytes == 30
+
+
+def test_a_name_given_twice_is_entered_again_as_an_a_a_pair():
+    from cs336_systems.rounds import configuration, entries
+
+    assert entries(["fp32", "bf16", "fp32"]) == ["fp32", "bf16", "fp32#2"]
+    assert [configuration(e) for e in entries(["fp32", "bf16", "fp32"])] == ["fp32", "bf16", "fp32"]
+    with pytest.raises(ValueError, match="more than twice"):
+        entries(["a", "a", "a"])

@@ -16,19 +16,31 @@ import re
 import statistics
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 H200 = ROOT / "results" / "h200"
 E1_RUNS = ROOT / "lab" / "e1-rungs" / "runs" / "h200-job-times"
 
-A1_SIZES = ["small", "medium", "large", "xl", "2.7B"]
-A1_WARMUP, A1_ROUNDS, A1_STEPS, A1_SETTLE, A1_MIN_TURN_MS = 2, 5, 2, 1, 250
-E1_STEPS_PER_ENTRANT = 3 + 4 * (1 + 2)      # warm-up 3, then 4 rounds of a settling step and 2 timed
-E1_POINTS = [(size, ctx) for size in ("xl", "2.7B") for ctx in (512, 1024, 2048)]
-E1_ENTRANTS = ["fp32", "bf16", "flash", "compiled", "fused-adamw", "triton-adamw", "bf16-weights", "cuda-graphs",
-               "triton-rmsnorm", "triton-swiglu", "triton-rope", "triton-linear-ce", "adamw-in-backward",
-               "anchor-sdpa-flash", "anchor-sdpa-cudnn", "anchor-liger"]    # `checkpointed` runs where bf16-weights OOMs
-E1_PROFILES = 4
+# The full preset as config.yaml has it now: the jobs' rounds, steps and E1's scope.
+FULL = yaml.safe_load((ROOT / "config.yaml").read_text())["presets"]["full"]
+A1 = FULL["A1"]
+A1_SIZES = A1["sizes"]
+A1_WARMUP, A1_ROUNDS, A1_STEPS, A1_SETTLE, A1_MIN_TURN_MS = A1["warmup"], A1["rounds"], A1["steps"], 1, A1["min_turn_ms"]
+E1 = FULL["E1"]
+# warm-up, then each round a settling step and the timed ones
+E1_STEPS_PER_ENTRANT = E1["warmup"] + E1["rounds"] * (1 + E1["steps"])
+E1_GOAL = (E1["goal"]["size"], int(E1["goal"]["context"]))
+E1_POINTS = [(size, int(ctx)) for size in E1["sizes"] for ctx in E1["contexts"]]
+# `checkpointed` runs only where bf16-weights runs out of memory: counted where the records say it did
+E1_LADDER = [n for n in E1["rungs"] if n != "checkpointed"] + E1["anchors"]
+E1_ELSEWHERE = [n for n in E1["rungs"] if n in E1["rungs_elsewhere"] and n != "checkpointed"] + E1["anchors"]
+E1_PROFILES = len(E1["profiled"])
+A6_ROUNDS = FULL["A6"]["rounds"]
+# The jobs these step-time models were measured against (lab/e1-rungs/runs/h200-job-times, at-d4e37fd):
+# warm-up 3, then 4 rounds of a settling step and 2 timed; A1 5 rounds of 2.
+E1_MEASURED_STEPS_PER_ENTRANT = 3 + 4 * (1 + 2)
 
 
 def job_seconds(path: Path) -> float:
@@ -61,7 +73,7 @@ def provenance_seconds_per_record() -> float:
     return float(cumulative) / int(calls)
 
 
-def a1_model() -> dict[str, float]:
+def a1_model(rounds: int = A1_ROUNDS, steps: int = A1_STEPS, min_turn_ms: float = A1_MIN_TURN_MS) -> dict[str, float]:
     """Per size, the seconds of its points' steps: a point whose timed steps fill a turn of
     `min_turn_ms` takes (warm-up + rounds x (settle + steps)) steps; a cheaper one takes turns of
     `min_turn_ms` (its warm-up too) and a settling step each round. Step times: the committed h200
@@ -72,12 +84,24 @@ def a1_model() -> dict[str, float]:
         if record["status"] != "ok":
             continue
         step = record["metrics"]["step"]["median"]
-        if step * A1_STEPS >= A1_MIN_TURN_MS:
-            ms = (A1_WARMUP + A1_ROUNDS * (A1_SETTLE + A1_STEPS)) * step
+        if step * steps >= min_turn_ms:
+            ms = (A1_WARMUP + rounds * (A1_SETTLE + steps)) * step
         else:
-            ms = A1_MIN_TURN_MS * (1 + A1_ROUNDS) + A1_ROUNDS * A1_SETTLE * step
+            ms = min_turn_ms * (1 + rounds) + rounds * A1_SETTLE * step
         seconds[record["params"]["size"]] += ms / 1000
     return seconds
+
+
+def a6_model() -> tuple[float, str]:
+    """The measured A6 job (1 warm-up step, 3 rounds of a settling and a timed step a group size) less
+    its steps, plus the configured rounds' steps at the steps the job's log gives each group size."""
+    log = (HERE / "at-d4e37fd" / "A6_groups.log").read_text()
+    steps = sum(float(ms) for ms in re.findall(r"A6 group \d+ ok: step median ([\d.]+) ms", log)) / 1000
+    measured = job_seconds(HERE / "at-d4e37fd" / "A6_groups.tsv")
+    fixed = measured - (1 + 3 * 2) * steps
+    return fixed + (1 + A6_ROUNDS * 2) * steps, (f"the measured job ({measured:.0f} s at 3 rounds) less its steps, "
+                                                f"+ {A6_ROUNDS} rounds of a settling and a timed step of each group size "
+                                                f"({steps:.0f} s a step of each)")
 
 
 def e1_records() -> tuple[dict[tuple[str, int], dict[str, float]], dict[tuple[str, int], set[str]]]:
@@ -97,10 +121,12 @@ def e1_records() -> tuple[dict[tuple[str, int], dict[str, float]], dict[tuple[st
 
 def e1_model() -> tuple[float, str]:
     """Each point's job: a fixed part per size (building, copying, compiling; from the measured job
-    of that size, less its entrants' steps) plus 15 steps of every entrant at the h200 records' step
-    medians; an entrant with no record at a point (a rung added since, or an OOM where the next rung
-    fits) counted at the fastest median that point has, an entrant that ran out of memory there
-    (fp32 and bf16 at 2048) at none."""
+    of that size, less its entrants' steps) plus the configured steps of every entrant it measures
+    (the whole ladder at the goal point, ``rungs_elsewhere`` and the anchors at the others) at the
+    h200 records' step medians; an entrant with no record at a point (a rung added since, or an OOM
+    where the next rung fits) counted at the fastest median that point has, an entrant that ran out
+    of memory there (fp32 and bf16 at 2048) at none. The fixed part is the whole ladder's at every
+    point: a job of five entrants compiles fewer graphs, by how much is not measured."""
     medians, oom = e1_records()
     measured_27 = job_seconds(E1_RUNS / "after" / "E1_2.7B_ctx1024.tsv")
     records_27 = [json.loads(Path(p).read_text())
@@ -109,16 +135,18 @@ def e1_model() -> tuple[float, str]:
     log = (E1_RUNS / "after" / "E1_xl_ctx512_timestamped.log").read_text()
     measured_xl = float(log.strip().splitlines()[-1].split()[0])
     steps_xl = sum(float(ms) for ms in re.findall(r"E1 \S+ ok: step median ([\d.]+) ms", log))
-    fixed = {"2.7B": measured_27 - E1_STEPS_PER_ENTRANT * steps_27 / 1000,
-             "xl": measured_xl - E1_STEPS_PER_ENTRANT * steps_xl / 1000}
+    fixed = {"2.7B": measured_27 - E1_MEASURED_STEPS_PER_ENTRANT * steps_27 / 1000,
+             "xl": measured_xl - E1_MEASURED_STEPS_PER_ENTRANT * steps_xl / 1000}
     total = 0.0
     for point in E1_POINTS:
         known = medians[point]
         floor = min(known.values())
-        ms = sum(known.get(e, floor) for e in E1_ENTRANTS if e not in oom[point])
+        entrants = E1_LADDER if point == E1_GOAL else E1_ELSEWHERE
+        ms = sum(known.get(e, floor) for e in entrants if e not in oom[point])
         total += fixed[point[0]] + E1_STEPS_PER_ENTRANT * ms / 1000
     why = (f"model: fixed part {fixed['xl']:.0f} s (xl) and {fixed['2.7B']:.0f} s (2.7B) from the two measured jobs, "
-           f"+ {E1_STEPS_PER_ENTRANT} steps an entrant")
+           f"+ {E1_STEPS_PER_ENTRANT} steps an entrant; {len(E1_LADDER)} entrants at the goal point, "
+           f"{len(E1_ELSEWHERE)} elsewhere")
     return total, why
 
 
@@ -127,31 +155,34 @@ def main() -> None:
     per_record = provenance_seconds_per_record()
     model = a1_model()
     a1_measured = job_seconds(HERE / "at-d4e37fd" / "A1_2.7B.tsv")
-    a1_fixed = a1_measured - model["2.7B"]
+    a1_fixed = a1_measured - a1_model(rounds=5, steps=2, min_turn_ms=250)["2.7B"]      # the measured job's turns
     b1_old = old_jobs("B1")
     b1_scale = job_seconds(HERE / "at-4314ad5" / "B1_row_d64.tsv") / sum(old_jobs("B1", "*_d64.tsv"))
     b2_scale = (sum(job_seconds(HERE / "at-4314ad5" / f"B2_2.7B_{m}.tsv") for m in ("forward", "train-step"))
                 / sum(old_jobs("B2", "whole_model/2.7B_*.tsv")))
     b5_row = job_seconds(E1_RUNS / "before" / "B5_row_bf16_d128.tsv")
     e1_seconds, e1_why = e1_model()
+    a6_seconds, a6_why = a6_model()
     profile_old = old_jobs("E1", "profile_*.tsv")
 
     # deliverable: (jobs, processes that import torch, of them with Liger, seconds, records per job beyond one, basis)
     rows = {
         "A1": (5, 5, 0, sum(model.values()) + 5 * a1_fixed, 23 * 5,
-               f"model: committed step times, 5 rounds x 2 steps; + {a1_fixed:.0f} s a job (2.7B's job measured: {a1_measured:.0f} s)"),
+               f"model: committed step times, {A1_ROUNDS} rounds x {A1_STEPS} steps, turns of {A1_MIN_TURN_MS:g} ms; "
+               f"+ {a1_fixed:.0f} s a job (2.7B's job measured at 5 x 2, 250 ms: {a1_measured:.0f} s)"),
         "A1 warm-up study": (12, 12, 0, sum(old_jobs("A1", "warmup/*.tsv")), 0, "h200's jobs (shape unchanged)"),
         "A2": (20, 40, 0, sum(old_jobs("A2")), 0, "h200's jobs (shape unchanged; two processes a job)"),
         "A3, C9": (2, 2, 0, sum(old_jobs("A3")) + sum(old_jobs("C9")), 0, "h200's jobs"),
         "A4": (2, 2, 0, sum(old_jobs("A4")), 0, "h200's three jobs (the pair is one job now)"),
         "A5": (12, 12, 0, sum(old_jobs("A5")), 0, "h200's jobs (shape unchanged)"),
-        "A6": (1, 1, 0, job_seconds(HERE / "at-d4e37fd" / "A6_groups.tsv"), 0, "measured"),
+        "A6": (1, 1, 0, a6_seconds, 0, a6_why),
         "B1": (4, 4, 0, sum(b1_old) * b1_scale, 0, f"h200's jobs x {b1_scale:.2f} (the d = 64 row measured against its two old jobs)"),
         "B2": (10, 10, 0, sum(old_jobs("B2")) * b2_scale, 0, f"h200's jobs x {b2_scale:.2f} (2.7B's two jobs measured against their old ones)"),
         "B3": (1, 1, 0, sum(old_jobs("B3")), 0, "h200's job"),
         "B5": (9, 9, 0, 8 * b5_row + job_seconds(HERE / "at-d4e37fd" / "B5_leaderboard.tsv"), 119 * 8,
                "8 x the bf16 d = 128 row measured + the leaderboard measured"),
-        "E1": (6, 6, 6, e1_seconds, 16 * 6, e1_why),
+        "E1": (len(E1_POINTS), len(E1_POINTS), len(E1_POINTS), e1_seconds,
+               len(E1_LADDER) + (len(E1_POINTS) - 1) * len(E1_ELSEWHERE), e1_why),
         "E1 profiles": (E1_PROFILES, E1_PROFILES, 1, E1_PROFILES * statistics.mean(profile_old), 0, "4 x the mean of h200's two profile jobs"),
     }
     print("| deliverable | jobs | min | min, bytecode kept | from |")
@@ -163,7 +194,7 @@ def main() -> None:
         print(f"| {name} | {jobs} | {seconds / 60:.1f} | {(seconds - saved) / 60:.1f} | {basis} |")
     print(f"| **all** | {sum(r[0] for r in rows.values())} | **{before / 60:.1f}** | **{after / 60:.1f}** | |")
     print(f"\nbytecode kept: {plain_saving:.1f} s a process, {liger_saving:.1f} s one that imports Liger-Kernel; "
-          f"a record's nvidia-smi: {per_record * 1000:.0f} ms (B5: {119 * 8} records beyond one a job, E1: 16 a job)")
+          f"a record's nvidia-smi: {per_record * 1000:.0f} ms (B5: {119 * 8} records beyond one a job, E1: one an entrant)")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import torch
 from cs336_systems.cli import parse_device
 from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, get_size
 from cs336_systems.records import log, make_record, write_json_atomic
-from cs336_systems.rounds import MIN_ROUNDS, Entrant, Skipped, take_turns
+from cs336_systems.rounds import AGAIN, MIN_ROUNDS, Entrant, Skipped, configuration, entries, take_turns
 from cs336_systems.timing import attempt, exception_line, free_device_memory, is_out_of_memory
 from cs336_systems.training_step import rungs
 from cs336_systems.training_step.check import GradientReference
@@ -102,28 +102,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-AGAIN = "#2"        # the second entry of a rung named twice (an A/A pair)
-
-
-def entries(names: list[str]) -> list[str]:
-    """The job's entrant names, in order: a rung's second entry is ``<rung>#2``."""
-    seen: set[str] = set()
-    out = []
-    for name in names:
-        out.append(name + AGAIN if name in seen else name)
-        seen.add(name)
-    return out
-
-
-def rung_of(entry: str) -> str:
-    return entry.removesuffix(AGAIN)
-
-
 def params_of(args: argparse.Namespace, name: str, device: str) -> dict:
     """What a record says was asked for: the point, the rung and exactly what its step runs (and
     ``again: true`` for a rung's second entry)."""
     again = name.endswith(AGAIN)
-    name = rung_of(name)
+    name = configuration(name)
     rung = rungs.get(name)
     setup = rung.setup
     return {"size": args.size, **asdict(get_size(args.size)), "vocab_size": args.vocab_size, "context": args.context,
@@ -203,10 +186,10 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
     failed: dict[str, tuple[str, str | None]] = {}     # rung -> (status, message) of what stopped it
 
     def entrant(name: str) -> Entrant:
-        setup = rungs.get(rung_of(name)).setup
+        setup = rungs.get(configuration(name)).setup
 
         def make():
-            reason = unavailable(rung_of(name), device)
+            reason = unavailable(configuration(name), device)
             if reason is None and name == rungs.ONLY_WHEN_PREVIOUS_OOMS:
                 before = rungs.previous(name)
                 reason = gated_skip(before, failed.get(before))
@@ -237,7 +220,7 @@ def run_job(args: argparse.Namespace, point_factory=SharedPoint) -> dict[str, di
     for name, out in zip(names, args.out):
         outcome = outcomes[name]
         params = params_of(args, name, device)
-        captured = capture_peaks.get(rungs.get(rung_of(name)).setup)     # None but for a rung that replays graphs
+        captured = capture_peaks.get(rungs.get(configuration(name)).setup)     # None but for a rung that replays graphs
         if outcome.status == "ok":
             metrics = outcome.metrics(job)
             # the first step (its loss; a compiled rung's compiling) apart from the other warm-up steps
