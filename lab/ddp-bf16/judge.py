@@ -1,6 +1,6 @@
 """Judge lab/ddp-bf16/batch.sh's records: per global batch, the baseline's rounds, each variant's
-overhead paired per round against it (report.spread.paired_records, the reports' own rule), and our
-variants' overhead against half of PyTorch DDP's (issue goal), paired per round.
+overhead paired per round against it (report.spread.judge, the reports' own judge), and our
+variants' overhead against half of PyTorch DDP's (issue goal), paired per round (judge_rounds).
 
     python lab/ddp-bf16/judge.py lab/ddp-bf16/runs/h200x2-batch
 """
@@ -10,7 +10,7 @@ import statistics as st
 import sys
 from pathlib import Path
 
-from cs336_systems.report.spread import paired_records, round_samples
+from cs336_systems.report.spread import judge, judge_rounds, round_samples
 
 OURS = ("bucketed-100", "bucketed-1000", "bucketed-ready-100", "bucketed-ready-1000", "bucketed-avg-1000",
         "bucketed-bf16-100", "bucketed-bf16-1000", "overlap")
@@ -33,17 +33,16 @@ def main(folder: Path) -> None:
         for name, rec in sorted(recs.items()):
             if name == "no-comm":
                 continue
-            p = paired_records(rec, base)
-            print(f"  {name:20s} overhead {p.difference:7.1f} ± {p.spread:5.1f} ms  {p.verdict}")
+            v = judge(rec, base)
+            print(f"  {name:20s} overhead {v.difference:7.1f} ms in [{v.low:.1f}, {v.high:.1f}]  {v.verdict}")
         torch_ddp = round_medians(recs["torch-ddp"])
         for name in (n for n in OURS if n in recs):
             ours = round_medians(recs[name])
             d = [(o - b) - 0.5 * (t - b) for o, b, t in zip(ours, steps, torch_ddp)]
-            c = st.median(d)
-            spread = max(abs(x - c) for x in d)
-            verdict = "meets the goal" if c < -spread else "misses it" if c > spread else "within the spread"
-            print(f"  {name}: overhead - 0.5 x PyTorch's = {c:.1f} ± {spread:.1f} ms ({verdict}); per round "
-                  f"{[round(x, 1) for x in d]}")
+            v = judge_rounds([[x] for x in d], [[0.0]] * len(d))
+            verdict = {"lower": "meets the goal", "higher": "misses it"}.get(v.verdict, v.verdict)
+            print(f"  {name}: overhead - 0.5 x PyTorch's = {v.difference:.1f} ms in [{v.low:.1f}, {v.high:.1f}] "
+                  f"({verdict}); per round {[round(x, 1) for x in d]}")
 
 
 if __name__ == "__main__":
