@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 H200 = ROOT / "results" / "h200"
 E1_RUNS = ROOT / "lab" / "e1-rungs" / "runs" / "h200-job-times"
+# README's snakemake twice at 9cb2819 on one H200 (lab/paired): E1's goal point, B5's bf16 d = 64 row, A1 small
+PAIRED = [ROOT / "lab" / "paired" / "runs" / "h200-9cb2819" / run / "benchmarks" for run in ("a", "b")]
 
 # The full preset as config.yaml has it now: the jobs' rounds, steps and E1's scope.
 FULL = yaml.safe_load((ROOT / "config.yaml").read_text())["presets"]["full"]
@@ -38,6 +40,7 @@ E1_LADDER = [n for n in E1["rungs"] if n != "checkpointed"] + E1["anchors"]
 E1_ELSEWHERE = [n for n in E1["rungs"] if n in E1["rungs_elsewhere"] and n != "checkpointed"] + E1["anchors"]
 E1_PROFILES = len(E1["profiled"])
 A6_ROUNDS = FULL["A6"]["rounds"]
+B2_ROUNDS = max(3, FULL["B2"]["steps"])
 # The jobs these step-time models were measured against (lab/e1-rungs/runs/h200-job-times, at-d4e37fd):
 # warm-up 3, then 4 rounds of a settling step and 2 timed; A1 5 rounds of 2.
 E1_MEASURED_STEPS_PER_ENTRANT = 3 + 4 * (1 + 2)
@@ -92,6 +95,17 @@ def a1_model(rounds: int = A1_ROUNDS, steps: int = A1_STEPS, min_turn_ms: float 
     return seconds
 
 
+def b2_more_rounds() -> float:
+    """Seconds B2(b)'s configured rounds (one a timed step: the rule's max(3, steps)) add to the jobs
+    measured at 5: a settling and a timed step of each variant a round, at the committed h200 records'
+    step medians."""
+    medians = 0.0
+    for path in glob.glob(str(H200 / "B2" / "whole_model" / "*.json")):
+        for variant in json.loads(Path(path).read_text())["metrics"]["variants"].values():
+            medians += (variant.get("step") or {}).get("median") or 0.0
+    return 2 * (B2_ROUNDS - 5) * medians / 1000
+
+
 def a6_model() -> tuple[float, str]:
     """The measured A6 job (1 warm-up step, 3 rounds of a settling and a timed step a group size) less
     its steps, plus the configured rounds' steps at the steps the job's log gives each group size."""
@@ -144,9 +158,14 @@ def e1_model() -> tuple[float, str]:
         entrants = E1_LADDER if point == E1_GOAL else E1_ELSEWHERE
         ms = sum(known.get(e, floor) for e in entrants if e not in oom[point])
         total += fixed[point[0]] + E1_STEPS_PER_ENTRANT * ms / 1000
-    why = (f"model: fixed part {fixed['xl']:.0f} s (xl) and {fixed['2.7B']:.0f} s (2.7B) from the two measured jobs, "
-           f"+ {E1_STEPS_PER_ENTRANT} steps an entrant; {len(E1_LADDER)} entrants at the goal point, "
-           f"{len(E1_ELSEWHERE)} elsewhere")
+    # the goal point's job as measured at these shapes, in place of its model
+    goal_measured = statistics.mean(job_seconds(b / "E1" / "2.7B_ctx1024.tsv") for b in PAIRED)
+    known = medians[E1_GOAL]
+    total += goal_measured - (fixed[E1_GOAL[0]] + E1_STEPS_PER_ENTRANT * sum(
+        known.get(e, min(known.values())) for e in E1_LADDER if e not in oom[E1_GOAL]) / 1000)
+    why = (f"the goal point's whole ladder measured ({goal_measured:.0f} s, 9cb2819); the other points modelled: "
+           f"fixed part {fixed['xl']:.0f} s (xl) and {fixed['2.7B']:.0f} s (2.7B) from two measured jobs, "
+           f"+ {E1_STEPS_PER_ENTRANT} steps of each of {len(E1_ELSEWHERE)} entrants")
     return total, why
 
 
@@ -160,7 +179,12 @@ def main() -> None:
     b1_scale = job_seconds(HERE / "at-4314ad5" / "B1_row_d64.tsv") / sum(old_jobs("B1", "*_d64.tsv"))
     b2_scale = (sum(job_seconds(HERE / "at-4314ad5" / f"B2_2.7B_{m}.tsv") for m in ("forward", "train-step"))
                 / sum(old_jobs("B2", "whole_model/2.7B_*.tsv")))
-    b5_row = job_seconds(E1_RUNS / "before" / "B5_row_bf16_d128.tsv")
+    # B5's rows: the bf16 d = 64 row as measured at 8 rounds, each other row scaled by what the
+    # committed h200 run's jobs of that row took against its bf16 d = 64 jobs
+    b5_d64 = statistics.mean(job_seconds(b / "B5" / "row_bf16_d64.tsv") for b in PAIRED)
+    b5_rows = [f"{dtype}_d{d}" for dtype in FULL["B5"]["dtypes"] for d in FULL["B5"]["head_dims"]]
+    b5_grid = sum(b5_d64 * sum(old_jobs("B5", f"*_{row}.tsv")) / sum(old_jobs("B5", "*_bf16_d64.tsv")) for row in b5_rows)
+    b2_more = b2_more_rounds()
     e1_seconds, e1_why = e1_model()
     a6_seconds, a6_why = a6_model()
     profile_old = old_jobs("E1", "profile_*.tsv")
@@ -177,10 +201,13 @@ def main() -> None:
         "A5": (12, 12, 0, sum(old_jobs("A5")), 0, "h200's jobs (shape unchanged)"),
         "A6": (1, 1, 0, a6_seconds, 0, a6_why),
         "B1": (4, 4, 0, sum(b1_old) * b1_scale, 0, f"h200's jobs x {b1_scale:.2f} (the d = 64 row measured against its two old jobs)"),
-        "B2": (10, 10, 0, sum(old_jobs("B2")) * b2_scale, 0, f"h200's jobs x {b2_scale:.2f} (2.7B's two jobs measured against their old ones)"),
+        "B2": (10, 10, 0, sum(old_jobs("B2")) * b2_scale + b2_more, 0,
+               f"h200's jobs x {b2_scale:.2f} (2.7B's two jobs measured against their old ones, 5 rounds) "
+               f"+ {b2_more:.0f} s for {B2_ROUNDS - 5} more rounds of a settling and a timed step a variant"),
         "B3": (1, 1, 0, sum(old_jobs("B3")), 0, "h200's job"),
-        "B5": (9, 9, 0, 8 * b5_row + job_seconds(HERE / "at-d4e37fd" / "B5_leaderboard.tsv"), 119 * 8,
-               "8 x the bf16 d = 128 row measured + the leaderboard measured"),
+        "B5": (len(b5_rows) + 1, len(b5_rows) + 1, 0, b5_grid + job_seconds(HERE / "at-d4e37fd" / "B5_leaderboard.tsv"), 0,
+               f"the bf16 d = 64 row measured at {FULL['B5']['rounds']} rounds ({b5_d64:.0f} s, 9cb2819), the other rows "
+               "scaled by h200's old jobs; + the leaderboard measured"),
         "E1": (len(E1_POINTS), len(E1_POINTS), len(E1_POINTS), e1_seconds,
                len(E1_LADDER) + (len(E1_POINTS) - 1) * len(E1_ELSEWHERE), e1_why),
         "E1 profiles": (E1_PROFILES, E1_PROFILES, 1, E1_PROFILES * statistics.mean(profile_old), 0, "4 x the mean of h200's two profile jobs"),
