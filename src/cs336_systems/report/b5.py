@@ -45,18 +45,25 @@ EAGER_GOAL_RATIO = 1.25
 
 
 def eager_goal(df: pd.DataFrame, other: str, ratio: float, dtypes=None, min_seq: int = 0) -> dict:
-    """How many of the points ours and ``other`` both ran (``dtypes``, N >= ``min_seq``) have ours'
-    do_bench median within ``ratio`` of other's, and the point where ours is furthest behind."""
-    both = judged(df, "ours", other)
+    """At the points ours and ``other`` both ran (``dtypes``, N >= ``min_seq``), ours' do_bench time
+    over other's, judged per point (``spread.judge`` of the two records' rounds, as a ratio): within
+    ``ratio`` where the whole interval lies at or below it, beyond it where the whole interval lies
+    above, else not settled (one process a side, or too few rounds); and the point where ours is
+    furthest behind, by the two medians."""
+    both = judged(df, "ours", other, timing="do_bench")
     both = both[(both["seq"] >= min_seq) & both["ms"].notna() & both["ms_other"].notna()]
     if dtypes is not None:
         both = both[both["dtype"].isin(dtypes)]
     if both.empty:
-        return {"points": 0, "within": 0, "all_within": True, "ratio": ratio, "worst": None}
+        return {"points": 0, "within": 0, "beyond": 0, "not_settled": 0, "all_within": True, "ratio": ratio,
+                "worst": None}
+    verdicts = [_verdict(row, ratio=True) for _, row in both.iterrows()]
+    within = sum(v.verdict != NOT_SETTLED and v.high <= ratio for v in verdicts)
+    beyond = sum(v.verdict != NOT_SETTLED and v.low > ratio for v in verdicts)
     over = both["ms"] / both["ms_other"]
     worst = both.loc[over.idxmax()]
-    return {"points": int(len(both)), "within": int((over <= ratio).sum()), "all_within": bool((over <= ratio).all()),
-            "ratio": ratio,
+    return {"points": int(len(both)), "within": int(within), "beyond": int(beyond),
+            "not_settled": int(len(both) - within - beyond), "all_within": bool(within == len(both)), "ratio": ratio,
             "worst": {"dtype": worst["dtype"], "d": int(worst["d"]), "seq": int(worst["seq"]), "pass": worst["pass"],
                       "ours_ms": float(worst["ms"]), "other_ms": float(worst["ms_other"]), "ratio": float(over.max())}}
 
@@ -118,15 +125,16 @@ def judged(df: pd.DataFrame, impl: str, other: str, timing: str | None = None) -
     return both.assign(verdict=[v.verdict for v in verdicts], paired=[v.paired for v in verdicts])
 
 
-def _verdict(row: pd.Series) -> Verdict:
-    """The judge on one row of ``judged``: its two records' rounds in the judging timing."""
+def _verdict(row: pd.Series, ratio: bool = False) -> Verdict:
+    """The judge on one row of ``judged``: its two records' rounds in the judging timing (``ratio``:
+    their ratio against 1 instead of their difference)."""
     phase = "graph_ms" if row["timing"] == "graph" else "ms"
 
     def record(suffix: str) -> dict:
         job = row[f"job{suffix}"]
         return {"metrics": {"rounds": [{phase: r} for r in row[f"rounds_{phase}{suffix}"]],
                             "turns": {"job": job} if job else {}}}
-    return judge(record(""), record("_other"), phase)
+    return judge(record(""), record("_other"), phase, ratio=ratio)
 
 
 def cold_cache_ms(row: pd.Series) -> float:
@@ -814,7 +822,7 @@ _SPLIT = opt(null(obj({"ours": opt(null(NUM)), "sdpa-cudnn": opt(null(NUM))})))
 SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     bf16_gap_trend=obj(series=null(INT), widening=INT, rising_throughout=INT, first_falls=INT, lowest_at=arr(INT),
                        falls_at_top=INT, widens_everywhere=opt(BOOL)),
-    flash_eager_goal=null(obj(all_within=BOOL, points=null(INT), ratio=NUM, within=INT, worst=null(obj(
+    flash_eager_goal=null(obj(all_within=BOOL, beyond=INT, not_settled=INT, points=null(INT), ratio=NUM, within=INT, worst=null(obj(
         {"pass": STR}, d=INT, dtype=STR, other_ms=NUM, ours_ms=NUM, ratio=NUM, seq=INT)))),
     flash_goal=losses_schema(of_peak=NUM, short_grid=BOOL, points=null(INT), lost_in_do_bench=INT,
                              all_by_graph=BOOL),
