@@ -118,8 +118,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         for name in ("contexts", "modes"):
             if len(set(getattr(args, name))) != len(getattr(args, name)):
                 p.error(f"--{name} lists a value twice")
-        if any(args.precisions.count(x) > 2 for x in args.precisions):
-            p.error("--precisions lists a value more than twice (twice is an A/A pair)")
+        try:
+            entries(args.precisions)
+        except ValueError as exc:
+            p.error(f"--precisions: {exc}")
         if args.rounds < MIN_ROUNDS:
             p.error(f"--rounds must be at least {MIN_ROUNDS}: a paired verdict needs a spread across rounds")
         args.context = max(args.contexts)

@@ -97,6 +97,19 @@ def test_a_traced_variant_must_run(shipped):
     assert msg.startswith("config error at presets.smoke.DDP.traced:") and "'bucketed-1000'" in msg
 
 
+@pytest.mark.parametrize("elsewhere,error", [
+    (["cuda-graphs", "checkpointed"], "'checkpointed' runs only where 'bf16-weights' runs out of memory"),
+    (["cuda-graphs", "triton-rope"], "'triton-rope' not in E1.rungs"),
+])
+def test_the_rungs_away_from_e1_s_goal_are_the_ladder_s_and_keep_the_gate(shipped, elsewhere, error):
+    c = copy.deepcopy(shipped)
+    c["presets"]["full"]["E1"]["rungs_elsewhere"] = elsewhere
+    if "triton-rope" in elsewhere:
+        c["presets"]["full"]["E1"]["rungs"].remove("triton-rope")
+    msg = _error(c)
+    assert msg.startswith("config error at presets.full.E1.rungs_elsewhere:") and error in msg
+
+
 @pytest.mark.parametrize("batch,error", [
     ({"fp32": 8, "bf16": 32}, None),
     (8, None),

@@ -146,6 +146,14 @@ def check_names(config: dict[str, Any]) -> None:
         if e1_rungs.ONLY_WHEN_PREVIOUS_OOMS in listed and needs not in listed[:listed.index(e1_rungs.ONLY_WHEN_PREVIOUS_OOMS)]:
             raise ConfigError(f"config error at presets.{name}.E1.rungs: {e1_rungs.ONLY_WHEN_PREVIOUS_OOMS!r} needs "
                               f"{needs!r} before it (it runs only where that rung runs out of memory in the job's warm-up)")
+        elsewhere = e1.get("rungs_elsewhere", [])
+        stray = [r for r in elsewhere if r not in listed]
+        if stray:
+            raise ConfigError(f"config error at presets.{name}.E1.rungs_elsewhere: {', '.join(map(repr, stray))} "
+                              "not in E1.rungs (the points away from the goal measure some of the ladder's rungs)")
+        if e1_rungs.ONLY_WHEN_PREVIOUS_OOMS in elsewhere and needs not in elsewhere:
+            raise ConfigError(f"config error at presets.{name}.E1.rungs_elsewhere: {e1_rungs.ONLY_WHEN_PREVIOUS_OOMS!r} "
+                              f"runs only where {needs!r} runs out of memory in the same job; name both")
 
 
 def cuda_visible() -> bool:

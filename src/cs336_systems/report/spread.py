@@ -170,14 +170,13 @@ def judge_processes(a_means: Sequence[float], b_means: Sequence[float], *, ratio
         half = _t975(k - 1) * math.sqrt(v * (1 + 1 / k))
     else:
         sa, sb = va / len(a), vb / len(b)
-        df = (sa + sb) ** 2 / ((sa ** 2 / (len(a) - 1) if sa else 0) + (sb ** 2 / (len(b) - 1) if sb else 0) or math.inf)
-        half = _t975(df) * math.sqrt(sa + sb)
+        # Welch-Satterthwaite's degrees of freedom; none where neither side scatters
+        scatter = sa ** 2 / (len(a) - 1) + sb ** 2 / (len(b) - 1)
+        half = _t975((sa + sb) ** 2 / scatter if scatter else 0.0) * math.sqrt(sa + sb)
     centre = ma - mb
-    verdict = _decide(centre, half, 0.0)
-    if ratio:
-        return Verdict(math.exp(centre), math.exp(centre - half), math.exp(centre + half), verdict,
-                       min(len(a), len(b)), 0, False, True)
-    return Verdict(centre, centre - half, centre + half, verdict, min(len(a), len(b)), 0, False, False)
+    bounds = (centre, centre - half, centre + half)
+    return Verdict(*(map(math.exp, bounds) if ratio else bounds), _decide(centre, half, 0.0),
+                   min(len(a), len(b)), 0, False, ratio)
 
 
 def judge(a: dict | Sequence[float], b: dict | Sequence[float], phase: str = "step", *,

@@ -87,8 +87,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     check_point_arguments(p, args)
     if args.rounds < MIN_ROUNDS:
         p.error(f"--rounds must be at least {MIN_ROUNDS} (a verdict needs a spread across rounds)")
-    if any(args.rungs.count(n) > 2 for n in args.rungs):
-        p.error("--rungs names a rung more than twice (twice is an A/A pair)")
+    try:
+        entries(args.rungs)
+    except ValueError as exc:
+        p.error(f"--rungs: {exc}")
     if rungs.ONLY_WHEN_PREVIOUS_OOMS in args.rungs and args.rungs.count(rungs.ONLY_WHEN_PREVIOUS_OOMS) > 1:
         p.error(f"--rungs: {rungs.ONLY_WHEN_PREVIOUS_OOMS} runs only where the rung before it ran out of memory; "
                 "it cannot be an A/A pair")
