@@ -6,7 +6,8 @@
 A compared pair is two records of one job (``metrics.turns.job``) that agree on every held key
 (``HELD``: the point both sides are measured at — mode, size, context, sequence length, head
 dimension, dtype) and differ in something else (the precision, the implementation, the rung, the
-group size). For each pair ``report.spread.judge`` gives a verdict on the time its report judges:
+group size), or two variants inside one record that took turns (B2(b)'s eager and compiled), one
+pair a phase. For each pair ``report.spread.judge`` gives a verdict on the time its report judges:
 the step, or for B5 a kernel call's CUDA-graph time where both sides have it, else its do_bench median
 (``report.b5.judged``) — "higher", "lower" or within the spread. A pair is matched across the two runs by the two records'
 places in their run folders, so both runs must be of the same grid.
@@ -47,12 +48,34 @@ def pairs_of(folder: Path, ids: set[str] | None = None) -> dict[tuple, tuple[dic
                 place = f"{path.relative_to(folder)}#{index}"
                 by_job.setdefault(job, []).append((place, record))
     pairs = {}
+    for path in record_files(folder):
+        for index, record in enumerate(records_in(path)):
+            if ids and record.get("id") not in ids or record.get("status") != "ok":
+                continue
+            pairs.update(_variant_pairs(record, f"{path.relative_to(folder)}#{index}"))
     for members in by_job.values():
         for (pa, a), (pb, b) in itertools.combinations(sorted(members, key=lambda m: m[0]), 2):
             held_equal = all(a["params"].get(k) == b["params"].get(k) for k in HELD)
             if held_equal and a["params"] != b["params"]:
                 pairs[(a["id"], pa, pb)] = (a, b)
     return pairs
+
+
+def _variant_pairs(record: dict, place: str) -> dict[tuple, tuple[dict, dict]]:
+    """The pairs inside one record whose ``metrics.variants`` took turns (B2(b): eager and compiled
+    in one job), one a phase its rounds time: (ID, place/variant:phase, ...) -> (variant a, variant b),
+    each a record of its own whose rounds hold that phase only as ``step``."""
+    variants = {name: v for name, v in ((record.get("metrics") or {}).get("variants") or {}).items()
+                if isinstance(v, dict) and v.get("status", "ok") == "ok" and (v.get("turns") or {}).get("job")}
+    out = {}
+    for (na, va), (nb, vb) in itertools.combinations(sorted(variants.items()), 2):
+        phases = [p for p in (va.get("rounds") or [{}])[0] if p in (vb.get("rounds") or [{}])[0]]
+        for phase in phases:
+            a, b = ({"id": record["id"], "params": {**record["params"], "variant": name},
+                     "metrics": {"turns": v["turns"], "rounds": [{"step": r[phase]} for r in v["rounds"]]}}
+                    for name, v in ((na, va), (nb, vb)))
+            out[(record["id"], f"{place}/{na}:{phase}", f"{place}/{nb}:{phase}")] = (a, b)
+    return out
 
 
 def _timed(*records: dict) -> str:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import statistics
+import timeit
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Sequence
@@ -36,7 +38,7 @@ import torch
 
 from cs336_systems.records import log
 from cs336_systems.timing import (PhaseTimer, allocator_calls, failure_status, free_device_memory,
-                                  peak_memory_bytes, reset_peak_memory, summarize)
+                                  peak_memory_bytes, reset_peak_memory, summarize, synchronize)
 
 Phase = Callable[[str], ContextManager]
 StepFn = Callable[[Phase], object]
@@ -90,6 +92,12 @@ class Outcome:
     message: str | None = None
     warmup_steps: list[float] = field(default_factory=list)      # ms, whole step
     rounds: list[dict[str, list[float]]] = field(default_factory=list)   # per round: phase -> samples (ms)
+    # per round, the same shape: how long of each sample the host took to queue its work (PhaseTimer.host);
+    # empty for a SelfTimed entrant, whose own timing has no such split
+    host_rounds: list[dict[str, list[float]]] = field(default_factory=list)
+    # per round: the wall time (ms) of each untimed settling step before the turn's timed ones. Kept to
+    # show what settling buys: where these match the timed steps, the entrant needs none.
+    settle_rounds: list[list[float]] = field(default_factory=list)
     # per round: the allocator's calls to the driver during the timed steps (timing.allocator_calls;
     # None on the CPU). A round that made some was slowed by the memory left by another entrant.
     allocator_calls: list[int | None] = field(default_factory=list)
@@ -120,6 +128,11 @@ class Outcome:
         steps = [t for r in self.rounds for t in r["step"]]
         metrics["step"] = summarize(steps) | {"samples": steps}
         metrics["rounds"] = self.rounds
+        if self.host_rounds and len(self.host_rounds) == len(self.rounds):
+            metrics["host_share"] = host_shares(self.rounds, self.host_rounds)
+            metrics["host_ms_per_round"] = self.host_rounds
+        if self.settle_rounds:
+            metrics["settle_ms_per_round"] = self.settle_rounds
         metrics["allocator_calls_per_round"] = self.allocator_calls
         metrics["warmup_step_samples"] = self.warmup_steps
         metrics["peak_memory_bytes"] = self.peak_memory_bytes
@@ -171,11 +184,23 @@ def rotation(names: Sequence[str], round_index: int) -> list[str]:
     return list(names[k:]) + list(names[:k])
 
 
-def _timed_step(outcome: Outcome, device, timer: PhaseTimer) -> float:
-    """One step of ``outcome``'s entrant, its phases into ``timer``; returns the whole step (ms)."""
+def _timed_step(outcome: Outcome, device, timer: PhaseTimer) -> tuple[float, float]:
+    """One step of ``outcome``'s entrant, its phases into ``timer``; returns the whole step and the
+    host's part of it (ms, ``PhaseTimer.host``)."""
     before = {name: len(samples) for name, samples in timer.samples.items()}
     outcome.step(timer.phase)
-    return sum(samples[-1] for name, samples in timer.samples.items() if len(samples) > before.get(name, 0))
+    new = [name for name, samples in timer.samples.items() if len(samples) > before.get(name, 0)]
+    return sum(timer.samples[n][-1] for n in new), sum(timer.host[n][-1] for n in new)
+
+
+def host_shares(rounds: list[dict[str, list[float]]], host_rounds: list[dict[str, list[float]]]) -> dict[str, float]:
+    """Per phase, the median over the timed samples of the host's share of each (host ms / wall ms):
+    near 1 where the host bound the phase, well below where the GPU did."""
+    shares: dict[str, list[float]] = {}
+    for walls, hosts in zip(rounds, host_rounds):
+        for phase, samples in walls.items():
+            shares.setdefault(phase, []).extend(h / w for w, h in zip(samples, hosts.get(phase, [])) if w > 0)
+    return {phase: statistics.median(xs) for phase, xs in shares.items() if xs}
 
 
 def _attempt(outcome: Outcome, entrant: Entrant, device, action: Callable[[Outcome], None]) -> None:
@@ -283,18 +308,27 @@ def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle:
         return _take_own_turn(turn[0], by_name[turn[0].name], device)
     timers = {o.name: PhaseTimer(device) for o in turn}
     totals: dict[str, list[float]] = {o.name: [] for o in turn}
+    host_totals: dict[str, list[float]] = {o.name: [] for o in turn}
     calls: dict[str, int | None] = dict.fromkeys(totals)
     outcomes = {o.name: o for o in turn}
 
+    settles: dict[str, list[float]] = {o.name: [] for o in turn}
+
     def settle_all(outcome: Outcome) -> None:
         for _ in range(settle):
+            synchronize(device)
+            start = timeit.default_timer()
             outcome.step(untimed)
+            synchronize(device)
+            settles[outcome.name].append((timeit.default_timer() - start) * 1e3)
 
     def timed(outcome: Outcome) -> None:
         # the peak is taken per step: an interleaved turn's steps belong to different entrants
         reset_peak_memory(device)
         before = allocator_calls(device)
-        totals[outcome.name].append(_timed_step(outcome, device, timers[outcome.name]))
+        wall, host = _timed_step(outcome, device, timers[outcome.name])
+        totals[outcome.name].append(wall)
+        host_totals[outcome.name].append(host)
         if before is not None:
             calls[outcome.name] = (calls[outcome.name] or 0) + allocator_calls(device) - before
         _note_peak(outcome, device)
@@ -307,6 +341,9 @@ def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle:
     for name, outcome in outcomes.items():
         if outcome.step is not None:
             outcome.rounds.append({**timers[name].samples, "step": totals[name]})
+            outcome.host_rounds.append({**timers[name].host, "step": host_totals[name]})
+            if settle:
+                outcome.settle_rounds.append(settles[name])
             outcome.allocator_calls.append(calls[name])
 
 
@@ -361,7 +398,7 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
         warm = PhaseTimer(device)
         while len(outcome.warmup_steps) < warmup or (
                 0 < sum(outcome.warmup_steps) < min_turn_ms and len(outcome.warmup_steps) < MAX_STEPS_PER_TURN):
-            outcome.warmup_steps.append(_timed_step(outcome, device, warm))
+            outcome.warmup_steps.append(_timed_step(outcome, device, warm)[0])
         outcome.steps_per_turn = steps_for(min_turn_ms, outcome.warmup_steps[-1] if outcome.warmup_steps else 0, steps)
         outcome.peak_memory_bytes = peak_memory_bytes(device)
 

@@ -26,26 +26,34 @@ def synchronize(device: torch.device | str) -> None:
 
 
 class PhaseTimer:
-    """Collects wall-clock durations (milliseconds) per named phase.
+    """Collects wall-clock durations (milliseconds) per named phase, and in ``host`` how long of each
+    the host took to queue the phase's work (until its body returned, before the closing
+    synchronisation). A phase whose host time is nearly all of it is bound by the host: the GPU
+    waited for Python's launches, and the time says how fast the host was, which differs between
+    processes on one machine (``report.spread.HOST_SWING``). On the CPU both are the same.
 
     >>> timer = PhaseTimer("cpu")
     >>> with timer.phase("forward"):
     ...     pass
-    >>> len(timer.samples["forward"])
-    1
+    >>> len(timer.samples["forward"]), len(timer.host["forward"])
+    (1, 1)
     """
 
     def __init__(self, device: torch.device | str):
         self.device = torch.device(device)
         self.samples: dict[str, list[float]] = {}
+        self.host: dict[str, list[float]] = {}
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         synchronize(self.device)
         start = timeit.default_timer()
         yield
+        queued = timeit.default_timer()
         synchronize(self.device)
-        self.samples.setdefault(name, []).append((timeit.default_timer() - start) * 1e3)
+        end = timeit.default_timer()
+        self.samples.setdefault(name, []).append((end - start) * 1e3)
+        self.host.setdefault(name, []).append((queued - start) * 1e3)
 
 
 def loop_ms(fn: Callable[[], object], iters: int, device: torch.device | str) -> float:

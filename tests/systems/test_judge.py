@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from cs336_systems.report.spread import (MAX_TABLED_ROUNDS, MIN_ROUNDS, MULTIPLIER, NOT_SETTLED, WITHIN, judge,
-                                         judge_processes, judge_rounds, set_aside, trend_of)
+from cs336_systems.report.spread import (APART, FEW_ROUNDS, HOST, HOST_BOUND, HOST_SWING, MAX_TABLED_ROUNDS, MIN_ROUNDS,
+                                         MULTIPLIER, NOT_SETTLED, WITHIN, host_bound, host_moves, judge, judge_processes,
+                                         judge_rounds, set_aside, trend_of)
 
 DISTURBANCE = 10.0
 
@@ -129,6 +130,51 @@ def test_records_are_paired_only_within_one_job_and_else_not_settled():
     across = judge(_record("j1", rounds_a), _record("j2", rounds_b))
     assert across.verdict == NOT_SETTLED and not across.paired and across.difference == pytest.approx(1.025)
     assert judge(_record(None, rounds_a), _record(None, rounds_b)).verdict == NOT_SETTLED
+
+
+def _timed(job, rounds, share):
+    record = _record(job, rounds)
+    record["metrics"]["host_share"] = {"step": share}
+    return record
+
+
+@pytest.mark.parametrize("ratio", [False, True])
+def test_a_verdict_another_process_s_host_could_turn_around_is_not_settled(ratio):
+    rng = random.Random(7)
+    gpu = [[20.0 + rng.gauss(0, 0.05)] for _ in range(10)]
+    near = [[15.0 + rng.gauss(0, 0.05)] for _ in range(10)]        # 0.75x: a slower host could cover it
+    far = [[20.0 / (HOST_SWING + 0.5) + rng.gauss(0, 0.05)] for _ in range(10)]
+    judged = judge(_timed("j", near, 0.97), _timed("j", gpu, 0.4), ratio=ratio)
+    assert judged.verdict == NOT_SETTLED and judged.reason == HOST
+    assert judge(_timed("j", near, 0.4), _timed("j", gpu, 0.97), ratio=ratio).reason == HOST
+    # not host-bound, but near it: a host 1.75x slower would take 0.8 x 1.75 = 1.4x its step
+    assert judge(_timed("j", near, 0.8), _timed("j", gpu, 0.4), ratio=ratio).reason == HOST
+    assert judge(_timed("j", far, 0.97), _timed("j", gpu, 0.4), ratio=ratio).verdict == "lower"
+    # both waiting on the host move alike; neither near it, or no host times recorded: the rounds decide
+    assert judge(_timed("j", near, 0.97), _timed("j", gpu, 0.95), ratio=ratio).verdict == "lower"
+    assert judge(_timed("j", near, 0.3), _timed("j", gpu, 0.4), ratio=ratio).verdict == "lower"
+    assert judge(_record("j", near), _timed("j", gpu, 0.4), ratio=ratio).verdict == "lower"
+    assert host_bound(_timed("j", near, HOST_BOUND)) and not host_bound(_timed("j", near, HOST_BOUND - 0.01))
+    assert host_bound(_record("j", near)) is None
+
+
+@pytest.mark.parametrize("shares, expected", [
+    ((1.0, 1.0), (1.0, 1.0)),                      # both the host's: they move together
+    ((0.3, 0.5), (1.0, 1.0)),                      # neither: a host 1.75x slower still keeps up
+    ((1.0, 0.3), (1 / HOST_SWING, HOST_SWING)),    # one the host's, the other the GPU's
+    ((0.8, 0.3), (1.0, 0.8 * HOST_SWING)),         # near the host: only a slower host moves it
+])
+def test_how_far_the_host_could_move_a_ratio(shares, expected):
+    assert host_moves(*shares) == pytest.approx(expected)
+    assert host_moves(*shares[::-1]) == pytest.approx((1 / expected[1], 1 / expected[0]))
+
+
+def test_a_not_settled_verdict_says_why():
+    few = [[1.0 + 0.1 * i] for i in range(MIN_ROUNDS - 1)]
+    assert judge(_record("j", few), _record("j", few)).reason == FEW_ROUNDS
+    assert judge(_record("j1", few), _record("j2", few)).reason == APART
+    assert judge([1.0], [2.0]).reason == APART
+    assert judge(_record("j", [[2.0 + 0.01 * i] for i in range(6)]), _record("j", [[1.0]] * 6)).reason == ""
 
 
 def test_per_process_means_are_judged_by_their_own_scatter():

@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from cs336_systems.models import get_size
 from cs336_systems.records import make_record, write_json_atomic
 from cs336_systems.report import a1, writeup
-from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge_rounds
+from cs336_systems.report.spread import APART, FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, judge_rounds
 from cs336_systems.workload import build_workload
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
@@ -187,32 +187,40 @@ def test_busy_share_is_a2_kernel_time_over_a1s_own_step(tmp_path, rng):
     assert "kernels 60 % of step" in (tmp_path / "A1" / "table.md").read_text()
 
 
-@pytest.mark.parametrize("case", ["one job", "two jobs", "too few rounds"])
+@pytest.mark.parametrize("case", ["one job", "two jobs", "too few rounds", "host-bound"])
 def test_bf16_verdict_is_paired_within_one_job_only(tmp_path, rng, case):
     """The same samples: measured in one job over enough rounds the per-round difference decides
-    (slower: every round 0.5 ms apart under a drift of tens of ms); in two jobs, or in fewer rounds
-    than the judge needs, nothing is settled."""
+    (slower: every round 0.5 ms apart under a drift of tens of ms); in two jobs, in fewer rounds
+    than the judge needs, or with bf16 waiting on the host where fp32 waits on the GPU, nothing is
+    settled."""
     n = MIN_ROUNDS - 1 if case == "too few rounds" else 6
     per_round = {"fp32": [0.0] * n, "bf16": [0.5] * n}
     if case == "two jobs":
         records = [in_turns(rng, f"j-{p}", 32, "forward-backward", {p: ms}, rounds=n)[0] for p, ms in per_round.items()]
     else:
         records = in_turns(rng, "j1", 32, "forward-backward", per_round, rounds=n)
+    if case == "host-bound":
+        for r, share in zip(records, (0.5, 0.98)):          # fp32's step the GPU's, bf16's the host's
+            r["metrics"]["host_share"] = {"forward": share, "backward": share, "step": share}
     s, text = build(tmp_path, records)
     (c,) = a1.bf16_against_fp32(a1.mark_launch_bound(a1.records_frame(records), records=records), records)
     assert c["judged"] == ("separate processes" if case == "two jobs" else "paired")
+    assert c["not_settled_why"] == {"one job": "", "two jobs": APART, "too few rounds": FEW_ROUNDS, "host-bound": HOST}[case]
     assert c["bf16_is"] == ("slower" if case == "one job" else NOT_SETTLED)
     assert c["phases"] == {"forward": c["bf16_is"], "backward": c["bf16_is"]}
     assert len(s["bf16_slower"]) == (1 if case == "one job" else 0)
     assert (s["bf16_paired"], s["bf16_separate_processes"]) == ((0, 1) if case == "two jobs" else (1, 0))
     assert s["bf16_too_few_rounds"] == (1 if case == "too few rounds" else 0)
+    assert s["bf16_host_bound"] == (1 if case == "host-bound" else 0)
     assert s["grouped"] is True and s["rounds"] == n
     table = (tmp_path / "A1" / "table.md").read_text()
     assert {"one job": f"slower (paired, {n} rounds)", "two jobs": "not settled (separate processes)",
-            "too few rounds": f"not settled (paired, {n} rounds)"}[case] in table
+            "too few rounds": f"not settled (paired, {n} rounds)", "host-bound": f"not settled (paired, {n} rounds)"}[case] in table
     assert ("each pair timed in turns in one process" in text) == (case == "one job")
     if case != "one job":
-        why = (f"1 paired over fewer than {MIN_ROUNDS} rounds" if case == "too few rounds" else
-               "1 pair in separate processes, which differ by more than their own spread and are not judged against each other")
+        why = {"too few rounds": f"1 paired over fewer than {MIN_ROUNDS} rounds",
+               "two jobs": "1 pair in separate processes, which differ by more than their own spread and are not judged against each other",
+               "host-bound": (f"1 where a step waited on the host, whose speed differs between processes by up to "
+                              f"{HOST_SWING}×, enough to turn the verdict around")}[case]
         assert ("These records do not settle whether bf16 autocast is faster or slower than fp32 at the one point\n"
                 f"timed in both precisions: {why}.") in text

@@ -198,6 +198,47 @@ def test_each_turn_starts_with_untimed_settling_steps():
     assert job.as_dict()["settle"] == 1
 
 
+def test_each_settling_step_is_kept_with_its_wall_time_and_never_joins_the_rounds():
+    import time
+
+    def make(name, settle_s, timed_s):
+        count = {"n": 0}
+
+        def step(phase):
+            count["n"] += 1
+            with phase("forward"):
+                time.sleep(settle_s if phase is rounds.untimed else timed_s)
+        return lambda: step
+
+    job, out = take_turns([Entrant("a", make("a", 0.02, 0.001))], device="cpu", warmup=0, rounds=3, steps=2,
+                          settle=1)
+    m = out["a"].metrics(job)
+    assert len(m["settle_ms_per_round"]) == 3 and all(len(r) == 1 and r[0] >= 20 for r in m["settle_ms_per_round"])
+    assert all(t < 20 for r in out["a"].rounds for t in r["step"])
+    _, none = take_turns([Entrant("a", make("a", 0, 0))], device="cpu", warmup=0, rounds=3, steps=1, settle=0)
+    assert "settle_ms_per_round" not in none["a"].metrics(job)
+
+
+def test_the_host_s_share_of_each_phase_is_recorded_per_round():
+    import time
+
+    def make():
+        def step(phase):
+            with phase("forward"):
+                time.sleep(0.002)       # on the CPU the host does all of it
+            with phase("backward"):
+                pass
+        return step
+
+    job, out = take_turns([Entrant("a", make)], device="cpu", warmup=0, rounds=3, steps=2, settle=0)
+    m = out["a"].metrics(job)
+    assert [len(r["forward"]) for r in m["host_ms_per_round"]] == [2, 2, 2]
+    for walls, hosts in zip(m["rounds"], m["host_ms_per_round"]):
+        assert all(0 < h <= w for phase in walls for w, h in zip(walls[phase], hosts[phase]))
+    assert m["host_share"]["forward"] == pytest.approx(1.0, abs=0.05) and m["host_share"]["step"] > 0.9
+    assert rounds.host_shares([{"step": [10.0, 10.0, 10.0]}], [{"step": [2.0, 3.0, 9.0]}]) == {"step": 0.3}
+
+
 def test_by_default_a_turn_settles_on_a_gpu_only():
     calls = []
     job, _ = take_turns([Entrant("a", _counting("a", calls))], device="cpu", warmup=0, rounds=3, steps=1)

@@ -128,3 +128,25 @@ def test_the_a_a_check_finds_a_configuration_entered_twice_and_judges_it(tmp_pat
     assert out.strip().endswith(f"called different in {called} of 1 A/A pairs") and "8 rounds, 2 set aside" in out
     (tmp_path / "empty").mkdir()
     assert aa.main([str(tmp_path / "empty")]) == 1
+
+
+def test_the_variants_inside_one_record_are_paired_a_phase_at_a_time(tmp_path):
+    """B2(b)'s record holds eager and compiled, which took turns in one job: a pair each phase."""
+    rng = random.Random(10)
+    drift = [rng.uniform(90, 130) for _ in range(6)]
+    variants = {name: {"status": "ok", "turns": {"job": "j"},
+                       "rounds": [{"forward": [d + gap + rng.gauss(0, 0.05)], "optimizer": [5.0 + rng.gauss(0, 0.05)]}
+                                  for d in drift]}
+                for name, gap in (("eager", 30.0), ("compiled", 0.0))}
+    variants["broken"] = {"status": "oom"}
+    record = {"id": "B2", "params": {"size": "xl", "mode": "train-step"}, "status": "ok", "provenance": {},
+              "metrics": {"variants": variants}}
+    path = tmp_path / "B2" / "whole_model" / "xl_train-step.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+    found = verdicts.verdicts(tmp_path)
+    assert sorted(k[1] for k in found) == ["B2/whole_model/xl_train-step.json#0/compiled:forward",
+                                           "B2/whole_model/xl_train-step.json#0/compiled:optimizer"]
+    by_phase = {k[1].rsplit(":", 1)[1]: v["verdict"] for k, v in found.items()}
+    assert by_phase["forward"] == "lower"                  # compiled against eager, 30 ms faster every round
+    assert by_phase["optimizer"] == "within the spread"

@@ -41,7 +41,8 @@ from cs336_systems.profiling.busy import profile_busy
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict, judge, judge_processes, trend_of
+from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict, judge,
+                                         judge_processes, trend_of)
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, section
 
 PHASES = ("forward", "backward", "optimizer", "step")
@@ -184,6 +185,7 @@ def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
                         "fp32_ms": fp32["step_mean"], "fp32_std_ms": fp32["step_std"],
                         "bf16_ms": bf16["step_mean"], "bf16_std_ms": bf16["step_std"],
                         "bf16_is": BF16_IS[v.verdict], "judged": PAIRED if v.paired else SEPARATE,
+                        "not_settled_why": v.reason,
                         "how": how_judged(v), "rounds": v.rounds if v.paired else None,
                         # bf16's step minus fp32's (median per round) and its interval; nan where not settled
                         "difference_ms": v.difference, "low_ms": v.low, "high_ms": v.high, "phases": phases,
@@ -439,8 +441,11 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "bf16_paired": sum(c["judged"] == PAIRED for c in comparisons),
         "bf16_all_paired": sum(c["judged"] == PAIRED for c in comparisons) == len(comparisons),
         "bf16_separate_processes": sum(c["judged"] == SEPARATE for c in comparisons),
-        # paired pairs the judge could not settle: fewer rounds than it needs
-        "bf16_too_few_rounds": sum(c["judged"] == PAIRED and c["bf16_is"] == NOT_SETTLED for c in comparisons),
+        # paired pairs the judge could not settle: fewer rounds than it needs, or one side bound by
+        # the host and the other not, by less than the host's speed moves between processes
+        "bf16_too_few_rounds": sum(c["not_settled_why"] == FEW_ROUNDS for c in comparisons),
+        "bf16_host_bound": sum(c["not_settled_why"] == HOST for c in comparisons),
+        "host_swing": HOST_SWING,
         "bf16_none_settled": bool(comparisons) and all(c["bf16_is"] == NOT_SETTLED for c in comparisons),
         "min_rounds": MIN_ROUNDS,
         # points with a step up in work whose comparison the judge could not settle (another job)
@@ -493,7 +498,7 @@ SUMMARY_SCHEMAS: dict[str, dict] = {}
 
 SUMMARY_SCHEMAS["A1"] = section(
     backward_over_forward_median=null(NUM), batch=INT, bf16_separate_processes=INT, bf16_compared=null(INT),
-    bf16_faster_count=INT, bf16_paired=null(INT), bf16_too_few_rounds=INT, min_rounds=INT, bf16_none_settled=BOOL,
+    bf16_faster_count=INT, bf16_paired=null(INT), bf16_too_few_rounds=INT, bf16_host_bound=INT, host_swing=NUM, min_rounds=INT, bf16_none_settled=BOOL,
     bf16_slower=null(arr(obj(bf16_ms=NUM, bf16_std_ms=NUM, bound_by=obj(bf16=null(STR), fp32=null(STR)), context=INT,
                              fp32_ms=NUM, fp32_std_ms=NUM, how=STR, low_ms=NUM, high_ms=NUM, mode=STR, size=STR))),
     bf16_within_spread=null(arr(obj(context=INT, mode=STR, size=STR))),

@@ -33,8 +33,8 @@ from cs336_systems.models import MODEL_SIZES
 from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_summary, write_table)
-from cs336_systems.report.spread import (MIN_ROUNDS, NOT_SETTLED, WITHIN, Estimate, Verdict, judge, judge_rounds,
-                                         round_samples, same_job, trend_of)
+from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Estimate, Verdict,
+                                         judge, judge_rounds, round_samples, same_job, trend_of)
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
@@ -167,7 +167,8 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
                              "rounds": v.rounds if both and v.paired else 0,
                              # bf16 against fp32 by the judge: "slower", "faster", WITHIN or NOT_SETTLED
                              "bf16_is": BF16_IS[v.verdict] if both else "",
-                             "judged": (PAIRED if v.paired else SEPARATE) if both else ""})
+                             "judged": (PAIRED if v.paired else SEPARATE) if both else "",
+                             "not_settled_why": v.reason if both else ""})
     return pd.DataFrame(rows)
 
 
@@ -428,7 +429,10 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "timing_paired": int((ok["judged"] == PAIRED).sum()) if len(ok) else 0,
         "timing_separate_processes": int((ok["judged"] == SEPARATE).sum()) if len(ok) else 0,
         # paired rows the judge could not settle: fewer rounds than it needs
-        "timing_too_few_rounds": int(((ok["judged"] == PAIRED) & (ok["bf16_is"] == NOT_SETTLED)).sum()) if len(ok) else 0,
+        "timing_too_few_rounds": int((ok["not_settled_why"] == FEW_ROUNDS).sum()) if len(ok) else 0,
+        # paired rows with one precision bound by the host and the other not, by less than the host moves
+        "timing_host_bound": int((ok["not_settled_why"] == HOST).sum()) if len(ok) else 0,
+        "host_swing": HOST_SWING,
         "min_rounds": MIN_ROUNDS,
         # a step from one size to the next compares two jobs: none is settled
         "speedup_steps_settled": sum(st["direction"] != NOT_SETTLED for t in trend_by_series.values() for st in t["steps"]),
@@ -506,7 +510,7 @@ SUMMARY_SCHEMAS["A4"] = section(
                                    steps=null(arr(obj({'direction': STR, 'from': STR, 'to': STR})))))),
     speedup_steps_settled=INT,
     timing_separate_processes=INT,
-    timing_too_few_rounds=INT,
+    timing_too_few_rounds=INT, timing_host_bound=INT, host_swing=NUM,
     timing_none_settled=BOOL,
     min_rounds=INT,
     timing_batch=null(INT),

@@ -12,6 +12,10 @@ the difference, its 95 % interval and ``"higher"``, ``"lower"``, ``WITHIN`` or `
   mean per process (``judge_processes``); with one process a side nothing measures that scatter and
   the verdict is ``NOT_SETTLED``. A standard error inside one process says nothing about how two
   processes differ (up to 60 % at host-bound points), so it never decides a verdict.
+- **The host's speed**: where a side's step waited on the host (``rounds`` records the host's share
+  of each phase), that process's host speed sets it, and it differs between processes by more than
+  any job's rounds show (``HOST_SWING``): a verdict a host that much faster or slower could turn
+  around is not settled (``host_moves``).
 
 ``Estimate`` (a mean and its standard error) stays for error bars and tables: it describes one
 process's timing, it does not compare two.
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 WITHIN = "within the spread"
@@ -57,7 +61,11 @@ class Estimate:
 
 # --- The judge: every verdict a report calls ---------------------------------------------------
 
-NOT_SETTLED = "not settled"     # no spread to judge by: one process a side, or too few rounds
+NOT_SETTLED = "not settled"     # no spread to judge by, or one the host decides (``Verdict.reason``)
+# Why a verdict is not settled (``Verdict.reason``), for the sections that say why.
+APART = "apart"                 # the two sides were not measured in one job, and one process a side shows no scatter
+FEW_ROUNDS = "few rounds"       # one job, fewer than MIN_ROUNDS rounds
+HOST = "host-bound"             # a host HOST_SWING times faster or slower could turn it around
 MIN_ROUNDS = 5                  # fewer rounds decide nothing (below 5 no multiplier keeps A/A at 5 %)
 MAX_TABLED_ROUNDS = 16
 
@@ -97,6 +105,7 @@ class Verdict:
     set_aside: int = 0
     paired: bool = True
     ratio: bool = False
+    reason: str = ""            # where not settled: APART, FEW_ROUNDS or HOST
 
     @property
     def decided(self) -> bool:
@@ -109,7 +118,8 @@ class Verdict:
 
     def as_dict(self) -> dict:
         return {"difference": self.difference, "low": self.low, "high": self.high, "verdict": self.verdict,
-                "rounds": self.rounds, "set_aside": self.set_aside, "paired": self.paired, "ratio": self.ratio}
+                "rounds": self.rounds, "set_aside": self.set_aside, "paired": self.paired, "ratio": self.ratio,
+                "reason": self.reason}
 
 
 def _decide(centre: float, half: float, null: float) -> str:
@@ -136,7 +146,7 @@ def judge_rounds(a_rounds: Sequence[Sequence[float]], b_rounds: Sequence[Sequenc
              for a, b in zip(a_rounds[:n], b_rounds[:n])]
     if n < MIN_ROUNDS:
         centre = statistics.median(diffs) if diffs else math.nan
-        return Verdict(centre, math.nan, math.nan, NOT_SETTLED, n, 0, True, ratio)
+        return Verdict(centre, math.nan, math.nan, NOT_SETTLED, n, 0, True, ratio, FEW_ROUNDS)
     middle = statistics.median(diffs)
     aside = set_aside(n)
     kept = sorted(diffs, key=lambda d: abs(d - middle))[: n - aside]
@@ -175,8 +185,9 @@ def judge_processes(a_means: Sequence[float], b_means: Sequence[float], *, ratio
         half = _t975((sa + sb) ** 2 / scatter if scatter else 0.0) * math.sqrt(sa + sb)
     centre = ma - mb
     bounds = (centre, centre - half, centre + half)
-    return Verdict(*(map(math.exp, bounds) if ratio else bounds), _decide(centre, half, 0.0),
-                   min(len(a), len(b)), 0, False, ratio)
+    verdict = _decide(centre, half, 0.0)
+    return Verdict(*(map(math.exp, bounds) if ratio else bounds), verdict,
+                   min(len(a), len(b)), 0, False, ratio, APART if verdict == NOT_SETTLED else "")
 
 
 def judge(a: dict | Sequence[float], b: dict | Sequence[float], phase: str = "step", *,
@@ -186,11 +197,64 @@ def judge(a: dict | Sequence[float], b: dict | Sequence[float], phase: str = "st
     measured across processes) or two sets of per-process means (``judge_processes``)."""
     if isinstance(a, dict) and isinstance(b, dict):
         if same_job(a, b):
-            return judge_rounds(round_samples(a, phase), round_samples(b, phase), ratio=ratio)
+            return _host_check(judge_rounds(round_samples(a, phase), round_samples(b, phase), ratio=ratio),
+                               a, b, phase)
         ca, cb = _centre(a, phase), _centre(b, phase)
         centre = ca / cb if ratio else ca - cb
-        return Verdict(centre, math.nan, math.nan, NOT_SETTLED, 1, 0, False, ratio)
+        return Verdict(centre, math.nan, math.nan, NOT_SETTLED, 1, 0, False, ratio, APART)
     return judge_processes(list(a), list(b), ratio=ratio)
+
+
+# A phase the host queued for at least this share of its time is bound by the host (PhaseTimer.host):
+# the GPU waited on Python's launches, and its own time is unknown below the step's.
+HOST_BOUND = 0.9
+# How far a host-bound step's time moved between two processes of one command on one H200, with the
+# same code and configuration: A1 small's host-bound points by 0.58x to 1.60x from one run to the
+# other (lab/paired/runs/h200-979d1a8). Inside one job the rounds agree to a few per cent, so the
+# paired interval cannot see it.
+HOST_SWING = 1.75
+
+
+def host_share(record: dict, phase: str = "step") -> float | None:
+    """The median share of ``record``'s ``phase`` the host spent queueing it (``rounds``); None
+    where the record has no host times (self-timed turns, older records)."""
+    return (record.get("metrics", {}).get("host_share") or {}).get(phase)
+
+
+def host_bound(record: dict, phase: str = "step") -> bool | None:
+    """Whether ``record``'s ``phase`` was bound by the host (its host share at least ``HOST_BOUND``)."""
+    share = host_share(record, phase)
+    return None if share is None else share >= HOST_BOUND
+
+
+def host_moves(share_a: float, share_b: float, swing: float = HOST_SWING) -> tuple[float, float]:
+    """How far the ratio a / b could move, as the fewest and most times itself, were the host
+    ``swing`` times faster or slower than in the job. A step takes the longer of its GPU time and its
+    host time: a host-bound side (share at least ``HOST_BOUND``) moves with the host, its GPU time
+    unknown below it; another keeps its time until the slower host's time passes it."""
+    def moved(share: float, f: float) -> float:
+        return f if share >= HOST_BOUND else max(1.0, share * f)
+
+    candidates = {1 / swing, 1.0, swing} | {1 / x for x in (share_a, share_b) if x > 0 and 1 / swing < 1 / x < swing}
+    ratios = [moved(share_a, f) / moved(share_b, f) for f in candidates]
+    return min(ratios), max(ratios)
+
+
+def _host_check(verdict: Verdict, a: dict, b: dict, phase: str) -> Verdict:
+    """A paired verdict that another process's host could turn around is not settled (``HOST``).
+    Inside one job the host runs at one speed for both sides; between processes its speed moves by
+    up to ``HOST_SWING``, which moves a host-bound side and not one the GPU bounds (``host_moves``).
+    The verdict stands where the ratio's interval, moved as far as the host could move it, still
+    excludes 1: two host-bound sides move alike and keep their verdict, a host-bound side against
+    a GPU-bound one keeps it only beyond the swing."""
+    shares = host_share(a, phase), host_share(b, phase)
+    if not verdict.decided or None in shares:
+        return verdict
+    lo, hi = host_moves(*shares)
+    ratios = verdict if verdict.ratio else judge_rounds(round_samples(a, phase), round_samples(b, phase), ratio=True)
+    if ratios.low * lo > 1 or ratios.high * hi < 1:
+        return verdict
+    return replace(verdict, verdict=NOT_SETTLED, reason=HOST)
 
 
 def _centre(record: dict, phase: str) -> float:
