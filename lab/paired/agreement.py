@@ -2,6 +2,7 @@
 
     python lab/paired/agreement.py lab/paired/runs/h200-<commit>        # holds a/ and b/, each a results/<run>/ tree
     python lab/paired/agreement.py lab/paired/runs/h200-<commit> --ids A1,E1
+    python lab/paired/agreement.py lab/paired/runs/h200-<commit> --rounds 8      # as if each job had stopped at 8
 
 Prints ``N of M verdicts agree, D opposite, decided a/b`` over every compared pair found in both runs
 (``verdicts.py``: two records of one job that hold the point equal), then the table per deliverable
@@ -28,13 +29,17 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path, help="a folder holding a/ and b/, two run folders of the same grid")
     p.add_argument("--ids", help="comma-separated deliverables (default: every one with paired records)")
+    p.add_argument("--rounds", type=int, help="judge each job's first ROUNDS rounds only: what fewer rounds would "
+                                              "have decided (the rotation is the same)")
     args = p.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        p.error("--rounds must be at least 1")
     a, b = args.folder / "a", args.folder / "b"
     for run in (a, b):
         if not run.is_dir():
             p.error(f"{run} is not a folder (expected {args.folder}/a and {args.folder}/b)")
     ids = set(args.ids.split(",")) if args.ids else None
-    first, second = paired_verdicts.verdicts(a, ids), paired_verdicts.verdicts(b, ids)
+    first, second = paired_verdicts.verdicts(a, ids, args.rounds), paired_verdicts.verdicts(b, ids, args.rounds)
     if not first.keys() & second.keys():
         print(f"no compared pair is in both {a} and {b}", file=sys.stderr)
         return 1

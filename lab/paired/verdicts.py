@@ -88,10 +88,23 @@ def _median(record: dict, phase: str) -> float:
     return statistics.median(t for r in round_samples(record, phase) for t in r)
 
 
-def verdicts(folder: Path, ids: set[str] | None = None) -> dict[tuple, dict]:
-    """Each pair's verdict, paired difference and spread (also as a share of the faster side's step)."""
+def first_rounds(record: dict, rounds: int) -> dict:
+    """``record`` as a job of only its first ``rounds`` rounds would have left it: the rotation is the
+    same, so what fewer rounds would decide can be read off a longer job."""
+    metrics = dict(record["metrics"])
+    for key in ("rounds", "host_ms_per_round", "settle_ms_per_round"):
+        if key in metrics:
+            metrics[key] = metrics[key][:rounds]
+    return {**record, "metrics": metrics}
+
+
+def verdicts(folder: Path, ids: set[str] | None = None, rounds: int | None = None) -> dict[tuple, dict]:
+    """Each pair's verdict, paired difference and spread (also as a share of the faster side's step);
+    with ``rounds``, judged on each job's first that many rounds only."""
     out = {}
     for key, (a, b) in pairs_of(folder, ids).items():
+        if rounds:
+            a, b = first_rounds(a, rounds), first_rounds(b, rounds)
         phase = _timed(a, b)
         result = judge(a, b, phase)
         step = min(_median(a, phase), _median(b, phase))

@@ -150,3 +150,14 @@ def test_the_variants_inside_one_record_are_paired_a_phase_at_a_time(tmp_path):
     by_phase = {k[1].rsplit(":", 1)[1]: v["verdict"] for k, v in found.items()}
     assert by_phase["forward"] == "lower"                  # compiled against eager, 30 ms faster every round
     assert by_phase["optimizer"] == "within the spread"
+
+
+def test_a_longer_job_says_what_its_first_rounds_would_have_decided(tmp_path):
+    rng = random.Random(11)
+    _run(tmp_path / "r", rng, {"forward": -10.0, "train-step": 0.0})
+    full = verdicts.verdicts(tmp_path / "r")
+    five = verdicts.verdicts(tmp_path / "r", rounds=5)
+    four = verdicts.verdicts(tmp_path / "r", rounds=4)
+    forward = next(k for k in full if "forward" in k[1])
+    assert full[forward]["rounds"] == 6 and five[forward]["rounds"] == 5 and five[forward]["verdict"] == "lower"
+    assert four[forward]["verdict"] == "not settled"       # the judge decides nothing below 5 rounds

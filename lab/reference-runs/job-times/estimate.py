@@ -21,9 +21,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 H200 = ROOT / "results" / "h200"
-E1_RUNS = ROOT / "lab" / "e1-rungs" / "runs" / "h200-job-times"
-# README's snakemake twice at 9cb2819 on one H200 (lab/paired): E1's goal point, B5's bf16 d = 64 row, A1 small
-PAIRED = [ROOT / "lab" / "paired" / "runs" / "h200-9cb2819" / run / "benchmarks" for run in ("a", "b")]
+# README's snakemake twice at 979d1a8 on one H200 (lab/paired): A1 small and xl, E1 at the goal point and at
+# xl/1024, B2(b) xl train-step, B5's bf16 d = 64 row. Each job is counted at the mean of its two runs (the
+# first ran with cold compile caches, the second with warm ones, as the DAG's jobs run after others).
+PAIRED_AT = "979d1a8"
+PAIRED = [ROOT / "lab" / "paired" / "runs" / f"h200-{PAIRED_AT}" / run for run in ("a", "b")]
 
 # The full preset as config.yaml has it now: the jobs' rounds, steps and E1's scope.
 FULL = yaml.safe_load((ROOT / "config.yaml").read_text())["presets"]["full"]
@@ -41,14 +43,16 @@ E1_ELSEWHERE = [n for n in E1["rungs"] if n in E1["rungs_elsewhere"] and n != "c
 E1_PROFILES = len(E1["profiled"])
 A6_ROUNDS = FULL["A6"]["rounds"]
 B2_ROUNDS = max(3, FULL["B2"]["steps"])
-# The jobs these step-time models were measured against (lab/e1-rungs/runs/h200-job-times, at-d4e37fd):
-# warm-up 3, then 4 rounds of a settling step and 2 timed; A1 5 rounds of 2.
-E1_MEASURED_STEPS_PER_ENTRANT = 3 + 4 * (1 + 2)
 
 
 def job_seconds(path: Path) -> float:
     """A Snakemake benchmark file's wall-clock seconds."""
     return float(path.read_text().splitlines()[-1].split("\t")[0])
+
+
+def paired_job(job: str) -> float:
+    """Mean seconds of one job (``<ID>/<name>.tsv``) over the two runs of the check at ``PAIRED_AT``."""
+    return statistics.mean(job_seconds(run / "benchmarks" / f"{job}.tsv") for run in PAIRED)
 
 
 def old_jobs(section: str, pattern: str = "**/*.tsv") -> list[float]:
@@ -133,95 +137,101 @@ def e1_records() -> tuple[dict[tuple[str, int], dict[str, float]], dict[tuple[st
     return medians, oom
 
 
-def e1_model() -> tuple[float, str]:
-    """Each point's job: a fixed part per size (building, copying, compiling; from the measured job
-    of that size, less its entrants' steps) plus the configured steps of every entrant it measures
-    (the whole ladder at the goal point, ``rungs_elsewhere`` and the anchors at the others) at the
-    h200 records' step medians; an entrant with no record at a point (a rung added since, or an OOM
-    where the next rung fits) counted at the fastest median that point has, an entrant that ran out
-    of memory there (fp32 and bf16 at 2048) at none. The fixed part is the whole ladder's at every
-    point: a job of five entrants compiles fewer graphs, by how much is not measured."""
+def e1_model() -> tuple[float, float, str]:
+    """E1's jobs: the goal point's (the whole ladder) and xl/1024's (``rungs_elsewhere`` and the
+    anchors) as measured at ``PAIRED_AT``; each other point's a fixed part (building, copying,
+    compiling: xl/1024's job less its entrants' configured steps at its own records' medians) plus
+    the configured steps of the entrants it measures at the committed h200 records' step medians. An
+    entrant with no record at a point (a rung added since, or an OOM where the next rung fits) is
+    counted at the fastest median that point has, one that ran out of memory there at none. 2.7B's
+    points take xl's fixed part: its model is larger to build and copy, by how much is not measured.
+    Returns the seconds measured, the seconds modelled and the basis."""
     medians, oom = e1_records()
-    measured_27 = job_seconds(E1_RUNS / "after" / "E1_2.7B_ctx1024.tsv")
-    records_27 = [json.loads(Path(p).read_text())
-                  for p in glob.glob(str(E1_RUNS / "after" / "E1_records_2.7B_ctx1024" / "*.json"))]
-    steps_27 = sum(r["metrics"]["step"]["median"] for r in records_27 if r["status"] == "ok")
-    log = (E1_RUNS / "after" / "E1_xl_ctx512_timestamped.log").read_text()
-    measured_xl = float(log.strip().splitlines()[-1].split()[0])
-    steps_xl = sum(float(ms) for ms in re.findall(r"E1 \S+ ok: step median ([\d.]+) ms", log))
-    fixed = {"2.7B": measured_27 - E1_MEASURED_STEPS_PER_ENTRANT * steps_27 / 1000,
-             "xl": measured_xl - E1_MEASURED_STEPS_PER_ENTRANT * steps_xl / 1000}
-    total = 0.0
+    measured_point = ("xl", 1024)
+    measured = {E1_GOAL: paired_job(f"E1/{E1_GOAL[0]}_ctx{E1_GOAL[1]}"),
+                measured_point: paired_job(f"E1/{measured_point[0]}_ctx{measured_point[1]}")}
+    own_steps = statistics.mean(
+        sum(json.loads(Path(p).read_text())["metrics"]["step"]["median"]
+            for p in glob.glob(str(run / "E1" / "records" / f"{measured_point[0]}_ctx{measured_point[1]}_*.json"))
+            if json.loads(Path(p).read_text())["status"] == "ok")
+        for run in PAIRED)
+    fixed = measured[measured_point] - E1_STEPS_PER_ENTRANT * own_steps / 1000
+    modelled = 0.0
     for point in E1_POINTS:
+        if point in measured:
+            continue
         known = medians[point]
         floor = min(known.values())
         entrants = E1_LADDER if point == E1_GOAL else E1_ELSEWHERE
-        ms = sum(known.get(e, floor) for e in entrants if e not in oom[point])
-        total += fixed[point[0]] + E1_STEPS_PER_ENTRANT * ms / 1000
-    # the goal point's job as measured at these shapes, in place of its model
-    goal_measured = statistics.mean(job_seconds(b / "E1" / "2.7B_ctx1024.tsv") for b in PAIRED)
-    known = medians[E1_GOAL]
-    total += goal_measured - (fixed[E1_GOAL[0]] + E1_STEPS_PER_ENTRANT * sum(
-        known.get(e, min(known.values())) for e in E1_LADDER if e not in oom[E1_GOAL]) / 1000)
-    why = (f"the goal point's whole ladder measured ({goal_measured:.0f} s, 9cb2819); the other points modelled: "
-           f"fixed part {fixed['xl']:.0f} s (xl) and {fixed['2.7B']:.0f} s (2.7B) from two measured jobs, "
-           f"+ {E1_STEPS_PER_ENTRANT} steps of each of {len(E1_ELSEWHERE)} entrants")
-    return total, why
+        modelled += fixed + E1_STEPS_PER_ENTRANT * sum(known.get(e, floor) for e in entrants if e not in oom[point]) / 1000
+    why = (f"the goal point's whole ladder ({measured[E1_GOAL]:.0f} s) and xl/1024's {len(E1_ELSEWHERE)} entrants "
+           f"({measured[measured_point]:.0f} s) measured at {PAIRED_AT}; the other {len(E1_POINTS) - 2} points a fixed "
+           f"{fixed:.0f} s (xl/1024's) + {E1_STEPS_PER_ENTRANT} steps of each of {len(E1_ELSEWHERE)} entrants")
+    return sum(measured.values()), modelled, why
 
 
 def main() -> None:
     plain_saving, liger_saving = bytecode_savings()
     per_record = provenance_seconds_per_record()
     model = a1_model()
-    a1_measured = job_seconds(HERE / "at-d4e37fd" / "A1_2.7B.tsv")
-    a1_fixed = a1_measured - a1_model(rounds=5, steps=2, min_turn_ms=250)["2.7B"]      # the measured job's turns
+    a1_measured = {size: paired_job(f"A1/{size}") for size in ("small", "xl")}
+    a1_fixed = a1_measured["xl"] - model["xl"]           # what the model leaves out of a job
+    a1_modelled = [size for size in A1_SIZES if size not in a1_measured]
     b1_old = old_jobs("B1")
     b1_scale = job_seconds(HERE / "at-4314ad5" / "B1_row_d64.tsv") / sum(old_jobs("B1", "*_d64.tsv"))
     b2_scale = (sum(job_seconds(HERE / "at-4314ad5" / f"B2_2.7B_{m}.tsv") for m in ("forward", "train-step"))
                 / sum(old_jobs("B2", "whole_model/2.7B_*.tsv")))
-    # B5's rows: the bf16 d = 64 row as measured at 8 rounds, each other row scaled by what the
-    # committed h200 run's jobs of that row took against its bf16 d = 64 jobs
-    b5_d64 = statistics.mean(job_seconds(b / "B5" / "row_bf16_d64.tsv") for b in PAIRED)
+    # B5's rows: the bf16 d = 64 row as measured, each other row scaled by what the committed h200
+    # run's jobs of that row took against its bf16 d = 64 jobs
+    b5_d64 = paired_job("B5/row_bf16_d64")
     b5_rows = [f"{dtype}_d{d}" for dtype in FULL["B5"]["dtypes"] for d in FULL["B5"]["head_dims"]]
-    b5_grid = sum(b5_d64 * sum(old_jobs("B5", f"*_{row}.tsv")) / sum(old_jobs("B5", "*_bf16_d64.tsv")) for row in b5_rows)
+    b5_scaled = sum(b5_d64 * sum(old_jobs("B5", f"*_{row}.tsv")) / sum(old_jobs("B5", "*_bf16_d64.tsv"))
+                    for row in b5_rows if row != "bf16_d64")
     b2_more = b2_more_rounds()
-    e1_seconds, e1_why = e1_model()
+    e1_measured, e1_modelled, e1_why = e1_model()
     a6_seconds, a6_why = a6_model()
     profile_old = old_jobs("E1", "profile_*.tsv")
 
-    # deliverable: (jobs, processes that import torch, of them with Liger, seconds, records per job beyond one, basis)
+    # deliverable: (jobs, seconds measured at PAIRED_AT, seconds otherwise; of the latter: processes that
+    # import torch, of them with Liger, records per job beyond one; basis). The bytecode and nvidia-smi
+    # savings apply only to what is scaled from older jobs: the jobs measured at PAIRED_AT, and the
+    # rows modelled from them (A1's fixed part, B5's rows, E1's fixed part), had both already.
     rows = {
-        "A1": (5, 5, 0, sum(model.values()) + 5 * a1_fixed, 23 * 5,
-               f"model: committed step times, {A1_ROUNDS} rounds x {A1_STEPS} steps, turns of {A1_MIN_TURN_MS:g} ms; "
-               f"+ {a1_fixed:.0f} s a job (2.7B's job measured at 5 x 2, 250 ms: {a1_measured:.0f} s)"),
-        "A1 warm-up study": (12, 12, 0, sum(old_jobs("A1", "warmup/*.tsv")), 0, "h200's jobs (shape unchanged)"),
-        "A2": (20, 40, 0, sum(old_jobs("A2")), 0, "h200's jobs (shape unchanged; two processes a job)"),
-        "A3, C9": (2, 2, 0, sum(old_jobs("A3")) + sum(old_jobs("C9")), 0, "h200's jobs"),
-        "A4": (2, 2, 0, sum(old_jobs("A4")), 0, "h200's three jobs (the pair is one job now)"),
-        "A5": (12, 12, 0, sum(old_jobs("A5")), 0, "h200's jobs (shape unchanged)"),
-        "A6": (1, 1, 0, a6_seconds, 0, a6_why),
-        "B1": (4, 4, 0, sum(b1_old) * b1_scale, 0, f"h200's jobs x {b1_scale:.2f} (the d = 64 row measured against its two old jobs)"),
-        "B2": (10, 10, 0, sum(old_jobs("B2")) * b2_scale + b2_more, 0,
+        "A1": (5, sum(a1_measured.values()), sum(model[s] for s in a1_modelled) + len(a1_modelled) * a1_fixed, 0, 0, 0,
+               f"small and xl measured ({a1_measured['small']:.0f} and {a1_measured['xl']:.0f} s, {PAIRED_AT}); "
+               f"{', '.join(a1_modelled)} modelled: committed step times, {A1_ROUNDS} rounds x {A1_STEPS} steps, "
+               f"turns of {A1_MIN_TURN_MS:g} ms, + {a1_fixed:.0f} s a job (xl's job against its model)"),
+        "A1 warm-up study": (12, 0, sum(old_jobs("A1", "warmup/*.tsv")), 12, 0, 0, "h200's jobs (shape unchanged)"),
+        "A2": (20, 0, sum(old_jobs("A2")), 40, 0, 0, "h200's jobs (shape unchanged; two processes a job)"),
+        "A3, C9": (2, 0, sum(old_jobs("A3")) + sum(old_jobs("C9")), 2, 0, 0, "h200's jobs"),
+        "A4": (2, 0, sum(old_jobs("A4")), 2, 0, 0, "h200's three jobs (the pair is one job now)"),
+        "A5": (12, 0, sum(old_jobs("A5")), 12, 0, 0, "h200's jobs (shape unchanged)"),
+        "A6": (1, 0, a6_seconds, 1, 0, 0, a6_why),
+        "B1": (4, 0, sum(b1_old) * b1_scale, 4, 0, 0,
+               f"h200's jobs x {b1_scale:.2f} (the d = 64 row measured against its two old jobs)"),
+        "B2": (10, 0, sum(old_jobs("B2")) * b2_scale + b2_more, 10, 0, 0,
                f"h200's jobs x {b2_scale:.2f} (2.7B's two jobs measured against their old ones, 5 rounds) "
                f"+ {b2_more:.0f} s for {B2_ROUNDS - 5} more rounds of a settling and a timed step a variant"),
-        "B3": (1, 1, 0, sum(old_jobs("B3")), 0, "h200's job"),
-        "B5": (len(b5_rows) + 1, len(b5_rows) + 1, 0, b5_grid + job_seconds(HERE / "at-d4e37fd" / "B5_leaderboard.tsv"), 0,
-               f"the bf16 d = 64 row measured at {FULL['B5']['rounds']} rounds ({b5_d64:.0f} s, 9cb2819), the other rows "
-               "scaled by h200's old jobs; + the leaderboard measured"),
-        "E1": (len(E1_POINTS), len(E1_POINTS), len(E1_POINTS), e1_seconds,
-               len(E1_LADDER) + (len(E1_POINTS) - 1) * len(E1_ELSEWHERE), e1_why),
-        "E1 profiles": (E1_PROFILES, E1_PROFILES, 1, E1_PROFILES * statistics.mean(profile_old), 0, "4 x the mean of h200's two profile jobs"),
+        "B3": (1, 0, sum(old_jobs("B3")), 1, 0, 0, "h200's job"),
+        "B5": (len(b5_rows) + 1, b5_d64, b5_scaled + job_seconds(HERE / "at-d4e37fd" / "B5_leaderboard.tsv"),
+               1, 0, 0,
+               f"the bf16 d = 64 row measured at {FULL['B5']['rounds']} rounds ({b5_d64:.0f} s, {PAIRED_AT}), the other "
+               "rows scaled by h200's old jobs; + the leaderboard measured"),
+        "E1": (len(E1_POINTS), e1_measured, e1_modelled, 0, 0, 0, e1_why),
+        "E1 profiles": (E1_PROFILES, 0, E1_PROFILES * statistics.mean(profile_old), E1_PROFILES, 1, 0,
+                        "4 x the mean of h200's two profile jobs"),
     }
     print("| deliverable | jobs | min | min, bytecode kept | from |")
     print("|:--|--:|--:|--:|:--|")
     before = after = 0.0
-    for name, (jobs, processes, liger, seconds, extra_records, basis) in rows.items():
+    for name, (jobs, measured, seconds, processes, liger, extra_records, basis) in rows.items():
         saved = (processes - liger) * plain_saving + liger * liger_saving + extra_records * per_record
-        before, after = before + seconds, after + seconds - saved
-        print(f"| {name} | {jobs} | {seconds / 60:.1f} | {(seconds - saved) / 60:.1f} | {basis} |")
+        before, after = before + measured + seconds, after + measured + seconds - saved
+        print(f"| {name} | {jobs} | {(measured + seconds) / 60:.1f} | {(measured + seconds - saved) / 60:.1f} | {basis} |")
     print(f"| **all** | {sum(r[0] for r in rows.values())} | **{before / 60:.1f}** | **{after / 60:.1f}** | |")
     print(f"\nbytecode kept: {plain_saving:.1f} s a process, {liger_saving:.1f} s one that imports Liger-Kernel; "
-          f"a record's nvidia-smi: {per_record * 1000:.0f} ms (B5: {119 * 8} records beyond one a job, E1: one an entrant)")
+          f"a record's nvidia-smi: {per_record * 1000:.0f} ms; neither is taken off the jobs measured at {PAIRED_AT} "
+          "or the rows modelled from them, which had both")
 
 
 if __name__ == "__main__":
