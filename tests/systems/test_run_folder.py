@@ -35,6 +35,21 @@ def test_an_older_folder_is_read_from_its_records(tmp_path):
     assert run_folder.scan(gpu_run).records == 3
 
 
+def test_an_archive_says_what_it_is_and_is_kept_from_every_command(tmp_path):
+    folder = tmp_path / "results" / "old"
+    _record(folder, "A1", "a", "NVIDIA H100 80GB HBM3")
+    assert run_folder.claim(folder, run_folder.Identity("full", "NVIDIA H100 80GB HBM3"))
+    assert "archive" not in json.loads((folder / "run.json").read_text())        # a live run's file has none
+    assert run_folder.archived(folder, run_folder.identity(folder, run_folder.scan(folder))) is None
+    (folder / "run.json").write_text(json.dumps({"preset": "full", "device": "NVIDIA H100 80GB HBM3",
+                                                 "archive": "measured on one H100 at abc; not re-measured"}))
+    held = run_folder.identity(folder, run_folder.scan(folder))
+    assert held.archive == "measured on one H100 at abc; not re-measured"
+    line = run_folder.archived(folder, held)
+    assert "is an archive (measured on one H100 at abc; not re-measured)" in line and "writeup/old/" in line
+    assert "\n" not in line
+
+
 def test_the_identity_file_wins_and_is_written_once(tmp_path):
     folder = tmp_path / "run"
     _record(folder, "A1", "a", "NVIDIA H100 80GB HBM3")

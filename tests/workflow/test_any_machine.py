@@ -103,7 +103,7 @@ def test_one_gpu_renders_a_bigger_machines_records_and_keeps_them(tmp_path):
     assert not remeasured, remeasured
 
 
-@pytest.mark.parametrize("run", ["h200", "h100"])
+@pytest.mark.parametrize("run", ["h200"])
 def test_a_cpu_run_never_writes_into_a_gpu_run(tmp_path, run):
     """The command a writeup used to suggest (run=<a GPU run>, smoke picked on a CPU) stops in one line
     before any job, naming the folder and what it holds, and changes nothing; a dry run stops too."""

@@ -24,7 +24,7 @@ from workflow import readme
 from workflow.test_snakemake import REPO, SNAKEMAKE, _show, env_for, job_stats, make_copy
 
 COMMANDS = readme.commands()
-def committed_runs(repo: Path = REPO) -> list[str]:
+def tracked_runs(repo: Path = REPO) -> list[str]:
     """The runs whose writeup git tracks: what is committed, not what a user's own runs left beside
     it (README's main command on a CPU makes results/smoke and writeup/smoke, which are ignored)."""
     tracked = subprocess.run(["git", "ls-files", "--", "writeup/*/writeup.md"], cwd=repo, capture_output=True,
@@ -32,7 +32,19 @@ def committed_runs(repo: Path = REPO) -> list[str]:
     return sorted(Path(path).parent.name for path in tracked)
 
 
+def archive_of(run: str, repo: Path = REPO) -> str:
+    """What an archived run is (its run.json's ``archive``), '' for a live one."""
+    identity = repo / "results" / run / "run.json"
+    return json.loads(identity.read_text()).get("archive", "") if identity.is_file() else ""
+
+
+def committed_runs(repo: Path = REPO) -> list[str]:
+    """The committed runs the DAG rebuilds: the tracked ones that are not archives."""
+    return [run for run in tracked_runs(repo) if not archive_of(run, repo)]
+
+
 COMMITTED_RUNS = committed_runs()
+ARCHIVED_RUNS = [run for run in tracked_runs() if archive_of(run)]
 MEASURING = {rule for d in deliverables.DELIVERABLES for rule in d.measures}    # every rule that makes records
 
 
@@ -211,13 +223,13 @@ def test_readme_says_what_a_target_after_resources_does(tmp_path):
 
 
 def test_rebuilding_keeps_a_record_measured_from_a_newer_one(tmp_path):
-    """Rebuilding h100 from its records (README's command) with some of a job's records newer than
+    """Rebuilding h200 from its records (README's command) with some of a job's records newer than
     the others (E1's fused-adamw records: re-measured, or simply checked out later) plans no
     measurement."""
-    command = next(c for c in by_kind("rebuild") if "run=h100" in c)
+    command = next(c for c in by_kind("rebuild") if "run=h200" in c)
     copy = make_copy(tmp_path)
-    _copy_committed_run(copy, "h100")
-    records = copy / "results" / "h100" / "E1" / "records"
+    _copy_committed_run(copy, "h200")
+    records = copy / "results" / "h200" / "E1" / "records"
     later = max(p.stat().st_mtime for p in records.iterdir()) + 60
     for before in records.glob("*_fused-adamw.json"):
         os.utime(before, (later, later))
@@ -230,13 +242,32 @@ def test_rebuilding_keeps_a_record_measured_from_a_newer_one(tmp_path):
 def test_a_committed_run_is_one_git_tracks_not_one_a_user_s_run_left(tmp_path):
     """README's main command on a CPU leaves results/smoke and writeup/smoke (git ignores them): the
     suite run after it must not take smoke for a committed run."""
-    for run in ("h100", "smoke"):
+    for run in ("h100", "h200", "smoke"):
         (tmp_path / "writeup" / run).mkdir(parents=True)
         (tmp_path / "writeup" / run / "writeup.md").write_text("# a writeup\n")
+    (tmp_path / "results" / "h100").mkdir(parents=True)
+    (tmp_path / "results" / "h100" / "run.json").write_text(json.dumps({"preset": "full", "device": "X",
+                                                                         "archive": "kept as it was"}))
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run(["git", "add", "writeup/h100/writeup.md"], cwd=tmp_path, check=True)
-    assert committed_runs(tmp_path) == ["h100"]
-    assert COMMITTED_RUNS == ["h100", "h200"]
+    subprocess.run(["git", "add", "writeup/h100/writeup.md", "writeup/h200/writeup.md"], cwd=tmp_path, check=True)
+    assert committed_runs(tmp_path) == ["h200"] and tracked_runs(tmp_path) == ["h100", "h200"]
+    assert COMMITTED_RUNS == ["h200"] and ARCHIVED_RUNS == ["h100"]
+
+
+@pytest.mark.parametrize("run", ARCHIVED_RUNS)
+def test_an_archived_writeup_opens_with_what_it_is_and_no_command_rebuilds_it(run, tmp_path):
+    """Its first lines say it is an archive, in its run.json's words; README's and docs' commands
+    leave it alone, and one asked to rebuild it stops in one line, changing nothing."""
+    md = (REPO / "writeup" / run / "writeup.md").read_text()[:3000]
+    assert "**An archive**: " + archive_of(run) in md and "measuring nothing: `snakemake" not in md
+    page = re.sub(r"<[^>]+>", "", (REPO / "writeup" / run / "writeup.html").read_text())
+    assert "An archive: " + archive_of(run).replace("`", "") in re.sub(r"\s+", " ", page)
+    assert not [c for c in COMMANDS if f"run={run} " in c + " "]
+    copy = make_copy(tmp_path)
+    _copy_committed_run(copy, run)
+    proc = shell(copy, f"snakemake --cores 2 --config preset=full run={run} reuse_records=true")
+    lines = [line for line in proc.stderr.splitlines() if "is an archive" in line]
+    assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr, _show(proc)
 
 
 def test_readme_orients_in_at_most_120_lines():

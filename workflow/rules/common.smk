@@ -40,7 +40,11 @@ if workflow.is_main_process:
     for _line in run_folder.set_aside_damaged(RESULTS, _found, deliverables.readers(),
                                               [f"{WRITEUP}/writeup.md", f"{WRITEUP}/writeup.html"]):
         print(_line, file=sys.stderr)
-    RUN_CONFLICT = run_folder.conflict(RESULTS, run_folder.identity(RESULTS, _found), PRESET, HERE.device or None)
+    _held = run_folder.identity(RESULTS, _found)
+    _archived = run_folder.archived(RESULTS, _held)
+    if _archived:
+        sys.exit(f"cs336-systems: {_archived}")
+    RUN_CONFLICT = run_folder.conflict(RESULTS, _held, PRESET, HERE.device or None)
     if RUN_CONFLICT and not CHOSEN.reuse_records:
         sys.exit(f"cs336-systems: {RUN_CONFLICT}")
 else:

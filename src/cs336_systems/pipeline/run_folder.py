@@ -35,6 +35,9 @@ IDENTITY_FILE = "run.json"
 class Identity:
     preset: str
     device: str     # a card's name ("NVIDIA H200"), or CPU
+    # A run kept as it was last rendered, what it is in one line (its card, commits, why it is kept):
+    # nothing measures into it or rebuilds it, and its writeup's first lines say so.
+    archive: str = ""
 
     def describe(self) -> str:
         return f"preset {self.preset} on {self.device}"
@@ -107,12 +110,21 @@ def identity(folder: str | os.PathLike, found: Scan) -> Identity | None:
     path = Path(folder) / IDENTITY_FILE
     if path.is_file():
         data = json.loads(path.read_text())
-        return Identity(data["preset"], data["device"])
+        return Identity(data["preset"], data["device"], data.get("archive", ""))
     if not found.records:
         return None
     if found.gpu_names:
         return Identity("full", " + ".join(sorted(found.gpu_names)))
     return Identity("smoke", CPU)
+
+
+def archived(folder: str | os.PathLike, held: Identity | None) -> str | None:
+    """Why no command may measure into or rebuild ``folder``, in one line, or None: it is an archive."""
+    if held is None or not held.archive:
+        return None
+    run = Path(folder).name
+    return (f"results folder {folder}/ is an archive ({held.archive}); it and writeup/{run}/ are kept as they "
+            f"were last rendered, so nothing was started. Measure into a folder of your own (--config run=<name>)")
 
 
 def conflict(folder: str | os.PathLike, held: Identity | None, preset: str, device: str | None) -> str | None:
@@ -132,4 +144,4 @@ def claim(folder: str | os.PathLike, here: Identity) -> Path | None:
     path = Path(folder) / IDENTITY_FILE
     if path.exists():
         return None
-    return write_json_atomic(path, asdict(here))
+    return write_json_atomic(path, {k: v for k, v in asdict(here).items() if k != "archive" or v})

@@ -300,7 +300,8 @@ class Renderer:
                      "source": self.source_cell(run, sources[ident])} for ident in SECTIONS]
         return self.env.get_template("writeup.md.j2").render(
             run=run, preset=preset, sections=sections, contents=contents, contents_anchor=CONTENTS,
-            built=[ident for ident in SECTIONS if ident in summaries], rebuild=rebuild_command(run, preset, chosen))
+            built=[ident for ident in SECTIONS if ident in summaries], rebuild=rebuild_command(run, preset, chosen),
+            archive=archive_of(summaries))
 
     def missing(self, source: dict) -> str:
         """Why a section is missing, and which other runs have it (linked where their writeup is), in Markdown."""
@@ -330,6 +331,15 @@ class Renderer:
         if source.get("parts"):
             cell += " · only part " + ", ".join(f"({part})" for part in source["parts"])
         return cell
+
+
+def archive_of(summaries: dict[str, Path]) -> str:
+    """What the run is, where its run folder says it is an archive (``pipeline.run_folder``), else ''."""
+    for path in summaries.values():
+        identity = path.parents[1] / "run.json"
+        if identity.is_file():
+            return json.loads(identity.read_text()).get("archive", "")
+    return ""
 
 
 def rebuild_command(run: str, preset: str, chosen: list[str] | None) -> str:
