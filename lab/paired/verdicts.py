@@ -9,7 +9,7 @@ dimension, dtype) and differ in something else (the precision, the implementatio
 group size), or two variants inside one record that took turns (B2(b)'s eager and compiled), one
 pair a phase. For each pair ``report.spread.judge`` gives a verdict on the time its report judges:
 the step, or for B5 a kernel call's CUDA-graph time where both sides have it, else its do_bench median
-(``report.b5.judged``) — "higher", "lower" or within the spread. A pair is matched across the two runs by the two records'
+(``report.b5_grid.judged``) — "higher", "lower" or within the spread. A pair is matched across the two runs by the two records'
 places in their run folders, so both runs must be of the same grid.
 
 Prints, per deliverable: the pairs found in both runs, how many each run decided (not "within"),

@@ -9,7 +9,7 @@ from cs336_systems.accounting.hardware import H100_SXM, H200_SXM
 from cs336_systems.attention import bench
 from cs336_systems.records import make_record
 from cs336_systems.timing import exception_line
-from cs336_systems.report import b5
+from cs336_systems.report import b5, b5_figures, b5_grid, b5_losses, what_ran
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
@@ -234,16 +234,16 @@ def test_a_loss_is_flat_only_where_the_time_does_not_follow_the_work():
     # 4096 is not (16384 takes 12x its time), nor 16384.
     ours = {256: 0.10, 1024: 0.11, 4096: 0.15, 16384: 1.9}
     records = [_point("ours", s, ms) for s, ms in ours.items()] + [_point("plain", s, ms / 2) for s, ms in ours.items()]
-    result = b5.losses(b5.grid_frame(records), "plain")
+    result = b5_losses.losses(b5_grid.grid_frame(records), "plain")
     assert result["lost"] == 4 and result["points"] == 4
     assert [(g["seqs"], g["flat"]) for g in result["groups"]] == [([256, 1024], True), ([4096, 16384], False)]
     # Make every length follow the work (16x the time for 16x the work): nothing is flat any more.
     for i, (seq, ms) in enumerate(((1024, 1.6), (4096, 25.0), (16384, 400.0)), start=1):
         records[i], records[i + 4] = _point("ours", seq, ms), _point("plain", seq, ms / 2)
-    assert [g["flat"] for g in b5.losses(b5.grid_frame(records), "plain")["groups"]] == [False]
+    assert [g["flat"] for g in b5_losses.losses(b5_grid.grid_frame(records), "plain")["groups"]] == [False]
     # A point that took longer than the next, longer one is not set by its work either.
     records[2], records[6] = _point("ours", 4096, 500.0), _point("plain", 4096, 250.0)
-    groups = b5.losses(b5.grid_frame(records), "plain")["groups"]
+    groups = b5_losses.losses(b5_grid.grid_frame(records), "plain")["groups"]
     assert [(g["seqs"], g["flat"]) for g in groups] == [([256, 1024], False), ([4096], True), ([16384], False)]
 
 
@@ -257,19 +257,19 @@ def test_the_grid_explains_a_slow_point_only_when_too_few_programs_cap_the_rate(
     ms = flops / (0.6 * min(1, programs / sms) * H100_SXM.bf16_flops) * 1e3
     launch = {"programs": {"forward": programs}, "sms": sms}
     records = [_point("ours", seq, ms, launch=launch), _point("plain", seq, ms / 2)]
-    worst = b5.losses(b5.grid_frame(records), "plain")["groups"][0]["worst"]
+    worst = b5_losses.losses(b5_grid.grid_frame(records), "plain")["groups"][0]["worst"]
     assert worst["programs"] == programs and worst["ours_of_peak"] == pytest.approx(0.6 * min(1, programs / sms))
     assert worst["grid_explains"] is explains
     assert worst["peak"] == "the dense bf16 tensor-core peak"
 
 
 def test_fp32_peaks_follow_how_the_products_run():
-    assert b5.peak("NVIDIA H100 80GB HBM3", "plain", "fp32", None)[1] == H100_SXM.fp32_flops
-    assert b5.peak("NVIDIA H100 80GB HBM3", "ours", "fp32", "tf32x3")[1] == pytest.approx(H100_SXM.tf32_flops / 3)
-    assert b5.peak("NVIDIA H200", "plain", "fp32", "high")[1] == H200_SXM.tf32_flops
-    assert b5.peak("NVIDIA H200", "plain", "fp32", "medium")[1] == H200_SXM.bf16_flops
-    assert "lowest" in b5.peak("NVIDIA H200", "ours", "fp32", None)[0]
-    assert b5.peak("some other card", "ours", "bf16", None) == (None, pytest.approx(float("nan"), nan_ok=True))
+    assert b5_losses.peak("NVIDIA H100 80GB HBM3", "plain", "fp32", None)[1] == H100_SXM.fp32_flops
+    assert b5_losses.peak("NVIDIA H100 80GB HBM3", "ours", "fp32", "tf32x3")[1] == pytest.approx(H100_SXM.tf32_flops / 3)
+    assert b5_losses.peak("NVIDIA H200", "plain", "fp32", "high")[1] == H200_SXM.tf32_flops
+    assert b5_losses.peak("NVIDIA H200", "plain", "fp32", "medium")[1] == H200_SXM.bf16_flops
+    assert "lowest" in b5_losses.peak("NVIDIA H200", "ours", "fp32", None)[0]
+    assert b5_losses.peak("some other card", "ours", "bf16", None) == (None, pytest.approx(float("nan"), nan_ok=True))
 
 
 def test_out_of_memory_is_named_by_dtype_and_pass_and_the_gap_trend_is_counted():
@@ -278,12 +278,12 @@ def test_out_of_memory_is_named_by_dtype_and_pass_and_the_gap_trend_is_counted()
                _point("plain", 65536, 1.0, dtype="fp32", which="forward"),
                _point("ours", 1024, 1.0), _point("plain", 1024, 2.0),
                _point("ours", 4096, 1.0), _point("plain", 4096, 8.0)]
-    df = b5.grid_frame(records)
-    assert b5.oom_groups(df, "plain") == [{"dtype": "fp32", "pass": "backward", "first_seq": 65536, "ds": [64]}]
-    assert b5.gap_trend(df) == {"series": 1, "widening": 1, "rising_throughout": 1, "first_falls": 0,
+    df = b5_grid.grid_frame(records)
+    assert b5_losses.oom_groups(df, "plain") == [{"dtype": "fp32", "pass": "backward", "first_seq": 65536, "ds": [64]}]
+    assert b5_losses.gap_trend(df) == {"series": 1, "widening": 1, "rising_throughout": 1, "first_falls": 0,
                                 "lowest_at": [], "falls_at_top": 0, "widens_everywhere": True}
     records[-1] = _point("plain", 4096, 1.5)          # the gap narrows: no widening claimed
-    assert b5.gap_trend(b5.grid_frame(records))["widening"] == 0
+    assert b5_losses.gap_trend(b5_grid.grid_frame(records))["widening"] == 0
 
 
 def test_a_gap_that_dips_before_it_widens_is_not_said_to_widen_everywhere():
@@ -294,7 +294,7 @@ def test_a_gap_that_dips_before_it_widens_is_not_said_to_widen_everywhere():
     records = [p for seq, r in dip for p in (_point("ours", seq, 1.0), _point("plain", seq, r))]
     records += [p for seq, r in top for p in (_point("ours", seq, 1.0, which="backward"),
                                               _point("plain", seq, r, which="backward"))]
-    trend = b5.gap_trend(b5.grid_frame(records))
+    trend = b5_losses.gap_trend(b5_grid.grid_frame(records))
     assert trend == {"series": 2, "widening": 2, "rising_throughout": 0, "first_falls": 1, "lowest_at": [512],
                      "falls_at_top": 1, "widens_everywhere": False}
 
@@ -303,7 +303,7 @@ def test_without_the_cards_peak_the_grid_is_reported_but_not_judged():
     launch = {"programs": {"forward": 16}, "sms": 132}
     records = [_point("ours", 16384, 1.0, launch=launch, gpu="a card not in the table"),
                _point("plain", 16384, 0.5, gpu="a card not in the table")]
-    worst = b5.losses(b5.grid_frame(records), "plain")["groups"][0]["worst"]
+    worst = b5_losses.losses(b5_grid.grid_frame(records), "plain")["groups"][0]["worst"]
     assert worst["programs"] == 16 and worst["peak"] is None and "grid_explains" not in worst
 
 
@@ -360,12 +360,12 @@ def _timed(impl, seq, ms, graph=None, which="forward", graph_status=None, gpu=H1
 def test_cold_cache_bound_and_launch_bound_points():
     # H100: (3 MiB resident + 50 MiB L2) at 3.35 TB/s = 16.6 µs. do_bench 100 µs against a 10 µs
     # graph time is launch-bound; 25 µs against 10 µs is within the bound; an unknown card is not judged.
-    df = b5.grid_frame([_timed("ours", 1024, 0.100, graph=0.010), _timed("ours", 2048, 0.025, graph=0.010),
+    df = b5_grid.grid_frame([_timed("ours", 1024, 0.100, graph=0.010), _timed("ours", 2048, 0.025, graph=0.010),
                         _timed("plain", 1024, 0.100, graph=0.010, gpu="a card not in the table"),
                         _timed("plain", 2048, 0.300)])
-    assert b5.cold_cache_ms(df.iloc[0]) == pytest.approx((3 + 50) * 2**20 / 3.35e12 * 1e3)
-    assert list(b5.launch_bound(df)) == [True, False, None, None]
-    check = b5.timing_check(df)
+    assert b5_losses.cold_cache_ms(df.iloc[0]) == pytest.approx((3 + 50) * 2**20 / 3.35e12 * 1e3)
+    assert list(b5_losses.launch_bound(df)) == [True, False, None, None]
+    check = b5_losses.timing_check(df)
     assert check["points"] == 3 and check["launch_bound"] == 1 and check["not_judged"] == 1
     assert check["per_impl"]["ours"] == {"points": 2, "launch_bound": 1, "not_judged": 0, "max_seq": 1024}
 
@@ -376,24 +376,24 @@ def test_graph_time_judges_a_pair_only_where_both_sides_have_it():
     # (its capture failed): do_bench judges, and ours loses there.
     records = [_timed("ours", 1024, 0.20, graph=0.02), _timed("sdpa-flash", 1024, 0.05, graph=0.03),
                _timed("ours", 4096, 0.30, graph=0.25), _timed("sdpa-flash", 4096, 0.20, graph_status="error")]
-    df = b5.grid_frame(records)
-    pair = b5.judged(df, "ours", "sdpa-flash").set_index("seq")
+    df = b5_grid.grid_frame(records)
+    pair = b5_grid.judged(df, "ours", "sdpa-flash").set_index("seq")
     assert pair.loc[1024, "timing"] == "graph" and pair.loc[1024, "t"] == 0.02
     assert pair.loc[4096, "timing"] == "do_bench" and pair.loc[4096, "t_other"] == 0.20
-    goal = b5.losses(df, "sdpa-flash", dtypes=["bf16"], min_seq=1024)
+    goal = b5_losses.losses(df, "sdpa-flash", dtypes=["bf16"], min_seq=1024)
     assert (goal["points"], goal["lost"], goal["by_graph"]) == (2, 1, 1)
     # what an eager loop pays: on do_bench's time both are losses, and the summary says so beside
     assert goal["lost_in_do_bench"] == 2
     assert [(g["seqs"], g["timing"]) for g in goal["groups"]] == [([4096], "do_bench")]
     # Judged on do_bench alone (no graph times) 1024 would be a loss too.
-    bare = b5.grid_frame([_point(r["params"]["impl"], r["params"]["seq"], r["metrics"]["ms"]) for r in records])
-    assert b5.losses(bare, "sdpa-flash")["lost"] == 2
-    table = b5.wide_table(df)
+    bare = b5_grid.grid_frame([_point(r["params"]["impl"], r["params"]["seq"], r["metrics"]["ms"]) for r in records])
+    assert b5_losses.losses(bare, "sdpa-flash")["lost"] == 2
+    table = b5_grid.wide_table(df)
     row = table[table["seq"] == 1024].iloc[0]
     assert row["ours graph"] == "0.020" and row["sdpa-flash / ours"] == "1.50 g"
     row = table[table["seq"] == 4096].iloc[0]
     assert row["sdpa-flash graph"] == "ERROR" and row["sdpa-flash / ours"] == "0.67"
-    assert b5.timing_check(df)["failed"]["error"]["impls"] == ["sdpa-flash"]
+    assert b5_losses.timing_check(df)["failed"]["error"]["impls"] == ["sdpa-flash"]
 
 
 def test_the_eager_goal_counts_do_bench_times_within_its_ratio():
@@ -402,10 +402,10 @@ def test_the_eager_goal_counts_do_bench_times_within_its_ratio():
     records = [_timed("ours", 1024, 0.20, graph=0.02), _timed("sdpa-flash", 1024, 0.05, graph=0.03),
                _timed("ours", 2048, 0.12), _timed("sdpa-flash", 2048, 0.10),
                _timed("ours", 512, 0.90), _timed("sdpa-flash", 512, 0.10), _timed("plain", 2048, 0.01)]
-    goal = b5.eager_goal(b5.grid_frame(records), "sdpa-flash", 1.25, dtypes=["bf16"], min_seq=1024)
+    goal = b5_grid.eager_goal(b5_grid.grid_frame(records), "sdpa-flash", 1.25, dtypes=["bf16"], min_seq=1024)
     assert (goal["points"], goal["within"], goal["beyond"], goal["not_settled"]) == (2, 1, 1, 0)
     assert goal["worst"]["seq"] == 1024 and goal["worst"]["ratio"] == pytest.approx(4.0)
-    assert b5.eager_goal(b5.grid_frame(records), "sdpa-flash", 1.25, dtypes=["fp32"])["points"] == 0
+    assert b5_grid.eager_goal(b5_grid.grid_frame(records), "sdpa-flash", 1.25, dtypes=["fp32"])["points"] == 0
 
 
 def test_the_eager_goal_is_judged_per_point_and_not_settled_without_rounds():
@@ -413,17 +413,17 @@ def test_the_eager_goal_is_judged_per_point_and_not_settled_without_rounds():
     # the interval holds the goal's ratio; records of their own processes settle nothing
     ours = _in_turns(_point("ours", 2048, 0.122, turns=False), [0.122 * k for k in (1.0, 1.06, 0.95, 1.04, 0.97, 1.0, 1.05, 0.96)])
     flash = _point("sdpa-flash", 2048, 0.100)
-    goal = b5.eager_goal(b5.grid_frame([ours, flash]), "sdpa-flash", 1.25, dtypes=["bf16"])
+    goal = b5_grid.eager_goal(b5_grid.grid_frame([ours, flash]), "sdpa-flash", 1.25, dtypes=["bf16"])
     assert (goal["within"], goal["beyond"], goal["not_settled"]) == (0, 0, 1) and not goal["all_within"]
     alone = [_point("ours", 2048, 0.11, turns=False), _point("sdpa-flash", 2048, 0.10, turns=False)]
-    goal = b5.eager_goal(b5.grid_frame(alone), "sdpa-flash", 1.25, dtypes=["bf16"])
+    goal = b5_grid.eager_goal(b5_grid.grid_frame(alone), "sdpa-flash", 1.25, dtypes=["bf16"])
     assert (goal["points"], goal["within"], goal["not_settled"]) == (1, 0, 1)
 
 
 def test_rates_of_a_graph_judged_loss_come_from_graph_time():
     flops = bench.causal_flops(1, 16384, 64, "forward")
     records = [_timed("ours", 16384, 2.0, graph=1.0), _timed("plain", 16384, 1.0, graph=0.5)]
-    worst = b5.losses(b5.grid_frame(records), "plain")["groups"][0]["worst"]
+    worst = b5_losses.losses(b5_grid.grid_frame(records), "plain")["groups"][0]["worst"]
     assert worst["ours_ms"] == 1.0 and worst["ours_tflops"] == pytest.approx(flops / 1.0 / 1e9)
     assert worst["other_tflops"] == pytest.approx(flops / 0.5 / 1e9)
 
@@ -510,16 +510,16 @@ def test_the_section_opens_with_its_answer_and_tabulates_the_losses(tmp_path, se
     body = text.split("\n\n")
     # The verdicts, counted independently of the report's: every pair moves with one drift, so the
     # judge calls the sign of the difference, and equal times (the floor of short points) within.
-    df = b5.grid_frame([r for rows in _grid(random.Random(seed), commit=commit).values() for r in rows])
-    pair = b5.judged(df, "ours", "plain")
+    df = b5_grid.grid_frame([r for rows in _grid(random.Random(seed), commit=commit).values() for r in rows])
+    pair = b5_grid.judged(df, "ours", "plain")
     lost, ties = pair[pair["t"] > pair["t_other"]], int((pair["t"] == pair["t_other"]).sum())
     assert body[2].startswith(f"Ours is faster than plain PyTorch attention at {L['points'] - L['lost'] - ties}, within "
                               f"the spread of the rounds at {ties} and slower at {L['lost']} of the {L['points']} points")
     assert L["lost"] == len(lost) and L["by_dtype"] == lost["dtype"].value_counts().sort_index().to_dict()
-    flat = b5.flat_points(df[df["status"] == "ok"])
+    flat = b5_losses.flat_points(df[df["status"] == "ok"])
     is_flat = [("ours", r["dtype"], r["d"], r["pass"], r["seq"]) in flat for _, r in lost.iterrows()]
     assert L["flat_lost"] == sum(is_flat)
-    shares = [row["tflops"] * 1e12 / b5.peak(row["gpu"], "ours", row["dtype"], "ieee" if row["dtype"] == "fp32" else None)[1]
+    shares = [row["tflops"] * 1e12 / b5_losses.peak(row["gpu"], "ours", row["dtype"], "ieee" if row["dtype"] == "fp32" else None)[1]
               for (_, row), f in zip(lost.iterrows(), is_flat) if not f]
     assert L["max_of_peak"] == (pytest.approx(max(shares)) if shares else None)
     # One table row per group, the repeated sentence gone; no grid where the records give none.
@@ -549,14 +549,14 @@ def test_what_ran_names_the_records_where_they_say_it(tmp_path, seed):
 
 def test_the_rate_plot_is_logarithmic_and_says_its_timing(tmp_path, monkeypatch):
     figures = []
-    monkeypatch.setattr(b5, "save_figure", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(b5_figures, "save_figure", lambda fig, path: figures.append(fig))
     records = [_timed("ours", 256, 0.5, graph=0.01), _timed("ours", 4096, 1.0, graph=0.8), _timed("plain", 256, 0.5),
                _timed("plain", 4096, 2.0)]
-    df = b5.grid_frame(records)
-    rates = b5.plotted_rates(df)
+    df = b5_grid.grid_frame(records)
+    rates = b5_figures.plotted_rates(df)
     flops = bench.causal_flops(1, 256, 64, "forward")
     assert rates["rate"].iloc[0] == pytest.approx(flops / 0.01 / 1e9) and list(rates["timing"]) == ["graph"] * 2 + ["do_bench"] * 2
-    info = b5.plot_tflops(df, tmp_path / "tflops.png")
+    info = b5_figures.plot_tflops(df, tmp_path / "tflops.png")
     assert (info["graph"], info["do_bench"], info["peak"]) == (2, 2, "the dense bf16 tensor-core peak")
     ax = figures[0].axes[0]
     assert ax.get_yscale() == "log" and ax.get_xscale() == "log"
@@ -598,7 +598,7 @@ def test_a_pair_from_one_job_is_judged_per_round_and_from_two_processes_is_not_s
                  (_point("plain", 4096, 1.00, turns=False), [1.00, 1.01, 1.00, 1.00, 1.01, 1.00, 1.00, 1.01])]
         return [_in_turns(r, times[:rounds]) if turns else r for r, times in pairs]
 
-    paired_result, unpaired, short = (b5.losses(b5.grid_frame(rs), "plain")
+    paired_result, unpaired, short = (b5_losses.losses(b5_grid.grid_frame(rs), "plain")
                                       for rs in (records(True), records(False), records(True, rounds=3)))
     assert (paired_result["paired"], paired_result["lost"], paired_result["within"]) == (2, 1, 1)
     assert (paired_result["settled"], paired_result["not_settled"]) == (2, 0)
@@ -608,7 +608,7 @@ def test_a_pair_from_one_job_is_judged_per_round_and_from_two_processes_is_not_s
     # Records of two different jobs do not pair.
     mixed = records(True)
     mixed[1]["metrics"]["turns"]["job"] = "another-job"
-    mixed_result = b5.losses(b5.grid_frame(mixed), "plain")
+    mixed_result = b5_losses.losses(b5_grid.grid_frame(mixed), "plain")
     assert (mixed_result["paired"], mixed_result["not_settled_unpaired"]) == (1, 1)
 
     board = tmp_path / "board.json"
@@ -640,7 +640,7 @@ def test_graph_time_pairs_on_the_rounds_of_graph_time():
     time judges, on its own rounds."""
     ours = _in_turns(_timed("ours", 1024, 0.05, graph=0.020), [0.05] * 8, graph_rounds=[0.021, 0.020, 0.022] * 3)
     plain = _in_turns(_timed("plain", 1024, 0.04, graph=0.030), [0.04] * 8, graph_rounds=[0.030, 0.031, 0.030] * 3)
-    row = b5.judged(b5.grid_frame([ours, plain]), "ours", "plain").iloc[0]
+    row = b5_grid.judged(b5_grid.grid_frame([ours, plain]), "ours", "plain").iloc[0]
     assert row["timing"] == "graph" and row["paired"] and row["verdict"] == "lower"
 
 
@@ -650,11 +650,11 @@ def test_tiles_tuned_on_another_card_are_named_for_the_shapes_that_take_them():
     from cs336_systems.attention.tuned_tiles import TUNED
     tuned_on = TUNED["bf16_d64"]["measured"]["gpu"]
     elsewhere = [_point("ours", 1024, 1.0, gpu="Some other GPU")]
-    assert b5.tuned_elsewhere(elsewhere) == [tuned_on]
-    assert b5.tuned_elsewhere(elsewhere + [_point("ours", 2048, 1.0, gpu=tuned_on)]) == []
-    assert b5.tuned_elsewhere([_point("ours", 1024, 1.0, dtype="fp32", gpu="Some other GPU")]) == []  # no fp32 entry
+    assert what_ran.tuned_elsewhere(elsewhere) == [tuned_on]
+    assert what_ran.tuned_elsewhere(elsewhere + [_point("ours", 2048, 1.0, gpu=tuned_on)]) == []
+    assert what_ran.tuned_elsewhere([_point("ours", 1024, 1.0, dtype="fp32", gpu="Some other GPU")]) == []  # no fp32 entry
     cpu = [_point("ours", 1024, 1.0, gpu=None)]
-    assert b5.tuned_elsewhere(cpu) == []      # a CPU run runs the interpreter: no card to tune for
+    assert what_ran.tuned_elsewhere(cpu) == []      # a CPU run runs the interpreter: no card to tune for
 
 
 def test_tuned_entry_is_the_kernels_rule():
@@ -664,4 +664,4 @@ def test_tuned_entry_is_the_kernels_rule():
     from cs336_systems.attention import flash_tiles
     for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16"), (torch.bfloat16, "bf16")):
         for d in range(8, 257, 8):
-            assert b5.tuned_entry(name, d) == flash_tiles.tuned_key(d, dtype), (name, d)
+            assert what_ran.tuned_entry(name, d) == flash_tiles.tuned_key(d, dtype), (name, d)

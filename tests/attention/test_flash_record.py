@@ -161,7 +161,7 @@ def test_what_the_tree_runs_is_its_code(monkeypatch):
 
 
 def test_older_kernels_are_named_as_not_the_trees(seed):
-    from cs336_systems.report import b5
+    from cs336_systems.report import what_ran
 
     rng = random.Random(seed)
     # records that say what kernels from before the plans ran: tiles in index order, from one fixed set
@@ -171,13 +171,13 @@ def test_older_kernels_are_named_as_not_the_trees(seed):
     old = [_record("1" * 40, before, rng=rng, dtype="fp32") for _ in range(3)]
     for r in old:
         r["provenance"]["gpu"] = "NVIDIA H200"
-    differs = {x["fact"]: x for x in b5.what_ran(old)["tree"]["differs"]}
+    differs = {x["fact"]: x for x in what_ran.what_ran(old)["tree"]["differs"]}
     assert set(differs) == {"order", "tiles_from", "products", "delta"}
     assert differs["products"]["ran"] == ["IEEE FMA"] and differs["products"]["tree"] == ["3xTF32"]
     # The tree's own facts, said by the records: nothing differs; on a card without a TF32 peak in
     # the table, the fp32 products are not compared.
     said = {"order": "longest-first", "tiles_from": "tuned", "products": "tf32x3", "delta": "triton", "backward": "dkdv+dq",
             "tiles": {"forward": {"block_q": 64, "block_k": 64}}, "splits": 1}
-    same = b5.what_ran([_record("0" * 40, said, rng=rng, dtype="fp32")])["tree"]
+    same = what_ran.what_ran([_record("0" * 40, said, rng=rng, dtype="fp32")])["tree"]
     assert same["differs"] == [] and "fp32 products" not in same["compared"]
-    assert b5.what_ran([_record("0" * 40, None, rng=rng)])["tree"] is None
+    assert what_ran.what_ran([_record("0" * 40, None, rng=rng)])["tree"] is None

@@ -1,7 +1,7 @@
 """B3 / B4 report, from the one checks record ``attention.check`` writes: B3, the error tables of our
 FlashAttention Functions against float64; B4, the two backward paths timed side by side, with what
 each computes and moves (``backward_accounting``), and the worst error, which B4's text quotes too.
-Both say what the Triton kernels ran (``report.b5.what_ran``). Each run of it writes one
+Both say what the Triton kernels ran (``report.what_ran``). Each run of it writes one
 deliverable's folder.
 
     python -m cs336_systems.report.flash_checks B3 --records results/RUN/B3/records/checks.json --out-dir DIR
@@ -17,9 +17,10 @@ import pandas as pd
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.attention.flash_record import ran
 from cs336_systems.attention.tuned_tiles import TUNED
-from cs336_systems.report.b5 import peak, ran_schema, tuned_elsewhere, what_ran
+from cs336_systems.report.b5_losses import peak
 from cs336_systems.report.common import load_record_lists, run_provenance, write_summary, write_table
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
+from cs336_systems.report.what_ran import ran_schema, tuned_elsewhere, what_ran
 
 QUANTITIES = ("o", "lse", "dq", "dk", "dv")
 

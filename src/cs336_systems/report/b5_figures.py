@@ -1,0 +1,91 @@
+"""B5's figures: the speed-up map and TFLOP/s against sequence length."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from cs336_systems.report.b5_grid import PASSES, judged
+from cs336_systems.report.b5_losses import PEAK_SHORT, peak
+from cs336_systems.report.common import save_figure
+
+
+def plot_speedup(df: pd.DataFrame, path: Path, baseline: str = "plain") -> None:
+    """Heat maps of baseline time / our time (the timing that judges each point: graph time where
+    both have it), per dtype (rows) and pass (columns); grey = not measured."""
+    dtypes = sorted(df["dtype"].unique())
+    fig, axes = plt.subplots(len(dtypes), len(PASSES), figsize=(4.6 * len(PASSES), 3.4 * len(dtypes)), squeeze=False)
+    fig.subplots_adjust(hspace=0.75, wspace=0.3)
+    pair = judged(df, "ours", baseline)
+    ratio = dict(zip(zip(pair["dtype"], pair["pass"], pair["d"], pair["seq"]), pair["t_other"] / pair["t"]))
+    for row, dtype in enumerate(dtypes):
+        for col, which in enumerate(PASSES):
+            ax = axes[row][col]
+            seqs, ds = sorted(df["seq"].unique()), sorted(df["d"].unique())
+            grid = np.array([[ratio.get((dtype, which, d, s), np.nan) for s in seqs] for d in ds], dtype=float)
+            image = ax.imshow(np.log2(grid), cmap="RdYlGn", vmin=-4, vmax=4, aspect="auto")
+            for i in range(len(ds)):
+                for j in range(len(seqs)):
+                    text = "–" if np.isnan(grid[i, j]) else f"{grid[i, j]:.1f}"
+                    ax.text(j, i, text, ha="center", va="center", fontsize=6)
+            ax.set_xticks(range(len(seqs)), [str(s) for s in seqs], rotation=60, fontsize=7)
+            ax.set_yticks(range(len(ds)), [str(d) for d in ds], fontsize=7)
+            ax.set_title(f"{dtype} {which}", fontsize=9)
+            ax.set_xlabel("sequence length", fontsize=8)
+            ax.set_ylabel("head dim", fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.6, label=f"log2({baseline} time / our time)")
+    save_figure(fig, path)
+
+
+def plotted_rates(ok: pd.DataFrame) -> pd.DataFrame:
+    """Each point's achieved TFLOP/s in the timing that judges it alone: its graph time where it has
+    one (GPU time, no host), else do_bench's median; ``timing`` says which."""
+    graph = ok["graph_ms"].notna() & ok["flops"].notna()
+    rate = np.where(graph, ok["flops"] / ok["graph_ms"] / 1e9, ok["tflops"])
+    return ok.assign(rate=rate, timing=np.where(graph, "graph", "do_bench"))
+
+
+def tflops_panels(ok: pd.DataFrame) -> tuple[str, list[int]]:
+    """The dtype (bf16 where measured) and head dimensions (64 and 128, else the largest) plotted."""
+    dtype = "bf16" if "bf16" in set(ok["dtype"]) else sorted(set(ok["dtype"]))[0] if len(ok) else "bf16"
+    return dtype, [d for d in (64, 128) if d in set(ok["d"])] or sorted(set(ok["d"]))[-1:] or [64]
+
+
+def plot_tflops(df: pd.DataFrame, path: Path) -> dict:
+    """Achieved TFLOP/s over sequence length on log-log axes (the short lengths' rates are a
+    thousandth of the long ones'), one panel per pass (rows) and head dimension (columns;
+    ``tflops_panels``), every implementation, each point in its ``plotted_rates`` timing (the
+    legend says which). Returns what the caption needs: dtype, head dims and the points per timing."""
+    ok = plotted_rates(df[df["status"] == "ok"])
+    dtype, ds = tflops_panels(ok)
+    fig, axes = plt.subplots(len(PASSES), len(ds), figsize=(5.5 * len(ds), 3.4 * len(PASSES)), squeeze=False,
+                             layout="constrained")
+    shown = ok[(ok["dtype"] == dtype) & ok["d"].isin(ds)]
+    # One card and a 16-bit dtype: every implementation's products run on its tensor cores, one peak.
+    gpus = set(shown["gpu"].dropna())
+    name, top = peak(gpus.pop(), "ours", dtype, None) if len(gpus) == 1 and dtype != "fp32" else (None, math.nan)
+    for row, which in zip(axes, PASSES):
+        for ax, d in zip(row, ds):
+            for impl, part in shown[(shown["d"] == d) & (shown["pass"] == which)].groupby("impl"):
+                part = part.sort_values("seq")
+                timings = set(part["timing"])
+                label = {frozenset({"graph"}): "graph time", frozenset({"do_bench"}): "do_bench"}.get(
+                    frozenset(timings), "graph time where measured, else do_bench")
+                ax.plot(part["seq"], part["rate"], marker="o", label=f"{impl} ({label})")
+            if name and ax.has_data():
+                ax.axhline(top / 1e12, color="grey", linestyle="--", linewidth=1,
+                           label=PEAK_SHORT.get(name, name) + " peak")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set(title=f"{dtype}, d = {d}, causal, {which}", xlabel="sequence length",
+                   ylabel="TFLOP/s (log scale)")
+            ax.grid(alpha=0.3, which="both")
+            if ax.has_data():
+                ax.legend(fontsize=7)
+    save_figure(fig, path)
+    graph = int((shown["timing"] == "graph").sum())
+    return {"dtype": dtype, "ds": [int(d) for d in ds], "points": int(len(shown)), "peak": name,
+            "graph": graph, "all_graph": graph == len(shown), "do_bench": int((shown["timing"] == "do_bench").sum())}

@@ -1,0 +1,202 @@
+"""What our FlashAttention kernels ran, in words, for the B3, B4 and B5 sections: tiles, tile order,
+fp32 products, splits and the backward (``attention.flash_record.ran``), saying where records do not
+give it; the writeup states nothing about our kernels beyond it.
+"""
+from __future__ import annotations
+
+from cs336_systems.accounting.hardware import BY_DEVICE_NAME
+from cs336_systems.attention.flash_record import TREE, ran, shape_of
+from cs336_systems.report.summary_schemas import BOOL, INT, STR, arr, null, obj
+
+# --- what ran: the facts about our kernels the writeup may state, each with where it comes from ---
+
+FACT_LABELS = {"order": "causal tile order", "tiles": "tiles", "products": "fp32 products", "splits": "split launches",
+               "backward": "backward", "path": "launch path"}
+PHRASES = {
+    "order": {"longest-first": "the longest causal tiles issued first",
+              "index": "tiles in index order (the first programs of the forward and dQ passes hold the shortest "
+                       "causal query tiles)"},
+    "products": {"ieee": "IEEE fp32 FMA (on a GPU, the CUDA cores)", "tf32x3": "three TF32 tensor-core products each (3xTF32)",
+                 "tf32": "TF32 tensor cores", "upcast": "fp32 (Triton's CPU interpreter)"},
+    "backward": {"dkdv+dq": "a dK/dV kernel, then a dQ kernel (no atomics)",
+                 "fused": "one dK/dV kernel adding dQ atomically", "compiled-pytorch": "the compiled PyTorch backward"},
+    "delta": {"pytorch": "D = rowsum(dO ∘ O) in PyTorch", "triton": "D = rowsum(dO ∘ O) in a Triton kernel"},
+    "tiles_from": {"tuned": "the tuner's (attention/tuned_tiles.py) where it has an entry",
+                   "default": "the defaults where the tuner has no entry",
+                   "interpreter": "the small tiles of Triton's CPU interpreter"},
+    "path": {"plan": "the eager call's cached per-shape plan", "plain": "plain launches",
+             "compiled": "plain launches under torch.compile",
+             "compiled-plan": "the cached per-shape plan, called from the compiled graph through the custom op", "pytorch": "PyTorch tiles (no Triton)"},
+}
+
+
+def _phrase(fact: str, record: dict, facts: dict) -> str | None:
+    """One record's value of ``fact`` in words; "" where the fact does not apply to the record
+    (fp32 products of a bf16 record, splits of the compiled PyTorch backward); None where unknown."""
+    if fact == "products" and record["params"].get("dtype") != "fp32":
+        return ""
+    if fact == "order" and not shape_of(record)["causal"]:
+        return ""                           # every tile is as long without the mask
+    if fact == "backward":
+        kernels = facts.get("backward")
+        if kernels is None:
+            return None
+        delta = PHRASES["delta"].get(facts.get("delta"))
+        after = f", after {delta}" if delta and kernels != "compiled-pytorch" else ""
+        return PHRASES["backward"].get(kernels, kernels) + after
+    if fact == "splits":
+        if "splits" not in facts:
+            return None
+        return "split" if facts["splits"] > 1 or max(facts.get("backward_splits") or [1]) > 1 else "none"
+    if fact == "tiles":
+        if not facts.get("tiles"):
+            return None
+        return PHRASES["tiles_from"].get(facts.get("tiles_from"), "as listed")
+    value = facts.get(fact)
+    return None if value is None else PHRASES[fact].get(value, value)
+
+
+def _source(missing: int, total: int) -> str:
+    """Where a fact came from, in words: the records, where they say it."""
+    if not missing:
+        return "the records"
+    if missing == total:
+        return "not known: the records do not say"
+    return f"the records; not known for {missing} of {total} records"
+
+
+def _tile(t: dict | None) -> str:
+    if not t:
+        return "—"
+    extra = f" ({t['num_warps']}w, {t['num_stages']}s)" if "num_warps" in t else ""
+    return f"{t['block_q']}×{t['block_k']}{extra}"
+
+
+def shape_seq(record: dict) -> int:
+    p = record["params"]
+    return int(p["shape"][1] if "shape" in p else p["seq"])
+
+
+def by_dtype_and_d(record: dict) -> tuple:
+    return record["params"].get("dtype"), record["params"].get("d")
+
+
+def tile_rows(resolved: list[tuple[dict, dict]], key=by_dtype_and_d) -> list[dict]:
+    """One row per (``key``, tile set): the lengths it ran at and each kernel's tiles."""
+    rows: dict = {}
+    for record, what in resolved:
+        tiles = what["facts"].get("tiles")
+        if not tiles:
+            continue
+        cells = tuple(_tile(tiles.get(k)) for k in ("forward", "dkdv", "dq"))
+        rows.setdefault((*key(record), cells), set()).add(shape_seq(record))
+    out = []
+    for (*k, cells), seqs in sorted(rows.items(), key=lambda item: (item[0][:-1], min(item[1]))):
+        seqs = sorted(seqs)
+        out.append({"key": list(k), "seqs": f"{seqs[0]}" if len(seqs) == 1 else f"{seqs[0]}–{seqs[-1]}",
+                    "forward": cells[0], "dkdv": cells[1], "dq": cells[2]})
+    return out
+
+
+def tree_differences(resolved: list[tuple[dict, dict]]) -> dict | None:
+    """How the kernels of these records compare with this tree's in the facts of
+    ``flash_record.TREE``: ``compared``, the facts known for them, and ``differs``, those in which
+    they differ, each with what ran and what the tree runs, in words. fp32 products count only on a
+    card with TF32 tensor cores (where the tree runs 3xTF32), the order only under the causal mask.
+    None where the records and their commits say none of these facts."""
+    seen: dict[str, set] = {}
+    for record, what in resolved:
+        facts = what["facts"]
+        for name in TREE:
+            value = facts.get(name)
+            card = BY_DEVICE_NAME.get((record.get("provenance") or {}).get("gpu") or "")
+            if value is None or (name == "products" and (record["params"].get("dtype") != "fp32" or card is None
+                                                         or card.tf32_flops is None)):
+                continue
+            if (name == "order" and not shape_of(record)["causal"]) or value == "compiled-pytorch":
+                continue                    # no order without the mask; the PyTorch backward by choice
+            seen.setdefault(name, set()).add(value)
+    if not seen:
+        return None
+    out = []
+    for name, values in ((name, seen[name]) for name in TREE if name in seen):
+        tree = TREE[name] if isinstance(TREE[name], tuple) else (TREE[name],)
+        if values - set(tree):
+            words = SHORT[name]
+            out.append({"fact": name, "label": words["label"], "ran": sorted(words.get(v, v) for v in values - set(tree)),
+                        "tree": [words.get(v, v) for v in tree]})
+    return {"compared": [SHORT[name]["label"] for name in TREE if name in seen], "differs": out}
+
+
+# The facts of ``tree_differences`` in a few words.
+SHORT = {"order": {"label": "causal tile order", "longest-first": "longest first", "index": "index order"},
+         "tiles_from": {"label": "tile choice", "fixed": "fixed per dtype and head dimension", "tuned": "the tuner's",
+                        "default": "defaults", "interpreter": "the interpreter's"},
+         "products": {"label": "fp32 products", "ieee": "IEEE FMA", "tf32x3": "3xTF32"},
+         "delta": {"label": "where D = rowsum(dO ∘ O) is computed", "pytorch": "in PyTorch", "triton": "in a Triton kernel"},
+         "backward": {"label": "backward kernels", "dkdv+dq": "dK/dV then dQ", "fused": "fused, dQ added atomically"}}
+
+
+def tuned_entry(dtype: str | None, d: int) -> str | None:
+    """The entry of ``attention/tuned_tiles.py`` whose tiles a (dtype name, head dimension) takes, by
+    ``flash_tiles.tuned_key``'s rule (its own entry, else its padded width's; a test holds the two
+    equal), without importing the kernels."""
+    from cs336_systems.attention.tuned_tiles import TUNED
+
+    for width in (d, max(16, 1 << (d - 1).bit_length())):
+        if f"{dtype}_d{width}" in TUNED:
+            return f"{dtype}_d{width}"
+    return None
+
+
+def tuned_elsewhere(records: list[dict]) -> list[str]:
+    """The cards on which the tuner chose the tiles that ``records``' shapes take (``tuned_entry``),
+    where none of ``records`` ran: those tiles run here untuned for this card (the tuner is not
+    re-run per card). Entries for shapes the records do not have say nothing about them."""
+    from cs336_systems.attention.tuned_tiles import TUNED
+
+    here = {r["provenance"].get("gpu") for r in records}
+    used = {tuned_entry((shape := shape_of(r))["dtype"], shape["d"]) for r in records} - {None}
+    return sorted({TUNED[key]["measured"]["gpu"] for key in used} - here) if any(here) else []
+
+
+def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) -> dict:
+    """What our kernels ran in ``records`` (ours only), for the writeup: per fact its value(s) in
+    words and whether the records say it (``flash_record.ran``);
+    the commits; the tile sets (``tile_rows``); whether the tiles changed with the length."""
+    resolved = [(r, ran(r)) for r in records]
+    rows = []
+    for fact in facts:
+        values, missing, applies = set(), 0, 0
+        for record, what in resolved:
+            phrase = _phrase(fact, record, what["facts"])
+            if phrase == "":
+                continue
+            applies += 1
+            if phrase is None:
+                missing += 1
+                continue
+            values.add(phrase)
+        if applies:
+            rows.append({"fact": fact, "label": FACT_LABELS[fact], "values": sorted(values),
+                         "source": _source(missing, applies), "known": applies - missing,
+                         "records": applies})
+    tiles = tile_rows(resolved, key)
+    tree = tree_differences(resolved)
+    varies = {tuple(t["key"]) for t in tiles}
+    dates = sorted(r["provenance"]["utc"][:10] for r in records if r.get("provenance"))
+    return {"records": len(records), "commits": sorted({w["commit"][:10] for _, w in resolved}),
+            "dates": [dates[0], dates[-1]] if dates else [], "facts": rows,
+            "tiles": tiles, "tiles_vary_with_length": len(varies) < len(tiles), "tree": tree,
+            "several_lengths": len({shape_seq(r) for r in records}) > 1}
+
+
+def ran_schema(key: dict = STR, **more) -> dict:
+    """``what_ran``'s summary as the sections' schemas declare it (B3's and B4's too): ``key`` the type
+    of a tile row's key."""
+    fact = obj(fact=STR, known=null(INT), label=STR, source=STR, values=null(arr(STR)))
+    tile = obj(dkdv=STR, dq=STR, forward=STR, key=arr(key), seqs=STR)
+    differs = obj(label=STR, ran=arr(STR), tree=arr(STR))
+    return obj(facts=arr(fact), several_lengths=BOOL, records=null(INT), tiles=null(arr(tile)),
+               tiles_vary_with_length=null(BOOL), tree=null(obj(compared=arr(STR), differs=null(arr(differs)))),
+               **more)
