@@ -10,6 +10,7 @@ import math
 
 import pandas as pd
 
+from cs336_systems.accounting import memory_traffic
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.profiling import mfu
 from cs336_systems.report.b5_grid import judged
@@ -18,13 +19,12 @@ from cs336_systems.report.summary_schemas import BOOL, INT, NUM, STR, arr, null,
 
 
 def cold_cache_ms(row: pd.Series) -> float:
-    """The most a cold L2 cache can add to one call's time, in ms: every byte resident before the
-    call read once from device memory, plus a whole L2 of dirty lines (do_bench's flush is a memset)
-    written back, at the card's datasheet bandwidth. NaN where the card or the sizes are unknown."""
+    """The most a cold L2 cache can add to one grid row's call (``memory_traffic.cold_cache_ms``, ms);
+    NaN where the card or the sizes are unknown."""
     card = BY_DEVICE_NAME.get(row["gpu"] or "")
     if card is None or card.hbm_bandwidth is None:
         return math.nan
-    return (row["resident_bytes"] + row["l2_bytes"]) / card.hbm_bandwidth * 1e3
+    return memory_traffic.cold_cache_ms(row["resident_bytes"], row["l2_bytes"], card)
 
 
 def launch_bound(df: pd.DataFrame) -> pd.Series:

@@ -62,6 +62,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
+from cs336_systems.accounting.memory_traffic import ADAMW_BYTES_PER_PARAMETER, adamw_floor_ms
 from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
 from cs336_systems.profiling.flops import model_step_flops, model_step_flops_parts
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
@@ -452,10 +453,6 @@ def gap(point: dict | None) -> dict | None:
             "matmul_backward_over_forward": MATMUL_BACKWARD_OVER_FORWARD}
 
 
-# Bytes a one-pass AdamW step moves per parameter: it reads the parameter, its gradient and both
-# moments (4 x 4 B) and writes the parameter and both moments back (3 x 4 B). With bf16 weights
-# (training_step.triton_adamw) the gradient read is 2 B and the bf16 copy written 2 B more: 28 still.
-ADAMW_BYTES_PER_PARAMETER = 28
 # The optimizers that make one pass over those bytes (records' ``optimizer``); cs336_basics' AdamW
 # makes several, so a floor of one pass would not be its limit.
 ONE_PASS_ADAMWS = (rungs.FUSED_ADAMW, rungs.TRITON_ADAMW)
@@ -477,7 +474,7 @@ def optimizer_floor(gap_: dict | None, records: list[dict]) -> dict | None:
             parameters = r["metrics"].get("parameters")
             if card is None or card.hbm_bandwidth is None or not parameters:
                 return None
-            floor_ms = ADAMW_BYTES_PER_PARAMETER * parameters / card.hbm_bandwidth * 1e3
+            floor_ms = adamw_floor_ms(parameters, card)
             return {"parameters": parameters, "billions": parameters / 1e9,
                     "gigabytes": ADAMW_BYTES_PER_PARAMETER * parameters / 1e9,
                     "card": card.name, "bandwidth_tb_s": card.hbm_bandwidth / 1e12, "floor_ms": floor_ms,
