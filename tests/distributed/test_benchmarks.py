@@ -1,5 +1,8 @@
 """C1 and the data-parallel benchmark on CPU ranks, and the closed forms their reports use."""
 import json
+import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -241,3 +244,25 @@ def test_bad_variant_is_refused_in_one_line(capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2 and "unknown data-parallel variant 'zero3'" in err
     assert all(name in err for name in variants.names())
+
+
+@pytest.mark.slow
+def test_an_allreduce_row_under_torchrun_is_written_by_rank_0_and_says_where_it_ran(tmp_path):
+    """The rule's command: torch's launcher starts the ranks; one row, its sums' times from every rank."""
+    out = tmp_path / "row.json"
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "cs336_systems.distributed.allreduce_bench", "--backend", "gloo", "--world-size", "2",
+                           "--sizes-mb", "0.01", "0.1", "--warmup", "1", "--iters", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=240, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = json.loads(out.read_text())
+    assert [r["params"]["size_mb"] for r in records] == [0.01, 0.1] and all(r["status"] == "ok" for r in records)
+    for r in records:
+        assert r["metrics"]["launch"] == {"launcher": "torchrun", "hosts": r["metrics"]["launch"]["hosts"],
+                                          "nodes": 1, "ranks_per_node": 2}
+        assert len(r["metrics"]["per_rank_median_ms"]) == 2
+    bad = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "-m", "cs336_systems.distributed.allreduce_bench", "--backend", "gloo", "--world-size", "3",
+                          "--sizes-mb", "0.01", "--out", str(tmp_path / "bad.json")],
+                         capture_output=True, text=True, timeout=240)
+    assert bad.returncode != 0 and "--world-size 3, but torchrun started 2 ranks" in bad.stderr

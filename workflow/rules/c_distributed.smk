@@ -18,8 +18,9 @@ DDP_BATCH = ddp_variants.global_batch(DDP["global_batch"])     # precision -> se
 
 
 rule C1_row:
-    """All-reduce of each tensor size on `world` ranks; a JSON list of records (skipped where the
-    machine has too few GPUs or cores). NCCL rows lease up to `world` GPUs; Gloo rows use none."""
+    """All-reduce of each tensor size on `world` ranks, which torch's launcher starts (rank 0 writes);
+    a JSON list of records (skipped where the machine has too few GPUs or cores). NCCL rows lease up
+    to `world` GPUs; Gloo rows use none."""
     input:
         measuring_code("cs336_systems.distributed.allreduce_bench", deliverable="C1"),
     output:
@@ -41,7 +42,8 @@ rule C1_row:
         # A preset without GPUs still runs its NCCL rows, which record that they were skipped.
         gpu=lambda wildcards: int(wildcards.world) if wildcards.backend == "nccl" and ON_GPUS else 0,
     shell:
-        logged("{params.lease} python -m cs336_systems.distributed.allreduce_bench --backend {wildcards.backend}"
+        logged("{params.lease} python -m torch.distributed.run --standalone --nproc-per-node {wildcards.world}"
+        " -m cs336_systems.distributed.allreduce_bench --backend {wildcards.backend}"
         " --world-size {wildcards.world} --sizes-mb {params.sizes} --warmup {params.warmup} --iters {params.iters}"
         " --out {output} > {log} 2>&1")
 

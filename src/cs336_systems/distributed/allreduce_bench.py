@@ -1,7 +1,12 @@
 """C1: all-reduce of float32 tensors, timed on every rank of one (backend, world size).
 
-    python -m cs336_systems.distributed.allreduce_bench --backend nccl --world-size 2 \
-        --sizes-mb 1 10 100 1000 --out row.json
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m cs336_systems.distributed.allreduce_bench \
+        --backend nccl --world-size 2 --sizes-mb 1 10 100 1000 --out row.json
+    srun --nodes 2 --ntasks-per-node 1 python -m cs336_systems.distributed.allreduce_bench --backend nccl --world-size 2 ...
+
+Started by a launcher (torchrun, srun: ``ranks.from_environment``), each process is one rank and rank
+0 writes the records, which say where the ranks ran (``launch``: the launcher, hosts, nodes, ranks per
+node). Started without one, it starts its ranks itself on this host (``launcher.run_on_ranks``).
 
 Gloo runs on CPU tensors, NCCL on one GPU per rank. Per size: 5 warm-up calls (``--warmup``), then
 ``--iters`` timed calls, each between two barriers-by-synchronization; every rank times its own
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import sys
 
@@ -24,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
+from cs336_systems.distributed.ranks import Launch, LaunchError, from_environment, run_launched
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import PhaseTimer, synchronize
 
@@ -64,20 +71,39 @@ def capacity(backend: str) -> tuple[int, str]:
     return os.cpu_count() or 1, "CPU cores"
 
 
+def where(launch: Launch | None, world_size: int) -> dict:
+    """Where a row's ranks ran, for its records: the launcher, the hosts, nodes and ranks per node."""
+    if launch is None:
+        return {"launcher": "spawn", "hosts": [socket.gethostname()], "nodes": 1, "ranks_per_node": world_size}
+    nodes = len(launch.hosts)
+    return {"launcher": launch.launcher, "hosts": list(launch.hosts), "nodes": nodes,
+            "ranks_per_node": world_size // nodes if world_size % nodes == 0 else None}
+
+
 def run(backend: str, world_size: int, sizes_mb: list[float], warmup: int, iters: int,
-        timeout_s: float) -> list[dict]:
+        timeout_s: float, launch: Launch | None = None) -> list[dict] | None:
+    """The row's records (None on a launched rank other than 0, which writes nothing)."""
     def params(size_mb):
         return {"backend": backend, "world_size": world_size, "size_mb": size_mb,
                 "device": "cuda" if backend == "nccl" else "cpu", "warmup": warmup, "iters": iters}
 
+    writes = launch is None or launch.rank == 0
     available, unit = capacity(backend)
-    if world_size > available:
-        reason = f"{world_size} ranks need {world_size} {unit}; this machine has {available}"
+    here = where(launch, world_size)["ranks_per_node"] or world_size        # the ranks this host runs
+    if here > available:
+        if not writes:
+            return None
+        reason = f"{here} ranks need {here} {unit}; this machine has {available}"
         log(f"C1 {backend} x{world_size}: skipped ({reason})")
         return [make_record("C1", params(s), "skipped", reason=reason) for s in sizes_mb]
-    ranks = run_on_ranks(_time_allreduce, world_size, args=(backend, sizes_mb, warmup, iters),
-                         backend=backend, timeout_s=timeout_s)
-    per_rank = ranks[0]
+    if launch is None:
+        per_rank = run_on_ranks(_time_allreduce, world_size, args=(backend, sizes_mb, warmup, iters),
+                                backend=backend, timeout_s=timeout_s)[0]
+    else:
+        gathered = run_launched(_time_allreduce, launch, args=(backend, sizes_mb, warmup, iters), backend=backend)
+        if not writes:
+            return None
+        per_rank = gathered[0]
     records = []
     for i, size_mb in enumerate(sizes_mb):
         # A call is finished when its slowest rank is.
@@ -86,7 +112,8 @@ def run(backend: str, world_size: int, sizes_mb: list[float], warmup: int, iters
         algbw = size_mb * MB / (ms / 1e3) / 1e9
         metrics = {"ms": ms, "ms_min": min(call_ms), "ms_max": max(call_ms),
                    "algbw_GBps": algbw, "busbw_GBps": bus_bandwidth(algbw, world_size),
-                   "per_rank_median_ms": [statistics.median(t[i]) for t in per_rank]}
+                   "per_rank_median_ms": [statistics.median(t[i]) for t in per_rank],
+                   "launch": where(launch, world_size)}
         records.append(make_record("C1", params(size_mb), "ok", metrics))
         log(f"C1 {backend} x{world_size} {size_mb:g} MB: {ms:.3f} ms, busbw {metrics['busbw_GBps']:.2f} GB/s")
     return records
@@ -107,9 +134,16 @@ def main(argv=None) -> int:
         p.error("--world-size must be at least 2 (an all-reduce over one rank moves nothing)")
     if min(args.sizes_mb) <= 0 or args.iters < 1 or args.warmup < 0:
         p.error("sizes must be positive, --iters at least 1, --warmup not negative")
-    records = run(args.backend, args.world_size, args.sizes_mb, args.warmup, args.iters, args.timeout_s)
-    write_json_atomic(args.out, records)
-    log(f"wrote {len(records)} records -> {args.out}")
+    try:
+        launch = from_environment()
+    except LaunchError as exc:
+        p.error(str(exc))
+    if launch is not None and launch.world_size != args.world_size:
+        p.error(f"--world-size {args.world_size}, but {launch.launcher} started {launch.world_size} ranks")
+    records = run(args.backend, args.world_size, args.sizes_mb, args.warmup, args.iters, args.timeout_s, launch)
+    if records is not None:
+        write_json_atomic(args.out, records)
+        log(f"wrote {len(records)} records -> {args.out}")
     return 0
 
 

@@ -37,8 +37,9 @@ class RankFailed(RuntimeError):
 
 
 def device_for(rank: int, backend: str) -> torch.device:
-    """The device a rank computes on: its own GPU under NCCL, the CPU under Gloo."""
-    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    """The device a rank computes on: under NCCL the GPU its process was given (``cuda:rank`` here, its
+    local rank's under a launcher, ``ranks.run_launched``), the CPU under Gloo."""
+    return torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
 
 
 def _child(rank: int, world_size: int, backend: str, port: int, collective_timeout_s: float,
