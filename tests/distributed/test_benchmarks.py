@@ -266,3 +266,20 @@ def test_an_allreduce_row_under_torchrun_is_written_by_rank_0_and_says_where_it_
                           "--sizes-mb", "0.01", "--out", str(tmp_path / "bad.json")],
                          capture_output=True, text=True, timeout=240)
     assert bad.returncode != 0 and "--world-size 3, but torchrun started 2 ranks" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_data_parallel_job_under_torchrun_pairs_its_variants_in_one_job_written_by_rank_0(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "cs336_systems.distributed.train_bench", "--variants", "no-comm", "naive",
+                           "--size", "tiny", "--context", "16", "--global-batch", "4", "--world-size", "2",
+                           "--backend", "gloo", "--warmup", "1", "--rounds", "3", "--steps", "1",
+                           "--out-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads((tmp_path / "C3" / "records" / f"{v}_fp32.json").read_text()) for v in ("no-comm", "naive")]
+    assert all(r["status"] == "ok" for r in records)
+    assert records[0]["metrics"]["turns"]["job"] == records[1]["metrics"]["turns"]["job"]      # one job: paired
+    assert all(r["metrics"]["launch"]["launcher"] == "torchrun" and r["metrics"]["launch"]["ranks_per_node"] == 2
+               for r in records)
+    assert len(records[1]["metrics"]["memory_per_rank"]) == 2          # both ranks' numbers reached rank 0

@@ -74,7 +74,8 @@ DDP_GPUS = DDP["world_size"] if DDP_BACKEND == "nccl" else 0
 
 
 rule C3_variants:
-    """Every data-parallel variant and the baseline in one precision, in turns in one process group:
+    """Every data-parallel variant and the baseline in one precision, in turns in one process group
+    (its ranks started by torch's launcher; rank 0 writes):
     per-phase step times of every round, memory, one traced step of the `traced` ones (the C6 and
     C12 timelines draw them), and for a variant that communicates in bf16 its weights against fp32
     communication."""
@@ -98,7 +99,8 @@ rule C3_variants:
     resources:
         gpu=DDP_GPUS,
     shell:
-        logged("{params.lease} python -m cs336_systems.distributed.train_bench --variants {params.variants}"
+        logged("{params.lease} python -m torch.distributed.run --standalone"
+        f" --nproc-per-node {DDP['world_size']} -m cs336_systems.distributed.train_bench --variants {{params.variants}}"
         " --precision {wildcards.precision}"
         f" --size {DDP['size']} --context {DDP['context']} --global-batch {{params.global_batch}}"
         f" --world-size {DDP['world_size']} --warmup {DDP['warmup']} --rounds {DDP['rounds']} --steps {DDP['steps']}"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 
@@ -30,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
-from cs336_systems.distributed.ranks import Launch, LaunchError, from_environment, run_launched
+from cs336_systems.distributed.ranks import Launch, LaunchError, from_environment, leave, run_launched, spawned
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import PhaseTimer, synchronize
 
@@ -71,15 +70,6 @@ def capacity(backend: str) -> tuple[int, str]:
     return os.cpu_count() or 1, "CPU cores"
 
 
-def where(launch: Launch | None, world_size: int) -> dict:
-    """Where a row's ranks ran, for its records: the launcher, the hosts, nodes and ranks per node."""
-    if launch is None:
-        return {"launcher": "spawn", "hosts": [socket.gethostname()], "nodes": 1, "ranks_per_node": world_size}
-    nodes = len(launch.hosts)
-    return {"launcher": launch.launcher, "hosts": list(launch.hosts), "nodes": nodes,
-            "ranks_per_node": world_size // nodes if world_size % nodes == 0 else None}
-
-
 def run(backend: str, world_size: int, sizes_mb: list[float], warmup: int, iters: int,
         timeout_s: float, launch: Launch | None = None) -> list[dict] | None:
     """The row's records (None on a launched rank other than 0, which writes nothing)."""
@@ -89,7 +79,8 @@ def run(backend: str, world_size: int, sizes_mb: list[float], warmup: int, iters
 
     writes = launch is None or launch.rank == 0
     available, unit = capacity(backend)
-    here = where(launch, world_size)["ranks_per_node"] or world_size        # the ranks this host runs
+    launched = spawned(world_size) if launch is None else launch.where()
+    here = launched["ranks_per_node"] or world_size         # the ranks this host runs
     if here > available:
         if not writes:
             return None
@@ -113,7 +104,7 @@ def run(backend: str, world_size: int, sizes_mb: list[float], warmup: int, iters
         metrics = {"ms": ms, "ms_min": min(call_ms), "ms_max": max(call_ms),
                    "algbw_GBps": algbw, "busbw_GBps": bus_bandwidth(algbw, world_size),
                    "per_rank_median_ms": [statistics.median(t[i]) for t in per_rank],
-                   "launch": where(launch, world_size)}
+                   "launch": launched}
         records.append(make_record("C1", params(size_mb), "ok", metrics))
         log(f"C1 {backend} x{world_size} {size_mb:g} MB: {ms:.3f} ms, busbw {metrics['busbw_GBps']:.2f} GB/s")
     return records
@@ -148,4 +139,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if from_environment() is not None:
+        leave(code)
+    sys.exit(code)

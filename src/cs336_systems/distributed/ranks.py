@@ -59,6 +59,7 @@ class Launch:
     master_addr: str
     master_port: int
     hosts: tuple[str, ...]      # the hosts the ranks run on, where the launcher says (srun); else this one
+    job: str = ""               # the same in every rank of the launch: torchrun's run id, srun's job.step
 
     @property
     def init_method(self) -> str:
@@ -68,6 +69,18 @@ class Launch:
     def as_dict(self) -> dict:
         """What a record keeps of where its ranks ran."""
         return asdict(self) | {"hosts": list(self.hosts), "nodes": len(self.hosts)}
+
+    def where(self) -> dict:
+        """Where a job's ranks ran, for its records: the launcher, hosts, nodes and ranks per node
+        (None where the ranks do not split evenly over the nodes)."""
+        nodes = len(self.hosts)
+        return {"launcher": self.launcher, "hosts": list(self.hosts), "nodes": nodes,
+                "ranks_per_node": self.world_size // nodes if self.world_size % nodes == 0 else None}
+
+
+def spawned(world_size: int) -> dict:
+    """``Launch.where`` for ranks a job started itself on this host (``launcher.run_on_ranks``)."""
+    return {"launcher": "spawn", "hosts": [socket.gethostname()], "nodes": 1, "ranks_per_node": world_size}
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
@@ -145,7 +158,8 @@ def from_environment(env: Mapping[str, str] | None = None) -> Launch | None:
         if missing:
             raise LaunchError(f"torchrun's environment lacks {', '.join(missing)}")
         launch = Launch("torchrun", _int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK"),
-                        env["MASTER_ADDR"], _int(env, "MASTER_PORT"), (socket.gethostname(),))
+                        env["MASTER_ADDR"], _int(env, "MASTER_PORT"), (socket.gethostname(),),
+                        env.get("TORCHELASTIC_RUN_ID") or f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}")
     elif "SLURM_STEP_ID" in env and env["SLURM_STEP_ID"] not in ("batch", "extern", "interactive") \
             and "SLURM_PROCID" in env:
         missing = [k for k in SRUN_KEYS if k not in env]
@@ -155,7 +169,8 @@ def from_environment(env: Mapping[str, str] | None = None) -> Launch | None:
         port = _int(env, "MASTER_PORT") if "MASTER_PORT" in env else srun_port(_int(env, "SLURM_JOB_ID"),
                                                                                  _int(env, "SLURM_STEP_ID"))
         launch = Launch("srun", _int(env, "SLURM_PROCID"), _int(env, "SLURM_STEP_NUM_TASKS"),
-                        _int(env, "SLURM_LOCALID"), env.get("MASTER_ADDR", hosts[0]), port, hosts)
+                        _int(env, "SLURM_LOCALID"), env.get("MASTER_ADDR", hosts[0]), port, hosts,
+                        f"{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}")
     else:
         return None
     if not 0 <= launch.rank < launch.world_size or launch.local_rank < 0:
@@ -253,3 +268,12 @@ def _watch(store, rank: int, stop: threading.Event, on_failure, timeout_s: float
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0 if recorded else 1)
+
+
+def leave(code: int = 0) -> None:
+    """End a launched rank once its work is written, without the interpreter's teardown: clearing
+    torch's and Triton's modules took about a second a rank (``launcher._leave`` says the same of
+    spawned ones) and printed nanobind's leak warnings into every job's log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

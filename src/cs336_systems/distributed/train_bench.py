@@ -3,11 +3,13 @@ as one comparison: one process group runs the no-communication baseline and ever
 interleaved rounds; each step split into forward, backward, waiting for gradient communication and
 the optimizer step; memory at the points C11 asks about; a trace of one step of each traced variant.
 
-    python -m cs336_systems.distributed.train_bench --variants no-comm naive torch-ddp bucketed-100 \
-        --size xl --context 512 --global-batch 8 --world-size 2 --backend nccl --precision bf16 \
-        --warmup 2 --rounds 6 --steps 2 --traced naive --accuracy-steps 20 --out-dir results/RUN
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m cs336_systems.distributed.train_bench \
+        --variants no-comm naive torch-ddp bucketed-100 --size xl --context 512 --global-batch 8 --world-size 2 \
+        --backend nccl --precision bf16 --warmup 2 --rounds 6 --steps 2 --traced naive --accuracy-steps 20 \
+        --out-dir results/RUN
 
-writes one record per variant, ``<out-dir>/<ID>/records/<variant>_<precision>.json`` (its deliverable's
+writes one record per variant (rank 0 does, where a launcher, torchrun or srun, started the ranks;
+without one the job starts its ranks itself on this host, ``launcher.run_on_ranks``), ``<out-dir>/<ID>/records/<variant>_<precision>.json`` (its deliverable's
 folder, ``variants.stem``), and ``<out-dir>/<ID>/traces/<variant>_<precision>.json.gz`` for each
 ``--traced`` one.
 
@@ -73,6 +75,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import hashlib
 import re
 import statistics
 import sys
@@ -80,11 +83,13 @@ import timeit
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from cs336_systems.distributed import traces, variants
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
+from cs336_systems.distributed.ranks import Launch, LaunchError, from_environment, leave, run_launched, spawned
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.rounds import MIN_ROUNDS, Entrant, Failed, SelfTimed, take_turns
 from cs336_systems.timing import failure_status, free_device_memory
@@ -569,35 +574,54 @@ def params_of(name: str, cfg: dict, world_size: int, backend: str) -> dict:
     return params
 
 
-def run(cfg: dict, world_size: int, backend: str, timeout_s: float,
-        collective_timeout_s: float = 120) -> dict[str, tuple[dict, list | None]]:
-    """The job: every variant of ``cfg["variants"]`` in one process group. Returns per variant its
-    record and rank 0's traced step (None where not traced or not measured)."""
+def run(cfg: dict, world_size: int, backend: str, timeout_s: float, collective_timeout_s: float = 120,
+        launch: Launch | None = None,
+        on_failure: Callable[[dict[str, tuple[dict, None]]], None] | None = None) -> dict[str, tuple[dict, list | None]] | None:
+    """The job: every variant of ``cfg["variants"]`` in one process group, whose ranks it starts on
+    this host, or of which this process is one rank where a launcher started them (``launch``).
+    Returns per variant its record and rank 0's traced step (None where not traced or not measured);
+    a launched rank other than 0 returns None. Where the group fails, every variant's record says how;
+    a launched rank 0 hands them to ``on_failure`` (``ranks.run_launched`` then ends every rank)."""
     names = cfg["variants"]
     params = {n: params_of(n, cfg, world_size, backend) for n in names}
     ident = {n: variants.lookup(n).deliverable for n in names}
-    available = torch.cuda.device_count() if backend == "nccl" else world_size
-    if available < world_size:
-        reason = f"{world_size} ranks need {world_size} GPUs; this machine has {available}"
-        return {n: (make_record(ident[n], params[n], "skipped", reason=reason), None) for n in names}
+    writes = launch is None or launch.rank == 0
+    launched = spawned(world_size) if launch is None else launch.where()
+    here = launched["ranks_per_node"] or world_size         # the ranks this host runs
+    available = torch.cuda.device_count() if backend == "nccl" else here
+    if available < here:
+        reason = f"{here} ranks need {here} GPUs; this machine has {available}"
+        return {n: (make_record(ident[n], params[n], "skipped", reason=reason), None) for n in names} if writes else None
     if cfg["global_batch"] % world_size:
         raise SystemExit(f"train_bench: global batch {cfg['global_batch']} does not split over {world_size} ranks")
     # one job id for every rank's ``take_turns``: the records of this job pair with each other only
-    cfg = cfg | {"per_rank_batch": cfg["global_batch"] // world_size, "job": uuid.uuid4().hex[:12]}
-    try:
-        per_rank = run_on_ranks(_group, world_size, args=(backend, cfg), backend=backend, timeout_s=timeout_s,
-                                collective_timeout_s=collective_timeout_s)
-    except Exception as exc:  # noqa: BLE001 - the group failed: every variant's record says how
+    job = uuid.uuid4().hex[:12] if launch is None else hashlib.sha1(launch.job.encode()).hexdigest()[:12]
+    cfg = cfg | {"per_rank_batch": cfg["global_batch"] // world_size, "job": job}
+
+    def failed(exc: BaseException) -> dict[str, tuple[dict, None]]:
         status, message = failure_status(exc)
         log(f"the process group failed: {status}: {message}")
         return {n: (make_record(ident[n], params[n], status, reason=message), None) for n in names}
+
+    if launch is None:
+        try:
+            per_rank = run_on_ranks(_group, world_size, args=(backend, cfg), backend=backend, timeout_s=timeout_s,
+                                    collective_timeout_s=collective_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the group failed: every variant's record says how
+            return failed(exc)
+    else:
+        per_rank = run_launched(_group, launch, args=(backend, cfg), backend=backend,
+                                collective_timeout_s=collective_timeout_s,
+                                on_failure=None if on_failure is None else lambda exc: on_failure(failed(exc)))
+        if not writes:
+            return None
     out = {}
     for name in names:
         mine = [r[name] for r in per_rank]
         if mine[0]["status"] != "ok":
             out[name] = (make_record(ident[name], params[name], mine[0]["status"], reason=mine[0]["message"]), None)
             continue
-        metrics = summarize_ranks(mine)
+        metrics = summarize_ranks(mine) | {"launch": launched}
         log(f"{ident[name]} {name} {cfg['precision']}: step {metrics['step_ms']:.2f} ms (forward {metrics['forward_ms']:.2f}, "
             f"backward {metrics['backward_ms']:.2f}, waiting {metrics['comm_wait_ms']:.2f}, optimizer {metrics['optimizer_ms']:.2f})")
         out[name] = (make_record(ident[name], params[name], "ok", metrics), mine[0].get("trace"))
@@ -658,15 +682,29 @@ def main(argv=None) -> int:
     cfg = {"variants": args.variants, "precision": args.precision, "size": args.size, "context": args.context,
            "global_batch": args.global_batch, "warmup": args.warmup, "rounds": args.rounds, "steps": args.steps,
            "traced": args.traced, "accuracy_steps": args.accuracy_steps}
-    found = run(cfg, args.world_size, args.backend, args.timeout_s, args.collective_timeout_s)
-    for name, (record, trace) in found.items():
-        path = record_path(args.out_dir, name, args.precision)
-        write_json_atomic(path, record)
-        if name in args.traced:
-            traces.write(record_path(args.out_dir, name, args.precision, "traces"), name, trace or [])
-        log(f"wrote {record['status']} record -> {path}")
+    try:
+        launch = from_environment()
+    except LaunchError as exc:
+        p.error(str(exc))
+    if launch is not None and launch.world_size != args.world_size:
+        p.error(f"--world-size {args.world_size}, but {launch.launcher} started {launch.world_size} ranks")
+
+    def write(found: dict[str, tuple[dict, list | None]]) -> None:
+        for name, (record, trace) in found.items():
+            path = record_path(args.out_dir, name, args.precision)
+            write_json_atomic(path, record)
+            if name in args.traced:
+                traces.write(record_path(args.out_dir, name, args.precision, "traces"), name, trace or [])
+            log(f"wrote {record['status']} record -> {path}")
+
+    found = run(cfg, args.world_size, args.backend, args.timeout_s, args.collective_timeout_s, launch, write)
+    if found is not None:
+        write(found)
     return 0      # an error is a result too: recorded with its message, shown in the report's table
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if from_environment() is not None:
+        leave(code)
+    sys.exit(code)
