@@ -161,3 +161,22 @@ def test_a_longer_job_says_what_its_first_rounds_would_have_decided(tmp_path):
     forward = next(k for k in full if "forward" in k[1])
     assert full[forward]["rounds"] == 6 and five[forward]["rounds"] == 5 and five[forward]["verdict"] == "lower"
     assert four[forward]["verdict"] == "not settled"       # the judge decides nothing below 5 rounds
+
+
+def test_the_settling_step_is_set_against_the_timed_steps_of_its_turns(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("paired_settle", HERE / "settle.py")
+    settle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(settle)
+    rng = random.Random(12)
+    _write(tmp_path, "a", "j", {"size": "xl", "precision": "fp32"}, [100.0] * 5, rng)
+    path = tmp_path / "A1" / "records" / "a.json"
+    record = json.loads(path.read_text())
+    record["metrics"]["settle_ms_per_round"] = [[150.0], [120.0], [100.0], [110.0], [300.0]]
+    path.write_text(json.dumps(record))
+    _write(tmp_path, "b", "j", {"size": "xl", "precision": "bf16"}, [50.0] * 5, rng)      # no settling times
+    (row,) = settle.settle_rows(tmp_path)
+    assert row["place"] == "A1/records/a.json#0" and row["settle_ms"] == 120.0
+    assert abs(row["ratio"] - 1.2) < 0.01 and abs(row["largest"] - 3.0) < 0.02
+    assert settle.main([str(tmp_path)]) == 0 and "| A1/records/a.json#0 | 120.00 |" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert settle.main([str(tmp_path / "empty")]) == 1
