@@ -349,7 +349,7 @@ def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle:
 
 def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmup: int, rounds: int,
                steps: int, min_turn_ms: float = 0.0, settle: int | None = None,
-               job_id: str | None = None) -> tuple[Job, dict[str, Outcome]]:
+               job_id: str | None = None, progress: bool = True) -> tuple[Job, dict[str, Outcome]]:
     """Build and warm up each entrant (``warmup`` untimed steps, in order), then ``rounds`` rounds in
     which each entrant still running takes ``steps`` timed steps, the order rotating each round.
 
@@ -362,6 +362,9 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
     steps can be, and each side's median then samples the same stretch of the host's moods. Dear
     entrants keep turns of their own: interleaving them would put another entrant's leftovers (the
     allocator's blocks, cold caches) before every step, where a turn pays for them once, in ``settle``.
+
+    ``progress``: log each entrant's warm-up and each round's median (False on all but one rank of a
+    process group, whose ranks share one log).
 
     ``settle``: untimed steps at the start of every turn. The first step after another entrant's turn
     pays for what that one left behind (the caching allocator's blocks cut for other shapes, cold
@@ -406,7 +409,8 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
         outcome = outcomes[name]
         _attempt(outcome, by_name[name], device, warm_up)
         if outcome.warmup_steps:
-            log(f"  {name}: warm-up {', '.join(f'{t:.2f}' for t in outcome.warmup_steps)} ms")
+            if progress:
+                log(f"  {name}: warm-up {', '.join(f'{t:.2f}' for t in outcome.warmup_steps)} ms")
 
     cheap = [name for name in names if not outcomes[name].self_timed and outcomes[name].steps_per_turn > steps]
     interleaved = set(cheap) if len(cheap) > 1 else set()
@@ -419,7 +423,7 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
                 if outcomes[name].step is not None and len(outcomes[name].rounds) == r + 1:
                     last = outcomes[name].rounds[-1]
                     phase = "step" if "step" in last else next(iter(last), None)
-                    if phase is not None and last[phase]:
+                    if progress and phase is not None and last[phase]:
                         totals = sorted(last[phase])
                         log(f"  round {r + 1}/{rounds} {name}: {phase} median {totals[len(totals) // 2]:.3f} ms")
 

@@ -471,3 +471,11 @@ def test_a_name_given_twice_is_entered_again_as_an_a_a_pair():
     assert [configuration(e) for e in entries(["fp32", "bf16", "fp32"])] == ["fp32", "bf16", "fp32"]
     with pytest.raises(ValueError, match="more than twice"):
         entries(["a", "a", "a"])
+
+
+def test_progress_can_be_left_to_one_rank(capsys):
+    calls = []
+    take_turns([Entrant("a", _counting("a", calls))], device="cpu", warmup=1, rounds=3, steps=1, progress=False)
+    assert "round" not in capsys.readouterr().err
+    take_turns([Entrant("a", _counting("a", calls))], device="cpu", warmup=1, rounds=3, steps=1)
+    assert "round 3/3 a" in capsys.readouterr().err

@@ -374,7 +374,7 @@ def _group(rank: int, world_size: int, backend: str, cfg: dict) -> dict:
     found = {n: {"memory": {}, "details": {}, "turns": 0} for n in names}
     job, outcomes = take_turns([_entrant(n, cfg, device, batch, autocast, found[n]) for n in names], device=device,
                                warmup=cfg["warmup"], rounds=cfg["rounds"], steps=cfg["steps"], settle=0,
-                               job_id=cfg.get("job"))
+                               job_id=cfg.get("job"), progress=rank == 0)
     out = {n: {"status": o.status, "message": o.message, "rounds": o.rounds, "turns": o.turns(job),
                "memory": found[n]["memory"], "details": found[n]["details"]} for n, o in outcomes.items()}
     for name in names:
