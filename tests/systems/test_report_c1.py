@@ -71,3 +71,23 @@ def test_the_section_opens_with_both_back_ends_at_the_largest_size(tmp_path):
     alone = _run(tmp_path, [_row("nccl", 2, s, 0.003 * s, 0.1, 2) for s in (1, 10)] +
                  [_row("gloo", 4, s, 0.5 * s, 0.1, 2) for s in (1, 10)])
     assert alone["headline"] is None
+
+
+def test_a_row_whose_ranks_ran_on_several_nodes_is_said_to_cross_the_network(tmp_path):
+    from pathlib import Path
+
+    from cs336_systems.report.writeup import Renderer
+
+    rows = [_row("nccl", 4, s, 0.1 * s, 0.1, 2) for s in (1, 10)] + [_row("nccl", 2, s, 0.05 * s, 0.1, 2) for s in (1, 10)]
+    for r in rows[:2]:            # four ranks, two on each of two nodes; the two-rank row on one
+        r["metrics"]["launch"] = {"launcher": "srun", "hosts": ["n1", "n2"], "nodes": 2, "ranks_per_node": 2}
+    for r in rows[2:]:
+        r["metrics"]["launch"] = {"launcher": "torchrun", "hosts": ["n1"], "nodes": 1, "ranks_per_node": 2}
+    summary = _run(tmp_path, rows)
+    assert summary["across_nodes"] == [{"backend": "nccl", "world_size": 4, "nodes": 2, "hosts": ["n1", "n2"],
+                                        "ranks_per_node": 2}]
+    templates = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+    text = Renderer("md", tmp_path / "w" / "w.md", templates).section("C1", tmp_path / "out" / "summary.json")
+    assert "**Across nodes.** nccl with 4 ranks ran on 2 nodes (n1, n2, 2 a node)" in text
+    assert "nccl with 2 ranks ran on" not in text
+    assert _run(tmp_path, [_row("nccl", 2, s, 0.05 * s, 0.1, 2) for s in (1, 10)])["across_nodes"] == []

@@ -102,6 +102,21 @@ def algbw_by_ranks(largest: pd.DataFrame) -> list[dict]:
     return out
 
 
+def across_nodes(records: list[dict]) -> list[dict]:
+    """The rows whose ranks ran on more than one node (their records' ``metrics.launch``): the back
+    end, world size, nodes, hosts and ranks a node. Their links between nodes are the network's, not
+    the host's: the section says so beside the table."""
+    rows = {}
+    for r in records:
+        launch = (r.get("metrics") or {}).get("launch") or {}
+        if r.get("status") == "ok" and (launch.get("nodes") or 1) > 1:
+            p = r["params"]
+            rows[(p["backend"], int(p["world_size"]))] = {
+                "backend": p["backend"], "world_size": int(p["world_size"]), "nodes": int(launch["nodes"]),
+                "hosts": list(launch.get("hosts") or []), "ranks_per_node": launch.get("ranks_per_node")}
+    return [rows[k] for k in sorted(rows)]
+
+
 def headline(largest: pd.DataFrame, fits: dict[str, dict]) -> dict | None:
     """The section's opening: at the largest size and the fewest ranks both back ends ran, each
     one's time and bus bandwidth, Gloo's time over NCCL's, and each one's fitted per-call cost;
@@ -165,6 +180,7 @@ def main(argv=None) -> int:
         "sizes_mb": sorted(float(s) for s in df["size_mb"].unique()),
         "hosts": (hosts := hosts_by_gpus(df)),
         "several_hosts": len(hosts) > 1,
+        "across_nodes": across_nodes(records),
         "slower_smaller": slower_smaller(records),
         "algbw_by_ranks": algbw_by_ranks(largest),
         "headline": headline(largest, fits),
@@ -185,6 +201,7 @@ SUMMARY_SCHEMAS["C1"] = section(
                                                                                                    ms=NUM, o_ms=NUM),
                           size_mb=NUM, world_size=INT))),
     hosts=arr(obj(host_gpus=INT, series=arr(STR))), several_hosts=BOOL,
+    across_nodes=opt(arr(obj(backend=STR, hosts=arr(STR), nodes=INT, ranks_per_node=null(INT), world_size=INT))),
     provenance=PROVENANCE,
     sizes_mb=arr(NUM),
     skipped=null(arr(obj(backend=STR, reason=STR, world_size=INT))),
