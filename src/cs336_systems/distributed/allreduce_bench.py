@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
-from cs336_systems.distributed.ranks import Launch, LaunchError, from_environment, leave, run_launched, spawned
+from cs336_systems.distributed.ranks import Launch, LaunchError, from_environment, launch_for, leave, run_launched, spawned
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.timing import PhaseTimer, synchronize
 
@@ -126,11 +126,9 @@ def main(argv=None) -> int:
     if min(args.sizes_mb) <= 0 or args.iters < 1 or args.warmup < 0:
         p.error("sizes must be positive, --iters at least 1, --warmup not negative")
     try:
-        launch = from_environment()
+        launch = launch_for(args.world_size)
     except LaunchError as exc:
         p.error(str(exc))
-    if launch is not None and launch.world_size != args.world_size:
-        p.error(f"--world-size {args.world_size}, but {launch.launcher} started {launch.world_size} ranks")
     records = run(args.backend, args.world_size, args.sizes_mb, args.warmup, args.iters, args.timeout_s, launch)
     if records is not None:
         write_json_atomic(args.out, records)

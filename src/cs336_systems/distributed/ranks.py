@@ -179,6 +179,15 @@ def from_environment(env: Mapping[str, str] | None = None) -> Launch | None:
     return launch
 
 
+def launch_for(world_size: int, env: Mapping[str, str] | None = None) -> Launch | None:
+    """``from_environment``, held to the world size a job was asked for: a launch of another size
+    is a ``LaunchError`` (one line), as a partial environment is."""
+    launch = from_environment(env)
+    if launch is not None and launch.world_size != world_size:
+        raise LaunchError(f"--world-size {world_size}, but {launch.launcher} started {launch.world_size} ranks")
+    return launch
+
+
 FAILED, RECORDED = "cs336/failed", "cs336/failure-recorded"     # the group's store keys for a failure
 WATCH_S = 0.2                   # how often each rank looks for another's failure
 

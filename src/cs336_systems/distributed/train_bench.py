@@ -89,7 +89,7 @@ import torch
 
 from cs336_systems.distributed import traces, variants
 from cs336_systems.distributed.launcher import device_for, run_on_ranks
-from cs336_systems.distributed.ranks import Launch, LaunchError, from_environment, leave, run_launched, spawned
+from cs336_systems.distributed.ranks import Launch, LaunchError, from_environment, launch_for, leave, run_launched, spawned
 from cs336_systems.records import log, make_record, write_json_atomic
 from cs336_systems.rounds import MIN_ROUNDS, Entrant, Failed, SelfTimed, take_turns
 from cs336_systems.timing import failure_status, free_device_memory
@@ -683,11 +683,9 @@ def main(argv=None) -> int:
            "global_batch": args.global_batch, "warmup": args.warmup, "rounds": args.rounds, "steps": args.steps,
            "traced": args.traced, "accuracy_steps": args.accuracy_steps}
     try:
-        launch = from_environment()
+        launch = launch_for(args.world_size)
     except LaunchError as exc:
         p.error(str(exc))
-    if launch is not None and launch.world_size != args.world_size:
-        p.error(f"--world-size {args.world_size}, but {launch.launcher} started {launch.world_size} ranks")
 
     def write(found: dict[str, tuple[dict, list | None]]) -> None:
         for name, (record, trace) in found.items():
