@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cs336_systems.report.a3 import checks, rounded, stall_sum
+from cs336_systems.report.a3 import Sum, checks, rounded, stall_sum
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -27,16 +27,15 @@ def test_stall_point_matches_torch(fmt, seed):
 
 
 def _at(mixed: float, explicit: float, fp16_sum: float = 32.0, bf16_sum: float = 4.0) -> dict:
-    row = {"fp16 += fp16": {"value": fp16_sum}, "bf16 += bf16": {"value": bf16_sum},
-           "fp32 += fp16": {"value": mixed}, "fp32 += fp16.to(fp32)": {"value": explicit}}
-    return {1000: row}
+    sums = {"fp16 += fp16": fp16_sum, "bf16 += bf16": bf16_sum, "fp32 += fp16": mixed, "fp32 += fp16.to(fp32)": explicit}
+    return {1000: {variant: Sum(value, abs(value - 10), abs(value - 10) / 10) for variant, value in sums.items()}}
 
 
 def test_checks_hold_on_the_true_arithmetic_and_flip_when_the_rows_disagree():
     exact = 1000 * rounded(0.01, "fp16")
     good = checks(_at(exact, exact), 1000, 1000)
-    assert good["upcasts_agree"] and good["mixed_is_term_rounding"]
-    assert all(s["matches"] for s in good["stall"].values())
+    assert good.upcasts_agree and good.mixed_is_term_rounding
+    assert all(s.matches for s in good.stall.values())
     bad = checks(_at(exact + 0.01, exact, fp16_sum=64.0), 1000, 1000)
-    assert not bad["upcasts_agree"] and not bad["mixed_is_term_rounding"]
-    assert not bad["stall"]["fp16"]["matches"] and bad["stall"]["bf16"]["matches"]
+    assert not bad.upcasts_agree and not bad.mixed_is_term_rounding
+    assert not bad.stall["fp16"].matches and bad.stall["bf16"].matches

@@ -8,13 +8,15 @@ import argparse
 import math
 import struct
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, mapping, null, obj, section
+from cs336_systems.report import contract
+from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
+from cs336_systems.report.contract import Summary, Unread
 
 
 # Stored mantissa bits (the leading 1 is implicit, so the precision is one bit more).
@@ -46,27 +48,63 @@ def stall_sum(fmt: str, term: float = TERM) -> float:
     return 2.0 ** e
 
 
-def checks(at: dict, largest: int, course: int) -> dict:
+@dataclass(frozen=True)
+class Sum:
+    """A running sum after some number of terms, as fp32 holds it."""
+    value: float
+    abs_error: float
+    rel_error: Unread[float]
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Where a running sum kept in one format stops growing: the closed form and the sum measured."""
+    predicted: float
+    measured: float
+    stored_bits: int
+    matches: bool
+
+
+@dataclass(frozen=True)
+class Checks:
+    stall: dict[str, Stall]
+    upcasts_agree: bool
+    fp16_term: float
+    # the fp32 sum of N fp16 terms is N × fp16(0.01) up to fp32's own rounding (relative 2^-24 per step)
+    mixed_is_term_rounding: bool
+
+
+@dataclass(frozen=True)
+class A3Summary(Summary):
+    term: float
+    course_terms: int
+    course_exact: float
+    at_course_terms: dict[str, Sum]
+    largest_terms: int
+    largest_exact: float
+    at_largest_terms: dict[str, Sum]
+    checks: Checks
+
+
+CONTRACTS = {"A3": A3Summary}
+
+
+def _value(at: dict[str, Sum], variant: str) -> float | None:
+    return at[variant].value if variant in at else None
+
+
+def checks(at: dict[int, dict[str, Sum]], largest: int, course: int) -> Checks:
     """What the A3 prose says, computed from the rows: where the low-precision sums stall against
     the closed form, whether the implicit and explicit upcasts agree at every length, and whether
     the fp32 accumulator of fp16 terms is off by exactly the fp16 rounding of 0.01, repeated."""
-    stall = {fmt: {"predicted": stall_sum(fmt), "measured": at[largest][f"{fmt} += {fmt}"]["value"],
-                   "stored_bits": STORED_BITS[fmt]}
-             for fmt in ("fp16", "bf16") if f"{fmt} += {fmt}" in at[largest]}
-    for s in stall.values():
-        s["matches"] = s["measured"] == s["predicted"]
-    same = all(row.get("fp32 += fp16", {}).get("value") == row.get("fp32 += fp16.to(fp32)", {}).get("value")
-               for row in at.values())
+    measured = {fmt: _value(at[largest], f"{fmt} += {fmt}") for fmt in ("fp16", "bf16")}
+    stall = {fmt: Stall(stall_sum(fmt), m, STORED_BITS[fmt], m == stall_sum(fmt))
+             for fmt, m in measured.items() if m is not None}
+    same = all(_value(row, "fp32 += fp16") == _value(row, "fp32 += fp16.to(fp32)") for row in at.values())
     fp16_term = rounded(TERM, "fp16")
-    mixed = at[course].get("fp32 += fp16", {}).get("value")
-    return {
-        "stall": stall,
-        "upcasts_agree": same,
-        "fp16_term": fp16_term,
-        # the fp32 sum of N fp16 terms is N × fp16(0.01) up to fp32's own rounding (relative 2^-24 per step)
-        "mixed_is_term_rounding": mixed is not None
-        and abs(mixed - course * fp16_term) <= course * course * fp16_term * 2.0 ** -24,
-    }
+    mixed = _value(at[course], "fp32 += fp16")
+    return Checks(stall, same, fp16_term, mixed is not None
+                  and abs(mixed - course * fp16_term) <= course * course * fp16_term * 2.0 ** -24)
 
 
 def plot_error(df: pd.DataFrame, path: Path) -> None:
@@ -89,36 +127,16 @@ def main(argv=None) -> int:
     df = pd.DataFrame(records[0]["metrics"]["rows"])
     write_table(df[["variant", "terms", "value", "exact", "abs_error", "rel_error"]], args.out_dir)
     plot_error(df, args.out_dir / "error_vs_terms.png")
-    at = {n: {row["variant"]: {"value": row["value"], "abs_error": row["abs_error"], "rel_error": row["rel_error"]}
-              for _, row in part.iterrows()} for n, part in df.groupby("terms")}
+    at = {n: {row["variant"]: Sum(row["value"], row["abs_error"], row["rel_error"]) for _, row in part.iterrows()}
+          for n, part in df.groupby("terms")}
     course_n = 1000 if 1000 in at else max(at)
-    exact = {n: n / 100 for n in at}      # n terms of 0.01, as the writeup states the exact sum
-    write_summary(args.out_dir / "summary.json", {
-        "provenance": run_provenance(records),
-        "term": TERM,
-        "course_terms": course_n,
-        "course_exact": exact[course_n],
-        "at_course_terms": at[course_n],
-        "largest_terms": int(max(at)),
-        "largest_exact": exact[max(at)],
-        "at_largest_terms": at[max(at)],
-        "checks": checks(at, int(max(at)), course_n),
-    })
+    largest = int(max(at))
+    contract.write(args.out_dir / "summary.json", A3Summary(
+        provenance=run_provenance(records), term=TERM, course_terms=course_n, course_exact=course_n / 100,
+        at_course_terms=at[course_n], largest_terms=largest, largest_exact=largest / 100,
+        at_largest_terms=at[largest], checks=checks(at, largest, course_n)))
     print(f"A3 report: {len(df)} rows -> {args.out_dir}", file=sys.stderr)
     return 0
-
-
-# What writeup/templates/sections/A3.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
-
-SUMMARY_SCHEMAS["A3"] = section(
-    at_course_terms=mapping(obj(abs_error=NUM, value=NUM)),
-    at_largest_terms=obj({'fp16 += fp16': obj(value=NUM)}),
-    checks=obj(fp16_term=NUM, mixed_is_term_rounding=null(BOOL), stall=mapping(obj(matches=null(BOOL), measured=NUM,
-                                                                                   predicted=NUM, stored_bits=INT)),
-               upcasts_agree=null(BOOL)),
-    course_exact=NUM, course_terms=INT, largest_exact=NUM, largest_terms=INT, provenance=PROVENANCE, term=NUM,
-)
 
 
 if __name__ == "__main__":

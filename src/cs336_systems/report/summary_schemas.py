@@ -2,19 +2,20 @@
 
 Reports decide, templates word: a report writes ``results/<run>/<ID>/summary.json`` and the section
 template ``writeup/templates/sections/<ID>.md.j2`` reads it as ``d``. Each report module the registry
-names (``deliverables.get(ID).report``) holds ``SUMMARY_SCHEMAS[ID]`` beside the code that writes the
-summary: a JSON Schema (draft 2020-12) in which every key the template reads is declared, as deep as
-the template reads it; a key is required unless the template tests for it first (``is defined``,
-``in``, ``.get``) or a report leaves it out of some summaries. Keys no template reads are not
-declared, and a summary may hold them. ``schemas()`` collects them, section by section;
-``tests/writeup/test_summary_schemas.py`` holds every committed summary to its schema and every
-template to reading only what its schema declares; the writeup checks each summary before it
-renders it (``check``).
+names (``deliverables.get(ID).report``) declares the summary beside the code that writes it, in one
+of two ways: ``CONTRACTS[ID]``, the dataclass the report fills and serialises, whose schema
+``report.contract`` generates; or, in a section not converted yet, ``SUMMARY_SCHEMAS[ID]``, a JSON
+Schema (draft 2020-12) written with the helpers below, in which every key the template reads is
+declared, as deep as the template reads it; a key is required unless the template tests for it
+first (``is defined``, ``in``, ``.get``) or a report leaves it out of some summaries. ``schemas()``
+collects both, section by section; ``tests/writeup/test_summary_schemas.py`` holds every committed
+summary to its schema and every template to reading only what its schema declares; the writeup
+checks each summary before it renders it (``check``).
 
-The schemas are written with the helpers below: ``obj(...)`` an object with those keys (required,
-unless wrapped in ``opt``), ``mapping(T)`` an object of any keys whose values are T, ``arr(T)`` a
-list, ``null(T)`` T or null. A block that several sections share is written once, in the report
-module that writes it, and imported by the others.
+The helpers: ``obj(...)`` an object with those keys (required, unless wrapped in ``opt``),
+``mapping(T)`` an object of any keys whose values are T, ``arr(T)`` a list, ``null(T)`` T or null.
+A block that several sections share is written once, in the report module that writes it, and
+imported by the others.
 """
 from __future__ import annotations
 
@@ -84,13 +85,27 @@ PROVENANCE = obj(gpus=arr(STR), hosts=arr(STR), dates=STR, sittings=arr(obj(labe
                  dirty=BOOL, torch=arr(STR), records=INT, statuses=mapping(INT))
 
 
+def declared_in(ident: str) -> str:
+    """Where section ``ident``'s summary is declared, as an error names it."""
+    report = importlib.import_module(deliverables.get(ident).report)
+    if ident in getattr(report, "CONTRACTS", {}):
+        return f"contract: {report.CONTRACTS[ident].__name__} in {report.__name__}"
+    return f"schema: SUMMARY_SCHEMAS[{ident!r}] in {report.__name__}"
+
+
 @functools.cache
 def schema_of(ident: str) -> dict | None:
-    """Section ``ident``'s schema: ``SUMMARY_SCHEMAS[ident]`` of the report module the registry names
-    for it (None where there is none). The module is imported on first use, not at the top of this
-    one, because report modules import the helpers above."""
+    """Section ``ident``'s schema: generated from ``CONTRACTS[ident]``, else ``SUMMARY_SCHEMAS[ident]``,
+    of the report module the registry names for it (None where there is neither). The modules are
+    imported on first use, not at the top of this one, because they import the helpers above."""
+    from cs336_systems.report.contract import json_schema
+
     d = deliverables.BY_ID.get(ident)
-    return None if d is None else getattr(importlib.import_module(d.report), "SUMMARY_SCHEMAS", {}).get(ident)
+    if d is None:
+        return None
+    report = importlib.import_module(d.report)
+    contract = getattr(report, "CONTRACTS", {}).get(ident)
+    return json_schema(contract) if contract is not None else getattr(report, "SUMMARY_SCHEMAS", {}).get(ident)
 
 
 def schemas() -> dict[str, dict]:
@@ -119,5 +134,4 @@ def check(ident: str, summary: dict, path: Path | str = "summary.json") -> None:
         what = f"{where} is {json.dumps(error.instance)[:60]}, not {error.validator_value!r}"
     else:
         what = f"{where}: {error.message[:120]}"
-    raise SummaryError(f"writeup: section {ident}: {path} {what} "
-                       f"(schema: SUMMARY_SCHEMAS[{ident!r}] in {deliverables.get(ident).report})")
+    raise SummaryError(f"writeup: section {ident}: {path} {what} ({declared_in(ident)})")

@@ -1,0 +1,104 @@
+"""A section's summary declared once, as frozen dataclasses with type hints: the report fills one,
+``write`` serialises it to ``summary.json``, and ``json_schema`` turns the same class into the JSON
+Schema the writeup checks that file against before the section's template reads it as ``d``.
+
+A field's key is its name, less a trailing underscore (``from_`` for the key "from"); its type gives
+its schema: ``int``, ``float``, ``str``, ``bool``, ``X | None``, a union of those scalars,
+``list[X]``, ``dict[K, X]`` (keys that are data: dtypes, variants, cards) and dataclasses (keys that
+are names the code chose). ``Unread[X]``: a key the summary keeps that the section's words do not
+read; it is left out of the schema, so a template that reads it fails the schema test. ``Declared``:
+a block whose schema is still written by hand (``summary_schemas``), as ``Provenance`` is.
+A section's contract subclasses ``Summary`` and is named in its report module's ``CONTRACTS``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from cs336_systems.report.common import write_summary
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj
+
+
+class Declared:
+    """The hand-written schema of a block no dataclass declares yet."""
+
+    def __init__(self, schema: dict):
+        self.schema = schema
+
+
+UNREAD = object()
+T = TypeVar("T")
+Unread = Annotated[T, UNREAD]
+# Every section's first line (templates/sections/_run.md.j2's run_line), as report.common.run_provenance writes it.
+Provenance = Annotated[dict, Declared(PROVENANCE)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    provenance: Provenance
+
+
+SCALARS = {int: INT, float: NUM, str: STR, bool: BOOL}
+
+
+def key_of(field: dataclasses.Field) -> str:
+    return field.name.removesuffix("_")
+
+
+def declared_fields(cls: type) -> list[tuple[str, Any]]:
+    """The keys ``cls`` declares for the words to read, with their types: every field but the ``Unread``."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return [(key_of(f), hints[f.name]) for f in dataclasses.fields(cls)
+            if not (typing.get_origin(hints[f.name]) is Annotated and UNREAD in hints[f.name].__metadata__)]
+
+
+def schema_of_type(hint) -> dict:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        declared = [m.schema for m in hint.__metadata__ if isinstance(m, Declared)]
+        return declared[0] if declared else schema_of_type(args[0])
+    if hint in SCALARS:
+        return SCALARS[hint]
+    if hint is Any:
+        return {}
+    if origin in (typing.Union, types.UnionType):
+        present = [a for a in args if a is not type(None)]
+        if len(present) == 1:
+            inner = schema_of_type(present[0])
+        elif all(a in SCALARS for a in present):
+            inner = {"type": [SCALARS[a]["type"] for a in present]}
+        else:
+            raise TypeError(f"contract: a union of more than scalars and None has no schema here: {hint}")
+        return null(inner) if len(present) < len(args) else inner
+    if origin is list:
+        return arr(schema_of_type(args[0]))
+    if origin is dict:
+        return mapping(schema_of_type(args[1]))
+    if dataclasses.is_dataclass(hint):
+        # the title names the class, so a test can tell one class's keys wherever the class is used
+        return {**obj({key: schema_of_type(h) for key, h in declared_fields(hint)}),
+                "title": f"{hint.__module__}.{hint.__qualname__}"}
+    raise TypeError(f"contract: no schema for the type {hint!r}")
+
+
+def json_schema(contract: type[Summary]) -> dict:
+    """The JSON Schema (draft 2020-12) of the summaries ``contract`` serialises to."""
+    return {**schema_of_type(contract), "$schema": "https://json-schema.org/draft/2020-12/schema"}
+
+
+def as_json(value):
+    """``value`` as JSON holds it: a dataclass as an object of its fields' keys, in their order."""
+    if dataclasses.is_dataclass(value):
+        return {key_of(f): as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_json(v) for v in value]
+    return value
+
+
+def write(path: Path, summary: Summary) -> None:
+    write_summary(path, as_json(summary))
