@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -20,9 +21,10 @@ from cs336_systems.memory.activation_model import (block_input_bytes, block_save
                                                    checkpoint_memory, continuous_optimum, head_saved_bytes,
                                                    optimal_group_size, predicted_peak)
 from cs336_systems.models import VOCAB_SIZE, ModelSize
-from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report import contract
+from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
+from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, judge, trend_of
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, section
 
 GIB = 2**30
 
@@ -46,6 +48,24 @@ def check_same_workload(records: list[dict]) -> dict:
     return dict(zip(keys, points.pop()))
 
 
+@dataclass(frozen=True)
+class Row:
+    """One group size: the table's row, and the summary's (with null where the frame has NaN)."""
+    k: int
+    status: str
+    message: Unread[str]
+    groups: Unread[float | None]
+    step_ms: Unread[float | None]
+    step_std_ms: Unread[float | None]
+    baseline_gib: Unread[float | None]
+    # fp32 weights and their fp32 gradients: what any step holds besides activations
+    weights_grads_gib: Unread[float]
+    peak_gib: Unread[float | None]
+    activation_model_gib: Unread[float]
+    predicted_peak_gib: Unread[float]
+    device_total_gib: Unread[float | None]
+
+
 def rows_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in sorted(records, key=lambda r: r["params"]["group"]):
@@ -54,18 +74,16 @@ def rows_frame(records: list[dict]) -> pd.DataFrame:
         a, A = block_input_bytes(size, p["context"], p["batch"]), block_saved_bytes(size, p["context"], p["batch"])
         predicted = predicted_peak(size, p["context"], p["batch"], k, modelled_baseline(p))
         peak, baseline = m.get("peak_memory_bytes"), m.get("baseline_bytes")
-        rows.append({
-            "k": k, "status": r["status"], "message": r.get("message", r.get("reason", "")),
-            "groups": m.get("groups"), "step_ms": m.get("step", {}).get("mean", math.nan),
-            "step_std_ms": m.get("step", {}).get("std", math.nan),
-            "baseline_gib": baseline / GIB if baseline is not None else math.nan,
-            # fp32 weights and their fp32 gradients: what any step holds besides activations
-            "weights_grads_gib": 2 * size.parameter_count() * 4 / GIB,
-            "peak_gib": peak / GIB if peak is not None else math.nan,
-            "activation_model_gib": checkpoint_memory(size.num_layers, a, A, k) / GIB,
-            "predicted_peak_gib": predicted["peak"] / GIB,
-            "device_total_gib": (p.get("device_total_bytes") or math.nan) / GIB,
-        })
+        rows.append(Row(
+            k=k, status=r["status"], message=r.get("message", r.get("reason", "")),
+            groups=m.get("groups"), step_ms=m.get("step", {}).get("mean", math.nan),
+            step_std_ms=m.get("step", {}).get("std", math.nan),
+            baseline_gib=baseline / GIB if baseline is not None else math.nan,
+            weights_grads_gib=2 * size.parameter_count() * 4 / GIB,
+            peak_gib=peak / GIB if peak is not None else math.nan,
+            activation_model_gib=checkpoint_memory(size.num_layers, a, A, k) / GIB,
+            predicted_peak_gib=predicted["peak"] / GIB,
+            device_total_gib=(p.get("device_total_bytes") or math.nan) / GIB))
     return pd.DataFrame(rows)
 
 
@@ -107,16 +125,80 @@ def plot_peak(df: pd.DataFrame, path: Path, k_opt: int) -> None:
     save_figure(fig, path)
 
 
+@dataclass(frozen=True)
+class StepChange:
+    """One group size's step against the next one's, as the judge called it."""
+    from_: int
+    to: int
+    direction: str
+    paired: Unread[bool]
+
+
+@dataclass(frozen=True)
+class Workload:
+    size: str
+    context: int
+    batch: int
+    mode: Unread[str]
+    d_model: Unread[int]
+    d_ff: Unread[int]
+    num_layers: Unread[int]
+    num_heads: Unread[int]
+
+
+@dataclass(frozen=True)
+class A6Summary(Summary):
+    peak_slope_gib_per_block: float | None
+    step_ms_range: list[float] | None
+    # how far apart the checkpointed group sizes' steps are, as a share of the fastest
+    step_spread_share: float | None
+    step_ms_at_k: Unread[dict[int, float]]
+    step_trend: Unread[str | None]
+    step_steps: list[StepChange]
+    # the group sizes took turns in one job (a paired verdict per step), or each had a process
+    step_paired: bool
+    # steps the judge did not settle: separate processes, or fewer rounds than it needs
+    step_not_settled: int
+    step_rounds: int | None
+    min_rounds: int
+    fitting_k: list[int]
+    workload: Workload
+    num_blocks: int
+    a_bytes: int
+    A_bytes: int
+    A_over_a: float
+    # every block's input stored, N·a: what no checkpointing beyond the inputs holds
+    all_inputs_bytes: int
+    A_terms: dict[str, int]
+    attention_share: float
+    head_bytes: Unread[int]
+    k_star: float
+    k_star_below_one: bool
+    k_opt: int
+    activation_model_at_opt_gib: float
+    no_checkpoint_activations_gib: float
+    modelled_baseline_gib: float
+    measured_peak: bool
+    best_measured_k: int | None
+    best_is_predicted: bool
+    best_measured_peak_gib: float | None
+    rows: list[Row]
+    not_ok: list[str]
+    memory_note: str | None
+
+
+CONTRACTS = {"A6": A6Summary}
+
+
 def step_change(a: dict, b: dict):
     """Group size ``a``'s step against the next one's, ``b``: the judge's verdict on b's step
     (``spread.judge``): paired per round where one job measured both, else not settled (two
     processes, one a side, measure nothing of how much processes differ)."""
     v = judge(b, a, "step")
-    return v, {"from": int(a["params"]["group"]), "to": int(b["params"]["group"]), "direction": v.verdict,
-               "paired": v.paired}
+    return v, StepChange(int(a["params"]["group"]), int(b["params"]["group"]), v.verdict, v.paired)
 
 
-def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
+def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summary:
     size = _size(workload)
     T, B, N = workload["context"], workload["batch"], size.num_layers
     a, A = block_input_bytes(size, T, B), block_saved_bytes(size, T, B)
@@ -134,46 +216,41 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> dict:
                   key=lambda r: r["params"]["group"])
     judged = [step_change(a, b) for a, b in zip(by_k, by_k[1:])]
     verdicts, step_steps = [v for v, _ in judged], [x for _, x in judged]
-    step_trend = trend_of(verdicts) if step_steps else None
-    return {
-        "provenance": run_provenance(records),
-        "peak_slope_gib_per_block": slope,
-        "step_ms_range": [float(timed.min()), float(timed.max())] if len(timed) else None,
-        # how far apart the checkpointed group sizes' steps are, as a share of the fastest
-        "step_spread_share": float(timed.max() / timed.min() - 1) if len(timed) else None,
-        "step_ms_at_k": {int(r["params"]["group"]): float(r["metrics"]["step"]["mean"]) for r in by_k},
-        "step_trend": step_trend,
-        "step_steps": step_steps,
-        # the group sizes took turns in one job (a paired verdict per step), or each had a process
-        "step_paired": bool(step_steps) and all(x["paired"] for x in step_steps),
-        # steps the judge did not settle: separate processes, or fewer rounds than it needs
-        "step_not_settled": sum(x["direction"] == NOT_SETTLED for x in step_steps),
-        "step_rounds": min((v.rounds for v in verdicts), default=None),
-        "min_rounds": MIN_ROUNDS,
-        "fitting_k": [int(k) for k in ok["k"]],
-        "workload": workload,
-        "num_blocks": N,
-        "a_bytes": a, "A_bytes": A, "A_over_a": A / a,
-        # every block's input stored, N·a: what no checkpointing beyond the inputs holds
-        "all_inputs_bytes": N * a,
-        "A_terms": block_saved_terms(size, T, B),
-        "attention_share": 3 * B * size.num_heads * T * T * 4 / A,
-        "head_bytes": head_saved_bytes(size, T, B),
-        "k_star": k_star,
-        "k_star_below_one": k_star < 1,
-        "k_opt": k_opt,
-        "activation_model_at_opt_gib": checkpoint_memory(N, a, A, k_opt) / GIB,
-        "no_checkpoint_activations_gib": checkpoint_memory(N, a, A, 0) / GIB,
-        "modelled_baseline_gib": modelled_baseline(workload) / GIB,
-        "measured_peak": bool(len(ok)),
-        "best_measured_k": int(best["k"]) if best is not None else None,
-        "best_is_predicted": best is not None and int(best["k"]) == k_opt,
-        "best_measured_peak_gib": float(best["peak_gib"]) if best is not None else None,
-        "rows": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-                 for row in df.to_dict("records")],
-        "not_ok": [f"k = {int(r['k'])}: {r['status']} ({r['message']})" for _, r in df[df["status"] != "ok"].iterrows()],
-        "memory_note": next((r["metrics"].get("memory_note") for r in records if r["metrics"].get("memory_note")), None),
-    }
+    return A6Summary(
+        provenance=run_provenance(records),
+        peak_slope_gib_per_block=slope,
+        step_ms_range=[float(timed.min()), float(timed.max())] if len(timed) else None,
+        step_spread_share=float(timed.max() / timed.min() - 1) if len(timed) else None,
+        step_ms_at_k={int(r["params"]["group"]): float(r["metrics"]["step"]["mean"]) for r in by_k},
+        step_trend=trend_of(verdicts) if step_steps else None,
+        step_steps=step_steps,
+        step_paired=bool(step_steps) and all(x.paired for x in step_steps),
+        step_not_settled=sum(x.direction == NOT_SETTLED for x in step_steps),
+        step_rounds=min((v.rounds for v in verdicts), default=None),
+        min_rounds=MIN_ROUNDS,
+        fitting_k=[int(k) for k in ok["k"]],
+        workload=Workload(**workload),
+        num_blocks=N,
+        a_bytes=a, A_bytes=A, A_over_a=A / a,
+        all_inputs_bytes=N * a,
+        A_terms=block_saved_terms(size, T, B),
+        attention_share=3 * B * size.num_heads * T * T * 4 / A,
+        head_bytes=head_saved_bytes(size, T, B),
+        k_star=k_star,
+        k_star_below_one=k_star < 1,
+        k_opt=k_opt,
+        activation_model_at_opt_gib=checkpoint_memory(N, a, A, k_opt) / GIB,
+        no_checkpoint_activations_gib=checkpoint_memory(N, a, A, 0) / GIB,
+        modelled_baseline_gib=modelled_baseline(workload) / GIB,
+        measured_peak=bool(len(ok)),
+        best_measured_k=int(best["k"]) if best is not None else None,
+        best_is_predicted=best is not None and int(best["k"]) == k_opt,
+        best_measured_peak_gib=float(best["peak_gib"]) if best is not None else None,
+        rows=[Row(**{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+              for row in df.to_dict("records")],
+        not_ok=[f"k = {int(r['k'])}: {r['status']} ({r['message']})" for _, r in df[df["status"] != "ok"].iterrows()],
+        memory_note=next((r["metrics"].get("memory_note") for r in records if r["metrics"].get("memory_note")), None),
+    )
 
 
 def main(argv=None) -> int:
@@ -189,48 +266,10 @@ def main(argv=None) -> int:
     df = rows_frame(records)
     summary = summarize(df, records, workload)
     write_table(display_table(df), args.out_dir)
-    plot_peak(df, args.out_dir / "peak_vs_group.png", summary["k_opt"])
-    write_summary(args.out_dir / "summary.json", summary)
+    plot_peak(df, args.out_dir / "peak_vs_group.png", summary.k_opt)
+    contract.write(args.out_dir / "summary.json", summary)
     print(f"A6 report: {len(df)} group sizes ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
     return 0
-
-
-# What writeup/templates/sections/A6.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
-
-SUMMARY_SCHEMAS["A6"] = section(
-    A_bytes=INT,
-    A_over_a=NUM,
-    A_terms=mapping(INT),
-    a_bytes=INT,
-    all_inputs_bytes=INT,
-    activation_model_at_opt_gib=NUM,
-    attention_share=NUM,
-    best_is_predicted=BOOL,
-    best_measured_k=null(INT),
-    best_measured_peak_gib=null(NUM),
-    fitting_k=null(arr(INT)),
-    k_opt=INT,
-    k_star=NUM,
-    k_star_below_one=BOOL,
-    measured_peak=null(BOOL),
-    memory_note=null(STR),
-    modelled_baseline_gib=NUM,
-    no_checkpoint_activations_gib=NUM,
-    not_ok=null(arr(STR)),
-    num_blocks=INT,
-    peak_slope_gib_per_block=null(NUM),
-    provenance=PROVENANCE,
-    rows=null(arr(obj(k=INT, status=STR))),
-    step_ms_range=null(arr(NUM)),
-    step_spread_share=null(NUM),
-    step_paired=null(BOOL),
-    step_not_settled=INT,
-    step_rounds=null(INT),
-    min_rounds=INT,
-    step_steps=null(arr(obj({'direction': STR, 'from': INT, 'to': INT}))),
-    workload=obj(batch=INT, context=INT, size=STR),
-)
 
 
 if __name__ == "__main__":
