@@ -42,6 +42,16 @@ def test_a_world_the_machine_cannot_host_is_skipped(monkeypatch):
     assert records[0]["reason"] == "4 ranks need 4 GPUs; this machine has 2"
 
 
+def test_a_row_the_profiles_nodes_cannot_hold_is_skipped_with_why(tmp_path):
+    """`--skip` (placement.Unplaced's reason): no rank starts, and the row's records say why."""
+    out = tmp_path / "row.json"
+    assert allreduce_bench.main(["--backend", "gloo", "--world-size", "6", "--sizes-mb", "1", "10",
+                                 "--skip", "6 ranks do not fit", "--out", str(out)]) == 0
+    records = json.loads(out.read_text())
+    assert [(r["status"], r["reason"], r["params"]["size_mb"]) for r in records] == [
+        ("skipped", "6 ranks do not fit", 1.0), ("skipped", "6 ranks do not fit", 10.0)]
+
+
 def test_fit_recovers_latency_and_bandwidth():
     o_ms, w = 0.25, 5e9
     sizes = [0.1, 1, 10, 100]

@@ -3,10 +3,11 @@
 # precision of DDP.precisions on `world_size` GPUs under NCCL, or CPU ranks under Gloo in the smoke
 # preset, every variant and the baseline in turns; the reports C2–C8, C10–C12.
 
+import shlex
 from functools import partial
 
 from cs336_systems import deliverables
-from cs336_systems.distributed import variants as ddp_variants
+from cs336_systems.distributed import placement, variants as ddp_variants
 from cs336_systems.pipeline.rule_helpers import records_on_disk
 
 C1 = GRID["C1"]
@@ -16,11 +17,25 @@ TRACED = DDP["traced"]      # a subset of DDP.variants: the config check makes s
 DDP_PRECISIONS = DDP["precisions"]
 DDP_BATCH = ddp_variants.global_batch(DDP["global_batch"])     # precision -> sequences per step
 
+# What starts a job's ranks: torch's launcher on the job's host, or under the Slurm profile srun
+# across nodes, each job asking Slurm for its nodes and tasks (distributed.placement).
+try:
+    LAUNCH = placement.settings(LAUNCH_BLOCK)
+except placement.PlacementError as error:
+    sys.exit(f"cs336-systems: {error}")
+BY_SRUN = LAUNCH.launcher == "srun"
+# The command's launcher, its job's shape and cores from the job's own resources (the profile's cpus_per_task).
+launcher = lambda world: lambda wildcards, resources: placement.command(
+    int(world(wildcards)), LAUNCH, resources.get("cpus_per_task"))
+# A job's Slurm resources under srun: its nodes, tasks, and under NCCL its GPUs a node (none else).
+slurm_resources = lambda world, gpus: placement.rule_resources(world, gpus, LAUNCH)
+
 
 rule C1_row:
-    """All-reduce of each tensor size on `world` ranks, which torch's launcher starts (rank 0 writes);
-    a JSON list of records (skipped where the machine has too few GPUs or cores). NCCL rows lease up
-    to `world` GPUs; Gloo rows use none."""
+    """All-reduce of each tensor size on `world` ranks, which torch's launcher starts on one host, or
+    srun across nodes under the Slurm profile (rank 0 writes); a JSON list of records (skipped where
+    the machine has too few GPUs or cores, or the profile's nodes cannot hold the row). NCCL rows lease
+    up to `world` GPUs; Gloo rows use none."""
     input:
         measuring_code("cs336_systems.distributed.allreduce_bench", deliverable="C1"),
     output:
@@ -38,14 +53,20 @@ rule C1_row:
         iters=C1["iters"],
         lease=lambda wildcards: (f"python -m cs336_systems.pipeline.gpu_lease --gpus {wildcards.world} --up-to --"
                                  if wildcards.backend == "nccl" and ON_GPUS else ""),
+        launch=launcher(lambda wildcards: wildcards.world),
+        # a row the Slurm profile's nodes cannot hold is recorded as skipped, with why
+        skip=lambda wildcards: ((reason := placement.unplaced_reason(int(wildcards.world), LAUNCH))
+                                and f"--skip {shlex.quote(reason)}" or ""),
     resources:
-        # A preset without GPUs still runs its NCCL rows, which record that they were skipped.
-        gpu=lambda wildcards: int(wildcards.world) if wildcards.backend == "nccl" and ON_GPUS else 0,
+        # A preset without GPUs still runs its NCCL rows, which record that they were skipped. Under
+        # srun the GPUs are asked a node (slurm_resources' gres).
+        gpu=lambda wildcards: int(wildcards.world) if wildcards.backend == "nccl" and ON_GPUS and not BY_SRUN else 0,
+        **slurm_resources(lambda wildcards: wildcards.world, lambda wildcards: wildcards.backend == "nccl" and ON_GPUS),
     shell:
-        logged("{params.lease} python -m torch.distributed.run --standalone --nproc-per-node {wildcards.world}"
+        logged("{params.lease} {params.launch}"
         " -m cs336_systems.distributed.allreduce_bench --backend {wildcards.backend}"
         " --world-size {wildcards.world} --sizes-mb {params.sizes} --warmup {params.warmup} --iters {params.iters}"
-        " --out {output} > {log} 2>&1")
+        " {params.skip} --out {output} > {log} 2>&1")
 
 
 rule C1_report:
@@ -71,11 +92,14 @@ rule C1_report:
 # each `traced` one. The rule is C3's, whose baseline and anchor every other variant is set against.
 DDP_FOLDER = {v: f"{RESULTS}/{ddp_variants.lookup(v).deliverable}" for v in DDP["variants"]}
 DDP_GPUS = DDP["world_size"] if DDP_BACKEND == "nccl" else 0
+_unplaced = placement.unplaced_reason(DDP["world_size"], LAUNCH)
+if _unplaced:
+    sys.exit(f"cs336-systems: the data-parallel job (DDP.world_size {DDP['world_size']}): {_unplaced}")
 
 
 rule C3_variants:
     """Every data-parallel variant and the baseline in one precision, in turns in one process group
-    (its ranks started by torch's launcher; rank 0 writes):
+    (its ranks started by torch's launcher, or srun across nodes under the Slurm profile; rank 0 writes):
     per-phase step times of every round, memory, one traced step of the `traced` ones (the C6 and
     C12 timelines draw them), and for a variant that communicates in bf16 its weights against fp32
     communication."""
@@ -96,11 +120,13 @@ rule C3_variants:
         variants=" ".join(DDP["variants"]),
         traced=" ".join(TRACED),
         global_batch=lambda wildcards: DDP_BATCH(wildcards.precision),
+        launch=launcher(lambda wildcards: DDP["world_size"]),
     resources:
-        gpu=DDP_GPUS,
+        gpu=0 if BY_SRUN else DDP_GPUS,
+        **slurm_resources(lambda wildcards: DDP["world_size"], lambda wildcards: DDP_BACKEND == "nccl"),
     shell:
-        logged("{params.lease} python -m torch.distributed.run --standalone"
-        f" --nproc-per-node {DDP['world_size']} -m cs336_systems.distributed.train_bench --variants {{params.variants}}"
+        logged("{params.lease} {params.launch}"
+        " -m cs336_systems.distributed.train_bench --variants {params.variants}"
         " --precision {wildcards.precision}"
         f" --size {DDP['size']} --context {DDP['context']} --global-batch {{params.global_batch}}"
         f" --world-size {DDP['world_size']} --warmup {DDP['warmup']} --rounds {DDP['rounds']} --steps {DDP['steps']}"

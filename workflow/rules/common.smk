@@ -11,6 +11,10 @@ from cs336_systems.pipeline import machine, run_folder
 from cs336_systems.pipeline.config import ConfigError, resolve
 from cs336_systems.pipeline.rule_helpers import code, out_dir, records_present, report_outputs as registry_outputs
 
+# Where C's ranks run (the Slurm profile's `launch` block: profiles/slurm/launch.yaml) is a setting
+# of the launch, not of the grid: distributed.placement reads and checks it (c_distributed.smk).
+LAUNCH_BLOCK = config.pop("launch", None)
+
 # Snakemake's `validate` with the schema (defaults filled in), then the names our tables define;
 # a mistake stops here with one line naming the key.
 try:

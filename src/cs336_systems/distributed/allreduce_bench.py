@@ -71,12 +71,16 @@ def capacity(backend: str) -> tuple[int, str]:
 
 
 def run(backend: str, world_size: int, sizes_mb: list[float], warmup: int, iters: int,
-        timeout_s: float, launch: Launch | None = None) -> list[dict] | None:
-    """The row's records (None on a launched rank other than 0, which writes nothing)."""
+        timeout_s: float, launch: Launch | None = None, skip: str | None = None) -> list[dict] | None:
+    """The row's records (None on a launched rank other than 0, which writes nothing); ``skip``: the
+    reason the row was not started (``placement.Unplaced``), written as its records."""
     def params(size_mb):
         return {"backend": backend, "world_size": world_size, "size_mb": size_mb,
                 "device": "cuda" if backend == "nccl" else "cpu", "warmup": warmup, "iters": iters}
 
+    if skip:
+        log(f"C1 {backend} x{world_size}: skipped ({skip})")
+        return [make_record("C1", params(s), "skipped", reason=skip) for s in sizes_mb]
     writes = launch is None or launch.rank == 0
     available, unit = capacity(backend)
     launched = spawned(world_size) if launch is None else launch.where()
@@ -120,6 +124,7 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--timeout-s", type=float, default=540, help="limit for the whole row")
     p.add_argument("--out", required=True)
+    p.add_argument("--skip", metavar="REASON", help="start no ranks: write the row as skipped, for this reason")
     args = p.parse_args(argv)
     if args.world_size < 2:
         p.error("--world-size must be at least 2 (an all-reduce over one rank moves nothing)")
@@ -129,7 +134,8 @@ def main(argv=None) -> int:
         launch = launch_for(args.world_size)
     except LaunchError as exc:
         p.error(str(exc))
-    records = run(args.backend, args.world_size, args.sizes_mb, args.warmup, args.iters, args.timeout_s, launch)
+    records = run(args.backend, args.world_size, args.sizes_mb, args.warmup, args.iters, args.timeout_s, launch,
+                  args.skip)
     if records is not None:
         write_json_atomic(args.out, records)
         log(f"wrote {len(records)} records -> {args.out}")
