@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from cs336_systems.accounting.parallelism import STRATEGIES
-from cs336_systems.report.common import load_records, plt, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.summary_schemas import (BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null,
-                                                  obj, one_of_types, section)
+from cs336_systems.report import contract
+from cs336_systems.report.common import load_records, plt, run_provenance, save_figure, write_table
+from cs336_systems.report.contract import Summary, Unread
 
 
 def c9_table(ans: dict, fsdp_at_tokens: dict[str, int | None]) -> pd.DataFrame:
@@ -119,7 +120,62 @@ def plot_scaling(grid: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-def build(record: dict, out_dir: Path) -> dict:
+@dataclass(frozen=True)
+class Trick:
+    name: str
+    equation: str
+    effect: str
+    references: str
+
+
+@dataclass(frozen=True)
+class Card:
+    hbm_GB: float
+    bf16_TFLOPs: float
+    link_GBps: float
+    source: Unread[str]
+
+
+@dataclass(frozen=True)
+class ScalingModel:
+    parameters: int
+    matmul_parameters: Unread[int]
+    d_model: Unread[int]
+    num_layers: Unread[int]
+    tp_allreduces_per_layer_forward: Unread[int]
+
+
+# One strategy's verdict on one cluster and model, as accounting.parallelism writes it.
+Verdict = dict[str, bool | float | str | None]
+
+
+@dataclass(frozen=True)
+class C9Summary(Summary):
+    # (a)–(c) as accounting.study wrote them
+    model: dict[str, int]
+    stated_tokens: int
+    a: dict[str, float]
+    b: dict[str, float]
+    c: dict[str, bool | float]
+    fsdp_at_tokens: dict[int, int | None]
+    tricks: list[Trick]
+    hardware: dict[str, Card]
+    ib_GBps: float
+    # how many times slower a cross-node collective is over InfiniBand than over NVLink
+    ib_slowdown: float
+    # the batch at which the saved activations alone fill one H100's memory
+    tokens_filling_an_h100: float
+    global_batch_tokens: int
+    # cluster -> model -> strategy
+    scaling: dict[str, dict[str, dict[str, Verdict]]]
+    scaling_models: dict[str, ScalingModel]
+    clusters: list[str]
+
+
+CONTRACTS = {"C9": C9Summary}
+
+
+def build(record: dict, out_dir: Path) -> C9Summary:
     m = record["metrics"]
     ans = m["c9"]
     write_table(c9_table(ans, m["fsdp_at_tokens"]), out_dir)
@@ -128,26 +184,22 @@ def build(record: dict, out_dir: Path) -> dict:
     grid.to_csv(out_dir / "scaling_grid.csv", index=False)
     plot_scaling(grid, out_dir / "scaling.png")
 
-    scaling_summary = {c: {model: {} for model in m["scaling_models"]} for c in record["params"]["clusters"]}
+    scaling = {c: {model: {} for model in m["scaling_models"]} for c in record["params"]["clusters"]}
     for v in m["scaling"]:
-        scaling_summary[v["cluster"]][v["model"]][v["strategy"]] = v
-    summary = {
-        "provenance": run_provenance([record]),
-        **ans,
-        "fsdp_at_tokens": m["fsdp_at_tokens"],
-        "tricks": m["tricks"],
-        "hardware": m["hardware"],
-        "ib_GBps": m["ib_GBps"],
-        # how many times slower a cross-node collective is over InfiniBand than over NVLink
-        "ib_slowdown": m["hardware"]["H100 SXM"]["link_GBps"] / m["ib_GBps"],
-        # the batch at which the saved activations alone fill one H100's memory
-        "tokens_filling_an_h100": ans["a"]["h100_hbm_GB"] * 1e3 / ans["a"]["activations_per_token_MB"],
-        "global_batch_tokens": record["params"]["global_batch_tokens"],
-        "scaling": scaling_summary,
-        "scaling_models": m["scaling_models"],
-        "clusters": record["params"]["clusters"],
-    }
-    write_summary(out_dir / "summary.json", summary)
+        scaling[v["cluster"]][v["model"]][v["strategy"]] = v
+    summary = C9Summary(
+        provenance=run_provenance([record]), **ans,
+        fsdp_at_tokens=m["fsdp_at_tokens"],
+        tricks=[Trick(**t) for t in m["tricks"]],
+        hardware={name: Card(**card) for name, card in m["hardware"].items()},
+        ib_GBps=m["ib_GBps"],
+        ib_slowdown=m["hardware"]["H100 SXM"]["link_GBps"] / m["ib_GBps"],
+        tokens_filling_an_h100=ans["a"]["h100_hbm_GB"] * 1e3 / ans["a"]["activations_per_token_MB"],
+        global_batch_tokens=record["params"]["global_batch_tokens"],
+        scaling=scaling,
+        scaling_models={name: ScalingModel(**size) for name, size in m["scaling_models"].items()},
+        clusters=record["params"]["clusters"])
+    contract.write(out_dir / "summary.json", summary)
     return summary
 
 
@@ -163,29 +215,6 @@ def main(argv=None) -> int:
     build(record, args.out_dir)
     print(f"C9 report: {args.record} -> {args.out_dir}", file=sys.stderr)
     return 0
-
-
-# What writeup/templates/sections/C9.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
-
-SUMMARY_SCHEMAS["C9"] = section(
-    a=mapping(NUM),
-    b=mapping(NUM),
-    c=mapping(one_of_types(BOOL, NUM)),
-    clusters=arr(STR),
-    fsdp_at_tokens=mapping(INT),
-    global_batch_tokens=INT,
-    hardware=obj({'H100 SXM': obj(bf16_TFLOPs=NUM, hbm_GB=NUM, link_GBps=NUM)}),
-    ib_GBps=NUM,
-    ib_slowdown=NUM,
-    tokens_filling_an_h100=NUM,
-    model=mapping(INT),
-    provenance=PROVENANCE,
-    scaling=mapping(mapping(mapping(mapping(null(one_of_types(BOOL, NUM, STR)))))),
-    scaling_models=obj(xl=obj(parameters=INT)),
-    stated_tokens=INT,
-    tricks=arr(obj(effect=STR, equation=STR, name=STR, references=STR)),
-)
 
 
 if __name__ == "__main__":
