@@ -7,7 +7,7 @@ import torch
 
 from cs336_systems.attention import check
 from cs336_systems.report import b2, flash_checks
-from cs336_systems.records import make_record, write_json_atomic
+from cs336_systems.records import make_record
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
@@ -99,12 +99,12 @@ def test_b4_states_the_backward_the_tuner_measured_faster():
         return {"measured": {"backward": "fused" if fused < dkdv + dq else "dkdv+dq", "causal": True, "gpu": "GPU",
                              "shape": [16, 16384, 64], "ms": {"forward": 1.0, "dkdv": dkdv, "dq": dq, "fused": fused}}}
     choices = flash_checks.tuner_choices({"bf16_d64": entry(3.9, 2.2, 1.4), "bf16_d128": entry(1.5, 1.0, 0.6)})
-    assert [(c["key"], c["chosen"]) for c in choices] == [("bf16_d128", "fused"), ("bf16_d64", "dkdv+dq")]
-    assert choices[1]["separate_ms"] == pytest.approx(3.6) and choices[1]["fused_over_separate"] == pytest.approx(3.9 / 3.6)
+    assert [(c.key, c.chosen) for c in choices] == [("bf16_d128", "fused"), ("bf16_d64", "dkdv+dq")]
+    assert choices[1].separate_ms == pytest.approx(3.6) and choices[1].fused_over_separate == pytest.approx(3.9 / 3.6)
     # An entry tuned since the fused path left the kernels has no fused time and ran the two kernels.
     [later] = flash_checks.tuner_choices({"bf16_d64": {"measured": {"causal": True, "gpu": "GPU", "shape": [1, 8, 64],
                                                                     "ms": {"forward": 1.0, "dkdv": 2.0, "dq": 1.0}}}})
-    assert later["fused_ms"] is None and later["fused_over_separate"] is None and later["chosen"] == "dkdv+dq"
+    assert later.fused_ms is None and later.fused_over_separate is None and later.chosen == "dkdv+dq"
 
 
 # --- B4 counts FLOPs and bytes before it explains a time; B3 judges errors against plain attention's ---
@@ -145,14 +145,14 @@ def test_b4_explains_a_backward_only_where_its_flops_and_bytes_do(seed, products
         # S, P, dP, dS written and read once as fp32.
         flops_ours, flops_theirs = 7 * batch * n * n * d, 5 * 2 * batch * n * n * d
         floor = flops_theirs / H200_SXM.fp32_flops * 1e3 + 8 * batch * n * n * 4 / H200_SXM.hbm_bandwidth * 1e3
-        assert a["triton_flops"] == flops_ours and a["pytorch_flops"] == flops_theirs
-        assert a["pytorch_floor_ms"] == pytest.approx(floor)
-        assert a["faster_than_floor"] == (ours < floor)
-        assert a["slower_by_rate"] == (ours > theirs and flops_ours / ours < flops_theirs / theirs)
+        assert a.triton_flops == flops_ours and a.pytorch_flops == flops_theirs
+        assert a.pytorch_floor_ms == pytest.approx(floor)
+        assert a.faster_than_floor == (ours < floor)
+        assert a.slower_by_rate == (ours > theirs and flops_ours / ours < flops_theirs / theirs)
         if dtype == "fp32":
             top = H200_SXM.tf32_flops / 3 if products == "tf32x3" else H200_SXM.fp32_flops
-            assert a["triton_of_peak"] == pytest.approx(flops_ours / ours / 1e-3 / top)
-            assert a["triton_mode"] == products
+            assert a.triton_of_peak == pytest.approx(flops_ours / ours / 1e-3 / top)
+            assert a.triton_mode == products
 
 
 def test_b4_opens_with_the_times_and_says_why_only_where_the_count_does(tmp_path):
@@ -214,8 +214,8 @@ def test_b3_calls_an_error_the_dtypes_rounding_only_within_the_factor(seed):
     worst = flash_checks.worst_ratio(errors)
     for dtype, part in errors.groupby("dtype"):
         ratio = max(r[f"{q}_ours"] / r[f"{q}_plain"] for _, r in part.iterrows() for q in check.QUANTITIES)
-        assert worst[dtype]["ratio"] == pytest.approx(ratio)
-        assert worst[dtype]["verdict"] == ("within" if ratio <= flash_checks.SAME_ORDER / flash_checks.NEAR else
+        assert worst[dtype].ratio == pytest.approx(ratio)
+        assert worst[dtype].verdict == ("within" if ratio <= flash_checks.SAME_ORDER / flash_checks.NEAR else
                                            "beyond" if ratio >= flash_checks.SAME_ORDER * flash_checks.NEAR else "near")
         better = all(r["lse_ours"] < r["lse_plain"] for _, r in part.iterrows())
         assert (dtype in flash_checks.lse_better(errors)) == (better and dtype != "fp32")
@@ -237,12 +237,14 @@ def test_an_error_ratio_near_the_line_is_not_decided(ratio, verdict, words, tmp_
     for q in check.QUANTITIES:
         row[f"{q}_plain"], row[f"{q}_ours"] = 5e-7, 5e-7 * (ratio if q == "dq" else 1.0)
     worst = flash_checks.worst_ratio(pd.DataFrame([row]))["fp32"]
-    assert worst["verdict"] == verdict and worst["quantity"] == "dq"
+    assert worst.verdict == verdict and worst.quantity == "dq"
+    from cs336_systems.report import contract
     from cs336_systems.report.common import run_provenance
-    summary = {"provenance": run_provenance([make_record("B3", {"function": "triton"}, "ok", {})]),
-               "shape": [1, 24, 16], "statuses": {"ok": 1}, "worst_ratio": {"fp32": worst}, "same_order": 3.0,
-               "near_factor": flash_checks.NEAR, "ragged": None, "lse_better": [], "ran": None}
-    path = write_json_atomic(tmp_path / "B3" / "summary.json", summary)
+    path = tmp_path / "B3" / "summary.json"
+    contract.write(path, flash_checks.B3Summary(
+        provenance=run_provenance([make_record("B3", {"function": "triton"}, "ok", {})]), shape=[1, 24, 16],
+        statuses={"ok": 1}, worst_ratio={"fp32": worst}, same_order=3.0, near_factor=flash_checks.NEAR, ragged=None,
+        lse_better=[], ran=None))
     pd.DataFrame([row]).to_csv(tmp_path / "B3" / "table.csv", index=False)
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("B3", path)
     assert f"in fp32 {ratio:.2f}× (triton-pytorch-backward's dq, causal: " in text and words in text

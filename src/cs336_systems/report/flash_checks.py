@@ -1,7 +1,7 @@
 """B3 / B4 report, from the one checks record ``attention.check`` writes: B3, the error tables of our
 FlashAttention Functions against float64; B4, the two backward paths timed side by side, with what
-each computes and moves (``backward_accounting``), and the worst error, which B4's text quotes too.
-Both say what the Triton kernels ran (``report.what_ran``). Each run of it writes one
+each computes and moves (``backward_accounting``), and the worst error (kept in its summary, not
+worded). Both say what the Triton kernels ran (``report.what_ran``). Each run of it writes one
 deliverable's folder.
 
     python -m cs336_systems.report.flash_checks B3 --records results/RUN/B3/records/checks.json --out-dir DIR
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import pandas as pd
 
@@ -18,8 +20,9 @@ from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.attention.flash_record import ran
 from cs336_systems.attention.tuned_tiles import TUNED
 from cs336_systems.report.b5_losses import peak
-from cs336_systems.report.common import load_record_lists, run_provenance, write_summary, write_table
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
+from cs336_systems.report import contract
+from cs336_systems.report.common import load_record_lists, run_provenance, write_table
+from cs336_systems.report.contract import Declared, Summary, Unread
 from cs336_systems.report.what_ran import ran_schema, tuned_elsewhere, what_ran
 
 QUANTITIES = ("o", "lse", "dq", "dk", "dv")
@@ -55,7 +58,18 @@ def error_verdict(ratio: float) -> str:
     return "beyond" if ratio >= SAME_ORDER * NEAR else "near"
 
 
-def worst_ratio(errors: pd.DataFrame) -> dict:
+@dataclass(frozen=True)
+class WorstError:
+    ratio: float
+    function: str
+    causal: bool
+    quantity: str
+    ours: float
+    plain: float
+    verdict: str
+
+
+def worst_ratio(errors: pd.DataFrame) -> dict[str, WorstError]:
     """Per dtype: the largest ours ÷ plain error ratio over functions, causal settings and quantities
     (how far from what plain attention in that dtype achieves our worst case is), and its verdict
     against SAME_ORDER (``error_verdict``)."""
@@ -68,7 +82,7 @@ def worst_ratio(errors: pd.DataFrame) -> dict:
                 if worst is None or ratio > worst["ratio"]:
                     worst = {"ratio": float(ratio), "function": row["function"], "causal": bool(row["causal"]),
                              "quantity": key, "ours": float(row[f"{key}_ours"]), "plain": float(row[f"{key}_plain"])}
-        out[dtype] = worst | {"verdict": error_verdict(worst["ratio"])}
+        out[dtype] = WorstError(**worst, verdict=error_verdict(worst["ratio"]))
     return out
 
 
@@ -101,7 +115,17 @@ def time_table(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def backward_speedup(times: pd.DataFrame) -> dict:
+@dataclass(frozen=True)
+class Speedup:
+    """The compiled PyTorch backward's time ÷ the Triton backward's."""
+    triton_ms: float
+    pytorch_ms: float
+    speedup: float
+    faster: bool
+    slowdown: float
+
+
+def backward_speedup(times: pd.DataFrame) -> dict[str, Speedup]:
     """Per dtype: the compiled PyTorch backward's time ÷ the Triton backward's."""
     ok = times[times["status"] == "ok"].set_index(["dtype", "function"])["backward_ms"]
     out = {}
@@ -109,8 +133,7 @@ def backward_speedup(times: pd.DataFrame) -> dict:
         if (dtype, "triton") in ok.index and (dtype, "triton-pytorch-backward") in ok.index:
             ours, theirs = float(ok[(dtype, "triton")]), float(ok[(dtype, "triton-pytorch-backward")])
             speedup = theirs / ours
-            out[dtype] = {"triton_ms": ours, "pytorch_ms": theirs, "speedup": speedup,
-                          "faster": speedup >= 1, "slowdown": 1 / speedup}
+            out[dtype] = Speedup(ours, theirs, speedup, speedup >= 1, 1 / speedup)
     return out
 
 
@@ -127,7 +150,37 @@ PEAK_NAMES = {"fp32_flops": "the fp32 CUDA-core peak", "tf32_flops": "the TF32 t
               "bf16_flops": "the dense bf16 tensor-core peak"}
 
 
-def backward_accounting(records: list[dict]) -> dict:
+@dataclass(frozen=True)
+class BackwardCost:
+    """What one dtype's two timed backwards compute and move, against their times (``backward_accounting``)."""
+    shape: Unread[list[int]]
+    triton_ms: float
+    pytorch_ms: float
+    triton_backward: Unread[str | None]
+    triton_products: int | None
+    pytorch_products: int
+    triton_flops: int | None
+    pytorch_flops: int
+    pytorch_arithmetic: Unread[str | None]
+    pytorch_precision: str | None
+    triton_mode: str | None
+    triton_tflops: float | None
+    pytorch_tflops: float
+    triton_peak: str | None
+    triton_of_peak: float | None
+    pytorch_peak: str | None
+    pytorch_of_peak: float | None
+    pytorch_matrix_bytes: int | None
+    pytorch_flops_floor_ms: float | None
+    pytorch_bytes_floor_ms: float | None
+    pytorch_floor_ms: float | None
+    faster_than_floor: bool
+    flops_ratio: float | None
+    rate_ratio: float | None
+    slower_by_rate: bool
+
+
+def backward_accounting(records: list[dict]) -> dict[str, BackwardCost]:
     """Per dtype, what each timed backward at B4's shape computes and moves, against its time and
     the card's datasheet rates (``accounting.hardware``), as far as ``flash_record.ran`` says what
     ran: FLOPs (the Triton kernels over the causal half of the tiles, the compiled PyTorch backward
@@ -156,8 +209,7 @@ def backward_accounting(records: list[dict]) -> dict:
                  "pytorch_arithmetic": facts_p.get("backward_arithmetic"),
                  "pytorch_precision": facts_p.get("float32_matmul_precision"),
                  "triton_mode": facts_t.get("products") if dtype == "fp32" else None}
-        entry.update(_rates(entry, gpu, card, dtype, facts_t.get("products")))
-        out[dtype] = entry
+        out[dtype] = BackwardCost(**entry, **_rates(entry, gpu, card, dtype, facts_t.get("products")))
     return out
 
 
@@ -192,7 +244,21 @@ def _rates(e: dict, gpu: str | None, card, dtype: str, products: str | None) -> 
     return rates
 
 
-def tuner_choices(tuned: dict = TUNED) -> list[dict]:
+@dataclass(frozen=True)
+class TunerChoice:
+    key: str
+    gpu: str
+    shape: list[int]
+    causal: bool | None
+    chosen: str
+    fused_ms: float | None
+    dkdv_ms: float
+    dq_ms: float
+    separate_ms: float
+    fused_over_separate: float | None
+
+
+def tuner_choices(tuned: dict = TUNED) -> list[TunerChoice]:
     """What the tuner measured and committed in ``attention/tuned_tiles.py`` per (dtype, head dim): the
     best dK/dV and the best dQ launch on its GPU and shape, and, for entries tuned while a fused
     backward (dQ added atomically inside the dK/dV pass) was still a candidate, that fused launch
@@ -203,11 +269,43 @@ def tuner_choices(tuned: dict = TUNED) -> list[dict]:
         m = entry["measured"]
         separate = m["ms"]["dkdv"] + m["ms"]["dq"]
         fused = m["ms"].get("fused")
-        out.append({"key": key, "gpu": m["gpu"], "shape": m["shape"], "causal": m["causal"],
-                    "chosen": m.get("backward", "dkdv+dq"), "fused_ms": fused, "dkdv_ms": m["ms"]["dkdv"],
-                    "dq_ms": m["ms"]["dq"], "separate_ms": separate,
-                    "fused_over_separate": None if fused is None else fused / separate})
+        out.append(TunerChoice(key, m["gpu"], m["shape"], m["causal"], m.get("backward", "dkdv+dq"), fused,
+                               m["ms"]["dkdv"], m["ms"]["dq"], separate, None if fused is None else fused / separate))
     return out
+
+
+# What our kernels ran, as report.what_ran words it (its schema is still written by hand there).
+Ran = Annotated[dict, Declared(ran_schema())]
+
+
+@dataclass(frozen=True)
+class B3Summary(Summary):
+    shape: list[int] | None
+    statuses: Unread[dict[str, int]]
+    worst_ratio: dict[str, WorstError]
+    same_order: float
+    near_factor: float
+    ragged: bool | None
+    lse_better: list[str]
+    ran: Ran | None
+
+
+@dataclass(frozen=True)
+class B4Summary(Summary):
+    shape: list[int] | None
+    statuses: Unread[dict[str, int]]
+    backward: dict[str, Speedup]
+    worst_ratio: Unread[dict[str, WorstError]]
+    accounting: dict[str, BackwardCost]
+    tuner: list[TunerChoice]
+    tuned_elsewhere: list[str]
+    ran: Ran | None
+    # the section points at B3's table instead of repeating it where the timed calls ran the same as the
+    # checked ones
+    ran_as_b3: bool
+
+
+CONTRACTS = {"B3": B3Summary, "B4": B4Summary}
 
 
 def by_function(record: dict) -> tuple:
@@ -246,65 +344,23 @@ def main(argv=None) -> int:
     if args.deliverable == "B3":
         write_table(errors, args.out_dir)
         shape = errors_records[0]["params"]["shape"] if errors_records else None
-        write_summary(args.out_dir / "summary.json", {
-            "provenance": run_provenance(errors_records), "shape": shape,
-            "statuses": errors["status"].value_counts().to_dict(), "worst_ratio": worst_ratio(errors),
-            "same_order": SAME_ORDER, "near_factor": NEAR, "ragged": ragged(errors_records), "lse_better": lse_better(errors),
-            "ran": ran_in("error")})
+        contract.write(args.out_dir / "summary.json", B3Summary(
+            provenance=run_provenance(errors_records), shape=shape,
+            statuses=errors["status"].value_counts().to_dict(), worst_ratio=worst_ratio(errors),
+            same_order=SAME_ORDER, near_factor=NEAR, ragged=ragged(errors_records), lse_better=lse_better(errors),
+            ran=ran_in("error")))
     else:
         write_table(times, args.out_dir)
         ran = ran_in("time")
-        accounting = backward_accounting(records)
-        write_summary(args.out_dir / "summary.json", {
-            "provenance": run_provenance(records), "shape": time_records[0]["params"]["shape"] if time_records else None,
-            "statuses": times["status"].value_counts().to_dict() if len(times) else {},
-            "backward": backward_speedup(times) if len(times) else {}, "worst_ratio": worst_ratio(errors),
-            "accounting": accounting,
-            "tuner": tuner_choices(),
-            "tuned_elsewhere": tuned_elsewhere(triton), "ran": ran,
-            # the section points at B3's table instead of repeating it where the timed calls ran the
-            # same as the checked ones
-            "ran_as_b3": same_table(ran, ran_in("error"))})
+        contract.write(args.out_dir / "summary.json", B4Summary(
+            provenance=run_provenance(records), shape=time_records[0]["params"]["shape"] if time_records else None,
+            statuses=times["status"].value_counts().to_dict() if len(times) else {},
+            backward=backward_speedup(times) if len(times) else {}, worst_ratio=worst_ratio(errors),
+            accounting=backward_accounting(records), tuner=tuner_choices(), tuned_elsewhere=tuned_elsewhere(triton),
+            ran=ran, ran_as_b3=same_table(ran, ran_in("error"))))
     print(f"{args.deliverable} report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
     return 0
 
-
-# What writeup/templates/sections/B3.md.j2 and B4.md.j2 read of the summaries this report writes
-# (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
-
-SUMMARY_SCHEMAS["B3"] = section(
-    lse_better=opt(null(arr(STR))),
-    provenance=PROVENANCE,
-    ragged=opt(null(BOOL)),
-    ran=opt(null(ran_schema())),
-    same_order=NUM,
-    near_factor=NUM,
-    shape=arr(INT),
-    worst_ratio=null(mapping(obj(causal=null(BOOL), function=STR, ours=NUM, plain=NUM, quantity=STR, ratio=NUM,
-                                 verdict=STR))),
-)
-
-
-SUMMARY_SCHEMAS["B4"] = section(
-    accounting=opt(null(mapping(obj(faster_than_floor=null(BOOL), pytorch_bytes_floor_ms=null(NUM),
-                                    pytorch_floor_ms=null(NUM), pytorch_flops=INT, pytorch_flops_floor_ms=null(NUM),
-                                    pytorch_matrix_bytes=INT, pytorch_ms=NUM, pytorch_of_peak=null(NUM),
-                                    pytorch_peak=null(STR), pytorch_precision=null(STR), pytorch_products=INT,
-                                    pytorch_tflops=NUM, slower_by_rate=null(BOOL),
-                                    triton_flops=null(INT), triton_mode=null(STR), triton_ms=NUM, flops_ratio=null(NUM),
-                                    rate_ratio=null(NUM),
-                                    triton_of_peak=null(NUM), triton_peak=null(STR), triton_products=null(INT),
-                                    triton_tflops=null(NUM))))),
-    backward=null(mapping(obj(faster=BOOL, pytorch_ms=NUM, slowdown=NUM, speedup=NUM, triton_ms=NUM))),
-    provenance=PROVENANCE,
-    ran=opt(null(ran_schema())),
-    ran_as_b3=opt(BOOL),
-    shape=arr(INT),
-    tuned_elsewhere=arr(STR),
-    tuner=opt(arr(obj(causal=null(BOOL), chosen=STR, dkdv_ms=NUM, dq_ms=NUM, fused_ms=null(NUM),
-                      fused_over_separate=null(NUM), gpu=STR, key=STR, separate_ms=NUM, shape=arr(INT)))),
-)
 
 if __name__ == "__main__":
     sys.exit(main())
