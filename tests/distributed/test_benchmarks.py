@@ -27,7 +27,7 @@ def test_allreduce_row_on_gloo(tmp_path):
     assert [r["params"]["size_mb"] for r in records] == [0.01, 0.1]
     for r in records:
         m = r["metrics"]
-        assert r["status"] == "ok" and len(m["per_rank_median_ms"]) == 2
+        assert r["status"] == "ok" and len(m["per_rank_median_ms"]) == 2 and m["sum_checked"]
         assert m["algbw_GBps"] == pytest.approx(r["params"]["size_mb"] * 1e6 / (m["ms"] / 1e3) / 1e9)
         assert m["ms_min"] <= m["ms"] <= m["ms_max"]
     # The table gives each median its spread: the fastest and slowest timed call.

@@ -144,6 +144,12 @@ class LocalSlurm:
         log.close()
 
     def start(self) -> None:
+        self.start_controller()
+        self._spawn("slurmd", [_tool("slurmd"), "-D", "-f", str(self.conf), "-N", self.node], cwd=self.conf_dir)
+        self._wait(lambda: self.node_state() == "idle", UP_LIMIT_S, "the node did not become idle")
+
+    def start_controller(self) -> None:
+        """munged, with the test's own key, and slurmctld, answering."""
         munge = pwd.getpwnam("munge")
         self.munge_dir.chmod(0o755)         # munged: clients must reach its socket
         os.chown(self.munge_dir, munge.pw_uid, munge.pw_gid)
@@ -158,8 +164,6 @@ class LocalSlurm:
         self._wait(lambda: self.socket.exists(), 15, "munged did not create its socket")
         self._spawn("slurmctld", [_tool("slurmctld"), "-D", "-f", str(self.conf)], cwd=self.conf_dir)
         self._wait(lambda: self._run("scontrol", "ping").stdout.count("UP") > 0, 30, "slurmctld did not answer")
-        self._spawn("slurmd", [_tool("slurmd"), "-D", "-f", str(self.conf), "-N", self.node], cwd=self.conf_dir)
-        self._wait(lambda: self.node_state() == "idle", UP_LIMIT_S, "the node did not become idle")
 
     def _wait(self, ready, limit_s: float, what: str) -> None:
         deadline = time.monotonic() + limit_s

@@ -8,7 +8,8 @@ Started by a launcher (torchrun, srun: ``ranks.from_environment``), each process
 0 writes the records, which say where the ranks ran (``launch``: the launcher, hosts, nodes, ranks per
 node). Started without one, it starts its ranks itself on this host (``launcher.run_on_ranks``).
 
-Gloo runs on CPU tensors, NCCL on one GPU per rank. Per size: 5 warm-up calls (``--warmup``), then
+Gloo runs on CPU tensors, NCCL on one GPU per rank. First one all-reduce of every rank's rank + 1
+is checked against n(n+1)/2 (``sum_checked``; a wrong sum fails the row). Per size: 5 warm-up calls (``--warmup``), then
 ``--iters`` timed calls, each between two barriers-by-synchronization; every rank times its own
 calls and the times are gathered to rank 0. A call's time is the slowest rank's (the collective is
 done only when the last rank is), and the record holds the median over calls. Bandwidths in GB/s
@@ -45,6 +46,13 @@ def _time_allreduce(rank: int, world_size: int, backend: str, sizes_mb: list[flo
                     iters: int) -> list[list[float]] | None:
     """On each rank: per size, the milliseconds of each timed call. Rank 0 returns every rank's lists."""
     device = device_for(rank, backend)
+    # Once a row, what the call computes: every rank's rank + 1 sums to n(n+1)/2 on every rank (a
+    # transport that drops or garbles data would still be timed). A wrong sum fails the row.
+    check = torch.full((1024,), float(rank + 1), device=device)
+    dist.all_reduce(check)
+    expected = world_size * (world_size + 1) / 2
+    if not bool(torch.all(check == expected)):
+        raise RuntimeError(f"all-reduce summed to {sorted(set(check.tolist()))} on rank {rank}, not {expected:g}")
     per_size = []
     for size_mb in sizes_mb:
         tensor = torch.randn(int(size_mb * MB) // FP32, device=device)
@@ -108,6 +116,7 @@ def run(backend: str, world_size: int, sizes_mb: list[float], warmup: int, iters
         metrics = {"ms": ms, "ms_min": min(call_ms), "ms_max": max(call_ms),
                    "algbw_GBps": algbw, "busbw_GBps": bus_bandwidth(algbw, world_size),
                    "per_rank_median_ms": [statistics.median(t[i]) for t in per_rank],
+                   "sum_checked": True,         # _time_allreduce's sum of every rank's rank + 1 was right
                    "launch": launched}
         records.append(make_record("C1", params(size_mb), "ok", metrics))
         log(f"C1 {backend} x{world_size} {size_mb:g} MB: {ms:.3f} ms, busbw {metrics['busbw_GBps']:.2f} GB/s")
