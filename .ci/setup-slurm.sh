@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# CI: what tests/slurm needs to run the smoke DAG on a local one-node Slurm: Debian's Slurm and
-# MUNGE, and the Snakemake Slurm executor (the project's `slurm` extra) in the active venv.
-# Installs only; it starts no daemon (the test starts its own and stops them). Quick when done.
+# CI: what tests/slurm needs to run the smoke DAG on a local one-node Slurm, and C's jobs on a
+# two-node one (two slurmd in their own network namespaces): Debian's Slurm and MUNGE, iproute2
+# (`ip netns`, bridges, veth pairs) and util-linux (`nsenter`, `unshare`), and the Snakemake Slurm
+# executor (the project's `slurm` extra) in the active venv.
+# Installs only; it starts no daemon and makes no namespace (the tests make their own and remove
+# them). Quick when done.
 #   bash .ci/setup-slurm.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$PATH:/usr/sbin:/sbin"
 
 missing=()
-for tool in munged slurmctld slurmd sbatch squeue sinfo scontrol scancel srun; do
+for tool in munged slurmctld slurmd sbatch squeue sinfo scontrol scancel srun ip nsenter unshare; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 
 if [ "${#missing[@]}" -gt 0 ]; then
-    echo "setup-slurm: installing slurm-wlm and munge (missing: ${missing[*]})"
+    echo "setup-slurm: installing slurm-wlm, munge, iproute2 and util-linux (missing: ${missing[*]})"
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     # Debian's policy-rc.d convention: exit 101 = "do not start services during this install".
@@ -26,7 +29,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     fi
     apt=(env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600)
     $sudo "${apt[@]}" update
-    $sudo "${apt[@]}" install -y --no-install-recommends slurm-wlm munge
+    $sudo "${apt[@]}" install -y --no-install-recommends slurm-wlm munge iproute2 util-linux
 fi
 
 if ! python -c 'import snakemake_executor_plugin_slurm' >/dev/null 2>&1; then

@@ -538,3 +538,19 @@ def test_c8_s_worst_accuracy_is_each_measure_s_largest_over_the_rows_that_have_i
     assert c8.worst_accuracy(rows) == {"weights_rel_diff": 7e-5, "diff_over_update": 0.01}
     assert c8.worst_accuracy(rows[:1]) == {"weights_rel_diff": 2e-5, "diff_over_update": None}
     assert c8.worst_accuracy([]) is None
+
+
+def test_c8_names_the_nodes_a_data_parallel_run_spanned_and_nothing_for_one_host():
+    from cs336_systems.report import c8
+
+    def record(precision, launch, status="ok"):
+        params = {"variant": "torch-ddp"} | ({"precision": precision} if precision != "fp32" else {})
+        return {"status": status, "params": params, "metrics": {"launch": launch}}
+
+    two = {"launcher": "srun", "hosts": ["n1", "n2"], "nodes": 2, "ranks_per_node": 1}
+    one = {"launcher": "torchrun", "hosts": ["h"], "nodes": 1, "ranks_per_node": 2}
+    assert c8.across_nodes([record("bf16", two), record("fp32", two), record("fp32", two)]) == [
+        {"precision": "bf16", "nodes": 2, "hosts": ["n1", "n2"], "ranks_per_node": 1},
+        {"precision": "fp32", "nodes": 2, "hosts": ["n1", "n2"], "ranks_per_node": 1}]
+    assert c8.across_nodes([record("fp32", one), record("fp32", two, status="failed"),
+                            {"status": "ok", "params": {"variant": "naive"}, "metrics": {}}]) == []

@@ -457,7 +457,23 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
                           s["paired"] for s in steps),
                       "against_overlap": bucketed_against_overlap(records).get(first),
                       "best_bucket_size": best_bucket_size(records, first),
-                      "casts_on_side_stream": casts_on_side_stream(records)}
+                      "casts_on_side_stream": casts_on_side_stream(records)} | (
+                          # only where a run spans nodes: a one-host run's summary stays as it was
+                          {"across_nodes": spanned} if (spanned := across_nodes(records)) else {})
+
+
+def across_nodes(records: list[dict]) -> list[dict]:
+    """The data-parallel jobs whose ranks ran on more than one node (their records' ``metrics.launch``),
+    one row a precision: nodes, hosts and ranks a node. Their all-reduces cross the network between
+    the nodes, so every overhead in the section is paid on that link, not inside one host."""
+    rows = {}
+    for r in records:
+        launch = (r.get("metrics") or {}).get("launch") or {}
+        if r.get("status") == "ok" and (launch.get("nodes") or 1) > 1:
+            rows.setdefault(variants.precision_of(r), {
+                "precision": variants.precision_of(r), "nodes": int(launch["nodes"]),
+                "hosts": list(launch.get("hosts") or []), "ranks_per_node": launch.get("ranks_per_node")})
+    return [rows[p] for p in sorted(rows)]
 
 
 def casts_on_side_stream(records: list[dict]) -> bool | None:
