@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.accounting.c9 import Trick
 from cs336_systems.accounting.parallelism import STRATEGIES
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_records, plt, run_provenance, save_figure, write_table
@@ -118,14 +119,6 @@ def plot_scaling(grid: pd.DataFrame, path: Path) -> None:
                 ax.set_ylabel("seconds per step")
     axes[0][0].legend(fontsize=7, title="filled: model state fits 80 GB", title_fontsize=7)
     save_figure(fig, path)
-
-
-@dataclass(frozen=True)
-class Trick:
-    name: str
-    equation: str
-    effect: str
-    references: str
 
 
 @dataclass(frozen=True)
