@@ -56,6 +56,8 @@ def test_a_world_the_nodes_cannot_hold_is_unplaced_with_why():
     assert placement.unplaced_reason(4, Settings("srun", 2, 2)) is None
     assert placement.unplaced_reason(6, Settings()) is None
     assert placement.command(6, Settings("srun", 2, 2)) == "python"
+    assert placement.skip_option(6, Settings("srun", 2, 2)) == f"--skip '{where.reason}'"
+    assert placement.skip_option(4, Settings("srun", 2, 2)) == ""
     assert placement.slurm_resources(where, gpus=True) == {
         "mpi": "", "nodes": 1, "tasks": 0, "tasks_per_node": 0, "tasks_per_gpu": 0, "gres": ""}
 

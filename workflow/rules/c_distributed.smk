@@ -3,7 +3,6 @@
 # precision of DDP.precisions on `world_size` GPUs under NCCL, or CPU ranks under Gloo in the smoke
 # preset, every variant and the baseline in turns; the reports C2–C8, C10–C12.
 
-import shlex
 from functools import partial
 
 from cs336_systems import deliverables
@@ -55,8 +54,7 @@ rule C1_row:
                                  if wildcards.backend == "nccl" and ON_GPUS else ""),
         launch=launcher(lambda wildcards: wildcards.world),
         # a row the Slurm profile's nodes cannot hold is recorded as skipped, with why
-        skip=lambda wildcards: ((reason := placement.unplaced_reason(int(wildcards.world), LAUNCH))
-                                and f"--skip {shlex.quote(reason)}" or ""),
+        skip=lambda wildcards: placement.skip_option(int(wildcards.world), LAUNCH),
     resources:
         # A preset without GPUs still runs its NCCL rows, which record that they were skipped. Under
         # srun the GPUs are asked a node (slurm_resources' gres).

@@ -21,6 +21,7 @@ split so is ``Unplaced``: C1 records that row as skipped, with the reason.
 """
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -151,3 +152,9 @@ def unplaced_reason(world_size: int, chosen: Settings) -> str | None:
         return None
     where = place(world_size, chosen)
     return where.reason if isinstance(where, Unplaced) else None
+
+
+def skip_option(world_size: int, chosen: Settings) -> str:
+    """C1's ``--skip REASON`` (quoted for the shell) for a row these settings cannot place, else ""."""
+    reason = unplaced_reason(world_size, chosen)
+    return f"--skip {shlex.quote(reason)}" if reason else ""
