@@ -39,8 +39,8 @@ RUN_LIMIT_S = 900          # `timeout -s KILL`: the plugin ignores SIGTERM while
 UP_LIMIT_S = 60            # until the node is idle
 # Node size as slurm.conf declares it (SlurmdParameters=config_overrides: the machine may be
 # smaller). Large enough for the profile's default mem_mb / cpus_per_task, so the test runs the
-# profile's resource requests unchanged.
-NODE_CPUS, NODE_MEM_MB, NODE_GPUS = 8, 65536, 2
+# profile's resource requests unchanged: C1's 4 ranks are 4 srun tasks of cpus_per_task 4 on the node.
+NODE_CPUS, NODE_MEM_MB, NODE_GPUS = 16, 65536, 2
 
 
 def _tool(name: str) -> str | None:
