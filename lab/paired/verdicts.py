@@ -27,6 +27,7 @@ from pathlib import Path
 
 from cs336_systems.pipeline.run_folder import record_files, records_in
 from cs336_systems.report.spread import judge, round_samples
+from cs336_systems.rounds import SETTLE_TRIAL_ROUNDS, keeps_settling
 
 # What both sides of a compared pair hold equal; anything else that differs is what is compared.
 HELD = ("mode", "size", "context", "seq", "seq_len", "d", "head_dim", "dtype", "batch", "shape", "pass")
@@ -34,6 +35,18 @@ HELD = ("mode", "size", "context", "seq", "seq_len", "d", "head_dim", "dtype", "
 # or a kernel call's GPU time in CUDA graphs (B5's ``graph_ms``), else its do_bench median (``ms``, which
 # carries the host's launch time: B5 judges on it only where a side has no graph time).
 TIMED = ("step", "graph_ms", "ms")
+
+
+def gpu_bound(ident: str, a: dict, b: dict, timed: str) -> bool:
+    """Whether a pair is one of the verdicts issue's GPU-bound points, where each run must decide most of
+    its pairs: A1 `xl` from context 512 on, E1's graphed rungs against the anchors, B5's graph times."""
+    pa, pb = a["params"], b["params"]
+    if ident == "A1":
+        return pa.get("size") == "xl" and int(pa.get("context", 0)) >= 512
+    if ident == "E1":
+        graphed = [p.get("cuda_graphs") and not p.get("anchor") for p in (pa, pb)]
+        return any(graphed) and any(p.get("anchor") for p in (pa, pb))
+    return ident == "B5" and timed == "graph_ms"
 
 
 def pairs_of(folder: Path, ids: set[str] | None = None) -> dict[tuple, tuple[dict, dict]]:
@@ -98,11 +111,30 @@ def first_rounds(record: dict, rounds: int) -> dict:
     return {**record, "metrics": metrics}
 
 
-def verdicts(folder: Path, ids: set[str] | None = None, rounds: int | None = None) -> dict[tuple, dict]:
+def tried_settling(record: dict) -> dict:
+    """``record`` as the settling ``rounds.keeps_settling`` decides would have timed it, from a record
+    whose entrant settled every turn: where the rule stops it after the trial rounds, each later turn's
+    first timed step is what its settling step cost (the first step after another entrant's turn), the
+    others move up one, and the last is not taken. Only the step total changes; a record that did not
+    settle, or that the rule keeps settling, is returned as it is."""
+    metrics = record.get("metrics") or {}
+    settles, rounds_ = metrics.get("settle_ms_per_round"), metrics.get("rounds")
+    if not settles or not rounds_ or len(settles) != len(rounds_) or keeps_settling(settles, rounds_):
+        return record
+    tried = [r if i < SETTLE_TRIAL_ROUNDS or not r.get("step") else {**r, "step": [s[0], *r["step"][:-1]]}
+             for i, (s, r) in enumerate(zip(settles, rounds_))]
+    return {**record, "metrics": {**metrics, "rounds": tried}}
+
+
+def verdicts(folder: Path, ids: set[str] | None = None, rounds: int | None = None,
+             settling_tried: bool = False) -> dict[tuple, dict]:
     """Each pair's verdict, paired difference and spread (also as a share of the faster side's step);
-    with ``rounds``, judged on each job's first that many rounds only."""
+    with ``rounds``, judged on each job's first that many rounds only; with ``settling_tried``, on the
+    records as today's settling rule would have timed them (``tried_settling``)."""
     out = {}
     for key, (a, b) in pairs_of(folder, ids).items():
+        if settling_tried:
+            a, b = tried_settling(a), tried_settling(b)
         if rounds:
             a, b = first_rounds(a, rounds), first_rounds(b, rounds)
         phase = _timed(a, b)
@@ -111,7 +143,7 @@ def verdicts(folder: Path, ids: set[str] | None = None, rounds: int | None = Non
         out[key] = {"verdict": result.verdict, "decided": result.decided, "difference_ms": result.difference,
                     "spread_ms": result.spread,
                     "spread_share": result.spread / step if step else float("nan"), "rounds": result.rounds,
-                    "timed": phase}
+                    "timed": phase, "gpu_bound": gpu_bound(key[0], a, b, phase)}
     return out
 
 

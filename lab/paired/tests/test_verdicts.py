@@ -180,3 +180,33 @@ def test_the_settling_step_is_set_against_the_timed_steps_of_its_turns(tmp_path,
     assert settle.main([str(tmp_path)]) == 0 and "| A1/records/a.json#0 | 120.00 |" in capsys.readouterr().out
     (tmp_path / "empty").mkdir()
     assert settle.main([str(tmp_path / "empty")]) == 1
+
+
+def test_settling_tried_moves_the_settling_step_into_the_turn_only_where_the_rule_stops_it():
+    """A record that settled every turn, judged as the settling rule would have timed it: after the trial
+    rounds an entrant whose settling bought nothing takes its settling step as its first timed step; one
+    whose settling cost more keeps its rounds as they were."""
+    cheap = {"id": "A1", "params": {}, "metrics": {
+        "rounds": [{"step": [10.0, 10.2]} for _ in range(5)],
+        "settle_ms_per_round": [[10.1], [10.0], [9.0], [9.5], [11.0]]}}
+    tried = verdicts.tried_settling(cheap)
+    assert [r["step"] for r in tried["metrics"]["rounds"]] == [[10.0, 10.2]] * 2 + [[9.0, 10.0], [9.5, 10.0], [11.0, 10.0]]
+    assert cheap["metrics"]["rounds"][2]["step"] == [10.0, 10.2]        # the record read is left as it was
+    dear = {"id": "E1", "params": {}, "metrics": {
+        "rounds": [{"step": [10.0]} for _ in range(5)], "settle_ms_per_round": [[25.0]] * 5}}
+    assert verdicts.tried_settling(dear) is dear
+    unsettled = {"id": "B5", "params": {}, "metrics": {"rounds": [{"graph_ms": [1.0]}] * 5}}
+    assert verdicts.tried_settling(unsettled) is unsettled
+
+
+def test_the_gpu_bound_points_are_the_issue_s():
+    def rec(**params):
+        return {"params": params}
+    assert verdicts.gpu_bound("A1", rec(size="xl", context=512), rec(size="xl", context=512), "step")
+    assert not verdicts.gpu_bound("A1", rec(size="xl", context=256), rec(size="xl", context=256), "step")
+    assert not verdicts.gpu_bound("A1", rec(size="small", context=1024), rec(size="small", context=1024), "step")
+    graphed, anchor, eager = rec(cuda_graphs=True, anchor=False), rec(cuda_graphs=False, anchor=True), rec(cuda_graphs=False)
+    assert verdicts.gpu_bound("E1", graphed, anchor, "step") and verdicts.gpu_bound("E1", anchor, graphed, "step")
+    assert not verdicts.gpu_bound("E1", graphed, eager, "step") and not verdicts.gpu_bound("E1", eager, anchor, "step")
+    assert not verdicts.gpu_bound("E1", graphed, graphed, "step")
+    assert verdicts.gpu_bound("B5", rec(), rec(), "graph_ms") and not verdicts.gpu_bound("B5", rec(), rec(), "ms")
