@@ -47,6 +47,15 @@ MIN_ROUNDS = 3          # fewer rounds give no spread across rounds worth the na
 # A turn of a cheap step is lengthened to ``min_turn_ms`` (and its warm-up too) but never past this
 # many steps: a host-bound step of a few milliseconds jitters by more than itself from step to step.
 MAX_STEPS_PER_TURN = 100
+# Settling is tried before it is paid for: every entrant settles in the first ``SETTLE_TRIAL_ROUNDS``
+# rounds, and one whose settling step cost at most ``SETTLE_MATTERS`` times its timed steps' median in
+# each of those turns stops (``keeps_settling``). On one H200 (lab/paired, c8c1ec6) an eager model's
+# first step after another entrant's turn cost 0.9-1.1x its next ones, 1.00 +- 0.04 where the GPU bounds
+# it, so its settling step was half of a one-step turn bought for nothing; a rung that replays CUDA
+# graphs paid 2.0-4.9x and SDPA's flash back end 1.15-1.9x in every turn. Stopping wrongly biases every
+# later turn and keeping wrongly costs one step a turn, so the bar sits just above the GPU-bound scatter.
+SETTLE_TRIAL_ROUNDS = 2
+SETTLE_MATTERS = 1.10
 
 
 class Skipped(Exception):
@@ -98,6 +107,7 @@ class Outcome:
     # per round: the wall time (ms) of each untimed settling step before the turn's timed ones. Kept to
     # show what settling buys: where these match the timed steps, the entrant needs none.
     settle_rounds: list[list[float]] = field(default_factory=list)
+    settling: bool = True                   # whether its turns still settle (``keeps_settling``)
     # per round: the allocator's calls to the driver during the timed steps (timing.allocator_calls;
     # None on the CPU). A round that made some was slowed by the memory left by another entrant.
     allocator_calls: list[int | None] = field(default_factory=list)
@@ -133,6 +143,7 @@ class Outcome:
             metrics["host_ms_per_round"] = self.host_rounds
         if self.settle_rounds:
             metrics["settle_ms_per_round"] = self.settle_rounds
+            metrics["settles_every_turn"] = self.settling
         metrics["allocator_calls_per_round"] = self.allocator_calls
         metrics["warmup_step_samples"] = self.warmup_steps
         metrics["peak_memory_bytes"] = self.peak_memory_bytes
@@ -300,6 +311,15 @@ def _take_own_turn(outcome: Outcome, entrant: Entrant, device) -> None:
         outcome.allocator_calls.append(taken["calls"])
 
 
+def keeps_settling(settles: Sequence[Sequence[float]], rounds: Sequence[dict[str, list[float]]]) -> bool:
+    """Whether an entrant's turns go on settling after the trial rounds: yes unless, in each of the
+    first ``SETTLE_TRIAL_ROUNDS`` rounds, its settling steps' median cost at most ``SETTLE_MATTERS`` times
+    the median of the timed steps that followed them. Fewer trial rounds than that: it keeps settling."""
+    trial = [(s, r["step"]) for s, r in zip(settles, rounds) if s and r.get("step")][:SETTLE_TRIAL_ROUNDS]
+    return len(trial) < SETTLE_TRIAL_ROUNDS or any(
+        statistics.median(s) > SETTLE_MATTERS * statistics.median(step) for s, step in trial)
+
+
 def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle: int) -> None:
     """One turn of a round: ``turn``'s entrants (one, or the interleaved ones together) settle, then
     take their timed steps in ``interleaving`` order; each that finishes adds a round to its outcome.
@@ -315,7 +335,7 @@ def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle:
     settles: dict[str, list[float]] = {o.name: [] for o in turn}
 
     def settle_all(outcome: Outcome) -> None:
-        for _ in range(settle):
+        for _ in range(settle if outcome.settling else 0):
             synchronize(device)
             start = timeit.default_timer()
             outcome.step(untimed)
@@ -342,7 +362,7 @@ def _take_turn(turn: list[Outcome], by_name: dict[str, Entrant], device, settle:
         if outcome.step is not None:
             outcome.rounds.append({**timers[name].samples, "step": totals[name]})
             outcome.host_rounds.append({**timers[name].host, "step": host_totals[name]})
-            if settle:
+            if settle and outcome.settling:
                 outcome.settle_rounds.append(settles[name])
             outcome.allocator_calls.append(calls[name])
 
@@ -366,11 +386,14 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
     ``progress``: log each entrant's warm-up and each round's median (False on all but one rank of a
     process group, whose ranks share one log).
 
-    ``settle``: untimed steps at the start of every turn. The first step after another entrant's turn
-    pays for what that one left behind (the caching allocator's blocks cut for other shapes, cold
-    caches): on one H100, E1's rungs' first step of a turn took up to 1.7x their second. By default
-    one on a GPU and none on the CPU, which has no such allocator and where the smoke preset's
-    numbers mean nothing (its Triton-interpreted steps take about a second each).
+    ``settle``: untimed steps at the start of a turn. The first step after another entrant's turn can
+    pay for what that one left behind (the caching allocator's blocks cut for other shapes, cold
+    caches, a CUDA graph's first replay after other work): E1's graphed rungs' first step of a turn
+    takes 2-5x their second on one H200. Every entrant settles in the first ``SETTLE_TRIAL_ROUNDS``
+    rounds, and from then on only those whose settling was seen to cost more than a timed step
+    (``keeps_settling``; the record's ``settles_every_turn``). By default one step on a GPU and none on
+    the CPU, which has no such allocator and where the smoke preset's numbers mean nothing (its
+    Triton-interpreted steps take about a second each).
 
     A ``SelfTimed`` entrant (module docstring) warms up in its own ``make()``: ``warmup``,
     ``min_turn_ms`` and ``settle`` do not apply to it, and it keeps a turn of its own.
@@ -417,6 +440,9 @@ def take_turns(entrants: Sequence[Entrant], *, device: torch.device | str, warmu
     for name in interleaved:
         outcomes[name].interleaved = True
     for r in range(rounds):
+        if settle and r == SETTLE_TRIAL_ROUNDS:
+            for outcome in outcomes.values():
+                outcome.settling = keeps_settling(outcome.settle_rounds, outcome.rounds)
         for turn in turns_of(rotation(names, r), interleaved):
             _take_turn([outcomes[name] for name in turn if outcomes[name].step is not None], by_name, device, settle)
             for name in turn:

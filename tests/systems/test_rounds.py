@@ -180,7 +180,8 @@ def test_steps_for(min_turn_ms, step_ms, steps, expected):
     assert rounds.steps_for(min_turn_ms, step_ms, steps) == expected
 
 
-def test_each_turn_starts_with_untimed_settling_steps():
+def test_each_turn_starts_with_untimed_settling_steps(monkeypatch):
+    monkeypatch.setattr(rounds, "keeps_settling", lambda settles, rounds_: True)
     seen = []           # (round's phase timer active?, entrant) per call
 
     def make(name):
@@ -217,6 +218,41 @@ def test_each_settling_step_is_kept_with_its_wall_time_and_never_joins_the_round
     assert all(t < 20 for r in out["a"].rounds for t in r["step"])
     _, none = take_turns([Entrant("a", make("a", 0, 0))], device="cpu", warmup=0, rounds=3, steps=1, settle=0)
     assert "settle_ms_per_round" not in none["a"].metrics(job)
+
+
+@pytest.mark.parametrize("settles, steps, keeps", [
+    ([[10.0], [10.0]], [[10.0], [10.0]], False),              # the first step after a switch costs what the next do
+    ([[11.0], [9.0]], [[10.0, 10.0], [10.0]], False),          # at most 1.10x in each trial turn
+    ([[10.0], [11.5]], [[10.0], [10.0]], True),               # one trial turn dearer by more: it keeps settling
+    ([[30.0, 30.0], [25.0, 26.0]], [[10.0], [10.0]], True),   # a CUDA graph's first replay after other work
+    ([[10.0]], [[10.0]], True),                               # fewer turns than the trial: nothing seen yet
+    ([], [], True),
+])
+def test_an_entrant_keeps_settling_where_a_trial_turn_s_settling_step_cost_more(settles, steps, keeps):
+    assert rounds.keeps_settling(settles, [{"step": s} for s in steps]) is keeps
+
+
+def test_after_the_trial_rounds_only_an_entrant_whose_settling_costs_more_goes_on_settling():
+    """Two entrants, one whose untimed first step of a turn is free and one for which it is dear: the
+    first settles in the trial rounds only, the second in every round; neither's timed steps change."""
+    import time
+    untimed_calls = {"free": 0, "dear": 0}
+
+    def make(name, settle_s, timed_s):
+        def step(phase):
+            if phase is rounds.untimed:
+                untimed_calls[name] += 1
+            with phase("forward"):
+                time.sleep(settle_s if phase is rounds.untimed else timed_s)
+        return lambda: step
+
+    job, out = take_turns([Entrant("free", make("free", 0.0, 0.01)), Entrant("dear", make("dear", 0.03, 0.001))],
+                          device="cpu", warmup=0, rounds=5, steps=1, settle=1)
+    free, dear = out["free"].metrics(job), out["dear"].metrics(job)
+    assert untimed_calls == {"free": rounds.SETTLE_TRIAL_ROUNDS, "dear": 5}
+    assert (len(free["settle_ms_per_round"]), free["settles_every_turn"]) == (rounds.SETTLE_TRIAL_ROUNDS, False)
+    assert (len(dear["settle_ms_per_round"]), dear["settles_every_turn"]) == (5, True)
+    assert all(len(r["step"]) == 1 for o in out.values() for r in o.rounds) and len(out["free"].rounds) == 5
 
 
 def test_the_host_s_share_of_each_phase_is_recorded_per_round():
@@ -405,9 +441,10 @@ def _self_timed(name, calls, samples_of, steps=7, built=None):
     return Entrant(name, make)
 
 
-def test_a_self_timed_entrant_takes_its_turns_in_the_rotation_and_its_samples_are_the_rounds():
+def test_a_self_timed_entrant_takes_its_turns_in_the_rotation_and_its_samples_are_the_rounds(monkeypatch):
     """Its samples per phase are the round's as given; its turns are its own (never shared, never
     settled) however many calls it says a turn times; the entrants that step are timed as ever."""
+    monkeypatch.setattr(rounds, "keeps_settling", lambda settles, rounds_: True)
     calls = []
     fixed = _self_timed("s", calls, lambda n: {"ms": [float(n)], "graph_ms": [n / 10, n / 5]})
     other = _self_timed("t", calls, lambda n: {"ms": [100.0 + n]}, steps=3)

@@ -18,13 +18,15 @@ from pathlib import Path
 
 import yaml
 
+from cs336_systems.rounds import SETTLE_TRIAL_ROUNDS, keeps_settling
+
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 H200 = ROOT / "results" / "h200"
-# README's snakemake twice at 979d1a8 on one H200 (lab/paired): A1 small and xl, E1 at the goal point and at
+# README's snakemake twice at c8c1ec6 on one H200 (lab/paired): A1 small and xl, E1 at the goal point and at
 # xl/1024, B2(b) xl train-step, B5's bf16 d = 64 row. Each job is counted at the mean of its two runs (the
 # first ran with cold compile caches, the second with warm ones, as the DAG's jobs run after others).
-PAIRED_AT = "979d1a8"
+PAIRED_AT = "c8c1ec6"
 PAIRED = [ROOT / "lab" / "paired" / "runs" / f"h200-{PAIRED_AT}" / run for run in ("a", "b")]
 
 # The full preset as config.yaml has it now: the jobs' rounds, steps and E1's scope.
@@ -33,8 +35,9 @@ A1 = FULL["A1"]
 A1_SIZES = A1["sizes"]
 A1_WARMUP, A1_ROUNDS, A1_STEPS, A1_SETTLE, A1_MIN_TURN_MS = A1["warmup"], A1["rounds"], A1["steps"], 1, A1["min_turn_ms"]
 E1 = FULL["E1"]
-# warm-up, then each round a settling step and the timed ones
-E1_STEPS_PER_ENTRANT = E1["warmup"] + E1["rounds"] * (1 + E1["steps"])
+# warm-up, then each round the timed steps, and a settling step in the trial rounds or in every round
+E1_STEPS_STOPPED = E1["warmup"] + E1["rounds"] * E1["steps"] + SETTLE_TRIAL_ROUNDS
+E1_STEPS_SETTLING = E1["warmup"] + E1["rounds"] * (1 + E1["steps"])
 E1_GOAL = (E1["goal"]["size"], int(E1["goal"]["context"]))
 E1_POINTS = [(size, int(ctx)) for size in E1["sizes"] for ctx in E1["contexts"]]
 # `checkpointed` runs only where bf16-weights runs out of memory: counted where the records say it did
@@ -53,6 +56,27 @@ def job_seconds(path: Path) -> float:
 def paired_job(job: str) -> float:
     """Mean seconds of one job (``<ID>/<name>.tsv``) over the two runs of the check at ``PAIRED_AT``."""
     return statistics.mean(job_seconds(run / "benchmarks" / f"{job}.tsv") for run in PAIRED)
+
+
+def settles_kept(record: dict) -> bool:
+    """Whether the settling rule (``rounds.keeps_settling``) keeps a record's entrant settling."""
+    metrics = record.get("metrics") or {}
+    return keeps_settling(metrics.get("settle_ms_per_round") or [], metrics.get("rounds") or [])
+
+
+def settling_saved(pattern: str) -> float:
+    """Seconds the settling rule takes off a job measured at ``PAIRED_AT``, whose entrants settled every
+    turn: the settling steps after the trial rounds of each record it stops (mean of the two runs).
+    ``pattern``: the job's records under a run folder."""
+    saved = []
+    for run in PAIRED:
+        seconds = 0.0
+        for path in glob.glob(str(run / pattern)):
+            record = json.loads(Path(path).read_text())
+            if isinstance(record, dict) and record.get("status") == "ok" and not settles_kept(record):
+                seconds += sum(s[0] for s in record["metrics"]["settle_ms_per_round"][SETTLE_TRIAL_ROUNDS:]) / 1000
+        saved.append(seconds)
+    return statistics.mean(saved)
 
 
 def old_jobs(section: str, pattern: str = "**/*.tsv") -> list[float]:
@@ -82,9 +106,10 @@ def provenance_seconds_per_record() -> float:
 
 def a1_model(rounds: int = A1_ROUNDS, steps: int = A1_STEPS, min_turn_ms: float = A1_MIN_TURN_MS) -> dict[str, float]:
     """Per size, the seconds of its points' steps: a point whose timed steps fill a turn of
-    `min_turn_ms` takes (warm-up + rounds x (settle + steps)) steps; a cheaper one takes turns of
-    `min_turn_ms` (its warm-up too) and a settling step each round. Step times: the committed h200
-    records' medians."""
+    `min_turn_ms` takes (warm-up + rounds x steps + trial rounds x settle) steps; a cheaper one takes
+    turns of `min_turn_ms` (its warm-up too) and a settling step in each trial round. Each point stops
+    settling after the trial rounds, as 22 of xl's 24 did at ``PAIRED_AT``. Step times: the committed
+    h200 records' medians."""
     seconds = dict.fromkeys(A1_SIZES, 0.0)
     for path in glob.glob(str(H200 / "A1" / "records" / "*.json")):
         record = json.loads(Path(path).read_text())
@@ -92,9 +117,9 @@ def a1_model(rounds: int = A1_ROUNDS, steps: int = A1_STEPS, min_turn_ms: float 
             continue
         step = record["metrics"]["step"]["median"]
         if step * steps >= min_turn_ms:
-            ms = (A1_WARMUP + rounds * (A1_SETTLE + steps)) * step
+            ms = (A1_WARMUP + rounds * steps + SETTLE_TRIAL_ROUNDS * A1_SETTLE) * step
         else:
-            ms = min_turn_ms * (1 + rounds) + rounds * A1_SETTLE * step
+            ms = min_turn_ms * (1 + rounds) + SETTLE_TRIAL_ROUNDS * A1_SETTLE * step
         seconds[record["params"]["size"]] += ms / 1000
     return seconds
 
@@ -112,14 +137,16 @@ def b2_more_rounds() -> float:
 
 def a6_model() -> tuple[float, str]:
     """The measured A6 job (1 warm-up step, 3 rounds of a settling and a timed step a group size) less
-    its steps, plus the configured rounds' steps at the steps the job's log gives each group size."""
+    its steps, plus the configured rounds' steps at the steps the job's log gives each group size:
+    a timed step a round, and a settling step in the trial rounds only (A6's entrants are eager models
+    like A1's, whose settling the rule stops; not yet measured for A6 itself)."""
     log = (HERE / "at-d4e37fd" / "A6_groups.log").read_text()
     steps = sum(float(ms) for ms in re.findall(r"A6 group \d+ ok: step median ([\d.]+) ms", log)) / 1000
     measured = job_seconds(HERE / "at-d4e37fd" / "A6_groups.tsv")
     fixed = measured - (1 + 3 * 2) * steps
-    return fixed + (1 + A6_ROUNDS * 2) * steps, (f"the measured job ({measured:.0f} s at 3 rounds) less its steps, "
-                                                f"+ {A6_ROUNDS} rounds of a settling and a timed step of each group size "
-                                                f"({steps:.0f} s a step of each)")
+    return fixed + (1 + A6_ROUNDS + SETTLE_TRIAL_ROUNDS) * steps, (
+        f"the measured job ({measured:.0f} s at 3 rounds) less its steps, + {A6_ROUNDS} rounds of a timed step of "
+        f"each group size and {SETTLE_TRIAL_ROUNDS} settling ones ({steps:.0f} s a step of each)")
 
 
 def e1_records() -> tuple[dict[tuple[str, int], dict[str, float]], dict[tuple[str, int], set[str]]]:
@@ -139,23 +166,26 @@ def e1_records() -> tuple[dict[tuple[str, int], dict[str, float]], dict[tuple[st
 
 def e1_model() -> tuple[float, float, str]:
     """E1's jobs: the goal point's (the whole ladder) and xl/1024's (``rungs_elsewhere`` and the
-    anchors) as measured at ``PAIRED_AT``; each other point's a fixed part (building, copying,
-    compiling: xl/1024's job less its entrants' configured steps at its own records' medians) plus
-    the configured steps of the entrants it measures at the committed h200 records' step medians. An
-    entrant with no record at a point (a rung added since, or an OOM where the next rung fits) is
-    counted at the fastest median that point has, one that ran out of memory there at none. 2.7B's
-    points take xl's fixed part: its model is larger to build and copy, by how much is not measured.
-    Returns the seconds measured, the seconds modelled and the basis."""
+    anchors) as measured at ``PAIRED_AT``, less the settling the rule stops (``settling_saved``); each
+    other point's a fixed part (building, copying, compiling: xl/1024's job less its entrants' steps
+    at its own records' medians) plus its entrants' steps at the committed h200 records' step medians,
+    each entrant settling as it did at xl/1024 (every turn, or the trial rounds only). An entrant
+    with no record at a point (a rung added since, or an OOM where the next rung fits) is counted at
+    the fastest median that point has, one that ran out of memory there at none. 2.7B's points take
+    xl's fixed part: its model is larger to build and copy, by how much is not measured. Returns the
+    seconds measured, the seconds modelled and the basis."""
     medians, oom = e1_records()
     measured_point = ("xl", 1024)
-    measured = {E1_GOAL: paired_job(f"E1/{E1_GOAL[0]}_ctx{E1_GOAL[1]}"),
-                measured_point: paired_job(f"E1/{measured_point[0]}_ctx{measured_point[1]}")}
-    own_steps = statistics.mean(
-        sum(json.loads(Path(p).read_text())["metrics"]["step"]["median"]
-            for p in glob.glob(str(run / "E1" / "records" / f"{measured_point[0]}_ctx{measured_point[1]}_*.json"))
-            if json.loads(Path(p).read_text())["status"] == "ok")
-        for run in PAIRED)
-    fixed = measured[measured_point] - E1_STEPS_PER_ENTRANT * own_steps / 1000
+    jobs = {point: f"E1/{point[0]}_ctx{point[1]}" for point in (E1_GOAL, measured_point)}
+    measured = {point: paired_job(job) - settling_saved(f"{job}_*.json".replace("E1/", "E1/records/"))
+                for point, job in jobs.items()}
+    own = {}                       # entrant -> (its step median, the steps the rule gives it), run a's records
+    for path in glob.glob(str(PAIRED[0] / "E1" / "records" / f"{measured_point[0]}_ctx{measured_point[1]}_*.json")):
+        record = json.loads(Path(path).read_text())
+        if record["status"] == "ok":
+            steps = E1_STEPS_SETTLING if settles_kept(record) else E1_STEPS_STOPPED
+            own[record["params"]["rung"]] = (record["metrics"]["step"]["median"], steps)
+    fixed = measured[measured_point] - sum(ms * steps for ms, steps in own.values()) / 1000
     modelled = 0.0
     for point in E1_POINTS:
         if point in measured:
@@ -163,10 +193,13 @@ def e1_model() -> tuple[float, float, str]:
         known = medians[point]
         floor = min(known.values())
         entrants = E1_LADDER if point == E1_GOAL else E1_ELSEWHERE
-        modelled += fixed + E1_STEPS_PER_ENTRANT * sum(known.get(e, floor) for e in entrants if e not in oom[point]) / 1000
+        modelled += fixed + sum(known.get(e, floor) * own.get(e, (0, E1_STEPS_SETTLING))[1]
+                                for e in entrants if e not in oom[point]) / 1000
+    settling = sorted(rung for rung, (_, steps) in own.items() if steps == E1_STEPS_SETTLING)
     why = (f"the goal point's whole ladder ({measured[E1_GOAL]:.0f} s) and xl/1024's {len(E1_ELSEWHERE)} entrants "
-           f"({measured[measured_point]:.0f} s) measured at {PAIRED_AT}; the other {len(E1_POINTS) - 2} points a fixed "
-           f"{fixed:.0f} s (xl/1024's) + {E1_STEPS_PER_ENTRANT} steps of each of {len(E1_ELSEWHERE)} entrants")
+           f"({measured[measured_point]:.0f} s) measured at {PAIRED_AT}, less the settling the rule stops; the other "
+           f"{len(E1_POINTS) - 2} points a fixed {fixed:.0f} s (xl/1024's) + {E1_STEPS_SETTLING} steps of each of "
+           f"{', '.join(settling)} and {E1_STEPS_STOPPED} of the others")
     return sum(measured.values()), modelled, why
 
 
@@ -174,7 +207,8 @@ def main() -> None:
     plain_saving, liger_saving = bytecode_savings()
     per_record = provenance_seconds_per_record()
     model = a1_model()
-    a1_measured = {size: paired_job(f"A1/{size}") for size in ("small", "xl")}
+    a1_measured = {size: paired_job(f"A1/{size}") - settling_saved(f"A1/records/{size}_*.json")
+                   for size in ("small", "xl")}
     a1_fixed = a1_measured["xl"] - model["xl"]           # what the model leaves out of a job
     a1_modelled = [size for size in A1_SIZES if size not in a1_measured]
     b1_old = old_jobs("B1")
@@ -198,7 +232,8 @@ def main() -> None:
     # rows modelled from them (A1's fixed part, B5's rows, E1's fixed part), had both already.
     rows = {
         "A1": (5, sum(a1_measured.values()), sum(model[s] for s in a1_modelled) + len(a1_modelled) * a1_fixed, 0, 0, 0,
-               f"small and xl measured ({a1_measured['small']:.0f} and {a1_measured['xl']:.0f} s, {PAIRED_AT}); "
+               f"small and xl measured ({a1_measured['small']:.0f} and {a1_measured['xl']:.0f} s, {PAIRED_AT}, less "
+               "the settling the rule stops); "
                f"{', '.join(a1_modelled)} modelled: committed step times, {A1_ROUNDS} rounds x {A1_STEPS} steps, "
                f"turns of {A1_MIN_TURN_MS:g} ms, + {a1_fixed:.0f} s a job (xl's job against its model)"),
         "A1 warm-up study": (12, 0, sum(old_jobs("A1", "warmup/*.tsv")), 12, 0, 0, "h200's jobs (shape unchanged)"),
