@@ -554,3 +554,28 @@ def test_c8_names_the_nodes_a_data_parallel_run_spanned_and_nothing_for_one_host
         {"precision": "fp32", "nodes": 2, "hosts": ["n1", "n2"], "ranks_per_node": 1}]
     assert c8.across_nodes([record("fp32", one), record("fp32", two, status="failed"),
                             {"status": "ok", "params": {"variant": "naive"}, "metrics": {}}]) == []
+
+
+def test_c8_s_section_says_when_its_runs_spanned_nodes_and_nothing_for_one_host(tmp_path):
+    """The committed h200 C8 summary (one host) words no node; the same with a run across two nodes
+    says which precision ran where and that its all-reduces crossed the network."""
+    import json
+    from pathlib import Path
+
+    from cs336_systems.report.writeup import Renderer
+
+    import shutil
+
+    repo = Path(__file__).resolve().parents[2]
+    renderer = Renderer("md", tmp_path / "w" / "w.md", repo / "writeup" / "templates")
+    texts = {}
+    for name, spanned in (("one", None), ("two", [{"precision": "fp32", "nodes": 2, "hosts": ["n1", "n2"],
+                                                   "ranks_per_node": 1}])):
+        folder = shutil.copytree(repo / "results" / "h200" / "C8", tmp_path / name, ignore=shutil.ignore_patterns("records", "traces"))
+        summary = json.loads((folder / "summary.json").read_text())
+        if spanned:
+            summary["across_nodes"] = spanned
+        (folder / "summary.json").write_text(json.dumps(summary))
+        texts[name] = renderer.section("C8", folder / "summary.json")
+    assert "Across nodes" not in texts["one"]
+    assert "**Across nodes.** The fp32 runs' ranks ran on 2 nodes (n1, n2, 1 a node): every all-reduce crosses" in texts["two"]

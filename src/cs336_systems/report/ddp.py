@@ -385,6 +385,7 @@ SUMMARY_SCHEMAS["C8"] = section(
     paired=null(mapping(BOOL)),
     every_precision_paired=BOOL,
     per_call=null(obj(calls=obj(naive=INT), o_high_ms=null(NUM))),
+    across_nodes=opt(arr(obj(precision=STR, nodes=INT, hosts=arr(STR), ranks_per_node=null(INT)))),
 )
 
 SUMMARY_SCHEMAS["C10"] = section(
