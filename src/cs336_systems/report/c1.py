@@ -7,14 +7,16 @@ t(bytes) = o + bytes / w that C8's overhead model uses.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, null, obj, opt, section
+from cs336_systems.report import contract
+from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_table
+from cs336_systems.report.contract import Summary, Unread
 
 MB = 10**6
 
@@ -39,7 +41,13 @@ def frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["backend", "world_size", "size_mb"]).reset_index(drop=True)
 
 
-def hosts_by_gpus(df: pd.DataFrame) -> list[dict]:
+@dataclass(frozen=True)
+class Hosts:
+    host_gpus: int
+    series: list[str]
+
+
+def hosts_by_gpus(df: pd.DataFrame) -> list[Hosts]:
     """The rows grouped by how many GPUs the machine that made them had, smallest group first
     (each series named "nccl x4"); the writeup names them when there is more than one group, so a
     skip reason ("this machine has 2") reads as the machine that tried it, not the whole run's."""
@@ -47,10 +55,23 @@ def hosts_by_gpus(df: pd.DataFrame) -> list[dict]:
     for (b, w), part in df.groupby(["backend", "world_size"]):
         for gpus in sorted(part["host_gpus"].unique()):
             groups.setdefault(int(gpus), []).append(f"{b} with {int(w)} ranks")
-    return [{"host_gpus": g, "series": series} for g, series in sorted(groups.items(), key=lambda kv: len(kv[1]))]
+    return [Hosts(g, series) for g, series in sorted(groups.items(), key=lambda kv: len(kv[1]))]
 
 
-def slower_smaller(records: list[dict]) -> list[dict]:
+@dataclass(frozen=True)
+class SlowerSmaller:
+    backend: str
+    world_size: int
+    small_mb: float
+    large_mb: float
+    small_ms: float
+    large_ms: float
+    small_range: str
+    large_range: str
+    within_spread: bool | None
+
+
+def slower_smaller(records: list[dict]) -> list[SlowerSmaller]:
     """Where a smaller tensor's median all-reduce took longer than the next larger one's.
 
     ``within_spread`` says whether the two sizes' fastest–slowest ranges overlap: then the order
@@ -68,15 +89,19 @@ def slower_smaller(records: list[dict]) -> list[dict]:
                 overlap = None
                 if None not in (a.get("ms_min"), a.get("ms_max"), b.get("ms_min"), b.get("ms_max")):
                     overlap = a["ms_min"] <= b["ms_max"] and b["ms_min"] <= a["ms_max"]
-                found.append({"backend": backend, "world_size": int(world), "small_mb": float(small),
-                              "large_mb": float(large), "small_ms": float(a["ms"]), "large_ms": float(b["ms"]),
-                              "small_range": _range(a.get("ms_min"), a.get("ms_max")),
-                              "large_range": _range(b.get("ms_min"), b.get("ms_max")),
-                              "within_spread": overlap})
+                found.append(SlowerSmaller(backend, int(world), float(small), float(large), float(a["ms"]),
+                                           float(b["ms"]), _range(a.get("ms_min"), a.get("ms_max")),
+                                           _range(b.get("ms_min"), b.get("ms_max")), overlap))
     return found
 
 
-def fit_latency_bandwidth(part: pd.DataFrame) -> dict | None:
+@dataclass(frozen=True)
+class Fit:
+    o_ms: float
+    w_GBps: float | None
+
+
+def fit_latency_bandwidth(part: pd.DataFrame) -> Fit | None:
     """Least squares of t = o + bytes / w over the sizes measured, in relative error (weights 1/t)
     so the small sizes that carry o are not drowned by the large ones: o in ms, w in GB/s."""
     ok = part[part["status"] == "ok"]
@@ -84,11 +109,18 @@ def fit_latency_bandwidth(part: pd.DataFrame) -> dict | None:
         return None
     seconds = ok["ms"] / 1e3
     slope, intercept = np.polyfit(ok["size_mb"] * MB, seconds, 1, w=1 / seconds)
-    return {"o_ms": float(intercept * 1e3), "w_GBps": float(1 / slope / 1e9) if slope > 0 else None,
-            "sizes": int(len(ok))}
+    return Fit(float(intercept * 1e3), float(1 / slope / 1e9) if slope > 0 else None)
 
 
-def algbw_by_ranks(largest: pd.DataFrame) -> list[dict]:
+@dataclass(frozen=True)
+class AlgbwByRanks:
+    backend: str
+    world_sizes: list[int]
+    algbw_GBps: list[float]
+    falls: bool
+
+
+def algbw_by_ranks(largest: pd.DataFrame) -> list[AlgbwByRanks]:
     """Per back end, algorithm bandwidth at the largest size against the rank count, and whether it
     falls at every step (what the ring's 2(n − 1)/n traffic predicts) — checked, not assumed."""
     out = []
@@ -96,13 +128,21 @@ def algbw_by_ranks(largest: pd.DataFrame) -> list[dict]:
         if len(part) < 2:
             continue
         bw = part["algbw_GBps"].tolist()
-        out.append({"backend": backend, "world_sizes": [int(w) for w in part["world_size"]],
-                    "algbw_GBps": [float(b) for b in bw],
-                    "falls": all(b < a for a, b in zip(bw, bw[1:]))})
+        out.append(AlgbwByRanks(backend, [int(w) for w in part["world_size"]], [float(b) for b in bw],
+                                all(b < a for a, b in zip(bw, bw[1:]))))
     return out
 
 
-def across_nodes(records: list[dict]) -> list[dict]:
+@dataclass(frozen=True)
+class AcrossNodes:
+    backend: str
+    world_size: int
+    nodes: int
+    hosts: list[str]
+    ranks_per_node: int | None
+
+
+def across_nodes(records: list[dict]) -> list[AcrossNodes]:
     """The rows whose ranks ran on more than one node (their records' ``metrics.launch``): the back
     end, world size, nodes, hosts and ranks a node. Their links between nodes are the network's, not
     the host's: the section says so beside the table."""
@@ -111,13 +151,29 @@ def across_nodes(records: list[dict]) -> list[dict]:
         launch = (r.get("metrics") or {}).get("launch") or {}
         if r.get("status") == "ok" and (launch.get("nodes") or 1) > 1:
             p = r["params"]
-            rows[(p["backend"], int(p["world_size"]))] = {
-                "backend": p["backend"], "world_size": int(p["world_size"]), "nodes": int(launch["nodes"]),
-                "hosts": list(launch.get("hosts") or []), "ranks_per_node": launch.get("ranks_per_node")}
+            rows[(p["backend"], int(p["world_size"]))] = AcrossNodes(
+                p["backend"], int(p["world_size"]), int(launch["nodes"]), list(launch.get("hosts") or []),
+                launch.get("ranks_per_node"))
     return [rows[k] for k in sorted(rows)]
 
 
-def headline(largest: pd.DataFrame, fits: dict[str, dict]) -> dict | None:
+@dataclass(frozen=True)
+class BackendAt:
+    ms: float
+    busbw_GBps: float
+    o_ms: float | None
+
+
+@dataclass(frozen=True)
+class Headline:
+    world_size: int
+    size_mb: float
+    gloo_over_nccl: float
+    gloo: BackendAt
+    nccl: BackendAt
+
+
+def headline(largest: pd.DataFrame, fits: dict[str, Fit]) -> Headline | None:
     """The section's opening: at the largest size and the fewest ranks both back ends ran, each
     one's time and bus bandwidth, Gloo's time over NCCL's, and each one's fitted per-call cost;
     None where the two back ends share no world size."""
@@ -127,14 +183,22 @@ def headline(largest: pd.DataFrame, fits: dict[str, dict]) -> dict | None:
         return None
     world = int(shared[0])
     rows = {r.backend: r for r in ok[ok["world_size"] == world].itertuples()}
-    out = {"world_size": world, "size_mb": float(rows["nccl"].size_mb), "gloo_over_nccl": float(rows["gloo"].ms / rows["nccl"].ms)}
-    for backend, r in rows.items():
-        fit = fits.get(f"{backend}_x{world}") or {}
-        out[backend] = {"ms": float(r.ms), "busbw_GBps": float(r.busbw_GBps), "o_ms": fit.get("o_ms")}
-    return out
+    at = {backend: BackendAt(float(r.ms), float(r.busbw_GBps), fit.o_ms if (fit := fits.get(f"{backend}_x{world}")) else None)
+          for backend, r in rows.items()}
+    return Headline(world, float(rows["nccl"].size_mb), float(rows["gloo"].ms / rows["nccl"].ms), at["gloo"], at["nccl"])
 
 
-def fit_table(fits: dict[str, dict], largest: pd.DataFrame) -> list[dict]:
+@dataclass(frozen=True)
+class FitRow:
+    backend: str
+    world_size: int
+    o_ms: float
+    w_GBps: float | None
+    largest_ms: float | None
+    largest_busbw_GBps: float | None
+
+
+def fit_table(fits: dict[str, Fit], largest: pd.DataFrame) -> list[FitRow]:
     """One row per (back end, world size) with a fit: o, w, and the time and bus bandwidth at the
     largest size, for the section's table."""
     at = {f"{r.backend}_x{int(r.world_size)}": r for r in largest.itertuples()}
@@ -142,10 +206,34 @@ def fit_table(fits: dict[str, dict], largest: pd.DataFrame) -> list[dict]:
     for key, fit in fits.items():
         backend, _, world = key.partition("_x")
         row = at.get(key)
-        out.append({"backend": backend, "world_size": int(world), "o_ms": fit["o_ms"], "w_GBps": fit["w_GBps"],
-                    "largest_ms": float(row.ms) if row is not None else None,
-                    "largest_busbw_GBps": float(row.busbw_GBps) if row is not None else None})
+        out.append(FitRow(backend, int(world), fit.o_ms, fit.w_GBps, float(row.ms) if row is not None else None,
+                          float(row.busbw_GBps) if row is not None else None))
     return out
+
+
+@dataclass(frozen=True)
+class Skipped:
+    backend: str
+    world_size: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class C1Summary(Summary):
+    # C8's overhead model and C12's transfer bound read these, by "<backend>_x<world size>"
+    fits: Unread[dict[str, Fit]]
+    skipped: list[Skipped]
+    sizes_mb: list[float]
+    hosts: list[Hosts]
+    several_hosts: bool
+    across_nodes: list[AcrossNodes]
+    slower_smaller: list[SlowerSmaller]
+    algbw_by_ranks: list[AlgbwByRanks]
+    headline: Headline | None
+    fit_table: list[FitRow]
+
+
+CONTRACTS = {"C1": C1Summary}
 
 
 def plot(df: pd.DataFrame, path: Path) -> None:
@@ -170,44 +258,16 @@ def main(argv=None) -> int:
             if (fit := fit_latency_bandwidth(part)) is not None}
     ok = df[df["status"] == "ok"]
     largest = ok[ok["size_mb"] == ok["size_mb"].max()] if len(ok) else ok
-    write_summary(out_dir / "summary.json", {
-        "provenance": run_provenance(records),
-        "fits": fits,
-        "skipped": [{"backend": b, "world_size": int(w), "reason": part["reason"].iloc[0]}
-                    for (b, w), part in df[df["status"] == "skipped"].groupby(["backend", "world_size"])],
-        "at_largest": [{"backend": r.backend, "world_size": int(r.world_size), "size_mb": float(r.size_mb),
-                        "ms": float(r.ms), "busbw_GBps": float(r.busbw_GBps)} for r in largest.itertuples()],
-        "sizes_mb": sorted(float(s) for s in df["size_mb"].unique()),
-        "hosts": (hosts := hosts_by_gpus(df)),
-        "several_hosts": len(hosts) > 1,
-        "across_nodes": across_nodes(records),
-        "slower_smaller": slower_smaller(records),
-        "algbw_by_ranks": algbw_by_ranks(largest),
-        "headline": headline(largest, fits),
-        "fit_table": fit_table(fits, largest),
-    })
+    hosts = hosts_by_gpus(df)
+    contract.write(out_dir / "summary.json", C1Summary(
+        provenance=run_provenance(records), fits=fits,
+        skipped=[Skipped(b, int(w), part["reason"].iloc[0])
+                 for (b, w), part in df[df["status"] == "skipped"].groupby(["backend", "world_size"])],
+        sizes_mb=sorted(float(s) for s in df["size_mb"].unique()), hosts=hosts, several_hosts=len(hosts) > 1,
+        across_nodes=across_nodes(records), slower_smaller=slower_smaller(records),
+        algbw_by_ranks=algbw_by_ranks(largest), headline=headline(largest, fits), fit_table=fit_table(fits, largest)))
     print(f"C1 report: {len(df)} rows -> {out_dir}", file=sys.stderr)
     return 0
-
-
-# What writeup/templates/sections/C1.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
-
-SUMMARY_SCHEMAS["C1"] = section(
-    algbw_by_ranks=arr(obj(algbw_GBps=arr(NUM), backend=STR, falls=null(BOOL), world_sizes=arr(INT))),
-    fit_table=opt(arr(obj(backend=STR, largest_busbw_GBps=NUM, largest_ms=NUM, o_ms=NUM, w_GBps=null(NUM),
-                          world_size=INT))),
-    headline=opt(null(obj(gloo=obj(busbw_GBps=NUM, ms=NUM, o_ms=NUM), gloo_over_nccl=NUM, nccl=obj(busbw_GBps=NUM,
-                                                                                                   ms=NUM, o_ms=NUM),
-                          size_mb=NUM, world_size=INT))),
-    hosts=arr(obj(host_gpus=INT, series=arr(STR))), several_hosts=BOOL,
-    across_nodes=opt(arr(obj(backend=STR, hosts=arr(STR), nodes=INT, ranks_per_node=null(INT), world_size=INT))),
-    provenance=PROVENANCE,
-    sizes_mb=arr(NUM),
-    skipped=null(arr(obj(backend=STR, reason=STR, world_size=INT))),
-    slower_smaller=arr(obj(backend=STR, large_mb=NUM, large_ms=NUM, large_range=STR, small_mb=NUM, small_ms=NUM,
-                           small_range=STR, within_spread=null(BOOL), world_size=INT)),
-)
 
 
 if __name__ == "__main__":
