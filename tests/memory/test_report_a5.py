@@ -230,19 +230,19 @@ def test_phase_marks_time_the_gpu_work_of_each_phase():
 
 def test_the_answer_is_read_off_the_rows_it_summarises():
     mib = 1024.0
-    phases = [{"context": c, "mode": m, "precision": "fp32", "initial_mib": 30 * mib, "peak_mib": peak * mib}
+    phases = [a5.Step(c, m, "fp32", 30 * mib, peak * mib, None, [])
               for c, m, peak in ((128, "forward", 12.0), (512, "forward", 14.0), (128, "train-step", 50.0),
                                  (512, "train-step", 70.0))]
-    phases.append({"context": 128, "mode": "train-step", "precision": "bf16", "initial_mib": 1.0, "peak_mib": 999 * mib})
-    ratios = [{"ratio": 0.93}, {"ratio": 1.02}]
+    phases.append(a5.Step(128, "train-step", "bf16", 1.0, 999 * mib, None, []))
+    ratios = [a5.Ratio("forward", 128, 0.93), a5.Ratio("forward", 512, 1.02)]
     top = [{"size_bytes": 2**27, "count": 32, "op": "matmul", "node": None, "frame": "m.py:1"},
            {"size_bytes": 2**27, "count": 32, "op": "exp", "node": None, "frame": "m.py:2"},
            {"size_bytes": 2**20, "count": 99, "op": "add", "node": None, "frame": "m.py:3"}]
     a = a5.answer(phases, ratios, top)
-    assert a["train_peak_gib"] == [50.0, 70.0] and a["forward_peak_gib"] == [12.0, 14.0]
-    assert a["live_before_gib"] == 30.0 and a["contexts"] == [128, 512] and a["bf16_ratio"] == [0.93, 1.02]
-    assert a["largest"] == {"mib": 128.0, "blocks": 64, "made_by": ["matmul", "exp"]}
-    assert a5.answer([p for p in phases if p["precision"] == "bf16"], [], []) is None
+    assert a.train_peak_gib == [50.0, 70.0] and a.forward_peak_gib == [12.0, 14.0]
+    assert a.live_before_gib == 30.0 and a.contexts == [128, 512] and a.bf16_ratio == [0.93, 1.02]
+    assert a.largest == a5.Largest(128.0, 64, ["matmul", "exp"])
+    assert a5.answer([p for p in phases if p.precision == "bf16"], [], []) is None
 
 
 def test_a_band_is_named_by_the_operations_that_allocated_at_its_code_site():

@@ -14,6 +14,7 @@ import argparse
 import os
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -21,8 +22,9 @@ import pandas as pd
 from cs336_systems.models import get_size
 from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.report.a5_timeline import draw, draw_placeholder
-from cs336_systems.report.common import load_records, run_provenance, write_summary, write_table
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, null, obj, section
+from cs336_systems.report import contract
+from cs336_systems.report.common import load_records, run_provenance, write_table
+from cs336_systems.report.contract import Summary
 
 MODE_TITLES = {"forward": "forward", "forward-backward": "forward + backward", "train-step": "full train step"}
 MIB = 2**20
@@ -57,15 +59,21 @@ def peak_table(records: list[dict], precision: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def residual_activation(records: list[dict]) -> list[dict]:
+@dataclass(frozen=True)
+class Residual:
+    context: int
+    batch: int
+    d_model: int
+    mib: float
+
+
+def residual_activation(records: list[dict]) -> list[Residual]:
     """(d): bytes of one fp32 residual-stream activation, batch x context x d_model x 4 bytes."""
     out = {}
     for r in records:
         p = r["params"]
         d_model = get_size(p["size"]).d_model
-        size = p["batch"] * p["context"] * d_model * 4
-        out[p["context"]] = {"context": p["context"], "batch": p["batch"], "d_model": d_model, "bytes": size,
-                             "mib": size / MIB}
+        out[p["context"]] = Residual(p["context"], p["batch"], d_model, p["batch"] * p["context"] * d_model * 4 / MIB)
     return [out[c] for c in sorted(out)]
 
 
@@ -85,7 +93,29 @@ def top_allocations(records: list[dict], k: int = 10) -> tuple[pd.DataFrame, dic
     return pd.DataFrame(rows), chosen
 
 
-def phase_rows(records: list[dict]) -> list[dict]:
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    start_mib: float
+    end_mib: float
+    peak_mib: float
+    host_ms: float
+    gpu_ms: float | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One recorded step's live memory and its phases."""
+    context: int
+    mode: str
+    precision: str
+    initial_mib: float
+    peak_mib: float
+    peak_phase: str | None
+    phases: list[Phase]
+
+
+def phase_rows(records: list[dict]) -> list[Step]:
     """(a): per recorded step, each phase's live memory at start, end and peak (MiB)."""
     out = []
     for r in sorted(records, key=lambda r: (r["params"]["precision"], MODE_ORDER.index(r["params"]["mode"]),
@@ -94,18 +124,22 @@ def phase_rows(records: list[dict]) -> list[dict]:
             continue
         m = r["metrics"]
         gpu_ms = m.get("phase_gpu_ms") or {}      # absent on the CPU and in records made before it was measured
-        out.append({
-            "context": r["params"]["context"], "mode": r["params"]["mode"], "precision": r["params"]["precision"],
-            "initial_mib": _mib(m["initial_bytes"]), "peak_mib": _mib(m["peak"]["bytes"]),
-            "peak_phase": m["peak"]["phase"],
-            "phases": [{"name": p["name"], "start_mib": _mib(p["bytes_at_start"]), "end_mib": _mib(p["bytes_at_end"]),
-                        "peak_mib": _mib(p["peak_bytes"]), "host_ms": p["end_ms"] - p["start_ms"],
-                        "gpu_ms": gpu_ms.get(p["name"])} for p in m["phases"]],
-        })
+        out.append(Step(
+            r["params"]["context"], r["params"]["mode"], r["params"]["precision"], _mib(m["initial_bytes"]),
+            _mib(m["peak"]["bytes"]), m["peak"]["phase"],
+            [Phase(p["name"], _mib(p["bytes_at_start"]), _mib(p["bytes_at_end"]), _mib(p["peak_bytes"]),
+                   p["end_ms"] - p["start_ms"], gpu_ms.get(p["name"])) for p in m["phases"]]))
     return out
 
 
-def allocator_check(records: list[dict]) -> dict | None:
+@dataclass(frozen=True)
+class AllocatorCheck:
+    points: int
+    max_relative_difference: float
+    max_reserved_over_allocated_mib: float | None
+
+
+def allocator_check(records: list[dict]) -> AllocatorCheck | None:
     """On CUDA: the trace's peak against ``torch.cuda.max_memory_allocated`` over the same step."""
     pairs = [(r["metrics"]["peak"]["bytes"], r["metrics"]["max_allocated_bytes"]) for r in records
              if r["status"] == "ok" and r["metrics"].get("max_allocated_bytes")]
@@ -114,11 +148,19 @@ def allocator_check(records: list[dict]) -> dict | None:
     worst = max(abs(a - b) / b for a, b in pairs)
     reserved = [r["metrics"]["max_reserved_bytes"] - r["metrics"]["max_allocated_bytes"] for r in records
                 if r["status"] == "ok" and r["metrics"].get("max_reserved_bytes")]
-    return {"points": len(pairs), "max_relative_difference": worst,
-            "max_reserved_over_allocated_mib": _mib(max(reserved)) if reserved else None}
+    return AllocatorCheck(len(pairs), worst, _mib(max(reserved)) if reserved else None)
 
 
-def timeline_figures(records: list[dict], stems: list[str], out_dir: Path) -> list[dict]:
+@dataclass(frozen=True)
+class Timeline:
+    path: str
+    context: int
+    mode: str
+    precision: str
+    status: str
+
+
+def timeline_figures(records: list[dict], stems: list[str], out_dir: Path) -> list[Timeline]:
     """Draw each record's timeline PNG as ``out_dir/timelines/<stem>.png`` (``stems``: the record
     files' names, in the same order), or a note saying why there is none; return their paths
     relative to ``out_dir`` (what the template embeds)."""
@@ -136,13 +178,19 @@ def timeline_figures(records: list[dict], stems: list[str], out_dir: Path) -> li
             draw_placeholder(path, title, f"{r['status'].upper()}: {why}")
         else:
             draw_placeholder(path, title, "this record predates stored timelines; re-measure A5 to draw it")
-        out.append({"path": os.path.relpath(path, out_dir), "context": p["context"], "mode": p["mode"],
-                    "precision": p["precision"], "status": r["status"]})
-    out.sort(key=lambda f: (f["precision"] != "fp32", f["precision"], MODE_ORDER.index(f["mode"]), f["context"]))
+        out.append(Timeline(os.path.relpath(path, out_dir), p["context"], p["mode"], p["precision"], r["status"]))
+    out.sort(key=lambda f: (f.precision != "fp32", f.precision, MODE_ORDER.index(f.mode), f.context))
     return out
 
 
-def precision_ratios(records: list[dict]) -> list[dict]:
+@dataclass(frozen=True)
+class Ratio:
+    mode: str
+    context: int
+    ratio: float
+
+
+def precision_ratios(records: list[dict]) -> list[Ratio]:
     """(c) against (b): bf16 peak over fp32 peak, per mode and context where both ran."""
     peaks = {(r["params"]["mode"], r["params"]["context"], r["params"]["precision"]): r["metrics"]["peak"]["bytes"]
              for r in records if r["status"] == "ok"}
@@ -150,71 +198,132 @@ def precision_ratios(records: list[dict]) -> list[dict]:
     for (mode, context, precision), fp32 in sorted(peaks.items(), key=lambda kv: (MODE_ORDER.index(kv[0][0]), kv[0][1])):
         bf16 = peaks.get((mode, context, "bf16"))
         if precision == "fp32" and bf16 is not None:
-            out.append({"mode": mode, "context": context, "fp32_mib": _mib(fp32), "bf16_mib": _mib(bf16),
-                        "ratio": bf16 / fp32})
+            out.append(Ratio(mode, context, bf16 / fp32))
     return out
 
 
-def answer(phases: list[dict], ratios: list[dict], top: list[dict]) -> dict | None:
+@dataclass(frozen=True)
+class Largest:
+    """The largest size among the top allocations: how many blocks of it, and the operations that made them."""
+    mib: float
+    blocks: int
+    made_by: list[str]
+
+
+@dataclass(frozen=True)
+class Answer:
+    contexts: list[int]
+    train_peak_gib: list[float] | None
+    forward_peak_gib: list[float] | None
+    live_before_gib: float | None
+    bf16_ratio: list[float] | None
+    largest: Largest | None
+
+
+def answer(phases: list[Step], ratios: list[Ratio], top: list[dict]) -> Answer | None:
     """What the section opens with, from the rows it tabulates: fp32's peaks over the contexts (the full
     training step, what was live before it, the forward pass), bf16's peak against fp32's at the same
     points, and the largest allocations at the recorded peak."""
-    fp32 = [p for p in phases if p["precision"] == "fp32"]
+    fp32 = [p for p in phases if p.precision == "fp32"]
     if not fp32:
         return None
     gib = lambda mib: mib / 1024
-    by_mode = {mode: [p for p in fp32 if p["mode"] == mode] for mode in ("forward", "train-step")}
-    span = lambda rows, key: [gib(min(r[key] for r in rows)), gib(max(r[key] for r in rows))] if rows else None
+    by_mode = {mode: [p for p in fp32 if p.mode == mode] for mode in ("forward", "train-step")}
+    span = lambda rows: [gib(min(r.peak_mib for r in rows)), gib(max(r.peak_mib for r in rows))] if rows else None
     train = by_mode["train-step"]
-    return {"contexts": sorted({p["context"] for p in fp32}),
-            "train_peak_gib": span(train, "peak_mib"), "forward_peak_gib": span(by_mode["forward"], "peak_mib"),
-            "live_before_gib": gib(statistics.median(r["initial_mib"] for r in train)) if train else None,
-            "bf16_ratio": [min(r["ratio"] for r in ratios), max(r["ratio"] for r in ratios)] if ratios else None,
-            "largest": _largest(top)}
+    return Answer(sorted({p.context for p in fp32}), span(train), span(by_mode["forward"]),
+                  gib(statistics.median(r.initial_mib for r in train)) if train else None,
+                  [min(r.ratio for r in ratios), max(r.ratio for r in ratios)] if ratios else None, _largest(top))
 
 
-def _largest(top: list[dict]) -> dict | None:
-    """The largest size among the top allocations: how many blocks of it, and the operations that made them."""
+def _largest(top: list[dict]) -> Largest | None:
     if not top:
         return None
     size = max(a["size_bytes"] for a in top)
     same = [a for a in top if a["size_bytes"] == size]
-    return {"mib": size / 2**20, "blocks": sum(a["count"] for a in same),
-            "made_by": list(dict.fromkeys(a["op"] or a["node"] or a["frame"] or "unknown" for a in same))}
+    return Largest(size / 2**20, sum(a["count"] for a in same),
+                   list(dict.fromkeys(a["op"] or a["node"] or a["frame"] or "unknown" for a in same)))
 
 
-def summarize(records: list[dict], timelines: list[dict], top_record: dict | None) -> dict:
+@dataclass(frozen=True)
+class Allocation:
+    count: int
+    frame: str | None
+    op: str | None
+    node: str | None
+
+
+@dataclass(frozen=True)
+class LargestAllocation:
+    """The largest of the top allocations, as the section words it: its size and whether it recurs."""
+    size_mib: float
+    several: bool
+
+
+@dataclass(frozen=True)
+class A5Summary(Summary):
+    size: str
+    d_model: int
+    num_layers: int
+    batch: int
+    warmup: int
+    device: str
+    contexts: list[int]
+    precisions: list[str]
+    sources: list[str]
+    phase_sources: list[str]
+    snapshots: list[str]
+    points: int
+    ok: int
+    not_ok: list[str]
+    residual: list[Residual]
+    phases: list[Step]
+    # some phase was timed on the GPU as well (CUDA events at the same marks)
+    gpu_timed: bool
+    top_context: int | None
+    top_precision: str | None
+    top_allocations: list[Allocation]
+    largest_allocation: LargestAllocation | None
+    allocator_check: AllocatorCheck | None
+    bf16_vs_fp32: list[Ratio]
+    timelines: list[Timeline]
+    answer: Answer | None
+
+
+CONTRACTS = {"A5": A5Summary}
+
+
+def summarize(records: list[dict], timelines: list[Timeline], top_record: dict | None) -> A5Summary:
     ok = [r for r in records if r["status"] == "ok"]
     first = records[0]["params"]
     phases = phase_rows(records)
     top = (top_record["metrics"]["top_allocations"] or []) if top_record else []
-    summary = {
-        "provenance": run_provenance(records),
-        "size": first["size"], "d_model": first["d_model"], "num_layers": first["num_layers"],
-        "batch": first["batch"], "warmup": first["warmup"], "device": first["device"],
-        "contexts": sorted({r["params"]["context"] for r in records}),
-        "precisions": [p for p in ("fp32", "bf16") if any(r["params"]["precision"] == p for r in records)],
-        "sources": sorted({r["metrics"]["source"] for r in ok}),
-        "phase_sources": sorted({r["metrics"]["phase_source"] for r in ok}),
-        "snapshots": sorted(r["artifacts"]["snapshot"] for r in records if r.get("artifacts", {}).get("snapshot")),
-        "points": len(records), "ok": len(ok),
-        "not_ok": [f"context {r['params']['context']} {r['params']['mode']} {r['params']['precision']}: "
-                   f"{r['status']}" + (f" ({r['message']})" if r.get("message") else "")
-                   for r in records if r["status"] != "ok"],
-        "residual": residual_activation(records),
-        "phases": phases,
-        # some phase was timed on the GPU as well (CUDA events at the same marks)
-        "gpu_timed": any(p["gpu_ms"] is not None for row in phases for p in row["phases"]),
-        "top_context": top_record["params"]["context"] if top_record else None,
-        "top_precision": top_record["params"]["precision"] if top_record else None,
-        "top_allocations": top,
-        # the largest of them, as the section words it: its size in MiB and whether it recurs
-        "largest_allocation": {"size_mib": top[0]["size_bytes"] / 1048576, "several": top[0]["count"] > 1} if top else None,
-        "allocator_check": allocator_check(records),
-        "bf16_vs_fp32": precision_ratios(records),
-        "timelines": timelines,
-    }
-    return summary | {"answer": answer(summary["phases"], summary["bf16_vs_fp32"] or [], summary["top_allocations"] or [])}
+    ratios = precision_ratios(records)
+    return A5Summary(
+        provenance=run_provenance(records),
+        size=first["size"], d_model=first["d_model"], num_layers=first["num_layers"],
+        batch=first["batch"], warmup=first["warmup"], device=first["device"],
+        contexts=sorted({r["params"]["context"] for r in records}),
+        precisions=[p for p in ("fp32", "bf16") if any(r["params"]["precision"] == p for r in records)],
+        sources=sorted({r["metrics"]["source"] for r in ok}),
+        phase_sources=sorted({r["metrics"]["phase_source"] for r in ok}),
+        snapshots=sorted(r["artifacts"]["snapshot"] for r in records if r.get("artifacts", {}).get("snapshot")),
+        points=len(records), ok=len(ok),
+        not_ok=[f"context {r['params']['context']} {r['params']['mode']} {r['params']['precision']}: "
+                f"{r['status']}" + (f" ({r['message']})" if r.get("message") else "")
+                for r in records if r["status"] != "ok"],
+        residual=residual_activation(records),
+        phases=phases,
+        gpu_timed=any(p.gpu_ms is not None for row in phases for p in row.phases),
+        top_context=top_record["params"]["context"] if top_record else None,
+        top_precision=top_record["params"]["precision"] if top_record else None,
+        top_allocations=[Allocation(a["count"], a["frame"], a["op"], a["node"]) for a in top],
+        largest_allocation=LargestAllocation(top[0]["size_bytes"] / 1048576, top[0]["count"] > 1) if top else None,
+        allocator_check=allocator_check(records),
+        bf16_vs_fp32=ratios,
+        timelines=timelines,
+        answer=answer(phases, ratios, top),
+    )
 
 
 def main(argv=None) -> int:
@@ -234,46 +343,9 @@ def main(argv=None) -> int:
         write_table(peak_table(records, precision), args.out_dir, f"peak_{precision}")
     top, top_record = top_allocations(records)
     write_table(top, args.out_dir, "top_allocations")
-    write_summary(args.out_dir / "summary.json", summarize(records, timelines, top_record))
+    contract.write(args.out_dir / "summary.json", summarize(records, timelines, top_record))
     print(f"A5 report: {len(records)} records -> {args.out_dir}", file=sys.stderr)
     return 0
-
-
-# What writeup/templates/sections/A5.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
-
-_SPAN = null(arr(NUM))
-SUMMARY_SCHEMAS["A5"] = section(
-    answer=null(obj(bf16_ratio=_SPAN, contexts=arr(INT), forward_peak_gib=_SPAN, live_before_gib=null(NUM),
-                    largest=null(obj(blocks=INT, made_by=arr(STR), mib=NUM)), train_peak_gib=_SPAN)),
-    allocator_check=null(obj(max_relative_difference=NUM, max_reserved_over_allocated_mib=NUM, points=INT)),
-    batch=INT,
-    bf16_vs_fp32=null(arr(obj(context=INT, mode=STR, ratio=NUM))),
-    contexts=arr(INT),
-    d_model=INT,
-    device=STR,
-    not_ok=null(arr(STR)),
-    num_layers=INT,
-    ok=INT,
-    phase_sources=arr(STR),
-    phases=arr(obj(context=INT, initial_mib=NUM, mode=STR, peak_mib=NUM, peak_phase=null(STR),
-                   phases=arr(obj(end_mib=NUM, gpu_ms=null(NUM), host_ms=NUM, name=STR, peak_mib=NUM, start_mib=NUM)),
-                   precision=STR)),
-    points=INT,
-    precisions=arr(STR),
-    provenance=PROVENANCE,
-    residual=arr(obj(batch=INT, context=INT, d_model=INT, mib=NUM)),
-    size=STR,
-    snapshots=null(arr(STR)),
-    sources=null(arr(STR)),
-    timelines=arr(obj(context=INT, mode=STR, path=STR, precision=STR, status=STR)),
-    top_allocations=null(arr(obj(count=INT, frame=null(STR), node=null(STR), op=null(STR)))),
-    largest_allocation=null(obj(several=BOOL, size_mib=NUM)),
-    gpu_timed=BOOL,
-    top_context=INT,
-    top_precision=STR,
-    warmup=INT,
-)
 
 
 if __name__ == "__main__":
