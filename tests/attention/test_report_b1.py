@@ -159,10 +159,11 @@ def test_out_of_memory_points_show_where_the_closed_form_undercounts(tmp_path, s
     assert first["cause"] == b1.FRAGMENTATION and second["undercount"] is None
     smallest = summary["smallest_oom"]
     capacity = b1.allocator_state(message)["capacity_MiB"]
-    assert {k: v for k, v in smallest.items() if k not in ("needed_fits", "closed_form_fits")} == first
+    assert all(first[k] == v for k, v in smallest.items() if k not in ("needed_fits", "closed_form_fits"))
     assert smallest["needed_fits"] == (first["needed_at_least_MiB"] <= capacity)
     assert smallest["closed_form_fits"] == (first["predicted_backward_peak_MiB"] <= capacity)
-    assert summary["undercounts"] == {"one_matrix": True, "at_least_MiB": first["undercount"]["at_least_MiB"]}
+    assert summary["undercounts"] == {"one_matrix": True, "at_least_MiB": pytest.approx(
+        first["needed_at_least_MiB"] - first["undercount"]["closed_form_MiB"])}
     text = _render(tmp_path / "B1")
     assert "ran out by fragmentation" in text and "needed at least\none N × N matrix more" in text
     assert "backward (inferred)" in text

@@ -88,7 +88,8 @@ def test_real_points_on_cpu_and_report(tmp_path):
     assert b1.main(["--rows", str(path), "--out-dir", str(tmp_path / "B1")]) == 0
     summary = json.loads((tmp_path / "B1" / "summary.json").read_text())
     assert summary["smallest_oom"]["seq"] == 96
-    assert summary["smallest_oom"]["predicted_saved_MiB"] == pytest.approx(sweep.attention_memory(2, 96, 16)["saved"] / 2**20)
+    assert summary["smallest_oom"]["predicted_backward_peak_MiB"] == pytest.approx(
+        sweep.attention_memory(2, 96, 16)["backward_peak"] / 2**20)
     assert summary["before_backward"] is None and summary["peaks"] is None   # no CUDA memory readings on a CPU
     assert summary["smallest_oom"]["cause"] == b1.NOT_SETTLED                  # a made-up failure with no message
 

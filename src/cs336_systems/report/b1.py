@@ -9,13 +9,15 @@ from __future__ import annotations
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_summary, write_table
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
+from cs336_systems.report import contract
+from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_table
+from cs336_systems.report.contract import Summary, Unread
 
 MIB = 2**20
 
@@ -134,7 +136,32 @@ def failed_pass(row, alloc: dict[str, float]) -> tuple[str | None, str | None]:
 UNDERCOUNT = 0.01       # a lower bound 1 % above the closed form and the benchmark's own tensors shows an undercount
 
 
-def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[dict]:
+@dataclass(frozen=True)
+class OutOfMemory:
+    variant: str
+    d: int
+    seq: int
+    # B2 sets it beside compiled's backward peak where only compiled ran
+    predicted_forward_peak_MiB: Unread[float | None]
+    predicted_backward_peak_MiB: float | None
+    # the numbers of the allocator's message, those it holds (allocator_state)
+    allocator: dict[str, float]
+    needed_at_least_MiB: float | None
+    failed_during: str | None
+    failed_during_known: str | None
+    cause: str
+    undercount: Undercount | None
+
+
+@dataclass(frozen=True)
+class Undercount:
+    """What the failing pass needed beyond the closed form's peak of that pass."""
+    closed_form_MiB: float
+    matrices: float
+    needed_over_saved: float
+
+
+def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[OutOfMemory]:
     """Each out-of-memory point with its allocator state, the pass it failed in, the cause, and what
     the failure proves about the closed form: the failing pass needed at least what tensors held plus
     the request; where that exceeds the closed form's peak of that pass (with the four (batch, N, d)
@@ -150,17 +177,12 @@ def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[dict]:
             else math.nan
         square = square_MiB(row)
         undercounts = needed > (closed + 4 * vector_MiB(row)) * (1 + UNDERCOUNT) and square > 0
-        points.append({
-            "variant": "compiled" if row["compiled"] else "eager", "d": int(row["d"]), "seq": int(row["seq"]),
-            "predicted_saved_MiB": _num(row["predicted_saved_MiB"]),
-            "predicted_forward_peak_MiB": _num(row["predicted_forward_peak_MiB"]),
-            "predicted_backward_peak_MiB": _num(row["predicted_backward_peak_MiB"]),
-            "square_MiB": _num(square), "allocator": alloc, "needed_at_least_MiB": _num(needed),
-            "failed_during": during, "failed_during_known": known,
-            "cause": oom_cause(row["predicted_backward_peak_MiB"], alloc, closed_form_holds=not row["compiled"]),
-            "undercount": {"closed_form_MiB": float(closed), "at_least_MiB": float(needed - closed),
-                           "matrices": float((needed - closed) / square),
-                           "needed_over_saved": float(needed / row["predicted_saved_MiB"])} if undercounts else None})
+        points.append(OutOfMemory(
+            "compiled" if row["compiled"] else "eager", int(row["d"]), int(row["seq"]),
+            _num(row["predicted_forward_peak_MiB"]), _num(row["predicted_backward_peak_MiB"]), alloc, _num(needed),
+            during, known, oom_cause(row["predicted_backward_peak_MiB"], alloc, closed_form_holds=not row["compiled"]),
+            Undercount(float(closed), float((needed - closed) / square), float(needed / row["predicted_saved_MiB"]))
+            if undercounts else None))
     return points
 
 
@@ -171,7 +193,25 @@ def _num(value: float) -> float | None:
 CONSTANT = 1.0      # MiB: offsets this close together are one constant
 
 
-def before_backward_check(df: pd.DataFrame) -> dict | None:
+@dataclass(frozen=True)
+class Longest:
+    """The longest point's reading against the closed form."""
+    d: int
+    seq: int
+    measured_MiB: float
+    predicted_MiB: float
+
+
+@dataclass(frozen=True)
+class BeforeBackward:
+    points: int
+    rest_min_MiB: float
+    rest_max_MiB: float
+    constant: bool
+    longest: Longest
+
+
+def before_backward_check(df: pd.DataFrame) -> BeforeBackward | None:
     """The memory read before backward against the closed form's saved bytes. The benchmark also holds
     the upstream gradient (one (batch, N, d) tensor, not saved by autograd), so the reading should be
     saved + that tensor + whatever does not depend on the shapes: the range of that remainder over the
@@ -181,15 +221,29 @@ def before_backward_check(df: pd.DataFrame) -> dict | None:
         return None
     rest = ok["measured_before_backward_MiB"] - ok["predicted_saved_MiB"] - ok.apply(vector_MiB, axis=1)
     longest = ok.sort_values(["seq", "d"]).iloc[-1]
-    return {"points": int(len(ok)), "rest_min_MiB": float(rest.min()), "rest_max_MiB": float(rest.max()),
-            "constant": bool(rest.max() - rest.min() <= CONSTANT),
-            "longest": {"d": int(longest["d"]), "seq": int(longest["seq"]),
-                        "compiled": bool(longest["compiled"]),
-                        "measured_MiB": float(longest["measured_before_backward_MiB"]),
-                        "predicted_MiB": float(longest["predicted_saved_MiB"])}}
+    return BeforeBackward(int(len(ok)), float(rest.min()), float(rest.max()), bool(rest.max() - rest.min() <= CONSTANT),
+                          Longest(int(longest["d"]), int(longest["seq"]), float(longest["measured_before_backward_MiB"]),
+                                  float(longest["predicted_saved_MiB"])))
 
 
-def peaks_check(df: pd.DataFrame) -> dict | None:
+@dataclass(frozen=True)
+class LongestPeak(Longest):
+    """The longest point's peak: its excess over the closed form in N × N matrices, and over the saved bytes."""
+    excess_matrices: float | None
+    excess_direction: str
+    over_saved: float
+
+
+@dataclass(frozen=True)
+class PeakCheck:
+    """One pass's measured peak ÷ the closed form's, over the points."""
+    points: int
+    min: float
+    max: float
+    longest: LongestPeak
+
+
+def peaks_check(df: pd.DataFrame) -> dict[str, dict[str, PeakCheck]] | None:
     """Where the records hold the peaks of one forward and one backward: each against the closed
     form's peak of that pass, per variant, as measured ÷ closed form, and at the longest length as
     the excess in N × N matrices (what the closed form leaves out there)."""
@@ -202,65 +256,98 @@ def peaks_check(df: pd.DataFrame) -> dict | None:
             ratio = rows[f"{phase}_peak_MiB"] / rows[f"predicted_{phase}_peak_MiB"]
             longest = rows.sort_values(["seq", "d"]).iloc[-1]
             excess = longest[f"{phase}_peak_MiB"] - longest[f"predicted_{phase}_peak_MiB"]
-            found.setdefault("compiled" if compiled else "eager", {})[phase] = {
-                "points": int(len(rows)), "min": float(ratio.min()), "max": float(ratio.max()),
-                "median": float(ratio.median()),
-                "longest": {"d": int(longest["d"]), "seq": int(longest["seq"]),
-                            "measured_MiB": float(longest[f"{phase}_peak_MiB"]),
-                            "predicted_MiB": float(longest[f"predicted_{phase}_peak_MiB"]),
-                            "excess_matrices": float(excess / square_MiB(longest)) if square_MiB(longest) > 0 else None,
-                            "excess_direction": "more" if excess >= 0 else "less",
-                            "over_saved": float(longest[f"{phase}_peak_MiB"] / longest["predicted_saved_MiB"])}}
+            found.setdefault("compiled" if compiled else "eager", {})[phase] = PeakCheck(
+                int(len(rows)), float(ratio.min()), float(ratio.max()), LongestPeak(
+                    int(longest["d"]), int(longest["seq"]), float(longest[f"{phase}_peak_MiB"]),
+                    float(longest[f"predicted_{phase}_peak_MiB"]),
+                    float(excess / square_MiB(longest)) if square_MiB(longest) > 0 else None,
+                    "more" if excess >= 0 else "less",
+                    float(longest[f"{phase}_peak_MiB"] / longest["predicted_saved_MiB"])))
     return found or None
 
 
-def limits(df: pd.DataFrame) -> dict:
+@dataclass(frozen=True)
+class Limits:
+    largest_fit: list[int]
+    first_oom: list[int]
+
+
+def limits(df: pd.DataFrame) -> dict[str, Limits]:
     """Per variant, the longest sequence that ran and the first that ran out, over the head dims."""
     found = {}
     for compiled, part in df.groupby("compiled"):
         fit = part[part["status"] == "ok"].groupby("d")["seq"].max()
         oom = part[part["status"] == "oom"].groupby("d")["seq"].min()
-        found["compiled" if compiled else "eager"] = {"largest_fit": sorted({int(s) for s in fit}),
-                                                      "first_oom": sorted({int(s) for s in oom})}
+        found["compiled" if compiled else "eager"] = Limits(sorted({int(s) for s in fit}), sorted({int(s) for s in oom}))
     return found
 
 
-def smallest_oom(eager_ooms: list[dict]) -> dict | None:
+@dataclass(frozen=True)
+class SmallestOom:
+    d: int
+    seq: int
+    predicted_backward_peak_MiB: float | None
+    allocator: dict[str, float]
+    needed_at_least_MiB: float | None
+    cause: str
+    needed_fits: bool
+    closed_form_fits: bool
+
+
+def smallest_oom(eager_ooms: list[OutOfMemory]) -> SmallestOom | None:
     """The shortest (then narrowest) case where eager ran out, and whether what it needed at least,
     and the closed form's peak, fit the card (where the allocator's message gives its capacity)."""
     if not eager_ooms:
         return None
-    s = min(eager_ooms, key=lambda p: (p["seq"], p["d"]))
-    capacity = s["allocator"].get("capacity_MiB")
-    return s | {"needed_fits": s["needed_at_least_MiB"] is not None and capacity is not None
-                and s["needed_at_least_MiB"] <= capacity,
-                "closed_form_fits": capacity is not None and s["predicted_backward_peak_MiB"] <= capacity}
+    s = min(eager_ooms, key=lambda p: (p.seq, p.d))
+    capacity = s.allocator.get("capacity_MiB")
+    return SmallestOom(s.d, s.seq, s.predicted_backward_peak_MiB, s.allocator, s.needed_at_least_MiB, s.cause,
+                       s.needed_at_least_MiB is not None and capacity is not None and s.needed_at_least_MiB <= capacity,
+                       capacity is not None and s.predicted_backward_peak_MiB <= capacity)
 
 
-def undercounts(ooms: list[dict]) -> dict | None:
+@dataclass(frozen=True)
+class Undercounts:
+    one_matrix: bool
+    at_least_MiB: float
+
+
+def undercounts(ooms: list[OutOfMemory]) -> Undercounts | None:
     """Over the cases where the closed form undercounts what the failing pass needed: whether every
     one is about one N x N matrix (below 1.1 of one) and the least it needed beyond the closed form."""
-    short = [p["undercount"] for p in ooms if p.get("undercount")]
+    short = [p for p in ooms if p.undercount]
     if not short:
         return None
-    return {"one_matrix": max(u["matrices"] for u in short) < 1.1, "at_least_MiB": min(u["at_least_MiB"] for u in short)}
+    return Undercounts(max(p.undercount.matrices for p in short) < 1.1,
+                       min(p.needed_at_least_MiB - p.undercount.closed_form_MiB for p in short))
 
 
-def summarize(df: pd.DataFrame, records: list[dict]) -> dict:
+@dataclass(frozen=True)
+class B1Summary(Summary):
+    statuses: dict[str, int]
+    # points measured in a job where eager and compiled took turns, and those jobs' rounds
+    in_turns: int
+    rounds: list[int]
+    limits: dict[str, Limits]
+    smallest_oom: SmallestOom | None
+    out_of_memory: list[OutOfMemory]
+    undercounts: Undercounts | None
+    before_backward: BeforeBackward | None
+    peaks: dict[str, dict[str, PeakCheck]] | None
+
+
+CONTRACTS = {"B1": B1Summary}
+
+
+def summarize(df: pd.DataFrame, records: list[dict]) -> B1Summary:
     ooms = out_of_memory_points(df, records)
-    eager_ooms = [p for p in ooms if p["variant"] == "eager"]
-    return {
-        "provenance": run_provenance(records),
-        "points": int(len(df)), "statuses": df["status"].value_counts().to_dict(),
-        # points measured in a job where eager and compiled took turns, and those jobs' rounds
-        "in_turns": sum(1 for r in records if (r["metrics"].get("turns") or {}).get("job")),
-        "rounds": sorted({r["metrics"]["turns"]["rounds"] for r in records if r["metrics"].get("turns")}),
-        "limits": limits(df),
-        "smallest_oom": smallest_oom(eager_ooms),
-        "out_of_memory": ooms, "undercounts": undercounts(ooms),
-        "before_backward": before_backward_check(df),
-        "peaks": peaks_check(df),
-    }
+    return B1Summary(
+        provenance=run_provenance(records), statuses=df["status"].value_counts().to_dict(),
+        in_turns=sum(1 for r in records if (r["metrics"].get("turns") or {}).get("job")),
+        rounds=sorted({r["metrics"]["turns"]["rounds"] for r in records if r["metrics"].get("turns")}),
+        limits=limits(df), smallest_oom=smallest_oom([p for p in ooms if p.variant == "eager"]),
+        out_of_memory=ooms, undercounts=undercounts(ooms), before_backward=before_backward_check(df),
+        peaks=peaks_check(df))
 
 
 def main(argv=None) -> int:
@@ -269,37 +356,9 @@ def main(argv=None) -> int:
     shown = df.assign(**{c: df[c].round(3) for c in df.columns if c.endswith(("_ms", "_MiB"))})
     write_table(shown, out_dir)
     plot(df, out_dir / "time_and_memory.png")
-    write_summary(out_dir / "summary.json", summarize(df, records))
+    contract.write(out_dir / "summary.json", summarize(df, records))
     print(f"B1 report: {len(df)} points -> {out_dir}", file=sys.stderr)
     return 0
-
-
-# What writeup/templates/sections/B1.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
-
-_LIMITS = opt(null(obj(first_oom=null(arr(INT)), largest_fit=null(arr(INT)))))
-SUMMARY_SCHEMAS["B1"] = section(
-    before_backward=null(obj(constant=null(BOOL), longest=obj(d=INT, measured_MiB=NUM, predicted_MiB=NUM, seq=INT),
-                             points=INT, rest_max_MiB=NUM, rest_min_MiB=NUM)),
-    in_turns=opt(null(INT)),
-    limits=obj(compiled=_LIMITS, eager=_LIMITS),
-    out_of_memory=null(arr(obj(allocator=obj(allocated_MiB=opt(NUM), free_MiB=opt(NUM), requested_MiB=opt(NUM),
-                                             reserved_unallocated_MiB=opt(NUM)), cause=STR, d=INT,
-                               failed_during=null(STR), failed_during_known=null(STR), needed_at_least_MiB=null(NUM),
-                               predicted_backward_peak_MiB=NUM, seq=INT, variant=STR,
-                               undercount=null(obj(closed_form_MiB=NUM, matrices=NUM, needed_over_saved=NUM))))),
-    peaks=null(mapping(mapping(obj(longest=obj(d=INT, excess_direction=STR, excess_matrices=null(NUM), measured_MiB=NUM,
-                                               over_saved=NUM,
-                                               predicted_MiB=NUM, seq=INT), max=NUM, min=NUM, points=INT)))),
-    provenance=PROVENANCE,
-    rounds=arr(INT),
-    smallest_oom=null(obj(allocator=obj(capacity_MiB=opt(NUM), free_MiB=opt(NUM), requested_MiB=opt(NUM),
-                                        reserved_unallocated_MiB=opt(NUM)), cause=STR, d=INT,
-                          closed_form_fits=BOOL, needed_at_least_MiB=null(NUM), needed_fits=BOOL,
-                          predicted_backward_peak_MiB=NUM, seq=INT)),
-    undercounts=null(obj(at_least_MiB=NUM, one_matrix=BOOL)),
-    statuses=mapping(INT),
-)
 
 
 if __name__ == "__main__":

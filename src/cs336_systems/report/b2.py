@@ -83,16 +83,15 @@ def fits_only_compiled(table: pd.DataFrame, records: list[dict]) -> list[dict]:
     or inferred from the allocator's message by B1's rule (``b1.failed_pass``), what tensors held then,
     why it ran out (``b1.oom_cause``: a failure by fragmentation does not show that compiled needs
     less), and the compiled backward peak where the record has it."""
-    eager_oom = {(p["d"], p["seq"]): p for p in out_of_memory_points(frame(records), records)
-                 if p["variant"] == "eager"}
+    eager_oom = {(p.d, p.seq): p for p in out_of_memory_points(frame(records), records) if p.variant == "eager"}
     found = []
     for r in table[(table["eager_status"] == "oom") & (table["compiled_status"] == "ok")].itertuples():
-        oom = eager_oom.get((r.d, r.seq), {})
-        found.append({"d": int(r.d), "seq": int(r.seq), "eager_failed_during": oom.get("failed_during"),
-                      "eager_failed_during_known": oom.get("failed_during_known"),
-                      "eager_held_MiB": oom.get("allocator", {}).get("allocated_MiB"),
-                      "eager_cause": oom.get("cause"), "eager_needed_at_least_MiB": oom.get("needed_at_least_MiB"),
-                      "predicted_forward_peak_MiB": oom.get("predicted_forward_peak_MiB"),
+        oom = eager_oom.get((r.d, r.seq))
+        found.append({"d": int(r.d), "seq": int(r.seq), "eager_failed_during": oom and oom.failed_during,
+                      "eager_failed_during_known": oom and oom.failed_during_known,
+                      "eager_held_MiB": oom and oom.allocator.get("allocated_MiB"),
+                      "eager_cause": oom and oom.cause, "eager_needed_at_least_MiB": oom and oom.needed_at_least_MiB,
+                      "predicted_forward_peak_MiB": oom and oom.predicted_forward_peak_MiB,
                       "compiled_backward_peak_MiB": None if pd.isna(r.compiled_backward_peak_MiB)
                       else float(r.compiled_backward_peak_MiB)})
     return found
