@@ -7,6 +7,7 @@ the writeup quotes. ``build_report`` in ``cs336_systems.report.b2`` calls it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -142,23 +143,55 @@ def plot(df: pd.DataFrame | None, path: Path) -> None:
     save_figure(fig, path)
 
 
-def _spread(values: pd.Series) -> dict | None:
+@dataclass(frozen=True)
+class Range:
+    median: float
+    min: float
+    max: float
+
+
+def spread(values: pd.Series) -> Range | None:
     values = values.dropna().astype(float)
     if not len(values):
         return None
-    return {"median": float(values.median()), "min": float(values.min()), "max": float(values.max())}
+    return Range(float(values.median()), float(values.min()), float(values.max()))
 
 
-def _point(row: pd.Series) -> dict:
-    return {"size": str(row["size"]), "mode": str(row["mode"]), "speedup": float(row["step_speedup"]),
-            "eager_ms": float(row["eager_step_ms"]), "compiled_ms": float(row["compiled_step_ms"])}
+@dataclass(frozen=True)
+class Point:
+    size: str
+    mode: str
+
+
+def _point(row: pd.Series) -> Point:
+    return Point(str(row["size"]), str(row["mode"]))
 
 
 def _both_ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["eager_status"] == "ok") & (df["compiled_status"] == "ok")]
 
 
-def peak_memory(df: pd.DataFrame) -> dict | None:
+@dataclass(frozen=True)
+class LargestPeak:
+    size: str
+    eager_GiB: float
+    compiled_GiB: float
+
+
+@dataclass(frozen=True)
+class ModePeak:
+    min: float
+    max: float
+    largest: LargestPeak
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    by_mode: dict[str, ModePeak]
+    only_with_backward: bool
+
+
+def peak_memory(df: pd.DataFrame) -> PeakMemory | None:
     """Per mode, how much lower the compiled variant's peak is (``1 − compiled ÷ eager``) over the
     sizes where both ran, with the largest model's peaks; and whether the saving comes only with a
     backward: every mode that runs one cuts more, at its smallest, than forward (under no_grad) at
@@ -168,16 +201,14 @@ def peak_memory(df: pd.DataFrame) -> dict | None:
     for mode, part in both.groupby("mode", observed=True):
         cut = 1 - part["compiled_peak_GiB"] / part["eager_peak_GiB"]
         largest = part.loc[part["eager_peak_GiB"].idxmax()]
-        by_mode[str(mode)] = {"min": float(cut.min()), "max": float(cut.max()), "points": int(len(part)),
-                              "largest": {"size": str(largest["size"]), "eager_GiB": float(largest["eager_peak_GiB"]),
-                                          "compiled_GiB": float(largest["compiled_peak_GiB"]),
-                                          "cut": float(1 - largest["compiled_peak_GiB"] / largest["eager_peak_GiB"])}}
+        by_mode[str(mode)] = ModePeak(float(cut.min()), float(cut.max()), LargestPeak(
+            str(largest["size"]), float(largest["eager_peak_GiB"]), float(largest["compiled_peak_GiB"])))
     if not by_mode:
         return None
     with_backward = [m for m in by_mode if m != "forward"]
     only = "forward" in by_mode and bool(with_backward) and all(
-        by_mode[m]["min"] > by_mode["forward"]["max"] for m in with_backward)
-    return {"by_mode": by_mode, "only_with_backward": only}
+        by_mode[m].min > by_mode["forward"].max for m in with_backward)
+    return PeakMemory(by_mode, only)
 
 
 def verdict(row: pd.Series, phase: str) -> Verdict:
@@ -203,7 +234,18 @@ def in_turns(df: pd.DataFrame) -> int:
                for _, r in _both_ok(df).iterrows())
 
 
-def optimizer_phase(df: pd.DataFrame) -> dict | None:
+@dataclass(frozen=True)
+class Optimizer:
+    """Eager ÷ compiled in the optimizer step, the sizes by the judge's verdict, and its share of eager's step."""
+    ratio: Range
+    compiled_faster: list[str]
+    compiled_slower: list[str]
+    within: list[str]
+    not_settled: list[str]
+    share_of_step: Range
+
+
+def optimizer_phase(df: pd.DataFrame) -> Optimizer | None:
     """The optimizer step is not compiled: the same AdamW runs in both variants. Its eager ÷ compiled
     ratio, the sizes where the two differ beyond the spread of the per-round differences (``verdict``),
     where they do not, and where the records do not settle it; and the optimizer's share of the
@@ -212,18 +254,27 @@ def optimizer_phase(df: pd.DataFrame) -> dict | None:
     if rows.empty:
         return None
     verdicts = {"higher": [], "lower": [], WITHIN: [], NOT_SETTLED: []}
-    paired = 0
     for _, r in rows.iterrows():
-        found = verdict(r, "optimizer")
-        verdicts[found.verdict].append(str(r["size"]))
-        paired += found.paired
-    return {"ratio": _spread(rows["optimizer_speedup"]), "compiled_faster": verdicts["higher"],
-            "compiled_slower": verdicts["lower"], "within": verdicts[WITHIN], "not_settled": verdicts[NOT_SETTLED],
-            "paired": paired, "points": int(len(rows)), "all_paired": paired == len(rows),
-            "share_of_step": _spread(rows["eager_optimizer_ms"] / rows["eager_step_ms"])}
+        verdicts[verdict(r, "optimizer").verdict].append(str(r["size"]))
+    return Optimizer(spread(rows["optimizer_speedup"]), verdicts["higher"], verdicts["lower"], verdicts[WITHIN],
+                     verdicts[NOT_SETTLED], spread(rows["eager_optimizer_ms"] / rows["eager_step_ms"]))
 
 
-def size_trend(df: pd.DataFrame) -> dict:
+@dataclass(frozen=True)
+class AtSize:
+    size: str
+    speedup: float
+
+
+@dataclass(frozen=True)
+class SizeTrend:
+    trend: str
+    largest_against_smallest: str
+    first: AtSize
+    last: AtSize
+
+
+def size_trend(df: pd.DataFrame) -> dict[str, SizeTrend]:
     """Per mode, how the step speed-up moves from the smallest model to the largest: ``spread.trend_of``
     the judge's verdict on each step between sizes, and the largest model's speed-up against the
     smallest's, with both ends. Each size is its own job, so each speed-up is one process's; the
@@ -236,45 +287,72 @@ def size_trend(df: pd.DataFrame) -> dict:
             continue
         speedups = [float(s) for s in part["step_speedup"]]
         steps = [judge_processes([later], [earlier], ratio=True) for earlier, later in zip(speedups, speedups[1:])]
-        ends = [{"size": str(part.iloc[i]["size"]), "speedup": speedups[i]} for i in (0, -1)]
-        found[str(mode)] = {"trend": trend_of(steps),
-                            "largest_against_smallest": judge_processes([speedups[-1]], [speedups[0]], ratio=True).verdict,
-                            "first": ends[0], "last": ends[1]}
+        ends = [AtSize(str(part.iloc[i]["size"]), speedups[i]) for i in (0, -1)]
+        found[str(mode)] = SizeTrend(trend_of(steps), judge_processes([speedups[-1]], [speedups[0]], ratio=True).verdict,
+                                     ends[0], ends[1])
     return found
 
 
-def summarize(df: pd.DataFrame) -> dict:
+@dataclass(frozen=True)
+class LossChecks:
+    checked: int
+    passed: int
+    max_abs_diff: float | None
+    rtol: float | None
+    failed: list[str]
+
+
+@dataclass(frozen=True)
+class WholeModel:
     """The numbers the B2(b) part of the section quotes."""
+    compile: list[str]
+    context: int
+    batch: int
+    points: int
+    both_ok: int
+    in_turns: int
+    not_in_turns: int
+    rounds: list[int]
+    step_speedup: Range | None
+    compiled_graphs: list[int]
+    phase_speedup: dict[str, Range | None]
+    # compiled forward and backward each faster, by the judge, at every point that times them
+    forward_and_backward_faster: bool
+    peak_memory: PeakMemory | None
+    optimizer: Optimizer | None
+    size_trend: dict[str, SizeTrend]
+    best: Point | None
+    worst: Point | None
+    compile_seconds: Range | None
+    loss_checks: LossChecks
+    not_ok: list[str]
+    fits_only_compiled: list[str]
+
+
+def summarize(df: pd.DataFrame) -> WholeModel:
     ok = df.dropna(subset=["step_speedup"])
-    phases = {phase: _spread(ok[f"{phase}_speedup"]) for phase in PHASES}
     turns = in_turns(df)
     checked = df[df["loss_passed"].notna()]
     first = df.iloc[0]
-    return {
-        "compile": sorted(set(df["compile"])),
-        "context": int(first["context"]), "batch": int(first["batch"]),
-        "points": len(df), "both_ok": len(ok),
-        "in_turns": turns, "not_in_turns": len(ok) - turns, "rounds": sorted({len(r.get("rounds") or []) for r in df["eager_metrics"]
-                                                    if isinstance(r, dict) and r.get("turns")}),
-        "step_speedup": _spread(ok["step_speedup"]),
-        "compiled_graphs": sorted({int(g) for g in df["compiled_graphs"].dropna()}),
-        "phase_speedup": phases,
-        # compiled forward and backward each faster, by the judge, at every point that times them
-        "forward_and_backward_faster": faster_everywhere(df, ("forward", "backward")),
-        "peak_memory": peak_memory(df),
-        "optimizer": optimizer_phase(df),
-        "size_trend": size_trend(df),
-        "best": _point(ok.loc[ok["step_speedup"].idxmax()]) if len(ok) else None,
-        "worst": _point(ok.loc[ok["step_speedup"].idxmin()]) if len(ok) else None,
-        "compile_seconds": _spread(df["compile_s"]),
-        "loss_checks": {"checked": len(checked), "passed": int(checked["loss_passed"].astype(bool).sum()),
-                        "max_abs_diff": float(checked["loss_abs_diff"].max()) if len(checked) else None,
-                        "rtol": float(checked["loss_rtol"].max()) if len(checked) else None,
-                        "failed": [f"{r['size']} {r['mode']}" for _, r in checked.iterrows() if not r["loss_passed"]]},
-        "not_ok": [f"{r['size']} {r['mode']}: " + ", ".join(
-                       f"{v} {r[f'{v}_status']}" + (f" ({r[f'{v}_message']})" if r[f"{v}_message"] else "")
-                       for v in ("eager", "compiled") if r[f"{v}_status"] != "ok")
-                   for _, r in df.iterrows() if r["eager_status"] != "ok" or r["compiled_status"] != "ok"],
-        "fits_only_compiled": [f"{r['size']} {r['mode']}" for _, r in df.iterrows()
-                               if r["eager_status"] == "oom" and r["compiled_status"] == "ok"],
-    }
+    return WholeModel(
+        compile=sorted(set(df["compile"])), context=int(first["context"]), batch=int(first["batch"]),
+        points=len(df), both_ok=len(ok), in_turns=turns, not_in_turns=len(ok) - turns,
+        rounds=sorted({len(r.get("rounds") or []) for r in df["eager_metrics"] if isinstance(r, dict) and r.get("turns")}),
+        step_speedup=spread(ok["step_speedup"]),
+        compiled_graphs=sorted({int(g) for g in df["compiled_graphs"].dropna()}),
+        phase_speedup={phase: spread(ok[f"{phase}_speedup"]) for phase in PHASES},
+        forward_and_backward_faster=faster_everywhere(df, ("forward", "backward")),
+        peak_memory=peak_memory(df), optimizer=optimizer_phase(df), size_trend=size_trend(df),
+        best=_point(ok.loc[ok["step_speedup"].idxmax()]) if len(ok) else None,
+        worst=_point(ok.loc[ok["step_speedup"].idxmin()]) if len(ok) else None,
+        compile_seconds=spread(df["compile_s"]),
+        loss_checks=LossChecks(len(checked), int(checked["loss_passed"].astype(bool).sum()),
+                               float(checked["loss_abs_diff"].max()) if len(checked) else None,
+                               float(checked["loss_rtol"].max()) if len(checked) else None,
+                               [f"{r['size']} {r['mode']}" for _, r in checked.iterrows() if not r["loss_passed"]]),
+        not_ok=[f"{r['size']} {r['mode']}: " + ", ".join(
+                    f"{v} {r[f'{v}_status']}" + (f" ({r[f'{v}_message']})" if r[f"{v}_message"] else "")
+                    for v in ("eager", "compiled") if r[f"{v}_status"] != "ok")
+                for _, r in df.iterrows() if r["eager_status"] != "ok" or r["compiled_status"] != "ok"],
+        fits_only_compiled=[f"{r['size']} {r['mode']}" for _, r in df.iterrows()
+                            if r["eager_status"] == "oom" and r["compiled_status"] == "ok"])
