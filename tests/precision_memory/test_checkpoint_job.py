@@ -113,7 +113,7 @@ def test_the_report_judges_the_recomputation_s_cost_by_the_paired_difference_per
     assert summary["step_rounds"] >= spread.MIN_ROUNDS and summary["step_not_settled"] == 0
     for x, a, b in zip(summary["step_steps"], records[1:], records[2:]):
         rounds = lambda r: [t["step"] for t in r["metrics"]["rounds"]]  # noqa: E731
-        assert x["paired"] and x["direction"] == spread.judge_rounds(rounds(b), rounds(a)).verdict
+        assert x["direction"] == spread.judge_rounds(rounds(b), rounds(a)).verdict
     templates = Path(__file__).resolve().parents[2] / "writeup" / "templates"
     text = writeup.Renderer("md", tmp_path / "w" / "writeup.md", templates).section("A6", out / "summary.json")
     assert "do not settle whether the step moves with k" not in text

@@ -18,8 +18,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.memory.activation_model import (block_input_bytes, block_saved_bytes, block_saved_terms,
-                                                   checkpoint_memory, continuous_optimum, head_saved_bytes,
-                                                   optimal_group_size, predicted_peak)
+                                                   checkpoint_memory, continuous_optimum, optimal_group_size,
+                                                   predicted_peak)
 from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
@@ -48,24 +48,6 @@ def check_same_workload(records: list[dict]) -> dict:
     return dict(zip(keys, points.pop()))
 
 
-@dataclass(frozen=True)
-class Row:
-    """One group size: the table's row, and the summary's (with null where the frame has NaN)."""
-    k: int
-    status: str
-    message: Unread[str]
-    groups: Unread[float | None]
-    step_ms: Unread[float | None]
-    step_std_ms: Unread[float | None]
-    baseline_gib: Unread[float | None]
-    # fp32 weights and their fp32 gradients: what any step holds besides activations
-    weights_grads_gib: Unread[float]
-    peak_gib: Unread[float | None]
-    activation_model_gib: Unread[float]
-    predicted_peak_gib: Unread[float]
-    device_total_gib: Unread[float | None]
-
-
 def rows_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in sorted(records, key=lambda r: r["params"]["group"]):
@@ -74,11 +56,11 @@ def rows_frame(records: list[dict]) -> pd.DataFrame:
         a, A = block_input_bytes(size, p["context"], p["batch"]), block_saved_bytes(size, p["context"], p["batch"])
         predicted = predicted_peak(size, p["context"], p["batch"], k, modelled_baseline(p))
         peak, baseline = m.get("peak_memory_bytes"), m.get("baseline_bytes")
-        rows.append(Row(
+        rows.append(dict(
             k=k, status=r["status"], message=r.get("message", r.get("reason", "")),
-            groups=m.get("groups"), step_ms=m.get("step", {}).get("mean", math.nan),
-            step_std_ms=m.get("step", {}).get("std", math.nan),
+            step_ms=m.get("step", {}).get("mean", math.nan), step_std_ms=m.get("step", {}).get("std", math.nan),
             baseline_gib=baseline / GIB if baseline is not None else math.nan,
+            # fp32 weights and their fp32 gradients: what any step holds besides activations
             weights_grads_gib=2 * size.parameter_count() * 4 / GIB,
             peak_gib=peak / GIB if peak is not None else math.nan,
             activation_model_gib=checkpoint_memory(size.num_layers, a, A, k) / GIB,
@@ -131,7 +113,14 @@ class StepChange:
     from_: int
     to: int
     direction: str
-    paired: Unread[bool]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One group size's status and measured peak (null where it has none)."""
+    k: int
+    status: str
+    peak_gib: Unread[float | None]
 
 
 @dataclass(frozen=True)
@@ -139,11 +128,6 @@ class Workload:
     size: str
     context: int
     batch: int
-    mode: Unread[str]
-    d_model: Unread[int]
-    d_ff: Unread[int]
-    num_layers: Unread[int]
-    num_heads: Unread[int]
 
 
 @dataclass(frozen=True)
@@ -152,7 +136,6 @@ class A6Summary(Summary):
     step_ms_range: list[float] | None
     # how far apart the checkpointed group sizes' steps are, as a share of the fastest
     step_spread_share: float | None
-    step_ms_at_k: Unread[dict[int, float]]
     step_trend: Unread[str | None]
     step_steps: list[StepChange]
     # the group sizes took turns in one job (a paired verdict per step), or each had a process
@@ -171,7 +154,6 @@ class A6Summary(Summary):
     all_inputs_bytes: int
     A_terms: dict[str, int]
     attention_share: float
-    head_bytes: Unread[int]
     k_star: float
     k_star_below_one: bool
     k_opt: int
@@ -195,7 +177,7 @@ def step_change(a: dict, b: dict):
     (``spread.judge``): paired per round where one job measured both, else not settled (two
     processes, one a side, measure nothing of how much processes differ)."""
     v = judge(b, a, "step")
-    return v, StepChange(int(a["params"]["group"]), int(b["params"]["group"]), v.verdict, v.paired)
+    return v, StepChange(int(a["params"]["group"]), int(b["params"]["group"]), v.verdict)
 
 
 def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summary:
@@ -221,21 +203,19 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
         peak_slope_gib_per_block=slope,
         step_ms_range=[float(timed.min()), float(timed.max())] if len(timed) else None,
         step_spread_share=float(timed.max() / timed.min() - 1) if len(timed) else None,
-        step_ms_at_k={int(r["params"]["group"]): float(r["metrics"]["step"]["mean"]) for r in by_k},
         step_trend=trend_of(verdicts) if step_steps else None,
         step_steps=step_steps,
-        step_paired=bool(step_steps) and all(x.paired for x in step_steps),
+        step_paired=bool(verdicts) and all(v.paired for v in verdicts),
         step_not_settled=sum(x.direction == NOT_SETTLED for x in step_steps),
         step_rounds=min((v.rounds for v in verdicts), default=None),
         min_rounds=MIN_ROUNDS,
         fitting_k=[int(k) for k in ok["k"]],
-        workload=Workload(**workload),
+        workload=Workload(workload["size"], workload["context"], workload["batch"]),
         num_blocks=N,
         a_bytes=a, A_bytes=A, A_over_a=A / a,
         all_inputs_bytes=N * a,
         A_terms=block_saved_terms(size, T, B),
         attention_share=3 * B * size.num_heads * T * T * 4 / A,
-        head_bytes=head_saved_bytes(size, T, B),
         k_star=k_star,
         k_star_below_one=k_star < 1,
         k_opt=k_opt,
@@ -246,8 +226,7 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
         best_measured_k=int(best["k"]) if best is not None else None,
         best_is_predicted=best is not None and int(best["k"]) == k_opt,
         best_measured_peak_gib=float(best["peak_gib"]) if best is not None else None,
-        rows=[Row(**{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
-              for row in df.to_dict("records")],
+        rows=[Row(int(r.k), r.status, None if math.isnan(r.peak_gib) else r.peak_gib) for r in df.itertuples()],
         not_ok=[f"k = {int(r['k'])}: {r['status']} ({r['message']})" for _, r in df[df["status"] != "ok"].iterrows()],
         memory_note=next((r["metrics"].get("memory_note") for r in records if r["metrics"].get("memory_note")), None),
     )
