@@ -20,7 +20,7 @@ from cs336_systems.accounting.c9 import Trick
 from cs336_systems.accounting.parallelism import STRATEGIES
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_records, plt, run_provenance, save_figure, write_table
-from cs336_systems.report.contract import Summary, Unread
+from cs336_systems.report.contract import Summary
 
 
 def c9_table(ans: dict, fsdp_at_tokens: dict[str, int | None]) -> pd.DataFrame:
@@ -126,16 +126,11 @@ class Card:
     hbm_GB: float
     bf16_TFLOPs: float
     link_GBps: float
-    source: Unread[str]
 
 
 @dataclass(frozen=True)
 class ScalingModel:
     parameters: int
-    matmul_parameters: Unread[int]
-    d_model: Unread[int]
-    num_layers: Unread[int]
-    tp_allreduces_per_layer_forward: Unread[int]
 
 
 # One strategy's verdict on one cluster and model, as accounting.parallelism writes it.
@@ -184,13 +179,14 @@ def build(record: dict, out_dir: Path) -> C9Summary:
         provenance=run_provenance([record]), **ans,
         fsdp_at_tokens=m["fsdp_at_tokens"],
         tricks=[Trick(**t) for t in m["tricks"]],
-        hardware={name: Card(**card) for name, card in m["hardware"].items()},
+        hardware={name: Card(card["hbm_GB"], card["bf16_TFLOPs"], card["link_GBps"])
+                  for name, card in m["hardware"].items()},
         ib_GBps=m["ib_GBps"],
         ib_slowdown=m["hardware"]["H100 SXM"]["link_GBps"] / m["ib_GBps"],
         tokens_filling_an_h100=ans["a"]["h100_hbm_GB"] * 1e3 / ans["a"]["activations_per_token_MB"],
         global_batch_tokens=record["params"]["global_batch_tokens"],
         scaling=scaling,
-        scaling_models={name: ScalingModel(**size) for name, size in m["scaling_models"].items()},
+        scaling_models={name: ScalingModel(size["parameters"]) for name, size in m["scaling_models"].items()},
         clusters=record["params"]["clusters"])
     contract.write(out_dir / "summary.json", summary)
     return summary
