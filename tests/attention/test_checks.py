@@ -243,7 +243,7 @@ def test_an_error_ratio_near_the_line_is_not_decided(ratio, verdict, words, tmp_
     path = tmp_path / "B3" / "summary.json"
     contract.write(path, flash_checks.B3Summary(
         provenance=run_provenance([make_record("B3", {"function": "triton"}, "ok", {})]), shape=[1, 24, 16],
-        statuses={"ok": 1}, worst_ratio={"fp32": worst}, same_order=3.0, near_factor=flash_checks.NEAR, ragged=None,
+        worst_ratio={"fp32": worst}, same_order=3.0, near_factor=flash_checks.NEAR, ragged=None,
         lse_better=[], ran=None))
     pd.DataFrame([row]).to_csv(tmp_path / "B3" / "table.csv", index=False)
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("B3", path)

@@ -1,7 +1,6 @@
 """B3 / B4 report, from the one checks record ``attention.check`` writes: B3, the error tables of our
 FlashAttention Functions against float64; B4, the two backward paths timed side by side, with what
-each computes and moves (``backward_accounting``), and the worst error (kept in its summary, not
-worded). Both say what the Triton kernels ran (``report.what_ran``). Each run of it writes one
+each computes and moves (``backward_accounting``). Both say what the Triton kernels ran (``report.what_ran``). Each run of it writes one
 deliverable's folder.
 
     python -m cs336_systems.report.flash_checks B3 --records results/RUN/B3/records/checks.json --out-dir DIR
@@ -22,7 +21,7 @@ from cs336_systems.attention.tuned_tiles import TUNED
 from cs336_systems.report.b5_losses import peak
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_record_lists, run_provenance, write_table
-from cs336_systems.report.contract import Declared, Summary, Unread
+from cs336_systems.report.contract import Declared, Summary
 from cs336_systems.report.what_ran import ran_schema, tuned_elsewhere, what_ran
 
 QUANTITIES = ("o", "lse", "dq", "dk", "dv")
@@ -153,15 +152,12 @@ PEAK_NAMES = {"fp32_flops": "the fp32 CUDA-core peak", "tf32_flops": "the TF32 t
 @dataclass(frozen=True)
 class BackwardCost:
     """What one dtype's two timed backwards compute and move, against their times (``backward_accounting``)."""
-    shape: Unread[list[int]]
     triton_ms: float
     pytorch_ms: float
-    triton_backward: Unread[str | None]
     triton_products: int | None
     pytorch_products: int
     triton_flops: int | None
     pytorch_flops: int
-    pytorch_arithmetic: Unread[str | None]
     pytorch_precision: str | None
     triton_mode: str | None
     triton_tflops: float | None
@@ -201,30 +197,29 @@ def backward_accounting(records: list[dict]) -> dict[str, BackwardCost]:
         card = BY_DEVICE_NAME.get(gpu or "")
         facts_t, facts_p = ran(tri)["facts"], ran(pyt)["facts"]
         products = TRITON_PRODUCTS.get(facts_t.get("backward"))
-        entry = {"shape": [batch, n, d], "triton_ms": tri["metrics"]["backward_ms"],
-                 "pytorch_ms": pyt["metrics"]["backward_ms"], "triton_backward": facts_t.get("backward"),
+        entry = {"triton_ms": tri["metrics"]["backward_ms"], "pytorch_ms": pyt["metrics"]["backward_ms"],
                  "triton_products": products, "pytorch_products": PYTORCH_PRODUCTS,
                  "triton_flops": products * batch * n * n * d if products else None,
                  "pytorch_flops": PYTORCH_PRODUCTS * 2 * batch * n * n * d,
-                 "pytorch_arithmetic": facts_p.get("backward_arithmetic"),
                  "pytorch_precision": facts_p.get("float32_matmul_precision"),
                  "triton_mode": facts_t.get("products") if dtype == "fp32" else None}
-        out[dtype] = BackwardCost(**entry, **_rates(entry, gpu, card, dtype, facts_t.get("products")))
+        out[dtype] = BackwardCost(**entry, **_rates(entry, batch * n * n, facts_p.get("backward_arithmetic") == "fp32",
+                                                    gpu, card, dtype, facts_t.get("products")))
     return out
 
 
-def _rates(e: dict, gpu: str | None, card, dtype: str, products: str | None) -> dict:
-    """Achieved rates, peak shares and the PyTorch backward's floor of one accounting entry."""
+def _rates(e: dict, n2: int, fp32: bool, gpu: str | None, card, dtype: str, products: str | None) -> dict:
+    """Achieved rates, peak shares and the PyTorch backward's floor of one accounting entry: ``n2``
+    the batch's N x N elements, ``fp32`` whether the PyTorch backward's arithmetic was fp32."""
     rates = {"triton_tflops": e["triton_flops"] / e["triton_ms"] / 1e9 if e["triton_flops"] else None,
              "pytorch_tflops": e["pytorch_flops"] / e["pytorch_ms"] / 1e9}
     name, top = peak(gpu, "ours", dtype, products) if products or dtype != "fp32" else (None, float("nan"))
     known = name is not None and rates["triton_tflops"] is not None
     rates.update(triton_peak=name if known else None,
                  triton_of_peak=rates["triton_tflops"] * 1e12 / top if known else None)
-    field = MATMUL_PEAK.get(e["pytorch_precision"]) if e["pytorch_arithmetic"] == "fp32" else None
+    field = MATMUL_PEAK.get(e["pytorch_precision"]) if fp32 else None
     flops_peak = getattr(card, field) if card is not None and field else None
-    n2 = e["shape"][0] * e["shape"][1] ** 2
-    matrix_bytes = PYTORCH_MATRIX_PASSES * n2 * 4 if e["pytorch_arithmetic"] == "fp32" else None
+    matrix_bytes = PYTORCH_MATRIX_PASSES * n2 * 4 if fp32 else None
     rates.update(
         pytorch_peak=PEAK_NAMES.get(field),
         pytorch_of_peak=rates["pytorch_tflops"] * 1e12 / flops_peak if flops_peak else None,
@@ -281,7 +276,6 @@ Ran = Annotated[dict, Declared(ran_schema())]
 @dataclass(frozen=True)
 class B3Summary(Summary):
     shape: list[int] | None
-    statuses: Unread[dict[str, int]]
     worst_ratio: dict[str, WorstError]
     same_order: float
     near_factor: float
@@ -293,9 +287,7 @@ class B3Summary(Summary):
 @dataclass(frozen=True)
 class B4Summary(Summary):
     shape: list[int] | None
-    statuses: Unread[dict[str, int]]
     backward: dict[str, Speedup]
-    worst_ratio: Unread[dict[str, WorstError]]
     accounting: dict[str, BackwardCost]
     tuner: list[TunerChoice]
     tuned_elsewhere: list[str]
@@ -345,8 +337,7 @@ def main(argv=None) -> int:
         write_table(errors, args.out_dir)
         shape = errors_records[0]["params"]["shape"] if errors_records else None
         contract.write(args.out_dir / "summary.json", B3Summary(
-            provenance=run_provenance(errors_records), shape=shape,
-            statuses=errors["status"].value_counts().to_dict(), worst_ratio=worst_ratio(errors),
+            provenance=run_provenance(errors_records), shape=shape, worst_ratio=worst_ratio(errors),
             same_order=SAME_ORDER, near_factor=NEAR, ragged=ragged(errors_records), lse_better=lse_better(errors),
             ran=ran_in("error")))
     else:
@@ -354,8 +345,7 @@ def main(argv=None) -> int:
         ran = ran_in("time")
         contract.write(args.out_dir / "summary.json", B4Summary(
             provenance=run_provenance(records), shape=time_records[0]["params"]["shape"] if time_records else None,
-            statuses=times["status"].value_counts().to_dict() if len(times) else {},
-            backward=backward_speedup(times) if len(times) else {}, worst_ratio=worst_ratio(errors),
+            backward=backward_speedup(times) if len(times) else {},
             accounting=backward_accounting(records), tuner=tuner_choices(), tuned_elsewhere=tuned_elsewhere(triton),
             ran=ran, ran_as_b3=same_table(ran, ran_in("error"))))
     print(f"{args.deliverable} report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
