@@ -5,8 +5,9 @@ Schema the writeup checks that file against before the section's template reads 
 A field's key is its name, less a trailing underscore (``from_`` for the key "from"); its type gives
 its schema: ``int``, ``float``, ``str``, ``bool``, ``X | None``, a union of those scalars,
 ``list[X]``, ``dict[K, X]`` (keys that are data: dtypes, variants, cards) and dataclasses (keys that
-are names the code chose). ``Unread[X]``: a key the summary keeps that the section's words do not
-read; it is left out of the schema, so a template that reads it fails the schema test. ``Declared``:
+are names the code chose). ``Unread[X]``: a key the summary keeps for another report or a test, which
+the section's words do not read; it is left out of the schema, so a template that reads it fails the
+schema test. A key nothing reads is not declared at all. ``Declared``:
 a block whose schema is still written by hand (``summary_schemas``), as ``Provenance`` is.
 A section's contract subclasses ``Summary`` and is named in its report module's ``CONTRACTS``.
 """
