@@ -57,7 +57,7 @@ def test_fit_recovers_latency_and_bandwidth():
     sizes = [0.1, 1, 10, 100]
     part = pd.DataFrame({"size_mb": sizes, "status": "ok", "ms": [o_ms + s * 1e6 / w * 1e3 for s in sizes]})
     fit = c1.fit_latency_bandwidth(part)
-    assert fit["o_ms"] == pytest.approx(o_ms, rel=1e-6) and fit["w_GBps"] == pytest.approx(5.0, rel=1e-6)
+    assert fit.o_ms == pytest.approx(o_ms, rel=1e-6) and fit.w_GBps == pytest.approx(5.0, rel=1e-6)
 
 
 def test_compute_gaps_merge_overlapping_kernels():
