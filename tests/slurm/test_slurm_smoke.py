@@ -68,6 +68,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# What the one-node and the two-node clusters' slurm.conf share: root daemons authenticated by MUNGE,
+# and a scheduler with no accounting, mail or process tracking beyond what a test needs.
+ROOT_MUNGE_CONF = ("SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge")
+DAEMON_CONF = ("SlurmctldDebug=info", "SlurmdDebug=info", "SchedulerType=sched/backfill",
+               "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "ProctrackType=proctrack/linuxproc",
+               "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
+               "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none", "MpiDefault=none",
+               "MailProg=/bin/true")
+
+
 class LocalSlurm:
     """munged + slurmctld + slurmd on localhost; every file under ``conf_dir`` and ``munge_dir``."""
 
@@ -91,10 +101,7 @@ class LocalSlurm:
             f"SlurmctldHost={self.node}(127.0.0.1)",
             f"SlurmctldPort={_free_port()}",
             f"SlurmdPort={_free_port()}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
+            *ROOT_MUNGE_CONF,
             f"AuthInfo=socket={self.socket}",
             f"StateSaveLocation={d / 'state'}",
             f"SlurmdSpoolDir={d / 'spool'}",
@@ -102,18 +109,7 @@ class LocalSlurm:
             f"SlurmdPidFile={d / 'slurmd.pid'}",
             f"SlurmctldLogFile={d / 'slurmctld.log'}",
             f"SlurmdLogFile={d / 'slurmd.log'}",
-            "SlurmctldDebug=info",
-            "SlurmdDebug=info",
-            "SchedulerType=sched/backfill",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
-            "JobCompType=jobcomp/none",
-            "MpiDefault=none",
-            "MailProg=/bin/true",
+            *DAEMON_CONF,
             # Finished jobs stay visible to squeue (the profile's status command) for longer than the
             # whole run may take, so the test can still see the first job finished at the end.
             f"MinJobAge={2 * RUN_LIMIT_S}",

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .test_slurm_smoke import UP_LIMIT_S, LocalSlurm, PATH, _free_port, _tool
+from .test_slurm_smoke import DAEMON_CONF, PATH, ROOT_MUNGE_CONF, UP_LIMIT_S, LocalSlurm, _free_port, _tool
 
 # Each node declares this much (SlurmdParameters=config_overrides: the machine may be smaller):
 # two of the profile's tasks of cpus_per_task 4 and its mem_mb a job.
@@ -113,10 +113,7 @@ class TwoNodeSlurm(LocalSlurm):
             f"SlurmctldHost={self.node}({self.controller_address})",
             f"SlurmctldPort={_free_port()}",
             f"SlurmdPort={_free_port()}",          # each slurmd binds it in its own namespace
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
+            *ROOT_MUNGE_CONF,
             f"AuthInfo=socket={self.socket}",
             f"StateSaveLocation={d / 'state'}",
             f"SlurmdSpoolDir={d / 'spool'}/%n",
@@ -124,18 +121,7 @@ class TwoNodeSlurm(LocalSlurm):
             f"SlurmdPidFile={d / 'slurmd'}-%n.pid",
             f"SlurmctldLogFile={d / 'slurmctld.log'}",
             f"SlurmdLogFile={d / 'slurmd'}-%n.log",
-            "SlurmctldDebug=info",
-            "SlurmdDebug=info",
-            "SchedulerType=sched/backfill",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
-            "JobCompType=jobcomp/none",
-            "MpiDefault=none",
-            "MailProg=/bin/true",
+            *DAEMON_CONF,
             "MinJobAge=3600",              # finished jobs stay in squeue, the profile's status command
             "ReturnToService=2",
             "SlurmdParameters=config_overrides",
