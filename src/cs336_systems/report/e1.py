@@ -519,9 +519,8 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         "anchors": [{"rung": r.name, "adds": r.adds} for r in rungs.ANCHORS],
         "batch": first.get("batch"), "warmup": first.get("warmup"), "steps": first.get("steps"),
         "rounds": first.get("rounds"),
-        # how the run was measured: one job per point (its rungs paired), or a process per record
+        # one job per point, its rungs and anchors taking turns (training_step.ladder)
         "jobs": len({r["metrics"]["turns"]["job"] for r in records if (r["metrics"].get("turns") or {}).get("job")}),
-        "unpaired_records": sum(1 for r in records if not (r["metrics"].get("turns") or {}).get("job")),
         "min_rounds": MIN_ROUNDS, "interval_level": INTERVAL_LEVEL, "elsewhere": list(elsewhere),
         "seed": first.get("seed"),
         "compile": sorted({f"{p['params']['compile_mode']} ({p['params']['compile_backend']})"
@@ -768,7 +767,7 @@ SUMMARY_SCHEMAS: dict[str, dict] = {}
 _RUNG = obj(mfu=null(NUM), ms=NUM, rung=STR)
 _PHASES = obj(backward=NUM, forward=NUM, optimizer=NUM)
 # a verdict of the judge (``verdict``): None for an interval that was not measured
-_JUDGED = dict(difference=null(NUM), high=null(NUM), low=null(NUM), paired=BOOL, rounds=INT, verdict=STR)
+_JUDGED = dict(difference=null(NUM), high=null(NUM), low=null(NUM), rounds=INT, verdict=STR)
 SUMMARY_SCHEMAS["E1"] = section(
     anchors=arr(obj(adds=STR, rung=STR)),
     batch=INT,
@@ -841,7 +840,6 @@ SUMMARY_SCHEMAS["E1"] = section(
     slower_than_anchor_at=null(arr(STR)),
     statuses=obj(error=INT, ok=INT, oom=null(INT), skipped=INT),
     steps=INT,
-    unpaired_records=null(INT),
     warmup=INT,
     within_anchor_at=arr(STR),
 )
