@@ -1,5 +1,6 @@
 """The E1 report on synthetic records whose answers are known: the ladder table with an OOM and a
 skipped row, the figure, and the section's claims about the goal conditioned on the numbers."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -126,7 +127,7 @@ def test_the_goal_holds_by_mfu_where_its_interval_clears_the_target(tmp_path):
     assert bought["checkpointed"]["points"] == 0
     # every rung at least 10 % below the one before in every round: faster, each
     assert all(bought[n]["faster_at"] == 1 for n in ("bf16", "flash", "compiled", "fused-adamw"))
-    assert summary["loss_out_of_tolerance"] == [] and "their forward passes agree" in text
+    assert summary["checks"]["loss_out_of_tolerance"] == [] and "their forward passes agree" in text
 
 
 def test_the_goal_missed_is_said_plainly_with_each_part(tmp_path):
@@ -143,7 +144,7 @@ def test_the_goal_missed_is_said_plainly_with_each_part(tmp_path):
     assert "slower beyond the spread" in text and "45.0 % MFU" in text
     assert summary["slower_than_anchor_at"] == ["2.7B ctx 1024"] and summary["faster_than_anchor_at"] == []
     assert "slower at 1 (2.7B ctx 1024)" in text
-    assert [r["rung"] for r in summary["loss_out_of_tolerance"]] == ["compiled"]
+    assert [r["rung"] for r in summary["checks"]["loss_out_of_tolerance"]] == ["compiled"]
     assert "computes something other than fp32 eager** and is not ranked" in text
     assert "compiled at 2.7B ctx 1024 (losses up to 1.373 % from fp32 eager's)" in text
     assert "optimizer" in text and "10 %" in text      # the gap paragraph: the optimizer's share of the step
@@ -300,10 +301,9 @@ def test_a_rung_the_run_has_no_point_of_is_named_once_not_point_by_point():
                for rung in ("fp32", "bf16-weights", "anchor-liger")]
     missing = [p.split("/")[1][:-5] for p in planned if "fp32" not in p]
     missing.remove("xl_ctx512_anchor-liger")        # the run has one point of anchor-liger
-    assert e1.missing_briefly(planned, missing) == {
-        "rungs": ["bf16-weights"],
-        "points": ["xl_ctx1024_anchor-liger", "2.7B_ctx512_anchor-liger", "2.7B_ctx1024_anchor-liger"]}
-    assert e1.missing_briefly(planned, []) == {"rungs": [], "points": []}
+    assert e1.missing_briefly(planned, missing) == e1.Points(
+        ["xl_ctx1024_anchor-liger", "2.7B_ctx512_anchor-liger", "2.7B_ctx1024_anchor-liger"], ["bf16-weights"])
+    assert e1.missing_briefly(planned, []) == e1.Points([], [])
 
 
 def test_a_run_with_every_point_says_nothing_is_missing(tmp_path):
@@ -314,13 +314,12 @@ def test_a_run_with_every_point_says_nothing_is_missing(tmp_path):
 
 def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
     # 28 bytes a parameter (read p, g, m, v; write p, m, v in fp32) at the H100's 3.35 TB/s.
-    gap_ = {"size": "2.7B", "context": 1024, "rung": "fused-adamw", "phases_ms": {"optimizer": 40.0},
-            "updates_in_backward": False}
+    gap_ = gap_at("fused-adamw", size="2.7B", context=1024, optimizer_ms=40.0)
     record = {"params": {"size": "2.7B", "context": 1024, "rung": "fused-adamw", "optimizer": rungs.FUSED_ADAMW},
               "provenance": {"gpu": "NVIDIA H100 80GB HBM3"}, "metrics": {"parameters": 3_000_000_000}}
     floor = e1.optimizer_floor(gap_, [record])
-    assert floor["floor_ms"] == pytest.approx(3e9 * 28 / 3.35e12 * 1e3)
-    assert floor["over_floor"] == pytest.approx(40.0 / floor["floor_ms"])
+    assert floor.floor_ms == pytest.approx(3e9 * 28 / 3.35e12 * 1e3)
+    assert floor.over_floor == pytest.approx(40.0 / floor.floor_ms)
     assert e1.optimizer_floor(gap_, [{**record, "provenance": {"gpu": None}}]) is None     # no card, no floor
     # our Triton AdamW, with or without bf16 copies, makes the same one pass; cs336_basics' makes several
     ours = rungs.get("bf16-weights").setup.optimizer
@@ -328,7 +327,18 @@ def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
     several = {**record["params"], "optimizer": rungs.OUR_ADAMW}
     assert e1.optimizer_floor(gap_, [{**record, "params": several}]) is None
     # updates that ran inside backward leave the optimizer phase empty: no floor to set it against
-    assert e1.optimizer_floor({**gap_, "updates_in_backward": True}, [record]) is None
+    assert e1.optimizer_floor(dataclasses.replace(gap_, updates_in_backward=True), [record]) is None
+
+
+def gap_at(rung: str, size: str = SIZE, context: int = CONTEXT, optimizer_ms: float = 30.0) -> e1.Gap:
+    """The gap of ``rung`` at a point, its phases made up: what optimizer_floor and kernel_comparison read."""
+    phases = {"forward": 50.0, "backward": 100.0, "optimizer": optimizer_ms}
+    return e1.Gap(rung, size, context, sum(phases.values()), False, None, phases,
+                  {k: v / sum(phases.values()) for k, v in phases.items()}, 2.0, 2)
+
+
+# an optimizer floor of 28 ms, the rest of it made up
+FLOOR_28_MS = e1.OptimizerFloor(1.0, 28.0, "H100", 1.0, 28.0, 1.0)
 
 
 def profile_record(rung: str, kinds_ms: dict, step_ms: float, busy_ms: float, status="ok") -> dict:
@@ -396,36 +406,36 @@ def test_ours_against_the_anchor_names_the_kernel_kind_where_they_part(tmp_path)
     close = profile_record("anchor-sdpa-flash", {"GEMM": 119.2, "attention-softmax": 19.0, "elementwise": 40.0,
                                                  "optimizer": 30.0}, step_ms=best - 1.0, busy_ms=204.0)
     # with two anchors profiled, the best anchor's profile is the one set against ours
-    assert e1.kernel_comparison([ours, close, anchor], None, None, 0.55, "anchor-liger")["anchor"]["rung"] == \
+    assert e1.kernel_comparison([ours, close, anchor], None, None, 0.55, "anchor-liger").anchor.rung == \
         "anchor-sdpa-flash"
     liger = {**anchor, "params": {**anchor["params"], "rung": "anchor-liger"}}
-    assert e1.kernel_comparison([ours, close, liger], None, None, 0.55, "anchor-liger")["anchor"]["rung"] == "anchor-liger"
+    assert e1.kernel_comparison([ours, close, liger], None, None, 0.55, "anchor-liger").anchor.rung == "anchor-liger"
     kc = e1.kernel_comparison([ours, close], None, None, 0.55)
-    assert kc["anchor"]["largest"] == "attention-softmax" and not kc["anchor"]["largest_stands_out"]
+    assert kc.anchor.largest == "attention-softmax" and not kc.anchor.largest_stands_out
     assert f"at {_projection_flops() / 0.120 / 1e12:.0f} TFLOP/s" in flat
 
 
 def test_the_goal_leaves_the_step_it_allows_less_the_gemms_and_the_optimizer_floor():
     ours = profile_record("fused-adamw", {"GEMM": 120.0, "attention-softmax": 20.0, "elementwise": 40.0,
                                           "optimizer": 30.0}, step_ms=215.0, busy_ms=210.0)
-    gap_ = {"rung": "fused-adamw", "size": SIZE, "context": CONTEXT}
-    kc = e1.kernel_comparison([ours], gap_, {"floor_ms": 28.0}, goal_mfu=0.55)
+    gap_ = gap_at("fused-adamw")
+    kc = e1.kernel_comparison([ours], gap_, FLOOR_28_MS, goal_mfu=0.55)
     total = model_step_flops(get_size(SIZE), batch=BATCH, context=CONTEXT, mode="train-step")
-    assert kc["anchor"] is None
-    assert kc["bound"]["ms"] == pytest.approx(148.0)
-    assert kc["bound"]["mfu"] == pytest.approx(total / 0.148 / BF16_PEAK)
-    assert kc["bound"]["goal_ms"] == pytest.approx(total / (0.55 * BF16_PEAK) * 1e3)
-    assert kc["bound"]["room_ms"] == pytest.approx(kc["bound"]["goal_ms"] - 148.0)
-    assert kc["bound"]["rest_now_ms"] == pytest.approx(210.0 - 148.0)
-    assert kc["bound"]["cut_share"] == pytest.approx(1 - kc["bound"]["room_ms"] / (210.0 - 148.0))
+    assert kc.anchor is None
+    assert kc.bound.ms == pytest.approx(148.0)
+    assert kc.bound.mfu == pytest.approx(total / 0.148 / BF16_PEAK)
+    assert kc.bound.goal_ms == pytest.approx(total / (0.55 * BF16_PEAK) * 1e3)
+    assert kc.bound.room_ms == pytest.approx(kc.bound.goal_ms - 148.0)
+    assert kc.bound.rest_now_ms == pytest.approx(210.0 - 148.0)
+    assert kc.bound.cut_share == pytest.approx(1 - kc.bound.room_ms / (210.0 - 148.0))
     # With a slow enough goal the rest fits, and nothing need go.
-    assert e1.kernel_comparison([ours], gap_, {"floor_ms": 28.0}, goal_mfu=0.30)["bound"]["cut_share"] == 0.0
+    assert e1.kernel_comparison([ours], gap_, FLOOR_28_MS, goal_mfu=0.30).bound.cut_share == 0.0
     assert e1.kernel_comparison([], None, None, 0.55) is None
     # The optimizer floor of another point is not this profile's; GEMMs that include naive
     # attention's products are not the projections alone.
-    assert e1.kernel_comparison([ours], {**gap_, "context": 2048}, {"floor_ms": 28.0}, 0.55)["bound"] is None
+    assert e1.kernel_comparison([ours], dataclasses.replace(gap_, context=2048), FLOOR_28_MS, 0.55).bound is None
     naive = {**ours, "params": {**ours["params"], "attention": "naive"}}
-    assert e1.kernel_comparison([naive], gap_, {"floor_ms": 28.0}, 0.55)["gemm_tflops"] is None
+    assert e1.kernel_comparison([naive], gap_, FLOOR_28_MS, 0.55).gemm_tflops is None
 
 
 def test_every_row_s_mfu_is_against_the_bf16_peak_and_the_compiled_rung_says_what_it_compiled(tmp_path):
@@ -461,9 +471,9 @@ def _checked_ladder(best_ms: float, flash_gradients: dict, flash_later=(8.6626, 
 def test_the_losses_after_updates_and_the_first_gradients_are_checked_and_said(tmp_path):
     best = _ms_at(0.5)
     summary, text = build(tmp_path, _checked_ladder(best, {"layers.attn.q_proj.weight": 0.015, "lm_head.weight": 0.008}))
-    assert summary["loss_out_of_tolerance"] == [] and summary["loss_steps_compared"] == 3
-    assert summary["grad_checked"] == 5 and summary["grad_unchecked"] == 0
-    assert summary["grad_max"] == {"rel_error": 0.015, "group": "layers.attn.q_proj.weight", "rung": "flash",
+    assert summary["checks"]["loss_out_of_tolerance"] == [] and summary["checks"]["loss_steps_compared"] == 3
+    assert summary["checks"]["grad_checked"] == 5 and summary["checks"]["grad_unchecked"] == 0
+    assert summary["checks"]["grad_max"] == {"rel_error": 0.015, "group": "layers.attn.q_proj.weight", "rung": "flash",
                                    "size": SIZE, "context": CONTEXT}
     assert "computes what fp32 eager computes: its loss at each of its first 3 steps" in text
     assert "largest error 1.50 %: layers.attn.q_proj.weight of flash at 2.7B ctx 1024" in text
@@ -481,7 +491,7 @@ def test_a_rung_whose_gradients_or_later_losses_part_from_fp32_eager_s_is_flagge
     later = (8.6626, 8.30) if wrong == "later loss" else (8.6626, 8.0907)
     records = _checked_ladder(best, grads, later, flash_ms=0.5 * best)
     summary, text = build(tmp_path, records)
-    [flagged] = summary["loss_out_of_tolerance"]
+    [flagged] = summary["checks"]["loss_out_of_tolerance"]
     assert flagged["rung"] == "flash" and flagged["grad_out"] is (wrong == "gradients")
     assert flagged["loss_out"] is (wrong == "later loss")
     assert summary["goal"]["point"]["top_rung"]["rung"] == "fused-adamw"
@@ -496,18 +506,18 @@ def test_ours_is_the_gap_s_rung_where_profiled_else_the_highest_and_two_commits_
     fused = profile_record("fused-adamw", kinds, step_ms=215.0, busy_ms=210.0)
     graphs = profile_record("cuda-graphs", {**kinds, "elementwise": 30.0}, step_ms=200.0, busy_ms=200.0)
     anchor = profile_record("anchor-sdpa-cudnn", kinds, step_ms=210.0, busy_ms=205.0)
-    gap_ = {"rung": "cuda-graphs", "size": SIZE, "context": CONTEXT}
+    gap_ = gap_at("cuda-graphs")
     # the gap's rung, though another of ours comes first
-    assert e1.kernel_comparison([fused, graphs, anchor], gap_, None, 0.55)["rung"] == "cuda-graphs"
+    assert e1.kernel_comparison([fused, graphs, anchor], gap_, None, 0.55).rung == "cuda-graphs"
     # no gap, or the gap's rung not profiled: the ladder's highest profiled rung
-    assert e1.kernel_comparison([fused, graphs, anchor], None, None, 0.55)["rung"] == "cuda-graphs"
-    assert e1.kernel_comparison([fused, anchor], gap_, None, 0.55)["rung"] == "fused-adamw"
+    assert e1.kernel_comparison([fused, graphs, anchor], None, None, 0.55).rung == "cuda-graphs"
+    assert e1.kernel_comparison([fused, anchor], gap_, None, 0.55).rung == "fused-adamw"
     kc = e1.kernel_comparison([graphs, anchor], gap_, None, 0.55)
-    assert not kc["anchor"]["apart"]
+    assert not kc.anchor.apart
     elsewhere = {**anchor, "provenance": {**anchor["provenance"], "commit": "f" * 40}}
     kc = e1.kernel_comparison([graphs, elsewhere], gap_, None, 0.55)
-    assert kc["anchor"]["apart"] and kc["anchor"]["commits"][1] == "f" * 40
-    assert kc["anchor"]["commits"][0] == (graphs["provenance"].get("commit") or "unknown")
+    assert kc.anchor.apart and kc.anchor.commits[1] == "f" * 40
+    assert kc.anchor.commits[0] == (graphs["provenance"].get("commit") or "unknown")
 
 
 def test_a_best_rung_that_updates_in_backward_is_said_to_and_gets_no_optimizer_floor(tmp_path):

@@ -54,8 +54,10 @@ section says what was not checked.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -66,9 +68,10 @@ from cs336_systems.accounting.memory_traffic import ADAMW_BYTES_PER_PARAMETER, a
 from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
 from cs336_systems.profiling.flops import model_step_flops, model_step_flops_parts
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
-from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report import contract
+from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
+from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge, judge_rounds, round_samples
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, null, obj, opt, section
 from cs336_systems.training_step import rungs
 
 LOSS_RTOL = 5e-4          # a rung's losses against fp32 eager's (the module's doc says why)
@@ -151,14 +154,28 @@ def _finite(value: float) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
 
-def verdict(a, b, records: list[dict], *, ratio: bool = False) -> dict:
-    """``a``'s step against ``b``'s (two rows of the frame) by ``spread.judge``: ``difference`` (ms, or
-    ``a / b`` with ``ratio``), its interval ``low``..``high`` (None where none was measured), the
-    verdict ("higher", "lower", ``WITHIN`` or ``NOT_SETTLED``), the rounds and those set aside, and
-    whether one job measured both (``paired``)."""
-    judged = judge(records[int(a["record"])], records[int(b["record"])], ratio=ratio)
-    return {**judged.as_dict(), "difference": _finite(judged.difference), "low": _finite(judged.low),
-            "high": _finite(judged.high)}
+@dataclass(frozen=True)
+class Against:
+    """The top rung of a point against another entrant there (an anchor, or an ``--elsewhere`` rung):
+    the judge's ratio of their steps per round of their job (``spread.judge``), its interval (None
+    where none was measured), its verdict, the rounds and those set aside."""
+    rung: str
+    anchor: bool
+    ms: float
+    difference: float | None
+    low: float | None
+    high: float | None
+    verdict: str
+    rounds: int
+    set_aside: int
+    paired: Unread[bool]
+
+
+def against(top, other, records: list[dict]) -> Against:
+    """``top``'s step over ``other``'s (two rows of the frame), judged."""
+    v = judge(records[int(top["record"])], records[int(other["record"])], ratio=True)
+    return Against(str(other["rung"]), bool(other["anchor"]), float(other["median_ms"]), _finite(v.difference),
+                   _finite(v.low), _finite(v.high), v.verdict, v.rounds, v.set_aside, v.paired)
 
 
 def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
@@ -197,10 +214,10 @@ def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd
             d_ms.append(row["median_ms"] - prev["median_ms"])
             d_pct.append(row["median_ms"] / prev["median_ms"] - 1)
             d_gib.append(row["peak_gib"] - prev["peak_gib"])
-            judged = verdict(row, prev, records)        # is the change beyond the spread?
-            d_spread.append(judged["verdict"])
-            d_low.append(_nan(judged["low"]))
-            d_high.append(_nan(judged["high"]))
+            judged = judge(records[int(row["record"])], records[int(prev["record"])])   # beyond the spread?
+            d_spread.append(judged.verdict)
+            d_low.append(judged.low)
+            d_high.append(judged.high)
         else:
             d_ms.append(math.nan)
             d_pct.append(math.nan)
@@ -289,12 +306,18 @@ def plot_ladder(df: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-def _row(r) -> dict:
-    return {"rung": str(r["rung"]), "ms": float(r["median_ms"]), "std_ms": float(r["std_ms"]),
-            "mfu": None if math.isnan(r["mfu"]) else float(r["mfu"]), "tokens_per_s": float(r["tokens_per_s"]),
-            "peak_gib": None if math.isnan(r["peak_gib"]) else float(r["peak_gib"]),
-            "phases_ms": {phase: None if math.isnan(r[f"{phase}_ms"]) else float(r[f"{phase}_ms"]) for phase in PHASES},
-            "loss_checked": r["computes_ok"] is not None}
+@dataclass(frozen=True)
+class Step:
+    """One entrant's step at a point, as the section quotes it; its phases feed the gap (``gap``)."""
+    rung: str
+    ms: float
+    mfu: float | None
+    phases_ms: Unread[dict[str, float | None]]
+
+
+def _step(r) -> Step:
+    return Step(str(r["rung"]), float(r["median_ms"]), None if math.isnan(r["mfu"]) else float(r["mfu"]),
+                {phase: None if math.isnan(r[f"{phase}_ms"]) else float(r[f"{phase}_ms"]) for phase in PHASES})
 
 
 def _rankable(part: pd.DataFrame) -> pd.DataFrame:
@@ -318,139 +341,207 @@ def _top(part: pd.DataFrame) -> pd.Series | None:
     return ours.loc[max(ours.index, key=lambda i: height(str(ours.at[i, "rung"])))]
 
 
-def points_summary(df: pd.DataFrame, records: list[dict], elsewhere: tuple[str, ...] = ()) -> list[dict]:
-    """Per size x context: fp32 eager, the top rung, the best anchor (the lowest median), the top rung
-    against each ``elsewhere`` rung and each anchor that ran there (``against``: the judge's ratio of
-    their steps per round, ``verdict``), against the best anchor among them (``top_vs_anchor``), and
-    what did not run."""
+@dataclass(frozen=True)
+class NotRun:
+    rung: str
+    status: str
+    note: str
+
+
+@dataclass(frozen=True)
+class Point:
+    """One size x context: the top rung, the best anchor (the lowest median step: a choice, not a
+    verdict), the top rung's speed-up over fp32 eager, the top rung against each ``--elsewhere`` rung
+    and each anchor that ran there (``against``) and against the best anchor (``top_vs_anchor``)."""
+    size: Unread[str]
+    context: Unread[int]
+    label: str
+    batch: int
+    measured: Unread[list[str]]         # what the point measured: a skipped rung was not (an OOM was)
+    top_rung: Step | None
+    best_anchor: Step | None
+    speedup_over_fp32: float | None
+    against: list[Against]
+    top_vs_anchor: Against | None
+    not_ok: Unread[list[NotRun]]
+
+
+def points_summary(df: pd.DataFrame, records: list[dict], elsewhere: tuple[str, ...] = ()) -> list[Point]:
+    """Per size x context, its ``Point``."""
     out = []
     for (size, context), part in df.groupby(["size", "context"], observed=True, sort=True):
         top = _top(part)
         anchors = _rankable(part[part["anchor"]])
         anchor = anchors.loc[anchors["median_ms"].idxmin()] if len(anchors) else None
         ref = part[(part["rung"] == REFERENCE) & (part["status"] == "ok")]
-        against = [] if top is None else [
-            {"rung": str(r["rung"]), "anchor": bool(r["anchor"]), "ms": float(r["median_ms"]),
-             **verdict(top, r, records, ratio=True)}
-            for _, r in _rankable(part).iterrows()
+        others = [] if top is None else [
+            against(top, r, records) for _, r in _rankable(part).iterrows()
             if str(r["rung"]) != str(top["rung"]) and (r["anchor"] or str(r["rung"]) in elsewhere)]
-        best = next((a for a in against if anchor is not None and a["rung"] == str(anchor["rung"])), None)
-        out.append({
-            "size": str(size), "context": int(context), "label": f"{size} ctx {int(context)}",
-            "batch": int(part["batch"].iloc[0]),
-            # what the point measured: a skipped rung was not (an OOM was)
-            "measured": [str(r["rung"]) for _, r in part.iterrows() if r["status"] != "skipped"],
-            "fp32": _row(ref.iloc[0]) if len(ref) else None,
-            "top_rung": _row(top) if top is not None else None,
-            "best_anchor": _row(anchor) if anchor is not None else None,
-            "speedup_over_fp32": (float(ref["median_ms"].iloc[0] / top["median_ms"])
-                                  if len(ref) and top is not None else None),
-            "against": against,
-            "top_vs_anchor": best,
-            "not_ok": [{"rung": str(r["rung"]), "status": r["status"], "note": r["note"]}
-                       for _, r in part[part["status"] != "ok"].iterrows()],
-        })
+        out.append(Point(
+            str(size), int(context), f"{size} ctx {int(context)}", int(part["batch"].iloc[0]),
+            [str(r["rung"]) for _, r in part.iterrows() if r["status"] != "skipped"],
+            _step(top) if top is not None else None, _step(anchor) if anchor is not None else None,
+            float(ref["median_ms"].iloc[0] / top["median_ms"]) if len(ref) and top is not None else None,
+            others, next((a for a in others if anchor is not None and a.rung == str(anchor["rung"])), None),
+            [NotRun(str(r["rung"]), r["status"], r["note"]) for _, r in part[part["status"] != "ok"].iterrows()]))
     return out
 
 
-def scope(points: list[dict], goal_size: str, goal_context: int) -> list[dict]:
+@dataclass(frozen=True)
+class Points:
+    """Some points, and some rungs: those the points lack (``missing_briefly``) or have (``scope``)."""
+    points: list[str]
+    rungs: list[str]
+
+
+def scope(points: list[Point], goal_size: str, goal_context: int) -> list[Points]:
     """The points other than the goal's that lack a rung of the ladder the goal point has, grouped by
-    the rungs they have (``{"points": [...], "rungs": [...]}``): where each rung against the rung
-    before it could not be judged."""
-    goal = next((p for p in points if (p["size"], p["context"]) == (goal_size, goal_context)), None)
-    ladder = {n for n in (goal["measured"] if goal else []) if n in rungs.RUNG_NAMES}
+    the rungs they have: where each rung against the rung before it could not be judged."""
+    goal = next((p for p in points if (p.size, p.context) == (goal_size, goal_context)), None)
+    ladder = {n for n in (goal.measured if goal else []) if n in rungs.RUNG_NAMES}
     groups: dict[tuple, list[str]] = {}
     for p in points:
-        have = tuple(n for n in p["measured"] if n in rungs.RUNG_NAMES)
+        have = tuple(n for n in p.measured if n in rungs.RUNG_NAMES)
         if p is not goal and not ladder <= set(have):
-            groups.setdefault(have, []).append(p["label"])
-    return [{"points": labels, "rungs": list(have)} for have, labels in groups.items()]
+            groups.setdefault(have, []).append(p.label)
+    return [Points(labels, list(have)) for have, labels in groups.items()]
 
 
-def bought(df: pd.DataFrame) -> list[dict]:
-    """Per rung after the first: over the points where it and the rung before both ran, the median
-    change of step time (ms and relative) and of peak memory, and at how many points the judge calls
-    it faster, slower, within the spread or not settled (``verdict``)."""
+@dataclass(frozen=True)
+class Bought:
+    """What one rung bought over the rung before it: medians over the points where both ran, and at
+    how many points the judge calls it faster, slower, within the spread or not settled."""
+    rung: str
+    points: int
+    median_delta_ms: float | None
+    median_delta_pct: float | None
+    faster_at: int
+    slower_at: int
+    within_spread_at: int
+    not_settled_at: int
+    median_delta_peak_gib: float | None
+
+
+def _median(values: pd.Series) -> float | None:
+    return float(values.median()) if len(values) else None
+
+
+def bought(df: pd.DataFrame) -> list[Bought]:
+    """Per rung after the first, its ``Bought``."""
     out = []
     for name in rungs.RUNG_NAMES[1:]:
         part = df[(df["rung"] == name) & df["delta_ms"].notna()] if name in set(df["rung"].astype(str)) else df.iloc[:0]
-        gib = part["delta_peak_gib"].dropna()
-        out.append({"rung": name, "adds": rungs.get(name).adds, "points": int(len(part)),
-                    "median_delta_ms": float(part["delta_ms"].median()) if len(part) else None,
-                    "median_delta_pct": float(part["delta_pct"].median()) if len(part) else None,
-                    "faster_at": int((part["delta_spread"] == "lower").sum()),
-                    "slower_at": int((part["delta_spread"] == "higher").sum()),
-                    "within_spread_at": int((part["delta_spread"] == WITHIN).sum()),
-                    "not_settled_at": int((part["delta_spread"] == NOT_SETTLED).sum()),
-                    "median_delta_peak_gib": float(gib.median()) if len(gib) else None})
+        said = part["delta_spread"]
+        out.append(Bought(name, int(len(part)), _median(part["delta_ms"]), _median(part["delta_pct"]),
+                          int((said == "lower").sum()), int((said == "higher").sum()), int((said == WITHIN).sum()),
+                          int((said == NOT_SETTLED).sum()), _median(part["delta_peak_gib"].dropna())))
     return out
 
 
-def _part(judged: dict, target: float) -> str:
+def _part(low: float | None, high: float | None, target: float) -> str:
     """A goal's part from a judged ratio that must be at most ``target``: ``HOLDS`` where the whole
     interval is, ``MISSED`` where none of it is, else ``NOT_SETTLED`` (also where no interval was measured)."""
-    if judged["low"] is None or judged["high"] is None:
+    if low is None or high is None:
         return NOT_SETTLED
-    return HOLDS if judged["high"] <= target else MISSED if judged["low"] > target else NOT_SETTLED
+    return HOLDS if high <= target else MISSED if low > target else NOT_SETTLED
 
 
-def mfu_judged(record: dict, flops: float, peak_flops: float | None, target: float) -> dict | None:
-    """The top rung's MFU against ``target``, judged per round: each round's step over the step
-    ``target`` allows (``goal_ms``), by ``spread.judge_rounds`` (a ratio at most 1 is an MFU at least
-    ``target``); the MFU and its interval follow from that ratio's. None where the card has no peak."""
+@dataclass(frozen=True)
+class MfuJudged:
+    """The top rung's MFU against the goal's, judged per round: each round's step over the step the
+    goal's MFU allows (``goal_ms``), by ``spread.judge_rounds`` (a ratio at most 1 is an MFU at least
+    the goal's); the MFU and its interval follow from that ratio's."""
+    goal_ms: float
+    difference: Unread[float | None]
+    low: float | None
+    high: Unread[float | None]
+    rounds: int
+    set_aside: Unread[int]
+    mfu: float | None
+    mfu_low: float | None
+    mfu_high: float | None
+
+
+def mfu_judged(record: dict, flops: float, peak_flops: float | None, target: float) -> MfuJudged | None:
+    """The top rung's ``MfuJudged``; None where the card has no peak."""
     if not peak_flops:
         return None
     goal_ms = flops / (target * peak_flops) * 1e3
     per_round = round_samples(record)
     judged = judge_rounds(per_round, [[goal_ms]] * len(per_round), ratio=True)
     low, high = _finite(judged.low), _finite(judged.high)
-    return {"goal_ms": goal_ms, **judged.as_dict(), "difference": _finite(judged.difference), "low": low, "high": high,
-            "mfu": None if math.isnan(judged.difference) else target / judged.difference,
-            "mfu_low": target / high if high else None, "mfu_high": target / low if low else None}
+    return MfuJudged(goal_ms, _finite(judged.difference), low, high, judged.rounds, judged.set_aside,
+                     None if math.isnan(judged.difference) else target / judged.difference,
+                     target / high if high else None, target / low if low else None)
 
 
-def goal_check(df: pd.DataFrame, records: list[dict], points: list[dict], size: str, context: int,
-               ratio_target: float, mfu_target: float) -> dict:
-    """The issue's goal at one point, judged: the top rung's step against the best anchor's
-    (``ratio``: at most ``ratio_target``) and its MFU (``mfu``: at least ``mfu_target``). Each part
-    ``HOLDS``, is ``MISSED`` or ``NOT_SETTLED`` (``_part``; None where it cannot be judged: no anchor,
-    no peak). ``outcome``: ``HOLDS`` where a part holds, ``MISSED`` where every judged part is missed,
+@dataclass(frozen=True)
+class Goal:
+    """The issue's goal at one point: the top rung's step against the best anchor's (``ratio``: at
+    most ``ratio_target``) and its MFU (``mfu``: at least ``mfu_target``). Each part ``HOLDS``, is
+    ``MISSED`` or ``NOT_SETTLED`` (``_part``; None where it cannot be judged: no anchor, no peak).
+    ``outcome``: ``HOLDS`` where a part holds, ``MISSED`` where every judged part is missed,
     ``NOT_MEASURED`` where no part can be judged, else ``NOT_SETTLED``."""
-    goal = {"size": size, "context": context, "ratio_target": ratio_target, "mfu_target": mfu_target,
-            "point": next((p for p in points if p["size"] == size and p["context"] == context), None),
-            "ratio": None, "ratio_part": None, "mfu": None, "mfu_part": None}
-    point = goal["point"]
-    if point is not None and point["top_rung"] is not None:
-        goal["ratio"] = point["top_vs_anchor"]
-        goal["ratio_part"] = _part(goal["ratio"], ratio_target) if goal["ratio"] else None
+    size: str
+    context: int
+    ratio_target: float
+    mfu_target: float
+    point: Point | None
+    ratio: Against | None
+    ratio_part: str | None
+    mfu: MfuJudged | None
+    mfu_part: str | None
+    outcome: str
+    met: Unread[bool]
+
+
+def goal_check(df: pd.DataFrame, records: list[dict], points: list[Point], size: str, context: int,
+               ratio_target: float, mfu_target: float) -> Goal:
+    point = next((p for p in points if p.size == size and p.context == context), None)
+    ratio = ratio_part = mfu = mfu_part = None
+    if point is not None and point.top_rung is not None:
+        ratio = point.top_vs_anchor
+        ratio_part = _part(ratio.low, ratio.high, ratio_target) if ratio else None
         row = df[(df["size"].astype(str) == size) & (df["context"] == context)
-                 & (df["rung"].astype(str) == point["top_rung"]["rung"])].iloc[0]
-        goal["mfu"] = mfu_judged(records[int(row["record"])], row["flops"], row["peak_flops"], mfu_target)
-        goal["mfu_part"] = _part(goal["mfu"], 1.0) if goal["mfu"] else None
-    parts = [p for p in (goal["ratio_part"], goal["mfu_part"]) if p is not None]
-    goal["outcome"] = (NOT_MEASURED if not parts else HOLDS if HOLDS in parts
-                       else MISSED if all(p == MISSED for p in parts) else NOT_SETTLED)
-    goal["met"] = goal["outcome"] == HOLDS
-    return goal
+                 & (df["rung"].astype(str) == point.top_rung.rung)].iloc[0]
+        mfu = mfu_judged(records[int(row["record"])], row["flops"], row["peak_flops"], mfu_target)
+        # a ratio at most 1: a step at most the one the goal's MFU allows
+        mfu_part = _part(mfu.low, mfu.high, 1.0) if mfu else None
+    parts = [p for p in (ratio_part, mfu_part) if p is not None]
+    outcome = (NOT_MEASURED if not parts else HOLDS if HOLDS in parts
+               else MISSED if all(p == MISSED for p in parts) else NOT_SETTLED)
+    return Goal(size, context, ratio_target, mfu_target, point, ratio, ratio_part, mfu, mfu_part, outcome,
+                outcome == HOLDS)
 
 
-def gap(point: dict | None) -> dict | None:
-    """Where the top rung's step goes, by phase (the optimizer's elementwise work is time MFU does
-    not count), and how far its MFU is from the peak."""
-    if point is None or point["top_rung"] is None:
+@dataclass(frozen=True)
+class Gap:
+    """Where the top rung's step goes at the goal point, by phase (the optimizer's elementwise work is
+    time MFU does not count), and how far its MFU is from the peak."""
+    rung: str
+    size: str
+    context: int
+    ms: float
+    updates_in_backward: bool       # its updates ran inside the backward phase (training_step.adamw_in_backward)
+    mfu: float | None
+    phases_ms: dict[str, float]
+    shares: dict[str, float]
+    backward_over_forward: float | None
+    matmul_backward_over_forward: int
+
+
+def gap(point: Point | None) -> Gap | None:
+    if point is None or point.top_rung is None:
         return None
-    best = point["top_rung"]
-    phases = best["phases_ms"]
+    best = point.top_rung
+    phases = best.phases_ms
     if any(v is None for v in phases.values()):
         return None
     total = sum(phases.values())
-    rung = rungs.BY_NAME.get(best["rung"])
-    return {"rung": best["rung"], "size": point["size"], "context": point["context"], "ms": best["ms"],
-            # its updates ran inside the backward phase, beside it (training_step.adamw_in_backward)
-            "updates_in_backward": bool(rung and rung.setup.adamw_in_backward),
-            "mfu": best["mfu"], "phases_ms": phases, "shares": {k: v / total for k, v in phases.items()},
-            "backward_over_forward": phases["backward"] / phases["forward"] if phases["forward"] else None,
-            "matmul_backward_over_forward": MATMUL_BACKWARD_OVER_FORWARD}
+    rung = rungs.BY_NAME.get(best.rung)
+    return Gap(best.rung, point.size, point.context, best.ms, bool(rung and rung.setup.adamw_in_backward),
+               best.mfu, phases, {k: v / total for k, v in phases.items()},
+               phases["backward"] / phases["forward"] if phases["forward"] else None, MATMUL_BACKWARD_OVER_FORWARD)
 
 
 # The optimizers that make one pass over those bytes (records' ``optimizer``); cs336_basics' AdamW
@@ -458,16 +549,26 @@ def gap(point: dict | None) -> dict | None:
 ONE_PASS_ADAMWS = (rungs.FUSED_ADAMW, rungs.TRITON_ADAMW)
 
 
-def optimizer_floor(gap_: dict | None, records: list[dict]) -> dict | None:
-    """The optimizer phase of the gap's rung against the time its bytes take at the card's memory
-    bandwidth (datasheet): how far from its own limit the part MFU does not count runs. None where
-    the rung's AdamW is not one pass over them, or where its updates ran inside backward (the
+@dataclass(frozen=True)
+class OptimizerFloor:
+    """The gap's optimizer phase against the time its bytes take at the card's memory bandwidth."""
+    billions: float
+    gigabytes: float
+    card: str
+    bandwidth_tb_s: float
+    floor_ms: float
+    over_floor: float
+
+
+def optimizer_floor(gap_: Gap | None, records: list[dict]) -> OptimizerFloor | None:
+    """How far from its own limit the part MFU does not count runs (datasheet bandwidth). None where
+    the rung's AdamW is not one pass over its bytes, or where its updates ran inside backward (the
     optimizer phase is then empty, and what the updates cost is hidden in backward's time)."""
-    if gap_ is None or gap_["updates_in_backward"]:
+    if gap_ is None or gap_.updates_in_backward:
         return None
     for r in records:
         p = r["params"]
-        if (p.get("size"), p.get("context"), p.get("rung")) == (gap_["size"], gap_["context"], gap_["rung"]):
+        if (p.get("size"), p.get("context"), p.get("rung")) == (gap_.size, gap_.context, gap_.rung):
             if not str(p.get("optimizer", "")).startswith(ONE_PASS_ADAMWS):
                 return None
             card = BY_DEVICE_NAME.get(r["provenance"].get("gpu") or "")
@@ -475,10 +576,8 @@ def optimizer_floor(gap_: dict | None, records: list[dict]) -> dict | None:
             if card is None or card.hbm_bandwidth is None or not parameters:
                 return None
             floor_ms = adamw_floor_ms(parameters, card)
-            return {"parameters": parameters, "billions": parameters / 1e9,
-                    "gigabytes": ADAMW_BYTES_PER_PARAMETER * parameters / 1e9,
-                    "card": card.name, "bandwidth_tb_s": card.hbm_bandwidth / 1e12, "floor_ms": floor_ms,
-                    "over_floor": gap_["phases_ms"]["optimizer"] / floor_ms}
+            return OptimizerFloor(parameters / 1e9, ADAMW_BYTES_PER_PARAMETER * parameters / 1e9, card.name,
+                                  card.hbm_bandwidth / 1e12, floor_ms, gap_.phases_ms["optimizer"] / floor_ms)
     return None
 
 
@@ -494,72 +593,164 @@ def adds_as_run(rung: rungs.Rung, records: list[dict]) -> str:
     return COMPILED_AS.get(modes.pop(), rung.adds) if len(modes) == 1 else rung.adds
 
 
-def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_context: int, goal_ratio: float,
-              goal_mfu: float, elsewhere: tuple[str, ...] = ()) -> dict:
-    points = points_summary(df, records, elsewhere)
-    goal = goal_check(df, records, points, goal_size, goal_context, goal_ratio, goal_mfu)
+@dataclass(frozen=True)
+class Adds:
+    rung: str
+    adds: str
+
+
+@dataclass(frozen=True)
+class OutOfTolerance:
+    """A step whose losses or first gradients leave the tolerances: it computes something else."""
+    size: str
+    context: int
+    rung: str
+    rel_diff: float
+    loss_out: bool
+    grad_error: float | None
+    grad_group: str | None
+    grad_out: bool
+
+
+@dataclass(frozen=True)
+class WorstGradient:
+    rel_error: float
+    group: str
+    rung: str
+    size: str
+    context: int
+
+
+@dataclass(frozen=True)
+class Checks:
+    """What the steps compute against fp32 eager's (``training_step.check``), and the tolerances'
+    grounds (the module's doc)."""
+    loss_rtol: float
+    loss_bf16_cpu_max: float
+    loss_bf16_gpu_max: float
+    loss_unmasked: list[float]
+    loss_checked: int
+    loss_unchecked: int
+    loss_out_of_tolerance: list[OutOfTolerance]
+    loss_max_rel_diff: float | None
+    loss_steps_compared: int            # how many steps' losses were compared: 1 where records kept the first only
+    loss_after_updates: bool
+    grad_rtol: float
+    grad_bf16_gpu_max: float
+    grad_unmasked: list[float]
+    grad_checked: int
+    grad_unchecked: int
+    grad_max: WorstGradient | None
+
+
+def checks(df: pd.DataFrame) -> Checks:
     ok = df[df["status"] == "ok"]
     checked = ok[ok["loss_ok"].notna() & (ok["rung"] != REFERENCE)]     # fp32 eager is the reference itself
-    out_of_tolerance = checked[checked["computes_ok"] == False]     # noqa: E712
     grads = checked[checked["grad_ok"].notna()]
-    worst_grad = grads.loc[grads["grad_rel_error"].idxmax()] if len(grads) else None
+    worst = grads.loc[grads["grad_rel_error"].idxmax()] if len(grads) else None
+    steps = int(checked["loss_steps"].max()) if len(checked) else 0
+    return Checks(
+        LOSS_RTOL, LOSS_BF16_CPU_MAX, LOSS_BF16_GPU_MAX, list(LOSS_UNMASKED), int(len(checked)),
+        int(ok["loss_ok"].isna().sum()),
+        [OutOfTolerance(str(r["size"]), int(r["context"]), str(r["rung"]), float(r["loss_rel_diff"]),
+                        r["loss_ok"] is False, None if r["grad_ok"] is None else float(r["grad_rel_error"]),
+                        r["grad_group"], r["grad_ok"] is False)
+         for _, r in checked[checked["computes_ok"] == False].iterrows()],     # noqa: E712
+        float(checked["loss_rel_diff"].max()) if len(checked) else None, steps, steps > 1,
+        GRAD_RTOL, GRAD_BF16_GPU_MAX, list(GRAD_UNMASKED), int(len(grads)), int(len(checked) - len(grads)),
+        None if worst is None else WorstGradient(float(worst["grad_rel_error"]), str(worst["grad_group"]),
+                                                 str(worst["rung"]), str(worst["size"]), int(worst["context"])))
+
+
+@dataclass(frozen=True)
+class Statuses:
+    ok: int
+    oom: int
+    skipped: int
+    error: int
+
+
+@dataclass(frozen=True)
+class E1Summary(Summary):
+    records: int
+    statuses: Statuses
+    ladder: list[Adds]
+    anchors: list[Adds]
+    batch: int | None
+    warmup: int | None
+    steps: int | None
+    rounds: int | None
+    jobs: int                           # one job per point, its rungs and anchors taking turns (training_step.ladder)
+    min_rounds: int
+    interval_level: float
+    elsewhere: list[str]
+    seed: int | None
+    compile: list[str]
+    checkpoint_groups: list[int]
+    peaks: list[str]
+    checks: Checks
+    points: list[Point]
+    partial_points: list[Points]
+    bought: list[Bought]
+    # the top rung against the best anchor, point by point, by the judge's verdict
+    compared_points: int
+    faster_than_anchor_at: list[str]
+    slower_than_anchor_at: list[str]
+    within_anchor_at: list[str]
+    not_settled_anchor_at: list[str]
+    goal: Goal
+    gap: Gap | None
+    optimizer_floor: OptimizerFloor | None
+    planned: int
+    not_measured: list[str]
+    missing: Points
+    profiles: list[Profile]
+    kernel_comparison: KernelComparison | None
+
+
+CONTRACTS = {"E1": E1Summary}
+
+
+def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_context: int, goal_ratio: float,
+              goal_mfu: float, elsewhere: tuple[str, ...] = (), planned: tuple[str, ...] = (),
+              read: tuple[str, ...] = (), profiles: tuple[dict, ...] = ()) -> E1Summary:
+    """The section's summary. ``planned``: every record the config's grid names, ``read``: the files
+    ``records`` came from; ``profiles``: records of ``training_step.profile``, ours first, then the anchors."""
+    points = points_summary(df, records, elsewhere)
+    goal = goal_check(df, records, points, goal_size, goal_context, goal_ratio, goal_mfu)
     first = records[0]["params"] if records else {}
-    compared = [p for p in points if p["top_vs_anchor"]]
+    compared = [p for p in points if p.top_vs_anchor]
 
     def where(kind: str) -> list[str]:
-        return [p["label"] for p in compared if p["top_vs_anchor"]["verdict"] == kind]
+        return [p.label for p in compared if p.top_vs_anchor.verdict == kind]
 
-    gap_ = gap(goal["point"])
-    return {
-        "provenance": run_provenance(records),
-        "records": len(records), "ok": int(len(ok)),
-        "statuses": {s: int((df["status"] == s).sum()) for s in ("ok", "oom", "skipped", "error")},
-        "ladder": [{"rung": r.name, "adds": adds_as_run(r, records), "optimizer": r.setup.optimizer}
-                   for r in rungs.LADDER],
-        "anchors": [{"rung": r.name, "adds": r.adds} for r in rungs.ANCHORS],
-        "batch": first.get("batch"), "warmup": first.get("warmup"), "steps": first.get("steps"),
-        "rounds": first.get("rounds"),
-        # one job per point, its rungs and anchors taking turns (training_step.ladder)
-        "jobs": len({r["metrics"]["turns"]["job"] for r in records if (r["metrics"].get("turns") or {}).get("job")}),
-        "min_rounds": MIN_ROUNDS, "interval_level": INTERVAL_LEVEL, "elsewhere": list(elsewhere),
-        "seed": first.get("seed"),
-        "compile": sorted({f"{p['params']['compile_mode']} ({p['params']['compile_backend']})"
-                           for p in records if p["params"].get("compiled")}),
-        "checkpoint_groups": sorted({p["params"]["checkpoint_group"] for p in records
-                                     if p["params"].get("checkpointed") and p["status"] == "ok"}),
-        "peaks": sorted(set(ok["peak_basis"])),
-        "on_gpu": any(r["provenance"].get("gpu") for r in records),
-        "loss_rtol": LOSS_RTOL,
-        "loss_bf16_cpu_max": LOSS_BF16_CPU_MAX, "loss_unmasked": list(LOSS_UNMASKED),
-        "loss_checked": int(len(checked)),
-        "loss_unchecked": int((ok["loss_ok"].isna()).sum()),
-        "loss_out_of_tolerance": [{"size": str(r["size"]), "context": int(r["context"]), "rung": str(r["rung"]),
-                                   "rel_diff": float(r["loss_rel_diff"]), "loss_out": r["loss_ok"] is False,
-                                   "grad_error": None if r["grad_ok"] is None else float(r["grad_rel_error"]),
-                                   "grad_group": r["grad_group"], "grad_out": r["grad_ok"] is False}
-                                  for _, r in out_of_tolerance.iterrows()],
-        "loss_max_rel_diff": float(checked["loss_rel_diff"].max()) if len(checked) else None,
-        # how many steps' losses the checks compared: 1 where the records kept the first loss only
-        "loss_steps_compared": int(checked["loss_steps"].max()) if len(checked) else 0,
-        "loss_after_updates": bool(len(checked) and checked["loss_steps"].max() > 1),
-        "grad_rtol": GRAD_RTOL, "grad_bf16_gpu_max": GRAD_BF16_GPU_MAX, "grad_unmasked": list(GRAD_UNMASKED),
-        "loss_bf16_gpu_max": LOSS_BF16_GPU_MAX,
-        "grad_checked": int(len(grads)),
-        "grad_unchecked": int(len(checked) - len(grads)),
-        "grad_max": None if worst_grad is None else {
-            "rel_error": float(worst_grad["grad_rel_error"]), "group": str(worst_grad["grad_group"]),
-            "rung": str(worst_grad["rung"]), "size": str(worst_grad["size"]), "context": int(worst_grad["context"])},
-        "points": points,
-        "partial_points": scope(points, goal_size, goal_context),
-        "bought": bought(df),
-        # the top rung against the best anchor, point by point, by the judge's verdict (``verdict``)
-        "compared_points": len(compared),
-        "faster_than_anchor_at": where("lower"), "slower_than_anchor_at": where("higher"),
-        "within_anchor_at": where(WITHIN), "not_settled_anchor_at": where(NOT_SETTLED),
-        "goal": goal,
-        "gap": gap_,
-        "optimizer_floor": optimizer_floor(gap_, records),
-    }
+    gap_ = gap(goal.point)
+    floor = optimizer_floor(gap_, records)
+    n_planned, missing = not_measured(list(planned), list(read))
+    best_anchor = goal.point.best_anchor.rung if goal.point and goal.point.best_anchor else None
+    comparison = kernel_comparison(list(profiles), gap_, floor, goal_mfu, best_anchor)
+    if comparison is not None and comparison.anchor is not None:
+        comparison = dataclasses.replace(comparison, anchor=dataclasses.replace(
+            comparison.anchor, goal_pair_unsettled=goal_pair_unsettled(goal, comparison)))
+    return E1Summary(
+        provenance=run_provenance(records), records=len(records),
+        statuses=Statuses(*(int((df["status"] == s).sum()) for s in ("ok", "oom", "skipped", "error"))),
+        ladder=[Adds(r.name, adds_as_run(r, records)) for r in rungs.LADDER],
+        anchors=[Adds(r.name, r.adds) for r in rungs.ANCHORS],
+        batch=first.get("batch"), warmup=first.get("warmup"), steps=first.get("steps"), rounds=first.get("rounds"),
+        jobs=len({r["metrics"]["turns"]["job"] for r in records if (r["metrics"].get("turns") or {}).get("job")}),
+        min_rounds=MIN_ROUNDS, interval_level=INTERVAL_LEVEL, elsewhere=list(elsewhere), seed=first.get("seed"),
+        compile=sorted({f"{p['params']['compile_mode']} ({p['params']['compile_backend']})"
+                        for p in records if p["params"].get("compiled")}),
+        checkpoint_groups=sorted({p["params"]["checkpoint_group"] for p in records
+                                  if p["params"].get("checkpointed") and p["status"] == "ok"}),
+        peaks=sorted(set(df[df["status"] == "ok"]["peak_basis"])) if len(df) else [],
+        checks=checks(df), points=points, partial_points=scope(points, goal_size, goal_context), bought=bought(df),
+        compared_points=len(compared), faster_than_anchor_at=where("lower"), slower_than_anchor_at=where("higher"),
+        within_anchor_at=where(WITHIN), not_settled_anchor_at=where(NOT_SETTLED),
+        goal=goal, gap=gap_, optimizer_floor=floor, planned=n_planned, not_measured=missing,
+        missing=missing_briefly(list(planned), missing), profiles=profile_summary(list(profiles)),
+        kernel_comparison=comparison)
 
 
 def profile_table(profiles: list[dict]) -> pd.DataFrame:
@@ -589,34 +780,125 @@ def profile_table(profiles: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def profile_summary(profiles: list[dict]) -> list[dict]:
-    """What the section quotes of each profiled rung: ms per step by kind, busy time and share."""
+@dataclass(frozen=True)
+class Profile:
+    """What the section quotes of one profiled rung: ms per step by kind, busy time and its share of
+    the unprofiled step (CUDA only); for a profile that did not run, its status."""
+    rung: str
+    size: str
+    context: int
+    status: str
+    reason: Unread[str]
+    unit: str | None
+    kinds_ms: dict[str, float] | None
+    busy_ms: float | None
+    busy_share: float | None
+    step_ms: float | None
+
+
+def profile_summary(profiles: list[dict]) -> list[Profile]:
     out = []
     for r in profiles:
         p, m = r["params"], r["metrics"]
         if r["status"] != "ok":
-            out.append({"rung": p["rung"], "size": p["size"], "context": p["context"], "status": r["status"],
-                        "reason": r.get("reason") or ""})
+            out.append(Profile(p["rung"], p["size"], p["context"], r["status"], r.get("reason") or "",
+                               None, None, None, None, None))
             continue
-        out.append({"rung": p["rung"], "size": p["size"], "context": p["context"], "status": "ok", "unit": m["unit"],
-                    "kinds_ms": {k: v["ms"] for k, v in m["kinds"].items()}, "time_ms": m["time_ms"],
-                    "busy_ms": m.get("busy_ms"), "busy_share": m.get("busy_share"), "step_ms": m["step"]["median"]})
+        out.append(Profile(p["rung"], p["size"], p["context"], "ok", "", m["unit"],
+                           {k: v["ms"] for k, v in m["kinds"].items()}, m.get("busy_ms"), m.get("busy_share"),
+                           m["step"]["median"]))
     return out
 
 
-def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | None, goal_mfu: float,
-                      best_anchor: str | None = None) -> dict | None:
+@dataclass(frozen=True)
+class KernelsApart:
+    """Ours against a profiled anchor at the same point, kernel kind by kind (ms per step, ours less
+    theirs). The other kinds run the same kernels in both (GEMMs, elementwise): what they differ by is
+    the processes' own variation, which the largest must clear twice to stand out. Profiles of two
+    commits were made in two sittings, maybe on two lent machines: their differences then also hold
+    the machines' (``apart``). Each difference is also given as a size and a direction, as the
+    section words it."""
+    rung: str
+    delta_ms: Unread[dict[str, float]]
+    largest: str
+    others_max_abs_ms: float
+    largest_stands_out: bool
+    busy_delta_ms: float | None
+    step_delta_ms: Unread[float]
+    commits: list[str]
+    apart: bool
+    largest_abs_ms: float
+    largest_direction: str
+    busy_abs_ms: float | None
+    busy_direction: str | None
+    step_abs_ms: float
+    step_direction: str
+    # the goal point's top rung and best anchor, whose steps the ladder's own job did not tell apart
+    goal_pair_unsettled: bool | None = None
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The step the GEMMs as they run plus the optimizer at its bandwidth floor alone would take, the
+    MFU that bounds, and against the step the goal's MFU allows, the room left for every other kernel
+    beside what they take now (``rest_now_ms``) and the share of that which must go."""
+    ms: float
+    mfu: float
+    optimizer_floor_ms: float
+    goal_mfu: float
+    goal_ms: float
+    room_ms: float
+    rest_now_ms: float | None
+    cut_share: float
+    no_room: bool
+    cut_needed: bool
+
+
+@dataclass(frozen=True)
+class KernelComparison:
     """At the profiled point, ours (the gap's rung where it was profiled, else the highest profiled
-    rung of the ladder) against a profiled anchor there (``best_anchor``'s where it was profiled, else the first), kind by kind; the GEMM
-    kernels' rate on the projections' closed-form FLOPs against the card's peak; the step the GEMMs at that rate plus the optimizer at its bandwidth floor alone
-    would take, with the MFU that bounds while the GEMMs run as they do; and, against the step the
-    goal's MFU allows, the room left for every other kernel beside what they take now. The
-    optimizer's floor (``optimizer_floor``, of the gap's rung) is used only where the gap is of
-    the profiled rung and point."""
+    rung of the ladder): the GEMM kernels' rate on the projections' closed-form FLOPs against the
+    card's peak, the goal's ``Bound`` and ours against an anchor there, kind by kind."""
+    rung: str
+    size: Unread[str]
+    context: Unread[int]
+    gemm_ms: Unread[float | None]
+    gemm_tflops: float | None
+    gemm_share_of_peak: float | None
+    peak: str
+    anchor: KernelsApart | None
+    bound: Bound | None
+
+
+def _direction(delta: float, more: str, less: str) -> str:
+    return more if delta > 0 else less
+
+
+def kernels_apart(ours: dict, anchor: dict) -> KernelsApart:
+    m, a = ours["metrics"], anchor["metrics"]
+    delta = {k: m["kinds"][k]["ms"] - a["kinds"][k]["ms"] for k in m["kinds"] if k in a["kinds"]}
+    largest = max(delta, key=lambda k: abs(delta[k]))
+    others = max((abs(v) for k, v in delta.items() if k != largest), default=0.0)
+    busy = (m["busy_ms"] - a["busy_ms"]) if m.get("busy_ms") is not None and a.get("busy_ms") is not None else None
+    step = m["step"]["median"] - a["step"]["median"]
+    commits = [ours["provenance"].get("commit") or "unknown", anchor["provenance"].get("commit") or "unknown"]
+    return KernelsApart(
+        anchor["params"]["rung"], delta, largest, others, abs(delta[largest]) >= 2 * others, busy, step, commits,
+        ours["provenance"].get("commit") != anchor["provenance"].get("commit"),
+        abs(delta[largest]), _direction(delta[largest], "more", "less"),
+        None if busy is None else abs(busy), None if busy is None else _direction(busy, "longer", "shorter"),
+        abs(step), _direction(step, "longer", "shorter"))
+
+
+def kernel_comparison(profiles: list[dict], gap_: Gap | None, floor: OptimizerFloor | None, goal_mfu: float,
+                      best_anchor: str | None = None) -> KernelComparison | None:
+    """The ``KernelComparison``: ours against ``best_anchor``'s profile where it was profiled, else the
+    first anchor profiled there. The optimizer's floor (of the gap's rung) is used only where the
+    gap is of the profiled rung and point."""
     ok = [r for r in profiles if r["status"] == "ok"]
     rungs_profiled = [r for r in ok if not r["params"]["anchor"]]
     ours = next((r for r in rungs_profiled if gap_ is not None and (r["params"]["rung"], r["params"]["size"],
-                 r["params"]["context"]) == (gap_["rung"], gap_["size"], gap_["context"])), None) \
+                 r["params"]["context"]) == (gap_.rung, gap_.size, gap_.context)), None) \
         or max(rungs_profiled, key=lambda r: ORDER.index(r["params"]["rung"]), default=None)
     if ours is None:
         return None
@@ -629,64 +911,39 @@ def kernel_comparison(profiles: list[dict], gap_: dict | None, floor: dict | Non
     # The GEMM kernels run the projections alone where attention runs in its own kernels (naive
     # attention's products are GEMMs too); CPU operators have no peak to set them against.
     gemm_ms = m["kinds"]["GEMM"]["ms"] if card.flops and p["attention"] != "naive" else None
-    out = {"rung": p["rung"], "size": p["size"], "context": p["context"], "gemm_ms": gemm_ms,
-           "gemm_tflops": flops["projections"] / (gemm_ms / 1e3) / 1e12 if gemm_ms else None,
-           "gemm_share_of_peak": utilisation(flops["projections"], gemm_ms / 1e3, card.flops) if gemm_ms else None,
-           "peak": card.basis, "anchor": None, "bound": None}
-    same_point = gap_ is not None and (gap_["rung"], gap_["size"], gap_["context"]) == (p["rung"], p["size"], p["context"])
-    if same_point and floor is not None and floor.get("floor_ms") and gemm_ms:
-        bound_ms = gemm_ms + floor["floor_ms"]
+    bound = None
+    same_point = gap_ is not None and (gap_.rung, gap_.size, gap_.context) == (p["rung"], p["size"], p["context"])
+    if same_point and floor is not None and floor.floor_ms and gemm_ms:
+        bound_ms = gemm_ms + floor.floor_ms
         goal_ms = total / (goal_mfu * card.flops) * 1e3
-        out["bound"] = {"ms": bound_ms, "mfu": total / (bound_ms / 1e3) / card.flops, "optimizer_floor_ms": floor["floor_ms"],
-                        "goal_mfu": goal_mfu, "goal_ms": goal_ms, "room_ms": goal_ms - bound_ms,
-                        # every kernel but the GEMMs, the optimizer's floor counted as the optimizer's share
-                        "rest_now_ms": (m["busy_ms"] - bound_ms) if m.get("busy_ms") is not None else None}
-        rest, room = out["bound"]["rest_now_ms"], out["bound"]["room_ms"]
+        room = goal_ms - bound_ms
+        # every kernel but the GEMMs, the optimizer's floor counted as the optimizer's share
+        rest = (m["busy_ms"] - bound_ms) if m.get("busy_ms") is not None else None
         # the share of the rest that must go (removed, fused or overlapped) for the goal's step
-        out["bound"]["cut_share"] = 1 - max(room, 0) / rest if rest and rest > max(room, 0) else 0.0
-        out["bound"]["no_room"], out["bound"]["cut_needed"] = room <= 0, out["bound"]["cut_share"] > 0
+        cut = 1 - max(room, 0) / rest if rest and rest > max(room, 0) else 0.0
+        bound = Bound(bound_ms, total / (bound_ms / 1e3) / card.flops, floor.floor_ms, goal_mfu, goal_ms, room,
+                      rest, cut, room <= 0, cut > 0)
     anchors = [r for r in ok if r["params"]["anchor"]
                and (r["params"]["size"], r["params"]["context"]) == (p["size"], p["context"])]
     anchor = next((r for r in anchors if r["params"]["rung"] == best_anchor), anchors[0] if anchors else None)
-    if anchor is not None:
-        a = anchor["metrics"]
-        delta = {k: m["kinds"][k]["ms"] - a["kinds"][k]["ms"] for k in m["kinds"] if k in a["kinds"]}
-        largest = max(delta, key=lambda k: abs(delta[k]))
-        others = max((abs(v) for k, v in delta.items() if k != largest), default=0.0)
-        out["anchor"] = {"rung": anchor["params"]["rung"], "delta_ms": delta, "largest": largest,
-                         "others_max_abs_ms": others,
-                         # the other kinds run the same kernels in both (GEMMs, elementwise): what
-                         # they differ by is the processes' own variation, which the largest must clear twice
-                         "largest_stands_out": abs(delta[largest]) >= 2 * others,
-                         "busy_delta_ms": (m["busy_ms"] - a["busy_ms"]) if m.get("busy_ms") is not None
-                         and a.get("busy_ms") is not None else None,
-                         "step_delta_ms": m["step"]["median"] - a["step"]["median"],
-                         # profiles of two commits were made in two sittings, maybe on two lent
-                         # machines: their differences then also hold the machines'
-                         "commits": [ours["provenance"].get("commit") or "unknown",
-                                     anchor["provenance"].get("commit") or "unknown"],
-                         "apart": ours["provenance"].get("commit") != anchor["provenance"].get("commit")}
-        # the differences as the writeup words them: how much, and which way
-        x = out["anchor"]
-        x["largest_abs_ms"], x["largest_direction"] = abs(delta[largest]), "more" if delta[largest] > 0 else "less"
-        x["busy_abs_ms"] = abs(x["busy_delta_ms"]) if x["busy_delta_ms"] is not None else None
-        x["busy_direction"] = None if x["busy_delta_ms"] is None else "longer" if x["busy_delta_ms"] > 0 else "shorter"
-        x["step_abs_ms"] = abs(x["step_delta_ms"])
-        x["step_direction"] = "longer" if x["step_delta_ms"] > 0 else "shorter"
-    return out
+    return KernelComparison(
+        p["rung"], p["size"], p["context"], gemm_ms,
+        flops["projections"] / (gemm_ms / 1e3) / 1e12 if gemm_ms else None,
+        utilisation(flops["projections"], gemm_ms / 1e3, card.flops) if gemm_ms else None, card.basis,
+        kernels_apart(ours, anchor) if anchor is not None else None, bound)
 
 
-def goal_pair_unsettled(goal: dict, comparison: dict | None) -> bool:
+def goal_pair_unsettled(goal: Goal, comparison: KernelComparison | None) -> bool:
     """Whether the profiled pair is the goal point's top rung and best anchor, whose steps the
     ladder's own job did not tell apart (within the spread, or not settled)."""
-    point = goal.get("point")
-    if not (point and point["best_anchor"] and point["top_rung"] and point["top_vs_anchor"]
-            and comparison and comparison["anchor"]):
+    point = goal.point
+    if not (point and point.best_anchor and point.top_rung and point.top_vs_anchor
+            and comparison and comparison.anchor):
         return False
-    pair = (point["top_rung"]["rung"], point["best_anchor"]["rung"])
-    return ((goal["size"], goal["context"]) == (comparison["size"], comparison["context"])
-            and pair == (comparison["rung"], comparison["anchor"]["rung"])
-            and point["top_vs_anchor"]["verdict"] in (WITHIN, NOT_SETTLED))
+    pair = (point.top_rung.rung, point.best_anchor.rung)
+    return ((goal.size, goal.context) == (comparison.size, comparison.context)
+            and pair == (comparison.rung, comparison.anchor.rung)
+            and point.top_vs_anchor.verdict in (WITHIN, NOT_SETTLED))
 
 
 def not_measured(planned: list[str], read: list[str]) -> tuple[int, list[str]]:
@@ -703,7 +960,7 @@ def _rung_of(name: str) -> str | None:
     return parts[2] if len(parts) == 3 and parts[1].startswith("ctx") else None
 
 
-def missing_briefly(planned: list[str], missing: list[str]) -> dict:
+def missing_briefly(planned: list[str], missing: list[str]) -> Points:
     """The points a run lacks, named briefly: the rungs it has no point of at all (a rung added after
     the run), then the other points by name."""
     by_rung: dict[str, list[str]] = {}
@@ -712,7 +969,7 @@ def missing_briefly(planned: list[str], missing: list[str]) -> dict:
             by_rung.setdefault(rung, []).append(name)
     lacking = set(missing)
     whole = [rung for rung, names in by_rung.items() if lacking.issuperset(names)]
-    return {"rungs": whole, "points": [n for n in missing if _rung_of(n) not in whole]}
+    return Points([n for n in missing if _rung_of(n) not in whole], whole)
 
 
 def main(argv=None) -> int:
@@ -740,109 +997,15 @@ def main(argv=None) -> int:
     df = records_frame(records)
     write_table(display_table(df), args.out_dir)
     plot_ladder(df, args.out_dir / "ladder.png")
-    summary = summarize(df, records, args.goal_size, args.goal_context, args.goal_ratio, args.goal_mfu,
-                        tuple(args.elsewhere))
-    summary["planned"], summary["not_measured"] = not_measured(args.planned, args.records)
-    summary["missing"] = missing_briefly(args.planned, summary["not_measured"])
     # ours first, then the anchors, in the ladder's order, whatever order the files came in
     profiles = sorted(load_records(args.profiles), key=lambda r: ORDER.index(r["params"]["rung"])
                       if r["params"].get("rung") in ORDER else len(ORDER))
     write_table(profile_table(profiles), args.out_dir, "kernels")
-    summary["profiles"] = profile_summary(profiles)
-    goal_point = summary["goal"]["point"] or {}
-    best_anchor = (goal_point.get("best_anchor") or {}).get("rung")
-    summary["kernel_comparison"] = kernel_comparison(profiles, summary["gap"], summary["optimizer_floor"], args.goal_mfu,
-                                                     best_anchor)
-    if summary["kernel_comparison"] and summary["kernel_comparison"]["anchor"]:
-        summary["kernel_comparison"]["anchor"]["goal_pair_unsettled"] = goal_pair_unsettled(
-            summary["goal"], summary["kernel_comparison"])
-    write_summary(args.out_dir / "summary.json", summary)
+    contract.write(args.out_dir / "summary.json", summarize(
+        df, records, args.goal_size, args.goal_context, args.goal_ratio, args.goal_mfu, tuple(args.elsewhere),
+        tuple(args.planned), tuple(args.records), tuple(profiles)))
     print(f"E1 report: {len(df)} records ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
     return 0
-
-
-# What writeup/templates/sections/E1.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
-
-_RUNG = obj(mfu=null(NUM), ms=NUM, rung=STR)
-_PHASES = obj(backward=NUM, forward=NUM, optimizer=NUM)
-# a verdict of the judge (``verdict``): None for an interval that was not measured
-_JUDGED = dict(difference=null(NUM), high=null(NUM), low=null(NUM), rounds=INT, verdict=STR)
-SUMMARY_SCHEMAS["E1"] = section(
-    anchors=arr(obj(adds=STR, rung=STR)),
-    batch=INT,
-    bought=arr(obj(faster_at=INT, median_delta_ms=null(NUM), median_delta_pct=null(NUM),
-                   median_delta_peak_gib=null(NUM), not_settled_at=INT, points=INT, rung=STR, slower_at=INT,
-                   within_spread_at=INT)),
-    checkpoint_groups=null(arr()),
-    compared_points=null(INT),
-    compile=null(arr(STR)),
-    elsewhere=arr(STR),
-    faster_than_anchor_at=null(arr(STR)),
-    gap=null(obj(backward_over_forward=NUM, context=INT, matmul_backward_over_forward=INT, mfu=null(NUM), ms=NUM,
-                 phases_ms=_PHASES, rung=STR, shares=_PHASES, size=STR, updates_in_backward=BOOL)),
-    goal=obj(context=INT, mfu_target=NUM, outcome=STR, ratio_target=NUM, size=STR,
-             mfu=null(obj(goal_ms=NUM, low=null(NUM), mfu=null(NUM), mfu_high=null(NUM), mfu_low=null(NUM), rounds=INT)),
-             mfu_part=null(STR), ratio=null(obj(low=null(NUM))), ratio_part=null(STR),
-             point=null(obj(
-                 batch=INT,
-                 best_anchor=null(_RUNG),
-                 speedup_over_fp32=null(NUM),
-                 top_rung=null(_RUNG),
-                 top_vs_anchor=null(obj(**_JUDGED, set_aside=INT))))),
-    interval_level=NUM,
-    jobs=null(INT),
-    kernel_comparison=null(obj(anchor=null(obj(apart=BOOL, busy_abs_ms=null(NUM), busy_delta_ms=null(NUM),
-                                               busy_direction=null(STR), commits=arr(STR),
-                                               goal_pair_unsettled=null(BOOL), largest=STR, largest_abs_ms=NUM,
-                                               largest_direction=STR, largest_stands_out=null(BOOL),
-                                               others_max_abs_ms=NUM, rung=STR, step_abs_ms=NUM, step_direction=STR)),
-                               bound=null(obj(cut_needed=null(BOOL), cut_share=NUM, goal_mfu=NUM, goal_ms=NUM,
-                                              mfu=NUM, ms=NUM, no_room=null(BOOL), optimizer_floor_ms=NUM,
-                                              rest_now_ms=null(NUM), room_ms=NUM)), gemm_share_of_peak=null(NUM),
-                               gemm_tflops=null(NUM), peak=STR, rung=STR)),
-    ladder=arr(obj(adds=STR, rung=STR)),
-    loss_bf16_cpu_max=NUM,
-    loss_checked=null(INT),
-    loss_max_rel_diff=null(NUM),
-    loss_out_of_tolerance=null(arr(obj(context=INT, rel_diff=NUM, rung=STR, size=STR, loss_out=BOOL,
-                                       grad_error=null(NUM), grad_group=null(STR), grad_out=BOOL))),
-    loss_steps_compared=INT,
-    loss_after_updates=BOOL,
-    loss_bf16_gpu_max=NUM,
-    grad_rtol=NUM,
-    grad_bf16_gpu_max=NUM,
-    grad_unmasked=arr(NUM),
-    grad_checked=INT,
-    grad_unchecked=INT,
-    grad_max=null(obj(context=INT, group=STR, rel_error=NUM, rung=STR, size=STR)),
-    loss_rtol=NUM,
-    loss_unchecked=null(INT),
-    loss_unmasked=arr(NUM),
-    min_rounds=INT,
-    not_measured=null(arr(STR)),
-    not_settled_anchor_at=arr(STR),
-    missing=obj(points=arr(STR), rungs=arr(STR)),
-    optimizer_floor=null(obj(bandwidth_tb_s=NUM, billions=NUM, card=STR, floor_ms=NUM, gigabytes=NUM, over_floor=NUM)),
-    partial_points=arr(obj(points=arr(STR), rungs=arr(STR))),
-    peaks=arr(STR),
-    planned=INT,
-    points=arr(obj(against=arr(obj(**_JUDGED, anchor=BOOL, ms=NUM, rung=STR)), label=STR, top_rung=null(obj(ms=NUM, rung=STR)))),
-    profiles=null(arr(obj(
-        busy_ms=opt(null(NUM)), busy_share=opt(null(NUM)), context=INT,
-        kinds_ms=opt(obj({'GEMM': NUM, 'attention-softmax': NUM, 'cast': NUM, 'elementwise': NUM, 'optimizer': NUM,
-                          'other': NUM})),
-        rung=STR, size=STR, status=STR, step_ms=opt(NUM), unit=opt(STR)))),
-    provenance=PROVENANCE,
-    records=INT,
-    rounds=null(INT),
-    seed=INT,
-    slower_than_anchor_at=null(arr(STR)),
-    statuses=obj(error=INT, ok=INT, oom=null(INT), skipped=INT),
-    steps=INT,
-    warmup=INT,
-    within_anchor_at=arr(STR),
-)
 
 
 if __name__ == "__main__":
