@@ -40,8 +40,10 @@ def record(rung: str, status="ok", ms=None, loss=9.47, peak_gib=40.0, reason=Non
         metrics = {"step": step, "forward": {"median": 0.3 * ms}, "backward": {"median": 0.6 * ms},
                    "optimizer": {"median": 0.1 * ms}, "loss": loss, "peak_memory_bytes": int(peak_gib * 2**30),
                    "tokens_per_s": BATCH * context / (ms / 1e3)}
-        if losses is not None:                  # what the job keeps beyond the first loss (training_step.check)
-            metrics |= {"losses": [loss, *losses], "gradient_rel_error": gradients}
+        # the loss of each warm-up step and the first gradients' error per group (training_step.check)
+        metrics |= {"losses": [loss, *(losses or (loss, loss))],
+                    "gradient_rel_error": gradients or ({} if rung == "fp32" else {"layers.attn.q_proj.weight": 0.01,
+                                                                                 "lm_head.weight": 0.004})}
     r = make_record("E1", params, status, metrics, reason=reason)
     r["provenance"]["gpu"] = GPU
     return r
@@ -127,7 +129,7 @@ def test_the_goal_holds_by_mfu_where_its_interval_clears_the_target(tmp_path):
     assert bought["checkpointed"]["points"] == 0
     # every rung at least 10 % below the one before in every round: faster, each
     assert all(bought[n]["faster_at"] == 1 for n in ("bf16", "flash", "compiled", "fused-adamw"))
-    assert summary["checks"]["loss_out_of_tolerance"] == [] and "their forward passes agree" in text
+    assert summary["checks"]["loss_out_of_tolerance"] == [] and "its first gradients within 10 %" in text
 
 
 def test_the_goal_missed_is_said_plainly_with_each_part(tmp_path):
@@ -450,8 +452,6 @@ def test_every_row_s_mfu_is_against_the_bf16_peak_and_the_compiled_rung_says_wha
     blocks = [r | {"params": r["params"] | {"compile_mode": "blocks"}} if r["params"].get("compiled") else r
               for r in ladder(best, 1.1 * best)]
     assert e1.adds_as_run(rungs.get("compiled"), blocks) == e1.COMPILED_AS["blocks"]
-    # the first loss checks the forward pass only, and the section says so
-    assert "their forward passes agree" in text and "cannot see a backward pass or an optimizer step" in text
     assert "no rung is fast by computing something else" not in text
 
 
@@ -472,7 +472,7 @@ def test_the_losses_after_updates_and_the_first_gradients_are_checked_and_said(t
     best = _ms_at(0.5)
     summary, text = build(tmp_path, _checked_ladder(best, {"layers.attn.q_proj.weight": 0.015, "lm_head.weight": 0.008}))
     assert summary["checks"]["loss_out_of_tolerance"] == [] and summary["checks"]["loss_steps_compared"] == 3
-    assert summary["checks"]["grad_checked"] == 5 and summary["checks"]["grad_unchecked"] == 0
+    assert summary["checks"]["grad_checked"] == 5
     assert summary["checks"]["grad_max"] == {"rel_error": 0.015, "group": "layers.attn.q_proj.weight", "rung": "flash",
                                    "size": SIZE, "context": CONTEXT}
     assert "computes what fp32 eager computes: its loss at each of its first 3 steps" in text

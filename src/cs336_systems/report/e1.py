@@ -36,8 +36,8 @@ tensor cores for the bf16 rungs and anchors, fp32 or TF32 for fp32 by the matmul
 weights, batch and fresh AdamW moments; its record holds the loss of each warm-up step (the first
 before any update, each later one after one more) and its first step's gradients' error per
 parameter group against fp32 eager's. A rung whose losses or gradients leave the tolerances is
-flagged and not ranked; records made before the job kept them hold the first loss only, and the
-section says what was not checked.
+flagged and not ranked; where fp32 eager did not run at a point, its steps are not checked, and the
+section says how many.
 
 - Losses, ``LOSS_RTOL`` relative to fp32 eager's at each step. A randomly initialised model's loss
   sits near ln 10 000 = 9.21 whatever it computes, so the tolerance must be tight: on the CPU, bf16
@@ -136,8 +136,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "mfu": _nan(mfu), "peak_basis": card.basis, "peak_flops": card.flops,
             "peak_gib": _nan(m.get("peak_memory_bytes")) / GIB if ok else math.nan,
             "loss": _nan(m.get("loss")) if ok else math.nan,
-            # the loss of each warm-up step; a record from before the job kept them holds the first only
-            "losses": (m.get("losses") or [m.get("loss")]) if ok else [],
+            "losses": m["losses"] if ok else [],      # of each warm-up step (training_step.check)
             "gradient_rel_error": m.get("gradient_rel_error") if ok else None,
             "job": (m.get("turns") or {}).get("job"), "record": index,
         })
@@ -204,7 +203,7 @@ def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd
             grad_error.append(float(errors[worst]))
             grad_group.append(worst)
             grad_ok.append(bool(errors[worst] <= GRAD_RTOL))
-        else:                               # the reference itself, or a record that kept no gradients
+        else:                               # the reference itself, or no fp32 eager at the point
             grad_error.append(math.nan)
             grad_group.append(None)
             grad_ok.append(None)
@@ -633,13 +632,11 @@ class Checks:
     loss_unchecked: int
     loss_out_of_tolerance: list[OutOfTolerance]
     loss_max_rel_diff: float | None
-    loss_steps_compared: int            # how many steps' losses were compared: 1 where records kept the first only
-    loss_after_updates: bool
+    loss_steps_compared: int            # the first before any update, each later one after one more
     grad_rtol: float
     grad_bf16_gpu_max: float
     grad_unmasked: list[float]
-    grad_checked: int
-    grad_unchecked: int
+    grad_checked: Unread[int]
     grad_max: WorstGradient | None
 
 
@@ -656,8 +653,8 @@ def checks(df: pd.DataFrame) -> Checks:
                         r["loss_ok"] is False, None if r["grad_ok"] is None else float(r["grad_rel_error"]),
                         r["grad_group"], r["grad_ok"] is False)
          for _, r in checked[checked["computes_ok"] == False].iterrows()],     # noqa: E712
-        float(checked["loss_rel_diff"].max()) if len(checked) else None, steps, steps > 1,
-        GRAD_RTOL, GRAD_BF16_GPU_MAX, list(GRAD_UNMASKED), int(len(grads)), int(len(checked) - len(grads)),
+        float(checked["loss_rel_diff"].max()) if len(checked) else None, steps,
+        GRAD_RTOL, GRAD_BF16_GPU_MAX, list(GRAD_UNMASKED), int(len(grads)),
         None if worst is None else WorstGradient(float(worst["grad_rel_error"]), str(worst["grad_group"]),
                                                  str(worst["rung"]), str(worst["size"]), int(worst["context"])))
 
