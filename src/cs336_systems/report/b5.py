@@ -55,8 +55,8 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict]) -> dic
         "tuned_elsewhere": tuned_elsewhere([r for r in records if r["params"].get("impl") == "ours"]),
         "points": int(len(df)), "ok": int(len(ok)),
         "statuses": df["status"].value_counts().to_dict(),
-        # how many points that ran were measured in a row job's turns (the rest each in its own process)
-        "in_turns": int(ok["job"].notna().sum()), "not_in_turns": int(ok["job"].isna().sum()), "rounds": sorted({len(r) for r in ok["rounds_ms"] if r}),
+        # the rounds of the row jobs, in which the implementations took turns at each point
+        "rounds": sorted({len(r) for r in ok["rounds_ms"] if r}),
         "min_rounds": MIN_ROUNDS,       # the fewest rounds in which the judge decides anything
         "ratios": ratios,
         "plain_first_oom_seq": int(plain_oom["seq"].min()) if len(plain_oom) else None,
@@ -124,8 +124,6 @@ SUMMARY_SCHEMAS: dict[str, dict] = {"B5": section(
     flat_factor=NUM,
     flat_span=INT,
     flat_work=INT,
-    in_turns=null(INT),
-    not_in_turns=INT,
     leaderboard=obj({"ours": NUM, "sdpa-cudnn": null(NUM), "sdpa-flash": null(NUM)}),
     leaderboard_failed=mapping(),
     leaderboard_ran=opt(null(obj(facts=null(arr(obj(known=INT, label=STR, source=STR, values=arr(STR)))),

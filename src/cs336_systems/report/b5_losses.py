@@ -172,9 +172,6 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
             "won": int((both["verdict"] == "lower").sum()),
             "settled": int((both["verdict"] != NOT_SETTLED).sum()),
             "not_settled": int((both["verdict"] == NOT_SETTLED).sum()),
-            # of those: measured each in its own process, and paired in fewer rounds than the judge needs
-            "not_settled_unpaired": int(((both["verdict"] == NOT_SETTLED) & ~both["paired"].astype(bool)).sum()),
-            "not_settled_few_rounds": int(((both["verdict"] == NOT_SETTLED) & both["paired"].astype(bool)).sum()),
             "groups": groups, "fold": len(groups) > FOLD_GROUPS,
             "unexplained": sum(1 for g in groups if not g["flat"] and not g["worst"].get("grid_explains")),
             "by_dtype": {dtype: sum(p["dtype"] == dtype for p in points) for dtype in sorted({p["dtype"] for p in points})},
@@ -253,6 +250,6 @@ def losses_schema(of_peak: dict, short_grid: dict | opt, points: dict, **more) -
                 seqs=arr(INT), timing=STR, worst=worst)
     return obj(by_graph=null(INT), flat_lost=null(INT), fold=BOOL,
                grid_explained=null(INT), groups=arr(group), lost=null(INT), max_of_peak=null(NUM),
-               not_settled=INT, not_settled_few_rounds=INT, not_settled_unpaired=INT, points=points, settled=INT,
+               not_settled=INT, points=points, settled=INT,
                sms_missing=null(BOOL), within=INT, won=INT,
                work_groups=null(INT), **more)
