@@ -10,8 +10,14 @@ from cs336_systems.attention import bench
 from cs336_systems.records import make_record
 from cs336_systems.timing import exception_line
 from cs336_systems.report import b5, b5_figures, b5_grid, b5_losses, what_ran
+from cs336_systems.report.contract import as_json
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+
+
+def _json(report, *args, **kwargs):
+    """What one of the B5 report's functions returns, as the summary holds it."""
+    return as_json(report(*args, **kwargs))
 
 
 def test_causal_flops_closed_form():
@@ -230,16 +236,16 @@ def test_a_loss_is_flat_only_where_the_time_does_not_follow_the_work():
     # 4096 is not (16384 takes 12x its time), nor 16384.
     ours = {256: 0.10, 1024: 0.11, 4096: 0.15, 16384: 1.9}
     records = [_point("ours", s, ms) for s, ms in ours.items()] + [_point("plain", s, ms / 2) for s, ms in ours.items()]
-    result = b5_losses.losses(b5_grid.grid_frame(records), "plain")
+    result = _json(b5_losses.losses, b5_grid.grid_frame(records), "plain")
     assert result["lost"] == 4 and result["points"] == 4
     assert [(g["seqs"], g["flat"]) for g in result["groups"]] == [([256, 1024], True), ([4096, 16384], False)]
     # Make every length follow the work (16x the time for 16x the work): nothing is flat any more.
     for i, (seq, ms) in enumerate(((1024, 1.6), (4096, 25.0), (16384, 400.0)), start=1):
         records[i], records[i + 4] = _point("ours", seq, ms), _point("plain", seq, ms / 2)
-    assert [g["flat"] for g in b5_losses.losses(b5_grid.grid_frame(records), "plain")["groups"]] == [False]
+    assert [g["flat"] for g in _json(b5_losses.losses, b5_grid.grid_frame(records), "plain")["groups"]] == [False]
     # A point that took longer than the next, longer one is not set by its work either.
     records[2], records[6] = _point("ours", 4096, 500.0), _point("plain", 4096, 250.0)
-    groups = b5_losses.losses(b5_grid.grid_frame(records), "plain")["groups"]
+    groups = _json(b5_losses.losses, b5_grid.grid_frame(records), "plain")["groups"]
     assert [(g["seqs"], g["flat"]) for g in groups] == [([256, 1024], False), ([4096], True), ([16384], False)]
 
 
@@ -253,7 +259,7 @@ def test_the_grid_explains_a_slow_point_only_when_too_few_programs_cap_the_rate(
     ms = flops / (0.6 * min(1, programs / sms) * H100_SXM.bf16_flops) * 1e3
     launch = {"programs": {"forward": programs}, "sms": sms}
     records = [_point("ours", seq, ms, launch=launch), _point("plain", seq, ms / 2)]
-    worst = b5_losses.losses(b5_grid.grid_frame(records), "plain")["groups"][0]["worst"]
+    worst = _json(b5_losses.losses, b5_grid.grid_frame(records), "plain")["groups"][0]["worst"]
     assert worst["programs"] == programs and worst["ours_of_peak"] == pytest.approx(0.6 * min(1, programs / sms))
     assert worst["grid_explains"] is explains
     assert worst["peak"] == "the dense bf16 tensor-core peak"
@@ -275,11 +281,11 @@ def test_out_of_memory_is_named_by_dtype_and_pass_and_the_gap_trend_is_counted()
                _point("ours", 1024, 1.0), _point("plain", 1024, 2.0),
                _point("ours", 4096, 1.0), _point("plain", 4096, 8.0)]
     df = b5_grid.grid_frame(records)
-    assert b5_losses.oom_groups(df, "plain") == [{"dtype": "fp32", "pass": "backward", "first_seq": 65536, "ds": [64]}]
-    assert b5_losses.gap_trend(df) == {"series": 1, "widening": 1, "rising_throughout": 1, "first_falls": 0,
+    assert _json(b5_losses.oom_groups, df, "plain") == [{"dtype": "fp32", "pass": "backward", "first_seq": 65536, "ds": [64]}]
+    assert _json(b5_losses.gap_trend, df) == {"series": 1, "widening": 1, "rising_throughout": 1, "first_falls": 0,
                                 "lowest_at": [], "falls_at_top": 0, "widens_everywhere": True}
     records[-1] = _point("plain", 4096, 1.5)          # the gap narrows: no widening claimed
-    assert b5_losses.gap_trend(b5_grid.grid_frame(records))["widening"] == 0
+    assert _json(b5_losses.gap_trend, b5_grid.grid_frame(records))["widening"] == 0
 
 
 def test_a_gap_that_dips_before_it_widens_is_not_said_to_widen_everywhere():
@@ -290,7 +296,7 @@ def test_a_gap_that_dips_before_it_widens_is_not_said_to_widen_everywhere():
     records = [p for seq, r in dip for p in (_point("ours", seq, 1.0), _point("plain", seq, r))]
     records += [p for seq, r in top for p in (_point("ours", seq, 1.0, which="backward"),
                                               _point("plain", seq, r, which="backward"))]
-    trend = b5_losses.gap_trend(b5_grid.grid_frame(records))
+    trend = _json(b5_losses.gap_trend, b5_grid.grid_frame(records))
     assert trend == {"series": 2, "widening": 2, "rising_throughout": 0, "first_falls": 1, "lowest_at": [512],
                      "falls_at_top": 1, "widens_everywhere": False}
 
@@ -299,8 +305,8 @@ def test_without_the_cards_peak_the_grid_is_reported_but_not_judged():
     launch = {"programs": {"forward": 16}, "sms": 132}
     records = [_point("ours", 16384, 1.0, launch=launch, gpu="a card not in the table"),
                _point("plain", 16384, 0.5, gpu="a card not in the table")]
-    worst = b5_losses.losses(b5_grid.grid_frame(records), "plain")["groups"][0]["worst"]
-    assert worst["programs"] == 16 and worst["peak"] is None and "grid_explains" not in worst
+    worst = _json(b5_losses.losses, b5_grid.grid_frame(records), "plain")["groups"][0]["worst"]
+    assert worst["programs"] == 16 and worst["peak"] is None and worst["grid_explains"] is None
 
 
 # --- graph time: the record on a CPU, a failed capture, and the report's use of it ------------------
@@ -361,7 +367,7 @@ def test_cold_cache_bound_and_launch_bound_points():
                         _timed("plain", 2048, 0.300)])
     assert b5_losses.cold_cache_ms(df.iloc[0]) == pytest.approx((3 + 50) * 2**20 / 3.35e12 * 1e3)
     assert list(b5_losses.launch_bound(df)) == [True, False, None, None]
-    check = b5_losses.timing_check(df)
+    check = _json(b5_losses.timing_check, df)
     assert check["points"] == 3 and check["launch_bound"] == 1 and check["not_judged"] == 1
     assert check["per_impl"]["ours"] == {"points": 2, "launch_bound": 1, "not_judged": 0, "max_seq": 1024}
 
@@ -376,20 +382,20 @@ def test_graph_time_judges_a_pair_only_where_both_sides_have_it():
     pair = b5_grid.judged(df, "ours", "sdpa-flash").set_index("seq")
     assert pair.loc[1024, "timing"] == "graph" and pair.loc[1024, "t"] == 0.02
     assert pair.loc[4096, "timing"] == "do_bench" and pair.loc[4096, "t_other"] == 0.20
-    goal = b5_losses.losses(df, "sdpa-flash", dtypes=["bf16"], min_seq=1024)
+    goal = _json(b5_losses.losses, df, "sdpa-flash", dtypes=["bf16"], min_seq=1024)
     assert (goal["points"], goal["lost"], goal["by_graph"]) == (2, 1, 1)
     # what an eager loop pays: on do_bench's time both are losses, and the summary says so beside
     assert goal["lost_in_do_bench"] == 2
     assert [(g["seqs"], g["timing"]) for g in goal["groups"]] == [([4096], "do_bench")]
     # Judged on do_bench alone (no graph times) 1024 would be a loss too.
     bare = b5_grid.grid_frame([_point(r["params"]["impl"], r["params"]["seq"], r["metrics"]["ms"]) for r in records])
-    assert b5_losses.losses(bare, "sdpa-flash")["lost"] == 2
+    assert _json(b5_losses.losses, bare, "sdpa-flash")["lost"] == 2
     table = b5_grid.wide_table(df)
     row = table[table["seq"] == 1024].iloc[0]
     assert row["ours graph"] == "0.020" and row["sdpa-flash / ours"] == "1.50 g"
     row = table[table["seq"] == 4096].iloc[0]
     assert row["sdpa-flash graph"] == "ERROR" and row["sdpa-flash / ours"] == "0.67"
-    assert b5_losses.timing_check(df)["failed"]["error"]["impls"] == ["sdpa-flash"]
+    assert _json(b5_losses.timing_check, df)["failed"]["error"]["impls"] == ["sdpa-flash"]
 
 
 def test_the_eager_goal_counts_do_bench_times_within_its_ratio():
@@ -398,10 +404,10 @@ def test_the_eager_goal_counts_do_bench_times_within_its_ratio():
     records = [_timed("ours", 1024, 0.20, graph=0.02), _timed("sdpa-flash", 1024, 0.05, graph=0.03),
                _timed("ours", 2048, 0.12), _timed("sdpa-flash", 2048, 0.10),
                _timed("ours", 512, 0.90), _timed("sdpa-flash", 512, 0.10), _timed("plain", 2048, 0.01)]
-    goal = b5_grid.eager_goal(b5_grid.grid_frame(records), "sdpa-flash", 1.25, dtypes=["bf16"], min_seq=1024)
+    goal = _json(b5_grid.eager_goal, b5_grid.grid_frame(records), "sdpa-flash", 1.25, dtypes=["bf16"], min_seq=1024)
     assert (goal["points"], goal["within"], goal["beyond"], goal["not_settled"]) == (2, 1, 1, 0)
     assert goal["worst"]["seq"] == 1024 and goal["worst"]["ratio"] == pytest.approx(4.0)
-    assert b5_grid.eager_goal(b5_grid.grid_frame(records), "sdpa-flash", 1.25, dtypes=["fp32"])["points"] == 0
+    assert _json(b5_grid.eager_goal, b5_grid.grid_frame(records), "sdpa-flash", 1.25, dtypes=["fp32"])["points"] == 0
 
 
 def test_the_eager_goal_is_judged_per_point_and_not_settled_without_rounds():
@@ -409,17 +415,17 @@ def test_the_eager_goal_is_judged_per_point_and_not_settled_without_rounds():
     # the interval holds the goal's ratio; records of their own processes settle nothing
     ours = _in_turns(_point("ours", 2048, 0.122, turns=False), [0.122 * k for k in (1.0, 1.06, 0.95, 1.04, 0.97, 1.0, 1.05, 0.96)])
     flash = _point("sdpa-flash", 2048, 0.100)
-    goal = b5_grid.eager_goal(b5_grid.grid_frame([ours, flash]), "sdpa-flash", 1.25, dtypes=["bf16"])
+    goal = _json(b5_grid.eager_goal, b5_grid.grid_frame([ours, flash]), "sdpa-flash", 1.25, dtypes=["bf16"])
     assert (goal["within"], goal["beyond"], goal["not_settled"]) == (0, 0, 1) and not goal["all_within"]
     alone = [_point("ours", 2048, 0.11, turns=False), _point("sdpa-flash", 2048, 0.10, turns=False)]
-    goal = b5_grid.eager_goal(b5_grid.grid_frame(alone), "sdpa-flash", 1.25, dtypes=["bf16"])
+    goal = _json(b5_grid.eager_goal, b5_grid.grid_frame(alone), "sdpa-flash", 1.25, dtypes=["bf16"])
     assert (goal["points"], goal["within"], goal["not_settled"]) == (1, 0, 1)
 
 
 def test_rates_of_a_graph_judged_loss_come_from_graph_time():
     flops = bench.causal_flops(1, 16384, 64, "forward")
     records = [_timed("ours", 16384, 2.0, graph=1.0), _timed("plain", 16384, 1.0, graph=0.5)]
-    worst = b5_losses.losses(b5_grid.grid_frame(records), "plain")["groups"][0]["worst"]
+    worst = _json(b5_losses.losses, b5_grid.grid_frame(records), "plain")["groups"][0]["worst"]
     assert worst["ours_ms"] == 1.0 and worst["ours_tflops"] == pytest.approx(flops / 1.0 / 1e9)
     assert worst["other_tflops"] == pytest.approx(flops / 0.5 / 1e9)
 
@@ -435,7 +441,7 @@ def _report_from(tmp_path, records_by_impl: dict) -> tuple[dict, str]:
         path.write_text(json.dumps(records))
         rows.append(str(path))
     board = tmp_path / "board.json"
-    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 2, "seq": 64, "d": 16}, "ok",
+    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 2, "seq": 64, "d": 16, "pass": "forward-backward"}, "ok",
                                              {"ms": ms, "tflops": 1.0})
                                  for i, ms in (("ours", 2.0), ("sdpa-cudnn", 1.6), ("sdpa-flash", 3.0))]))
     out = tmp_path / "B5"
@@ -552,7 +558,7 @@ def test_the_rate_plot_is_logarithmic_and_says_its_timing(tmp_path, monkeypatch)
     rates = b5_figures.plotted_rates(df)
     flops = bench.causal_flops(1, 256, 64, "forward")
     assert rates["rate"].iloc[0] == pytest.approx(flops / 0.01 / 1e9) and list(rates["timing"]) == ["graph"] * 2 + ["do_bench"] * 2
-    info = b5_figures.plot_tflops(df, tmp_path / "tflops.png")
+    info = _json(b5_figures.plot_tflops, df, tmp_path / "tflops.png")
     assert (info["graph"], info["do_bench"], info["peak"]) == (2, 2, "the dense bf16 tensor-core peak")
     ax = figures[0].axes[0]
     assert ax.get_yscale() == "log" and ax.get_xscale() == "log"
@@ -594,7 +600,7 @@ def test_a_pair_from_one_job_is_judged_per_round_and_from_two_processes_is_not_s
                  (_point("plain", 4096, 1.00, turns=False), [1.00, 1.01, 1.00, 1.00, 1.01, 1.00, 1.00, 1.01])]
         return [_in_turns(r, times[:rounds]) if turns else r for r, times in pairs]
 
-    paired_result, unpaired, short = (b5_losses.losses(b5_grid.grid_frame(rs), "plain")
+    paired_result, unpaired, short = (_json(b5_losses.losses, b5_grid.grid_frame(rs), "plain")
                                       for rs in (records(True), records(False), records(True, rounds=3)))
     assert (paired_result["paired"], paired_result["lost"], paired_result["within"]) == (2, 1, 1)
     assert (paired_result["settled"], paired_result["not_settled"]) == (2, 0)
@@ -604,11 +610,11 @@ def test_a_pair_from_one_job_is_judged_per_round_and_from_two_processes_is_not_s
     # Records of two different jobs do not pair.
     mixed = records(True)
     mixed[1]["metrics"]["turns"]["job"] = "another-job"
-    mixed_result = b5_losses.losses(b5_grid.grid_frame(mixed), "plain")
+    mixed_result = _json(b5_losses.losses, b5_grid.grid_frame(mixed), "plain")
     assert (mixed_result["paired"], mixed_result["not_settled"]) == (1, 1)
 
     board = tmp_path / "board.json"
-    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 2, "seq": 64, "d": 16}, "ok",
+    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 2, "seq": 64, "d": 16, "pass": "forward-backward"}, "ok",
                                              {"ms": 1.0, "tflops": 1.0}) for i in ("ours", "sdpa-cudnn", "sdpa-flash")]))
     texts = {}
     for name, rs in (("paired", records(True)), ("short", records(True, rounds=3))):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -11,6 +12,7 @@ import pandas as pd
 from cs336_systems.report.b5_grid import PASSES, judged
 from cs336_systems.report.b5_losses import PEAK_SHORT, peak
 from cs336_systems.report.common import save_figure
+from cs336_systems.report.contract import Unread
 
 
 def plot_speedup(df: pd.DataFrame, path: Path, baseline: str = "plain") -> None:
@@ -54,7 +56,20 @@ def tflops_panels(ok: pd.DataFrame) -> tuple[str, list[int]]:
     return dtype, [d for d in (64, 128) if d in set(ok["d"])] or sorted(set(ok["d"]))[-1:] or [64]
 
 
-def plot_tflops(df: pd.DataFrame, path: Path) -> dict:
+@dataclass(frozen=True)
+class TflopsPlot:
+    """What the rates figure's caption says: its dtype and head dims, how many points it draws, in
+    which timing, and the peak it draws where one bounds every implementation."""
+    dtype: str
+    ds: list[int]
+    points: int
+    peak: str | None
+    graph: int
+    all_graph: bool
+    do_bench: Unread[int]
+
+
+def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
     """Achieved TFLOP/s over sequence length on log-log axes (the short lengths' rates are a
     thousandth of the long ones'), one panel per pass (rows) and head dimension (columns;
     ``tflops_panels``), every implementation, each point in its ``plotted_rates`` timing (the
@@ -87,5 +102,5 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> dict:
                 ax.legend(fontsize=7)
     save_figure(fig, path)
     graph = int((shown["timing"] == "graph").sum())
-    return {"dtype": dtype, "ds": [int(d) for d in ds], "points": int(len(shown)), "peak": name,
-            "graph": graph, "all_graph": graph == len(shown), "do_bench": int((shown["timing"] == "do_bench").sum())}
+    return TflopsPlot(dtype, [int(d) for d in ds], int(len(shown)), name, graph, graph == len(shown),
+                      int((shown["timing"] == "do_bench").sum()))

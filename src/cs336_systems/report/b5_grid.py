@@ -8,6 +8,7 @@ rounds than the judge needs) settle nothing. Also the leaderboard case's frame a
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -24,28 +25,51 @@ FLASH_GOAL_MIN_SEQ = 1024
 EAGER_GOAL_RATIO = 1.25
 
 
-def eager_goal(df: pd.DataFrame, other: str, ratio: float, dtypes=None, min_seq: int = 0) -> dict:
+@dataclass(frozen=True)
+class Behind:
+    """The point where ours is furthest behind another implementation, by the two medians."""
+    dtype: str
+    d: int
+    seq: int
+    pass_: str
+    ours_ms: float
+    other_ms: float
+    ratio: float
+
+
+@dataclass(frozen=True)
+class EagerGoal:
+    """Ours' do_bench time over another's at the points both ran, judged per point against ``ratio``:
+    how many are within it, beyond it and not settled, and where ours is furthest behind."""
+    points: int
+    within: int
+    beyond: int
+    not_settled: int
+    all_within: bool
+    ratio: float
+    worst: Behind | None
+
+
+def eager_goal(df: pd.DataFrame, other: str, ratio: float, dtypes=None, min_seq: int = 0) -> EagerGoal:
     """At the points ours and ``other`` both ran (``dtypes``, N >= ``min_seq``), ours' do_bench time
     over other's, judged per point (``spread.judge`` of the two records' rounds, as a ratio): within
     ``ratio`` where the whole interval lies at or below it, beyond it where the whole interval lies
-    above, else not settled (one process a side, or too few rounds); and the point where ours is
-    furthest behind, by the two medians."""
+    above, else not settled (too few rounds)."""
     both = judged(df, "ours", other, timing="do_bench")
     both = both[(both["seq"] >= min_seq) & both["ms"].notna() & both["ms_other"].notna()]
     if dtypes is not None:
         both = both[both["dtype"].isin(dtypes)]
     if both.empty:
-        return {"points": 0, "within": 0, "beyond": 0, "not_settled": 0, "all_within": True, "ratio": ratio,
-                "worst": None}
+        return EagerGoal(0, 0, 0, 0, True, ratio, None)
     verdicts = [_verdict(row, ratio=True) for _, row in both.iterrows()]
     within = sum(v.verdict != NOT_SETTLED and v.high <= ratio for v in verdicts)
     beyond = sum(v.verdict != NOT_SETTLED and v.low > ratio for v in verdicts)
     over = both["ms"] / both["ms_other"]
     worst = both.loc[over.idxmax()]
-    return {"points": int(len(both)), "within": int(within), "beyond": int(beyond),
-            "not_settled": int(len(both) - within - beyond), "all_within": bool(within == len(both)), "ratio": ratio,
-            "worst": {"dtype": worst["dtype"], "d": int(worst["d"]), "seq": int(worst["seq"]), "pass": worst["pass"],
-                      "ours_ms": float(worst["ms"]), "other_ms": float(worst["ms_other"]), "ratio": float(over.max())}}
+    return EagerGoal(int(len(both)), int(within), int(beyond), int(len(both) - within - beyond),
+                     bool(within == len(both)), ratio,
+                     Behind(worst["dtype"], int(worst["d"]), int(worst["seq"]), worst["pass"], float(worst["ms"]),
+                            float(worst["ms_other"]), float(over.max())))
 
 
 def grid_frame(records: list[dict]) -> pd.DataFrame:
@@ -154,9 +178,8 @@ def wide_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
-    """One row per (pass, impl), with each time over cuDNN's time for the same pass. Records from
-    before the split was measured carry no pass: they are the forward + backward case."""
-    rows = [{"pass": r["params"].get("pass", "forward-backward"), "impl": r["params"]["impl"], "status": r["status"],
+    """One row per (pass, impl), with each time over cuDNN's time for the same pass."""
+    rows = [{"pass": r["params"]["pass"], "impl": r["params"]["impl"], "status": r["status"],
              "ms": r["metrics"].get("ms", math.nan), "tflops": r["metrics"].get("tflops", math.nan),
              "shape": "x".join(str(r["params"][k]) for k in ("batch", "seq", "d"))} for r in records]
     df = pd.DataFrame(rows)
@@ -166,19 +189,32 @@ def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
     return df
 
 
-def leaderboard_timing(records: list[dict]) -> dict:
-    """The do_bench warm-up and rep (ms) the leaderboard's records say they were timed with: the
-    headline pass's (``total``) and the split's (``split``, its forward and backward alone), each
-    ``{"warmup_ms", "rep_ms"}`` where its records agree, else None; ``same``: both known and equal."""
-    def agreed(parts: set[str]) -> dict | None:
+@dataclass(frozen=True)
+class Settings:
+    warmup_ms: float
+    rep_ms: float
+
+
+@dataclass(frozen=True)
+class LeaderboardTiming:
+    """The do_bench warm-up and rep the leaderboard's records say they were timed with: the headline
+    pass's (``total``) and the split's (``split``, its forward and backward alone), each where its
+    records agree, else None; ``same``: both known and equal."""
+    total: Settings | None
+    split: Settings | None
+    same: bool
+
+
+def leaderboard_timing(records: list[dict]) -> LeaderboardTiming:
+    def agreed(parts: set[str]) -> Settings | None:
         settings = {(r["params"].get("warmup_ms"), r["params"].get("rep_ms")) for r in records
-                    if r.get("id") == "B5-leaderboard" and r["params"].get("pass", "forward-backward") in parts}
+                    if r.get("id") == "B5-leaderboard" and r["params"]["pass"] in parts}
         if len(settings) != 1 or None in next(iter(settings)):
             return None
         warmup_ms, rep_ms = settings.pop()
-        return {"warmup_ms": float(warmup_ms), "rep_ms": float(rep_ms)}
+        return Settings(float(warmup_ms), float(rep_ms))
     total, split = agreed({"forward-backward"}), agreed({"forward", "backward"})
-    return {"total": total, "split": split, "same": total is not None and total == split}
+    return LeaderboardTiming(total, split, total is not None and total == split)
 
 
 def ours_splits(records: list[dict]) -> dict:

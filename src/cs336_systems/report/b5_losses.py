@@ -7,6 +7,7 @@ too few programs, and out-of-memory groups. Where a point has both timings, do_b
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -14,8 +15,8 @@ from cs336_systems.accounting import memory_traffic
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.profiling import mfu
 from cs336_systems.report.b5_grid import judged
+from cs336_systems.report.contract import Unread
 from cs336_systems.report.spread import NOT_SETTLED, WITHIN
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, STR, arr, null, obj, opt
 
 
 def cold_cache_ms(row: pd.Series) -> float:
@@ -37,11 +38,35 @@ def launch_bound(df: pd.DataFrame) -> pd.Series:
     return df.apply(one, axis=1, result_type="reduce") if len(df) else pd.Series(dtype=object)
 
 
-def timing_check(df: pd.DataFrame) -> dict:
-    """do_bench against graph time over the points that have both: per implementation how many,
-    how many are launch-bound (with the longest such length), how many could not be judged, and
-    where every graph replay took longer than do_bench's median; and the graph failures by status
-    with one reason each."""
+@dataclass(frozen=True)
+class ImplTiming:
+    points: int
+    launch_bound: int
+    not_judged: Unread[int]
+    max_seq: int | None             # the longest launch-bound length
+
+
+@dataclass(frozen=True)
+class GraphFailure:
+    points: int
+    impls: list[str]
+    reason: str
+
+
+@dataclass(frozen=True)
+class TimingCheck:
+    """do_bench against graph time over the points that have both: how many are launch-bound, per
+    implementation too, how many could not be judged, and where every graph replay took longer than
+    do_bench's median; and the graph failures by status with one reason each."""
+    points: int
+    launch_bound: int
+    not_judged: int
+    per_impl: dict[str, ImplTiming]
+    graph_slower: int
+    failed: dict[str, GraphFailure]
+
+
+def timing_check(df: pd.DataFrame) -> TimingCheck:
     ok = df[df["status"] == "ok"]
     both = ok[ok["graph_ms"].notna()]
     bound = launch_bound(both)
@@ -49,16 +74,14 @@ def timing_check(df: pd.DataFrame) -> dict:
     for impl, part in both.groupby("impl"):
         b = bound[part.index]
         hit = part[b == True]  # noqa: E712 - None (not judged) is neither
-        per_impl[impl] = {"points": int(len(part)), "launch_bound": int(len(hit)),
-                          "not_judged": int(b.isna().sum()),
-                          "max_seq": int(hit["seq"].max()) if len(hit) else None}
+        per_impl[impl] = ImplTiming(int(len(part)), int(len(hit)), int(b.isna().sum()),
+                                    int(hit["seq"].max()) if len(hit) else None)
     failed = ok[ok["graph_status"].notna() & ~ok["graph_status"].isin(["ok", "skipped"])]
-    return {"points": int(len(both)), "launch_bound": int((bound == True).sum()),  # noqa: E712
-            "not_judged": int(bound.isna().sum()), "per_impl": per_impl,
-            "graph_slower": int((both["graph_ms_min"] > both["ms"]).sum()),
-            "failed": {status: {"points": int(len(part)), "impls": sorted(part["impl"].unique()),
-                                "reason": " ".join(str(part["graph_reason"].iloc[0]).split())[:160]}
-                       for status, part in failed.groupby("graph_status")}}
+    return TimingCheck(int(len(both)), int((bound == True).sum()), int(bound.isna().sum()), per_impl,  # noqa: E712
+                       int((both["graph_ms_min"] > both["ms"]).sum()),
+                       {status: GraphFailure(int(len(part)), sorted(part["impl"].unique()),
+                                             " ".join(str(part["graph_reason"].iloc[0]).split())[:160])
+                        for status, part in failed.groupby("graph_status")})
 
 
 def peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> tuple[str | None, float]:
@@ -123,12 +146,75 @@ def flat_points(ok: pd.DataFrame) -> set[tuple]:
     return out
 
 
-def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
+@dataclass(frozen=True)
+class LostPoint:
+    """One point where ours is slower, in the timing that judged it: both times and useful rates,
+    each against the peak that bounds it, and our smallest grid against the SM count where the
+    records carry them (``grid_explains``: a grid too short to fill the GPU accounts for the rate)."""
+    seq: int
+    ours_ms: Unread[float]
+    other_ms: Unread[float]
+    ours_tflops: float
+    other_tflops: float
+    peak: Unread[str | None]
+    ours_of_peak: float | None
+    other_of_peak: float | None
+    peak_short: str | None
+    other_peak_short: str | None
+    programs: int | None
+    sms: int | None
+    short_grid: bool | None
+    grid_explains: bool | None
+    flat: Unread[bool]              # its time is not set by its work (``flat_points``)
+
+
+@dataclass(frozen=True)
+class LostGroup:
+    """Lost points of one dtype, d, pass, timing and flatness: their lengths, the range of each side's
+    times, and the worst of them (the largest ours ÷ other)."""
+    dtype: str
+    d: int
+    pass_: str
+    timing: str
+    flat: bool
+    seqs: list[int]
+    ours_ms: list[float]
+    other_ms: list[float]
+    worst: LostPoint
+
+
+@dataclass(frozen=True)
+class Losses:
+    """Ours against one other implementation at the points both ran: the judge's verdicts counted
+    (``won`` faster, ``within`` the spread, ``lost`` slower; ``settled`` the points it decides), in graph
+    time where both have it (``by_graph`` points), the same pairs' losses on do_bench's time, and the
+    lost points in groups with what limits our kernels there."""
+    points: int
+    lost: int
+    by_graph: int
+    all_by_graph: bool
+    lost_in_do_bench: int           # the same pairs judged on do_bench's time, launch included
+    paired: Unread[int]             # measured in one job's turns, judged per round
+    within: int
+    won: int
+    settled: int
+    not_settled: int
+    groups: list[LostGroup]
+    fold: bool
+    unexplained: int
+    by_dtype: dict[str, int]
+    flat_lost: int
+    work_groups: int
+    max_of_peak: float | None
+    grid_explained: int
+    sms_missing: bool
+
+
+def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> Losses:
     """Where ours is slower than ``other`` in the timing that judges each point (``judged``):
     every such point grouped by (dtype, d, pass, timing, flat), each group with its lengths and times
-    and, for groups that are not flat, the diagnostics of its worst point (ours' and other's useful
-    rate in that timing against the peak that bounds each, and our smallest grid against the SM count
-    where the records carry it). Flatness is tested on the series of the judging timing."""
+    and, for groups that are not flat, the diagnostics of its worst point (``_diagnose``).
+    Flatness is tested on the series of the judging timing."""
     ok = df[df["status"] == "ok"]
     flat = {"do_bench": flat_points(ok),
             "graph": flat_points(ok.assign(ms=ok["graph_ms"]).dropna(subset=["ms"]))}
@@ -137,119 +223,107 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> dict:
     if dtypes is not None:
         both = both[both["dtype"].isin(dtypes)]
     lost = both[both["verdict"] == "higher"].sort_values(["dtype", "d", "pass", "timing", "seq"])
-    groups, points = [], []
+    runs: list[tuple[tuple, list[LostPoint]]] = []       # consecutive points of one key, in the sorted order
+    dtypes_lost = []
     for _, row in lost.iterrows():
         is_flat = ("ours", row["dtype"], row["d"], row["pass"], int(row["seq"])) in flat[row["timing"]]
-        point = _diagnose(row, other) | {"flat": bool(is_flat)}
-        points.append(point | {"dtype": row["dtype"]})
-        last = groups[-1] if groups else None
-        if last and (last["dtype"], last["d"], last["pass"], last["timing"], last["flat"]) == \
-                (row["dtype"], int(row["d"]), row["pass"], row["timing"], is_flat):
-            last["points"].append(point)
-        else:
-            groups.append({"dtype": row["dtype"], "d": int(row["d"]), "pass": row["pass"], "timing": row["timing"],
-                           "flat": bool(is_flat), "points": [point]})
-    for g in groups:
-        g["seqs"] = [p["seq"] for p in g["points"]]
-        g["ours_ms"] = [min(p["ours_ms"] for p in g["points"]), max(p["ours_ms"] for p in g["points"])]
-        g["other_ms"] = [min(p["other_ms"] for p in g["points"]), max(p["other_ms"] for p in g["points"])]
-        g["worst"] = max(g["points"], key=lambda p: p["ours_ms"] / p["other_ms"])
-        del g["points"]
-    work_set = [p for p in points if not p["flat"]]
-    shares = [p["ours_of_peak"] for p in work_set if p["ours_of_peak"] is not None]
+        key = (row["dtype"], int(row["d"]), row["pass"], row["timing"], bool(is_flat))
+        if not runs or runs[-1][0] != key:
+            runs.append((key, []))
+        runs[-1][1].append(_diagnose(row, other, bool(is_flat)))
+        dtypes_lost.append(row["dtype"])
+    groups = [LostGroup(*key, [p.seq for p in pts], [min(p.ours_ms for p in pts), max(p.ours_ms for p in pts)],
+                        [min(p.other_ms for p in pts), max(p.other_ms for p in pts)],
+                        max(pts, key=lambda p: p.ours_ms / p.other_ms))
+              for key, pts in runs]
+    points = [p for _, pts in runs for p in pts]
+    work_set = [p for p in points if not p.flat]
+    shares = [p.ours_of_peak for p in work_set if p.ours_of_peak is not None]
     eager = judged(df, "ours", other, timing="do_bench")
     eager = eager[(eager["seq"] >= min_seq) & (eager["dtype"].isin(dtypes) if dtypes is not None else True)]
-    by_graph, paired = int((both["timing"] == "graph").sum()), int(both["paired"].sum())
-    return {"points": int(len(both)), "lost": int(len(lost)),
-            "by_graph": by_graph, "all_by_graph": by_graph == len(both),
-            # the same pairs judged on do_bench's time, launch included, where the verdict above used graph time
-            "lost_in_do_bench": int((eager["verdict"] == "higher").sum()),
-            # paired: the points measured in one job, judged per round; within: those whose difference
-            # is inside the spread across rounds; won: faster beyond it; not settled: points the
-            # records cannot judge (each from its own process, or too few rounds)
-            "paired": paired, "all_paired": paired == len(both),
-            "within": int((both["verdict"] == WITHIN).sum()),
-            "won": int((both["verdict"] == "lower").sum()),
-            "settled": int((both["verdict"] != NOT_SETTLED).sum()),
-            "not_settled": int((both["verdict"] == NOT_SETTLED).sum()),
-            "groups": groups, "fold": len(groups) > FOLD_GROUPS,
-            "unexplained": sum(1 for g in groups if not g["flat"] and not g["worst"].get("grid_explains")),
-            "by_dtype": {dtype: sum(p["dtype"] == dtype for p in points) for dtype in sorted({p["dtype"] for p in points})},
-            "flat_lost": len(points) - len(work_set), "work_groups": sum(1 for g in groups if not g["flat"]),
-            "max_of_peak": max(shares) if shares else None,
-            "grid_explained": sum(1 for g in groups if g["worst"].get("grid_explains")),
-            "sms_missing": any(p.get("programs") is not None and p.get("sms") is None for p in points)}
+    by_graph = int((both["timing"] == "graph").sum())
+    verdict = both["verdict"]
+    return Losses(
+        int(len(both)), int(len(lost)), by_graph, by_graph == len(both), int((eager["verdict"] == "higher").sum()),
+        int(both["paired"].sum()), int((verdict == WITHIN).sum()), int((verdict == "lower").sum()),
+        int((verdict != NOT_SETTLED).sum()), int((verdict == NOT_SETTLED).sum()), groups, len(groups) > FOLD_GROUPS,
+        sum(1 for g in groups if not g.flat and not g.worst.grid_explains),
+        {dtype: dtypes_lost.count(dtype) for dtype in sorted(set(dtypes_lost))}, len(points) - len(work_set),
+        sum(1 for g in groups if not g.flat), max(shares) if shares else None,
+        sum(1 for g in groups if g.worst.grid_explains),
+        any(p.programs is not None and p.sms is None for p in points))
 
 
-def _diagnose(row: pd.Series, other: str) -> dict:
+def _none(value: float) -> float | None:
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _diagnose(row: pd.Series, other: str, flat: bool) -> LostPoint:
     name, flops = peak(row["gpu"], "ours", row["dtype"], row["fp32_products"])
     other_name, other_flops = peak(row["gpu_other"], other, row["dtype"], row["fp32_products_other"])
     # Rates in the judging timing; records that predate "flops" judge on do_bench only, whose rate they carry.
     ours_tflops, other_tflops = ((row["flops"] / row["t"] / 1e9, row["flops_other"] / row["t_other"] / 1e9)
                                  if row["timing"] == "graph" else (row["tflops"], row["tflops_other"]))
-    point = {"seq": int(row["seq"]), "ours_ms": float(row["t"]), "other_ms": float(row["t_other"]),
-             "ours_tflops": float(ours_tflops), "other_tflops": float(other_tflops),
-             "peak": name, "peak_tflops": flops / 1e12, "ours_of_peak": ours_tflops * 1e12 / flops,
-             "other_peak": other_name, "other_of_peak": other_tflops * 1e12 / other_flops,
-             "peak_short": PEAK_SHORT.get(name), "other_peak_short": PEAK_SHORT.get(other_name)}
-    if not math.isnan(row["programs"]):
-        point["programs"] = int(row["programs"])
-    if not (math.isnan(row["programs"]) or math.isnan(row["sms"])):
-        busy = min(1.0, row["programs"] / row["sms"])
-        point.update(sms=int(row["sms"]), busy=busy, short_grid=busy < 1,
-                     of_busy_peak=ours_tflops * 1e12 / (busy * flops))
-        if not math.isnan(flops):       # without the card's peak the share says nothing
-            point["grid_explains"] = bool(busy < 1 and point["of_busy_peak"] >= GRID_EXPLAINS)
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in point.items()}
+    programs = None if math.isnan(row["programs"]) else int(row["programs"])
+    sms = None if programs is None or math.isnan(row["sms"]) else int(row["sms"])
+    busy = min(1.0, programs / sms) if sms else None
+    of_busy_peak = _none(ours_tflops * 1e12 / (busy * flops)) if busy else None
+    return LostPoint(
+        int(row["seq"]), float(row["t"]), float(row["t_other"]), float(ours_tflops), float(other_tflops), name,
+        _none(ours_tflops * 1e12 / flops), _none(other_tflops * 1e12 / other_flops),
+        PEAK_SHORT.get(name), PEAK_SHORT.get(other_name), programs, sms, None if busy is None else busy < 1,
+        # without the card's peak the share says nothing
+        None if busy is None or math.isnan(flops) else bool(busy < 1 and of_busy_peak >= GRID_EXPLAINS), flat)
 
 
-def oom_groups(df: pd.DataFrame, impl: str) -> list[dict]:
-    """Where ``impl`` ran out of memory: per (dtype, pass), the first length and the head dims."""
+@dataclass(frozen=True)
+class OutOfMemory:
+    """Where one implementation ran out of memory in one dtype and pass: the first length, the head dims."""
+    dtype: str
+    pass_: str
+    first_seq: int
+    ds: list[int]
+
+
+def oom_groups(df: pd.DataFrame, impl: str) -> list[OutOfMemory]:
     oom = df[(df["impl"] == impl) & (df["status"] == "oom")]
-    return [{"dtype": dtype, "pass": which, "first_seq": int(part["seq"].min()), "ds": sorted(map(int, part["d"].unique()))}
+    return [OutOfMemory(dtype, which, int(part["seq"].min()), sorted(map(int, part["d"].unique())))
             for (dtype, which), part in oom.groupby(["dtype", "pass"])]
 
 
-def gap_trend(df: pd.DataFrame, dtype: str = "bf16") -> dict:
-    """Per (d, pass) series of ``dtype``, plain's time ÷ ours (in the timing that judges each point)
+@dataclass(frozen=True)
+class GapTrend:
+    """Per (d, pass) series of one dtype, plain's time ÷ ours (in the timing that judges each point)
     along the lengths both ran: in how many series it is larger at the longest length than at the
     shortest (``widening``), rises at every longer length (``rising_throughout``), first falls to a
     lowest point past the shortest length (``first_falls``, with the lengths where those lows are),
     and ends below its highest (``falls_at_top``). The ends alone hide a dip or a fall between them."""
+    series: int
+    widening: int
+    rising_throughout: int
+    first_falls: int
+    lowest_at: list[int]
+    falls_at_top: int
+    widens_everywhere: bool
+
+
+def gap_trend(df: pd.DataFrame, dtype: str = "bf16") -> GapTrend:
     pair = judged(df, "ours", "plain")
     pair = pair[pair["dtype"] == dtype]
-    out = {"series": 0, "widening": 0, "rising_throughout": 0, "first_falls": 0, "lowest_at": [], "falls_at_top": 0}
-    if not len(pair):
-        return out
-    ratio = (pair["t_other"] / pair["t"]).set_axis(pd.MultiIndex.from_frame(pair[["d", "pass", "seq"]])).sort_index()
+    series = widening = rising = falls = at_top = 0
     lows = []
-    for _, part in ratio.groupby(level=["d", "pass"]):
-        values = list(part)
-        if len(values) < 2:
-            continue
-        out["series"] += 1
-        out["widening"] += int(values[-1] > values[0])
-        out["rising_throughout"] += int(all(b > a for a, b in zip(values, values[1:])))
-        low = values.index(min(values))
-        if low > 0:
-            out["first_falls"] += 1
-            lows.append(int(part.index[low][-1]))
-        out["falls_at_top"] += int(values[-1] < max(values))
-    out["lowest_at"] = sorted(set(lows))
-    out["widens_everywhere"] = out["rising_throughout"] == out["series"]
-    return out
-
-
-def losses_schema(of_peak: dict, short_grid: dict | opt, points: dict, **more) -> dict:
-    """``losses``' summary: ``of_peak`` and ``short_grid`` the types of the worst point's share of peak
-    and whether its grid left SMs idle, known for every point where the comparison is in bf16 alone."""
-    worst = obj(short_grid=short_grid, grid_explains=opt(null(BOOL)), other_of_peak=of_peak, other_peak_short=null(STR),
-                other_tflops=NUM, ours_of_peak=of_peak, ours_tflops=NUM, peak_short=null(STR),
-                programs=opt(null(INT)), seq=INT, sms=opt(null(INT)))
-    group = obj({"pass": STR}, d=INT, dtype=STR, flat=null(BOOL), other_ms=arr(NUM), ours_ms=arr(NUM),
-                seqs=arr(INT), timing=STR, worst=worst)
-    return obj(by_graph=null(INT), flat_lost=null(INT), fold=BOOL,
-               grid_explained=null(INT), groups=arr(group), lost=null(INT), max_of_peak=null(NUM),
-               not_settled=INT, points=points, settled=INT,
-               sms_missing=null(BOOL), within=INT, won=INT,
-               work_groups=null(INT), **more)
+    if len(pair):
+        ratio = (pair["t_other"] / pair["t"]).set_axis(pd.MultiIndex.from_frame(pair[["d", "pass", "seq"]])).sort_index()
+        for _, part in ratio.groupby(level=["d", "pass"]):
+            values = list(part)
+            if len(values) < 2:
+                continue
+            series += 1
+            widening += int(values[-1] > values[0])
+            rising += int(all(b > a for a, b in zip(values, values[1:])))
+            low = values.index(min(values))
+            if low > 0:
+                falls += 1
+                lows.append(int(part.index[low][-1]))
+            at_top += int(values[-1] < max(values))
+    return GapTrend(series, widening, rising, falls, sorted(set(lows)), at_top, rising == series)
