@@ -11,6 +11,7 @@ from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.records import make_record, write_json_atomic
 from cs336_systems.report import e1, writeup
+from cs336_systems.report.contract import as_json
 from cs336_systems.training_step import rungs
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
@@ -303,9 +304,10 @@ def test_a_rung_the_run_has_no_point_of_is_named_once_not_point_by_point():
                for rung in ("fp32", "bf16-weights", "anchor-liger")]
     missing = [p.split("/")[1][:-5] for p in planned if "fp32" not in p]
     missing.remove("xl_ctx512_anchor-liger")        # the run has one point of anchor-liger
-    assert e1.missing_briefly(planned, missing) == e1.Points(
-        ["xl_ctx1024_anchor-liger", "2.7B_ctx512_anchor-liger", "2.7B_ctx1024_anchor-liger"], ["bf16-weights"])
-    assert e1.missing_briefly(planned, []) == e1.Points([], [])
+    assert _json(e1.missing_briefly, planned, missing) == {
+        "points": ["xl_ctx1024_anchor-liger", "2.7B_ctx512_anchor-liger", "2.7B_ctx1024_anchor-liger"],
+        "rungs": ["bf16-weights"]}
+    assert _json(e1.missing_briefly, planned, []) == {"points": [], "rungs": []}
 
 
 def test_a_run_with_every_point_says_nothing_is_missing(tmp_path):
@@ -319,17 +321,22 @@ def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
     gap_ = gap_at("fused-adamw", size="2.7B", context=1024, optimizer_ms=40.0)
     record = {"params": {"size": "2.7B", "context": 1024, "rung": "fused-adamw", "optimizer": rungs.FUSED_ADAMW},
               "provenance": {"gpu": "NVIDIA H100 80GB HBM3"}, "metrics": {"parameters": 3_000_000_000}}
-    floor = e1.optimizer_floor(gap_, [record])
-    assert floor.floor_ms == pytest.approx(3e9 * 28 / 3.35e12 * 1e3)
-    assert floor.over_floor == pytest.approx(40.0 / floor.floor_ms)
-    assert e1.optimizer_floor(gap_, [{**record, "provenance": {"gpu": None}}]) is None     # no card, no floor
+    floor = _json(e1.optimizer_floor, gap_, [record])
+    assert floor["floor_ms"] == pytest.approx(3e9 * 28 / 3.35e12 * 1e3)
+    assert floor["over_floor"] == pytest.approx(40.0 / floor["floor_ms"])
+    assert _json(e1.optimizer_floor, gap_, [{**record, "provenance": {"gpu": None}}]) is None     # no card, no floor
     # our Triton AdamW, with or without bf16 copies, makes the same one pass; cs336_basics' makes several
     ours = rungs.get("bf16-weights").setup.optimizer
-    assert e1.optimizer_floor(gap_, [{**record, "params": {**record["params"], "optimizer": ours}}]) == floor
+    assert _json(e1.optimizer_floor, gap_, [{**record, "params": {**record["params"], "optimizer": ours}}]) == floor
     several = {**record["params"], "optimizer": rungs.OUR_ADAMW}
-    assert e1.optimizer_floor(gap_, [{**record, "params": several}]) is None
+    assert _json(e1.optimizer_floor, gap_, [{**record, "params": several}]) is None
     # updates that ran inside backward leave the optimizer phase empty: no floor to set it against
-    assert e1.optimizer_floor(dataclasses.replace(gap_, updates_in_backward=True), [record]) is None
+    assert _json(e1.optimizer_floor, dataclasses.replace(gap_, updates_in_backward=True), [record]) is None
+
+
+def _json(report, *args, **kwargs):
+    """What one of the E1 report's functions returns, as the summary holds it."""
+    return as_json(report(*args, **kwargs))
 
 
 def gap_at(rung: str, size: str = SIZE, context: int = CONTEXT, optimizer_ms: float = 30.0) -> e1.Gap:
@@ -408,12 +415,12 @@ def test_ours_against_the_anchor_names_the_kernel_kind_where_they_part(tmp_path)
     close = profile_record("anchor-sdpa-flash", {"GEMM": 119.2, "attention-softmax": 19.0, "elementwise": 40.0,
                                                  "optimizer": 30.0}, step_ms=best - 1.0, busy_ms=204.0)
     # with two anchors profiled, the best anchor's profile is the one set against ours
-    assert e1.kernel_comparison([ours, close, anchor], None, None, 0.55, "anchor-liger").anchor.rung == \
+    assert _json(e1.kernel_comparison, [ours, close, anchor], None, None, 0.55, "anchor-liger")["anchor"]["rung"] == \
         "anchor-sdpa-flash"
     liger = {**anchor, "params": {**anchor["params"], "rung": "anchor-liger"}}
-    assert e1.kernel_comparison([ours, close, liger], None, None, 0.55, "anchor-liger").anchor.rung == "anchor-liger"
-    kc = e1.kernel_comparison([ours, close], None, None, 0.55)
-    assert kc.anchor.largest == "attention-softmax" and not kc.anchor.largest_stands_out
+    assert _json(e1.kernel_comparison, [ours, close, liger], None, None, 0.55, "anchor-liger")["anchor"]["rung"] == "anchor-liger"
+    kc = _json(e1.kernel_comparison, [ours, close], None, None, 0.55)
+    assert kc["anchor"]["largest"] == "attention-softmax" and not kc["anchor"]["largest_stands_out"]
     assert f"at {_projection_flops() / 0.120 / 1e12:.0f} TFLOP/s" in flat
 
 
@@ -421,23 +428,23 @@ def test_the_goal_leaves_the_step_it_allows_less_the_gemms_and_the_optimizer_flo
     ours = profile_record("fused-adamw", {"GEMM": 120.0, "attention-softmax": 20.0, "elementwise": 40.0,
                                           "optimizer": 30.0}, step_ms=215.0, busy_ms=210.0)
     gap_ = gap_at("fused-adamw")
-    kc = e1.kernel_comparison([ours], gap_, FLOOR_28_MS, goal_mfu=0.55)
+    kc = _json(e1.kernel_comparison, [ours], gap_, FLOOR_28_MS, goal_mfu=0.55)
     total = model_step_flops(get_size(SIZE), batch=BATCH, context=CONTEXT, mode="train-step")
-    assert kc.anchor is None
-    assert kc.bound.ms == pytest.approx(148.0)
-    assert kc.bound.mfu == pytest.approx(total / 0.148 / BF16_PEAK)
-    assert kc.bound.goal_ms == pytest.approx(total / (0.55 * BF16_PEAK) * 1e3)
-    assert kc.bound.room_ms == pytest.approx(kc.bound.goal_ms - 148.0)
-    assert kc.bound.rest_now_ms == pytest.approx(210.0 - 148.0)
-    assert kc.bound.cut_share == pytest.approx(1 - kc.bound.room_ms / (210.0 - 148.0))
+    assert kc["anchor"] is None
+    assert kc["bound"]["ms"] == pytest.approx(148.0)
+    assert kc["bound"]["mfu"] == pytest.approx(total / 0.148 / BF16_PEAK)
+    assert kc["bound"]["goal_ms"] == pytest.approx(total / (0.55 * BF16_PEAK) * 1e3)
+    assert kc["bound"]["room_ms"] == pytest.approx(kc["bound"]["goal_ms"] - 148.0)
+    assert kc["bound"]["rest_now_ms"] == pytest.approx(210.0 - 148.0)
+    assert kc["bound"]["cut_share"] == pytest.approx(1 - kc["bound"]["room_ms"] / (210.0 - 148.0))
     # With a slow enough goal the rest fits, and nothing need go.
-    assert e1.kernel_comparison([ours], gap_, FLOOR_28_MS, goal_mfu=0.30).bound.cut_share == 0.0
-    assert e1.kernel_comparison([], None, None, 0.55) is None
+    assert _json(e1.kernel_comparison, [ours], gap_, FLOOR_28_MS, goal_mfu=0.30)["bound"]["cut_share"] == 0.0
+    assert _json(e1.kernel_comparison, [], None, None, 0.55) is None
     # The optimizer floor of another point is not this profile's; GEMMs that include naive
     # attention's products are not the projections alone.
-    assert e1.kernel_comparison([ours], dataclasses.replace(gap_, context=2048), FLOOR_28_MS, 0.55).bound is None
+    assert _json(e1.kernel_comparison, [ours], dataclasses.replace(gap_, context=2048), FLOOR_28_MS, 0.55)["bound"] is None
     naive = {**ours, "params": {**ours["params"], "attention": "naive"}}
-    assert e1.kernel_comparison([naive], gap_, FLOOR_28_MS, 0.55).gemm_tflops is None
+    assert _json(e1.kernel_comparison, [naive], gap_, FLOOR_28_MS, 0.55)["gemm_tflops"] is None
 
 
 def test_every_row_s_mfu_is_against_the_bf16_peak_and_the_compiled_rung_says_what_it_compiled(tmp_path):
@@ -508,16 +515,16 @@ def test_ours_is_the_gap_s_rung_where_profiled_else_the_highest_and_two_commits_
     anchor = profile_record("anchor-sdpa-cudnn", kinds, step_ms=210.0, busy_ms=205.0)
     gap_ = gap_at("cuda-graphs")
     # the gap's rung, though another of ours comes first
-    assert e1.kernel_comparison([fused, graphs, anchor], gap_, None, 0.55).rung == "cuda-graphs"
+    assert _json(e1.kernel_comparison, [fused, graphs, anchor], gap_, None, 0.55)["rung"] == "cuda-graphs"
     # no gap, or the gap's rung not profiled: the ladder's highest profiled rung
-    assert e1.kernel_comparison([fused, graphs, anchor], None, None, 0.55).rung == "cuda-graphs"
-    assert e1.kernel_comparison([fused, anchor], gap_, None, 0.55).rung == "fused-adamw"
-    kc = e1.kernel_comparison([graphs, anchor], gap_, None, 0.55)
-    assert not kc.anchor.apart
+    assert _json(e1.kernel_comparison, [fused, graphs, anchor], None, None, 0.55)["rung"] == "cuda-graphs"
+    assert _json(e1.kernel_comparison, [fused, anchor], gap_, None, 0.55)["rung"] == "fused-adamw"
+    kc = _json(e1.kernel_comparison, [graphs, anchor], gap_, None, 0.55)
+    assert not kc["anchor"]["apart"]
     elsewhere = {**anchor, "provenance": {**anchor["provenance"], "commit": "f" * 40}}
-    kc = e1.kernel_comparison([graphs, elsewhere], gap_, None, 0.55)
-    assert kc.anchor.apart and kc.anchor.commits[1] == "f" * 40
-    assert kc.anchor.commits[0] == (graphs["provenance"].get("commit") or "unknown")
+    kc = _json(e1.kernel_comparison, [graphs, elsewhere], gap_, None, 0.55)
+    assert kc["anchor"]["apart"] and kc["anchor"]["commits"][1] == "f" * 40
+    assert kc["anchor"]["commits"][0] == (graphs["provenance"].get("commit") or "unknown")
 
 
 def test_a_best_rung_that_updates_in_backward_is_said_to_and_gets_no_optimizer_floor(tmp_path):
