@@ -358,7 +358,7 @@ BY_PRECISION = mapping(mapping(null(ROW)))
 BY_PRECISION_WITH_BASELINE = mapping(mapping(null(ROW_OR_BASELINE)))
 # A difference and its interval (null where not settled), and what a sentence quotes of the judge's verdict.
 SPREAD = obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM)
-DIFFERENCE = obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM, paired=opt(null(BOOL)), sign=INT, verdict=STR,
+DIFFERENCE = obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM, sign=INT, verdict=STR,
                  less=opt(SPREAD))                                             # ``record_difference``
 SETUP = obj(backend=STR, context=INT, global_batch=INT, other_batches=opt(mapping(INT)), rounds=null(INT), size=STR,
             steps=INT, warmup=INT, world_size=INT, judged=BOOL, min_rounds=INT)
