@@ -16,7 +16,10 @@ cd "$(git rev-parse --show-toplevel)"
 LEFT_OUT="results/h100 writeup/h100 writeup/h200 lab/paired/runs lab/e1-rungs"
 case "${1:-}" in
   prepare)
-    SHA=$(git rev-parse "$2") RUN=$3 FROM=$4
+    [ $# -eq 4 ] || { echo "usage: session.sh prepare SHA RUN FROM" >&2; exit 2; }
+    SHA=$(git rev-parse --quiet --verify "$2^{commit}") || { echo "session.sh: no commit $2" >&2; exit 2; }
+    RUN=$3 FROM=$4
+    git cat-file -e "$FROM:results/$RUN" 2>/dev/null || { echo "session.sh: $FROM has no results/$RUN" >&2; exit 2; }
     [ -d .carry/wheels ] || bash ../shared/gpu/prepare-carry.sh markdown-it-py mdit-py-plugins jinja2 jsonschema tabulate
     [ -d .carry-spare ] || bash lab/reference-runs/slim_carry.sh keep-nvtx
     liger=$(sed -n 's/.*"\(liger-kernel==[^"]*\)".*/\1/p' pyproject.toml | head -1)

@@ -17,6 +17,8 @@ from cs336_systems.attention.flash_record import ran
 from cs336_systems.report.spread import NOT_SETTLED, Verdict, judge, round_samples
 
 PASSES = ("forward", "backward", "forward-backward")
+# What ours is set against at every point of the grid (attention.backends.BENCH_IMPLS' names).
+OTHERS = ("plain", "sdpa-cudnn", "sdpa-flash")
 # The small-shape goal the B5 section judges: ours no slower than SDPA's flash back end at every bf16
 # point from this sequence length on.
 FLASH_GOAL_MIN_SEQ = 1024
@@ -149,7 +151,7 @@ def table_view(wide: pd.DataFrame) -> list[str]:
     """The wide table's columns a writeup shows: the point, our time (do_bench's, and the graph's where
     the run has one) and each ratio other ÷ ours in the timing that judges the point; the others'
     times stay in the CSV."""
-    return [c for c in [*KEYS, "ours", "ours graph", *(f"{o} / ours" for o in ("plain", "sdpa-cudnn", "sdpa-flash"))]
+    return [c for c in [*KEYS, "ours", "ours graph", *(f"{o} / ours" for o in OTHERS)]
             if c in wide.columns]
 
 
@@ -166,7 +168,7 @@ def wide_table(df: pd.DataFrame) -> pd.DataFrame:
                   for ms, s in zip(*(df[df["status"] == "ok"][c] for c in ("graph_ms", "graph_status")))])
         for impl, cells in graph.pivot_table(index=KEYS, columns="impl", values="cell", aggfunc="first").items():
             wide[f"{impl} graph"] = cells
-    for other in ("plain", "sdpa-cudnn", "sdpa-flash"):
+    for other in OTHERS:
         pair = judged(df, "ours", other).set_index(KEYS)
         if len(pair):
             wide[f"{other} / ours"] = pd.Series(

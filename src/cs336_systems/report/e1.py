@@ -741,7 +741,7 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
                         for p in records if p["params"].get("compiled")}),
         checkpoint_groups=sorted({p["params"]["checkpoint_group"] for p in records
                                   if p["params"].get("checkpointed") and p["status"] == "ok"}),
-        peaks=sorted(set(df[df["status"] == "ok"]["peak_basis"])) if len(df) else [],
+        peaks=sorted(set(df[df["status"] == "ok"]["peak_basis"])),
         checks=checks(df), points=points, partial_points=scope(points, goal_size, goal_context), bought=bought(df),
         compared_points=len(compared), faster_than_anchor_at=where("lower"), slower_than_anchor_at=where("higher"),
         within_anchor_at=where(WITHIN), not_settled_anchor_at=where(NOT_SETTLED),
