@@ -160,7 +160,10 @@ def _grid_files(tmp_path):
             for which in bench.PASSES:
                 ms = factor * seq / 100
                 timings[(impl, seq, which)] = ms
-                records.append(_record(impl, seq, which, ms, "oom" if (impl, seq) == ("plain", 256) else "ok"))
+                status = "oom" if (impl, seq) == ("plain", 256) else "ok"
+                # one row job, every implementation's point taking turns with the others (DRIFT moves a round)
+                record = _record(impl, seq, which, ms, status)
+                records.append(_in_turns(record, [ms * k for k in DRIFT]) if status == "ok" else record)
         path = tmp_path / f"{impl}.json"
         path.write_text(json.dumps(records))
         rows.append(str(path))
@@ -660,3 +663,18 @@ def test_tuned_entry_is_the_kernels_rule():
     for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16"), (torch.bfloat16, "bf16")):
         for d in range(8, 257, 8):
             assert what_ran.tuned_entry(name, d) == flash_tiles.tuned_key(d, dtype), (name, d)
+
+
+def test_a_row_whose_points_come_from_more_than_one_job_is_refused_in_one_line(tmp_path):
+    """The section words every comparison as one row job's turns: a row with points of another job
+    (or of none) stops the report, naming the row, before anything is written."""
+    rows = _grid_files(tmp_path)
+    records = json.loads(Path(rows[1]).read_text())
+    records[0]["metrics"]["turns"]["job"] = "another-row-job"
+    Path(rows[1]).write_text(json.dumps(records))
+    board = tmp_path / "board.json"
+    board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": "ours", "batch": 2, "seq": 64, "d": 16,
+                                                                "pass": "forward-backward"}, "ok", {"ms": 1.0})]))
+    with pytest.raises(SystemExit, match="B5 report: the rows bf16 d = 64 were not measured in one job each"):
+        b5.main(["--rows", *rows, "--leaderboard", str(board), "--out-dir", str(tmp_path / "B5")])
+    assert not (tmp_path / "B5" / "summary.json").exists()

@@ -467,12 +467,12 @@ def _checked_ladder(best_ms: float, flash_gradients: dict, flash_later=(8.6626, 
     error per group (none for fp32 eager, the reference)."""
     fine = {"layers.attn.q_proj.weight": 0.014, "lm_head.weight": 0.007}
     fp32_later = (8.6626, 8.0906)
-    return [record("fp32", ms=4 * best_ms, loss=9.4084, losses=fp32_later, gradients=None),
+    return in_one_job([record("fp32", ms=4 * best_ms, loss=9.4084, losses=fp32_later, gradients=None),
             record("bf16", ms=2 * best_ms, loss=9.4083, losses=(8.6626, 8.0907), gradients=fine),
             record("flash", ms=flash_ms or 1.3 * best_ms, loss=9.4083, losses=flash_later, gradients=flash_gradients),
             record("compiled", ms=1.1 * best_ms, loss=9.4083, losses=(8.6625, 8.0906), gradients=fine),
             record("fused-adamw", ms=best_ms, loss=9.4083, losses=(8.6625, 8.0905), gradients=fine),
-            record("anchor-sdpa-flash", ms=1.05 * best_ms, loss=9.4083, losses=(8.6624, 8.0904), gradients=fine)]
+            record("anchor-sdpa-flash", ms=1.05 * best_ms, loss=9.4083, losses=(8.6624, 8.0904), gradients=fine)])
 
 
 def test_the_losses_after_updates_and_the_first_gradients_are_checked_and_said(tmp_path):
@@ -534,7 +534,7 @@ def test_a_best_rung_that_updates_in_backward_is_said_to_and_gets_no_optimizer_f
     records = ladder(best, anchor_ms=1.05 * best)
     records.append(record("adamw-in-backward", ms=0.95 * best, peak_gib=28))
     records[-1]["metrics"]["optimizer"] = {"median": 0.0}
-    summary, text = build(tmp_path, records)
+    summary, text = build(tmp_path, in_one_job(records))
     assert summary["gap"]["rung"] == "adamw-in-backward" and summary["gap"]["updates_in_backward"]
     assert summary["optimizer_floor"] is None
     assert "its updates ran inside backward, on a second stream beside it" in text
@@ -548,3 +548,17 @@ def test_a_row_without_a_gradient_check_shows_an_empty_cell_not_nan(tmp_path):
     assert "(nan)" not in text and "nan %" not in text
     table = (tmp_path / "E1" / "table.md").read_text()
     assert "(nan)" not in table
+
+
+def test_a_point_whose_steps_come_from_more_than_one_job_is_refused_in_one_line(tmp_path):
+    """The section words every comparison at a point as one job's turns: records of two jobs (or of
+    none) at a point stop the report, naming the point, before anything is written."""
+    best = _ms_at(0.60)
+    records = in_one_job(ladder(best, anchor_ms=1.05 * best))
+    records[1]["metrics"]["turns"]["job"] = "another-job"
+    with pytest.raises(SystemExit, match=r"the steps at 2\.7B ctx 1024 were not measured in one job each"):
+        build(tmp_path, records)
+    assert not (tmp_path / "E1" / "summary.json").exists()
+    del records[1]["metrics"]["turns"]
+    with pytest.raises(SystemExit, match="2.7B ctx 1024"):
+        build(tmp_path, records)

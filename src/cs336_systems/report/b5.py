@@ -157,6 +157,14 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops
         ours_over_flash=1 / flash_over_ours if flash_over_ours else None, tflops_plot=tflops_plot, table_view=shown)
 
 
+def apart(df: pd.DataFrame) -> list[str]:
+    """The rows (dtype, d) whose points that ran come from more than one job, or from none: the section
+    words every comparison as the implementations' turns in their row's job (``attention.bench``)."""
+    ran = df[df["status"] == "ok"]
+    jobs = ran.groupby(["dtype", "d"])["job"].agg(lambda j: (j.nunique(), j.isna().any()))
+    return [f"{dtype} d = {d}" for (dtype, d), (n, none) in jobs.items() if n > 1 or none]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.b5", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", nargs="+", required=True)
@@ -165,6 +173,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     records, board_records = load_record_lists(args.rows), load_record_lists([args.leaderboard])
     df = grid_frame(records)
+    if split := apart(df):
+        raise SystemExit(f"B5 report: the rows {', '.join(split)} were not measured in one job each; measure "
+                         "those rows again (remove their records) so that their implementations take turns")
     wide = wide_table(df)
     write_table(wide, args.out_dir)
     board = leaderboard_frame(board_records)

@@ -969,6 +969,14 @@ def missing_briefly(planned: list[str], missing: list[str]) -> Points:
     return Points([n for n in missing if _rung_of(n) not in whole], whole)
 
 
+def apart(df: pd.DataFrame) -> list[str]:
+    """The points whose steps that ran come from more than one job, or from none: the section words
+    every comparison at a point as its entrants' turns in one job (``training_step.ladder``)."""
+    ran = df[df["status"] == "ok"]
+    jobs = ran.groupby(["size", "context"], observed=True)["job"].agg(lambda j: (j.nunique(), j.isna().any()))
+    return [f"{size} ctx {context}" for (size, context), (n, none) in jobs.items() if n > 1 or none]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cs336_systems.report.e1", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", nargs="+", required=True)
@@ -992,6 +1000,9 @@ def main(argv=None) -> int:
         p.error(f"--goal-ratio is a ratio of step times, above 0, got {args.goal_ratio}")
     records = load_records(args.records)
     df = records_frame(records)
+    if split := apart(df):
+        raise SystemExit(f"E1 report: the steps at {', '.join(split)} were not measured in one job each; "
+                         "measure those points again (remove their records) so that their entrants take turns")
     write_table(display_table(df), args.out_dir)
     plot_ladder(df, args.out_dir / "ladder.png")
     # ours first, then the anchors, in the ladder's order, whatever order the files came in
