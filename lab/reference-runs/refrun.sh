@@ -37,7 +37,9 @@ if [ ! -d $W ]; then
   fi
 fi
 cd $W && source .carry/env.sh
-if [ "$MODE" = go ] && ! pgrep -f "snakemake --cores 1" >/dev/null && [ ! -e /tmp/smk.done ]; then
+# either mode starts the run when none is running: a "stop" call meant for a warm machine may find a
+# fresh one (the last went back while idle), and a stop that only waited would spend its lease on nothing
+if ! pgrep -f "snakemake --cores 1" >/dev/null && [ ! -e /tmp/smk.done ]; then
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
   (setsid bash -c "date -u +%FT%TZ >> /tmp/smk.start; $(run_command $RUN) > /tmp/smk.log 2>&1; echo \$? > /tmp/smk.done" > /dev/null 2>&1 &)
   echo started
