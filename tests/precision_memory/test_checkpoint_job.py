@@ -110,13 +110,16 @@ def test_the_report_judges_the_recomputation_s_cost_by_the_paired_difference_per
     summary = json.loads((out / "summary.json").read_text())
     records = [json.loads(p.read_text()) for p in outs]
     assert summary["step_paired"] and [(x["from"], x["to"]) for x in summary["step_steps"]] == [(1, 2)]
-    assert summary["step_rounds"] >= spread.MIN_ROUNDS and summary["step_not_settled"] == 0
+    # whether a CPU's step moves with k is the machine's to say (a loaded host may leave it unsettled),
+    # but never for want of rounds
+    assert summary["step_rounds"] >= spread.MIN_ROUNDS and summary["step_too_few_rounds"] == 0
     for x, a, b in zip(summary["step_steps"], records[1:], records[2:]):
         rounds = lambda r: [t["step"] for t in r["metrics"]["rounds"]]  # noqa: E731
-        assert x["direction"] == spread.judge_rounds(rounds(b), rounds(a)).verdict
+        v = spread.judge_rounds(rounds(b), rounds(a))
+        assert x["direction"] == v.verdict or (x["direction"] == spread.NOT_SETTLED and summary["step_host_bound"])
     templates = Path(__file__).resolve().parents[2] / "writeup" / "templates"
     text = writeup.Renderer("md", tmp_path / "w" / "writeup.md", templates).section("A6", out / "summary.json")
-    assert "do not settle whether the step moves with k" not in text
+    assert "fewer than the" not in text
 
 
 @pytest.mark.gpu

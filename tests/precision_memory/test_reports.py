@@ -67,9 +67,10 @@ def test_a6_bad_input_is_one_line(argv, message, capsys, tmp_path):
     assert message in err and "Traceback" not in err
 
 
-def _a6_records(tmp_path, ks, oom_ks, size="xl", context=2048, batch=4, levels=None):
+def _a6_records(tmp_path, ks, oom_ks, size="xl", context=2048, batch=4, levels=None, host_shares=None):
     """One record per group size ``k``; ``levels`` (k -> the step's ms per round): the group sizes took
-    turns in one job, a drift scaling every size's turn alike in each round; else a process each."""
+    turns in one job, a drift scaling every size's turn alike in each round; else a process each.
+    ``host_shares`` (k -> the share of its step the host spent queueing it), where the job timed it."""
     rng = random.Random(random.getrandbits(32))  # the global generator is seeded per test (tests/conftest.py)
     s = get_size(size)
     drift = [rng.uniform(0.8, 1.2) for _ in range(len(next(iter(levels.values()))))] if levels else []
@@ -90,6 +91,8 @@ def _a6_records(tmp_path, ks, oom_ks, size="xl", context=2048, batch=4, levels=N
                 steps = [r["step"][0] for r in rounds]
                 record["metrics"]["rounds"] = rounds
                 record["metrics"]["step"] = {"mean": sum(steps) / len(steps), "std": 0.0, "n": len(steps), "samples": steps}
+            if host_shares:
+                record["metrics"]["host_share"] = {"step": host_shares[k]}
         if levels:
             record["metrics"]["turns"] = {"job": "a6", "with": [f"group{x}" for x in ks], "rounds": len(drift)}
         paths.append(write_json_atomic(tmp_path / "records" / f"group{k}.json", record))
@@ -302,3 +305,20 @@ def test_a4_timing_verdict_is_paired_within_one_job_only(one_job):
     backward = rows["backward"]
     assert (backward["speedup_low"] < backward["speedup"] < backward["speedup_high"] < 1) if one_job else \
         math.isnan(backward["speedup_low"])
+
+
+def test_a6_a_step_the_host_could_turn_around_is_worded_as_host_bound_not_as_too_few_rounds(tmp_path):
+    """k = 2 → 4 is 10 % slower in every one of 10 rounds, but k = 2 waited on the host (95 % of its step
+    queueing) where k = 4 did not: a host 1.75x slower elsewhere would turn it around, so the judge does
+    not settle it, and the section says why (not 'fewer rounds than the judge needs', which is false)."""
+    rounds = 10
+    levels = {1: [600.0] * rounds, 2: [600.0] * rounds, 4: [660.0] * rounds}
+    paths = _a6_records(tmp_path, [1, 2, 4], oom_ks=set(), levels=levels, host_shares={1: 0.95, 2: 0.95, 4: 0.5})
+    out = tmp_path / "A6"
+    assert a6.main(["--records", *map(str, paths), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    steps = {(x["from"], x["to"]): x["direction"] for x in summary["step_steps"]}
+    assert steps[(2, 4)] == NOT_SETTLED and summary["step_host_bound"] == 1 and summary["step_too_few_rounds"] == 0
+    text = _render("A6", out / "summary.json", tmp_path)
+    assert "fewer than the" not in text
+    assert "At 1 of the steps from one k to the next the step waited on the host" in text

@@ -24,7 +24,7 @@ from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, judge, trend_of
+from cs336_systems.report.spread import FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, judge, trend_of
 
 GIB = 2**30
 
@@ -140,10 +140,14 @@ class A6Summary(Summary):
     step_steps: list[StepChange]
     # the group sizes took turns in one job (a paired verdict per step), or each had a process
     step_paired: bool
-    # steps the judge did not settle: separate processes, or fewer rounds than it needs
+    # steps the judge did not settle, and of those, how many for fewer rounds than it needs and how
+    # many because another process's host could turn the verdict around (the rest: separate processes)
     step_not_settled: int
+    step_too_few_rounds: int
+    step_host_bound: int
     step_rounds: int | None
     min_rounds: int
+    host_swing: float
     fitting_k: list[int]
     workload: Workload
     num_blocks: int
@@ -207,8 +211,11 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
         step_steps=step_steps,
         step_paired=bool(verdicts) and all(v.paired for v in verdicts),
         step_not_settled=sum(x.direction == NOT_SETTLED for x in step_steps),
+        step_too_few_rounds=sum(v.reason == FEW_ROUNDS for v in verdicts),
+        step_host_bound=sum(v.reason == HOST for v in verdicts),
         step_rounds=min((v.rounds for v in verdicts), default=None),
         min_rounds=MIN_ROUNDS,
+        host_swing=HOST_SWING,
         fitting_k=[int(k) for k in ok["k"]],
         workload=Workload(workload["size"], workload["context"], workload["batch"]),
         num_blocks=N,

@@ -6,6 +6,7 @@ t(bytes) = o + bytes / w that C8's overhead model uses.
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,8 +108,14 @@ def fit_latency_bandwidth(part: pd.DataFrame) -> Fit | None:
     ok = part[part["status"] == "ok"]
     if len(ok) < 2:
         return None
-    seconds = ok["ms"] / 1e3
-    slope, intercept = np.polyfit(ok["size_mb"] * MB, seconds, 1, w=1 / seconds)
+    # the weighted normal equations in exactly rounded sums (math.fsum), not LAPACK's least squares,
+    # whose last bits differ from one machine's BLAS to another's: a rebuild writes the same summary
+    xs, ts = [float(x) * MB for x in ok["size_mb"]], [float(t) / 1e3 for t in ok["ms"]]
+    ws = [1 / t**2 for t in ts]
+    sw, swx, swt = math.fsum(ws), math.fsum(w * x for w, x in zip(ws, xs)), math.fsum(w * t for w, t in zip(ws, ts))
+    swxx, swxt = math.fsum(w * x * x for w, x in zip(ws, xs)), math.fsum(w * x * t for w, x, t in zip(ws, xs, ts))
+    slope = (sw * swxt - swx * swt) / (sw * swxx - swx**2)
+    intercept = (swt - slope * swx) / sw
     return Fit(float(intercept * 1e3), float(1 / slope / 1e9) if slope > 0 else None)
 
 
