@@ -13,8 +13,7 @@ import pytest
 
 from cs336_systems.distributed import variants
 from cs336_systems.records import make_record
-from cs336_systems.report import c12, c8, ddp, ddp_rows, ddp_traces, spread
-from cs336_systems.report.common import write_summary
+from cs336_systems.report import c12, c8, contract, ddp, ddp_rows, ddp_traces, spread
 from cs336_systems.report.writeup import Renderer
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
@@ -54,8 +53,8 @@ def _steps(rng: random.Random, forward: float, backward: float, wait: float, opt
              "optimizer_ms": optimizer + rng.uniform(-jitter, jitter)} for _ in range(n)]
 
 
-def _section(ident: str, summary: dict, tmp_path: Path) -> str:
-    write_summary(tmp_path / "summary.json", summary)
+def _section(ident: str, summary: contract.Summary, tmp_path: Path) -> str:
+    contract.write(tmp_path / "summary.json", summary)
     return Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section(ident, tmp_path / "summary.json")
 
 
@@ -191,9 +190,9 @@ def test_the_overhead_model_says_which_per_call_cost_it_uses(seed, tmp_path, wit
              for mb, n in ((1, 434), (10, 339), (100, 98), (1000, 8))]
     records = [naive, *([flat] if with_flat else []), *sizes, _record("overlap", _steps(rng, 243, 502, 5.3, 45))]
     summary = ddp.build("C8", records, {}, [], c1, tmp_path)
-    model, table = summary["model"], pd.read_csv(tmp_path / "table.csv")
+    model, table = summary.model, pd.read_csv(tmp_path / "table.csv")
     s, w = 2_000_000_000 * 4, 330e9
-    o = summary["per_call"]["o_ms"] if with_flat else 0.09
+    o = ddp_rows.paid_per_call(records, c1["fits"]["nccl_x2"])["fp32"]["o_ms"] if with_flat else 0.09
     assert model["o_source"] == ("records" if with_flat else "C1") and model["o_ms"] == pytest.approx(o)
     assert list(table["predicted_ms"]) == pytest.approx([n * o + s / (n * w) * 1e3 for n in table["buckets"]], rel=1e-3)
     assert list(table["predicted_c1_ms"]) == pytest.approx([n * 0.09 + s / (n * w) * 1e3 for n in table["buckets"]], rel=1e-3)

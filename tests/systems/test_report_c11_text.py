@@ -29,7 +29,7 @@ def _render(tmp_path, rows):
     # the readings the report makes of the rows (report.ddp.memory_readings), which the template words
     summary = {"provenance": provenance, "memory": rows, **memory_readings(rows), "baseline": None,
                "setup": {"size": "xl", "context": 512, "global_batch": 8, "world_size": 2, "backend": "nccl",
-                         "warmup": 2, "steps": 5}, "warmup_and_steps": 7}
+                         "warmup": 2, "steps": 5}, "warmup_and_steps": 7, "versus": {}}
     (folder / "summary.json").write_text(json.dumps(summary))
     (folder / "table.csv").write_text("variant\n" + "\n".join(r["variant"] for r in rows) + "\n")
     return Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C11", folder / "summary.json")

@@ -225,6 +225,12 @@ class _Walker:
                 if not isinstance(n, nodes.TemplateData):
                     self.expr(n, env)
         elif isinstance(node, nodes.Assign):
+            if isinstance(node.target, nodes.Tuple) and isinstance(node.node, nodes.Tuple) and (
+                    len(node.target.items) == len(node.node.items)):
+                # {% set a, b = x, y %}: each name is what its own expression reads
+                for target, value in zip(node.target.items, node.node.items):
+                    env[target.name] = self.expr(value, env)
+                return
             value = self.expr(node.node, env)
             if isinstance(node.target, nodes.Name):
                 env[node.target.name] = value

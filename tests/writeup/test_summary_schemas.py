@@ -41,6 +41,8 @@ def test_every_summary_fits_its_schema(path):
 
 def _step(schema: dict, key: str) -> dict | None:
     """The schema of ``key`` (``ANY``: an item or any value) inside ``schema``, None where it declares none."""
+    if schema == {}:            # Any: whatever it holds is declared as Any
+        return schema
     if key == ANY:
         inner = schema.get("items", schema.get("additionalProperties"))
         return inner if isinstance(inner, dict) else None

@@ -4,12 +4,17 @@ records settle it, and the memory it saves, predicted (``accounting.data_paralle
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from cs336_systems.accounting.data_parallel import bus_bandwidth, training_state_per_rank
 from cs336_systems.accounting.parallelism import all_gather_bytes
 from cs336_systems.accounting.transformer import transformer_parameter_tensors
 from cs336_systems.distributed import variants
 from cs336_systems.models import get_size
-from cs336_systems.report.ddp_rows import GIB, by_variant, record_difference, trace_label
+from cs336_systems.report.contract import Summary
+from cs336_systems.report.ddp_rows import (GIB, Setup, Spread, Step, Versus, WaitingStep, by_variant,
+                                           record_difference, trace_label)
 from cs336_systems.report.ddp_traces import untraced_idle
 
 # The variants whose forward communicates nothing (they all-reduce gradients only): each one's
@@ -104,6 +109,82 @@ def predicted_state_GiB(setup: dict) -> dict:
     state = {kind: value / GIB for kind, value in
              training_state_per_rank(get_size(setup["size"]), setup["world_size"]).items()}
     return state | {"saved": state["replicated"] - state["fsdp"]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FsdpForward:
+    """``fsdp_forward``: one FSDP row's forward against one that communicates nothing, and the most
+    its gathers can take (null where the run has no such forward, or no C1 fit)."""
+    variant: str
+    precision: str
+    forward_ms: float
+    baseline_variant: str | None
+    baseline_precision: str
+    baseline_forward_ms: float | None
+    baseline_other_batch: bool
+    gathers: int
+    gathered_GB: float
+    excess: Spread | None = None
+    excess_ms: float | None = None
+    transfer_ms: float | None = None
+    bound_ms: float | None = None
+    step_bound_ms: float | None = None
+    beyond_transfers: bool | None = None
+    beyond_bytes: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Saving:
+    """``fsdp_saving``: the memory FSDP saves against DDP (overlap), predicted and measured."""
+    predicted_GiB: float
+    before_step_GiB: float
+    start_GiB: float
+    peak_GiB: float
+    gradients_GiB: float
+    rise_GiB: dict[str, float]
+    rise_difference_GiB: float
+    starts_GiB: dict[str, float]
+    without_gradients_GiB: float
+    reconciled: bool | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictedState:
+    fsdp: float
+    replicated: float
+    saved: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class UntracedIdle:
+    """``ddp_traces.untraced_idle``: how much of a traced step's idle compute lane the timed step holds."""
+    step_ms: float
+    idle_ms: float
+    idle_share: float
+    traced_idle_ms: float
+    mostly_profiler: bool | None
+    beyond_transfers: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class C12Summary(Summary):
+    setup: Setup
+    table_view: list[str]
+    fsdp: Step | None
+    fsdp_bf16: Step | None
+    overlap: Step | None
+    torch_ddp: WaitingStep | None
+    versus: Versus
+    phases_vs_ddp: dict[str, Spread | None] | None
+    optimizer_offsets_forward: bool
+    compute_gaps: dict[str, dict[str, float]]
+    memory: list[dict[str, Any]]          # rank 0's memory rows, looked up by variant
+    predicted_state_GiB: PredictedState
+    fsdp_forward: list[FsdpForward]
+    saving: Saving | None
+    untraced_idle: dict[str, UntracedIdle | None]
+    gap_labels: list[str]
+    gap_rows: list[str]
 
 
 def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: dict, c1: dict | None,

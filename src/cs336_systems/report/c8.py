@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -16,9 +18,9 @@ from cs336_systems.accounting.data_parallel import optimal_buckets, overhead_mod
 from cs336_systems.distributed import variants
 from cs336_systems.report import spread
 from cs336_systems.report.common import save_figure, write_table
-from cs336_systems.report.ddp_rows import (PHASES, WAITS_IN_BACKWARD, by_variant, is_bucket_size, memory_bandwidth,
-                                           no_rows, pass_ms, phase_spread, record_difference, step_spread,
-                                           trace_label, versus)
+from cs336_systems.report.ddp_rows import (PHASES, WAITS_IN_BACKWARD, Named, Opening, Spread, WaitingStep, by_variant,
+                                           is_bucket_size, memory_bandwidth, no_rows, pass_ms, phase_spread,
+                                           record_difference, step_spread, trace_label, versus)
 from cs336_systems.report.ddp_traces import QUIET_TRACE, compute_gaps, where_time_goes
 
 # The overhead model follows the measured waits where every bucket size's wait lies within this
@@ -457,9 +459,74 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
                           s["paired"] for s in steps),
                       "against_overlap": bucketed_against_overlap(records).get(first),
                       "best_bucket_size": best_bucket_size(records, first),
-                      "casts_on_side_stream": casts_on_side_stream(records)} | (
-                          # only where a run spans nodes: a one-host run's summary stays as it was
-                          {"across_nodes": spanned} if (spanned := across_nodes(records)) else {})
+                      "casts_on_side_stream": casts_on_side_stream(records), "across_nodes": across_nodes(records)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overhead:
+    """``overheads``, one precision: every variant's overhead (its rows), the best and the verdict."""
+    rows: dict[str, Spread]
+    best: str | None
+    verdict: str
+    anchor_reaches_zero: bool
+    ratio: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LadderStep:
+    """``ladder``: a rung's step against the rung below it, as the judge has it."""
+    precision: str
+    rung: str
+    below: str
+    ms: float
+    low_ms: float | None
+    high_ms: float | None
+    sign: int
+    verdict: str
+    removed_pass_ms: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccuracyWorst:
+    weights_rel_diff: float | None
+    diff_over_update: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcrossNodes:
+    precision: str
+    nodes: int
+    hosts: list[str]
+    ranks_per_node: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PerCallBound:
+    """What naive's calls can cost at most each (``ddp_rows.paid_per_call``'s ``o_high_ms``)."""
+    calls: dict[str, int]
+    o_high_ms: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class C8Summary(Opening):
+    table_view: list[str]
+    paired: dict[str, bool] | None
+    others: dict[str, WaitingStep | None]
+    beyond: list[Named]
+    per_call: PerCallBound | None
+    bucketed: list[dict[str, Any]]
+    model: dict[str, Any] | None
+    overheads: dict[str, Overhead]
+    has_overhead_table: bool | None
+    accuracy: list[dict[str, Any]] | None
+    accuracy_worst: AccuracyWorst | None
+    compute_gaps: dict[str, dict[str, float]] | None
+    kernel_time: dict[str, dict[str, float]] | None
+    ladder: list[LadderStep]
+    against_overlap: dict[str, Any] | None
+    best_bucket_size: dict[str, Any] | None
+    casts_on_side_stream: bool | None
+    across_nodes: list[AcrossNodes]
 
 
 def across_nodes(records: list[dict]) -> list[dict]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from cs336_systems.report.common import write_summary
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj
+from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, null, obj
 
 
 class Declared:
@@ -77,7 +77,8 @@ def schema_of_type(hint) -> dict:
     if origin is list:
         return arr(schema_of_type(args[0]))
     if origin is dict:
-        return mapping(schema_of_type(args[1]))
+        # keys that are data; values of type Any are a mapping the section may read any key of
+        return {"type": "object", "additionalProperties": schema_of_type(args[1])}
     if dataclasses.is_dataclass(hint):
         # the title names the class, so a test can tell one class's keys wherever the class is used
         return {**obj({key: schema_of_type(h) for key, h in declared_fields(hint)}),
@@ -98,6 +99,44 @@ def as_json(value):
         return {k: as_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [as_json(v) for v in value]
+    return value
+
+
+class ContractError(ValueError):
+    pass
+
+
+def fill(cls: type[T], found: dict, where: str = "d") -> T:
+    """Contract ``cls`` filled from the mapping a report built (the data-parallel reports merge and
+    share their blocks as mappings): each field from its key, a dataclass, list or dict of them filled
+    in turn, keys the contract does not declare left out. A key the mapping lacks takes the field's
+    default; lacking one, it fails in one line naming the key (``where``: the path to the mapping)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    values = {}
+    for f in dataclasses.fields(cls):
+        key = key_of(f)
+        if key in found:
+            values[f.name] = _filled(hints[f.name], found[key], f"{where}.{key}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ContractError(f"contract: {where} lacks {key!r}, which {cls.__qualname__} requires")
+    return cls(**values)
+
+
+def _filled(hint, value, where: str):
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if value is None:
+        return None
+    if origin is Annotated:
+        return value if any(isinstance(m, Declared) for m in hint.__metadata__) else _filled(args[0], value, where)
+    if dataclasses.is_dataclass(hint):
+        return fill(hint, value, where)
+    if origin in (typing.Union, types.UnionType):
+        present = [a for a in args if a is not type(None)]
+        return _filled(present[0], value, where) if len(present) == 1 else value
+    if origin is list:
+        return [_filled(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        return {k: _filled(args[1], v, f"{where}.{k}") for k, v in value.items()}
     return value
 
 

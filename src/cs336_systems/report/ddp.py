@@ -21,21 +21,22 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from cs336_systems import deliverables
 from cs336_systems.distributed import traces as stored_traces
 from cs336_systems.distributed import variants
-from cs336_systems.report import c8, c12, spread
-from cs336_systems.report.common import load_records, run_provenance, write_summary, write_table
+from cs336_systems.report import c8, c12, contract, spread
+from cs336_systems.report.common import load_records, run_provenance, write_table
+from cs336_systems.report.contract import Summary
 from cs336_systems.report.ddp_rows import (backward_waits, by_variant, is_bucket_size, memory_rows, naive_calls, no_rows,
                                            paid_per_call, paired_by_precision, record_difference, row_of, step_table,
                                            step_view, trace_label, versus)
 from cs336_systems.report.ddp_traces import compute_gaps, plot_timelines
-from cs336_systems.report.ddp_rows import (BY_PRECISION, BY_PRECISION_WITH_BASELINE, DIFFERENCE, ROW, SETUP, SPREAD,
-                                           row_schema, versus_schema, waiting_row_schema, waits_schema)
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
+from cs336_systems.report.ddp_rows import (ByPrecision, Difference, Opening, Ranks, Row, Setup, Versus,
+                                           WaitingRow, WaitingStep)
 
 SECTIONS = tuple(deliverables.reported_by("cs336_systems.report.ddp"))
 MEMORY_VARIANTS = deliverables.get("C11").variants
@@ -213,9 +214,9 @@ PARTS = {"C6": _c6, "C7": _c7, "C8": _c8, "C10": _c10, "C11": _c11, "C12": _c12}
 
 
 def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced: list[str],
-          c1: dict | None, out: Path) -> dict:
-    """Write deliverable ``ident``'s table and figures into ``out``; return its summary. ``traces``
-    is keyed by ``trace_label``."""
+          c1: dict | None, out: Path) -> Summary:
+    """Write deliverable ``ident``'s table and figures into ``out``; return its summary, the section's
+    contract (``CONTRACTS``) filled from what this assembles. ``traces`` is keyed by ``trace_label``."""
     if ident not in SECTIONS:
         raise ValueError(f"report.ddp writes {', '.join(SECTIONS)}, not {ident!r}")
     table = step_table(records)
@@ -262,7 +263,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
                                                traces, traced, out, summary))
         summary |= more
     write_table(table_out.round(3), out)
-    return summary
+    return contract.fill(CONTRACTS[ident], summary, f"{ident}'s summary")
 
 
 def main(argv=None) -> int:
@@ -286,169 +287,135 @@ def main(argv=None) -> int:
     c1 = json.loads(args.c1_summary.read_text()) if args.c1_summary else None
     args.out_dir.mkdir(parents=True, exist_ok=True)
     summary = build(args.deliverable, records, traces, args.traced, c1, args.out_dir)
-    write_summary(args.out_dir / "summary.json", summary)
+    contract.write(args.out_dir / "summary.json", summary)
     print(f"{args.deliverable} report: {len(records)} variants -> {args.out_dir}", file=sys.stderr)
     return 0
 
 
-# What writeup/templates/sections/<ID>.md.j2 reads of the summary this report writes for each of its
-# sections (report.summary_schemas); the blocks they share are ddp_rows'.
-SUMMARY_SCHEMAS: dict[str, dict] = {}
-_OPENING = dict(first_precision=STR, only_fp32=BOOL, precisions=arr(STR), provenance=PROVENANCE)
-_PHASE_DIFF = SPREAD
+# What each section's summary holds (report.contract): every key its template reads, filled from the
+# mapping ``build`` assembles; the blocks several sections share are ddp_rows', C8's and C12's their own.
+@dataclass(frozen=True, kw_only=True)
+class C2Summary(Opening):
+    setup: Setup
+    naive: Row | None
+    naive_calls: int
+    gradient_tensors: int
+    by_precision: ByPrecision
 
-SUMMARY_SCHEMAS["C2"] = section(
-    **_OPENING,
-    by_precision=BY_PRECISION,
-    naive=null(ROW),
-    naive_calls=INT,
-    gradient_tensors=INT,
-    setup=SETUP,
-)
 
-SUMMARY_SCHEMAS["C3"] = section(
-    **_OPENING,
-    table_view=arr(STR),
-    baseline=null(ROW),
-    by_precision=BY_PRECISION_WITH_BASELINE,
-    naive=null(row_schema(overhead_pct=opt(NUM))),
-    naive_calls=INT,
-    setup=SETUP,
-    torch_ddp=null(row_schema(comm=null(NUM), inside=null(waits_schema()),
-                              overhead_pct=opt(NUM))),
-    versus=versus_schema("torch-ddp", "naive"),
-)
+@dataclass(frozen=True, kw_only=True)
+class C3Summary(Opening):
+    setup: Setup
+    table_view: list[str]
+    baseline: Row | None
+    naive: Row | None
+    torch_ddp: WaitingRow | None
+    naive_calls: int
+    versus: Versus
+    by_precision: ByPrecision
 
-SUMMARY_SCHEMAS["C4"] = section(
-    **_OPENING,
-    table_view=arr(STR),
-    by_precision=BY_PRECISION,
-    flat=null(obj(comm_wait_ms=NUM)),
-    naive=null(obj(comm_wait_ms=NUM)),
-    per_call=opt(null(obj(calls=obj(flat=INT, naive=INT), extra_passes_ms=NUM, grad_GB=NUM,
-                          memory_GBps=null(NUM), o_low_ms=null(NUM), o_ms=NUM, waits=DIFFERENCE))),
-    versus=versus_schema("flat", "naive"),
-)
 
-SUMMARY_SCHEMAS["C5"] = section(
-    **_OPENING,
-    by_precision=BY_PRECISION_WITH_BASELINE,
-    overlap=null(ROW),
-)
+@dataclass(frozen=True, kw_only=True)
+class PerCall:
+    """``ddp_rows.paid_per_call``: what one more all-reduce costs, from naive's and flat's waits."""
+    calls: dict[str, int]
+    waits: Difference | None
+    extra_passes_ms: float
+    grad_GB: float
+    memory_GBps: float | None
+    o_ms: float
+    o_low_ms: float | None
 
-SUMMARY_SCHEMAS["C6"] = section(
-    **_OPENING,
-    table_view=arr(STR),
-    baseline=null(obj(step_ms=NUM)),
-    by_precision=BY_PRECISION_WITH_BASELINE,
-    compute_gaps=obj(naive=opt(mapping(NUM)), overlap=opt(mapping(NUM))),
-    naive=null(obj(backward_ms=NUM, comm_wait_ms=NUM, overhead_ms=opt(null(NUM)))),
-    overlap=null(obj(backward_ms=NUM, comm_wait_ms=NUM, overhead_ms=opt(NUM), overhead_paired=opt(null(BOOL)))),
-    torch_ddp=waiting_row_schema(waits_schema(reference=null(STR))),
-    traced=null(arr(STR)),
-    versus=obj(overlap=opt(mapping(DIFFERENCE))),
-    backward_vs_naive=null(obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM, sign=INT)),
-    wait_saved=null(obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM, sign=INT, verdict=STR,
-                        less=obj(ms=NUM))),
-    traces_show_naive_waiting=null(BOOL),
-)
 
-SUMMARY_SCHEMAS["C7"] = section(
-    **_OPENING,
-    table_view=arr(STR),
-    bucketed=null(arr(obj(buckets=NUM, comm_wait_ms=NUM, step_ms=NUM, variant=STR))),
-    several_sizes=BOOL,
-    wait_range_ms=null(arr(NUM)),
-)
+@dataclass(frozen=True, kw_only=True)
+class C4Summary(Opening):
+    table_view: list[str]
+    naive: Row | None
+    flat: Row | None
+    per_call: PerCall | None
+    versus: Versus
+    by_precision: ByPrecision
 
-SUMMARY_SCHEMAS["C8"] = section(
-    **_OPENING,
-    table_view=arr(STR),
-    accuracy=null(arr(mapping())),
-    accuracy_worst=null(obj(diff_over_update=null(NUM), weights_rel_diff=null(NUM))),
-    against_overlap=opt(null(mapping())),
-    best_bucket_size=opt(null(mapping())),
-    beyond=arr(obj(variant=STR)),
-    bucketed=arr(mapping()),
-    casts_on_side_stream=opt(null(BOOL)),
-    compute_gaps=null(mapping(mapping(NUM))),
-    has_overhead_table=null(BOOL),
-    kernel_time=opt(null(mapping(mapping(NUM)))),
-    ladder=opt(null(arr(obj(below=STR, high_ms=null(NUM), low_ms=null(NUM), ms=NUM, precision=STR,
-                            removed_pass_ms=null(NUM), rung=STR, sign=INT, verdict=STR)))),
-    model=null(mapping()),
-    others=obj({'torch-ddp': waiting_row_schema(waits_schema())}),
-    overheads=mapping(obj(anchor_reaches_zero=BOOL, best=null(STR), ratio=null(NUM),
-                          rows=mapping(SPREAD), verdict=STR)),
-    paired=null(mapping(BOOL)),
-    per_call=null(obj(calls=obj(naive=INT), o_high_ms=null(NUM))),
-    across_nodes=opt(arr(obj(precision=STR, nodes=INT, hosts=arr(STR), ranks_per_node=null(INT)))),
-)
 
-SUMMARY_SCHEMAS["C10"] = section(
-    **_OPENING,
-    table_view=arr(STR),
-    by_precision=BY_PRECISION,
-    overlap=null(obj(step_ms=NUM)),
-    setup=obj(world_size=INT),
-    sharded=null(obj(step_ms=NUM)),
-    sharded_minus_overlap=null(obj(optimizer=DIFFERENCE, step_ms=NUM)),
-    versus=versus_schema("overlap-sharded", "overlap"),
-)
+@dataclass(frozen=True, kw_only=True)
+class C5Summary(Opening):
+    overlap: Row | None
+    by_precision: ByPrecision
 
-SUMMARY_SCHEMAS["C11"] = section(
-    memory=null(arr(obj(variant=STR))),
-    memory_checked=BOOL,
-    moved_after_step=arr(STR),
-    sharded_minus_overlap_ms=null(NUM),
-    warmup_and_steps=INT,
-    torch_ddp_extra=null(obj(GiB=NUM, is_gradients=BOOL)),
-    provenance=PROVENANCE,
-    setup=obj(world_size=INT),
-    versus=opt(versus_schema("overlap-sharded", "overlap")),
-)
 
-SUMMARY_SCHEMAS["C12"] = section(
-    table_view=arr(STR),
-    phases_vs_ddp=null(mapping(null(_PHASE_DIFF))),
-    optimizer_offsets_forward=BOOL,
-    compute_gaps=mapping(mapping(NUM)),
-    fsdp=null(obj(step_ms=NUM)),
-    fsdp_bf16=null(obj(step_ms=NUM)),
-    fsdp_forward=opt(null(arr(obj(
-        baseline_forward_ms=null(NUM),
-        baseline_other_batch=opt(BOOL),
-        baseline_precision=STR,
-        baseline_variant=null(STR),
-        beyond_bytes=opt(null(BOOL)),
-        beyond_transfers=opt(null(BOOL)),
-        bound_ms=opt(NUM),
-        excess=opt(SPREAD),
-        excess_ms=opt(NUM),
-        forward_ms=NUM,
-        gathered_GB=NUM,
-        gathers=INT,
-        precision=STR,
-        step_bound_ms=opt(null(NUM)),
-        transfer_ms=opt(NUM),
-        variant=STR)))),
-    memory=arr(obj(variant=STR)),
-    overlap=null(obj(step_ms=NUM)),
-    predicted_state_GiB=obj(fsdp=NUM, replicated=NUM, saved=NUM),
-    provenance=PROVENANCE,
-    saving=opt(null(obj(before_step_GiB=NUM, gradients_GiB=NUM, peak_GiB=NUM, predicted_GiB=NUM,
-                        reconciled=null(BOOL), rise_GiB=obj(fsdp=NUM, overlap=NUM), rise_difference_GiB=NUM,
-                        start_GiB=NUM, starts_GiB=obj(fsdp=NUM, overlap=NUM),
-                        without_gradients_GiB=NUM))),
-    setup=SETUP,
-    torch_ddp=waiting_row_schema(waits_schema()),
-    gap_labels=arr(STR),
-    gap_rows=arr(STR),
-    untraced_idle=opt(mapping(null(obj(beyond_transfers=BOOL, idle_ms=NUM, idle_share=NUM, mostly_profiler=null(BOOL),
-                                       step_ms=NUM,
-                                       traced_idle_ms=NUM)))),
-    versus=versus_schema("fsdp", "overlap"),
-)
+@dataclass(frozen=True, kw_only=True)
+class C6Summary(Opening):
+    table_view: list[str]
+    baseline: Row | None
+    naive: Row | None
+    overlap: Row | None
+    torch_ddp: WaitingStep | None
+    versus: Versus
+    by_precision: ByPrecision
+    traced: list[str] | None
+    compute_gaps: dict[str, dict[str, float] | None]
+    backward_vs_naive: Difference | None
+    wait_saved: Difference | None
+    traces_show_naive_waiting: bool | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bucketed:
+    variant: str
+    step_ms: float
+    step_range_ms: str          # rank 0's fastest–slowest timed step, as the table prints it
+    comm_wait_ms: float | None
+    buckets: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class C7Summary(Opening):
+    table_view: list[str]
+    bucketed: list[Bucketed] | None
+    several_sizes: bool
+    wait_range_ms: list[float] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardedMinusOverlap:
+    step_ms: float
+    optimizer: Difference | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class C10Summary(Opening):
+    setup: Ranks
+    table_view: list[str]
+    overlap: Row | None
+    sharded: Row | None
+    sharded_minus_overlap: ShardedMinusOverlap | None
+    versus: Versus
+    by_precision: ByPrecision
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchDdpExtra:
+    """PyTorch DDP's memory before the step beyond ours, and whether it is the gradients' size."""
+    GiB: float
+    is_gradients: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class C11Summary(Summary):
+    setup: Ranks
+    warmup_and_steps: int
+    # rank 0's memory rows (ddp_rows.memory_rows), which the section looks up by variant
+    memory: list[dict[str, Any]] | None
+    memory_checked: bool
+    moved_after_step: list[str]
+    torch_ddp_extra: TorchDdpExtra | None
+    sharded_minus_overlap_ms: float | None
+    versus: Versus
+
+
+CONTRACTS = {"C2": C2Summary, "C3": C3Summary, "C4": C4Summary, "C5": C5Summary, "C6": C6Summary,
+             "C7": C7Summary, "C8": c8.C8Summary, "C10": C10Summary, "C11": C11Summary, "C12": c12.C12Summary}
+
 
 if __name__ == "__main__":
     sys.exit(main())

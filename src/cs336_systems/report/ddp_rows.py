@@ -13,6 +13,8 @@ processes would be needed, and one process a side has none. The fastest–slowes
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -22,7 +24,7 @@ from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.distributed import variants
 from cs336_systems.models import get_size
 from cs336_systems.report import spread
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, STR, arr, mapping, null, obj, opt
+from cs336_systems.report.contract import Summary, Unread
 
 GIB = 2**30
 
@@ -340,42 +342,108 @@ def no_rows(why: str) -> pd.DataFrame:
     return pd.DataFrame({"(no rows)": [why]})
 
 
-# The blocks above as the sections' schemas (report.ddp's SUMMARY_SCHEMAS) declare them, written once
-# for every section that quotes them.
-def row_schema(comm: dict = NUM, inside: dict = mapping(), overhead_pct: dict | opt = NUM) -> dict:
-    """A variant's row of the step table (``row_of``). ``comm``: the type of its share and wait of
-    communication, null where the variant may be the baseline, which communicates nothing; ``inside``:
-    what it says of the waits inside backward (``backward_waits``)."""
-    return obj(backward_ms=NUM, comm_share=comm, comm_wait_ms=comm, forward_ms=NUM, inside_backward=opt(inside),
-               optimizer_ms=NUM, overhead_ms=opt(null(NUM)), overhead_paired=opt(null(BOOL)),
-               overhead_pct=overhead_pct, step_ms=NUM, variant=STR)
+# The blocks above as the sections' contracts (report.ddp's CONTRACTS) declare them, written once for
+# every section that quotes them; a section's summary is filled from the mappings above (contract.fill).
+@dataclass(frozen=True, kw_only=True)
+class Spread:
+    """A difference and its 95 % interval (null where the judge settled nothing)."""
+    ms: float
+    low_ms: float | None
+    high_ms: float | None
 
 
-ROW = row_schema()
-ROW_OR_BASELINE = row_schema(comm=null(NUM), inside=null(mapping()))
-# precision -> variant -> row (null where the variant did not run in that precision).
-BY_PRECISION = mapping(mapping(null(ROW)))
-BY_PRECISION_WITH_BASELINE = mapping(mapping(null(ROW_OR_BASELINE)))
-# A difference and its interval (null where not settled), and what a sentence quotes of the judge's verdict.
-SPREAD = obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM)
-DIFFERENCE = obj(high_ms=null(NUM), low_ms=null(NUM), ms=NUM, sign=INT, verdict=STR,
-                 less=opt(SPREAD))                                             # ``record_difference``
-SETUP = obj(backend=STR, context=INT, global_batch=INT, other_batches=opt(mapping(INT)), rounds=null(INT), size=STR,
-            steps=INT, warmup=INT, world_size=INT, judged=BOOL, min_rounds=INT)
+@dataclass(frozen=True, kw_only=True)
+class Difference(Spread):
+    """``record_difference``: the judge's verdict and its sign, and ``less`` for "shorter by";
+    ``paired``: judged per round of one job (a test reads it: every live C record is)."""
+    sign: int
+    verdict: str
+    less: Spread | None = None
+    paired: Unread[bool]
 
 
-def versus_schema(a: str, b: str) -> dict:
-    """``versus`` for the one pair (``a``, ``b``): either may not have run, and the difference be null."""
-    return obj({a: opt(obj({b: opt(null(DIFFERENCE))}))})
-
-
-def waits_schema(reference: dict = STR, excess: dict = DIFFERENCE) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class Waits:
     """A variant's entry of ``backward_waits``: ``reference`` the quiet backward it is held against."""
-    return obj(backward_ms=NUM, excess=null(excess), longest=null(BOOL), reference=reference,
-               shorter_than=arr(STR), longer_than=arr(STR), within_some=BOOL, unsettled_some=BOOL)
+    backward_ms: float
+    reference: str | None
+    excess: Difference | None
+    longest: bool | None
+    shorter_than: list[str]
+    longer_than: list[str]
+    within_some: bool
+    unsettled_some: bool
 
 
-def waiting_row_schema(waits: dict) -> dict:
-    """A row of a variant that waits inside backward (torch-ddp's), as far as its step and waits."""
-    return null(obj(inside_backward=opt(null(waits)), step_ms=NUM))
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """A variant's row of the step table (``row_of``); the overhead where the run has a baseline."""
+    variant: str
+    step_ms: float
+    forward_ms: float
+    backward_ms: float
+    comm_wait_ms: float | None
+    optimizer_ms: float
+    comm_share: float | None
+    overhead_ms: float | None = None
+    overhead_pct: float | None = None
+    overhead_paired: bool | None = None
+    inside_backward: dict[str, Any] | None = None
 
+
+@dataclass(frozen=True, kw_only=True)
+class WaitingRow(Row):
+    """A row of a variant that waits inside backward (PyTorch DDP's), with what ``backward_waits`` says."""
+    inside_backward: Waits | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    step_ms: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitingStep(Step):
+    """A waiting row as far as its step and its waits inside backward."""
+    inside_backward: Waits | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Named:
+    """A row a section names only (C8's rows beyond, C11's and C12's memory rows)."""
+    variant: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setup:
+    """What every variant of the run shared (``ddp.build``'s setup line)."""
+    size: str
+    context: int
+    global_batch: int
+    other_batches: dict[str, int]
+    world_size: int
+    backend: str
+    warmup: int
+    steps: int
+    rounds: int | None
+    min_rounds: int
+    judged: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ranks:
+    world_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Opening(Summary):
+    """What every step-table section opens with: the precisions and which one its rows are."""
+    precisions: list[str]
+    first_precision: str
+    only_fp32: bool
+
+
+# precision -> variant -> row (null where the variant did not run in that precision)
+ByPrecision = dict[str, dict[str, Row | None]]
+# ``versus``: a -> b -> a's step against b's
+Versus = dict[str, dict[str, Difference | None]]
