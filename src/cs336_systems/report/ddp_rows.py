@@ -410,7 +410,7 @@ class WaitingStep(Step):
 
 @dataclass(frozen=True, kw_only=True)
 class Named:
-    """A row a section names only (C8's rows beyond, C11's and C12's memory rows)."""
+    """A row a section names only (C8's rows beyond PyTorch DDP)."""
     variant: str
 
 
