@@ -10,15 +10,28 @@ the section's words do not read; it is left out of the schema, so a template tha
 schema test. A key nothing reads is not declared at all. ``Declared``:
 a block whose schema is still written by hand (``summary_schemas``), as ``Provenance`` is.
 A section's contract subclasses ``Summary`` and is named in its report module's ``CONTRACTS``.
+
+Reports decide, templates word: a report writes ``results/<run>/<ID>/summary.json`` and the section
+template ``writeup/templates/sections/<ID>.md.j2`` reads it as ``d``. ``schema_of`` finds a
+section's schema, generated from its contract or, in a section not converted yet, its report's
+``SUMMARY_SCHEMAS[ID]`` (``summary_schemas``); the writeup checks each summary before it renders it
+(``check``), and ``tests/writeup/test_summary_schemas.py`` holds every committed summary to its
+schema and every template to reading only what its schema declares.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
+import json
 import types
 import typing
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import jsonschema
+
+from cs336_systems import deliverables
 from cs336_systems.report.common import write_summary
 from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, null, obj
 
@@ -142,3 +155,55 @@ def _filled(hint, value, where: str):
 
 def write(path: Path, summary: Summary) -> None:
     write_summary(path, as_json(summary))
+
+
+# --- Finding a section's schema, whichever way it is declared, and checking a summary against it ---
+
+def declared_in(ident: str) -> str:
+    """Where section ``ident``'s summary is declared, as an error names it."""
+    report = importlib.import_module(deliverables.get(ident).report)
+    if ident in getattr(report, "CONTRACTS", {}):
+        return f"contract: {report.CONTRACTS[ident].__name__} in {report.__name__}"
+    return f"schema: SUMMARY_SCHEMAS[{ident!r}] in {report.__name__}"
+
+
+@functools.cache
+def schema_of(ident: str) -> dict | None:
+    """Section ``ident``'s schema: generated from ``CONTRACTS[ident]``, else ``SUMMARY_SCHEMAS[ident]``,
+    of the report module the registry names for it (None where there is neither). The modules are
+    imported on first use: they import this one."""
+    d = deliverables.BY_ID.get(ident)
+    if d is None:
+        return None
+    report = importlib.import_module(d.report)
+    contract = getattr(report, "CONTRACTS", {}).get(ident)
+    return json_schema(contract) if contract is not None else getattr(report, "SUMMARY_SCHEMAS", {}).get(ident)
+
+
+def schemas() -> dict[str, dict]:
+    """Every section's schema, in the registry's order; a section whose report declares none is left out."""
+    return {d.id: schema_of(d.id) for d in deliverables.DELIVERABLES if schema_of(d.id) is not None}
+
+
+class SummaryError(ValueError):
+    pass
+
+
+def check(ident: str, summary: dict, path: Path | str = "summary.json") -> None:
+    """Raise ``SummaryError`` with one line naming the section, the file and the first key that is
+    missing or of the wrong type, where ``summary`` does not fit section ``ident``'s schema."""
+    schema = schema_of(ident)
+    if schema is None:
+        return
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(summary))
+    if error is None:
+        return
+    where = "d" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    if error.validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else error.message
+        what = f"lacks {where}.{missing}"
+    elif error.validator == "type":
+        what = f"{where} is {json.dumps(error.instance)[:60]}, not {error.validator_value!r}"
+    else:
+        what = f"{where}: {error.message[:120]}"
+    raise SummaryError(f"writeup: section {ident}: {path} {what} ({declared_in(ident)})")

@@ -6,7 +6,7 @@
 
 Every deliverable ID (``cs336_systems.deliverables``, in its order and with its title) has a
 section. A section whose report rule left a ``summary.json`` renders ``<templates>/sections/<ID>.md.j2``
-with that summary as ``d``, once the summary fits its section's schema (``summary_schemas``; one that
+with that summary as ``d``, once the summary fits its section's schema (``contract.check``; one that
 does not stops the writeup with a line naming the section, the file and the key); any other section says
 why it is missing (``--sections`` and ``--gpus-needed`` say what this run chose and what each section
 needs; the records say how many GPUs the run's jobs had, so the text is the same on whatever machine
@@ -34,8 +34,8 @@ from mdit_py_plugins.anchors import anchors_plugin
 from tabulate import tabulate
 
 from cs336_systems.deliverables import DELIVERABLES
-from cs336_systems.report.summary_schemas import SummaryError
-from cs336_systems.report.summary_schemas import check as check_summary
+from cs336_systems.report.contract import SummaryError
+from cs336_systems.report.contract import check as check_summary
 
 SECTIONS = {d.id: d.title for d in DELIVERABLES}     # every section, in order, with its title
 
