@@ -311,7 +311,7 @@ class Step:
     rung: str
     ms: float
     mfu: float | None
-    phases_ms: Unread[dict[str, float | None]]
+    phases_ms: dict[str, float | None]
 
 
 def _step(r) -> Step:
@@ -485,9 +485,8 @@ class Goal:
     context: int
     ratio_target: float
     mfu_target: float
-    point: Point | None
-    ratio: Against | None
-    ratio_part: str | None
+    point: int | None               # the goal point's index in the summary's ``points``
+    ratio_part: str | None          # of the point's ``top_vs_anchor``
     mfu: MfuJudged | None
     mfu_part: str | None
     outcome: str
@@ -509,21 +508,20 @@ def goal_check(df: pd.DataFrame, records: list[dict], points: list[Point], size:
     parts = [p for p in (ratio_part, mfu_part) if p is not None]
     outcome = (NOT_MEASURED if not parts else HOLDS if HOLDS in parts
                else MISSED if all(p == MISSED for p in parts) else NOT_SETTLED)
-    return Goal(size, context, ratio_target, mfu_target, point, ratio, ratio_part, mfu, mfu_part, outcome,
-                outcome == HOLDS)
+    return Goal(size, context, ratio_target, mfu_target, None if point is None else points.index(point), ratio_part,
+                mfu, mfu_part, outcome, outcome == HOLDS)
 
 
 @dataclass(frozen=True)
 class Gap:
     """Where the top rung's step goes at the goal point, by phase (the optimizer's elementwise work is
-    time MFU does not count), and how far its MFU is from the peak."""
-    rung: str
-    size: str
-    context: int
-    ms: float
+    time MFU does not count): its shares of the step; the step, its phases and MFU are the point's
+    ``top_rung``'s."""
+    rung: Unread[str]
+    size: Unread[str]
+    context: Unread[int]
+    optimizer_ms: Unread[float]
     updates_in_backward: bool       # its updates ran inside the backward phase (training_step.adamw_in_backward)
-    mfu: float | None
-    phases_ms: dict[str, float]
     shares: dict[str, float]
     backward_over_forward: float | None
     matmul_backward_over_forward: int
@@ -538,8 +536,8 @@ def gap(point: Point | None) -> Gap | None:
         return None
     total = sum(phases.values())
     rung = rungs.BY_NAME.get(best.rung)
-    return Gap(best.rung, point.size, point.context, best.ms, bool(rung and rung.setup.adamw_in_backward),
-               best.mfu, phases, {k: v / total for k, v in phases.items()},
+    return Gap(best.rung, point.size, point.context, phases["optimizer"], bool(rung and rung.setup.adamw_in_backward),
+               {k: v / total for k, v in phases.items()},
                phases["backward"] / phases["forward"] if phases["forward"] else None, MATMUL_BACKWARD_OVER_FORWARD)
 
 
@@ -576,7 +574,7 @@ def optimizer_floor(gap_: Gap | None, records: list[dict]) -> OptimizerFloor | N
                 return None
             floor_ms = adamw_floor_ms(parameters, card)
             return OptimizerFloor(parameters / 1e9, ADAMW_BYTES_PER_PARAMETER * parameters / 1e9, card.name,
-                                  card.hbm_bandwidth / 1e12, floor_ms, gap_.phases_ms["optimizer"] / floor_ms)
+                                  card.hbm_bandwidth / 1e12, floor_ms, gap_.optimizer_ms / floor_ms)
     return None
 
 
@@ -721,14 +719,15 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
     def where(kind: str) -> list[str]:
         return [p.label for p in compared if p.top_vs_anchor.verdict == kind]
 
-    gap_ = gap(goal.point)
+    goal_point = None if goal.point is None else points[goal.point]
+    gap_ = gap(goal_point)
     floor = optimizer_floor(gap_, records)
     n_planned, missing = not_measured(list(planned), list(read))
-    best_anchor = goal.point.best_anchor.rung if goal.point and goal.point.best_anchor else None
+    best_anchor = goal_point.best_anchor.rung if goal_point and goal_point.best_anchor else None
     comparison = kernel_comparison(list(profiles), gap_, floor, goal_mfu, best_anchor)
     if comparison is not None and comparison.anchor is not None:
         comparison = dataclasses.replace(comparison, anchor=dataclasses.replace(
-            comparison.anchor, goal_pair_unsettled=goal_pair_unsettled(goal, comparison)))
+            comparison.anchor, goal_pair_unsettled=goal_pair_unsettled(goal, goal_point, comparison)))
     return E1Summary(
         provenance=run_provenance(records), records=len(records),
         statuses=Statuses(*(int((df["status"] == s).sum()) for s in ("ok", "oom", "skipped", "error"))),
@@ -930,10 +929,9 @@ def kernel_comparison(profiles: list[dict], gap_: Gap | None, floor: OptimizerFl
         kernels_apart(ours, anchor) if anchor is not None else None, bound)
 
 
-def goal_pair_unsettled(goal: Goal, comparison: KernelComparison | None) -> bool:
-    """Whether the profiled pair is the goal point's top rung and best anchor, whose steps the
-    ladder's own job did not tell apart (within the spread, or not settled)."""
-    point = goal.point
+def goal_pair_unsettled(goal: Goal, point: Point | None, comparison: KernelComparison | None) -> bool:
+    """Whether the profiled pair is the goal point's (``point``) top rung and best anchor, whose steps
+    the ladder's own job did not tell apart (within the spread, or not settled)."""
     if not (point and point.best_anchor and point.top_rung and point.top_vs_anchor
             and comparison and comparison.anchor):
         return False
