@@ -56,3 +56,26 @@ def test_its_schema_declares_every_key_but_the_unread():
 def test_its_schema_refuses_what_the_contract_does_not_hold(change):
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(contract.as_json(_toy()) | change, contract.json_schema(Toy))
+
+
+def test_filled_from_a_mapping_it_keeps_what_it_declares_and_builds_its_blocks():
+    """``contract.fill``: a report's mapping becomes the contract, keys it does not declare left out,
+    nested blocks built as their dataclasses, an optional field the mapping lacks None."""
+    @dataclass(frozen=True, kw_only=True)
+    class Wide(Summary):
+        steps: list[Step]
+        by_dtype: dict[str, float | None]
+        last: Step | None = None
+
+    found = {"provenance": {"records": 1}, "steps": [{"from": 1, "to": 2, "note": "n", "extra": 3}],
+             "by_dtype": {"bf16": 0.5}, "unread_by_anyone": 7}
+    filled = contract.fill(Wide, found)
+    assert filled == Wide(provenance={"records": 1}, steps=[Step(1, 2, "n")], by_dtype={"bf16": 0.5}, last=None)
+    assert "unread_by_anyone" not in contract.as_json(filled)
+
+
+def test_filling_names_a_required_key_the_mapping_lacks_in_one_line():
+    with pytest.raises(contract.ContractError) as e:
+        contract.fill(Toy, {"provenance": {}, "steps": [{"from": 1, "note": "n"}], "by_dtype": {}, "either": 1,
+                            "block": {"x": 1}}, "C9's summary")
+    assert str(e.value) == "contract: C9's summary.steps[0] lacks 'to', which Step requires"
