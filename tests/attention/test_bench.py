@@ -9,8 +9,10 @@ from cs336_systems.accounting.hardware import H100_SXM, H200_SXM
 from cs336_systems.attention import bench
 from cs336_systems.records import make_record
 from cs336_systems.timing import exception_line
+from cs336_systems.profiling.mfu import attention_peak
 from cs336_systems.report import b5, b5_figures, b5_grid, b5_losses, what_ran
 from cs336_systems.report.contract import as_json
+from cs336_systems.report.what_ran import peak_words
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
@@ -269,12 +271,12 @@ def test_the_grid_explains_a_slow_point_only_when_too_few_programs_cap_the_rate(
 
 
 def test_fp32_peaks_follow_how_the_products_run():
-    assert b5_losses.peak("NVIDIA H100 80GB HBM3", "plain", "fp32", None)[1] == H100_SXM.fp32_flops
-    assert b5_losses.peak("NVIDIA H100 80GB HBM3", "ours", "fp32", "tf32x3")[1] == pytest.approx(H100_SXM.tf32_flops / 3)
-    assert b5_losses.peak("NVIDIA H200", "plain", "fp32", "high")[1] == H200_SXM.tf32_flops
-    assert b5_losses.peak("NVIDIA H200", "plain", "fp32", "medium")[1] == H200_SXM.bf16_flops
-    assert "lowest" in b5_losses.peak("NVIDIA H200", "ours", "fp32", None)[0]
-    assert b5_losses.peak("some other card", "ours", "bf16", None) == (None, pytest.approx(float("nan"), nan_ok=True))
+    assert attention_peak("NVIDIA H100 80GB HBM3", "plain", "fp32", None).flops == H100_SXM.fp32_flops
+    assert attention_peak("NVIDIA H100 80GB HBM3", "ours", "fp32", "tf32x3").flops == pytest.approx(H100_SXM.tf32_flops / 3)
+    assert attention_peak("NVIDIA H200", "plain", "fp32", "high").flops == H200_SXM.tf32_flops
+    assert attention_peak("NVIDIA H200", "plain", "fp32", "medium").flops == H200_SXM.bf16_flops
+    assert "lowest" in peak_words(attention_peak("NVIDIA H200", "ours", "fp32", None))
+    assert attention_peak("some other card", "ours", "bf16", None) is None and peak_words(None) is None
 
 
 def test_out_of_memory_is_named_by_dtype_and_pass_and_the_gap_trend_is_counted():
@@ -524,7 +526,7 @@ def test_the_section_opens_with_its_answer_and_tabulates_the_losses(tmp_path, se
     flat = b5_losses.flat_points(df[df["status"] == "ok"])
     is_flat = [("ours", r["dtype"], r["d"], r["pass"], r["seq"]) in flat for _, r in lost.iterrows()]
     assert L["flat_lost"] == sum(is_flat)
-    shares = [row["tflops"] * 1e12 / b5_losses.peak(row["gpu"], "ours", row["dtype"], "ieee" if row["dtype"] == "fp32" else None)[1]
+    shares = [row["tflops"] * 1e12 / attention_peak(row["gpu"], "ours", row["dtype"], "ieee" if row["dtype"] == "fp32" else None).flops
               for (_, row), f in zip(lost.iterrows(), is_flat) if not f]
     assert L["max_of_peak"] == (pytest.approx(max(shares)) if shares else None)
     # One table row per group, the repeated sentence gone; no grid where the records give none.

@@ -52,6 +52,35 @@ def peak(gpu: str | None, precision: str, float32_matmul_precision: str | None =
     return Peak(flops, f"{card.name} {label[arithmetic]}, {flops / 1e12:g} TFLOP/s")
 
 
+@dataclass(frozen=True)
+class AttentionPeak:
+    """The peak that bounds one attention implementation's useful rate: the arithmetic its products
+    run in (``unit``: "bf16" tensor cores, "tf32" tensor cores, "tf32x3": three TF32 products per
+    useful one, so a third of that peak, or "fp32" CUDA cores) and its FLOP/s; ``lowest``: ours where
+    a record does not say how its fp32 products ran, so the lowest peak they could run at."""
+    unit: str
+    flops: float
+    lowest: bool = False
+
+
+def attention_peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> AttentionPeak | None:
+    """The peak that bounds ``impl``'s useful rate in ``dtype`` on the card named ``gpu`` (None for a
+    card the table does not list). A 16-bit dtype: the dense tensor-core peak. fp32: plain attention's
+    matmuls follow PyTorch's float32 matmul precision (``FP32_MATMUL``; its default "highest" runs on
+    the CUDA cores); ours' products are 3xTF32 or FMA on the CUDA cores ("ieee"), and where a record
+    does not say, the CUDA-core peak, the lowest of the two: a rate far below it is far below either."""
+    card = BY_DEVICE_NAME.get(gpu or "")
+    if card is None or card.fp32_flops is None or card.tf32_flops is None:
+        return None
+    if dtype != "fp32":
+        return AttentionPeak("bf16", peak(gpu, "bf16").flops)
+    if fp32_products == "tf32x3":
+        return AttentionPeak("tf32x3", peak(gpu, "fp32", "high").flops / 3)
+    setting = fp32_products if fp32_products in FP32_MATMUL else DEFAULT_FP32_MATMUL_PRECISION
+    lowest = impl == "ours" and fp32_products not in FP32_MATMUL and fp32_products != "ieee"
+    return AttentionPeak(FP32_MATMUL[setting], peak(gpu, "fp32", setting).flops, lowest)
+
+
 def achieved(flops: int | float, seconds: float) -> float:
     """FLOP/s of ``flops`` done in ``seconds``."""
     if not seconds > 0:

@@ -1,7 +1,6 @@
 """B5's figures: the speed-up map and TFLOP/s against sequence length."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,10 +8,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from cs336_systems.profiling.mfu import attention_peak
 from cs336_systems.report.b5_grid import PASSES, judged
-from cs336_systems.report.b5_losses import PEAK_SHORT, peak
 from cs336_systems.report.common import save_figure
 from cs336_systems.report.contract import Unread
+from cs336_systems.report.what_ran import peak_cell, peak_words
 
 
 def plot_speedup(df: pd.DataFrame, path: Path, baseline: str = "plain") -> None:
@@ -81,7 +81,7 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
     shown = ok[(ok["dtype"] == dtype) & ok["d"].isin(ds)]
     # One card and a 16-bit dtype: every implementation's products run on its tensor cores, one peak.
     gpus = set(shown["gpu"].dropna())
-    name, top = peak(gpus.pop(), "ours", dtype, None) if len(gpus) == 1 and dtype != "fp32" else (None, math.nan)
+    top = attention_peak(gpus.pop(), "ours", dtype, None) if len(gpus) == 1 and dtype != "fp32" else None
     for row, which in zip(axes, PASSES):
         for ax, d in zip(row, ds):
             for impl, part in shown[(shown["d"] == d) & (shown["pass"] == which)].groupby("impl"):
@@ -90,9 +90,8 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
                 label = {frozenset({"graph"}): "graph time", frozenset({"do_bench"}): "do_bench"}.get(
                     frozenset(timings), "graph time where measured, else do_bench")
                 ax.plot(part["seq"], part["rate"], marker="o", label=f"{impl} ({label})")
-            if name and ax.has_data():
-                ax.axhline(top / 1e12, color="grey", linestyle="--", linewidth=1,
-                           label=PEAK_SHORT.get(name, name) + " peak")
+            if top and ax.has_data():
+                ax.axhline(top.flops / 1e12, color="grey", linestyle="--", linewidth=1, label=peak_cell(top) + " peak")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set(title=f"{dtype}, d = {d}, causal, {which}", xlabel="sequence length",
@@ -102,5 +101,5 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
                 ax.legend(fontsize=7)
     save_figure(fig, path)
     graph = int((shown["timing"] == "graph").sum())
-    return TflopsPlot(dtype, [int(d) for d in ds], int(len(shown)), name, graph, graph == len(shown),
+    return TflopsPlot(dtype, [int(d) for d in ds], int(len(shown)), peak_words(top), graph, graph == len(shown),
                       int((shown["timing"] == "do_bench").sum()))

@@ -1,5 +1,5 @@
 """Where ours loses to the other implementations in B5's grid, and what the records say of why: the
-peak each implementation's rate is bounded by, points whose time is not set by their work, grids of
+peak each implementation's rate is bounded by (``profiling.mfu.attention_peak``), points whose time is not set by their work, grids of
 too few programs, and out-of-memory groups. Where a point has both timings, do_bench's median is
 *launch-bound* when it exceeds the slowest graph replay by more than a cold cache can explain
 (``cold_cache_ms``): the rest of its time is spent launching.
@@ -13,10 +13,11 @@ import pandas as pd
 
 from cs336_systems.accounting import memory_traffic
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
-from cs336_systems.profiling import mfu
+from cs336_systems.profiling.mfu import attention_peak
 from cs336_systems.report.b5_grid import judged
 from cs336_systems.report.contract import Unread
 from cs336_systems.report.spread import NOT_SETTLED, WITHIN
+from cs336_systems.report.what_ran import peak_cell, peak_words
 
 
 def cold_cache_ms(row: pd.Series) -> float:
@@ -82,41 +83,6 @@ def timing_check(df: pd.DataFrame) -> TimingCheck:
                        {status: GraphFailure(int(len(part)), sorted(part["impl"].unique()),
                                              " ".join(str(part["graph_reason"].iloc[0]).split())[:160])
                         for status, part in failed.groupby("graph_status")})
-
-
-def peak(gpu: str | None, impl: str, dtype: str, fp32_products: str | None) -> tuple[str | None, float]:
-    """(name, FLOP/s) of the peak that bounds one implementation's useful rate on this card (the
-    datasheet peaks ``profiling.mfu.peak`` looks up by the GPU name in a record's provenance), or
-    (None, nan) for an unknown card. bf16: the dense tensor-core peak. fp32: plain attention's
-    matmuls follow PyTorch's float32 matmul precision ("highest", the default the bench leaves
-    alone: CUDA-core sgemm; "high": TF32 tensor cores; "medium": bf16 ones); ours' products are 3xTF32 (a
-    third of the TF32 peak, three products per useful one) or FMA on the CUDA cores ("ieee"), and
-    where a record does not say, the CUDA-core peak, the lowest of the two: a rate far below it is
-    far below either."""
-    card = BY_DEVICE_NAME.get(gpu or "")
-    if card is None or card.fp32_flops is None or card.tf32_flops is None:
-        return None, math.nan
-    if dtype != "fp32":
-        return _PEAK_NAMES["bf16"], mfu.peak(gpu, "bf16").flops
-    if fp32_products == "tf32x3":
-        return "a third of the TF32 tensor-core peak (3xTF32)", mfu.peak(gpu, "fp32", "high").flops / 3
-    setting = fp32_products if fp32_products in mfu.FP32_MATMUL else mfu.DEFAULT_FP32_MATMUL_PRECISION
-    name = _PEAK_NAMES[mfu.FP32_MATMUL[setting]]
-    if impl == "ours" and fp32_products not in mfu.FP32_MATMUL and fp32_products != "ieee":
-        name += ", the lowest its products could run at"
-    return name, mfu.peak(gpu, "fp32", setting).flops
-
-
-# What the peaks of ``peak`` are called in the writeup's sentences, by the arithmetic that runs.
-_PEAK_NAMES = {"bf16": "the dense bf16 tensor-core peak", "tf32": "the TF32 tensor-core peak",
-               "fp32": "the fp32 CUDA-core peak"}
-
-
-# The peaks of ``peak`` as a table cell names them.
-PEAK_SHORT = {"the dense bf16 tensor-core peak": "bf16 tensor cores", "the TF32 tensor-core peak": "TF32 tensor cores",
-              "a third of the TF32 tensor-core peak (3xTF32)": "TF32 tensor cores ÷ 3",
-              "the fp32 CUDA-core peak": "fp32 CUDA cores",
-              "the fp32 CUDA-core peak, the lowest its products could run at": "fp32 CUDA cores (the lowest)"}
 
 
 # A point's time is not set by its work when the time moves by less than FLAT_FACTOR between it and
@@ -259,8 +225,10 @@ def _none(value: float) -> float | None:
 
 
 def _diagnose(row: pd.Series, other: str, flat: bool) -> LostPoint:
-    name, flops = peak(row["gpu"], "ours", row["dtype"], row["fp32_products"])
-    other_name, other_flops = peak(row["gpu_other"], other, row["dtype"], row["fp32_products_other"])
+    ours_peak = attention_peak(row["gpu"], "ours", row["dtype"], row["fp32_products"])
+    other_peak = attention_peak(row["gpu_other"], other, row["dtype"], row["fp32_products_other"])
+    name, flops = peak_words(ours_peak), ours_peak.flops if ours_peak else math.nan
+    other_flops = other_peak.flops if other_peak else math.nan
     # Rates in the judging timing; records that predate "flops" judge on do_bench only, whose rate they carry.
     ours_tflops, other_tflops = ((row["flops"] / row["t"] / 1e9, row["flops_other"] / row["t_other"] / 1e9)
                                  if row["timing"] == "graph" else (row["tflops"], row["tflops_other"]))
@@ -271,7 +239,7 @@ def _diagnose(row: pd.Series, other: str, flat: bool) -> LostPoint:
     return LostPoint(
         int(row["seq"]), float(row["t"]), float(row["t_other"]), float(ours_tflops), float(other_tflops), name,
         _none(ours_tflops * 1e12 / flops), _none(other_tflops * 1e12 / other_flops),
-        PEAK_SHORT.get(name), PEAK_SHORT.get(other_name), programs, sms, None if busy is None else busy < 1,
+        peak_cell(ours_peak), peak_cell(other_peak), programs, sms, None if busy is None else busy < 1,
         # without the card's peak the share says nothing
         None if busy is None or math.isnan(flops) else bool(busy < 1 and of_busy_peak >= GRID_EXPLAINS), flat)
 

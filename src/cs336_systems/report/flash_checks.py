@@ -18,11 +18,11 @@ import pandas as pd
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.attention.flash_record import ran
 from cs336_systems.attention.tuned_tiles import TUNED
-from cs336_systems.report.b5_losses import peak
+from cs336_systems.profiling.mfu import FP32_MATMUL, attention_peak
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_record_lists, run_provenance, write_table
 from cs336_systems.report.contract import Declared, Summary
-from cs336_systems.report.what_ran import ran_schema, tuned_elsewhere, what_ran
+from cs336_systems.report.what_ran import PEAK_WORDS, peak_words, ran_schema, tuned_elsewhere, what_ran
 
 QUANTITIES = ("o", "lse", "dq", "dk", "dv")
 
@@ -144,9 +144,6 @@ PYTORCH_PRODUCTS = 5
 # written once and read at least once, whatever the compiler fuses around the library matmuls.
 PYTORCH_MATRIX_PASSES = 8
 # The peak of an fp32 matmul by PyTorch's float32 matmul precision, and its name.
-MATMUL_PEAK = {"highest": "fp32_flops", "high": "tf32_flops", "medium": "bf16_flops"}
-PEAK_NAMES = {"fp32_flops": "the fp32 CUDA-core peak", "tf32_flops": "the TF32 tensor-core peak",
-              "bf16_flops": "the dense bf16 tensor-core peak"}
 
 
 @dataclass(frozen=True)
@@ -213,15 +210,16 @@ def _rates(e: dict, n2: int, fp32: bool, gpu: str | None, card, dtype: str, prod
     the batch's N x N elements, ``fp32`` whether the PyTorch backward's arithmetic was fp32."""
     rates = {"triton_tflops": e["triton_flops"] / e["triton_ms"] / 1e9 if e["triton_flops"] else None,
              "pytorch_tflops": e["pytorch_flops"] / e["pytorch_ms"] / 1e9}
-    name, top = peak(gpu, "ours", dtype, products) if products or dtype != "fp32" else (None, float("nan"))
-    known = name is not None and rates["triton_tflops"] is not None
-    rates.update(triton_peak=name if known else None,
-                 triton_of_peak=rates["triton_tflops"] * 1e12 / top if known else None)
-    field = MATMUL_PEAK.get(e["pytorch_precision"]) if fp32 else None
-    flops_peak = getattr(card, field) if card is not None and field else None
+    top = attention_peak(gpu, "ours", dtype, products) if products or dtype != "fp32" else None
+    known = top is not None and rates["triton_tflops"] is not None
+    rates.update(triton_peak=peak_words(top) if known else None,
+                 triton_of_peak=rates["triton_tflops"] * 1e12 / top.flops if known else None)
+    # the PyTorch backward's fp32 matmuls run in what its float32 matmul precision says (profiling.mfu)
+    unit = FP32_MATMUL.get(e["pytorch_precision"]) if fp32 else None
+    flops_peak = getattr(card, f"{unit}_flops") if card is not None and unit else None
     matrix_bytes = PYTORCH_MATRIX_PASSES * n2 * 4 if fp32 else None
     rates.update(
-        pytorch_peak=PEAK_NAMES.get(field),
+        pytorch_peak=PEAK_WORDS.get(unit),
         pytorch_of_peak=rates["pytorch_tflops"] * 1e12 / flops_peak if flops_peak else None,
         pytorch_matrix_bytes=matrix_bytes,
         pytorch_flops_floor_ms=e["pytorch_flops"] / flops_peak * 1e3 if flops_peak else None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.attention.flash_record import TREE, ran, shape_of
+from cs336_systems.profiling.mfu import AttentionPeak
 from cs336_systems.report.summary_schemas import BOOL, INT, STR, arr, null, obj
 
 # --- what ran: the facts about our kernels the writeup may state, each with where it comes from ---
@@ -28,6 +29,22 @@ PHRASES = {
              "compiled": "plain launches under torch.compile",
              "compiled-plan": "the cached per-shape plan, called from the compiled graph through the custom op", "pytorch": "PyTorch tiles (no Triton)"},
 }
+
+
+# The peaks of ``profiling.mfu.attention_peak`` (by their ``unit``) in the writeup's sentences, and as
+# a table cell or a figure's legend names them.
+PEAK_WORDS = {"bf16": "the dense bf16 tensor-core peak", "tf32": "the TF32 tensor-core peak",
+              "tf32x3": "a third of the TF32 tensor-core peak (3xTF32)", "fp32": "the fp32 CUDA-core peak"}
+PEAK_CELLS = {"bf16": "bf16 tensor cores", "tf32": "TF32 tensor cores", "tf32x3": "TF32 tensor cores ÷ 3",
+              "fp32": "fp32 CUDA cores"}
+
+
+def peak_words(peak: AttentionPeak | None) -> str | None:
+    return None if peak is None else PEAK_WORDS[peak.unit] + (", the lowest its products could run at" if peak.lowest else "")
+
+
+def peak_cell(peak: AttentionPeak | None) -> str | None:
+    return None if peak is None else PEAK_CELLS[peak.unit] + (" (the lowest)" if peak.lowest else "")
 
 
 def _phrase(fact: str, record: dict, facts: dict) -> str | None:
