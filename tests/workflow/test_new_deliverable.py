@@ -2,7 +2,7 @@
 
 In a copy of the checkout (what git tracks or would, without the committed runs), a dummy
 deliverable Z1 is added as a person would add one: its registry entry, its rule file, one module
-that measures and reports (with its summary's schema, ``SUMMARY_SCHEMAS``), its section template, its
+that measures and reports (with its summary's contract, ``CONTRACTS``), its section template, its
 block in config.yaml and its row in README's map. Nothing else names it: the Snakefile includes its
 rule file, the config check requires its block, the writeup gives it a section and checks its summary
 against its schema, all because the registry lists it. The registry's own tests pass in the copy, and
@@ -76,13 +76,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from cs336_systems.records import make_record, write_json_atomic
-from cs336_systems.report.summary_schemas import INT, PROVENANCE, section
+from cs336_systems.report.contract import Summary
 
-# What writeup/templates/sections/Z1.md.j2 reads of the summary.
-SUMMARY_SCHEMAS: dict[str, dict] = {"Z1": section(provenance=PROVENANCE, sum=INT, terms=INT)}
+
+@dataclass(frozen=True)
+class Z1Summary(Summary):
+    """What writeup/templates/sections/Z1.md.j2 reads of the summary."""
+    terms: int
+    sum: int
+
+
+CONTRACTS = {"Z1": Z1Summary}
 
 
 def main(argv=None) -> int:
@@ -102,13 +110,13 @@ def main(argv=None) -> int:
         return 0
     import pandas as pd
 
-    from cs336_systems.report.common import load_records, run_provenance, write_summary, write_table
+    from cs336_systems.report import contract
+    from cs336_systems.report.common import load_records, run_provenance, write_table
 
     records = load_records([args.record])
     write_table(pd.DataFrame(records[0]["metrics"]["rows"]), args.out_dir)
-    write_summary(args.out_dir / "summary.json", {"provenance": run_provenance(records),
-                                                   "terms": records[0]["params"]["terms"],
-                                                   "sum": records[0]["metrics"]["sum"]})
+    contract.write(args.out_dir / "summary.json", Z1Summary(run_provenance(records), records[0]["params"]["terms"],
+                                                            records[0]["metrics"]["sum"]))
     return 0
 
 

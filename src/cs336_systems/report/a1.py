@@ -25,12 +25,13 @@ that the run holds wins:
 """
 from __future__ import annotations
 
-import statistics
-
 import argparse
 import math
+import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -40,10 +41,11 @@ from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.profiling.busy import profile_busy
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.profiling.mfu import achieved, peak, utilisation
-from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report import contract
+from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
+from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict, judge,
                                          judge_processes, trend_of)
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, section
 
 PHASES = ("forward", "backward", "optimizer", "step")
 PAIRED, SEPARATE = "paired", "separate processes"    # how a comparison was judged (see the module's doc)
@@ -488,45 +490,185 @@ def main(argv=None) -> int:
     write_table(display_table(df, bf16_against_fp32(df, records)), args.out_dir)
     plot_time_vs_context(df, args.out_dir / "time_vs_context.png")
     plot_warmup(warmup_records, args.out_dir / "warmup.png")
-    write_summary(args.out_dir / "summary.json", summarize(df, records, warmup_records))
+    contract.write(args.out_dir / "summary.json", contract.fill(A1Summary, summarize(df, records, warmup_records),
+                                                                "A1's summary"))
     print(f"A1 report: {len(df)} points ({(df['status'] == 'ok').sum()} ok) -> {args.out_dir}", file=sys.stderr)
     return 0
 
 
-# What writeup/templates/sections/A1.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
+# What the section's words read of this report's summary (report.contract), filled from the mapping
+# ``summarize`` assembles.
+@dataclass(frozen=True, kw_only=True)
+class At:
+    """A point the prose names."""
+    size: str
+    context: int
+    mode: str
 
-SUMMARY_SCHEMAS["A1"] = section(
-    backward_over_forward_median=null(NUM), batch=INT, bf16_separate_processes=INT, bf16_compared=null(INT),
-    bf16_faster_count=INT, bf16_paired=null(INT), bf16_too_few_rounds=INT, bf16_host_bound=INT, host_swing=NUM, min_rounds=INT, bf16_none_settled=BOOL,
-    bf16_slower=null(arr(obj(bf16_ms=NUM, bf16_std_ms=NUM, bound_by=obj(bf16=null(STR), fp32=null(STR)), context=INT,
-                             fp32_ms=NUM, fp32_std_ms=NUM, how=STR, low_ms=NUM, high_ms=NUM, mode=STR, size=STR))),
-    bf16_within_spread=null(arr(obj(context=INT, mode=STR, size=STR))),
-    bf16_not_settled=arr(),
-    flat_not_settled=INT,
-    cv_by_precision=mapping(NUM), cv_max=NUM, cv_max_point=STR, cv_median=null(NUM),
-    flat_in_work=null(arr(obj(context=INT, evidence=STR, mfu=null(NUM), mode=STR, precision=STR, size=STR))),
-    flat_in_work_by_precision=mapping(INT), forward_grows_less_than_work=null(arr(STR)),
-    forward_growth=null(mapping(obj({'flops_ratio': NUM, 'from': INT, 'ratio': NUM, 'to': INT}))),
-    fp32_forward_backward_rows=null(arr(obj(backward=NUM, context=INT, forward=NUM, ratio=NUM, size=STR, step=NUM))),
-    grouped=null(BOOL),
-    launch_bound=null(arr(obj(context=INT, mode=STR, size=STR, kernels=INT, kernel_ms=NUM,
-                              busy_share=NUM, step_ms=NUM, also_flat=STR))),
-    launch_bound_busy=NUM,
-    mfu_best=mapping(obj(basis=STR, mfu=NUM, point=STR, tflops=NUM)),
-    mfu_peaks=arr(STR), mfu_points=null(INT), min_turn_ms=null(NUM), more_work=NUM, most_steps_per_turn=null(INT),
-    not_ok=null(arr(STR)), ok=INT, on_gpu=null(BOOL), points=INT, points_by_precision=mapping(INT),
-    profiled_points=null(INT), provenance=PROVENANCE, rounds=null(INT), step_cv_flat=null(NUM),
-    flat_steps_noisier=BOOL, bf16_all_paired=BOOL, warm_spread_max=null(NUM), cold_first_slowest=BOOL,
-    step_cv_rest=null(NUM), steps=INT,
-    warm_processes=null(arr(obj(one_process_each=BOOL, order=STR, size=STR, spread=NUM, warmups=arr(INT)))),
-    warmup=null(arr(obj(first=NUM, first_slowest=BOOL, first_vs_rest=NUM, later_direction=null(STR),
-                        later_vs_warm=null(NUM), mean=NUM, ref_between=null(BOOL), ref_mean=null(NUM),
-                        ref_processes=INT, rest_mean=NUM, rest_std=NUM, size=STR, std=NUM, vs_longest=NUM,
-                        vs_warm=null(NUM), vs_warm_direction=null(STR), warmup=INT))),
-    warmup_point=null(obj(batch=INT, context=INT, mode=STR, precision=STR, steps=INT)),
-    warmup_steps=INT,
-)
+
+@dataclass(frozen=True, kw_only=True)
+class Bf16At(At):
+    """A point of the bf16-against-fp32 comparison, with the judge's verdict (which a test reads)."""
+    bf16_is: Unread[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bf16Slower(Bf16At):
+    """A point where bf16 is slower than fp32: both times, the judge's interval and what bounds each."""
+    fp32_ms: float
+    fp32_std_ms: float
+    bf16_ms: float
+    bf16_std_ms: float
+    low_ms: float
+    high_ms: float
+    how: str
+    bound_by: dict[str, str | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlatInWork(At):
+    """A point whose time does not grow with its work, and the evidence for it."""
+    precision: str
+    evidence: str
+    mfu: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchBound(At):
+    """A point whose kernels keep the GPU busy for less than ``launch_bound_busy`` of its step."""
+    precision: Unread[str]
+    kernels: int
+    kernel_ms: float
+    busy_share: float
+    step_ms: float
+    also_flat: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Growth:
+    """The forward's time from one context to the next against its FLOPs'."""
+    from_: int
+    to: int
+    ratio: float
+    flops_ratio: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForwardBackward:
+    size: str
+    context: int
+    forward: float
+    backward: float
+    step: float
+    ratio: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class MfuBest:
+    point: str
+    mfu: float
+    tflops: float
+    basis: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmProcess:
+    """The warm-up study's processes at one size: the order they ran in and how far their steps spread."""
+    size: str
+    order: str
+    warmups: list[int]
+    spread: float
+    one_process_each: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Warmup:
+    """One warm-up count at one size: the first step against the rest and against the warm ones."""
+    size: str
+    warmup: int
+    mean: float
+    std: float
+    first: float
+    first_slowest: bool
+    first_vs_rest: float
+    rest_mean: float
+    rest_std: float
+    vs_longest: float
+    vs_warm: float | None
+    vs_warm_direction: str | None
+    later_vs_warm: float | None
+    later_direction: str | None
+    ref_mean: float | None
+    ref_between: bool | None
+    ref_processes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmupPoint:
+    context: int
+    batch: int
+    mode: str
+    precision: str
+    steps: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class A1Summary(Summary):
+    points: int
+    ok: int
+    on_gpu: bool | None
+    not_ok: list[str] | None
+    points_by_precision: dict[str, int]
+    batch: int
+    steps: int
+    rounds: int | None
+    grouped: bool | None
+    min_turn_ms: float | None
+    most_steps_per_turn: int | None
+    cv_by_precision: dict[str, float]
+    cv_median: float | None
+    cv_max: float
+    cv_max_point: str
+    step_cv_flat: float | None
+    step_cv_rest: float | None
+    flat_steps_noisier: bool
+    more_work: float
+    flat_in_work: list[FlatInWork] | None
+    flat_in_work_by_precision: dict[str, int]
+    flat_not_settled: int
+    launch_bound: list[LaunchBound] | None
+    launch_bound_busy: float
+    profiled_points: int | None
+    forward_growth: dict[str, Growth] | None
+    forward_grows_less_than_work: list[str] | None
+    fp32_forward_backward: Unread[dict[str, Any]]     # point -> fp32's forward and backward, as tests read them
+    fp32_forward_backward_rows: list[ForwardBackward] | None
+    backward_over_forward_median: float | None
+    mfu_best: dict[str, MfuBest]
+    mfu_peaks: list[str]
+    mfu_points: int | None
+    bf16_compared: int | None
+    bf16_paired: int | None
+    bf16_all_paired: bool
+    bf16_separate_processes: int
+    bf16_faster_count: int
+    bf16_slower: list[Bf16Slower] | None
+    bf16_within_spread: list[Bf16At] | None
+    bf16_not_settled: list[Any]
+    bf16_too_few_rounds: int
+    bf16_host_bound: int
+    bf16_none_settled: bool
+    host_swing: float
+    min_rounds: int
+    warmup_point: WarmupPoint | None
+    warmup_steps: int
+    warmup: list[Warmup] | None
+    warm_processes: list[WarmProcess] | None
+    warm_spread_max: float | None
+    cold_first_slowest: bool
+
+
+CONTRACTS = {"A1": A1Summary}
 
 
 if __name__ == "__main__":

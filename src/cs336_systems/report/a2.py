@@ -15,7 +15,9 @@ import argparse
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -27,9 +29,10 @@ from cs336_systems.profiling.classify import CATEGORIES, short_name
 from cs336_systems.profiling.flops import attention_flops
 from cs336_systems.profiling.ranges import ATTENTION_RANGES as ATTENTION
 from cs336_systems.profiling.ranges import FINAL, MODE_PHASES, PHASE_RANGES, SCORES, SOFTMAX
-from cs336_systems.report.common import load_records, run_provenance, save_figure, write_summary, write_table
+from cs336_systems.report import contract
+from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
+from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import NOT_SETTLED, WITHIN, Estimate, judge
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 SHARE_THRESHOLD = 0.01        # (c): a non-matmul kernel with at least this share of forward time
 # (e): passes our softmax (cs336_basics.model.softmax) makes over the B·H·T² scores: amax reads them;
@@ -554,62 +557,204 @@ def main(argv=None) -> int:
         write_table(_fmt(df) if len(df) else pd.DataFrame({"(none)": []}), args.out_dir, f"table_{key}" if key != "failed" else "failed")
     units = sorted({r["metrics"].get("table_unit") for r in records if r["metrics"].get("table_unit")})
     plot_shares(tables["d"], args.out_dir / "category_shares.png", ", ".join(units) or "no data")
-    write_summary(args.out_dir / "summary.json", summarize(records, tables))
+    contract.write(args.out_dir / "summary.json", contract.fill(A2Summary, summarize(records, tables), "A2's summary"))
     print(f"A2 report: {len(records)} points -> {args.out_dir}", file=sys.stderr)
     return 0
 
 
-# What writeup/templates/sections/A2.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
+# What the section's words read of this report's summary (report.contract), filled from the mapping
+# ``summarize`` assembles.
+@dataclass(frozen=True, kw_only=True)
+class HostBound:
+    point: str
+    gpu_busy: float
+    kernels: int
+    kernel_us_per_kernel: float
+    range_us_per_kernel: float
 
-SUMMARY_SCHEMAS["A2"] = section(
-    a=null(arr()),
-    a_findings=obj(a1_compared=null(INT), a1_outside_spread=null(arr(STR)), markers_cost=null(NUM),
-                   a1_not_settled=INT,
-                   shorter_not_settled=null(arr(obj(long=INT, long_kernel_ms=NUM, long_ms=NUM, short=INT,
-                                                   short_kernel_ms=NUM, short_ms=NUM, size=STR))),
-                   a1_outside_named=opt(obj(all_but=BOOL, points=arr(STR))), busy_range=arr(NUM),
-                   host_bound=null(arr(obj(gpu_busy=NUM, kernel_us_per_kernel=NUM, kernels=INT, point=STR,
-                                           range_us_per_kernel=NUM))), nvtx_over_a1_range=null(arr(NUM)),
-                   shorter_within_spread=null(arr(obj(long=INT, long_ms=NUM, short=INT, short_ms=NUM, size=STR))),
-                   slower_shorter=arr(obj(kernels_grow=null(BOOL), long=INT, long_kernel_ms=NUM, long_kernels=INT,
-                                          long_ms=NUM, long_range_us_per_kernel=NUM, short=INT, short_kernel_ms=NUM,
-                                          short_kernels=INT, short_ms=NUM, short_range_us_per_kernel=NUM, size=STR,
-                                          similar_kernel_count=BOOL, slower_issue=null(BOOL)))),
-    b_findings=null(obj(calls=arr(INT), categories=arr(STR), compared=null(INT), differ=null(INT),
-                        differ_categories=arr(STR), differ_in_layout=null(BOOL), points=INT, same=INT,
-                        share=arr(NUM))),
-    batch=INT,
-    c_findings=null(obj(categories=arr(STR), kernels=arr(obj(category=STR, kernel=STR, median_share=NUM, points=INT)),
-                        non_gemm_share=arr(NUM), points=INT)),
-    d_findings=null(obj(
-        empty_categories=null(arr(STR)),
-        gemm_by_mode=null(mapping(obj(contexts=arr(INT), rising_at_every_context=BOOL, rising_with_size=null(arr(INT)),
-                                      series=mapping(obj(shares=arr(NUM), sizes=arr(STR)))))),
-        train=opt(obj(gemm_drop_points=arr(NUM), largest_gain=mapping(INT), mostly_optimizer=BOOL,
-                      optimizer_falls_for_every_size=BOOL, points=INT)))),
-    d_growth=null(arr(obj(elementwise=NUM, gemm_forward=NUM, gemm_train=NUM, optimizer=NUM, other=NUM, point=STR))),
-    e_findings=null(obj(longest=arr(obj(flops_softmax_over_final=NUM, point=STR, softmax_gb=NUM, softmax_tb_per_s=NUM,
-                                        time_softmax_over_final=NUM)), longest_final_vs=arr(NUM),
-                        longest_scores_over_final=arr(NUM), longest_vs_final=arr(NUM),
-                        longest_vs_scores_and_final=arr(NUM), median_vs_final=NUM, per_flop=STR,
-                        scores_slower_than_final=BOOL,
-                        median_vs_scores_and_final=NUM, memory_bound=null(BOOL), memory_bound_share=NUM,
-                        softmax_hbm_share=null(arr(NUM)), softmax_passes=INT, sources=arr(STR))),
-    empty_filters=null(arr()),
-    failed=null(arr(obj(mode=STR, point=STR, status=STR))),
-    fallback_reasons=arr(STR),
-    host_bound_below=NUM,
-    mixed_sources=BOOL,
-    nsys_versions=arr(STR),
-    provenance=PROVENANCE,
-    share_threshold=NUM,
-    sources=arr(STR),
-    steps=INT,
-    table_units=arr(STR),
-    warmup_steps=INT,
-    warnings=null(arr()),
-)
+
+@dataclass(frozen=True, kw_only=True)
+class Shorter:
+    """A shorter context against a longer one of the same size, each's range in ms."""
+    size: str
+    short: int
+    long: int
+    short_ms: float
+    long_ms: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShorterNotSettled(Shorter):
+    short_kernel_ms: float
+    long_kernel_ms: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlowerShorter(ShorterNotSettled):
+    """A shorter context whose range took longer, with what its kernels say of why."""
+    short_kernels: int
+    long_kernels: int
+    short_range_us_per_kernel: float
+    long_range_us_per_kernel: float
+    kernels_grow: bool | None
+    similar_kernel_count: bool
+    slower_issue: bool | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NamedPoints:
+    all_but: bool
+    points: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AFindings:
+    """(a): the NVTX ranges against A1's timings, and what the kernels say of the short contexts."""
+    busy_range: list[float]
+    host_bound: list[HostBound] | None
+    nvtx_over_a1_range: list[float] | None
+    markers_cost: float | None
+    a1_compared: int | None
+    a1_outside_spread: list[str] | None
+    a1_outside_named: NamedPoints | None = None
+    a1_not_settled: int
+    slower_shorter: list[SlowerShorter]
+    shorter_within_spread: list[Shorter] | None
+    shorter_not_settled: list[ShorterNotSettled] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BFindings:
+    points: int
+    compared: int | None
+    same: int
+    differ: int | None
+    differ_categories: list[str]
+    differ_in_layout: bool | None
+    categories: list[str]
+    calls: list[int]
+    share: list[float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopKernel:
+    kernel: str
+    category: str
+    median_share: float
+    points: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CFindings:
+    points: int
+    categories: list[str]
+    kernels: list[TopKernel]
+    non_gemm_share: list[float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Series:
+    sizes: list[str]
+    shares: list[float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmByMode:
+    contexts: list[int]
+    series: dict[str, Series]
+    rising_at_every_context: bool
+    rising_with_size: list[int] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Train:
+    points: int
+    gemm_drop_points: list[float]
+    largest_gain: dict[str, int]
+    mostly_optimizer: bool
+    optimizer_falls_for_every_size: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class DFindings:
+    empty_categories: list[str] | None
+    gemm_by_mode: dict[str, GemmByMode] | None
+    train: Train | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Growth:
+    """One point's shares from forward to a training step."""
+    point: str
+    gemm_forward: float
+    gemm_train: float
+    elementwise: float
+    optimizer: float
+    other: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Longest:
+    point: str
+    softmax_gb: float
+    softmax_tb_per_s: float
+    time_softmax_over_final: float
+    flops_softmax_over_final: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class EFindings:
+    """(e): the attention softmax against the matrix products around it."""
+    sources: list[str]
+    per_flop: str
+    median_vs_final: float
+    median_vs_scores_and_final: float
+    longest: list[Longest]
+    longest_vs_final: list[float]
+    longest_final_vs: list[float]
+    longest_scores_over_final: list[float]
+    longest_vs_scores_and_final: list[float]
+    scores_slower_than_final: bool
+    softmax_passes: int
+    softmax_hbm_share: list[float] | None
+    memory_bound: bool | None
+    memory_bound_share: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failed:
+    point: str
+    mode: str
+    status: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class A2Summary(Summary):
+    sources: list[str]
+    table_units: list[str]
+    mixed_sources: bool
+    fallback_reasons: list[str]
+    nsys_versions: list[str]
+    warnings: list[Any] | None
+    empty_filters: list[Any] | None
+    failed: list[Failed] | None
+    batch: int
+    warmup_steps: int
+    steps: int
+    share_threshold: float
+    host_bound_below: float
+    a: list[Any] | None
+    d: Unread[list[dict[str, Any]]]         # table (d)'s rows and table (e)'s, unrounded, as a test reads them
+    e: Unread[list[dict[str, Any]]]
+    a_findings: AFindings
+    b_findings: BFindings | None
+    c_findings: CFindings | None
+    d_growth: list[Growth] | None
+    d_findings: DFindings | None
+    e_findings: EFindings | None
+
+
+CONTRACTS = {"A2": A2Summary}
 
 
 if __name__ == "__main__":

@@ -24,18 +24,21 @@ import argparse
 import math
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.profiling.step_kernels import KINDS
+from cs336_systems.report import contract
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
-                                         write_summary, write_table)
+                                         write_table)
+from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Estimate, Verdict,
                                          judge, judge_rounds, round_samples, same_job, trend_of)
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, mapping, null, obj, opt, section
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
@@ -465,62 +468,172 @@ def main(argv=None) -> int:
                  args.out_dir / "speedup.png")
     summary = summarize(dtype_records, timing_records, ln, timing, kernel_records)
     write_table(kernel_table(summary["kernels"]), args.out_dir, "kernels")
-    write_summary(args.out_dir / "summary.json", summary)
+    contract.write(args.out_dir / "summary.json", contract.fill(A4Summary, summary, "A4's summary"))
     print(f"A4 report: {len(dtype_records)} toy-model records, {len(timing_records)} A1 records -> {args.out_dir}",
           file=sys.stderr)
     return 0
 
 
-# What writeup/templates/sections/A4.md.j2 reads of this report's summary (report.summary_schemas).
-SUMMARY_SCHEMAS: dict[str, dict] = {}
+# What the section's words read of this report's summary (report.contract), filled from the mapping
+# ``summarize`` assembles.
+@dataclass(frozen=True, kw_only=True)
+class FormulaError:
+    """One layer-norm formula's relative error against float64 (and autocast's output dtype)."""
+    rel_error: float | None
+    output_dtype: str | None = None
 
-# Per formula, its relative error (one low-precision dtype's, at one offset).
-_LAYERNORM_ERRORS = obj({
-    'F.layer_norm on a low-precision input': obj(rel_error=null(NUM)),
-    'F.layer_norm under autocast': obj(output_dtype=STR, rel_error=null(NUM)),
-    'formula, one-pass E[x²]−E[x]², in low precision': obj(rel_error=null(NUM)),
-    'formula, two-pass, in fp32': obj(rel_error=null(NUM)),
-    'formula, two-pass, in low precision': obj(rel_error=null(NUM))})
-SUMMARY_SCHEMAS["A4"] = section(
-    backward_vs_forward=null(mapping(STR)),
-    bf16_slower=null(arr(obj(bf16_ms=NUM, bf16_std_ms=NUM, context=INT, fp32_ms=NUM, fp32_std_ms=NUM, judged=STR,
-                             series=STR, size=STR, speedup=NUM))),
-    bf16_within_spread=null(arr(obj(context=INT, series=STR, size=STR))),
-    bf16_not_settled=arr(obj(context=INT, series=STR, size=STR)),
-    dtype_rules=null(arr(obj(cells=mapping(STR), kind=STR, stage=STR))),
-    dtypes_not_ok=null(arr(STR)),
-    kernels=null(obj(compare=null(obj(bf16_busy_is=null(STR), bf16_step_is=STR, cast_ms=obj(bf16=NUM, fp32=NUM),
-                                      extra_casts=NUM, extra_kernels=NUM, gemm_ms=obj(bf16=NUM, fp32=NUM),
-                                      kernel_changes=arr(obj(count=NUM, kind=STR)), more_or_fewer=STR, net_kernels=NUM,
-                                      launch_bound=null(obj(bf16=null(BOOL), fp32=null(BOOL))), rounds=null(INT),
-                                      slowdown_outside_kernels=null(BOOL), step_judged=STR, step_low_ms=NUM,
-                                      step_high_ms=NUM)), device=STR,
-                     not_ok=null(arr()), point=obj(batch=INT, context=INT, mode=STR, size=STR),
-                     precisions=null(obj(bf16=obj(busy_share=null(NUM), step_ms=NUM, step_std_ms=NUM),
-                                         fp32=obj(busy_share=null(NUM), step_ms=NUM, step_std_ms=NUM))), unit=STR)),
-    layernorm_autocast_output=null(arr(STR)),
-    layernorm_focus=null(mapping(null(obj(bf16=opt(_LAYERNORM_ERRORS), fp16=_LAYERNORM_ERRORS, offset=NUM,
-                                          offset_squared=NUM)))),
-    several_timing_sizes=BOOL,
-    layernorm_shape=null(arr(INT)),
-    median_speedup_by_phase=null(mapping(NUM)),
-    provenance=PROVENANCE,
-    speedup_grows_with_size=null(BOOL),
-    speedup_trend=null(mapping(obj(sizes=arr(STR), speedups=arr(NUM), verdict=STR,
-                                   steps=null(arr(obj({'direction': STR, 'from': STR, 'to': STR})))))),
-    speedup_steps_settled=INT,
-    timing_separate_processes=INT,
-    timing_too_few_rounds=INT, timing_host_bound=INT, host_swing=NUM,
-    timing_none_settled=BOOL,
-    min_rounds=INT,
-    timing_batch=null(INT),
-    timing_grid=null(obj(contexts=arr(INT), modes=arr(STR), precisions=arr(STR), records=INT, sizes=arr(STR))),
-    timing_not_ok=null(arr(STR)),
-    timing_paired=null(INT),
-    timing_provenance=null(obj(gpus=arr(STR))),
-    timing_rounds=null(INT),
-    timing_steps=null(INT),
-)
+
+@dataclass(frozen=True, kw_only=True)
+class Focus:
+    """Layer norm at one offset of its input's mean: each formula's error in fp16 and bf16."""
+    offset: float
+    offset_squared: float
+    fp16: dict[str, FormulaError]
+    bf16: dict[str, FormulaError] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DtypeRule:
+    stage: str
+    kind: str
+    cells: dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingGrid:
+    sizes: list[str]
+    contexts: list[int]
+    modes: list[str]
+    precisions: list[str]
+    records: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Where:
+    """A timing row the prose names: its size, context and series (mode and phase)."""
+    size: str
+    context: int
+    series: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slower(Where):
+    """A row where bf16 is slower than fp32, with both times and how the pair was judged."""
+    fp32_ms: float
+    fp32_std_ms: float
+    bf16_ms: float
+    bf16_std_ms: float
+    speedup: float
+    judged: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrendStep:
+    from_: str
+    to: str
+    direction: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trend:
+    """One series' bf16 speed-up across model sizes and how it moves (``spread.trend_of``)."""
+    sizes: list[str]
+    speedups: list[float]
+    verdict: str
+    steps: list[TrendStep] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelPoint:
+    size: str
+    context: int
+    batch: int
+    mode: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionStep:
+    step_ms: float
+    step_std_ms: float
+    busy_share: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelChange:
+    kind: str
+    count: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelCompare:
+    """bf16's step against fp32's at the kernel point, and the kernels that changed."""
+    step_judged: str
+    step_low_ms: float
+    step_high_ms: float
+    rounds: int | None
+    bf16_step_is: str
+    bf16_busy_is: str | None
+    gemm_ms: dict[str, float]
+    cast_ms: dict[str, float]
+    extra_casts: float
+    extra_kernels: float
+    net_kernels: float
+    more_or_fewer: str
+    kernel_changes: list[KernelChange]
+    launch_bound: dict[str, bool | None] | None
+    slowdown_outside_kernels: bool | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kernels:
+    device: str
+    unit: str
+    point: KernelPoint
+    precisions: dict[str, PrecisionStep] | None
+    compare: KernelCompare | None
+    not_ok: list[Any] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpus:
+    gpus: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class A4Summary(Summary):
+    dtypes: Unread[dict[str, Any]]          # device -> dtype -> what the toy model's stages ran in (the table's)
+    dtypes_not_ok: list[str] | None
+    dtype_rules: list[DtypeRule] | None
+    layernorm_shape: list[int] | None
+    layernorm_focus: dict[str, Focus | None] | None
+    layernorm_autocast_output: list[str] | None
+    timing_provenance: Gpus | None
+    timing_grid: TimingGrid | None
+    timing_batch: int | None
+    timing_steps: int | None
+    timing_rounds: int | None
+    timing_not_ok: list[str] | None
+    timing_paired: int | None
+    timing_separate_processes: int
+    timing_too_few_rounds: int
+    timing_host_bound: int
+    timing_none_settled: bool
+    host_swing: float
+    min_rounds: int
+    several_timing_sizes: bool
+    speedups: Unread[dict[str, float]]      # series -> fp32 over bf16 (the timing table's)
+    median_speedup_by_phase: dict[str, float] | None
+    speedup_trend: dict[str, Trend] | None
+    speedup_grows_with_size: bool | None
+    speedup_steps_settled: int
+    bf16_slower: list[Slower] | None
+    bf16_within_spread: list[Where] | None
+    bf16_not_settled: list[Where]
+    backward_vs_forward: dict[str, str] | None
+    kernels: Kernels | None
+
+
+CONTRACTS = {"A4": A4Summary}
 
 
 if __name__ == "__main__":

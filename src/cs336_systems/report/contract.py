@@ -12,9 +12,8 @@ a block whose schema is still written by hand (``summary_schemas``), as ``Proven
 A section's contract subclasses ``Summary`` and is named in its report module's ``CONTRACTS``.
 
 Reports decide, templates word: a report writes ``results/<run>/<ID>/summary.json`` and the section
-template ``writeup/templates/sections/<ID>.md.j2`` reads it as ``d``. ``schema_of`` finds a
-section's schema, generated from its contract or, in a section not converted yet, its report's
-``SUMMARY_SCHEMAS[ID]`` (``summary_schemas``); the writeup checks each summary before it renders it
+template ``writeup/templates/sections/<ID>.md.j2`` reads it as ``d``. ``schema_of`` generates a
+section's schema from its contract; the writeup checks each summary before it renders it
 (``check``), and ``tests/writeup/test_summary_schemas.py`` holds every committed summary to its
 schema and every template to reading only what its schema declares.
 """
@@ -159,25 +158,24 @@ def write(path: Path, summary: Summary) -> None:
 
 # --- Finding a section's schema, whichever way it is declared, and checking a summary against it ---
 
+def contract_of(ident: str) -> type[Summary] | None:
+    """Section ``ident``'s contract: ``CONTRACTS[ident]`` of the report module the registry names for
+    it (None where it declares none). The modules are imported on first use: they import this one."""
+    d = deliverables.BY_ID.get(ident)
+    return None if d is None else getattr(importlib.import_module(d.report), "CONTRACTS", {}).get(ident)
+
+
 def declared_in(ident: str) -> str:
     """Where section ``ident``'s summary is declared, as an error names it."""
-    report = importlib.import_module(deliverables.get(ident).report)
-    if ident in getattr(report, "CONTRACTS", {}):
-        return f"contract: {report.CONTRACTS[ident].__name__} in {report.__name__}"
-    return f"schema: SUMMARY_SCHEMAS[{ident!r}] in {report.__name__}"
+    contract = contract_of(ident)
+    return f"contract: {contract.__name__} in {contract.__module__}"
 
 
 @functools.cache
 def schema_of(ident: str) -> dict | None:
-    """Section ``ident``'s schema: generated from ``CONTRACTS[ident]``, else ``SUMMARY_SCHEMAS[ident]``,
-    of the report module the registry names for it (None where there is neither). The modules are
-    imported on first use: they import this one."""
-    d = deliverables.BY_ID.get(ident)
-    if d is None:
-        return None
-    report = importlib.import_module(d.report)
-    contract = getattr(report, "CONTRACTS", {}).get(ident)
-    return json_schema(contract) if contract is not None else getattr(report, "SUMMARY_SCHEMAS", {}).get(ident)
+    """Section ``ident``'s schema, generated from its contract (None where it has none)."""
+    contract = contract_of(ident)
+    return None if contract is None else json_schema(contract)
 
 
 def schemas() -> dict[str, dict]:

@@ -1,6 +1,6 @@
 """JSON Schema (draft 2020-12) written by hand: the helpers ``report.contract`` builds its generated
 schemas with, and the summaries of the sections not converted to contracts yet declare theirs with
-(``SUMMARY_SCHEMAS[ID]`` in the report module): every key the template reads is declared, as deep
+(``Declared`` blocks: the provenance line, what_ran's table): every key the template reads is declared, as deep
 as the template reads it; a key is required unless the template tests for it first (``is defined``,
 ``in``, ``.get``) or a report leaves it out of some summaries. ``report.contract`` finds a section's
 schema, whichever way it is declared, and checks a summary against it.
