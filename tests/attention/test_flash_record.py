@@ -171,13 +171,13 @@ def test_older_kernels_are_named_as_not_the_trees(seed):
     old = [_record("1" * 40, before, rng=rng, dtype="fp32") for _ in range(3)]
     for r in old:
         r["provenance"]["gpu"] = "NVIDIA H200"
-    differs = {x["fact"]: x for x in what_ran.what_ran(old)["tree"]["differs"]}
+    differs = {x.fact: x for x in what_ran.what_ran(old).tree.differs}
     assert set(differs) == {"order", "tiles_from", "products", "delta"}
-    assert differs["products"]["ran"] == ["IEEE FMA"] and differs["products"]["tree"] == ["3xTF32"]
+    assert differs["products"].ran == ["IEEE FMA"] and differs["products"].tree == ["3xTF32"]
     # The tree's own facts, said by the records: nothing differs; on a card without a TF32 peak in
     # the table, the fp32 products are not compared.
     said = {"order": "longest-first", "tiles_from": "tuned", "products": "tf32x3", "delta": "triton", "backward": "dkdv+dq",
             "tiles": {"forward": {"block_q": 64, "block_k": 64}}, "splits": 1}
-    same = what_ran.what_ran([_record("0" * 40, said, rng=rng, dtype="fp32")])["tree"]
-    assert same["differs"] == [] and "fp32 products" not in same["compared"]
-    assert what_ran.what_ran([_record("0" * 40, None, rng=rng)])["tree"] is None
+    same = what_ran.what_ran([_record("0" * 40, said, rng=rng, dtype="fp32")]).tree
+    assert same.differs == [] and "fp32 products" not in same.compared
+    assert what_ran.what_ran([_record("0" * 40, None, rng=rng)]).tree is None

@@ -265,16 +265,16 @@ def test_records_measured_in_several_sittings_say_so_in_the_run_line(tmp_path):
         r["provenance"]["utc"] = t
         records.append(r)
     p = run_provenance(records)
-    assert p["dates"] == "2026-11-27" and [s["from"][11:16] for s in p["sittings"]] == ["11:35", "13:34", "17:44"]
+    assert p.dates == "2026-11-27" and [s.from_[11:16] for s in p.sittings] == ["11:35", "13:34", "17:44"]
     line = Renderer("md", tmp_path / "w.md", TEMPLATES).env.from_string(
         '{% from "sections/_run.md.j2" import run_line %}{{ run_line(p) }}').render(p=p)
     assert ("2026-11-27, in 3 sittings more than half an hour apart (2026-11-27 11:35–12:01, 2026-11-27 13:34–13:59, "
             "2026-11-27 17:44–18:05 UTC)") in line
     one = run_provenance(records[:2])
-    assert one["sittings"] == [] and "sittings" not in Renderer("md", tmp_path / "w.md", TEMPLATES).env.from_string(
+    assert one.sittings == [] and "sittings" not in Renderer("md", tmp_path / "w.md", TEMPLATES).env.from_string(
         '{% from "sections/_run.md.j2" import run_line %}{{ run_line(p) }}').render(p=one)
     assert run_provenance(records[:1] + [dict(records[-1], provenance=dict(records[-1]["provenance"],
-                                                                              utc="2026-11-29T01:00:00+00:00"))])["dates"] \
+                                                                              utc="2026-11-29T01:00:00+00:00"))]).dates \
         == "2026-11-27 to 2026-11-29"
 
 

@@ -13,7 +13,6 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import pandas as pd
 
@@ -25,10 +24,9 @@ from cs336_systems.report.b5_grid import (EAGER_GOAL_RATIO, FLASH_GOAL_MIN_SEQ, 
 from cs336_systems.report.b5_losses import (FLAT_FACTOR, FLAT_SPAN, GapTrend, Losses, OutOfMemory, TimingCheck,
                                             gap_trend, losses, oom_groups, timing_check)
 from cs336_systems.report.common import load_record_lists, run_provenance, write_table
-from cs336_systems.report.contract import Declared, Summary, Unread
+from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS
-from cs336_systems.report.summary_schemas import INT, STR, arr, null, obj, one_of_types
-from cs336_systems.report.what_ran import ran_schema, tuned_elsewhere, what_ran
+from cs336_systems.report.what_ran import WhatRan, ran_commits, tuned_elsewhere, what_ran
 
 # The leaderboard's anchor, and the back end B5's small-shape goal is set against.
 CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
@@ -68,12 +66,6 @@ def ratios(df: pd.DataFrame) -> dict[str, Ratio]:
     return out
 
 
-# What our kernels ran (what_ran): the grid's tiles keyed by dtype and d; of the leaderboard's, the facts.
-OursRan = Annotated[dict, Declared(ran_schema(key=one_of_types(INT, STR), commits=arr(STR)))]
-LeaderboardRan = Annotated[dict, Declared(obj(facts=null(arr(obj(known=INT, label=STR, source=STR,
-                                                                 values=arr(STR)))), records=null(INT)))]
-
-
 @dataclass(frozen=True)
 class B5Summary(Summary):
     tuned_elsewhere: list[str]
@@ -95,8 +87,11 @@ class B5Summary(Summary):
     flat_work: int
     timing_check: TimingCheck
     ours_splits: dict[str, int | None]
-    ours_ran: OursRan
-    leaderboard_ran: LeaderboardRan
+    # what our kernels ran (what_ran): in the grid, its tiles keyed by dtype and d, and at which commits;
+    # in the leaderboard, the facts of its launch path
+    ours_ran: WhatRan
+    ours_commits: list[str]
+    leaderboard_ran: WhatRan
     ours_first_oom_seq: int | None
     max_seq: int
     leaderboard: dict[str, float | None]
@@ -144,7 +139,8 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops
         flash_eager_goal=eager_goal(df, FLASH, EAGER_GOAL_RATIO, dtypes=["bf16"], min_seq=FLASH_GOAL_MIN_SEQ),
         bf16_gap_trend=gap_trend(df), flat_factor=FLAT_FACTOR, flat_span=FLAT_SPAN, flat_work=FLAT_SPAN ** 2,
         timing_check=timing_check(df), ours_splits=ours_splits(records),
-        ours_ran=what_ran([r for r in records if r.get("id") == "B5" and r["params"].get("impl") == "ours"]),
+        ours_ran=what_ran(ours := [r for r in records if r.get("id") == "B5" and r["params"].get("impl") == "ours"]),
+        ours_commits=ran_commits(ours),
         leaderboard_ran=what_ran([r for r in records if r.get("id") == "B5-leaderboard"
                                   and r["params"].get("impl") == "ours"], facts=("path", "order", "backward")),
         ours_first_oom_seq=int(ours_oom["seq"].min()) if len(ours_oom) else None,

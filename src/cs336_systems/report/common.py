@@ -12,7 +12,8 @@ import matplotlib
 matplotlib.use("Agg")   # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cs336_systems.records import DamagedRecord, read_record, read_record_list, write_json_atomic  # noqa: E402
+from cs336_systems.records import DamagedRecord, read_record, read_record_list  # noqa: E402
+from cs336_systems.report.contract import Provenance, Sitting  # noqa: E402
 
 
 def save_figure(fig: plt.Figure, path: Path) -> None:
@@ -67,27 +68,25 @@ def sittings(times: Iterable[str]) -> list[dict[str, str]]:
     return out
 
 
-def run_provenance(records: list[dict[str, Any]]) -> dict[str, Any]:
+def run_provenance(records: list[dict[str, Any]]) -> Provenance:
     """Which machines, commits and dates a set of records came from (for "this section's run"), and
     the sittings they were measured in where there were several (``sittings``)."""
     prov = [r["provenance"] for r in records]
     times = sorted(p["utc"] for p in prov)
     apart = sittings(times)
     days = sorted({t[:10] for t in times})
-    return {
-        "dates": " to ".join(dict.fromkeys([days[0], days[-1]])) if days else "no date",
-        "sittings": apart if len(apart) > 1 else [],
-        "gpus": sorted({p.get("gpu") or "CPU only" for p in prov}),
-        "gpu_counts": sorted({p.get("gpu_count") or 0 for p in prov}),   # GPUs each machine had
-        "hosts": sorted({p["host"] for p in prov}),
-        "commits": sorted({p["commit"][:10] for p in prov}),
-        "dirty": any(p.get("dirty") for p in prov),
-        "torch": sorted({p["torch"] for p in prov}),
-        "first_utc": times[0] if times else None,
-        "last_utc": times[-1] if times else None,
-        "records": len(records),
-        "statuses": {s: sum(r["status"] == s for r in records) for s in ("ok", "oom", "skipped", "error")},
-    }
+    return Provenance(
+        dates=" to ".join(dict.fromkeys([days[0], days[-1]])) if days else "no date",
+        sittings=[Sitting(label=s["label"], from_=s["from"], to=s["to"]) for s in apart] if len(apart) > 1 else [],
+        gpus=sorted({p.get("gpu") or "CPU only" for p in prov}),
+        gpu_counts=sorted({p.get("gpu_count") or 0 for p in prov}),
+        hosts=sorted({p["host"] for p in prov}),
+        commits=sorted({p["commit"][:10] for p in prov}),
+        dirty=any(p.get("dirty") for p in prov),
+        torch=sorted({p["torch"] for p in prov}),
+        records=len(records),
+        statuses={s: sum(r["status"] == s for r in records) for s in ("ok", "oom", "skipped", "error")},
+    )
 
 
 def rows_report_args(module: str, doc: str, argv=None, rows_help: str = "JSON lists of records"):
@@ -110,7 +109,3 @@ def write_table(df: pd.DataFrame, out_dir: Path, stem: str = "table") -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_dir / f"{stem}.csv", index=False)
     (out_dir / f"{stem}.md").write_text(df.to_markdown(index=False) + "\n")
-
-
-def write_summary(path: Path, summary: dict[str, Any]) -> None:
-    write_json_atomic(path, summary)

@@ -7,9 +7,9 @@ its schema: ``int``, ``float``, ``str``, ``bool``, ``X | None``, a union of thos
 ``list[X]``, ``dict[K, X]`` (keys that are data: dtypes, variants, cards) and dataclasses (keys that
 are names the code chose). ``Unread[X]``: a key the summary keeps for another report or a test, which
 the section's words do not read; it is left out of the schema, so a template that reads it fails the
-schema test. A key nothing reads is not declared at all. ``Declared``:
-a block whose schema is still written by hand (``summary_schemas``), as ``Provenance`` is.
-A section's contract subclasses ``Summary`` and is named in its report module's ``CONTRACTS``.
+schema test. A key nothing reads is not declared at all. A section's contract subclasses ``Summary``
+(whose first block, ``Provenance``, is every section's run line) and is named in its report module's
+``CONTRACTS``.
 
 Reports decide, templates word: a report writes ``results/<run>/<ID>/summary.json`` and the section
 template ``writeup/templates/sections/<ID>.md.j2`` reads it as ``d``. ``schema_of`` generates a
@@ -31,22 +31,35 @@ from typing import Annotated, Any, TypeVar
 import jsonschema
 
 from cs336_systems import deliverables
-from cs336_systems.report.common import write_summary
-from cs336_systems.report.summary_schemas import BOOL, INT, NUM, PROVENANCE, STR, arr, null, obj
-
-
-class Declared:
-    """The hand-written schema of a block no dataclass declares yet."""
-
-    def __init__(self, schema: dict):
-        self.schema = schema
-
+from cs336_systems.records import write_json_atomic
 
 UNREAD = object()
 T = TypeVar("T")
 Unread = Annotated[T, UNREAD]
-# Every section's first line (templates/sections/_run.md.j2's run_line), as report.common.run_provenance writes it.
-Provenance = Annotated[dict, Declared(PROVENANCE)]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sitting:
+    """A stretch of the records' times with no gap over ``common.SITTING_GAP_S``."""
+    label: str
+    from_: Unread[str]
+    to: Unread[str]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """Which machines, commits and dates a section's records came from (``common.run_provenance``):
+    every section's first line (templates/sections/_run.md.j2's run_line)."""
+    gpus: list[str]
+    gpu_counts: Unread[list[int]]       # GPUs each machine had: the writeup's contents table reads it
+    hosts: list[str]
+    dates: str
+    sittings: list[Sitting]
+    commits: list[str]
+    dirty: bool
+    torch: list[str]
+    records: int
+    statuses: dict[str, int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +67,15 @@ class Summary:
     provenance: Provenance
 
 
-SCALARS = {int: INT, float: NUM, str: STR, bool: BOOL}
+SCALARS = {int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"}, bool: {"type": "boolean"}}
+
+
+def _nullable(schema: dict) -> dict:
+    """``schema`` or null (a schema of any type already admits null)."""
+    kinds = schema.get("type")
+    if kinds is None:
+        return schema
+    return {**schema, "type": [*(kinds if isinstance(kinds, list) else [kinds]), "null"]}
 
 
 def key_of(field: dataclasses.Field) -> str:
@@ -71,8 +92,7 @@ def declared_fields(cls: type) -> list[tuple[str, Any]]:
 def schema_of_type(hint) -> dict:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Annotated:
-        declared = [m.schema for m in hint.__metadata__ if isinstance(m, Declared)]
-        return declared[0] if declared else schema_of_type(args[0])
+        return schema_of_type(args[0])
     if hint in SCALARS:
         return SCALARS[hint]
     if hint is Any:
@@ -85,15 +105,18 @@ def schema_of_type(hint) -> dict:
             inner = {"type": [SCALARS[a]["type"] for a in present]}
         else:
             raise TypeError(f"contract: a union of more than scalars and None has no schema here: {hint}")
-        return null(inner) if len(present) < len(args) else inner
+        return _nullable(inner) if len(present) < len(args) else inner
     if origin is list:
-        return arr(schema_of_type(args[0]))
+        items = schema_of_type(args[0])
+        return {"type": "array", "items": items} if items else {"type": "array"}
     if origin is dict:
         # keys that are data; values of type Any are a mapping the section may read any key of
         return {"type": "object", "additionalProperties": schema_of_type(args[1])}
     if dataclasses.is_dataclass(hint):
         # the title names the class, so a test can tell one class's keys wherever the class is used
-        return {**obj({key: schema_of_type(h) for key, h in declared_fields(hint)}),
+        keys = declared_fields(hint)
+        return {"type": "object", "required": [key for key, _ in keys],
+                "properties": {key: schema_of_type(h) for key, h in keys},
                 "title": f"{hint.__module__}.{hint.__qualname__}"}
     raise TypeError(f"contract: no schema for the type {hint!r}")
 
@@ -139,9 +162,10 @@ def _filled(hint, value, where: str):
     if value is None:
         return None
     if origin is Annotated:
-        return value if any(isinstance(m, Declared) for m in hint.__metadata__) else _filled(args[0], value, where)
+        return _filled(args[0], value, where)
     if dataclasses.is_dataclass(hint):
-        return fill(hint, value, where)
+        # a block already built (``run_provenance``'s) is filled as the summary holds it
+        return fill(hint, as_json(value) if dataclasses.is_dataclass(value) else value, where)
     if origin in (typing.Union, types.UnionType):
         present = [a for a in args if a is not type(None)]
         return _filled(present[0], value, where) if len(present) == 1 else value
@@ -153,7 +177,7 @@ def _filled(hint, value, where: str):
 
 
 def write(path: Path, summary: Summary) -> None:
-    write_summary(path, as_json(summary))
+    write_json_atomic(path, as_json(summary))
 
 
 # --- Finding a section's schema, whichever way it is declared, and checking a summary against it ---

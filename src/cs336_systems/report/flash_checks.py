@@ -8,10 +8,10 @@ deliverable's folder.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import pandas as pd
 
@@ -21,8 +21,8 @@ from cs336_systems.attention.tuned_tiles import TUNED
 from cs336_systems.profiling.mfu import FP32_MATMUL, attention_peak
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_record_lists, run_provenance, write_table
-from cs336_systems.report.contract import Declared, Summary
-from cs336_systems.report.what_ran import PEAK_WORDS, peak_words, ran_schema, tuned_elsewhere, what_ran
+from cs336_systems.report.contract import Summary
+from cs336_systems.report.what_ran import PEAK_WORDS, WhatRan, peak_words, tuned_elsewhere, what_ran
 
 QUANTITIES = ("o", "lse", "dq", "dk", "dv")
 
@@ -267,10 +267,6 @@ def tuner_choices(tuned: dict = TUNED) -> list[TunerChoice]:
     return out
 
 
-# What our kernels ran, as report.what_ran words it (its schema is still written by hand there).
-Ran = Annotated[dict, Declared(ran_schema())]
-
-
 @dataclass(frozen=True)
 class B3Summary(Summary):
     shape: list[int] | None
@@ -279,7 +275,7 @@ class B3Summary(Summary):
     near_factor: float
     ragged: bool | None
     lse_better: list[str]
-    ran: Ran | None
+    ran: WhatRan | None
 
 
 @dataclass(frozen=True)
@@ -289,7 +285,7 @@ class B4Summary(Summary):
     accounting: dict[str, BackwardCost]
     tuner: list[TunerChoice]
     tuned_elsewhere: list[str]
-    ran: Ran | None
+    ran: WhatRan | None
     # the section points at B3's table instead of repeating it where the timed calls ran the same as the
     # checked ones
     ran_as_b3: bool
@@ -302,14 +298,15 @@ def by_function(record: dict) -> tuple:
     return record["params"]["function"], record["params"]["dtype"]
 
 
-def same_table(ran: dict, other: dict) -> bool:
+def same_table(ran: WhatRan | None, other: WhatRan | None) -> bool:
     """Whether two ``what_ran`` summaries tabulate the same: the same facts, values and sources
     (whether the records say them), tiles and differences from the tree, whatever the number of records behind each and the lengths they
     ran at (B3 checks at one length, B4 times at another, with the same tiles)."""
-    def shown(r: dict) -> tuple:
-        return ([(f["fact"], f["label"], f["values"], f["source"]) for f in r.get("facts") or []],
-                [{k: v for k, v in t.items() if k != "seqs"} for t in r.get("tiles") or []],
-                r.get("tiles_vary_with_length"), r.get("tree"))
+    def shown(r: WhatRan | None) -> tuple:
+        if r is None:
+            return ()
+        return ([(f.fact, f.label, f.values, f.source) for f in r.facts],
+                [dataclasses.replace(t, seqs="") for t in r.tiles or []], r.tiles_vary_with_length, r.tree)
     return shown(ran) == shown(other)
 
 

@@ -4,12 +4,60 @@ give it; the writeup states nothing about our kernels beyond it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.attention.flash_record import TREE, ran, shape_of
 from cs336_systems.profiling.mfu import AttentionPeak
-from cs336_systems.report.summary_schemas import BOOL, INT, STR, arr, null, obj
+from cs336_systems.report.contract import Unread
 
 # --- what ran: the facts about our kernels the writeup may state, each with where it comes from ---
+
+@dataclass(frozen=True, kw_only=True)
+class Fact:
+    """One fact of what ran, in words: its values over the records that say it, and where it comes from."""
+    fact: str
+    label: str
+    values: list[str] | None
+    source: str
+    known: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TileRow:
+    """One tile set: the (dtype, d) or (function, dtype) it ran for, the lengths, each kernel's tiles."""
+    key: list[int | str]
+    seqs: str
+    forward: str
+    dkdv: str
+    dq: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Differs:
+    fact: Unread[str]
+    label: str
+    ran: list[str]
+    tree: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeDifferences:
+    """The facts known of the records' kernels (``compared``) and those in which they are not this tree's."""
+    compared: list[str]
+    differs: list[Differs] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhatRan:
+    """What our kernels ran in a set of records (``what_ran``), as B3, B4 and B5 word it."""
+    records: int | None
+    facts: list[Fact]
+    tiles: list[TileRow] | None
+    tiles_vary_with_length: bool | None
+    tree: TreeDifferences | None
+    several_lengths: bool
+
 
 FACT_LABELS = {"order": "causal tile order", "tiles": "tiles", "products": "fp32 products", "splits": "split launches",
                "backward": "backward", "path": "launch path"}
@@ -98,7 +146,7 @@ def by_dtype_and_d(record: dict) -> tuple:
     return record["params"].get("dtype"), record["params"].get("d")
 
 
-def tile_rows(resolved: list[tuple[dict, dict]], key=by_dtype_and_d) -> list[dict]:
+def tile_rows(resolved: list[tuple[dict, dict]], key=by_dtype_and_d) -> list[TileRow]:
     """One row per (``key``, tile set): the lengths it ran at and each kernel's tiles."""
     rows: dict = {}
     for record, what in resolved:
@@ -110,12 +158,12 @@ def tile_rows(resolved: list[tuple[dict, dict]], key=by_dtype_and_d) -> list[dic
     out = []
     for (*k, cells), seqs in sorted(rows.items(), key=lambda item: (item[0][:-1], min(item[1]))):
         seqs = sorted(seqs)
-        out.append({"key": list(k), "seqs": f"{seqs[0]}" if len(seqs) == 1 else f"{seqs[0]}–{seqs[-1]}",
-                    "forward": cells[0], "dkdv": cells[1], "dq": cells[2]})
+        out.append(TileRow(key=list(k), seqs=f"{seqs[0]}" if len(seqs) == 1 else f"{seqs[0]}–{seqs[-1]}",
+                           forward=cells[0], dkdv=cells[1], dq=cells[2]))
     return out
 
 
-def tree_differences(resolved: list[tuple[dict, dict]]) -> dict | None:
+def tree_differences(resolved: list[tuple[dict, dict]]) -> TreeDifferences | None:
     """How the kernels of these records compare with this tree's in the facts of
     ``flash_record.TREE``: ``compared``, the facts known for them, and ``differs``, those in which
     they differ, each with what ran and what the tree runs, in words. fp32 products count only on a
@@ -140,9 +188,9 @@ def tree_differences(resolved: list[tuple[dict, dict]]) -> dict | None:
         tree = TREE[name] if isinstance(TREE[name], tuple) else (TREE[name],)
         if values - set(tree):
             words = SHORT[name]
-            out.append({"fact": name, "label": words["label"], "ran": sorted(words.get(v, v) for v in values - set(tree)),
-                        "tree": [words.get(v, v) for v in tree]})
-    return {"compared": [SHORT[name]["label"] for name in TREE if name in seen], "differs": out}
+            out.append(Differs(fact=name, label=words["label"], ran=sorted(words.get(v, v) for v in values - set(tree)),
+                               tree=[words.get(v, v) for v in tree]))
+    return TreeDifferences(compared=[SHORT[name]["label"] for name in TREE if name in seen], differs=out)
 
 
 # The facts of ``tree_differences`` in a few words.
@@ -177,10 +225,10 @@ def tuned_elsewhere(records: list[dict]) -> list[str]:
     return sorted({TUNED[key]["measured"]["gpu"] for key in used} - here) if any(here) else []
 
 
-def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) -> dict:
+def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) -> WhatRan:
     """What our kernels ran in ``records`` (ours only), for the writeup: per fact its value(s) in
-    words and whether the records say it (``flash_record.ran``);
-    the commits; the tile sets (``tile_rows``); whether the tiles changed with the length."""
+    words and whether the records say it (``flash_record.ran``); the tile sets (``tile_rows``);
+    whether the tiles changed with the length; how they differ from this tree's."""
     resolved = [(r, ran(r)) for r in records]
     rows = []
     for fact in facts:
@@ -195,25 +243,14 @@ def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) 
                 continue
             values.add(phrase)
         if applies:
-            rows.append({"fact": fact, "label": FACT_LABELS[fact], "values": sorted(values),
-                         "source": _source(missing, applies), "known": applies - missing,
-                         "records": applies})
+            rows.append(Fact(fact=fact, label=FACT_LABELS[fact], values=sorted(values),
+                             source=_source(missing, applies), known=applies - missing))
     tiles = tile_rows(resolved, key)
-    tree = tree_differences(resolved)
-    varies = {tuple(t["key"]) for t in tiles}
-    dates = sorted(r["provenance"]["utc"][:10] for r in records if r.get("provenance"))
-    return {"records": len(records), "commits": sorted({w["commit"][:10] for _, w in resolved}),
-            "dates": [dates[0], dates[-1]] if dates else [], "facts": rows,
-            "tiles": tiles, "tiles_vary_with_length": len(varies) < len(tiles), "tree": tree,
-            "several_lengths": len({shape_seq(r) for r in records}) > 1}
+    return WhatRan(records=len(records), facts=rows, tiles=tiles,
+                   tiles_vary_with_length=len({tuple(t.key) for t in tiles}) < len(tiles),
+                   tree=tree_differences(resolved), several_lengths=len({shape_seq(r) for r in records}) > 1)
 
 
-def ran_schema(key: dict = STR, **more) -> dict:
-    """``what_ran``'s summary as the sections' schemas declare it (B3's and B4's too): ``key`` the type
-    of a tile row's key."""
-    fact = obj(fact=STR, known=null(INT), label=STR, source=STR, values=null(arr(STR)))
-    tile = obj(dkdv=STR, dq=STR, forward=STR, key=arr(key), seqs=STR)
-    differs = obj(label=STR, ran=arr(STR), tree=arr(STR))
-    return obj(facts=arr(fact), several_lengths=BOOL, records=null(INT), tiles=null(arr(tile)),
-               tiles_vary_with_length=null(BOOL), tree=null(obj(compared=arr(STR), differs=null(arr(differs)))),
-               **more)
+def ran_commits(records: list[dict]) -> list[str]:
+    """The commits whose kernels ran in ``records`` (``flash_record.ran``), as the writeup names them."""
+    return sorted({ran(r)["commit"][:10] for r in records})
