@@ -154,13 +154,24 @@ def test_on_a_gpu_an_oom_leaves_the_next_entrants_memory_and_time_as_without_it(
     assert median(beside["m"]) == pytest.approx(median(alone["m"]), rel=0.2)
 
 
-def test_a_cheap_step_gets_longer_turns_and_warm_up_the_same_count_every_round():
-    import time
+def _timers_clock(monkeypatch) -> dict:
+    """The clock the turns are timed by (``timeit.default_timer``: the phase timer's and the settling
+    steps'), at ``clock["now"]`` seconds, moved only by the steps that say how long they last. A step
+    that sleeps instead wakes late on a loaded host, by more than these tests' margins."""
+    import timeit
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(timeit, "default_timer", lambda: clock["now"])
+    return clock
+
+
+def test_a_cheap_step_gets_longer_turns_and_warm_up_the_same_count_every_round(monkeypatch):
+    clock = _timers_clock(monkeypatch)
 
     def make(ms):
         def step(phase):
             with phase("forward"):
-                time.sleep(ms / 1e3)
+                clock["now"] += ms / 1e3
         return lambda: step
 
     job, out = take_turns([Entrant("cheap", make(2)), Entrant("dear", make(50))], device="cpu", warmup=1,
@@ -232,10 +243,10 @@ def test_an_entrant_keeps_settling_where_a_trial_turn_s_settling_step_cost_more(
     assert rounds.keeps_settling(settles, [{"step": s} for s in steps]) is keeps
 
 
-def test_after_the_trial_rounds_only_an_entrant_whose_settling_costs_more_goes_on_settling():
+def test_after_the_trial_rounds_only_an_entrant_whose_settling_costs_more_goes_on_settling(monkeypatch):
     """Two entrants, one whose untimed first step of a turn is free and one for which it is dear: the
     first settles in the trial rounds only, the second in every round; neither's timed steps change."""
-    import time
+    clock = _timers_clock(monkeypatch)
     untimed_calls = {"free": 0, "dear": 0}
 
     def make(name, settle_s, timed_s):
@@ -243,7 +254,7 @@ def test_after_the_trial_rounds_only_an_entrant_whose_settling_costs_more_goes_o
             if phase is rounds.untimed:
                 untimed_calls[name] += 1
             with phase("forward"):
-                time.sleep(settle_s if phase is rounds.untimed else timed_s)
+                clock["now"] += settle_s if phase is rounds.untimed else timed_s
         return lambda: step
 
     job, out = take_turns([Entrant("free", make("free", 0.0, 0.01)), Entrant("dear", make("dear", 0.03, 0.001))],
@@ -311,25 +322,27 @@ def test_the_interleaved_entrants_share_one_turn_where_the_first_of_them_comes()
     assert rounds.turns_of(["x", "a"], set()) == [["x"], ["a"]]
 
 
-def _sleeping(name, ms, calls, clock):
-    """A step that lasts ``ms`` times the host's mood, which drifts with every step anyone takes."""
+def _drifting(name, ms, calls, clock):
+    """A step that lasts ``ms`` times the host's mood, which drifts with every step anyone takes, on
+    the timers' clock (``_timers_clock``): slept instead, on a loaded host, the rounds' spread would be
+    the load's, not the drift's."""
     import math
-    import time
 
     def step(phase):
         calls.append(name)
         clock["n"] += 1
         with phase("forward"):
-            time.sleep(ms * (1 + 0.5 * math.sin(clock["n"] / 4)) / 1e3)
+            clock["now"] += ms * (1 + 0.5 * math.sin(clock["n"] / 4)) / 1e3
     return lambda: step
 
 
-def test_cheap_entrants_take_their_steps_in_turn_and_the_drift_they_share_cancels():
+def test_cheap_entrants_take_their_steps_in_turn_and_the_drift_they_share_cancels(monkeypatch):
     from cs336_systems.report.spread import judge_rounds
 
-    calls, clock = [], {"n": 0}
-    entrants = [Entrant("a", _sleeping("a", 4, calls, clock)), Entrant("b", _sleeping("b", 6, calls, clock)),
-                Entrant("dear", _sleeping("dear", 45, calls, clock))]
+    calls, clock = [], _timers_clock(monkeypatch)
+    clock["n"] = 0
+    entrants = [Entrant("a", _drifting("a", 4, calls, clock)), Entrant("b", _drifting("b", 6, calls, clock)),
+                Entrant("dear", _drifting("dear", 45, calls, clock))]
     job, out = take_turns(entrants, device="cpu", warmup=1, rounds=5, steps=2, min_turn_ms=40, settle=0)
     a, b, dear = out["a"], out["b"], out["dear"]
     assert a.interleaved and b.interleaved and not dear.interleaved
