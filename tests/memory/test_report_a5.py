@@ -104,8 +104,8 @@ def test_tables_summary_and_oom(tmp_path, seed):
 
 
 def test_a_timeline_per_record_and_a_note_where_there_is_none(tmp_path, monkeypatch, seed):
-    """Each record's PNG is drawn from the bands it keeps; a step that recorded nothing, and a record
-    measured before records kept their bands, get a note saying so instead."""
+    """Each record's PNG is drawn from the bands it keeps; a step that recorded nothing gets a note
+    saying so instead."""
     rng = random.Random(seed)
     drawn, notes = {}, {}
     monkeypatch.setattr(a5, "draw", lambda t, path, title, allocations=(): (
@@ -115,23 +115,19 @@ def test_a_timeline_per_record_and_a_note_where_there_is_none(tmp_path, monkeypa
     ok = record(128, "forward", "fp32", 2**30, timeline=synthetic_timeline(rng))
     oom_late = record(128, "train-step", "fp32", status="oom", timeline=synthetic_timeline(rng, oom=True))
     oom_early = record(512, "train-step", "fp32", status="oom")                       # "timeline": None
-    old = record(512, "forward", "fp32", 2**30)
-    del old["timeline"]
-    paths = write(tmp_path, [ok, oom_late, oom_early, old])
+    paths = write(tmp_path, [ok, oom_late, oom_early])
     out = tmp_path / "A5"
     assert a5.main(["--records", *paths, "--out-dir", str(out)]) == 0
     assert drawn == {"ctx128_forward_fp32.png": (ok["timeline"], "A5 active memory: 2.7B, context 128, batch 4, "
                                                                   "forward, fp32"),
                      "ctx128_train-step_fp32.png": (oom_late["timeline"], "A5 active memory: 2.7B, context 128, "
                                                                           "batch 4, train-step, fp32 (out of memory)")}
-    assert notes == {"ctx512_train-step_fp32.png": "OOM: OutOfMemoryError: CUDA out of memory",
-                     "ctx512_forward_fp32.png": "this record predates stored timelines; re-measure A5 to draw it"}
+    assert notes == {"ctx512_train-step_fp32.png": "OOM: OutOfMemoryError: CUDA out of memory"}
     sizes = {name: png_size(out / "timelines" / name) for name in [*drawn, *notes]}
     assert all(sizes[t][1] > 1.5 * sizes[n][1] for t in drawn for n in notes)      # a plot, not a line of text
     summary = json.loads((out / "summary.json").read_text())
     assert [(t["path"], t["status"]) for t in summary["timelines"]] == [
-        ("timelines/ctx128_forward_fp32.png", "ok"), ("timelines/ctx512_forward_fp32.png", "ok"),
-        ("timelines/ctx128_train-step_fp32.png", "oom"), ("timelines/ctx512_train-step_fp32.png", "oom")]
+        ("timelines/ctx128_forward_fp32.png", "ok"), ("timelines/ctx128_train-step_fp32.png", "oom"), ("timelines/ctx512_train-step_fp32.png", "oom")]
 
 
 @pytest.mark.parametrize("gib", [False, True])

@@ -173,11 +173,9 @@ def timeline_figures(records: list[dict], stems: list[str], out_dir: Path) -> li
         if r.get("timeline"):
             draw(r["timeline"], path, title + (" (out of memory)" if r["status"] == "oom" else ""),
                  r.get("metrics", {}).get("top_allocations") or [])
-        elif "timeline" in r:       # nothing was recorded: the step failed before it began
+        else:                       # nothing was recorded: the step failed before it began
             why = r.get("message") or r.get("reason") or "no allocation was recorded"
             draw_placeholder(path, title, f"{r['status'].upper()}: {why}")
-        else:
-            draw_placeholder(path, title, "this record predates stored timelines; re-measure A5 to draw it")
         out.append(Timeline(os.path.relpath(path, out_dir), p["context"], p["mode"], p["precision"], r["status"]))
     out.sort(key=lambda f: (f.precision != "fp32", f.precision, MODE_ORDER.index(f.mode), f.context))
     return out

@@ -116,11 +116,6 @@ class Verdict:
         """The interval's half-width (nan where none was measured)."""
         return (self.high - self.low) / 2
 
-    def as_dict(self) -> dict:
-        return {"difference": self.difference, "low": self.low, "high": self.high, "verdict": self.verdict,
-                "rounds": self.rounds, "set_aside": self.set_aside, "paired": self.paired, "ratio": self.ratio,
-                "reason": self.reason}
-
 
 def _decide(centre: float, half: float, null: float) -> str:
     if math.isnan(half) or math.isnan(centre):
