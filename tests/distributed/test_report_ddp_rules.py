@@ -193,7 +193,7 @@ def test_the_overhead_model_says_which_per_call_cost_it_uses(seed, tmp_path, wit
     model, table = summary.model, pd.read_csv(tmp_path / "table.csv")
     s, w = 2_000_000_000 * 4, 330e9
     o = ddp_rows.paid_per_call(records, c1["fits"]["nccl_x2"])["fp32"]["o_ms"] if with_flat else 0.09
-    assert model["o_source"] == ("records" if with_flat else "C1") and model["o_ms"] == pytest.approx(o)
+    assert model.o_source == ("records" if with_flat else "C1") and model.o_ms == pytest.approx(o)
     assert list(table["predicted_ms"]) == pytest.approx([n * o + s / (n * w) * 1e3 for n in table["buckets"]], rel=1e-3)
     assert list(table["predicted_c1_ms"]) == pytest.approx([n * 0.09 + s / (n * w) * 1e3 for n in table["buckets"]], rel=1e-3)
     assert list(table["after_backward_pass_ms"]) == pytest.approx([4 * s / H200_Bps * 1e3] * 4, rel=1e-3)

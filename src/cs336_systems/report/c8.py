@@ -18,7 +18,7 @@ from cs336_systems.accounting.data_parallel import optimal_buckets, overhead_mod
 from cs336_systems.distributed import variants
 from cs336_systems.report import spread
 from cs336_systems.report.common import save_figure, write_table
-from cs336_systems.report.ddp_rows import (PHASES, WAITS_IN_BACKWARD, Named, Opening, Spread, WaitingStep, by_variant,
+from cs336_systems.report.ddp_rows import (PHASES, WAITS_IN_BACKWARD, Difference, Named, Opening, Spread, WaitingStep, by_variant,
                                            is_bucket_size, memory_bandwidth, no_rows, pass_ms, phase_spread,
                                            record_difference, step_spread, trace_label, versus)
 from cs336_systems.report.ddp_traces import QUIET_TRACE, compute_gaps, where_time_goes
@@ -508,6 +508,93 @@ class PerCallBound:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Optimum:
+    """``accounting.data_parallel.optimal_buckets``: the bucket count, size and overhead that minimise
+    the model's overhead."""
+    n_buckets: float
+    bucket_MB: float
+    overhead_ms: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class FittedOptimum(Optimum):
+    fixed_share: float | None
+    mostly_fixed: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverheadFit:
+    """``fit_overheads``: c + n·o fitted to the measured overheads of the bucket sizes."""
+    c_ms: float
+    o_ms: float
+    points: int
+    max_residual_ms: float
+    overhead_range_ms: list[float]
+    optimum: FittedOptimum | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverheadModel:
+    """The bucket sizes against the overhead model n·o + s/(n·w): its parameters and where they come
+    from, its optimum, its predictions against the measured waits (``model_against_waits``,
+    ``spans_of``) and the fit to the measured overheads."""
+    o_ms: float
+    o_source: str
+    c1_o_ms: float
+    w_GBps: float
+    grad_MB: float
+    gradient_dtype: str
+    send_all_ms: float
+    backward_ms: float | None
+    optimum: Optimum
+    optimum_c1: Optimum
+    measured_wait_range_ms: list[float]
+    predicted_range_ms: list[float]
+    bucket_counts: list[int]
+    pass_ms: float | None
+    memory_GBps: float | None
+    measured_ratio: float | None
+    predicted_ratio: float | None
+    backward_dwarfs_send: bool
+    pass_share_of_waits: list[float] | None
+    waits_beyond_pass_ms: list[float] | None
+    follows_waits: bool
+    waits_flat: bool
+    follows_within: float
+    flat_share: float
+    predicted_change: float | None
+    overhead_fit: OverheadFit | None
+    overhead_fit_precision: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgainstOverlap:
+    """``bucketed_against_overlap``: every bucket size's wait after backward against overlap's."""
+    overlap_wait_ms: float
+    bucketed_wait_range_ms: list[float]
+    every_size_longer: bool
+    settled: bool
+    extra_low_ms: float | None
+    extra_high_ms: float | None
+    extra_pass_ms: float | None
+    memory_GBps: float | None
+    pass_fits: bool
+    pass_within_extra: bool
+    pass_share_of_extra: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BestBucketSize:
+    """``best_bucket_size``: the bucket size with the shortest step and its step against the others'."""
+    variant: str
+    step_ms: float
+    buckets: float | None
+    shorter_than: list[str]
+    shorter_by_ms: list[float] | None
+    not_shorter_than: dict[str, Difference | None]
+
+
+@dataclass(frozen=True, kw_only=True)
 class C8Summary(Opening):
     table_view: list[str]
     paired: dict[str, bool] | None
@@ -515,7 +602,7 @@ class C8Summary(Opening):
     beyond: list[Named]
     per_call: PerCallBound | None
     bucketed: list[dict[str, Any]]
-    model: dict[str, Any] | None
+    model: OverheadModel | None
     overheads: dict[str, Overhead]
     has_overhead_table: bool | None
     accuracy: list[dict[str, Any]] | None
@@ -523,8 +610,8 @@ class C8Summary(Opening):
     compute_gaps: dict[str, dict[str, float]] | None
     kernel_time: dict[str, dict[str, float]] | None
     ladder: list[LadderStep]
-    against_overlap: dict[str, Any] | None
-    best_bucket_size: dict[str, Any] | None
+    against_overlap: AgainstOverlap | None
+    best_bucket_size: BestBucketSize | None
     casts_on_side_stream: bool | None
     across_nodes: list[AcrossNodes]
 
