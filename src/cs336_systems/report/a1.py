@@ -294,7 +294,7 @@ def warmup_summary(records: list[dict]) -> list[dict]:
         s = r["metrics"]["step"]
         later = s["samples"][1:]
         rows.append({"size": r["params"]["size"], "warmup": r["params"]["warmup"], "mean": s["mean"], "std": s["std"],
-                     "n": len(s["samples"]), "first": s["samples"][0],
+                     "first": s["samples"][0],
                      "rest_mean": statistics.fmean(later) if later else s["samples"][0],
                      "rest_std": statistics.stdev(later) if len(later) > 1 else 0.0,
                      # the prose may call the first step slow only if it is slower than every later one
@@ -305,7 +305,6 @@ def warmup_summary(records: list[dict]) -> list[dict]:
         ref = longest[row["size"]]
         row["first_vs_rest"] = row["first"] / row["rest_mean"]
         row["vs_longest"] = row["mean"] / ref["mean"] - 1
-        row["std_vs_longest"] = row["std"] / ref["std"] if ref["std"] else None
         row.update(_against_warm(row, [w for w in rows if w["size"] == row["size"] and w["warmup"] > 0]))
     return rows
 

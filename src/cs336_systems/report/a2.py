@@ -518,17 +518,16 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         # Only the phase ranges' kernel tables are used (attention ranges: see attention_call_ns).
         "empty_filters": [f"{_point(r)}: {f}" for r in records for f in r["metrics"].get("empty_filters", [])
                           if f.split("@")[0] in PHASE_RANGE_NAMES],
-        "points": len(records), "failed": failed_points(records),
+        "failed": failed_points(records),
         "batch": records[0]["params"]["batch"] if records else None,
         "warmup_steps": records[0]["params"]["warmup"] if records else None,
         "steps": records[0]["params"]["steps"] if records else None,
         "share_threshold": SHARE_THRESHOLD,
-        "a": records_list(tables["a"]), "b": records_list(tables["b"]), "c": records_list(tables["c"]),
+        "a": records_list(tables["a"]),
         "a_findings": a_findings(tables["a"]), "host_bound_below": HOST_BOUND,
         "b_findings": b_findings(tables["b"]), "c_findings": c_findings(records),
         "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth), "e": records_list(e),
         "e_findings": e_findings(e),
-        "b_same_top_all": bool(tables["b"]["same_top"].dropna().all()) if len(tables["b"]) and tables["b"]["same_top"].notna().any() else None,
     }
 
 

@@ -398,7 +398,6 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
                if e["status"] != "ok"]
     return {
         "provenance": run_provenance(dtype_records + timing_records + list(kernel_records)),
-        "dtype_provenance": run_provenance(dtype_records),
         "timing_provenance": run_provenance(timing_records) if timing_records else None,
         "dtypes": dtypes,
         "dtypes_not_ok": skipped,

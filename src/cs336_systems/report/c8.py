@@ -455,8 +455,7 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
     return bucketed, {"bucketed": bucketed.to_dict("records"), "model": model, "overheads": found,
                       "has_overhead_table": over is not None, "accuracy": accuracy,
                       "accuracy_worst": worst_accuracy(accuracy), "compute_gaps": gaps,
-                      "kernel_time": kinds, "ladder": steps, "ladder_all_paired": bool(steps) and all(
-                          s["paired"] for s in steps),
+                      "kernel_time": kinds, "ladder": steps,
                       "against_overlap": bucketed_against_overlap(records).get(first),
                       "best_bucket_size": best_bucket_size(records, first),
                       "casts_on_side_stream": casts_on_side_stream(records), "across_nodes": across_nodes(records)}

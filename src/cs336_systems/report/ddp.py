@@ -247,7 +247,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     by_precision = {p: {"baseline": rows[p].get(variants.BASELINE)} | QUOTED[ident](rows[p]) for p in precisions}
     calls = naive_calls(setup["size"])
     summary = {"provenance": run_provenance(records), "setup": setup, "precisions": precisions,
-               "first_precision": first, "only_fp32": precisions == ["fp32"], "paired": paired, "every_precision_paired": bool(paired) and all(paired.values()),
+               "first_precision": first, "only_fp32": precisions == ["fp32"], "paired": paired,
                **by_precision[first],
                "by_precision": {p: by_precision[p] for p in precisions if p != first},
                "naive_calls": calls, "per_call": per_call.get(first),
