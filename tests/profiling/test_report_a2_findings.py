@@ -3,6 +3,7 @@ a shorter context slower than a longer one (host or GPU) only where several proc
 it, A1's independent timing, and the top-kernel and non-matmul summaries."""
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -198,3 +199,21 @@ def test_most_of_a_grid_is_named_by_what_it_leaves_out():
     assert a2.named_briefly(chosen, grid) == {"all_but": True, "points": ["p3", "p7", "p11"]}
     assert a2.named_briefly(["p1", "p2"], grid) == {"all_but": False, "points": ["p1", "p2"]}
     assert a2.named_briefly([], grid) == {"all_but": False, "points": []}
+
+
+def test_the_training_step_s_shares_are_worded_only_where_the_summary_has_them(tmp_path):
+    """Every key of a contract is present, so the section asks whether a block is null, not whether
+    it is there: h200's A2 summary words the training step's shares, and without them says nothing of it."""
+    import shutil
+    from pathlib import Path
+
+    from cs336_systems.report.writeup import Renderer
+
+    repo = Path(__file__).resolve().parents[2]
+    folder = shutil.copytree(repo / "results" / "h200" / "A2", tmp_path / "A2", ignore=shutil.ignore_patterns("records"))
+    renderer = Renderer("md", tmp_path / "w" / "w.md", repo / "writeup" / "templates")
+    assert "a training step gives" in renderer.section("A2", folder / "summary.json")
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["d_findings"]["train"] = None
+    (folder / "summary.json").write_text(json.dumps(summary))
+    assert "a training step gives" not in renderer.section("A2", folder / "summary.json")
