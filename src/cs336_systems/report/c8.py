@@ -607,7 +607,7 @@ class C8Summary(Opening):
     accuracy: list[dict[str, Any]] | None
     accuracy_worst: AccuracyWorst | None
     compute_gaps: dict[str, dict[str, float]] | None
-    kernel_time: dict[str, dict[str, float]] | None
+    kernel_time: dict[str, dict[str, float]]
     ladder: list[LadderStep]
     against_overlap: AgainstOverlap | None
     best_bucket_size: BestBucketSize | None
