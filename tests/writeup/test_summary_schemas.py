@@ -1,5 +1,5 @@
-"""Each section's summary has a schema (generated from ``CONTRACTS[ID]``, else ``SUMMARY_SCHEMAS[ID]``,
-in the report module the registry names for it, collected by ``cs336_systems.report.contract.schemas``):
+"""Each section's summary has a schema (generated from ``CONTRACTS[ID]`` in the report module the
+registry names for it, collected by ``cs336_systems.report.contract.schemas``):
 every summary in results/ fits its section's, every key a template reads is declared in its section's,
 and every key a schema declares is one its template reads (a contract's class: somewhere it is used)."""
 from pathlib import Path
