@@ -91,3 +91,20 @@ def test_a_row_whose_ranks_ran_on_several_nodes_is_said_to_cross_the_network(tmp
     assert "**Across nodes.** nccl with 4 ranks ran on 2 nodes (n1, n2, 2 a node)" in text
     assert "nccl with 2 ranks ran on" not in text
     assert _run(tmp_path, [_row("nccl", 2, s, 0.05 * s, 0.1, 2) for s in (1, 10)])["across_nodes"] == []
+
+
+def test_the_latency_bandwidth_fit_recovers_o_and_w_and_does_not_depend_on_the_row_order():
+    """t = o + bytes / w at every size: the fit returns o (ms) and w (GB/s) to float64 precision; the
+    rows in another order give the same bits (a rebuild on another machine must write the same summary)."""
+    import random
+
+    import pandas as pd
+
+    rng = random.Random(random.getrandbits(32))      # the global generator is seeded per test (tests/conftest.py)
+    o_ms, w_GBps = rng.uniform(0.01, 0.5), rng.uniform(1.0, 400.0)
+    sizes = [1, 10, 100, 1000]
+    rows = pd.DataFrame({"status": "ok", "size_mb": sizes,
+                         "ms": [o_ms + mb * c1.MB / (w_GBps * 1e9) * 1e3 for mb in sizes]})
+    fit = c1.fit_latency_bandwidth(rows)
+    assert fit.o_ms == pytest.approx(o_ms, rel=1e-9) and fit.w_GBps == pytest.approx(w_GBps, rel=1e-9)
+    assert c1.fit_latency_bandwidth(rows.iloc[::-1].reset_index(drop=True)) == fit
