@@ -27,7 +27,7 @@ def _render(tmp_path, rows):
                   "dates": "2026-01-01", "sittings": [],
                   "commits": ["0" * 10], "dirty": False, "torch": ["x"], "records": 3, "statuses": {"ok": 3}}
     # the readings the report makes of the rows (report.ddp.memory_readings), which the template words
-    summary = {"provenance": provenance, "memory": rows, **memory_readings(rows), "baseline": None,
+    summary = {"provenance": provenance, "memory": {r["variant"]: r for r in rows}, **memory_readings(rows), "baseline": None,
                "setup": {"size": "xl", "context": 512, "global_batch": 8, "world_size": 2, "backend": "nccl",
                          "warmup": 2, "steps": 5}, "warmup_and_steps": 7, "versus": {}}
     (folder / "summary.json").write_text(json.dumps(summary))

@@ -5,7 +5,6 @@ records settle it, and the memory it saves, predicted (``accounting.data_paralle
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from cs336_systems.accounting.data_parallel import bus_bandwidth, training_state_per_rank
 from cs336_systems.accounting.parallelism import all_gather_bytes
@@ -167,6 +166,13 @@ class UntracedIdle:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MemoryAt:
+    """Rank 0's memory around one variant's step (``ddp_rows.memory_rows``), GiB."""
+    before_step_GiB: float
+    peak_GiB: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class C12Summary(Summary):
     setup: Setup
     table_view: list[str]
@@ -178,7 +184,7 @@ class C12Summary(Summary):
     phases_vs_ddp: dict[str, Spread | None] | None
     optimizer_offsets_forward: bool
     compute_gaps: dict[str, dict[str, float]]
-    memory: list[dict[str, Any]]          # rank 0's memory rows, looked up by variant
+    memory: dict[str, MemoryAt]             # rank 0's memory, the first precision's rows by variant
     predicted_state_GiB: PredictedState
     fsdp_forward: list[FsdpForward]
     saving: Saving | None
@@ -209,6 +215,6 @@ def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: di
     with_gaps = {label for label, found in gaps.items() if found}
     gap_labels = [label for label in drawn if label in with_gaps]
     reference = ["overlap"] if untraced.get("overlap") and "overlap" in with_gaps else []
-    return {"memory": memory, "predicted_state_GiB": predicted, "fsdp_forward": forward_rows,
+    return {"memory": {m["variant"]: m for m in memory}, "predicted_state_GiB": predicted, "fsdp_forward": forward_rows,
             "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced, "gap_labels": gap_labels,
             "gap_rows": gap_labels + reference}

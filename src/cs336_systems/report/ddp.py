@@ -21,7 +21,6 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -175,7 +174,7 @@ def _c11(s: Section) -> tuple[pd.DataFrame, dict]:
     memory = memory_rows(s.records, MEMORY_VARIANTS)
     table = pd.DataFrame(memory) if memory else no_rows("no variant recorded its memory")
     first = [m for m in memory if m["precision"] == s.first]
-    return table, {"memory": first} | memory_readings(first)
+    return table, {"memory": {m["variant"]: m for m in first}} | memory_readings(first)
 
 
 # FSDP's step against DDP's (overlap), phase by phase.
@@ -401,11 +400,21 @@ class TorchDdpExtra:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MemoryRow:
+    """Rank 0's memory around one variant's step (``ddp_rows.memory_rows``), GiB, and its step."""
+    before_step_GiB: float
+    after_step_GiB: float
+    peak_GiB: float
+    gradients_GiB: float
+    optimizer_state_GiB: float
+    step_ms: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class C11Summary(Summary):
     setup: Ranks
     warmup_and_steps: int
-    # rank 0's memory rows (ddp_rows.memory_rows), which the section looks up by variant
-    memory: list[dict[str, Any]] | None
+    memory: dict[str, MemoryRow]            # the first precision's rows, by variant
     memory_checked: bool
     moved_after_step: list[str]
     torch_ddp_extra: TorchDdpExtra | None
