@@ -125,11 +125,16 @@ def shape_of(record: dict) -> dict:
             "compiled": bool(p.get("compiled", False))}
 
 
+def commit_of(record: dict) -> str:
+    """The commit whose kernels ran in ``record``: its provenance's."""
+    return (record.get("provenance") or {}).get("commit") or ""
+
+
 def ran(record: dict) -> dict:
     """What ran for one record of our kernels, as the record says it: ``facts`` (name -> value) and
     the record's ``commit``. Program counts follow from the tiles and splits where the record gives
     those alone."""
-    commit = (record.get("provenance") or {}).get("commit") or ""
+    commit = commit_of(record)
     launch = dict((record.get("metrics") or {}).get("launch") or {})
     params = record["params"]
     if params.get("function") in BACKWARD_OF:             # B3/B4 checks: the Function says which backward

@@ -82,9 +82,14 @@ def key_of(field: dataclasses.Field) -> str:
     return field.name.removesuffix("_")
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=True)
+
+
 def declared_fields(cls: type) -> list[tuple[str, Any]]:
     """The keys ``cls`` declares for the words to read, with their types: every field but the ``Unread``."""
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = _hints(cls)
     return [(key_of(f), hints[f.name]) for f in dataclasses.fields(cls)
             if not (typing.get_origin(hints[f.name]) is Annotated and UNREAD in hints[f.name].__metadata__)]
 
@@ -142,11 +147,12 @@ class ContractError(ValueError):
 
 
 def fill(cls: type[T], found: dict, where: str = "d") -> T:
-    """Contract ``cls`` filled from the mapping a report built (the data-parallel reports merge and
-    share their blocks as mappings): each field from its key, a dataclass, list or dict of them filled
-    in turn, keys the contract does not declare left out. A key the mapping lacks takes the field's
-    default; lacking one, it fails in one line naming the key (``where``: the path to the mapping)."""
-    hints = typing.get_type_hints(cls, include_extras=True)
+    """Contract ``cls`` filled from the mapping a report built (the data-parallel reports, which merge
+    and share their blocks as mappings, and A1, A2, A4): each field from its key, a dataclass, list or
+    dict of them filled in turn, keys the contract does not declare left out. A key the mapping lacks
+    takes the field's default; lacking one, it fails in one line naming the key (``where``: the path
+    to the mapping)."""
+    hints = _hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
         key = key_of(f)

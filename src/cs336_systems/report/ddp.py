@@ -400,11 +400,10 @@ class TorchDdpExtra:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemoryRow:
-    """Rank 0's memory around one variant's step (``ddp_rows.memory_rows``), GiB, and its step."""
-    before_step_GiB: float
+class MemoryRow(c12.MemoryAt):
+    """C12's memory at a step, with what C11 says of it besides: after the step, the gradients' and the
+    optimizer state's share, and the step's time."""
     after_step_GiB: float
-    peak_GiB: float
     gradients_GiB: float
     optimizer_state_GiB: float
     step_ms: float

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
-from cs336_systems.attention.flash_record import TREE, ran, shape_of
+from cs336_systems.attention.flash_record import TREE, commit_of, ran, shape_of
 from cs336_systems.profiling.mfu import AttentionPeak
 from cs336_systems.report.contract import Unread
 
@@ -252,5 +252,6 @@ def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) 
 
 
 def ran_commits(records: list[dict]) -> list[str]:
-    """The commits whose kernels ran in ``records`` (``flash_record.ran``), as the writeup names them."""
-    return sorted({ran(r)["commit"][:10] for r in records})
+    """The commits whose kernels ran in ``records``, as the writeup names them (without resolving
+    every record's facts again, which ``what_ran`` does)."""
+    return sorted({commit_of(r)[:10] for r in records})
