@@ -62,6 +62,7 @@ class Reads:
 class _Walker:
     def __init__(self, macros: dict):
         self.macros = macros          # name -> nodes.Macro, this template's and those it imports
+        self.blocks: dict = {}        # name -> nodes.Block, the section's own (it extends _section)
         self.out = Reads()
         self.depth = 0
 
@@ -184,6 +185,10 @@ class _Walker:
         args = [self.expr(a, env) for a in node.args]
         kwargs = {k.key: self.expr(k.value, env) for k in node.kwargs}
         target = node.node
+        if (isinstance(target, nodes.Getattr) and isinstance(target.node, nodes.Name) and target.node.name == "self"
+                and target.attr in self.blocks):
+            self.body(self.blocks[target.attr].body, env)      # {{ self.headline() }}: the block, read in place
+            return None
         if isinstance(target, nodes.Getattr):
             base = self.expr(target.node, env)
             if base is None:
@@ -260,8 +265,11 @@ class _Walker:
             self.body(node.else_, dict(env))
         elif isinstance(node, nodes.Macro):
             self.macros[node.name] = node
-        elif isinstance(node, (nodes.FromImport, nodes.Import)):
+        elif isinstance(node, (nodes.FromImport, nodes.Import, nodes.Extends)):
             pass
+        elif isinstance(node, nodes.Block):
+            # the base's block renders the section's own where it has one
+            self.body(self.blocks.get(node.name, node).body, env)
         elif isinstance(node, nodes.ExprStmt):
             self.expr(node.node, env)
         elif isinstance(node, nodes.AssignBlock):
@@ -291,7 +299,18 @@ def reads(ident: str) -> Reads:
     macros = imported_macros(tree)
     macros.update({m.name: m for m in tree.find_all(nodes.Macro)})
     walker = _Walker(macros)
-    walker.body(tree.body, {"d": Ref(())})
+    env = {"d": Ref(())}
+    extends = next(tree.find_all(nodes.Extends), None)
+    if extends is None:
+        walker.body(tree.body, env)
+        return walker.out
+    # A section that extends the base: its top-level sets first, then the base's body, whose blocks
+    # are the section's (Jinja runs a child's top level before its parent renders).
+    walker.blocks = {b.name: b for b in tree.find_all(nodes.Block)}
+    walker.body([n for n in tree.body if not isinstance(n, nodes.Block)], env)
+    base = ENV.parse((TEMPLATES / extends.template.value).read_text())
+    walker.macros.update(imported_macros(base))
+    walker.body(base.body, env)
     return walker.out
 
 

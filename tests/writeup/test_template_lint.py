@@ -63,6 +63,8 @@ ALLOWED = {
     "_flash": (0, 0),
     # the provenance line's date span (first day against last)
     "_run": (0, 0),
+    # every section's shape: question, answer, figure, how measured, then the details
+    "_section": (0, 0),
 }
 
 TEMPLATES = sorted(p.name for p in SECTIONS_DIR.glob("*.md.j2"))

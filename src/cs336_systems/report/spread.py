@@ -67,6 +67,7 @@ APART = "apart"                 # the two sides were not measured in one job, an
 FEW_ROUNDS = "few rounds"       # one job, fewer than MIN_ROUNDS rounds
 HOST = "host-bound"             # a host HOST_SWING times faster or slower could turn it around
 MIN_ROUNDS = 5                  # fewer rounds decide nothing (below 5 no multiplier keeps A/A at 5 %)
+AA_RATE = 0.05                  # the most often an A/A pair may be called different (MULTIPLIER is chosen for it)
 MAX_TABLED_ROUNDS = 16
 
 # The interval's half-width over the kept rounds' spread, by rounds, chosen so that an A/A pair is

@@ -33,11 +33,14 @@ from markdown_it import MarkdownIt
 from mdit_py_plugins.anchors import anchors_plugin
 from tabulate import tabulate
 
-from cs336_systems.deliverables import DELIVERABLES
+from cs336_systems.deliverables import BY_ID, DELIVERABLES
+from cs336_systems.report import spread
 from cs336_systems.report.contract import SummaryError
 from cs336_systems.report.contract import check as check_summary
 
 SECTIONS = {d.id: d.title for d in DELIVERABLES}     # every section, in order, with its title
+# What the page says once, near its top, of how every section's verdicts are reached.
+JUDGE = {"aa_rate": spread.AA_RATE, "min_rounds": spread.MIN_ROUNDS, "host_swing": spread.HOST_SWING}
 
 # A table longer than this folds into <details> (the whole table, nothing cut) with its CSV beside it.
 FOLD_ROWS = 40
@@ -201,6 +204,7 @@ class Renderer:
 
     def __init__(self, fmt: str, out_path: Path, templates: Path, run: str = ""):
         self.fmt, self.out_dir, self.run = fmt, out_path.parent, run
+        self.headlines: dict[str, str] = {}     # each rendered section's one-line answer, for the contents
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), undefined=jinja2.StrictUndefined,
                                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
         self.env.filters["f"] = _fmt
@@ -285,23 +289,29 @@ class Renderer:
         summary = json.loads(summary_path.read_text())
         check_summary(ident, summary, summary_path)
         template = self.env.get_template(f"sections/{ident}.md.j2")
-        text = template.render(
-            heading=heading, d=summary, folder=str(folder),
+        context = template.new_context(dict(
+            heading=heading, d=summary, folder=str(folder), problem=BY_ID[ident].problem,
             table=lambda name="table", fold_over=FOLD_ROWS, exact=False, columns=None: self.table(
                 folder, name, fold_over, exact, columns),
             figure=lambda name, caption: self.figure(folder, name, caption),
-            section_link=lambda other: f"[{other}. {SECTIONS[other]}](#{self.anchor(other)})")
+            section_link=lambda other: f"[{other}. {SECTIONS[other]}](#{self.anchor(other)})"))
+        text = "".join(template.root_render_func(context))
+        # The headline is rendered with the section's own context (its top-level sets and imports,
+        # which the whole render above has run), so it reads the same numbers in the same words.
+        if "headline" in template.blocks:
+            self.headlines[ident] = " ".join("".join(template.blocks["headline"](context)).split())
         return f"{text.rstrip()}\n\n{back}\n"
 
     def document(self, run: str, preset: str, summaries: dict[str, Path], sources: dict[str, dict],
                  chosen: list[str] | None = None) -> str:
         sections = [self.section(ident, summaries.get(ident), sources[ident]) for ident in SECTIONS]
         contents = [{"ident": ident, "title": SECTIONS[ident], "link": f"#{self.anchor(ident)}",
-                     "source": self.source_cell(run, sources[ident])} for ident in SECTIONS]
+                     "answer": self.headlines.get(ident), "source": self.source_cell(run, sources[ident])}
+                    for ident in SECTIONS]
         return self.env.get_template("writeup.md.j2").render(
             run=run, preset=preset, sections=sections, contents=contents, contents_anchor=CONTENTS,
             built=[ident for ident in SECTIONS if ident in summaries], rebuild=rebuild_command(run, preset, chosen),
-            archive=archive_of(summaries))
+            archive=archive_of(summaries), judge=JUDGE if summaries else None)
 
     def missing(self, source: dict) -> str:
         """Why a section is missing, and which other runs have it (linked where their writeup is), in Markdown."""
