@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from cs336_systems.report import writeup
-from cs336_systems.report.writeup import SECTIONS, Renderer, column_alignment, github_slug, section_sources, to_html
+from cs336_systems.report.writeup import (SECTIONS, Renderer, column_alignment, github_slug, header_words, section_sources,
+                                          to_html)
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
@@ -65,6 +66,16 @@ def test_github_slugs():
 ])
 def test_column_alignment(values, align):
     assert column_alignment(pd.Series(values)) == align
+
+
+@pytest.mark.parametrize("column, words", [
+    ("eager_forward_ms", "eager forward (ms)"), ("compiled_backward_peak_MiB", "compiled backward peak (MiB)"),
+    ("busbw_GBps", "bus bandwidth (GB/s)"), ("overhead_pct", "overhead (%)"), ("size_mb", "size (MB)"),
+    ("world_size", "world size"), ("step", "step"), ("ms", "ms"),
+    ("sdpa-flash / ours", "sdpa-flash / ours"), ("step (ms)", "step (ms)")])
+def test_a_header_is_words_with_its_unit(column, words):
+    """A table shows a CSV column's name as words with its unit; a header already in words stays."""
+    assert header_words(column) == words
 
 
 def _csv(tmp_path, rows: int):

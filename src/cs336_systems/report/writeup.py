@@ -176,6 +176,29 @@ def column_alignment(values: pd.Series) -> str:
     return "right" if numbers and all(_NUMBER.fullmatch(c) for c in numbers) else "left"
 
 
+# A CSV column's name as a table header: words, the unit in brackets ("eager_forward_ms" ->
+# "eager forward (ms)"). The CSV keeps the names code reads; a reader gets the words. Units are the
+# name's last part; the abbreviations our names use are spelled out.
+_UNITS = {"ms": "ms", "us": "µs", "s": "s", "MiB": "MiB", "GiB": "GiB", "MB": "MB", "GB": "GB", "pct": "%",
+          "GBps": "GB/s", "GiBps": "GiB/s", "mb": "MB"}
+_WORDS = {"comm": "communication", "fwd": "forward", "bwd": "backward", "algbw": "algorithm bandwidth",
+          "busbw": "bus bandwidth", "se": "std. error", "nvtx": "NVTX", "a1": "A1's", "c1": "with C1's o",
+          "mb": "MB", "rel": "relative", "abs": "absolute", "diff": "difference", "tb": "TB", "flops": "FLOPs",
+          "tflops": "TFLOP/s", "std": "std", "hbm": "HBM", "lse": "LSE", "dq": "dQ", "dk": "dK", "dv": "dV", "o": "O",
+          "tp": "TP", "gpu": "GPU", "gpus": "GPUs", "mfu": "MFU"}
+
+
+def header_words(column: str) -> str:
+    """``column`` in words with its unit, as ``_UNITS`` and ``_WORDS`` spell them; a name that is
+    already words (a space, a sign, a capital) stays as it is."""
+    parts = column.split("_")
+    if len(parts) == 1 and column not in _UNITS:
+        return _WORDS.get(column, column)
+    unit = _UNITS.get(parts[-1]) if len(parts) > 1 else None
+    words = " ".join(_WORDS.get(w, w) for w in (parts[:-1] if unit else parts))
+    return f"{words} ({unit})" if unit else words
+
+
 SIGNIFICANT = 4      # digits a table cell shows; the CSV beside it keeps every digit
 
 
@@ -248,6 +271,7 @@ class Renderer:
         colalign = [column_alignment(df[c]) for c in df.columns] or None
         if not exact:
             df = readable_frame(df)
+        df = df.rename(columns=header_words)
         fold = len(df) > fold_over
         what = f"all {len(df)} rows × {len(df.columns)} columns of <code>{name}.csv</code> (click to show)"
         # Where the table is folded its CSV is linked anyway; a view says what it leaves out.
