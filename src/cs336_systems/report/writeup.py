@@ -62,6 +62,10 @@ th {{ background: #f4f4f4; }}
 /* Numbers right-aligned (tabulate and markdown-it set text-align per column), in even digits, one line. */
 td[style*="right"], th[style*="right"] {{ white-space: nowrap; font-variant-numeric: tabular-nums; }}
 details.long-table {{ margin: 1rem 0; }} details.long-table > summary {{ cursor: pointer; color: #1a5fb4; }}
+/* A section's method, run and tables: one click below its answer. */
+details.method {{ margin: 1rem 0; }} details.method > summary {{ cursor: pointer; color: #1a5fb4; font-weight: 600; }}
+/* On paper a figure takes at most a third of a page; the answers, not the figures, set the length. */
+@media print {{ img {{ max-height: 3.3in; width: auto; }} h2 {{ break-after: avoid; }} figure {{ break-inside: avoid; }} }}
 img {{ max-width: 100%; height: auto; }} figure {{ margin: 1rem 0; }} figcaption {{ font-size: 0.9rem; color: #555; }}
 code {{ background: #f4f4f4; padding: 0 0.2rem; overflow-wrap: anywhere; }}
 pre {{ overflow-x: auto; }}
