@@ -226,10 +226,10 @@ def test_phase_marks_time_the_gpu_work_of_each_phase():
 
 def test_the_answer_is_read_off_the_rows_it_summarises():
     mib = 1024.0
-    phases = [a5.Step(c, m, "fp32", 30 * mib, peak * mib, None, [])
+    phases = [a5.Step(c, m, "fp32", 30 * mib, peak * mib, None, [], [])
               for c, m, peak in ((128, "forward", 12.0), (512, "forward", 14.0), (128, "train-step", 50.0),
                                  (512, "train-step", 70.0))]
-    phases.append(a5.Step(128, "train-step", "bf16", 1.0, 999 * mib, None, []))
+    phases.append(a5.Step(128, "train-step", "bf16", 1.0, 999 * mib, None, [], []))
     ratios = [a5.Ratio("forward", 128, 0.93), a5.Ratio("forward", 512, 1.02)]
     top = [{"size_bytes": 2**27, "count": 32, "op": "matmul", "node": None, "frame": "m.py:1"},
            {"size_bytes": 2**27, "count": 32, "op": "exp", "node": None, "frame": "m.py:2"},
@@ -258,3 +258,61 @@ def test_a_band_is_named_by_the_operations_that_allocated_at_its_code_site():
     assert name("cs336_basics/model.py:50 forward", allocations) == "forward (model.py:50)"
     for band in (INITIAL_BAND, "other, allocated in forward", "MmBackward0 (autograd)", "aten::mm", "unattributed"):
         assert name(band, allocations) == band
+
+
+def train_step(context, initial, kept, left, rises):
+    """A fp32 train-step record built from what its phases do: forward keeps ``kept`` bytes for
+    backward, backward ends with ``left`` above what was live before, the optimizer step ends where
+    it began; each phase rises by its entry of ``rises`` above its start. The peak is the highest."""
+    marks = [("forward", initial, initial + kept), ("backward", initial + kept, initial + left),
+             ("optimizer", initial + left, initial + left)]
+    phases = [{"name": name, "start_ms": float(i), "end_ms": i + 1.0, "bytes_at_start": start, "bytes_at_end": end,
+               "peak_bytes": start + rise, "allocated_bytes": 1, "freed_bytes": 1, "events": 2}
+              for i, ((name, start, end), rise) in enumerate(zip(marks, rises))]
+    top = max(phases, key=lambda p: p["peak_bytes"])
+    r = record(context, "train-step", "fp32", top["peak_bytes"])
+    r["metrics"].update(initial_bytes=initial, phases=phases,
+                        peak={"bytes": top["peak_bytes"], "time_ms": 1.0, "phase": top["name"], "event": 3})
+    return r
+
+
+@pytest.mark.parametrize("case", ["gradients", "not the gradients", "a rise decides"])
+def test_the_peak_is_named_by_what_the_phases_left_and_added(tmp_path, seed, case):
+    """What a training step's peak holds above what was live before it comes from its phases' marks:
+    in the optimizer step, what forward and backward left (named the gradients only where it is one
+    fp32 copy of the parameters) and the optimizer's rise; in backward, what forward kept and
+    backward's rise. The words say which is larger, and where a phase's rise, not the larger of the
+    two, put the peak."""
+    rng = random.Random(seed)
+    grads = a5.gradient_mib("2.7B") * 2**20
+    left = grads * (rng.uniform(1.05, 1.5) if case == "not the gradients" else 1)
+    initial = rng.randrange(20, 40) * 2**30
+    steps = {}
+    for context, kept_share in ((128, rng.uniform(0.2, 0.6)), (512, rng.uniform(1.5, 3))):
+        rises = [rng.uniform(0.001, 0.02) * grads for _ in range(3)]
+        steps[context] = (kept_share * left, rises)
+    if case == "a rise decides":        # forward keeps a little more than backward leaves; the optimizer rises more
+        kept, rises = steps[128]
+        steps[128] = (left * 1.01, [rises[0], 0.0, left * 0.05])
+    records = [train_step(c, initial, kept, left, rises) for c, (kept, rises) in steps.items()]
+    out = tmp_path / "A5"
+    assert a5.main(["--records", *write(tmp_path, records), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    carried = a5.GRADIENTS if case != "not the gradients" else a5.LEFT
+    for s in summary["phases"]:
+        kept, rises = steps[s["context"]]
+        at_optimizer = left + rises[2] > kept + rises[1]
+        assert s["peak_phase"] == ("optimizer" if at_optimizer else "backward")
+        expected = [(carried, left / 2**20), (a5.ADDED, rises[2] / 2**20)] if at_optimizer else \
+            [(a5.KEPT, kept / 2**20), (a5.ADDED, rises[1] / 2**20)]
+        assert [(p["what"], p["mib"]) for p in s["peak_parts"]] == [
+            (w, pytest.approx(m)) for w, m in sorted(expected, key=lambda e: -e[1])]
+    tp = summary["train_peaks"]
+    assert tp["left_is_gradients"] is (case != "not the gradients")
+    assert tp["on_smaller"] == ([128] if case == "a rise decides" else [])
+    from cs336_systems.report.writeup import Renderer
+    text = Renderer("md", tmp_path / "w" / "writeup.md", TEMPLATES).section("A5", out / "summary.json")
+    assert ("the gradients (one fp32 copy of the\nparameters" in text) is (case != "not the gradients")
+    assert ("At every context the step peaks on the larger of the two." in text) is (case != "a rise decides")
+    assert ("At context 128 it peaks on the smaller of the two" in text) is (case == "a rise decides")
+    assert "grow with the weights" not in text

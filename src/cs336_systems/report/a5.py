@@ -103,6 +103,19 @@ class Phase:
     gpu_ms: float | None
 
 
+# What a step holds at its peak above what was live before it, by the phase that put it there
+# (``Part.what``): what forward kept for backward, the gradients forward and backward left for the
+# optimizer, anything else earlier phases left live, and the peak's own phase's rise.
+KEPT, GRADIENTS, LEFT, ADDED = "kept by forward", "gradients", "left", "added"
+GRADIENTS_MATCH = 0.01      # what backward leaves within 1 % of one fp32 copy of the parameters is the gradients
+
+
+@dataclass(frozen=True)
+class Part:
+    what: str
+    mib: float
+
+
 @dataclass(frozen=True)
 class Step:
     """One recorded step's live memory and its phases."""
@@ -113,10 +126,37 @@ class Step:
     peak_mib: float
     peak_phase: str | None
     phases: list[Phase]
+    # what the peak holds above what was live before the step, largest first (``peak_parts``)
+    peak_parts: list[Part]
+
+
+def gradient_mib(size: str) -> float:
+    """One fp32 copy of the model's parameters: the gradients a backward leaves (closed form)."""
+    return get_size(size).parameter_count() * 4 / MIB
+
+
+def peak_parts(initial_mib: float, peak_phase: str | None, phases: list[Phase], gradients_mib: float) -> list[Part]:
+    """What a step holds at its peak above what was live before it, from its phases' marks, largest
+    first: what the phases before the peak's phase left live (that phase's start minus the step's),
+    and what the peak's phase added on top (its highest minus its start). What earlier phases left is
+    named by what the records show it is: in backward, what forward kept for it; in the optimizer
+    step, the gradients where it is one fp32 copy of the parameters (to ``GRADIENTS_MATCH``)."""
+    at = {p.name: p for p in phases}
+    if peak_phase not in at:
+        return []
+    phase = at[peak_phase]
+    left = phase.start_mib - initial_mib
+    what = (KEPT if peak_phase == "backward" else
+            GRADIENTS if peak_phase == "optimizer" and abs(left - gradients_mib) <= GRADIENTS_MATCH * gradients_mib
+            else LEFT)
+    parts = [Part(ADDED, phase.peak_mib - phase.start_mib)]
+    if phase is not phases[0]:          # the first phase starts from what was live before the step
+        parts.append(Part(what, left))
+    return sorted(parts, key=lambda p: -p.mib)
 
 
 def phase_rows(records: list[dict]) -> list[Step]:
-    """(a): per recorded step, each phase's live memory at start, end and peak (MiB)."""
+    """(a): per recorded step, each phase's live memory at start, end and peak (MiB), and what its peak holds."""
     out = []
     for r in sorted(records, key=lambda r: (r["params"]["precision"], MODE_ORDER.index(r["params"]["mode"]),
                                             r["params"]["context"])):
@@ -124,12 +164,55 @@ def phase_rows(records: list[dict]) -> list[Step]:
             continue
         m = r["metrics"]
         gpu_ms = m.get("phase_gpu_ms") or {}      # absent on the CPU and in records made before it was measured
+        phases = [Phase(p["name"], _mib(p["bytes_at_start"]), _mib(p["bytes_at_end"]), _mib(p["peak_bytes"]),
+                        p["end_ms"] - p["start_ms"], gpu_ms.get(p["name"])) for p in m["phases"]]
         out.append(Step(
             r["params"]["context"], r["params"]["mode"], r["params"]["precision"], _mib(m["initial_bytes"]),
-            _mib(m["peak"]["bytes"]), m["peak"]["phase"],
-            [Phase(p["name"], _mib(p["bytes_at_start"]), _mib(p["bytes_at_end"]), _mib(p["peak_bytes"]),
-                   p["end_ms"] - p["start_ms"], gpu_ms.get(p["name"])) for p in m["phases"]]))
+            _mib(m["peak"]["bytes"]), m["peak"]["phase"], phases,
+            peak_parts(_mib(m["initial_bytes"]), m["peak"]["phase"], phases, gradient_mib(r["params"]["size"]))))
     return out
+
+
+@dataclass(frozen=True)
+class Side:
+    """One fp32 training step: the activations forward kept for backward against what forward and
+    backward left for the optimizer step, and the rise of the phase it peaked in."""
+    context: int
+    kept_mib: float
+    left_mib: float
+    rise_mib: float     # the phase the step peaked in: its highest minus its start
+
+
+@dataclass(frozen=True)
+class TrainPeaks:
+    """Which of the two a training step's peak sits on. ``left_is_gradients``: at every step what
+    backward left is one fp32 copy of the parameters (``gradient_mib``). A step peaks on the larger
+    of the two when it peaks in the optimizer step exactly where what backward left is larger (else
+    in forward or backward); ``on_smaller``: the contexts where it does not, which the phases' own
+    rises on top decided."""
+    steps: list[Side]
+    gradient_mib: float
+    left_is_gradients: bool
+    on_smaller: list[int]
+
+
+def train_peaks(steps: list[Step], size: str) -> TrainPeaks | None:
+    """Over the fp32 steps that ran forward, backward and an optimizer step."""
+    sides, on_smaller = [], []
+    for s in steps:
+        at = {p.name: p for p in s.phases}
+        if s.precision == "fp32" and {"forward", "backward", "optimizer"} <= set(at):
+            peak = at.get(s.peak_phase)
+            side = Side(s.context, at["forward"].end_mib - at["forward"].start_mib,
+                        at["backward"].end_mib - s.initial_mib, peak.peak_mib - peak.start_mib if peak else 0.0)
+            sides.append(side)
+            if (s.peak_phase == "optimizer") != (side.left_mib > side.kept_mib):
+                on_smaller.append(s.context)
+    if not sides:
+        return None
+    grads = gradient_mib(size)
+    return TrainPeaks(sides, grads, all(abs(s.left_mib - grads) <= GRADIENTS_MATCH * grads for s in sides),
+                      on_smaller)
 
 
 @dataclass(frozen=True)
@@ -286,6 +369,7 @@ class A5Summary(Summary):
     bf16_vs_fp32: list[Ratio]
     timelines: list[Timeline]
     answer: Answer | None
+    train_peaks: TrainPeaks | None
 
 
 CONTRACTS = {"A5": A5Summary}
@@ -321,6 +405,7 @@ def summarize(records: list[dict], timelines: list[Timeline], top_record: dict |
         bf16_vs_fp32=ratios,
         timelines=timelines,
         answer=answer(phases, ratios, top),
+        train_peaks=train_peaks(phases, first["size"]),
     )
 
 

@@ -93,27 +93,34 @@ def allocator_state(message: str | None) -> dict[str, float]:
 
 
 ARITHMETIC = "arithmetic"          # the closed form's peak alone exceeds the card
-FRAGMENTATION = "fragmentation"    # it fits, and memory the allocator held unused would have served the request
-NOT_SETTLED = "not settled"        # neither: the records cannot say why
+OVER_CARD = "over the card"        # what tensors held at the failure plus the request exceed the card
+NOT_SETTLED = "not settled"        # neither: the records do not show why
 
 
 def oom_cause(closed_form_peak_MiB: float, alloc: dict[str, float], closed_form_holds: bool = True) -> str:
-    """Why a point ran out of memory, as far as its record can say. Blamed on the arithmetic only
-    when the closed form's peak exceeds the card; on fragmentation when it fits and the card's free
-    memory plus what the caching allocator held reserved but unallocated would have covered the
-    failed request, which the free memory alone did not; otherwise the data does not settle it.
-    ``closed_form_holds`` False: the closed form (eager's) is not this variant's peak — compiled
-    attention's fused backward holds less (B2 measures it) — so it blames nothing, and only the
-    allocator's numbers can name fragmentation."""
+    """Why a point ran out of memory, as far as its record shows. Blamed on the arithmetic when the
+    closed form's peak exceeds the card; on the card's size when what tensors held at the failure plus
+    the failed request exceed it (the pass could not fit then, whatever the allocator did); otherwise
+    the records do not settle it. No record tests the caching allocator itself (no run sets its
+    ``expandable_segments``), so no cause is read off what it held reserved (``free_and_reserved_cover``
+    states those numbers). ``closed_form_holds`` False: the closed form (eager's) is not this variant's
+    peak — compiled attention's fused backward holds less (B2 measures it) — so it blames nothing."""
     capacity = alloc.get("capacity_MiB")
-    if capacity is None or math.isnan(closed_form_peak_MiB):
+    if capacity is None:
         return NOT_SETTLED
-    if closed_form_peak_MiB > capacity and closed_form_holds:
+    if closed_form_holds and closed_form_peak_MiB > capacity:       # False for a NaN closed form
         return ARITHMETIC
-    free, unused, requested = (alloc.get(k) for k in ("free_MiB", "reserved_unallocated_MiB", "requested_MiB"))
-    if None not in (free, unused, requested) and unused > 0 and free < requested <= free + unused:
-        return FRAGMENTATION
+    if {"allocated_MiB", "requested_MiB"} <= set(alloc) and alloc["allocated_MiB"] + alloc["requested_MiB"] > capacity:
+        return OVER_CARD
     return NOT_SETTLED
+
+
+def free_and_reserved_cover(alloc: dict[str, float]) -> bool:
+    """The message's numbers: the card's free memory was less than the request, but free memory and
+    what the caching allocator held reserved but unallocated together were more. Why the request
+    failed all the same the records do not show."""
+    free, unused, requested = (alloc.get(k) for k in ("free_MiB", "reserved_unallocated_MiB", "requested_MiB"))
+    return None not in (free, unused, requested) and free < requested <= free + unused
 
 
 def failed_pass(row, alloc: dict[str, float]) -> tuple[str | None, str | None]:
@@ -150,6 +157,7 @@ class OutOfMemory:
     failed_during: str | None
     failed_during_known: str | None
     cause: str
+    free_and_reserved_cover: bool
     undercount: Undercount | None
 
 
@@ -181,6 +189,7 @@ def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[OutOfMem
             "compiled" if row["compiled"] else "eager", int(row["d"]), int(row["seq"]),
             _num(row["predicted_forward_peak_MiB"]), _num(row["predicted_backward_peak_MiB"]), alloc, _num(needed),
             during, known, oom_cause(row["predicted_backward_peak_MiB"], alloc, closed_form_holds=not row["compiled"]),
+            free_and_reserved_cover(alloc),
             Undercount(float(closed), float((needed - closed) / square), float(needed / row["predicted_saved_MiB"]))
             if undercounts else None))
     return points
@@ -228,7 +237,8 @@ def before_backward_check(df: pd.DataFrame) -> BeforeBackward | None:
 
 @dataclass(frozen=True)
 class LongestPeak(Longest):
-    """The longest point's peak: its excess over the closed form in N × N matrices, and over the saved bytes."""
+    """The longest point's peak: how far from the closed form in N × N matrices (``excess_direction``
+    says which way), and its ratio to the saved bytes."""
     excess_matrices: float | None
     excess_direction: str
     over_saved: float
@@ -260,7 +270,7 @@ def peaks_check(df: pd.DataFrame) -> dict[str, dict[str, PeakCheck]] | None:
                 int(len(rows)), float(ratio.min()), float(ratio.max()), LongestPeak(
                     int(longest["d"]), int(longest["seq"]), float(longest[f"{phase}_peak_MiB"]),
                     float(longest[f"predicted_{phase}_peak_MiB"]),
-                    float(excess / square_MiB(longest)) if square_MiB(longest) > 0 else None,
+                    float(abs(excess) / square_MiB(longest)) if square_MiB(longest) > 0 else None,
                     "more" if excess >= 0 else "less",
                     float(longest[f"{phase}_peak_MiB"] / longest["predicted_saved_MiB"])))
     return found or None
@@ -290,6 +300,7 @@ class SmallestOom:
     allocator: dict[str, float]
     needed_at_least_MiB: float | None
     cause: str
+    free_and_reserved_cover: bool
     needed_fits: bool
     closed_form_fits: bool
 
@@ -302,6 +313,7 @@ def smallest_oom(eager_ooms: list[OutOfMemory]) -> SmallestOom | None:
     s = min(eager_ooms, key=lambda p: (p.seq, p.d))
     capacity = s.allocator.get("capacity_MiB")
     return SmallestOom(s.d, s.seq, s.predicted_backward_peak_MiB, s.allocator, s.needed_at_least_MiB, s.cause,
+                       s.free_and_reserved_cover,
                        s.needed_at_least_MiB is not None and capacity is not None and s.needed_at_least_MiB <= capacity,
                        capacity is not None and s.predicted_backward_peak_MiB <= capacity)
 

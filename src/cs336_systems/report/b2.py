@@ -21,7 +21,7 @@ import pandas as pd
 from cs336_systems.report import b2_whole_model as whole
 from cs336_systems.report import contract
 from cs336_systems.report.b1 import frame, out_of_memory_points
-from cs336_systems.report.b2_whole_model import Range, WholeModel, spread
+from cs336_systems.report.b2_whole_model import SAME, Range, WholeModel, spread
 from cs336_systems.report.common import load_record_lists, load_records, run_provenance, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge
@@ -53,17 +53,18 @@ def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-SAME = 0.01     # memory readings within 1 % of each other count as the same
-
-
 @dataclass(frozen=True)
 class MemoryRatio:
-    """Compiled ÷ eager over the points both ran: its range, and whether it is the same or lower at every one."""
+    """Compiled ÷ eager over the points both ran: its range, whether it is the same at every one, and
+    at how many compiled's is lower or higher (beyond ``SAME``; ``all_lower``: at every one). Memory
+    readings repeat exactly from run to run, so one reading a side settles which is lower."""
     min: float
     max: float
     points: int
     same: bool
-    lower: bool
+    lower: int
+    higher: int
+    all_lower: bool
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,9 @@ def memory_findings(table: pd.DataFrame) -> Memory:
         r = (both[f"compiled_{column}"].astype(float) / both[f"eager_{column}"].astype(float)).dropna()
         if not len(r):
             return None
+        lower = int((r < 1 - SAME).sum())
         return MemoryRatio(float(r.min()), float(r.max()), int(len(r)), bool(((r - 1).abs() <= SAME).all()),
-                           bool((r < 1 - SAME).all()))
+                           lower, int((r > 1 + SAME).sum()), lower == len(r))
 
     return Memory(ratio("MiB"), ratio("forward_peak_MiB"), ratio("backward_peak_MiB"))
 
@@ -97,24 +99,23 @@ class OnlyCompiled:
     eager_failed_during: str | None
     eager_failed_during_known: str | None
     eager_held_MiB: float | None
-    eager_cause: Unread[str | None]
-    eager_needed_at_least_MiB: Unread[float | None]
+    eager_needed_at_least_MiB: float | None
     predicted_forward_peak_MiB: float | None
-    compiled_backward_peak_MiB: Unread[float | None]
+    compiled_backward_peak_MiB: float | None
 
 
 def fits_only_compiled(table: pd.DataFrame, records: list[dict]) -> list[OnlyCompiled]:
     """The points where eager ran out of memory and compiled ran: the pass eager failed in, recorded
-    or inferred from the allocator's message by B1's rule (``b1.failed_pass``), what tensors held then,
-    why it ran out (``b1.oom_cause``: a failure by fragmentation does not show that compiled needs
-    less), and the compiled backward peak where the record has it."""
+    or inferred from the allocator's message by B1's rule (``b1.failed_pass``), what tensors held then
+    and what the failing pass needed at least (held plus the request), and the compiled backward
+    peak where the record has it."""
     eager_oom = {(p.d, p.seq): p for p in out_of_memory_points(frame(records), records) if p.variant == "eager"}
     found = []
     for r in table[(table["eager_status"] == "oom") & (table["compiled_status"] == "ok")].itertuples():
         oom = eager_oom.get((r.d, r.seq))
         found.append(OnlyCompiled(
             int(r.d), int(r.seq), oom and oom.failed_during, oom and oom.failed_during_known,
-            oom and oom.allocator.get("allocated_MiB"), oom and oom.cause, oom and oom.needed_at_least_MiB,
+            oom and oom.allocator.get("allocated_MiB"), oom and oom.needed_at_least_MiB,
             oom and oom.predicted_forward_peak_MiB,
             None if pd.isna(r.compiled_backward_peak_MiB) else float(r.compiled_backward_peak_MiB)))
     return found
@@ -196,13 +197,17 @@ def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
 
 
 def only_compiled(points: list[OnlyCompiled]) -> dict:
-    """``fits_only_compiled`` and what the section says of them as a whole: whether every eager
-    failure was fragmentation, and how the pass it failed in is known (recorded by every record,
-    inferred for every one, or some either way: the passes named where known)."""
+    """``fits_only_compiled`` and what the section says of them as a whole: compiled's backward peak
+    against what eager's failing pass needed at least (``only_compiled_memory``: "lower" at every one,
+    "not lower" at some, None where the records lack either number at some), and how the pass eager
+    failed in is known (recorded by every record, inferred for every one, or some either way: the
+    passes named where known)."""
     known = [p for p in points if p.eager_failed_during_known in ("recorded", "inferred")]
     how = {p.eager_failed_during_known for p in known}
+    pairs = [(p.compiled_backward_peak_MiB, p.eager_needed_at_least_MiB) for p in points]
     return {"fits_only_compiled": points,
-            "only_compiled_fragmented": bool(points) and all(p.eager_cause == "fragmentation" for p in points),
+            "only_compiled_memory": (None if not pairs or any(None in pair for pair in pairs) else
+                                     "lower" if all(c < e for c, e in pairs) else "not lower"),
             "only_compiled_pass_known": ("recorded" if how == {"recorded"} and len(known) == len(points) else
                                          "inferred" if how == {"inferred"} and len(known) == len(points) else
                                          "some" if known else None),
@@ -221,7 +226,7 @@ class B2Summary(Summary):
     speedup: dict[str, Range | None] | None
     at_longest: AtLongest | None
     fits_only_compiled: list[OnlyCompiled]
-    only_compiled_fragmented: bool
+    only_compiled_memory: str | None
     only_compiled_pass_known: str | None
     only_compiled_passes: list[str | None]
     whole_model: WholeModel | None

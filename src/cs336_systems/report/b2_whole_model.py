@@ -178,10 +178,19 @@ class LargestPeak:
     compiled_GiB: float
 
 
+SAME = 0.01     # memory readings within 1 % of each other count as the same
+
+
 @dataclass(frozen=True)
 class ModePeak:
+    """``1 − compiled ÷ eager`` peak over the sizes of one mode, and at how many compiled's is lower or
+    higher (beyond ``SAME``; ``all_lower``: at every one)."""
     min: float
     max: float
+    points: int
+    lower: int
+    higher: int
+    all_lower: bool
     largest: LargestPeak
 
 
@@ -201,7 +210,9 @@ def peak_memory(df: pd.DataFrame) -> PeakMemory | None:
     for mode, part in both.groupby("mode", observed=True):
         cut = 1 - part["compiled_peak_GiB"] / part["eager_peak_GiB"]
         largest = part.loc[part["eager_peak_GiB"].idxmax()]
-        by_mode[str(mode)] = ModePeak(float(cut.min()), float(cut.max()), LargestPeak(
+        lower = int((cut > SAME).sum())
+        by_mode[str(mode)] = ModePeak(float(cut.min()), float(cut.max()), int(len(cut)), lower,
+                                      int((cut < -SAME).sum()), lower == len(cut), LargestPeak(
             str(largest["size"]), float(largest["eager_peak_GiB"]), float(largest["compiled_peak_GiB"])))
     if not by_mode:
         return None
