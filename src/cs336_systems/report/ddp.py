@@ -56,10 +56,17 @@ def _named(**keys: str):
 
 
 def _c7(s: "Section") -> tuple[pd.DataFrame, dict]:
-    """C7: whether the first precision has more than one bucket size to set side by side, and the
-    range their waits after backward stay within."""
-    waits = [r["comm_wait_ms"] for v, r in s.rows[s.first].items() if is_bucket_size(v) and r]
-    return s.table, {"several_sizes": len(waits) > 1, "wait_range_ms": [min(waits), max(waits)] if waits else None}
+    """C7: the first precision's bucket sizes, most buckets first; whether there is more than one to
+    set side by side, the range their waits after backward lie in, and the step with the fewest
+    buckets against the step with the most, as the judge has it (``record_difference``)."""
+    sizes = sorted((r for v, r in s.rows[s.first].items() if is_bucket_size(v) and r),
+                   key=lambda r: r["buckets"], reverse=True)
+    waits = [r["comm_wait_ms"] for r in sizes]
+    found = by_variant(s.records).get(s.first, {})
+    ends = (record_difference(found[sizes[-1]["variant"]], found[sizes[0]["variant"]])
+            if len(sizes) > 1 else None)
+    return s.table, {"bucketed": sizes, "several_sizes": len(sizes) > 1,
+                     "wait_range_ms": [min(waits), max(waits)] if waits else None, "fewest_vs_most": ends}
 
 
 def _c10(s: "Section") -> tuple[pd.DataFrame, dict]:
@@ -328,6 +335,7 @@ class PerCall:
 
 @dataclass(frozen=True, kw_only=True)
 class C4Summary(Opening):
+    setup: Setup
     table_view: list[str]
     naive: Row | None
     flat: Row | None
@@ -338,12 +346,14 @@ class C4Summary(Opening):
 
 @dataclass(frozen=True, kw_only=True)
 class C5Summary(Opening):
+    setup: Setup
     overlap: Row | None
     by_precision: ByPrecision
 
 
 @dataclass(frozen=True, kw_only=True)
 class C6Summary(Opening):
+    setup: Setup
     table_view: list[str]
     baseline: Row | None
     naive: Row | None
@@ -362,17 +372,19 @@ class C6Summary(Opening):
 class Bucketed:
     variant: str
     step_ms: float
-    step_range_ms: str          # rank 0's fastest–slowest timed step, as the table prints it
     comm_wait_ms: float | None
     buckets: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
 class C7Summary(Opening):
+    setup: Setup
     table_view: list[str]
-    bucketed: list[Bucketed] | None
+    bucketed: list[Bucketed] | None        # most buckets first
     several_sizes: bool
     wait_range_ms: list[float] | None
+    # the step with the fewest buckets less the step with the most
+    fewest_vs_most: Difference | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -383,7 +395,7 @@ class ShardedMinusOverlap:
 
 @dataclass(frozen=True, kw_only=True)
 class C10Summary(Opening):
-    setup: Ranks
+    setup: Setup
     table_view: list[str]
     overlap: Row | None
     sharded: Row | None
