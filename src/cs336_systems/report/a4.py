@@ -37,8 +37,8 @@ from cs336_systems.report import contract
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_table)
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Estimate, Verdict,
-                                         judge, judge_rounds, round_samples, same_job, trend_of)
+from cs336_systems.report.spread import (NOT_SETTLED, WITHIN, Estimate, Verdict, judge, judge_rounds, round_samples,
+                                         same_job, trend_of)
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
@@ -170,8 +170,7 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
                              "rounds": v.rounds if both and v.paired else 0,
                              # bf16 against fp32 by the judge: "slower", "faster", WITHIN or NOT_SETTLED
                              "bf16_is": BF16_IS[v.verdict] if both else "",
-                             "judged": (PAIRED if v.paired else SEPARATE) if both else "",
-                             "not_settled_why": v.reason if both else ""})
+                             "judged": (PAIRED if v.paired else SEPARATE) if both else ""})
     return pd.DataFrame(rows)
 
 
@@ -430,12 +429,6 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         # rows whose fp32 and bf16 took turns in one job, and rows from separate processes (not settled)
         "timing_paired": int((ok["judged"] == PAIRED).sum()) if len(ok) else 0,
         "timing_separate_processes": int((ok["judged"] == SEPARATE).sum()) if len(ok) else 0,
-        # paired rows the judge could not settle: fewer rounds than it needs
-        "timing_too_few_rounds": int((ok["not_settled_why"] == FEW_ROUNDS).sum()) if len(ok) else 0,
-        # paired rows with one precision bound by the host and the other not, by less than the host moves
-        "timing_host_bound": int((ok["not_settled_why"] == HOST).sum()) if len(ok) else 0,
-        "host_swing": HOST_SWING,
-        "min_rounds": MIN_ROUNDS,
         # a step from one size to the next compares two jobs: none is settled
         "speedup_steps_settled": sum(st["direction"] != NOT_SETTLED for t in trend_by_series.values() for st in t["steps"]),
         "kernels": kernel_summary(list(kernel_records)),
@@ -614,11 +607,7 @@ class A4Summary(Summary):
     timing_not_ok: list[str] | None
     timing_paired: int | None
     timing_separate_processes: int
-    timing_too_few_rounds: int
-    timing_host_bound: int
     timing_none_settled: bool
-    host_swing: float
-    min_rounds: int
     several_timing_sizes: bool
     speedups: Unread[dict[str, float]]      # series -> fp32 over bf16 (the timing table's)
     median_speedup_by_phase: dict[str, float] | None

@@ -24,7 +24,7 @@ from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, judge, trend_of
+from cs336_systems.report.spread import FEW_ROUNDS, HOST, MIN_ROUNDS, NOT_SETTLED, judge, trend_of
 
 GIB = 2**30
 
@@ -147,7 +147,6 @@ class A6Summary(Summary):
     step_host_bound: int
     step_rounds: int | None
     min_rounds: int
-    host_swing: float
     fitting_k: list[int]
     workload: Workload
     num_blocks: int
@@ -215,7 +214,6 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
         step_host_bound=sum(v.reason == HOST for v in verdicts),
         step_rounds=min((v.rounds for v in verdicts), default=None),
         min_rounds=MIN_ROUNDS,
-        host_swing=HOST_SWING,
         fitting_k=[int(k) for k in ok["k"]],
         workload=Workload(workload["size"], workload["context"], workload["batch"]),
         num_blocks=N,
