@@ -116,11 +116,12 @@ def time_table(records: list[dict]) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Speedup:
-    """The compiled PyTorch backward's time ÷ the Triton backward's."""
+    """The compiled PyTorch backward's time ÷ the Triton backward's (``speedup``) and its inverse
+    (``slowdown``). One median a side gives the judge no interval: whether ours is faster is said
+    from ``BackwardCost.faster_than_floor``, not from these ratios."""
     triton_ms: float
     pytorch_ms: float
     speedup: float
-    faster: bool
     slowdown: float
 
 
@@ -131,8 +132,7 @@ def backward_speedup(times: pd.DataFrame) -> dict[str, Speedup]:
     for dtype in sorted({d for d, _ in ok.index}):
         if (dtype, "triton") in ok.index and (dtype, "triton-pytorch-backward") in ok.index:
             ours, theirs = float(ok[(dtype, "triton")]), float(ok[(dtype, "triton-pytorch-backward")])
-            speedup = theirs / ours
-            out[dtype] = Speedup(ours, theirs, speedup, speedup >= 1, 1 / speedup)
+            out[dtype] = Speedup(ours, theirs, theirs / ours, ours / theirs)
     return out
 
 
