@@ -23,7 +23,7 @@ from cs336_systems.report import contract
 from cs336_systems.report.b1 import frame, out_of_memory_points
 from cs336_systems.report.b2_whole_model import SAME, Range, WholeModel, spread
 from cs336_systems.report.common import load_record_lists, load_records, run_provenance, write_table
-from cs336_systems.report.contract import Summary, Unread
+from cs336_systems.report.contract import Summary
 from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge
 
 PHASES = ("forward_ms", "backward_ms")
@@ -143,8 +143,8 @@ class ForwardJudged:
     paired: int
     unpaired: int
     within: int
-    slower: Unread[int]
-    faster: Unread[int]
+    slower: int
+    faster: int
     not_settled: int
     few_rounds: int
     min_rounds: int
