@@ -216,7 +216,7 @@ def test_overhead_is_the_step_against_the_baseline_of_the_same_run_and_precision
 
 
 def test_a_precision_that_runs_its_own_batch_is_named_in_the_setup_line(run, tmp_path):
-    for v in ddp.reads("C3", CHOSEN):
+    for v in CHOSEN:
         path = Path(_path(run, "records", v, "bf16"))
         record = json.loads(path.read_text())
         record["params"]["global_batch"] = 32
@@ -226,6 +226,11 @@ def test_a_precision_that_runs_its_own_batch_is_named_in_the_setup_line(run, tmp
     assert summary["setup"]["global_batch"] == 8 and summary["setup"]["other_batches"] == {"bf16": 32}
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C3", folder / "summary.json")
     assert "global batch 8 (bf16: 32; config.yaml says why) over 2 ranks" in text
+    # C11's memory table sets both precisions' rows side by side: it says each one's batch
+    summary = json.loads((_report(run, "C11") / "summary.json").read_text())
+    assert summary["global_batches"] == {"fp32": 8, "bf16": 32}
+    text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C11", run / "C11" / "summary.json")
+    assert "The precisions ran different global batches (fp32 8 sequences, bf16 32 sequences" in text
     # one batch for both: the line names one
     for v in ddp.reads("C3", CHOSEN):
         path = Path(_path(run, "records", v, "bf16"))
@@ -468,15 +473,19 @@ def test_the_overhead_model_is_fitted_to_whole_overheads():
     rng = random.Random(11)
     c, o_ms, s, w = rng.uniform(10, 40), rng.uniform(0.01, 0.08), 8e9, 300e9
     counts = [8, 98, 339, 434]
-    points = [(n, c + n * o_ms + s / (n * w) * 1e3) for n in counts]
+
+    def point(n, ms):
+        return {"variant": f"bucketed-{n}", "buckets": n, "ms": ms, "low_ms": None, "high_ms": None,
+                "verdict": spread.NOT_SETTLED, "rounds_ms": [ms]}
+    points = [point(n, c + n * o_ms + s / (n * w) * 1e3) for n in counts]
     fit = c8.fit_overheads(points, s, w)
     assert fit["c_ms"] == pytest.approx(c) and fit["o_ms"] == pytest.approx(o_ms) and fit["max_residual_ms"] < 1e-9
     assert fit["optimum"]["n_buckets"] == pytest.approx(math.sqrt(s / (w * o_ms / 1e3)))
     assert fit["optimum"]["overhead_ms"] == pytest.approx(c + 2 * math.sqrt(s * o_ms / 1e3 / w) * 1e3)
     assert fit["optimum"]["fixed_share"] == pytest.approx(c / fit["optimum"]["overhead_ms"])   # what the text may call "most"
     assert c8.fit_overheads(points[:2] + [points[1]], s, w) is None
-    flat = c8.fit_overheads([(n, 30.0 - n * 0.001 + s / (n * w) * 1e3) for n in counts], s, w)
-    assert flat["o_ms"] < 0 and flat["optimum"] is None
+    flat = c8.fit_overheads([point(n, 30.0 - n * 0.001 + s / (n * w) * 1e3) for n in counts], s, w)
+    assert flat["o_ms"] < 0 and flat["optimum"] is None and not flat["located"]
 
 
 def _round_record(variant: str, rounds: list[list[float]], job: str = "job1") -> dict:
@@ -578,3 +587,25 @@ def test_c8_s_section_says_when_its_runs_spanned_nodes_and_nothing_for_one_host(
         texts[name] = renderer.section("C8", folder / "summary.json")
     assert "Across nodes" not in texts["one"]
     assert "**Across nodes.** The fp32 runs' ranks ran on 2 nodes (n1, n2, 1 a node): every all-reduce crosses" in texts["two"]
+
+
+def test_c12_sets_a_traced_step_s_idle_time_against_ddp_s_only_where_it_computes_in_fp32(run, tmp_path):
+    """DDP (overlap, fp32)'s idle compute lane is the reference for a traced FSDP step that computes in
+    fp32 (fsdp in fp32); fsdp-bf16, and every variant in bf16, computes in bf16, and the section says
+    DDP's is no reference for it."""
+    folder = _report(run, "C12", traced=("overlap", "fsdp", "fsdp-bf16"))
+    idle = json.loads((folder / "summary.json").read_text())["untraced_idle"]
+    assert {label: u["computes_as_reference"] for label, u in idle.items() if u} == {
+        "overlap": True, "fsdp": True, "fsdp-bf16": False, "overlap (bf16)": False, "fsdp (bf16)": False,
+        "fsdp-bf16 (bf16)": False}
+    # the traced steps' idle time the profiler's (the sentence that names DDP's), each
+    summary = json.loads((folder / "summary.json").read_text())
+    for u in summary["untraced_idle"].values():
+        u["mostly_profiler"] = True
+    (folder / "summary.json").write_text(json.dumps(summary))
+    text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C12", folder / "summary.json")
+    said = {part.split(":")[0]: part for part in text.split("\n\n") if "idle time is the profiler's" in part}
+    assert set(said) == set(summary["gap_labels"]) == {"fsdp", "fsdp-bf16", "fsdp (bf16)", "fsdp-bf16 (bf16)"}
+    for label, part in said.items():
+        assert ("against DDP's" in part) is idle[label]["computes_as_reference"], part
+        assert ("is an fp32 step's: no reference for a step computing in bf16" in part) is (not idle[label]["computes_as_reference"])

@@ -29,7 +29,12 @@ def after_backward_pass_ms(family: str, grad_bytes: float, memory_Bps: float | N
     passes = AFTER_BACKWARD_PASSES.get(family)
     if passes is None or not memory_Bps:
         return None
-    return passes * 2 * grad_bytes / memory_Bps * 1e3
+    return passes * one_pass_ms(grad_bytes, memory_Bps)
+
+
+def one_pass_ms(grad_bytes: float, memory_Bps: float) -> float:
+    """The least time one pass over the gradients takes: it reads and writes every byte of them."""
+    return 2 * grad_bytes / memory_Bps * 1e3
 
 
 def naive_calls(size) -> int:

@@ -13,7 +13,7 @@ from cs336_systems.distributed import variants
 from cs336_systems.models import get_size
 from cs336_systems.report.contract import Summary
 from cs336_systems.report.ddp_rows import (GIB, Setup, Spread, Step, Versus, WaitingStep, by_variant,
-                                           record_difference, trace_label)
+                                           compute_precision, record_difference, trace_label)
 from cs336_systems.report.ddp_traces import untraced_idle
 
 # The variants whose forward communicates nothing (they all-reduce gradients only): each one's
@@ -25,8 +25,8 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
                  records: dict[tuple[str, str], dict] | None = None) -> list[dict]:
     """C12: what an FSDP forward's time is made of, as far as the records settle it. Per FSDP row:
     its forward against a forward that communicates nothing in the precision its matmuls run in
-    (fsdp-bf16 gathers bf16 weights, so bf16): the baseline's, else the first of ``QUIET_FORWARD``
-    the run has (``baseline_variant``), judged (``record_difference``: ``excess``) where ``records``
+    (``ddp_rows.compute_precision``: fsdp-bf16 gathers bf16 weights, so bf16): the baseline's, else
+    the first of ``QUIET_FORWARD`` the run has (``baseline_variant``), judged (``record_difference``: ``excess``) where ``records``
     gives both records by (variant, precision): not settled where they were not measured in one job
     (fsdp-bf16 against a bf16 run's baseline). And the most the weight transfers can take: every
     Linear and Embedding weight all-gathered once (each rank receives (N − 1)/N of it) at C1's bus
@@ -48,7 +48,7 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
             if not row:
                 continue
             element_bytes = variants.lookup(variant).gradient_bytes
-            compute = "bf16" if element_bytes == 2 or precision == "bf16" else "fp32"
+            compute = compute_precision(variant, precision)
             quiet = rows.get(compute, {}) if batch.get(compute) == batch.get(precision) else {}
             base_variant = next((v for v in QUIET_FORWARD if quiet.get(v)), None)
             base = quiet.get(base_variant) if base_variant else None
@@ -163,6 +163,7 @@ class UntracedIdle:
     traced_idle_ms: float
     mostly_profiler: bool | None
     beyond_transfers: bool
+    computes_as_reference: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,8 +204,8 @@ def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: di
     failed has no trace, so no gaps), and DDP (overlap)'s as their reference (``gap_rows``)."""
     predicted = predicted_state_GiB(setup)
     by_point = {(v, p): r for p, found in by_variant(records).items() for v, r in found.items()}
-    untraced = {label: untraced_idle(gaps.get(label), rows[p].get(v))
-                for p in rows for v in traced if (label := trace_label(v, p)) in traces}
+    points = {label: (v, p) for p in rows for v in traced if (label := trace_label(v, p)) in traces}
+    untraced = {label: untraced_idle(gaps.get(label), rows[p].get(v)) for label, (v, p) in points.items()}
     forward_rows = fsdp_forward(rows, setup, c1, by_point)
     for label, idle in untraced.items():
         # idle longer than the fp32 step's transfers can take: the waits are not only for bytes
@@ -212,6 +213,9 @@ def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: di
                       if f["variant"] == label and f["precision"] == "fp32"), None)
         if idle is not None:
             idle["beyond_transfers"] = bound is not None and idle["idle_ms"] > bound
+            # DDP (overlap, fp32)'s idle time is a reference only for a step that computes in fp32 too:
+            # a bf16 step's kernels are shorter, so less of each transfer hides behind them
+            idle["computes_as_reference"] = compute_precision(*points[label]) == variants.DEFAULT_PRECISION
     with_gaps = {label for label, found in gaps.items() if found}
     gap_labels = [label for label in drawn if label in with_gaps]
     reference = ["overlap"] if untraced.get("overlap") and "overlap" in with_gaps else []

@@ -14,13 +14,16 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.accounting.data_parallel import optimal_buckets, overhead_model
+from cs336_systems.accounting.data_parallel import AFTER_BACKWARD_PASSES, optimal_buckets, overhead_model
 from cs336_systems.distributed import variants
 from cs336_systems.report import spread
 from cs336_systems.report.common import save_figure, write_table
-from cs336_systems.report.ddp_rows import (PHASES, WAITS_IN_BACKWARD, Difference, Named, Opening, Spread, WaitingStep, by_variant,
-                                           is_bucket_size, memory_bandwidth, no_rows, pass_ms, phase_spread,
-                                           record_difference, step_spread, trace_label, versus)
+from cs336_systems.report.contract import Unread
+from cs336_systems.report.ddp_rows import (BUCKETED, OTHER_COMPUTE_NOTE, PHASES, WAITS_IN_BACKWARD, Difference, Named,
+                                           Opening, Spread, WaitingStep, by_variant, compute_precision, is_bucket_size,
+                                           memory_bandwidth, no_rows, pass_ms, per_call_bound, per_call_cost,
+                                           phase_spread, record_difference, round_differences, same_computation,
+                                           step_spread, trace_label, versus)
 from cs336_systems.report.ddp_traces import QUIET_TRACE, compute_gaps, where_time_goes
 
 # The overhead model follows the measured waits where every bucket size's wait lies within this
@@ -105,13 +108,18 @@ def overheads(records: list[dict]) -> dict[str, dict]:
     own job), the best contender (smallest median overhead) and what the data says of it against
     PyTorch DDP's: ``compare_overheads_paired`` where the contender, PyTorch DDP and the baseline took
     turns in one job (``paired``), else not settled. ``anchor_reaches_zero``: PyTorch DDP's own
-    overhead is not above zero beyond the spread. Precisions without an ok baseline are left out."""
+    overhead is not above zero beyond the spread. A variant that computes otherwise than the baseline
+    (``ddp_rows.same_computation``) has no overhead: its step less the baseline's is not what
+    communication costs; ``no_baseline`` names those, with the precision they compute in.
+    Precisions without an ok baseline are left out."""
     out = {}
     for precision, found in by_variant(records).items():
         base = found.get(variants.BASELINE)
         if base is None:
             continue
-        rows = {v: overhead_of(r, base) for v, r in found.items() if v != variants.BASELINE}
+        rows = {v: overhead_of(r, base) for v, r in found.items() if v != variants.BASELINE
+                and same_computation(v, precision)}
+        no_baseline = {v: compute_precision(v, precision) for v in found if not same_computation(v, precision)}
         anchor = rows.get("torch-ddp")
         contenders = {v: r for v, r in rows.items() if v != "torch-ddp"
                       and variants.lookup(v).deliverable in CONTENDERS_OF}
@@ -123,6 +131,7 @@ def overheads(records: list[dict]) -> dict[str, dict]:
             verdict = compare_overheads_paired(found[best], found["torch-ddp"], base) if paired else spread.NOT_SETTLED
         steps = step_spread(base)
         out[precision] = {"baseline_ms": steps[0], "baseline_range_ms": [steps[1], steps[2]], "rows": rows,
+                          "no_baseline": no_baseline,
                           "best": best, "verdict": verdict, "paired": paired,
                           # PyTorch DDP's interval reaches zero: no overhead of it to set ours against
                           "anchor_reaches_zero": bool(anchor and anchor["verdict"] in (spread.WITHIN, "lower")),
@@ -164,7 +173,8 @@ def compare_overheads_paired(ours: dict, anchor: dict, base: dict) -> str:
 
 def overhead_table(records: list[dict], found: dict[str, dict]) -> pd.DataFrame | None:
     """C8: one row per variant, for each precision its step, the baseline, the overhead in ms (with
-    the judge's interval, empty where not settled) and as % of the baseline."""
+    the judge's interval, empty where not settled) and as % of the baseline; a variant that computes
+    otherwise than the baseline (``overheads``' ``no_baseline``) has neither, and a note saying why."""
     if not found:
         return None
     rows = {}
@@ -172,20 +182,25 @@ def overhead_table(records: list[dict], found: dict[str, dict]) -> pd.DataFrame 
         variant, precision = r["params"]["variant"], variants.precision_of(r)
         if precision not in found or variant == variants.BASELINE:
             continue
-        row = rows.setdefault(variant, {"variant": variant})
+        row = rows.setdefault(variant, {"variant": variant, "note": ""})
         steps, over = step_spread(r), found[precision]["rows"].get(variant)
+        other = found[precision]["no_baseline"].get(variant)
         row[f"{precision}_step_ms"] = steps[0] if steps else None
-        row[f"{precision}_baseline_ms"] = found[precision]["baseline_ms"]
+        row[f"{precision}_baseline_ms"] = None if other else found[precision]["baseline_ms"]
+        if other:
+            row["note"] = "; ".join(filter(None, [row["note"], f"{precision}: {OTHER_COMPUTE_NOTE.format(other)}"]))
         row[f"{precision}_overhead_ms"] = over["ms"] if over else None
         row[f"{precision}_overhead_range_ms"] = (f"{over['low_ms']:.1f}–{over['high_ms']:.1f}"
                                                  if over and over["low_ms"] is not None else "")
         row[f"{precision}_overhead_pct"] = over["pct"] if over else None
-    return pd.DataFrame(list(rows.values()))
+    table = pd.DataFrame(list(rows.values()))
+    return table[[c for c in table.columns if c != "note"] + ["note"]]
 
 
 def plot_overheads(found: dict[str, dict], path: Path) -> None:
     """Overhead per variant and precision as % of that precision's baseline, with the judge's
-    interval as error bars (none where not settled)."""
+    interval as error bars (none where not settled). A variant without a baseline of its computation
+    has no row (``overheads``), so its step's difference does not set the axis for the others."""
     fig, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * max(1, len({v for f in found.values() for v in f["rows"]}))))
     names = list(dict.fromkeys(v for f in found.values() for v in f["rows"]))
     height = 0.8 / max(1, len(found))
@@ -223,30 +238,99 @@ def accuracy_rows(records: list[dict]) -> list[dict]:
     return out
 
 
-def fit_overheads(points: list[tuple[int, float]], grad_bytes: float, w_Bps: float) -> dict | None:
+def fit_overheads(points: list[dict], grad_bytes: float, w_Bps: float) -> dict | None:
     """The overhead model fitted to what each bucket count costs in all (its paired overhead: step
     less the baseline's, which counts what is paid inside backward as well as the wait after it):
-    overhead − s/(n_b·w) = c + n_b·o by least squares over ``points`` (n_b, overhead ms). ``c_ms`` is
-    what every bucket count pays (the collectives sharing the GPU with backward, passes over the
+    overhead − s/(n_b·w) = c + n_b·o by least squares over ``points`` (``overhead_points``: each a
+    bucket count, its overhead as the judge has it and its per-round differences). ``c_ms`` is what
+    every bucket count pays (the collectives sharing the GPU with backward, passes over the
     gradients), ``o_ms`` what one more bucket costs; with o > 0 the optimum n_b* = √(s/(w·o)).
-    None with fewer than three distinct bucket counts (two points fit any line)."""
-    if len({n for n, _ in points}) < 3:
+
+    What the data carry of it: c and o fitted to the points leave ``degrees_of_freedom``; the
+    ``residuals_ms`` are set against each point's per-round differences (``within_rounds``: how many
+    points' fitted overhead lies within the range of their rounds; ``round_widths_ms``: the narrowest
+    and widest range). The optimum is ``located`` only where the judge settled every point the fit
+    rests on and the optimum's overhead lies below the whole interval of the best measured one
+    (``best``); else the fit does not locate a better bucket count than the measured ones, and
+    ``points_settled`` and ``measured_lower`` (the best measured overhead at or below the optimum's)
+    say why. None with fewer than three distinct bucket counts (two points fit any line)."""
+    if len({p["buckets"] for p in points}) < 3:
         return None
-    xs = [float(n) for n, _ in points]
-    ys = [ms - grad_bytes / (n * w_Bps) * 1e3 for n, ms in points]
+    xs = [float(p["buckets"]) for p in points]
+    ys = [p["ms"] - grad_bytes / (p["buckets"] * w_Bps) * 1e3 for p in points]
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
     intercept = mean_y - slope * mean_x
     residuals = [y - (intercept + slope * x) for x, y in zip(xs, ys)]
-    found = {"c_ms": intercept, "o_ms": slope, "points": len(points), "max_residual_ms": max(abs(r) for r in residuals),
-             "overhead_range_ms": [min(ms for _, ms in points), max(ms for _, ms in points)], "optimum": None}
+    ranges = [(min(p["rounds_ms"]), max(p["rounds_ms"])) if p["rounds_ms"] else None for p in points]
+    widths = [b - a for a, b in filter(None, ranges)]
+    best = min(points, key=lambda p: p["ms"])
+    settled = all(p["verdict"] != spread.NOT_SETTLED for p in points)
+    found = {"c_ms": intercept, "o_ms": slope, "points": len(points), "degrees_of_freedom": len(points) - 2,
+             "buckets": [int(p["buckets"]) for p in points], "residuals_ms": residuals,
+             "max_residual_ms": max(abs(r) for r in residuals),
+             # a fitted overhead (the point's less its residual) inside the range of the point's rounds
+             "within_rounds": sum(1 for p, r, span in zip(points, residuals, ranges)
+                                  if span and span[0] <= p["ms"] - r <= span[1]) if widths else None,
+             "round_widths_ms": [min(widths), max(widths)] if widths else None,
+             "overhead_range_ms": [min(p["ms"] for p in points), max(p["ms"] for p in points)],
+             "points_settled": settled,
+             "best": {"variant": best["variant"], "buckets": int(best["buckets"]), "ms": best["ms"],
+                      "low_ms": best["low_ms"], "high_ms": best["high_ms"],
+                      "rounds_ms": [min(best["rounds_ms"]), max(best["rounds_ms"])] if best["rounds_ms"] else None},
+             "optimum": None, "located": False, "measured_lower": False}
     if slope > 0:
         optimum = optimal_buckets(grad_bytes, slope / 1e3, w_Bps)
         total = optimum["overhead_ms"] + intercept
         share = intercept / total if total > 0 else None
         found["optimum"] = optimum | {"overhead_ms": total, "fixed_share": share,
                                       "mostly_fixed": share is not None and share > 0.5}
+        found["measured_lower"] = best["ms"] <= total
+        found["located"] = settled and best["low_ms"] is not None and total < best["low_ms"]
     return found
+
+
+def overhead_points(records: list[dict], found: dict, precision: str) -> list[dict]:
+    """The bucket sizes' overheads in ``precision`` as ``fit_overheads`` takes them: each one's bucket
+    count, its overhead (``found``: ``overheads``' entry for the precision, the judge's difference and
+    interval) and the per-round differences of its step less the baseline's (``round_differences``)."""
+    ran = by_variant(records).get(precision, {})
+    base, rows = ran.get(variants.BASELINE), found.get("rows", {})
+    return [{"variant": v, "buckets": r["metrics"]["buckets"], **rows[v],
+             "rounds_ms": round_differences(r, base) if base else []}
+            for v, r in ran.items() if is_bucket_size(v) and v in rows and r["metrics"].get("buckets")]
+
+
+def measured_pass(steps: list[dict], precision: str, paid: dict | None) -> dict | None:
+    """One pass over the gradients after backward as ``precision``'s records measure it, and the
+    per-call cost ``paid`` (``paid_per_call``'s) with it in place of the datasheet's pass. A rung that
+    no longer makes some passes (``ladder``'s ``removed_passes``) waits less after backward than the
+    rung below it by what they took, so its wait saved per pass removed is a pass, where it is at
+    least the least time a pass can take (the datasheet's): a smaller saving is not the pass alone
+    (something else the rung changed moved the wait too) and is left out (``below_floor``).
+    ``pass_ms``: the least and the most kept, ``settled``: the judge settled every kept saving;
+    ``o_ms`` (``per_call_cost``) and ``o_high_ms`` (``per_call_bound``, least first) at those two;
+    ``fits_bound``: where o stays within the bound with the same pass ("both" ends, the "low end"
+    only, "neither"); ``bucket_passes_ms``: the bucket sizes' passes after backward at those two.
+    None where no rung's saving is kept, or without ``paid``."""
+    removing = [s for s in steps if s["precision"] == precision and s["removed_passes"] and s["removed_pass_ms"]
+                and s["wait"]]
+    if not removing or not paid:
+        return None
+    floor = removing[0]["removed_pass_ms"] / removing[0]["removed_passes"]
+    kept = sorted((x, s["wait"]["verdict"]) for s in removing if (x := -s["wait"]["ms"] / s["removed_passes"]) >= floor)
+    if not kept:
+        return None
+    ends = [kept[0][0], kept[-1][0]]
+    o = [per_call_cost(paid["waits"]["ms"], x, paid["calls"]) for x in ends]
+    bound = ([per_call_bound(paid["slowest_wait_ms"], paid["send_ms"], x, paid["calls"]) for x in ends]
+             if paid["send_ms"] is not None else None)
+    held = [a <= b for a, b in zip(o, bound)] if bound else None
+    return {"pass_ms": ends, "datasheet_pass_ms": floor, "rungs": len(kept), "below_floor": len(removing) - len(kept),
+            "settled": all(verdict != spread.NOT_SETTLED for _, verdict in kept), "o_ms": o,
+            "o_high_ms": sorted(bound) if bound else None,
+            "fits_bound": None if held is None else "both" if all(held) else "low end" if held[0] else "neither",
+            "bucket_passes_ms": [AFTER_BACKWARD_PASSES[BUCKETED] * x for x in ends]}
 
 
 def spans_of(model: dict) -> dict:
@@ -288,7 +372,7 @@ def plot_phases(table: pd.DataFrame, path: Path) -> None:
 
 
 def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict, out: Path,
-                  per_call: dict[str, dict], found_overheads: dict[str, dict]):
+                  per_call: dict[str, dict], found_overheads: dict[str, dict], steps: list[dict]):
     """C8: the bucketed rows with the overhead model's prediction, its figure, and its summary (None
     without C1's fit). w is C1's fit for the same backend and world size; s the bytes the bucketed
     variants send (every gradient, in the dtype they communicate); o, where naive and flat ran, the
@@ -296,7 +380,9 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
     times one call alone between synchronisations. ``o_source`` says which; ``predicted_c1_ms``
     is the model with C1's o either way, and ``after_backward_pass_ms`` the least time the rows'
     passes over the gradients after backward take, which the model leaves out. ``overhead_fit`` fits
-    the model to the bucket sizes' overheads (``found_overheads``, what ``overheads`` gave)."""
+    the model to the bucket sizes' overheads (``found_overheads``, what ``overheads`` gave), and
+    ``measured_pass`` is the per-call cost with the passes as the rungs (``steps``: ``ladder``'s)
+    measure them, where o is the records'."""
     fit = c1["fits"].get(f"{setup['backend']}_x{setup['world_size']}")
     # One precision: s is the bytes of fp32 gradients, and a bf16 step's backward and waits are another
     # workload's (the first precision's rows, as per_call is the first precision's)
@@ -337,12 +423,16 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
         model_summary |= spans_of(model_summary)
         # Fitted to the overheads of the first precision, where the run paired them with a baseline.
         precision = variants.precision_of(sent[0])
-        rows = found_overheads.get(precision, {}).get("rows", {})
-        points = [(int(n), rows[v]["ms"]) for v, n, p in zip(bucketed["variant"], bucketed["buckets"], bucketed["precision"])
-                  if p == precision and v in rows]
+        points = overhead_points(records, found_overheads.get(precision, {}), precision)
         model_summary |= model_against_waits(list(ones["predicted_ms"]), list(ones["comm_wait_ms"]))
         model_summary["overhead_fit"] = fit_overheads(points, grad_bytes, w) if points else None
         model_summary["overhead_fit_precision"] = precision
+        measured = measured_pass(steps, precision, paid) if source == "records" else None
+        if measured:
+            # the bucket sizes' passes at the measured pass can reach the shortest of their waits: then
+            # the records leave nothing of the waits for the calls
+            measured["passes_fill_waits"] = measured["bucket_passes_ms"][1] >= model_summary["measured_wait_range_ms"][0]
+        model_summary["measured_pass"] = measured
         plot_bucket_model(ones, grad_bytes, o_s, w, ax, c1_o_s=c1_o_s, source=source, pass_ms=model_summary["pass_ms"])
     else:
         ax.text(0.5, 0.5, "no C1 fit for this backend and world size", ha="center", transform=ax.transAxes)
@@ -400,7 +490,8 @@ def ladder(records: list[dict]) -> list[dict]:
     """What each rung did: per precision and bucket size, every rung's step against the rung below
     it that ran (``record_difference``: judged per round where they shared a job), in ladder order;
     ``removed_pass_ms``, the least time (datasheet bandwidth) of the passes over the gradients after
-    backward that the rung no longer makes (``AFTER_BACKWARD_PASSES``), where both rungs' are known."""
+    backward that the rung no longer makes (``AFTER_BACKWARD_PASSES``; ``removed_passes`` counts
+    them), where both rungs' are known, and ``wait``, its wait after backward against the rung below's."""
     out = []
     bandwidth = memory_bandwidth(records)
     for precision, found in by_variant(records).items():
@@ -414,8 +505,11 @@ def ladder(records: list[dict]) -> list[dict]:
                     continue
                 grad_bytes = found[rung]["metrics"].get("parameter_count", 0) * variants.lookup("naive").gradient_bytes
                 passes = [pass_ms(v, grad_bytes, bandwidth) for v in (below, rung)]
+                counts = [AFTER_BACKWARD_PASSES.get(variants.lookup(v).name) for v in (below, rung)]
                 out.append({"precision": precision, "rung": rung, "below": below,
-                            "removed_pass_ms": passes[0] - passes[1] if None not in passes and grad_bytes else None} | diff)
+                            "removed_pass_ms": passes[0] - passes[1] if None not in passes and grad_bytes else None,
+                            "removed_passes": counts[0] - counts[1] if None not in counts else None,
+                            "wait": record_difference(found[rung], found[below], "comm_wait_ms")} | diff)
     return out
 
 
@@ -443,8 +537,8 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
     accuracy = accuracy_rows(records)
     write_table(pd.DataFrame(accuracy) if accuracy else no_rows("no variant recorded its bf16 gradients' error"),
                 out, stem="accuracy")
-    bucketed, model = bucket_model(records, table, setup, c1, out, per_call, found)
     steps = ladder(records)
+    bucketed, model = bucket_model(records, table, setup, c1, out, per_call, found, steps)
     # What the traces show is left: the compute lane's idle time in one step of each traced
     # variant of C8's and of PyTorch DDP's.
     gaps = {label: compute_gaps(traces[label]) for p in precisions for v in traced
@@ -463,10 +557,12 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
 
 @dataclass(frozen=True, kw_only=True)
 class Overhead:
-    """``overheads``, one precision: every variant's overhead (its rows), the best and the verdict."""
+    """``overheads``, one precision: every variant's overhead (its rows), the best and the verdict, and
+    the variants without a baseline of their computation (variant -> the precision it computes in)."""
     rows: dict[str, Spread]
+    no_baseline: dict[str, str]
     best: str | None
-    verdict: str
+    verdict: str | None             # null where PyTorch DDP or every contender is missing
     anchor_reaches_zero: bool
     ratio: float | None
 
@@ -501,9 +597,13 @@ class AcrossNodes:
 
 @dataclass(frozen=True, kw_only=True)
 class PerCallBound:
-    """What naive's calls can cost at most each (``ddp_rows.paid_per_call``'s ``o_high_ms``)."""
+    """What naive's calls can cost at most each (``ddp_rows.paid_per_call``'s ``o_high_ms``), and how
+    much of o is flat's extra passes at the datasheet's rate (``assumed_share``, ``mostly_assumed``)."""
     calls: dict[str, int]
     o_high_ms: float | None
+    extra_passes_ms: float
+    assumed_share: float | None
+    mostly_assumed: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -522,14 +622,51 @@ class FittedOptimum(Optimum):
 
 
 @dataclass(frozen=True, kw_only=True)
+class BestMeasured:
+    """``fit_overheads``' ``best``: the bucket count with the least measured overhead, the judge's
+    interval (null where not settled) and the range of its per-round differences."""
+    variant: str
+    buckets: int
+    ms: float
+    low_ms: float | None
+    high_ms: float | None
+    rounds_ms: list[float] | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class OverheadFit:
-    """``fit_overheads``: c + n·o fitted to the measured overheads of the bucket sizes."""
+    """``fit_overheads``: c + n·o fitted to the measured overheads of the bucket sizes, what the data
+    carry of it, and whether it locates an optimum."""
     c_ms: float
     o_ms: float
     points: int
-    max_residual_ms: float
+    degrees_of_freedom: int
+    buckets: list[int]
+    residuals_ms: list[float]
+    max_residual_ms: Unread[float]          # the words give each residual; tests read the largest
+    within_rounds: int | None
+    round_widths_ms: list[float] | None
     overhead_range_ms: list[float]
+    points_settled: bool
+    best: BestMeasured
     optimum: FittedOptimum | None
+    located: bool
+    measured_lower: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredPass:
+    """``measured_pass``: a pass over the gradients as the rungs measure it, and o with it."""
+    pass_ms: list[float]
+    datasheet_pass_ms: float
+    rungs: int
+    below_floor: int
+    settled: bool
+    o_ms: list[float]
+    o_high_ms: list[float] | None
+    fits_bound: str | None
+    bucket_passes_ms: list[float]
+    passes_fill_waits: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -564,6 +701,7 @@ class OverheadModel:
     predicted_change: float | None
     overhead_fit: OverheadFit | None
     overhead_fit_precision: str
+    measured_pass: MeasuredPass | None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,9 +30,9 @@ from cs336_systems.distributed import variants
 from cs336_systems.report import c8, c12, contract, spread
 from cs336_systems.report.common import load_records, run_provenance, write_table
 from cs336_systems.report.contract import Summary
-from cs336_systems.report.ddp_rows import (backward_waits, by_variant, is_bucket_size, memory_rows, naive_calls, no_rows,
-                                           paid_per_call, paired_by_precision, record_difference, row_of, step_table,
-                                           step_view, trace_label, versus)
+from cs336_systems.report.ddp_rows import (backward_waits, by_variant, global_batches, is_bucket_size, memory_rows,
+                                           naive_calls, no_rows, paid_per_call, paired_by_precision, record_difference,
+                                           row_of, step_table, step_view, trace_label, versus)
 from cs336_systems.report.ddp_traces import compute_gaps, plot_timelines
 from cs336_systems.report.ddp_rows import (ByPrecision, Difference, Opening, Ranks, Row, Setup, Versus,
                                            WaitingRow, WaitingStep)
@@ -254,6 +254,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     calls = naive_calls(setup["size"])
     summary = {"provenance": run_provenance(records), "setup": setup, "precisions": precisions,
                "first_precision": first, "only_fp32": precisions == ["fp32"], "paired": paired,
+               "global_batches": global_batches(records),
                **by_precision[first],
                "by_precision": {p: by_precision[p] for p in precisions if p != first},
                "naive_calls": calls, "per_call": per_call.get(first),
@@ -331,6 +332,8 @@ class PerCall:
     memory_GBps: float | None
     o_ms: float
     o_low_ms: float | None
+    assumed_share: float | None
+    mostly_assumed: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -424,6 +427,7 @@ class MemoryRow(c12.MemoryAt):
 @dataclass(frozen=True, kw_only=True)
 class C11Summary(Summary):
     setup: Ranks
+    global_batches: dict[str, int] | None     # each precision's, where they differ (its table has both)
     warmup_and_steps: int
     memory: dict[str, MemoryRow]            # the first precision's rows, by variant
     memory_checked: bool

@@ -13,6 +13,7 @@ processes would be needed, and one process a side has none. The fastest–slowes
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +48,25 @@ WAITS_IN_BACKWARD = ("torch-ddp",)
 QUIET_BACKWARD = (variants.BASELINE, "naive", "flat")
 
 
-# Variants whose matmuls run in another dtype than their record's precision says (fsdp-bf16 casts
-# its weights to bf16): their steps are not the same computation as the others'.
-OTHER_COMPUTE = ("fsdp-bf16",)
+# Variants whose matmuls run in a dtype of their own, whatever their record's precision: fsdp-bf16
+# casts its weight shards to bf16 before gathering them. Every other variant computes in its record's
+# precision, as that precision's baseline does (bf16: under autocast, whose matmuls run in bf16 too).
+COMPUTES_IN = {"fsdp-bf16": "bf16"}
+
+
+def compute_precision(variant: str, precision: str) -> str:
+    """The precision ``variant``'s matmuls run in when its record's precision is ``precision``."""
+    return COMPUTES_IN.get(variant, precision)
+
+
+def same_computation(variant: str, precision: str) -> bool:
+    """Whether ``variant`` in ``precision`` computes what that precision's baseline computes, so that
+    its step less the baseline's is what communication costs; a variant that computes otherwise has
+    no baseline of its computation (fsdp-bf16 in fp32: that difference is bf16 compute)."""
+    return compute_precision(variant, precision) == precision
+
+
+OTHER_COMPUTE_NOTE = "computes in {}: no baseline of its computation, so no overhead"
 
 
 IN_BACKWARD_NOTE = "waits inside backward (PyTorch's reducer): nothing left to wait for after it"
@@ -64,7 +81,10 @@ def step_table(records: list[dict]) -> pd.DataFrame:
         memory = (m.get("memory_per_rank") or [{}])[0]
         inside = r["params"]["variant"] in WAITS_IN_BACKWARD
         note = r.get("reason") or r.get("message") or ""
-        rows.append({"variant": r["params"]["variant"], "precision": variants.precision_of(r), "status": r["status"],
+        variant, precision = r["params"]["variant"], variants.precision_of(r)
+        if not same_computation(variant, precision):
+            note = "; ".join(filter(None, [OTHER_COMPUTE_NOTE.format(compute_precision(variant, precision)), note]))
+        rows.append({"variant": variant, "precision": precision, "status": r["status"],
                      **{phase: m.get(phase) for phase in PHASES},
                      "step_ms": m.get("step_ms"), "step_range_ms": _step_range(m.get("steps") or []),
                      "comm_share": m.get("comm_share"), "buckets": m.get("buckets"),
@@ -83,16 +103,18 @@ def with_overhead(table: pd.DataFrame, records: list[dict] | None = None) -> pd.
     took turns in one job, the overhead is their paired difference (``record_difference``: the median
     of the per-round differences the judge keeps); else the difference of the medians. Added only where
     the run has an ok baseline: a precision without one gets empty cells, never a number against
-    nothing (the columns are there in every run, so a writeup's view of the table names them alike)."""
+    nothing (the columns are there in every run, so a writeup's view of the table names them alike), and
+    none for a row that computes otherwise than its baseline (``same_computation``: its note says so)."""
     base = table[(table["variant"] == variants.BASELINE) & (table["status"] == "ok")]
     base_ms = table["precision"].map(dict(zip(base["precision"], base["step_ms"].astype(float)))).astype(float)
+    base_ms[[not same_computation(v, p) for v, p in zip(table["variant"], table["precision"])]] = math.nan
     over = table["step_ms"].astype(float) - base_ms
     if records is not None:
         bases = {p: r for p, found in by_variant(records).items() if (r := found.get(variants.BASELINE))}
         for i, r in enumerate(records):
             mine = bases.get(variants.precision_of(r))
             found = record_difference(r, mine) if mine is not None and r["status"] == "ok" else None
-            if found is not None and found["paired"]:
+            if found is not None and found["paired"] and not math.isnan(base_ms.iloc[i]):
                 over.iloc[i] = found["ms"]
     out = table.copy()
     out.insert(out.columns.get_loc("step_range_ms") + 1, "overhead_ms", over)
@@ -149,6 +171,15 @@ def record_difference(a: dict, b: dict, phase: str = "step_ms") -> dict | None:
                       "paired": found.paired, "rounds": found.rounds})
 
 
+def round_differences(a: dict, b: dict, phase: str = "step_ms") -> list[float]:
+    """``a``'s ``phase`` less ``b``'s, one difference a round of the job that measured both (the
+    difference of the two turns' medians, as the judge takes them); empty where no job measured both."""
+    if not spread.same_job(a, b):
+        return []
+    rounds = zip(spread.round_samples(a, ROUND_PHASE[phase]), spread.round_samples(b, ROUND_PHASE[phase]))
+    return [statistics.median(x) - statistics.median(y) for x, y in rounds if x and y]
+
+
 def by_variant(records: list[dict]) -> dict[str, dict[str, dict]]:
     """The ok records per precision, by variant."""
     out: dict[str, dict[str, dict]] = {}
@@ -164,9 +195,9 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
     else the longer of naive's and flat's (the smaller difference), as the judge has it
     (``record_difference``); whether its backward is the longest of the precision's variants (judged
     longer than every other's); and its step against every other variant's that runs the same
-    computation (``record_difference``, keyed by variant; the baseline's is the overhead, and
-    ``OTHER_COMPUTE`` computes otherwise), with the variants it is judged shorter and longer than,
-    and whether against some it is within the spread or not settled."""
+    computation (``record_difference``, keyed by variant; the baseline's is the overhead, and a
+    variant that is not ``same_computation`` computes otherwise), with the variants it is judged
+    shorter and longer than, and whether against some it is within the spread or not settled."""
     out: dict[str, dict[str, dict]] = {}
     for precision, found in by_variant(records).items():
         backward = {v: phase_spread(r, "backward_ms") for v, r in found.items()}
@@ -180,7 +211,7 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
             backwards = [record_difference(found[variant], r, "backward_ms") for v, r in found.items()
                          if v != variant and backward[v]]
             steps = {v: d for v, r in found.items() if v not in (variant, variants.BASELINE)
-                     and v not in OTHER_COMPUTE and (d := record_difference(found[variant], r)) is not None}
+                     and same_computation(v, precision) and (d := record_difference(found[variant], r)) is not None}
             out.setdefault(precision, {})[variant] = {
                 "backward_ms": mine[0], "reference": reference,
                 "reference_backward_ms": backward[reference][0] if reference else None,
@@ -214,6 +245,24 @@ def memory_bandwidth(records: list[dict]) -> float | None:
     return card.hbm_bandwidth if card else None
 
 
+# The passes over the gradients after backward that flat makes and naive does not (into its buffer
+# and back out), and naive's own (its division).
+FLAT_EXTRA_PASSES = data_parallel.AFTER_BACKWARD_PASSES["flat"] - data_parallel.AFTER_BACKWARD_PASSES["naive"]
+NAIVE_PASSES = data_parallel.AFTER_BACKWARD_PASSES["naive"]
+
+
+def per_call_cost(waits_ms: float, one_pass_ms: float, calls: dict[str, int]) -> float:
+    """o = (naive's wait − flat's wait + flat's extra passes) / (naive's calls − flat's calls), with
+    one pass over the gradients taking ``one_pass_ms`` (``paid_per_call``)."""
+    return (waits_ms + FLAT_EXTRA_PASSES * one_pass_ms) / (calls["naive"] - calls["flat"])
+
+
+def per_call_bound(slowest_wait_ms: float, send_ms: float, one_pass_ms: float, calls: dict[str, int]) -> float:
+    """The most naive's calls can cost each: its slowest wait less its bytes at C1's bandwidth
+    (``send_ms``) and its own passes over the gradients (``paid_per_call``)."""
+    return (slowest_wait_ms - send_ms - NAIVE_PASSES * one_pass_ms) / calls["naive"]
+
+
 def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
     """Per precision where naive and flat both ran: the cost of one more all-reduce when calls are
     issued back to back after backward, fitted where it is paid. Naive makes one call per gradient
@@ -225,9 +274,13 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
 
     ``o_ms`` from the judge's difference of the waits (``record_difference``) and ``o_low_ms`` from
     the low end of its interval (None where not settled; both lower bounds, the passes being counted
-    at peak bandwidth). With C1's fit, ``o_high_ms``:
-    the most naive's calls can cost each, its slowest wait less its bytes at C1's bandwidth and its
-    own division pass. A CPU run (no memory bandwidth) counts no passes."""
+    at peak bandwidth). ``assumed_share``: the share of o's numerator that is those passes at the
+    datasheet's rate, not measured (None where no pass is counted or the numerator is not positive);
+    ``mostly_assumed`` where that is more than half.
+    With C1's fit, ``o_high_ms``: the most naive's calls can cost each, its slowest wait less its
+    bytes at C1's bandwidth and its own division pass. A CPU run (no memory bandwidth) counts no
+    passes. ``one_pass_ms``, ``slowest_wait_ms`` and ``send_ms`` let a report recompute o and its
+    bound with a pass measured otherwise (``per_call_cost``, ``per_call_bound``)."""
     out = {}
     bandwidth = memory_bandwidth(records)
     for precision, found in by_variant(records).items():
@@ -237,19 +290,21 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
         calls = {"naive": naive_calls(naive["params"]["size"]), "flat": 1}
         grad_bytes = naive["metrics"]["parameter_count"] * variants.lookup("naive").gradient_bytes
         waits = record_difference(naive, flat, "comm_wait_ms")
-        passes = {v: pass_ms(v, grad_bytes, bandwidth) for v in calls}
-        extra = passes["flat"] - passes["naive"] if bandwidth else 0.0
-        extra_calls = calls["naive"] - calls["flat"]
+        one = data_parallel.one_pass_ms(grad_bytes, bandwidth) if bandwidth else 0.0
+        extra = FLAT_EXTRA_PASSES * one
+        numerator = waits["ms"] + extra
         found_here = {"calls": calls, "grad_MB": grad_bytes / 1e6, "grad_GB": grad_bytes / 1e6 / 1000, "waits": waits,
-                      "passes_ms": passes,
-                      "extra_passes_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
-                      "o_ms": (waits["ms"] + extra) / extra_calls,
-                      "o_low_ms": None if waits["low_ms"] is None else (waits["low_ms"] + extra) / extra_calls,
-                      "o_high_ms": None, "c1_o_ms": fit["o_ms"] if fit else None}
+                      "one_pass_ms": one, "extra_passes_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
+                      "o_ms": per_call_cost(waits["ms"], one, calls),
+                      "o_low_ms": None if waits["low_ms"] is None else per_call_cost(waits["low_ms"], one, calls),
+                      "assumed_share": extra / numerator if extra > 0 and numerator > 0 else None,
+                      # most of o is the passes priced, not measured: the words say o rests on them
+                      "mostly_assumed": extra > 0 and numerator > 0 and extra / numerator > 0.5,
+                      "o_high_ms": None, "c1_o_ms": fit["o_ms"] if fit else None,
+                      "slowest_wait_ms": phase_spread(naive, "comm_wait_ms")[2], "send_ms": None}
         if fit and fit.get("w_GBps"):
-            slowest = phase_spread(naive, "comm_wait_ms")[2]
-            own = passes["naive"] or 0.0
-            found_here["o_high_ms"] = (slowest - grad_bytes / (fit["w_GBps"] * 1e9) * 1e3 - own) / calls["naive"]
+            found_here["send_ms"] = grad_bytes / (fit["w_GBps"] * 1e9) * 1e3
+            found_here["o_high_ms"] = per_call_bound(found_here["slowest_wait_ms"], found_here["send_ms"], one, calls)
         out[precision] = found_here
     return out
 
@@ -325,6 +380,16 @@ def trace_label(variant: str, precision: str) -> str:
     """How a trace is named in the summary and its timeline: the variant, with its precision where
     that is not fp32."""
     return variant if precision == variants.DEFAULT_PRECISION else f"{variant} ({precision})"
+
+
+def global_batches(records: list[dict]) -> dict[str, int] | None:
+    """Each precision's global batch (sequences; its records' params), where the precisions ran
+    different ones (config.yaml's ``DDP.global_batch`` says why): then a row of one precision beside
+    one of the other compares two batches, its step and memory as much as its precision. None where
+    every precision ran the same batch."""
+    batches = {variants.precision_of(r): r["params"]["global_batch"] for r in records}
+    ordered = {p: batches[p] for p in (*variants.PRECISIONS, *sorted(batches)) if p in batches}     # fp32 first
+    return ordered if len(set(batches.values())) > 1 else None
 
 
 def paired_by_precision(records: list[dict]) -> dict[str, bool]:
@@ -437,10 +502,12 @@ class Ranks:
 
 @dataclass(frozen=True, kw_only=True)
 class Opening(Summary):
-    """What every step-table section opens with: the precisions and which one its rows are."""
+    """What every step-table section opens with: the precisions and which one its rows are, and each
+    precision's global batch where they differ (``global_batches``)."""
     precisions: list[str]
     first_precision: str
     only_fp32: bool
+    global_batches: dict[str, int] | None
 
 
 # precision -> variant -> row (null where the variant did not run in that precision)
