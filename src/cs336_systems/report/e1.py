@@ -4,7 +4,16 @@ it, each rung's first loss against fp32 eager's, and whether the goal point meet
     python -m cs336_systems.report.e1 --records rec1.json ... --goal-size 2.7B --goal-context 1024 \
         --goal-mfu 0.55 --out-dir DIR
 
-Step times are the median of the timed steps (the spread: standard deviation, min and max).
+Step times are the median of the timed steps (the spread: standard deviation, min and max); a step
+whose timed steps fall in two clusters (``report.two_modes``) is quoted by both clusters' medians,
+since its median lies between them or hides one of them, and every verdict it enters says so.
+
+**Profiles** (``training_step.profile``): kernel time a step by kind, as ``step_kernels.kind`` classified
+it in every profile (a cast by its launching op, any other kernel by its name); where the profiler tied
+a profile's kernels to no op (a CUDA graph's replay) its casts are not attributable (``kinds_ms``), and
+set against another profile, the kinds that may hold them are compared as one (``comparable``). The
+kernels' busy time under the profiler and the step timed without it are two measurements: the section
+sets them side by side and never divides one by the other.
 
 **Scope.** The goal point holds the whole ladder; the grid's other points the rungs E1 measures
 there (``--elsewhere``: the top rung and the one it is set against) and every anchor. The report
@@ -72,6 +81,7 @@ from cs336_systems.report import contract
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge, judge_rounds, round_samples
+from cs336_systems.report.two_modes import RULE, Rule, TwoModes, two_modes
 from cs336_systems.training_step import rungs
 
 LOSS_RTOL = 5e-4          # a rung's losses against fp32 eager's (the module's doc says why)
@@ -130,6 +140,8 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "std_ms": _nan(step.get("std")) if ok else math.nan,
             "min_ms": _nan(step.get("min")) if ok else math.nan, "max_ms": _nan(step.get("max")) if ok else math.nan,
             "n": int(step.get("n") or 0),
+            # a step alternating between two times: its median stands for neither alone (report.two_modes)
+            "modes": two_modes(step.get("samples") or [], step.get("median")) if ok else None,
             **{f"{phase}_ms": _nan(m.get(phase, {}).get("median")) if ok else math.nan for phase in PHASES},
             "tokens_per_s": _nan(m.get("tokens_per_s")) if ok else math.nan,
             "flops": flops, "tflops": achieved(flops, median / 1e3) / 1e12 if ok and median > 0 else math.nan,
@@ -157,10 +169,12 @@ def _finite(value: float) -> float | None:
 class Against:
     """The top rung of a point against another entrant there (an anchor, or an ``--elsewhere`` rung):
     the judge's ratio of their steps per round of their job (``spread.judge``), its interval (None
-    where none was measured), its verdict, the rounds and those set aside."""
+    where none was measured), its verdict, the rounds and those set aside; ``modes``: the two times
+    the other's step alternates between, where it does."""
     rung: str
     anchor: bool
     ms: float
+    modes: TwoModes | None
     difference: float | None
     low: float | None
     high: float | None
@@ -173,13 +187,14 @@ class Against:
 def against(top, other, records: list[dict]) -> Against:
     """``top``'s step over ``other``'s (two rows of the frame), judged."""
     v = judge(records[int(top["record"])], records[int(other["record"])], ratio=True)
-    return Against(str(other["rung"]), bool(other["anchor"]), float(other["median_ms"]), _finite(v.difference),
+    return Against(str(other["rung"]), bool(other["anchor"]), float(other["median_ms"]), other["modes"],
+                   _finite(v.difference),
                    _finite(v.low), _finite(v.high), v.verdict, v.rounds, v.set_aside, v.paired)
 
 
 def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
     ref_loss, loss_diff, loss_ok, d_ms, d_pct, d_gib, d_spread, d_low, d_high = [], [], [], [], [], [], [], [], []
-    loss_steps, grad_error, grad_group, grad_ok = [], [], [], []
+    loss_steps, grad_error, grad_group, grad_ok, d_alternates = [], [], [], [], []
     by_point = {(str(r["size"]), r["context"], str(r["rung"])): r for _, r in df.iterrows()}
     for _, row in df.iterrows():
         point = (str(row["size"]), row["context"])
@@ -217,6 +232,7 @@ def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd
             d_spread.append(judged.verdict)
             d_low.append(judged.low)
             d_high.append(judged.high)
+            d_alternates.append(row["modes"] is not None or prev["modes"] is not None)
         else:
             d_ms.append(math.nan)
             d_pct.append(math.nan)
@@ -224,6 +240,7 @@ def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd
             d_spread.append(None)
             d_low.append(math.nan)
             d_high.append(math.nan)
+            d_alternates.append(False)
     df = df.copy()
     df["fp32_loss"], df["loss_rel_diff"], df["loss_ok"] = ref_loss, loss_diff, loss_ok
     df["loss_steps"], df["grad_rel_error"], df["grad_group"], df["grad_ok"] = loss_steps, grad_error, grad_group, grad_ok
@@ -232,6 +249,7 @@ def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd
                          for lo, go in zip(loss_ok, grad_ok)]
     df["delta_ms"], df["delta_pct"], df["delta_peak_gib"], df["delta_spread"] = d_ms, d_pct, d_gib, d_spread
     df["delta_low_ms"], df["delta_high_ms"] = d_low, d_high
+    df["delta_alternates"] = d_alternates        # the verdict involves a step that alternates between two times
     return df
 
 
@@ -243,20 +261,40 @@ def _num(value: float, fmt: str) -> str:
 VERDICT_WORDS = {"lower": "faster", "higher": "slower", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}
 
 
+def _step_cell(r) -> str:
+    if r["status"] != "ok":
+        return r["status"].upper()
+    if (modes := r["modes"]) is not None:       # the median lies between the two times or hides one: both are given
+        return f"alternates {modes.low_ms:.2f} / {modes.high_ms:.2f} (median {r['median_ms']:.2f})"
+    return f"{r['median_ms']:.2f} ± {r['std_ms']:.2f}"
+
+
+def _at_each_mode(r, at_median: float, of_ms, fmt: str) -> str:
+    """A rate of the step: ``at_median``, or for a step that alternates between two times, its value
+    at each (``of_ms``: the rate at a step of so many ms); empty where there is none (no peak, no step)."""
+    if math.isnan(at_median):
+        return ""
+    if (modes := r["modes"]) is not None:
+        return f"{format(of_ms(modes.low_ms), fmt)} / {format(of_ms(modes.high_ms), fmt)}"
+    return _num(at_median, fmt)
+
+
 def display_table(df: pd.DataFrame) -> pd.DataFrame:
     """The ladder people read: one row per size, context and rung (anchors last), failures spelled out."""
     out = pd.DataFrame({
         "size": df["size"].astype(str), "context": df["context"], "rung": df["rung"].astype(str),
-        "step (ms)": [f"{r['median_ms']:.2f} ± {r['std_ms']:.2f}" if r["status"] == "ok" else r["status"].upper()
-                      for _, r in df.iterrows()],
+        "step (ms)": [_step_cell(r) for _, r in df.iterrows()],
         "min–max (ms)": [f"{r['min_ms']:.2f}–{r['max_ms']:.2f}" if r["status"] == "ok" else "" for _, r in df.iterrows()],
         "Δ vs rung before (ms)": [_num(v, "+.2f") for v in df["delta_ms"]],
         "Δ (%)": [_num(100 * v, "+.1f") for v in df["delta_pct"]],
         "Δ interval (ms)": [f"{lo:+.2f} to {hi:+.2f}" if not math.isnan(lo) else "" for lo, hi in
                             zip(df["delta_low_ms"], df["delta_high_ms"])],
-        "Δ verdict": [VERDICT_WORDS.get(v, v) if isinstance(v, str) else "" for v in df["delta_spread"]],
-        "tokens/s": [_num(v, ",.0f") for v in df["tokens_per_s"]],
-        "MFU": [_num(100 * v, ".1f") + (" %" if not math.isnan(v) else "") for v in df["mfu"]],
+        "Δ verdict": [VERDICT_WORDS.get(v, v) + (" (a step alternates between two times)" if alternates else "")
+                      if isinstance(v, str) else "" for v, alternates in zip(df["delta_spread"], df["delta_alternates"])],
+        "tokens/s": [_at_each_mode(r, r["tokens_per_s"], lambda ms, r=r: r["batch"] * r["context"] / (ms / 1e3), ",.0f")
+                     for _, r in df.iterrows()],
+        "MFU": [_at_each_mode(r, 100 * r["mfu"], lambda ms, r=r: 100 * utilisation(r["flops"], ms / 1e3, r["peak_flops"]),
+                              ".1f") + (" %" if not math.isnan(r["mfu"]) else "") for _, r in df.iterrows()],
         "peak (GiB)": [_num(v, ".2f") for v in df["peak_gib"]],
         "Δ peak (GiB)": [_num(v, "+.2f") for v in df["delta_peak_gib"]],
         "first loss": [_num(v, ".4f") for v in df["loss"]],
@@ -273,7 +311,8 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def plot_ladder(df: pd.DataFrame, path: Path) -> None:
     """One panel per size x context: a bar per rung (median, whiskers min to max), anchors beside in
-    another colour; a rung that did not run is named on the axis with its status."""
+    another colour, a step that alternates between two times marked at both (x); a rung that did not
+    run is named on the axis with its status."""
     points = list(dict.fromkeys((str(r["size"]), int(r["context"])) for _, r in df.iterrows()))
     cols = max(1, len({c for _, c in points}))
     rows = max(1, math.ceil(len(points) / cols))
@@ -282,16 +321,20 @@ def plot_ladder(df: pd.DataFrame, path: Path) -> None:
         ax.axis("off")
     for ax, (size, context) in zip(axes.flat, points):
         part = df[(df["size"].astype(str) == size) & (df["context"] == context)]
-        labels, heights, colours, low, high = [], [], [], [], []
-        for _, r in part.iterrows():
+        labels, heights, colours, low, high, modes = [], [], [], [], [], []
+        for i, (_, r) in enumerate(part.iterrows()):
             ok = r["status"] == "ok"
             labels.append(str(r["rung"]) + ("" if ok else f"\n({r['status']})"))
             heights.append(r["median_ms"] if ok else math.nan)
             colours.append("C1" if r["anchor"] else "C0")
             low.append(r["median_ms"] - r["min_ms"] if ok else 0.0)
             high.append(r["max_ms"] - r["median_ms"] if ok else 0.0)
+            if ok and r["modes"] is not None:
+                modes += [(i, r["modes"].low_ms), (i, r["modes"].high_ms)]
         x = range(len(labels))
         bars = ax.bar(x, heights, color=colours, yerr=[low, high], capsize=2)
+        if modes:
+            ax.scatter(*zip(*modes), marker="x", color="black", s=14, zorder=3)
         # Log time: fp32 eager's step is ~10x the others', and a linear axis flattens the few-percent
         # differences between the fast rungs and the anchors into one height; each bar carries its median.
         ax.set_yscale("log")
@@ -307,16 +350,19 @@ def plot_ladder(df: pd.DataFrame, path: Path) -> None:
 
 @dataclass(frozen=True)
 class Step:
-    """One entrant's step at a point, as the section quotes it; its phases feed the gap (``gap``)."""
+    """One entrant's step at a point, as the section quotes it; its phases feed the gap (``gap``).
+    ``modes``: the two times a step that alternates between them takes (its median stands for neither alone)."""
     rung: str
     ms: float
     mfu: float | None
     phases_ms: dict[str, float | None]
+    modes: TwoModes | None
 
 
 def _step(r) -> Step:
     return Step(str(r["rung"]), float(r["median_ms"]), None if math.isnan(r["mfu"]) else float(r["mfu"]),
-                {phase: None if math.isnan(r[f"{phase}_ms"]) else float(r[f"{phase}_ms"]) for phase in PHASES})
+                {phase: None if math.isnan(r[f"{phase}_ms"]) else float(r[f"{phase}_ms"]) for phase in PHASES},
+                r["modes"])
 
 
 def _rankable(part: pd.DataFrame) -> pd.DataFrame:
@@ -387,6 +433,23 @@ def points_summary(df: pd.DataFrame, records: list[dict], elsewhere: tuple[str, 
 
 
 @dataclass(frozen=True)
+class Alternating:
+    """A step whose timed steps fall in two clusters (``two_modes``): where, whose, its median and its
+    timed steps."""
+    label: str
+    rung: str
+    median_ms: float
+    steps: int
+    modes: TwoModes
+
+
+def alternating(df: pd.DataFrame) -> list[Alternating]:
+    ran = df[(df["status"] == "ok") & df["modes"].notna()]
+    return [Alternating(f"{r['size']} ctx {int(r['context'])}", str(r["rung"]), float(r["median_ms"]), int(r["n"]),
+                        r["modes"]) for _, r in ran.iterrows()]
+
+
+@dataclass(frozen=True)
 class Points:
     """Some points, and some rungs: those the points lack (``missing_briefly``) or have (``scope``)."""
     points: list[str]
@@ -408,8 +471,9 @@ def scope(points: list[Point], goal_size: str, goal_context: int) -> list[Points
 
 @dataclass(frozen=True)
 class Bought:
-    """What one rung bought over the rung before it: medians over the points where both ran, and at
-    how many points the judge calls it faster, slower, within the spread or not settled."""
+    """What one rung bought over the rung before it: medians over the points where both ran, at how
+    many points the judge calls it faster, slower, within the spread or not settled, and at how many
+    of those either step alternates between two times."""
     rung: str
     points: int
     median_delta_ms: float | None
@@ -419,6 +483,7 @@ class Bought:
     within_spread_at: int
     not_settled_at: int
     median_delta_peak_gib: float | None
+    alternating_at: int
 
 
 def _median(values: pd.Series) -> float | None:
@@ -433,7 +498,8 @@ def bought(df: pd.DataFrame) -> list[Bought]:
         said = part["delta_spread"]
         out.append(Bought(name, int(len(part)), _median(part["delta_ms"]), _median(part["delta_pct"]),
                           int((said == "lower").sum()), int((said == "higher").sum()), int((said == WITHIN).sum()),
-                          int((said == NOT_SETTLED).sum()), _median(part["delta_peak_gib"].dropna())))
+                          int((said == NOT_SETTLED).sum()), _median(part["delta_peak_gib"].dropna()),
+                          int(part["delta_alternates"].sum())))
     return out
 
 
@@ -685,6 +751,9 @@ class E1Summary(Summary):
     peaks: list[str]
     checks: Checks
     points: list[Point]
+    # the steps that alternate between two times, and the rule that finds them (report.two_modes)
+    alternating: list[Alternating]
+    two_modes_rule: Rule
     partial_points: list[Points]
     bought: list[Bought]
     # the top rung against the best anchor, point by point, by the judge's verdict
@@ -693,6 +762,7 @@ class E1Summary(Summary):
     slower_than_anchor_at: list[str]
     within_anchor_at: list[str]
     not_settled_anchor_at: list[str]
+    alternating_anchor_at: list[str]    # of those, where either step alternates between two times
     goal: Goal
     gap: Gap | None
     optimizer_floor: OptimizerFloor | None
@@ -741,18 +811,41 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         checkpoint_groups=sorted({p["params"]["checkpoint_group"] for p in records
                                   if p["params"].get("checkpointed") and p["status"] == "ok"}),
         peaks=sorted(set(df[df["status"] == "ok"]["peak_basis"])),
-        checks=checks(df), points=points, partial_points=scope(points, goal_size, goal_context), bought=bought(df),
+        checks=checks(df), points=points, alternating=alternating(df), two_modes_rule=RULE,
+        partial_points=scope(points, goal_size, goal_context), bought=bought(df),
         compared_points=len(compared), faster_than_anchor_at=where("lower"), slower_than_anchor_at=where("higher"),
         within_anchor_at=where(WITHIN), not_settled_anchor_at=where(NOT_SETTLED),
+        alternating_anchor_at=[p.label for p in compared if p.top_rung.modes or p.best_anchor.modes],
         goal=goal, gap=gap_, optimizer_floor=floor, planned=n_planned, not_measured=missing,
         missing=missing_briefly(list(planned), missing), profiles=profile_summary(list(profiles)),
         kernel_comparison=comparison)
 
 
+# A profile tells casts (kernels a cast op, ``aten::_to_copy``, launched: ``step_kernels.kind``) apart
+# only where the profiler tied its kernels to the ops that launched them. The anchors' profiles on an
+# H200 leave 0.2 to 0.5 % of their kernels tied to no op; a step replayed from CUDA graphs leaves all
+# of them (the replay hides the ops), and its casts then count under the kind their names give. Above
+# this share of its kernels tied to no op, a profile's casts are not attributable.
+UNATTRIBUTED_MAX = 0.01
+CAST = "cast"
+
+
+def kernels_per_step(m: dict) -> float:
+    return sum(m["count_per_step"]) / len(m["count_per_step"])
+
+
+def kinds_ms(m: dict) -> dict[str, float | None]:
+    """A profile's kernel time a step by kind, as ``step_kernels.kind`` classifies every row (a cast by
+    its launching op, every other kernel by its name); the casts None where they are not attributable."""
+    attributable = m["unattributed_per_step"] <= UNATTRIBUTED_MAX * kernels_per_step(m)
+    return {k: None if k == CAST and not attributable else v["ms"] for k, v in m["kinds"].items()}
+
+
 def profile_table(profiles: list[dict]) -> pd.DataFrame:
     """Kernel time per step by kind for each profiled rung (``training_step.profile``), its share of
-    the kernels' time, and the kernels' busy share of the unprofiled step (CUDA only); one row saying
-    why where no profile ran."""
+    the kernels' time, and the kernels' busy time under the profiler beside the step timed without it
+    (CUDA only: two measurements, so no share of one in the other); one row saying why where no
+    profile ran."""
     rows = []
     for r in profiles:
         p, m = r["params"], r["metrics"]
@@ -761,15 +854,19 @@ def profile_table(profiles: list[dict]) -> pd.DataFrame:
             rows.append({"point": point, "rung": p["rung"], "kind": r["status"].upper(),
                          "per step": "", "ms per step": None, "share of kernel time": r.get("reason") or ""})
             continue
-        for kind, totals in m["kinds"].items():
-            rows.append({"point": point, "rung": p["rung"], "kind": kind, "per step": f"{totals['count']:.0f}",
-                         "ms per step": round(totals["ms"], 2),
-                         "share of kernel time": f"{100 * totals['ms'] / m['time_ms']:.1f} %" if m["time_ms"] else ""})
-        busy = m.get("busy_share")
+        for kind, ms in kinds_ms(m).items():
+            if ms is None:
+                rows.append({"point": point, "rung": p["rung"], "kind": kind, "per step": "",
+                             "ms per step": "", "share of kernel time": "not attributable"})
+                continue
+            rows.append({"point": point, "rung": p["rung"], "kind": kind,
+                         "per step": f"{m['kinds'][kind]['count']:.0f}", "ms per step": round(ms, 2),
+                         "share of kernel time": f"{100 * ms / m['time_ms']:.1f} %" if m["time_ms"] else ""})
+        busy = m.get("busy_ms")
         rows.append({"point": point, "rung": p["rung"], "kind": "all (busy: kernels' union)",
-                     "per step": f"{sum(m['count_per_step']) / len(m['count_per_step']):.0f}",
-                     "ms per step": round(m["busy_ms"] if m.get("busy_ms") is not None else m["time_ms"], 2),
-                     "share of kernel time": f"busy {100 * busy:.1f} % of the {m['step']['median']:.1f} ms step"
+                     "per step": f"{kernels_per_step(m):.0f}",
+                     "ms per step": round(busy if busy is not None else m["time_ms"], 2),
+                     "share of kernel time": f"busy under the profiler; the step without it {m['step']['median']:.1f} ms"
                      if busy is not None else m["unit"]})
     if not rows:
         return pd.DataFrame({"(no rows)": ["no step of this run was profiled"]})
@@ -778,18 +875,25 @@ def profile_table(profiles: list[dict]) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Profile:
-    """What the section quotes of one profiled rung: ms per step by kind, busy time and its share of
-    the unprofiled step (CUDA only); for a profile that did not run, its status."""
+    """What the section quotes of one profiled rung: ms per step by kind (``kinds_ms``: the casts None
+    where not attributable), its kernels a step and those tied to no op, whether its step was replayed
+    from CUDA graphs; the kernels' busy time under the profiler and the step timed without it in the
+    same process (CUDA only), two measurements: how far apart and which is longer, not a share. For a
+    profile that did not run, its status."""
     rung: str
     size: str
     context: int
     status: str
     reason: Unread[str]
     unit: str | None
-    kinds_ms: dict[str, float] | None
+    kinds_ms: dict[str, float | None] | None
+    kernels: float | None
+    unattributed: float | None
+    graphed: bool
     busy_ms: float | None
-    busy_share: float | None
     step_ms: float | None
+    busy_apart_ms: float | None
+    busy_exceeds_step: bool | None
 
 
 def profile_summary(profiles: list[dict]) -> list[Profile]:
@@ -798,11 +902,12 @@ def profile_summary(profiles: list[dict]) -> list[Profile]:
         p, m = r["params"], r["metrics"]
         if r["status"] != "ok":
             out.append(Profile(p["rung"], p["size"], p["context"], r["status"], r.get("reason") or "",
-                               None, None, None, None, None))
+                               None, None, None, None, bool(p.get("cuda_graphs")), None, None, None, None))
             continue
-        out.append(Profile(p["rung"], p["size"], p["context"], "ok", "", m["unit"],
-                           {k: v["ms"] for k, v in m["kinds"].items()}, m.get("busy_ms"), m.get("busy_share"),
-                           m["step"]["median"]))
+        busy, step = m.get("busy_ms"), m["step"]["median"]
+        out.append(Profile(p["rung"], p["size"], p["context"], "ok", "", m["unit"], kinds_ms(m), kernels_per_step(m),
+                           m["unattributed_per_step"], bool(p.get("cuda_graphs")), busy, step,
+                           None if busy is None else abs(busy - step), None if busy is None else busy > step))
     return out
 
 
@@ -812,9 +917,11 @@ class KernelsApart:
     theirs). The other kinds run the same kernels in both (GEMMs, elementwise): what they differ by is
     the processes' own variation, which the largest must clear twice to stand out. Profiles of two
     commits were made in two sittings, maybe on two lent machines: their differences then also hold
-    the machines' (``apart``). Each difference is also given as a size and a direction, as the
-    section words it."""
+    the machines' (``apart``). Where either side's casts are not attributable, the kinds that may hold
+    them are compared as one (``casts_merged``, ``comparable``). Each difference is also given as a
+    size and a direction, as the section words it."""
     rung: str
+    casts_merged: bool
     delta_ms: Unread[dict[str, float]]
     largest: str
     others_max_abs_ms: float
@@ -870,16 +977,35 @@ def _direction(delta: float, more: str, less: str) -> str:
     return more if delta > 0 else less
 
 
+# A kernel a cast op launched is, by its name, a copy: elementwise, or other (a memcpy). Where a
+# profile's casts are not attributable they sit in those two kinds, so the three are set against
+# the other profile's as one kind: one rule for both sides.
+CASTS_BY_NAME = ("elementwise", "other")
+MERGED = "elementwise, casts and other"
+
+
+def comparable(ours: dict[str, float | None], theirs: dict[str, float | None]) -> tuple[dict, dict, bool]:
+    """Two profiles' ``kinds_ms`` classified alike, and whether their casts had to be merged."""
+    if ours[CAST] is not None and theirs[CAST] is not None:
+        return ours, theirs, False
+
+    def merged(kinds: dict[str, float | None]) -> dict[str, float]:
+        out = {k: v for k, v in kinds.items() if k not in (CAST, *CASTS_BY_NAME)}
+        return out | {MERGED: sum(kinds[k] or 0.0 for k in (CAST, *CASTS_BY_NAME))}
+    return merged(ours), merged(theirs), True
+
+
 def kernels_apart(ours: dict, anchor: dict) -> KernelsApart:
     m, a = ours["metrics"], anchor["metrics"]
-    delta = {k: m["kinds"][k]["ms"] - a["kinds"][k]["ms"] for k in m["kinds"] if k in a["kinds"]}
+    mine, theirs, casts_merged = comparable(kinds_ms(m), kinds_ms(a))
+    delta = {k: mine[k] - theirs[k] for k in mine if k in theirs}
     largest = max(delta, key=lambda k: abs(delta[k]))
     others = max((abs(v) for k, v in delta.items() if k != largest), default=0.0)
     busy = (m["busy_ms"] - a["busy_ms"]) if m.get("busy_ms") is not None and a.get("busy_ms") is not None else None
     step = m["step"]["median"] - a["step"]["median"]
     commits = [ours["provenance"].get("commit") or "unknown", anchor["provenance"].get("commit") or "unknown"]
     return KernelsApart(
-        anchor["params"]["rung"], delta, largest, others, abs(delta[largest]) >= 2 * others, busy, step, commits,
+        anchor["params"]["rung"], casts_merged, delta, largest, others, abs(delta[largest]) >= 2 * others, busy, step, commits,
         ours["provenance"].get("commit") != anchor["provenance"].get("commit"),
         abs(delta[largest]), _direction(delta[largest], "more", "less"),
         None if busy is None else abs(busy), None if busy is None else _direction(busy, "longer", "shorter"),
