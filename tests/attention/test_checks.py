@@ -169,7 +169,7 @@ def test_b4_opens_with_the_times_and_says_why_only_where_the_count_does(tmp_path
     templates = Path(__file__).resolve().parents[2] / "writeup" / "templates"
     text = Renderer("md", tmp_path / "w" / "w.md", templates).section("B4", tmp_path / "B4" / "summary.json")
     body = " ".join(text.split())
-    assert body.split("records (4 ok).* ")[1].startswith("At 1 × 8192 × 64, causal, the Triton backward takes 0.290 ms in bf16")
+    assert body.split("**Answer.** ")[1].startswith("At 1 × 8192 × 64, causal, the Triton backward takes 0.290 ms in bf16")
     assert "In bf16 it takes less than the PyTorch backward's floor alone" in body
     assert "In fp32 it does fewer FLOPs than the PyTorch backward (0.70×)" in body
     assert "In fp32 the Triton kernels' products ran as IEEE FMA on the CUDA cores" in body

@@ -68,6 +68,14 @@ def test_column_alignment(values, align):
     assert column_alignment(pd.Series(values)) == align
 
 
+def test_a_number_column_with_empty_cells_is_made_readable_too():
+    """A CSV column of numbers with a row that has none reads as text; its numbers still show four digits."""
+    frame = writeup.readable_frame(pd.DataFrame({"overhead_ms": ["11.137024", "", "-3.5"], "name": ["a", "b", "c"],
+                                                 "count": ["12", "", "3"]}))
+    assert list(frame["overhead_ms"]) == ["11.14", "", "-3.5"]
+    assert list(frame["name"]) == ["a", "b", "c"] and list(frame["count"]) == ["12", "", "3"]
+
+
 @pytest.mark.parametrize("column, words", [
     ("eager_forward_ms", "eager forward (ms)"), ("compiled_backward_peak_MiB", "compiled backward peak (MiB)"),
     ("busbw_GBps", "bus bandwidth (GB/s)"), ("overhead_pct", "overhead (%)"), ("size_mb", "size (MB)"),

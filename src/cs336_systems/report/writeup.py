@@ -217,12 +217,27 @@ def readable(value: float) -> str:
     return f"{value:.{SIGNIFICANT}g}"
 
 
+def _float_or_none(cell) -> float | None:
+    try:
+        return float(cell)
+    except (TypeError, ValueError):
+        return None
+
+
 def readable_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with its float columns as ``readable`` strings (integer columns stay as they are)."""
+    """``df`` with its float columns as ``readable`` strings (integer columns stay as they are). A
+    column of numbers with empty cells (a row with no such number) reads as text from the CSV: its
+    numbers are made readable too, its empty cells kept."""
     out = df.copy()
     for column in out.columns:
-        if pd.api.types.is_float_dtype(out[column]):
-            out[column] = [readable(v) for v in out[column]]
+        values = out[column]
+        if pd.api.types.is_float_dtype(values):
+            out[column] = [readable(v) for v in values]
+        elif values.dtype == object:
+            cells = [str(v).strip() for v in values]
+            numbers = [_float_or_none(c) for c in cells if c]
+            if numbers and all(n is not None for n in numbers) and any("." in c or "e" in c.lower() for c in cells):
+                out[column] = [readable(float(c)) if c else "" for c in cells]
     return out
 
 
