@@ -233,7 +233,7 @@ def readable_frame(df: pd.DataFrame) -> pd.DataFrame:
         values = out[column]
         if pd.api.types.is_float_dtype(values):
             out[column] = [readable(v) for v in values]
-        elif values.dtype == object:
+        elif values.dtype == object or pd.api.types.is_string_dtype(values):
             cells = [str(v).strip() for v in values]
             numbers = [_float_or_none(c) for c in cells if c]
             if numbers and all(n is not None for n in numbers) and any("." in c or "e" in c.lower() for c in cells):
