@@ -145,7 +145,8 @@ def test_the_drawing_stacks_the_stored_bands(monkeypatch, seed, gib):
     (ax,) = saved[0].axes
     unit, scale = ("GiB", 1024) if gib else ("MiB", 1)
     assert timeline["peak_bytes"] >= 2 * 2**30 if gib else timeline["peak_bytes"] < 2 * 2**30
-    assert ax.get_ylabel() == f"live allocations ({unit})"
+    floor = a5_timeline.y_floor(timeline) / scale
+    assert ax.get_ylabel() == f"live allocations ({unit})" + (f", axis from {floor:,.1f}" if floor else "")
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         a5_timeline.legend_name(b, []) for b in timeline["labels"][::-1]]
     assert timeline["labels"][0] == INITIAL_BAND
@@ -158,7 +159,30 @@ def test_the_drawing_stacks_the_stored_bands(monkeypatch, seed, gib):
     assert f"peak {peak:,.2f} {unit}" in texts
     assert {"forward", "backward", "optimizer", " out of memory"} <= set(texts)
     assert [line.get_xdata()[0] for line in ax.lines if line.get_color() == "red"] == timeline["oom_ms"]
-    assert ax.get_ylim()[1] == pytest.approx(peak * 1.12)
+    assert ax.get_ylim() == pytest.approx((floor, floor + (peak - floor) * 1.12))
+
+
+def test_a_step_that_adds_little_to_what_was_live_gets_an_axis_from_near_that(monkeypatch, seed):
+    """A forward pass over the weights: what was live before is most of the peak, so the axis starts
+    just below it and says so; from zero its rise would be a sliver on a slab. Where the step itself
+    holds most of the peak the axis starts at zero."""
+    timeline = synthetic_timeline(random.Random(seed), oom=False)
+    before = timeline["labels"].index(INITIAL_BAND)
+    rise = max(sum(col) for col in zip(*timeline["values_mib"])) - min(timeline["values_mib"][before])
+    for share, floored in ((0.9, True), (0.3, False)):
+        least = rise * share / (1 - share)              # what was live: `share` of the peak
+        shifted = dict(timeline, values_mib=list(timeline["values_mib"]))
+        shifted["values_mib"][before] = [v - min(timeline["values_mib"][before]) + least
+                                         for v in timeline["values_mib"][before]]
+        shifted["peak_bytes"] = int(max(sum(col) for col in zip(*shifted["values_mib"])) * 2**20)
+        saved = []
+        monkeypatch.setattr(a5_timeline, "save_figure", lambda fig, path: saved.append(fig))
+        a5_timeline.draw(shifted, "unused.png", "title")
+        (ax,) = saved[0].axes
+        scale = 1024 if shifted["peak_bytes"] >= 2 * 2**30 else 1
+        expected = 0.95 * least / scale if floored else 0.0
+        assert ax.get_ylim()[0] == pytest.approx(expected, rel=1e-6)
+        assert ("axis from" in ax.get_ylabel()) is floored
 
 
 def test_missing_file_is_one_line(tmp_path, capsys):

@@ -47,6 +47,20 @@ def legend_name(site: str, allocations: Sequence[dict]) -> str:
     return f"{function}{': ' + ', '.join(ops) if ops else ''} ({place.rsplit('/', 1)[-1]})"
 
 
+# Where what was live before the step is at least this share of the peak (a forward pass over the
+# weights), the y axis starts just below it: from zero the step's own rise is a sliver on a slab.
+FLOOR_SHARE = 0.5
+
+
+def y_floor(timeline: dict) -> float:
+    """Where the y axis starts, in MiB: 0, or just below the least of what was live before the step
+    where that is at least ``FLOOR_SHARE`` of the peak."""
+    peak_mib = timeline["peak_bytes"] / MIB
+    before = [np.asarray(v, dtype=float) for v, b in zip(timeline["values_mib"], timeline["labels"]) if b == INITIAL_BAND]
+    least = float(before[0].min()) if before and before[0].size else 0.0
+    return 0.95 * least if peak_mib and least >= FLOOR_SHARE * peak_mib else 0.0
+
+
 def draw(timeline: dict, path: str | Path, title: str, allocations: Sequence[dict] = ()) -> None:
     """Draw the timeline PNG at ``path`` from a record's ``timeline``; ``allocations``, the record's
     largest allocations, name the operations behind each code site's band (``legend_name``)."""
@@ -54,7 +68,7 @@ def draw(timeline: dict, path: str | Path, title: str, allocations: Sequence[dic
     unit, scale = ("GiB", 1024) if peak >= 2 * 2**30 else ("MiB", 1)     # the bands are in MiB
     times = np.asarray(timeline["times_ms"], dtype=float)
     labels = timeline["labels"]
-    fig, ax = plt.subplots(figsize=(11, 5))
+    fig, ax = plt.subplots(figsize=(10, 4))
     alphas = [0.35 if b.startswith("other") else 0.9 for b in labels]
     lower = np.zeros(times.size)
     names = [legend_name(b, allocations) for b in labels]
@@ -63,19 +77,21 @@ def draw(timeline: dict, path: str | Path, title: str, allocations: Sequence[dic
         ax.fill_between(times, lower, upper, step="post", color=colour, alpha=alpha, linewidth=0, label=label)
         lower = upper
     ax.step(times, lower, where="post", color="black", linewidth=0.6)
-    top = peak / MIB / scale * 1.12 if peak else 1
+    floor = y_floor(timeline) / scale
+    top = floor + (peak / MIB / scale - floor) * 1.12 if peak else 1
     for p in timeline["phases"]:
         start, end = p["start_ms"], p["end_ms"]
         ax.axvspan(start, end, color=PHASE_COLOURS.get(p["name"], "#999999"), alpha=0.07, linewidth=0)
         ax.axvline(start, color="black", linewidth=0.5, linestyle=":")
-        ax.text((start + end) / 2, top * 0.97, p["name"], ha="center", va="top", fontsize=9)
+        ax.text((start + end) / 2, floor + (top - floor) * 0.97, p["name"], ha="center", va="top", fontsize=9)
     for t in timeline["oom_ms"]:
         ax.axvline(t, color="red", linewidth=1.2)
-        ax.text(t, top * 0.9, " out of memory", color="red", fontsize=8)
+        ax.text(t, floor + (top - floor) * 0.9, " out of memory", color="red", fontsize=8)
     if times.size:
         ax.axhline(peak / MIB / scale, color="black", linewidth=0.6, linestyle="--")
         ax.text(0, peak / MIB / scale, f"peak {peak / MIB / scale:,.2f} {unit}", va="bottom", fontsize=8)
-    ax.set(xlabel="host time since the step began (ms)", ylabel=f"live allocations ({unit})", ylim=(0, top), title=title)
+    ylabel = f"live allocations ({unit})" + (f", axis from {floor:,.1f}" if floor else "")
+    ax.set(xlabel="host time since the step began (ms)", ylabel=ylabel, ylim=(floor, top), title=title)
     handles, legend_labels = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], legend_labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.annotate(f"source: {timeline['source']}", (1.0, -0.13), xycoords="axes fraction", ha="right", fontsize=7,
