@@ -68,6 +68,28 @@ def test_column_alignment(values, align):
     assert column_alignment(pd.Series(values)) == align
 
 
+@pytest.mark.parametrize("alignment, parts", [
+    (["left"] * 3 + ["right"] * 5, [[0, 1, 2, 3, 4, 5, 6, 7]]),
+    (["left", "left", "right"] + ["right"] * 10, [[0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 8, 9, 10, 11, 12]]),
+    (["right"] * 9, [[0, 1, 2, 3, 4, 5, 6, 7], [0, 8]]),
+    (["left"] * 5 + ["right"] * 6, [[0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 8, 9, 10]])])
+def test_a_wide_table_is_shown_as_parts_that_repeat_its_row_names(alignment, parts):
+    assert writeup.column_parts(alignment) == parts
+
+
+def test_a_wide_csv_renders_as_tables_of_at_most_eight_columns(tmp_path):
+    columns = {"size": ["small", "xl"], "mode": ["forward", "train"], **{f"t{i}_ms": [1.5 * i, 2.5 * i] for i in range(11)}}
+    pd.DataFrame(columns).to_csv(tmp_path / "table.csv", index=False)
+    for fmt in ("md", "html"):
+        text = Renderer(fmt, tmp_path / "w.md", TEMPLATES).table(tmp_path)
+        headers = [line for line in text.splitlines() if line.startswith("| size")] if fmt == "md" else \
+            re.findall(r"<thead>.*?</thead>", text, re.S)
+        assert len(headers) == 2 and all(h.count("size") == 1 for h in headers)
+        assert all((h.count("|") - 1 if fmt == "md" else len(re.findall(r"<th[ >]", h))) <= writeup.MAX_COLUMNS
+                   for h in headers)
+        assert "t10 (ms)" in text and "t0 (ms)" in text
+
+
 def test_a_number_column_with_empty_cells_is_made_readable_too():
     """A CSV column of numbers with a row that has none reads as text; its numbers still show four digits."""
     frame = writeup.readable_frame(pd.DataFrame({"overhead_ms": ["11.137024", "", "-3.5"], "name": ["a", "b", "c"],

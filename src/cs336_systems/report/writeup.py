@@ -203,6 +203,24 @@ def header_words(column: str) -> str:
     return f"{words} ({unit})" if unit else words
 
 
+# The most columns a table shows at once: a reader takes in that many at the page's width (1400 px).
+MAX_COLUMNS = 8
+
+
+def column_parts(alignment: list[str], most: int = MAX_COLUMNS) -> list[list[int]]:
+    """A table's columns as tables of at most ``most`` each, read one under the other: the leading
+    text columns that name a row (up to three: size, context, mode) repeated in each, the rest in
+    order. A table that fits is one part."""
+    if len(alignment) <= most:
+        return [list(range(len(alignment)))]
+    keys = 0
+    while keys < min(3, len(alignment) - 1) and alignment[keys] == "left":
+        keys += 1
+    keys = max(keys, 1)
+    rest, step = list(range(keys, len(alignment))), most - keys
+    return [list(range(keys)) + rest[i:i + step] for i in range(0, len(rest), step)]
+
+
 SIGNIFICANT = 4      # digits a table cell shows; the CSV beside it keeps every digit
 
 
@@ -295,15 +313,18 @@ class Renderer:
         what = f"all {len(df)} rows × {len(df.columns)} columns of <code>{name}.csv</code> (click to show)"
         # Where the table is folded its CSV is linked anyway; a view says what it leaves out.
         view = (f"{len(df.columns)} of the {width} columns of" if len(df.columns) < width else None)
+        parts = column_parts(list(colalign or []))
         if self.fmt == "md":
-            text = tabulate(df, headers="keys", tablefmt="pipe", showindex=False, colalign=colalign)
+            text = "\n\n".join(tabulate(df.iloc[:, part], headers="keys", tablefmt="pipe", showindex=False,
+                                         colalign=[colalign[i] for i in part]) for part in parts)
             link = os.path.relpath(csv_path, self.out_dir)
             if fold:
                 text = (f"<details><summary>{what}</summary>\n\n{text}\n\n</details>\n\n"
                         f"*The same {len(df)} rows as CSV: [{name}.csv]({link}).*")
             return text + (f"\n\n*{view} [{name}.csv]({link}).*" if view else "")
         # HTML: one raw block with no blank line in it (a blank line would end it in CommonMark).
-        text = tabulate(df, headers="keys", tablefmt="html", showindex=False, colalign=colalign)
+        text = "\n".join(tabulate(df.iloc[:, part], headers="keys", tablefmt="html", showindex=False,
+                                  colalign=[colalign[i] for i in part]) for part in parts)
         if not fold and not view:
             return text
         data = base64.b64encode(csv_path.read_bytes()).decode()
