@@ -22,15 +22,16 @@ MAX_SENTENCES, MAX_PAGES, WIDTH, MAX_COLUMNS = 3, 40, 1400, 8
 
 def sentences(paragraph: str) -> int:
     """How many sentences a Markdown paragraph holds: ends of sentence (., ! or ?) before a capital,
-    emphasis or the paragraph's end. Code spans and bracketed asides are not searched ("(e.g. 1.2×)")."""
-    text = re.sub(r"`[^`]*`", "code", paragraph)
+    emphasis or the paragraph's end. Links, code spans and bracketed asides are not searched ("(e.g. 1.2×)")."""
+    text = re.sub(r"\[[^\]]*\]\([^)]*\)", "link", paragraph)        # "[C8. Bucket sizes](#c8)" is a name
+    text = re.sub(r"`[^`]*`", "code", text)
     text = re.sub(r"\([^()]*\)", "(aside)", text)
     return len(re.findall(r"[.!?](?=\s+[A-Z*]|\s*$)", text.strip()))
 
 
 @pytest.mark.parametrize("text, count", [
     ("One. Two? Three!", 3), ("Speed 1.2× (e.g. at N 1024). Then more.", 2), ("`a. B` holds.", 1),
-    ("bf16 is 2.0× faster at 2.7B: a. b. Sure.", 2)])
+    ("bf16 is 2.0× faster at 2.7B: a. b. Sure.", 2), ("See [C8. Bucket sizes](#c8-bucket). Done.", 2)])
 def test_sentences_are_counted(text, count):
     assert sentences(text) == count
 
