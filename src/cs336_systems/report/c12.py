@@ -176,6 +176,7 @@ class MemoryAt:
 @dataclass(frozen=True, kw_only=True)
 class C12Summary(Summary):
     setup: Setup
+    first_precision: str                    # the precision of the rows it quotes (fsdp, overlap, memory)
     table_view: list[str]
     fsdp: Step | None
     fsdp_bf16: Step | None

@@ -23,7 +23,7 @@ from cs336_systems.report.ddp_rows import (BUCKETED, OTHER_COMPUTE_NOTE, PHASES,
                                            Opening, Spread, WaitingStep, by_variant, compute_precision, is_bucket_size,
                                            memory_bandwidth, no_rows, pass_ms, per_call_bound, per_call_cost,
                                            phase_spread, record_difference, round_differences, same_computation,
-                                           step_spread, trace_label, versus)
+                                           Setup, step_spread, trace_label, versus)
 from cs336_systems.report.ddp_traces import QUIET_TRACE, compute_gaps, where_time_goes
 
 # The overhead model follows the measured waits where every bucket size's wait lies within this
@@ -91,9 +91,14 @@ def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     # the variants the judge has it shorter than, and by how much: the least and the most
     shorter = {o: x for o, x in against.items() if x and x["sign"] < 0}
     saved = [x["less"]["ms"] for x in shorter.values()]
+    # the others by the judge's verdict, for the one sentence that says them all
+    called = lambda keep: [o for o in others if against.get(o) and keep(against[o])]
     return {"variant": best, "step_ms": sizes[best]["metrics"]["step_ms"], "buckets": sizes[best]["metrics"].get("buckets"),
             "versus": against, "shorter_than": [o for o in others if o in shorter],
             "shorter_by_ms": [min(saved), max(saved)] if saved else None,
+            "longer_than": called(lambda x: x["sign"] > 0),
+            "same_as": called(lambda x: x["verdict"] == spread.WITHIN),
+            "unsettled_against": called(lambda x: x["verdict"] == spread.NOT_SETTLED),
             "not_shorter_than": {o: x for o, x in against.items() if o not in shorter}}
 
 
@@ -728,11 +733,15 @@ class BestBucketSize:
     buckets: float | None
     shorter_than: list[str]
     shorter_by_ms: list[float] | None
+    longer_than: list[str]
+    same_as: list[str]              # within the spread
+    unsettled_against: list[str]
     not_shorter_than: dict[str, Difference | None]
 
 
 @dataclass(frozen=True, kw_only=True)
 class C8Summary(Opening):
+    setup: Setup
     table_view: list[str]
     paired: dict[str, bool] | None
     others: dict[str, WaitingStep | None]

@@ -34,7 +34,7 @@ from cs336_systems.report.ddp_rows import (backward_waits, by_variant, global_ba
                                            naive_calls, no_rows, paid_per_call, paired_by_precision, record_difference,
                                            row_of, step_table, step_view, trace_label, versus)
 from cs336_systems.report.ddp_traces import compute_gaps, plot_timelines
-from cs336_systems.report.ddp_rows import (ByPrecision, Difference, Opening, Ranks, Row, Setup, Versus,
+from cs336_systems.report.ddp_rows import (ByPrecision, Difference, Opening, Row, Setup, Versus,
                                            WaitingRow, WaitingStep)
 
 SECTIONS = tuple(deliverables.reported_by("cs336_systems.report.ddp"))
@@ -260,7 +260,6 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
                "naive_calls": calls, "per_call": per_call.get(first),
                # naive sends one all-reduce per gradient tensor after one call that agrees which exist
                "gradient_tensors": calls - 1,
-               "warmup_and_steps": setup["warmup"] + setup["steps"],
                "versus": versus(records, COMPARED.get(ident, ()), first)}
     if ident in TABLE_VIEW:
         summary["table_view"] = TABLE_VIEW[ident]
@@ -426,9 +425,9 @@ class MemoryRow(c12.MemoryAt):
 
 @dataclass(frozen=True, kw_only=True)
 class C11Summary(Summary):
-    setup: Ranks
+    setup: Setup
+    first_precision: str                    # the precision of ``memory``'s rows
     global_batches: dict[str, int] | None     # each precision's, where they differ (its table has both)
-    warmup_and_steps: int
     memory: dict[str, MemoryRow]            # the first precision's rows, by variant
     memory_checked: bool
     moved_after_step: list[str]
