@@ -28,8 +28,9 @@ def _render(tmp_path, rows):
                   "commits": ["0" * 10], "dirty": False, "torch": ["x"], "records": 3, "statuses": {"ok": 3}}
     # the readings the report makes of the rows (report.ddp.memory_readings), which the template words
     summary = {"provenance": provenance, "memory": {r["variant"]: r for r in rows}, **memory_readings(rows), "baseline": None,
-               "setup": {"size": "xl", "context": 512, "global_batch": 8, "world_size": 2, "backend": "nccl",
-                         "warmup": 2, "steps": 5}, "warmup_and_steps": 7, "versus": {}}
+               "setup": {"size": "xl", "context": 512, "global_batch": 8, "other_batches": {}, "world_size": 2,
+                         "backend": "nccl", "warmup": 2, "steps": 5, "rounds": 6, "min_rounds": 5, "judged": True},
+               "first_precision": "fp32", "global_batches": {}, "versus": {}}
     (folder / "summary.json").write_text(json.dumps(summary))
     (folder / "table.csv").write_text("variant\n" + "\n".join(r["variant"] for r in rows) + "\n")
     return Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C11", folder / "summary.json")
@@ -61,5 +62,5 @@ def test_zero_stage_one_is_said_to_keep_every_gradient_too(tmp_path):
 
 def test_the_section_opens_with_what_sharding_saves(tmp_path):
     text = _render(tmp_path, [_row("overlap", 30.025, 30.025), _row("overlap-sharded", 22.579, 22.579)])
-    opening = text.split("\n\n")[2]
+    opening = next(p for p in text.split("\n\n") if p.startswith("**Answer.** "))[len("**Answer.** "):]
     assert opening.startswith("Sharding Adam's moments over 2 ranks") and "from 30.02 to 22.58 GiB" in opening

@@ -128,7 +128,7 @@ def test_the_goal_holds_by_mfu_where_its_interval_clears_the_target(tmp_path):
     assert goal["mfu"]["rounds"] == 10 and goal["mfu"]["set_aside"] == 2
     assert "**holds**" in text and "the ratio is missed (the whole interval is above 0.85)" in text
     assert "so this part holds" in text and "60.0 % MFU" in text
-    assert "our top rung (*fused-adamw*)" in text and "faster beyond the spread" in text
+    assert "the top rung (*fused-adamw*)" in text and "faster beyond the spread" in text
     table = (tmp_path / "E1" / "table.md").read_text()
     assert "OOM" in table and "SKIPPED" in table and "not needed: the previous rung (fused-adamw) fits" in table
     assert summary["statuses"] == {"ok": 6, "oom": 1, "skipped": 1, "error": 0}
@@ -204,7 +204,7 @@ def test_a_change_inside_the_rounds_own_scatter_is_within_the_spread(tmp_path):
     assert (bought["fused-adamw"]["faster_at"], bought["fused-adamw"]["slower_at"],
             bought["fused-adamw"]["within_spread_at"], bought["fused-adamw"]["not_settled_at"]) == (0, 0, 1, 0)
     assert (bought["bf16"]["faster_at"], bought["bf16"]["within_spread_at"]) == (1, 0)
-    assert "| fused-adamw | 1 | 0.0 | +0.0 % | 0 | 0 | 1 | 0 | +0.00 |" in text
+    assert "| fused-adamw | 1 | 0.0 (+0.0 %) | 0 | 0 | 1 | 0 | +0.00 |" in text
 
 
 def test_a_paired_difference_settles_what_round_to_round_drift_would_hide(tmp_path):
@@ -598,7 +598,7 @@ def test_a_step_that_alternates_between_two_times_is_quoted_by_both_and_its_verd
     assert summary["alternating_anchor_at"] == ["2.7B ctx 1024"]
     low, high, median = f"{modes['low_ms']:.1f}", f"{modes['high_ms']:.1f}", f"{top['ms']:.1f}"
     flat = " ".join(text.split())
-    assert (f"our top rung (*fused-adamw*) alternates between {low} and {high} ms a step (its median, {median} ms, "
+    assert (f"the top rung (*fused-adamw*) alternates between {low} and {high} ms a step (its median, {median} ms, "
             "is among the slower steps and hides the 5 faster ones) at") in flat
     assert "This verdict involves a step that alternates between two times" in flat
     assert f"At 2.7B ctx 1024 *fused-adamw*'s step alternates between two times: {low} ms (5 of its 10 timed steps) " \

@@ -54,13 +54,13 @@ html {{ scroll-behavior: auto; }}
 body {{ font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.5;
        color: #222; overflow-wrap: break-word; }}
 h2 {{ border-top: 1px solid #ddd; padding-top: 1rem; margin-top: 2.5rem; }}
-/* Wide tables scroll inside the page, not the page itself. */
-table {{ display: block; max-width: 100%; width: max-content; overflow-x: auto; border-collapse: collapse;
+/* A table takes at most the page's width, its text cells wrapping; where even that is too narrow (a phone) it scrolls inside the page, not the page itself. */
+table {{ display: block; max-width: 100%; width: fit-content; overflow-x: auto; border-collapse: collapse;
          font-size: 0.85rem; margin: 1rem 0; }}
-th, td {{ border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; vertical-align: top; }}
+th, td {{ border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; vertical-align: top; overflow-wrap: anywhere; }}
 th {{ background: #f4f4f4; }}
-/* Numbers right-aligned (tabulate and markdown-it set text-align per column), in even digits, one line. */
-td[style*="right"], th[style*="right"] {{ white-space: nowrap; font-variant-numeric: tabular-nums; }}
+/* Numbers right-aligned (tabulate and markdown-it set text-align per column), in even digits, one line; their headers wrap. */
+td[style*="right"] {{ white-space: nowrap; font-variant-numeric: tabular-nums; }}
 details.long-table {{ margin: 1rem 0; }} details.long-table > summary {{ cursor: pointer; color: #1a5fb4; }}
 /* A section's method, run and tables: one click below its answer. */
 details.method {{ margin: 1rem 0; }} details.method > summary {{ cursor: pointer; color: #1a5fb4; font-weight: 600; }}
