@@ -119,6 +119,18 @@ def _ddp(ident: str, title: str, variants: tuple[str, ...] | None, about: str = 
                        reads, about, variants, traces, outputs, config="DDP")
 
 
+# The assignment's name for the problem each deliverable answers, as its handout writes it; the
+# deliverables left out go beyond the assignment (DELIVERABLES.md marks them so). A section opens with it.
+PROBLEMS: dict[str, str] = {
+    "A1": "benchmarking_script", "A2": "nsys_profile", "A3": "mixed_precision_accumulation",
+    "A4": "benchmarking_mixed_precision", "A5": "memory_profiling", "B1": "pytorch_attention",
+    "B2": "torch_compile", "B3": "flash_forward", "B4": "flash_backward", "B5": "flash_benchmarking",
+    "C1": "distributed_communication_single_node", "C2": "naive_ddp", "C3": "naive_ddp_benchmarking",
+    "C4": "minimal_ddp_flat_benchmarking", "C5": "ddp_overlap_individual_parameters",
+    "C6": "ddp_overlap_individual_parameters_benchmarking", "C7": "ddp_overlap_bucketed",
+    "C8": "ddp_bucketed_benchmarking", "C9": "communication_accounting", "C10": "optimizer_state_sharding",
+    "C11": "optimizer_state_sharding_accounting"}
+
 DELIVERABLES: tuple[Deliverable, ...] = (
     Deliverable("A1", "End-to-end benchmark", "a1_benchmark.smk", f"{_S}.benchmark", f"{_S}.report.a1", ONE_GPU,
                 ("A1_benchmark", "A1_warmup_study"), reads=("A2",),
@@ -176,18 +188,6 @@ DELIVERABLES: tuple[Deliverable, ...] = (
                 f"{_S}.training_step.ladder", f"{_S}.report.e1", ONE_GPU, ("E1_ladder", "E1_step", "E1_profile"),
                 outputs=tables("table", "kernels") + ("ladder.png",), record_folders=("records", "profiles")),
 )
-
-# The assignment's name for the problem each deliverable answers, as its handout writes it; the
-# deliverables left out go beyond the assignment (DELIVERABLES.md marks them so). A section opens with it.
-PROBLEMS: dict[str, str] = {
-    "A1": "benchmarking_script", "A2": "nsys_profile", "A3": "mixed_precision_accumulation",
-    "A4": "benchmarking_mixed_precision", "A5": "memory_profiling", "B1": "pytorch_attention",
-    "B2": "torch_compile", "B3": "flash_forward", "B4": "flash_backward", "B5": "flash_benchmarking",
-    "C1": "distributed_communication_single_node", "C2": "naive_ddp", "C3": "naive_ddp_benchmarking",
-    "C4": "minimal_ddp_flat_benchmarking", "C5": "ddp_overlap_individual_parameters",
-    "C6": "ddp_overlap_individual_parameters_benchmarking", "C7": "ddp_overlap_bucketed",
-    "C8": "ddp_bucketed_benchmarking", "C9": "communication_accounting", "C10": "optimizer_state_sharding",
-    "C11": "optimizer_state_sharding_accounting"}
 
 BY_ID: dict[str, Deliverable] = {d.id: d for d in DELIVERABLES}
 IDS: tuple[str, ...] = tuple(BY_ID)
