@@ -102,7 +102,8 @@ def test_a_number_column_with_empty_cells_is_made_readable_too():
     ("eager_forward_ms", "eager forward (ms)"), ("compiled_backward_peak_MiB", "compiled backward peak (MiB)"),
     ("busbw_GBps", "bus bandwidth (GB/s)"), ("overhead_pct", "overhead (%)"), ("size_mb", "size (MB)"),
     ("world_size", "world size"), ("step", "step"), ("ms", "ms"),
-    ("sdpa-flash / ours", "sdpa-flash / ours"), ("step (ms)", "step (ms)")])
+    ("sdpa-flash / ours", "sdpa-flash / ours"), ("step (ms)", "step (ms)"),
+    ("kernel_us_per_kernel", "kernel (µs per kernel)"), ("per_flop_vs_final", "per flop vs final")])
 def test_a_header_is_words_with_its_unit(column, words):
     """A table shows a CSV column's name as words with its unit; a header already in words stays."""
     assert header_words(column) == words

@@ -352,27 +352,32 @@ def spans_of(model: dict) -> dict:
 
 
 def plot_phases(table: pd.DataFrame, path: Path) -> None:
-    """Each ok row's phases stacked. A variant that waits inside backward has no wait bar: its
+    """Each ok row's phases stacked, one panel per precision side by side (the same variants in the
+    same order, so a variant reads across). A variant that waits inside backward has no wait bar: its
     label says where the wait is. Each phase is its own median over the timed steps, so the stack
-    need not add up to the median step (the table's): a black tick marks that. The legend sits
-    below the axes, where it hides no bar."""
+    need not add up to the median step (the table's): a black tick marks that. The legend sits above
+    the panels, where it hides no bar and is read first."""
     ok = table[table["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(9, 0.8 + 0.32 * max(len(ok), 4)))
-    labels = [f"{v} ({p})" if p != variants.DEFAULT_PRECISION else v for v, p in zip(ok["variant"], ok["precision"])]
-    labels = [f"{label}: waits in backward" if v in WAITS_IN_BACKWARD else label
-              for label, v in zip(labels, ok["variant"])]
-    bottom = pd.Series(0.0, index=ok.index)
-    for phase in PHASES:
-        width = ok[phase].astype(float).fillna(0.0)
-        ax.barh(labels, width, left=bottom, label=phase[:-3].replace("_", " "))
-        bottom = bottom + width
-    ax.scatter(ok["step_ms"].astype(float), labels, marker="|", s=220, color="black", zorder=3,
-               label="step (median; the phases are medians each)")
-    ax.set(xlabel="ms per training step (rank 0, median)")
-    ax.invert_yaxis()
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
-    ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
+    precisions = list(dict.fromkeys(ok["precision"])) or [variants.DEFAULT_PRECISION]
+    order = list(dict.fromkeys(ok["variant"]))
+    labels = [f"{v}: waits in backward" if v in WAITS_IN_BACKWARD else v for v in order]
+    fig, axes = plt.subplots(1, len(precisions), figsize=(5.2 * len(precisions) + 2, 1.4 + 0.3 * max(len(order), 4)),
+                             sharey=True, squeeze=False)
+    for ax, precision in zip(axes[0], precisions):
+        rows = ok[ok["precision"] == precision].set_index("variant").reindex(order)
+        bottom = pd.Series(0.0, index=rows.index)
+        for phase in PHASES:
+            width = rows[phase].astype(float).fillna(0.0)
+            ax.barh(labels, width, left=bottom, label=phase[:-3].replace("_", " "))
+            bottom = bottom + width
+        ax.scatter(rows["step_ms"].astype(float), labels, marker="|", s=220, color="black", zorder=3,
+                   label="step (median; the phases are medians each)")
+        ax.set(title=precision, xlabel="ms per training step (rank 0, median)")
+        ax.grid(alpha=0.3, axis="x")
+    axes[0][0].invert_yaxis()
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=8, loc="upper center", ncol=len(names), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     save_figure(fig, path)
 
 

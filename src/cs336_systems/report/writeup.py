@@ -198,9 +198,15 @@ def header_words(column: str) -> str:
     parts = column.split("_")
     if len(parts) == 1 and column not in _UNITS:
         return _WORDS.get(column, column)
-    unit = _UNITS.get(parts[-1]) if len(parts) > 1 else None
-    words = " ".join(_WORDS.get(w, w) for w in (parts[:-1] if unit else parts))
-    return f"{words} ({unit})" if unit else words
+    # the unit is the last part, or the part before "per ..." ("kernel_us_per_kernel": µs per kernel)
+    at = len(parts) - 1
+    if "per" in parts[1:-1] and parts[parts.index("per", 1) - 1] in _UNITS:
+        at = parts.index("per", 1) - 1
+    unit = _UNITS.get(parts[at]) if len(parts) > 1 else None
+    if unit is None:
+        return " ".join(_WORDS.get(w, w) for w in parts)
+    words = " ".join(_WORDS.get(w, w) for w in parts[:at])
+    return f"{words} ({' '.join([unit, *parts[at + 1:]])})"
 
 
 # The most columns a table shows at once: a reader takes in that many at the page's width (1400 px).
