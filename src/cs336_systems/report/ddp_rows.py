@@ -496,11 +496,6 @@ class Setup:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Ranks:
-    world_size: int
-
-
-@dataclass(frozen=True, kw_only=True)
 class Opening(Summary):
     """What every step-table section opens with: the precisions and which one its rows are, and each
     precision's global batch where they differ (``global_batches``)."""
