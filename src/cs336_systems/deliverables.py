@@ -152,7 +152,7 @@ DELIVERABLES: tuple[Deliverable, ...] = (
     Deliverable("B1", "PyTorch attention sweep", "b_attention.smk", f"{_S}.attention.sweep", f"{_S}.report.b1",
                 ONE_GPU, ("B1_row",), outputs=tables("table") + ("time_and_memory.png",)),
     Deliverable("B2", "torch.compile", "b_attention.smk", f"{_S}.compile_bench", f"{_S}.report.b2", ONE_GPU,
-                ("B2_whole_model",), reads=("B1",), outputs=tables("table", "whole_model") + ("whole_model_speedup.png",),
+                ("B2_whole_model",), reads=("B1",), outputs=tables("table", "whole_model") + ("attention.png", "whole_model_speedup.png"),
                 record_folders=("whole_model",)),
     Deliverable("B3", "FlashAttention-2 forward", "b_attention.smk", f"{_S}.attention.check",
                 f"{_S}.report.flash_checks", ONE_GPU, ("B3_checks",), about=f"{_S}.attention.flash_triton",

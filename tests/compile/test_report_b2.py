@@ -4,6 +4,8 @@ import random
 import statistics
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from cs336_systems import compile_bench
@@ -419,7 +421,8 @@ def test_no_whole_model_records_write_a_placeholder_the_section_does_not_show(tm
     assert "not measured in this run" in b2.whole.PLACEHOLDER and (out / "whole_model_speedup.png").exists()
     md = _render(out)
     html = Renderer("html", out.parent / "writeup" / "w.html", TEMPLATES).section("B2", out / "summary.json")
-    assert "](whole_model_speedup.png" not in md and "whole_model_speedup.png)" not in md and "<figure>" not in html
+    assert "](whole_model_speedup.png" not in md and "whole_model_speedup.png)" not in md
+    assert "B2(b): eager ÷ compiled step time" not in html and "B2(a): eager ÷ compiled time per call" in html
 
 
 # --- paired verdicts: eager and compiled from one job are judged per round -------------------------
@@ -505,3 +508,21 @@ def test_part_b_judges_the_optimizer_per_round_where_the_variants_took_turns(tmp
     text = " ".join(_render(out).split())
     assert "take turns after their warm-up steps, in 5 rounds" in text
     assert "beyond the spread of the per-round differences the compiled run's optimizer is slower at small" in text
+
+
+def test_part_a_figure_draws_each_head_dims_speed_ups_and_peak_ratio(monkeypatch, seed):
+    """B2(a)'s figure in place of reading two 28-row tables: per head dimension, forward and backward
+    speed-up lines (left) and compiled's backward peak over eager's (right), point for point."""
+    rng = random.Random(seed)
+    table = pd.DataFrame([{"d": d, "seq": s, "forward_speedup": rng.uniform(0.3, 1.5), "backward_speedup": rng.uniform(0.8, 1.7),
+                           "eager_backward_peak_MiB": rng.uniform(100, 900), "compiled_backward_peak_MiB": rng.uniform(50, 400)}
+                          for d in (16, 64) for s in (256, 1024, 4096)])
+    drawn = []
+    monkeypatch.setattr(b2, "save_figure", lambda fig, path: drawn.append(fig))
+    b2.plot_attention(table, Path("unused.png"))
+    speed, memory = drawn[0].axes
+    curves = [line for line in speed.lines if len(line.get_xdata()) == 3]
+    assert len(curves) == 4 and len([line for line in memory.lines if len(line.get_xdata()) == 3]) == 2
+    for d, line in zip((16, 64), [line for line in memory.lines if len(line.get_xdata()) == 3]):
+        part = table[table["d"] == d].sort_values("seq")
+        np.testing.assert_allclose(line.get_ydata(), part["compiled_backward_peak_MiB"] / part["eager_backward_peak_MiB"])

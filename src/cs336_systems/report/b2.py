@@ -7,7 +7,7 @@ eager, from the compile-bench records: a table per size and mode, a speed-up fig
 
 Either part may be absent (a run that measured only one of them): its table is then empty, and the
 summary says so (``attention_points`` 0, ``whole_model`` null), so the writeup renders the other.
-Outputs: table.csv/.md (a), whole_model.csv/.md and whole_model_speedup.png (b), summary.json.
+Outputs: table.csv/.md and attention.png (a), whole_model.csv/.md and whole_model_speedup.png (b), summary.json.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from cs336_systems.report import b2_whole_model as whole
 from cs336_systems.report import contract
 from cs336_systems.report.b1 import frame, out_of_memory_points
 from cs336_systems.report.b2_whole_model import SAME, Range, WholeModel, spread
-from cs336_systems.report.common import load_record_lists, load_records, run_provenance, write_table
+from cs336_systems.report.common import load_record_lists, load_records, plt, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary
 from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge
 
@@ -257,14 +257,43 @@ def parse_args(argv=None):
     return rows, whole_records, args.out_dir
 
 
+def plot_attention(table: pd.DataFrame | None, path: Path) -> None:
+    """(a) in one figure, one line per head dimension over the sequence length: eager ÷ compiled time
+    forward (solid) and backward (dashed), left; compiled's backward peak ÷ eager's, right. A point
+    where either variant did not run has no mark. Without rows, a figure that says so."""
+    if table is None or table.empty:
+        fig = plt.figure(figsize=(8, 1.6))
+        fig.text(0.5, 0.5, "B2(a): no B1 rows in this run", ha="center", va="center", fontsize=10)
+        save_figure(fig, path)
+        return
+    fig, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    for i, (d, part) in enumerate(table.sort_values("seq").groupby("d")):
+        speed.plot(part["seq"], part["forward_speedup"], marker="o", color=f"C{i}", label=f"d = {d}, forward")
+        speed.plot(part["seq"], part["backward_speedup"], marker="s", ls="--", color=f"C{i}", label=f"d = {d}, backward")
+        memory.plot(part["seq"], part["compiled_backward_peak_MiB"] / part["eager_backward_peak_MiB"], marker="o",
+                    color=f"C{i}", label=f"d = {d}")
+    speed.set(ylabel="eager ÷ compiled time (above 1: compiled faster)", title="time per call")
+    memory.set(ylabel="compiled ÷ eager backward peak", title="peak memory during backward")
+    for ax in (speed, memory):
+        ax.set_xscale("log", base=2)
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_xlabel("sequence length")
+        ax.grid(alpha=0.3)
+    speed.legend(fontsize=7, ncol=2)
+    memory.legend(fontsize=7)
+    save_figure(fig, path)
+
+
 def attention_part(rows: list[dict], out_dir: Path) -> dict:
-    """(a): the side-by-side table, and its numbers (none when the run has no B1 rows)."""
+    """(a): the side-by-side table, its figure, and its numbers (none when the run has no B1 rows)."""
     if not rows:
         write_table(pd.DataFrame(columns=A_COLUMNS), out_dir)
+        plot_attention(None, out_dir / "attention.png")
         return {"attention_points": 0, "memory": None, "forward_judged": None, "forward_losses": None,
                 "speedup": None, "at_longest": None, **only_compiled([])}
     table = side_by_side(frame(rows))
     write_table(table[A_COLUMNS].round(3), out_dir)
+    plot_attention(table, out_dir / "attention.png")
     return {"attention_points": len(table), **summarize(table, rows)}
 
 
