@@ -263,6 +263,11 @@ def test_the_answer_is_read_off_the_rows_it_summarises():
     assert a.live_before_gib == 30.0 and a.contexts == [128, 512] and a.bf16_ratio == [0.93, 1.02]
     assert a.largest == a5.Largest(128.0, 64, ["matmul", "exp"])
     assert a5.answer([p for p in phases if p.precision == "bf16"], [], []) is None
+    # what was live before is named the training state only where it is three copies of the parameters
+    assert not a.live_before_is_state and a.live_before_copies is None
+    named = a5.answer(phases, ratios, top, copy_mib=10 * mib)
+    assert named.live_before_copies == pytest.approx(3.0) and named.live_before_is_state
+    assert not a5.answer(phases, ratios, top, copy_mib=8 * mib).live_before_is_state      # 3.75 copies
 
 
 def test_a_band_is_named_by_the_operations_that_allocated_at_its_code_site():

@@ -297,14 +297,19 @@ class Answer:
     train_peak_gib: list[float] | None
     forward_peak_gib: list[float] | None
     live_before_gib: float | None
+    # what was live before the step in fp32 copies of the parameters, and whether that is the
+    # parameters and AdamW's two moments (three copies, to ``GRADIENTS_MATCH``), as the words say
+    live_before_copies: float | None
+    live_before_is_state: bool
     bf16_ratio: list[float] | None
     largest: Largest | None
 
 
-def answer(phases: list[Step], ratios: list[Ratio], top: list[dict]) -> Answer | None:
+def answer(phases: list[Step], ratios: list[Ratio], top: list[dict], copy_mib: float | None = None) -> Answer | None:
     """What the section opens with, from the rows it tabulates: fp32's peaks over the contexts (the full
-    training step, what was live before it, the forward pass), bf16's peak against fp32's at the same
-    points, and the largest allocations at the recorded peak."""
+    training step, what was live before it, in ``copy_mib``'s — one fp32 copy of the parameters — where
+    given, the forward pass), bf16's peak against fp32's at the same points, and the largest
+    allocations at the recorded peak."""
     fp32 = [p for p in phases if p.precision == "fp32"]
     if not fp32:
         return None
@@ -312,8 +317,11 @@ def answer(phases: list[Step], ratios: list[Ratio], top: list[dict]) -> Answer |
     by_mode = {mode: [p for p in fp32 if p.mode == mode] for mode in ("forward", "train-step")}
     span = lambda rows: [gib(min(r.peak_mib for r in rows)), gib(max(r.peak_mib for r in rows))] if rows else None
     train = by_mode["train-step"]
+    before = statistics.median(r.initial_mib for r in train) if train else None
+    copies = before / copy_mib if before is not None and copy_mib else None
     return Answer(sorted({p.context for p in fp32}), span(train), span(by_mode["forward"]),
-                  gib(statistics.median(r.initial_mib for r in train)) if train else None,
+                  gib(before) if before is not None else None, copies,
+                  copies is not None and abs(copies - 3) <= 3 * GRADIENTS_MATCH,
                   [min(r.ratio for r in ratios), max(r.ratio for r in ratios)] if ratios else None, _largest(top))
 
 
@@ -404,7 +412,7 @@ def summarize(records: list[dict], timelines: list[Timeline], top_record: dict |
         allocator_check=allocator_check(records),
         bf16_vs_fp32=ratios,
         timelines=timelines,
-        answer=answer(phases, ratios, top),
+        answer=answer(phases, ratios, top, gradient_mib(first["size"])),
         train_peaks=train_peaks(phases, first["size"]),
     )
 
