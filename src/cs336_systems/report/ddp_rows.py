@@ -13,7 +13,6 @@ processes would be needed, and one process a side has none. The fastest–slowes
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,8 +175,7 @@ def round_differences(a: dict, b: dict, phase: str = "step_ms") -> list[float]:
     difference of the two turns' medians, as the judge takes them); empty where no job measured both."""
     if not spread.same_job(a, b):
         return []
-    rounds = zip(spread.round_samples(a, ROUND_PHASE[phase]), spread.round_samples(b, ROUND_PHASE[phase]))
-    return [statistics.median(x) - statistics.median(y) for x, y in rounds if x and y]
+    return spread.round_differences(spread.round_samples(a, ROUND_PHASE[phase]), spread.round_samples(b, ROUND_PHASE[phase]))
 
 
 def by_variant(records: list[dict]) -> dict[str, dict[str, dict]]:

@@ -124,6 +124,14 @@ def _decide(centre: float, half: float, null: float) -> str:
     return "higher" if centre - half > null else "lower" if centre + half < null else WITHIN
 
 
+def round_differences(a_rounds: Sequence[Sequence[float]], b_rounds: Sequence[Sequence[float]], *,
+                      ratio: bool = False) -> list[float]:
+    """One difference (or ratio) a round of one job: of the two turns' medians, over the rounds both have."""
+    n = min(len(a_rounds), len(b_rounds))
+    return [statistics.median(a) / statistics.median(b) if ratio else statistics.median(a) - statistics.median(b)
+            for a, b in zip(a_rounds[:n], b_rounds[:n])]
+
+
 def judge_rounds(a_rounds: Sequence[Sequence[float]], b_rounds: Sequence[Sequence[float]], *,
                  ratio: bool = False) -> Verdict:
     """``a`` against ``b`` from their samples per round of one job (``a_rounds[i]``, ``b_rounds[i]``:
@@ -136,10 +144,8 @@ def judge_rounds(a_rounds: Sequence[Sequence[float]], b_rounds: Sequence[Sequenc
     aside are the job's disturbed turns, if it had any: a turn far off its entrant's others lands its
     round's difference farthest from the median, where it is discounted instead of widening the
     spread (or, towards the difference, deciding it). Fewer than ``MIN_ROUNDS`` rounds: not settled."""
-    n = min(len(a_rounds), len(b_rounds))
-    null = 1.0 if ratio else 0.0
-    diffs = [statistics.median(a) / statistics.median(b) if ratio else statistics.median(a) - statistics.median(b)
-             for a, b in zip(a_rounds[:n], b_rounds[:n])]
+    diffs = round_differences(a_rounds, b_rounds, ratio=ratio)
+    n, null = len(diffs), 1.0 if ratio else 0.0
     if n < MIN_ROUNDS:
         centre = statistics.median(diffs) if diffs else math.nan
         return Verdict(centre, math.nan, math.nan, NOT_SETTLED, n, 0, True, ratio, FEW_ROUNDS)
