@@ -119,7 +119,7 @@ def test_the_goal_holds_by_mfu_where_its_interval_clears_the_target(tmp_path):
     summary, text = build(tmp_path, in_one_job(ladder(best, anchor_ms=1.05 * best)[:-1], {"fused-adamw": NOISE}))
     goal = summary["goal"]
     assert goal_point(summary)["top_rung"]["rung"] == "fused-adamw"
-    assert (goal["ratio_part"], goal["mfu_part"], goal["outcome"], goal["met"]) == ("missed", "holds", "holds", True)
+    assert (goal["ratio_part"], goal["mfu_part"], goal["outcome"]) == ("missed", "holds", "holds")
     ratio = goal_point(summary)["top_vs_anchor"]
     assert ratio["low"] > 0.85 and ratio["difference"] == pytest.approx(1 / 1.05, rel=0.01)
     # the MFU per round: 60 % at the median, the interval within the noise of it, both ends above the target
@@ -131,7 +131,7 @@ def test_the_goal_holds_by_mfu_where_its_interval_clears_the_target(tmp_path):
     assert "the top rung (*fused-adamw*)" in text and "faster beyond the spread" in text
     table = (tmp_path / "E1" / "table.md").read_text()
     assert "OOM" in table and "SKIPPED" in table and "not needed: the previous rung (fused-adamw) fits" in table
-    assert summary["statuses"] == {"ok": 6, "oom": 1, "skipped": 1, "error": 0}
+    assert summary["provenance"]["statuses"] == {"ok": 6, "oom": 1, "skipped": 1, "error": 0}
     bought = {b["rung"]: b for b in summary["bought"]}
     assert bought["bf16"]["median_delta_pct"] == pytest.approx(-0.5) and bought["flash"]["median_delta_peak_gib"] == pytest.approx(-10)
     assert bought["checkpointed"]["points"] == 0
@@ -150,7 +150,7 @@ def test_the_goal_missed_is_said_plainly_with_each_part(tmp_path):
     records[3] = record("compiled", ms=0.5 * best, loss=9.60)      # fast and wrong: flagged, not ranked
     summary, text = build(tmp_path, in_one_job(records, {"fused-adamw": NOISE}))
     goal = summary["goal"]
-    assert (goal["ratio_part"], goal["mfu_part"], goal["outcome"], goal["met"]) == ("missed", "missed", "missed", False)
+    assert (goal["ratio_part"], goal["mfu_part"], goal["outcome"]) == ("missed", "missed", "missed")
     assert goal_point(summary)["top_rung"]["rung"] == "fused-adamw"
     ratio = goal_point(summary)["top_vs_anchor"]
     assert goal["mfu"]["mfu_high"] < 0.55 and ratio["low"] > 1
@@ -297,7 +297,7 @@ def test_checkpointed_stands_just_above_the_rung_it_builds_on():
 def test_an_unmeasured_goal_point_cannot_be_judged(tmp_path):
     summary, text = build(tmp_path, [record("fp32", "oom", reason="CUDA out of memory"),
                                      record("anchor-sdpa-cudnn", "skipped", reason="needs CUDA")])
-    assert summary["goal"]["outcome"] == "not measured" and not summary["goal"]["met"]
+    assert summary["goal"]["outcome"] == "not measured"
     assert "This run has no measured step of our ladder at 2.7B, context 1024" in text
     assert "**cannot be judged from this run**" in text and "no rung of our ladder ran there" in text
 
@@ -626,8 +626,8 @@ def test_busy_time_under_the_profiler_is_set_beside_the_unprofiled_step_never_di
     summary, text = build(tmp_path, in_one_job(ladder(best, anchor_ms=1.05 * best)), profiles=(ours, anchor))
     mine, theirs = summary["profiles"]
     assert "busy_share" not in mine
-    assert mine["busy_exceeds_step"] and mine["busy_apart_ms"] == pytest.approx(over)
-    assert not theirs["busy_exceeds_step"] and theirs["busy_apart_ms"] == pytest.approx(under)
+    assert mine["busy_vs_step"]["more"] and mine["busy_vs_step"]["ms"] == pytest.approx(over)
+    assert not theirs["busy_vs_step"]["more"] and theirs["busy_vs_step"]["ms"] == pytest.approx(under)
     flat = " ".join(text.split())
     assert (f"busy {best + over:.1f} ms a step, {over:.1f} ms more than its {best:.1f} ms step timed without it: "
             "kernel time beyond the step is the profiler's cost, not busy time.") in flat

@@ -63,7 +63,6 @@ section says how many.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
 from dataclasses import dataclass
@@ -76,7 +75,7 @@ from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.accounting.memory_traffic import ADAMW_BYTES_PER_PARAMETER, adamw_floor_ms
 from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
 from cs336_systems.profiling.flops import model_step_flops, model_step_flops_parts
-from cs336_systems.profiling.mfu import achieved, peak, utilisation
+from cs336_systems.profiling.mfu import peak, utilisation
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
@@ -114,12 +113,12 @@ def _nan(value) -> float:
 
 def records_frame(records: list[dict]) -> pd.DataFrame:
     """One row per record: the point, the rung, its status, step median and spread (ms), phases,
-    tokens/s, FLOPs, TFLOP/s, MFU, peak memory and first loss; then the loss against fp32 eager's
-    and each rung's difference from the rung before it."""
+    tokens/s, FLOPs, MFU, peak memory and first loss; then the loss against fp32 eager's and each
+    rung's difference from the rung before it. A record that did not run has NaN in every measure."""
     rows = []
     for index, r in enumerate(records):
-        p, m = r["params"], r["metrics"]
-        ok = r["status"] == "ok"
+        p, ok = r["params"], r["status"] == "ok"
+        m = r["metrics"] if ok else {}
         step = m.get("step", {})
         size = ModelSize(p["d_model"], p["d_ff"], p["num_layers"], p["num_heads"])
         flops = model_step_flops(size, batch=p["batch"], context=p["context"], mode="train-step",
@@ -127,30 +126,21 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         # One denominator for every row, fp32 eager's too: the card's bf16 peak, the arithmetic the ladder
         # climbs towards, so the column ranks rungs (fp32 against its own 67 TFLOP/s would read higher).
         card = peak(r["provenance"].get("gpu"), "bf16")
-        median = _nan(step.get("median")) if ok else math.nan
-        mfu = utilisation(flops, median / 1e3, card.flops) if ok else None
+        median = _nan(step.get("median"))
         rows.append({
             "size": p["size"], "context": int(p["context"]), "batch": int(p["batch"]), "rung": p["rung"],
-            "anchor": bool(p["anchor"]), "precision": p["precision"], "attention": p["attention"],
-            "sdpa_kernel": p.get("sdpa_kernel"), "optimizer": p["optimizer"],
-            "compiled": f"{p['compile_mode']}, {p['compile_backend']}" if p.get("compiled") else "",
-            "checkpoint_group": p.get("checkpoint_group"), "status": r["status"],
-            "note": r.get("reason") or r.get("message") or "",
-            "median_ms": median, "mean_ms": _nan(step.get("mean")) if ok else math.nan,
-            "std_ms": _nan(step.get("std")) if ok else math.nan,
-            "min_ms": _nan(step.get("min")) if ok else math.nan, "max_ms": _nan(step.get("max")) if ok else math.nan,
-            "n": int(step.get("n") or 0),
+            "anchor": bool(p["anchor"]), "status": r["status"], "note": r.get("reason") or r.get("message") or "",
+            "median_ms": median, "std_ms": _nan(step.get("std")),
+            "min_ms": _nan(step.get("min")), "max_ms": _nan(step.get("max")), "n": int(step.get("n") or 0),
             # a step alternating between two times: its median stands for neither alone (report.two_modes)
             "modes": two_modes(step.get("samples") or [], step.get("median")) if ok else None,
-            **{f"{phase}_ms": _nan(m.get(phase, {}).get("median")) if ok else math.nan for phase in PHASES},
-            "tokens_per_s": _nan(m.get("tokens_per_s")) if ok else math.nan,
-            "flops": flops, "tflops": achieved(flops, median / 1e3) / 1e12 if ok and median > 0 else math.nan,
-            "mfu": _nan(mfu), "peak_basis": card.basis, "peak_flops": card.flops,
-            "peak_gib": _nan(m.get("peak_memory_bytes")) / GIB if ok else math.nan,
-            "loss": _nan(m.get("loss")) if ok else math.nan,
+            **{f"{phase}_ms": _nan(m.get(phase, {}).get("median")) for phase in PHASES},
+            "tokens_per_s": _nan(m.get("tokens_per_s")),
+            "flops": flops, "mfu": _nan(utilisation(flops, median / 1e3, card.flops) if ok else None),
+            "peak_basis": card.basis, "peak_flops": card.flops,
+            "peak_gib": _nan(m.get("peak_memory_bytes")) / GIB, "loss": _nan(m.get("loss")),
             "losses": m["losses"] if ok else [],      # of each warm-up step (training_step.check)
-            "gradient_rel_error": m.get("gradient_rel_error") if ok else None,
-            "job": (m.get("turns") or {}).get("job"), "record": index,
+            "gradient_rel_error": m.get("gradient_rel_error"), "job": (m.get("turns") or {}).get("job"), "record": index,
         })
     df = pd.DataFrame(rows)
     if df.empty:
@@ -158,7 +148,47 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     df["size"] = pd.Categorical(df["size"], [s for s in MODEL_SIZES if s in set(df["size"])], ordered=True)
     df["rung"] = pd.Categorical(df["rung"], [n for n in ORDER if n in set(df["rung"])], ordered=True)
     df = df.sort_values(["size", "context", "rung"]).reset_index(drop=True)
-    return _against_reference_and_previous(df, records)
+    by_point = {(str(r["size"]), r["context"], str(r["rung"])): r for _, r in df.iterrows()}
+
+    def ran(point: tuple, rung: str | None) -> pd.Series | None:
+        row = by_point.get((*point, rung))
+        return row if row is not None and row["status"] == "ok" else None
+
+    checked = []
+    for _, row in df.iterrows():
+        point, ok = (str(row["size"]), row["context"]), row["status"] == "ok"
+        checked.append(_checked(row, ran(point, REFERENCE) if ok else None,
+                                ran(point, rungs.previous(str(row["rung"]))) if ok else None, records))
+    return pd.concat([df, pd.DataFrame(checked, index=df.index)], axis=1)
+
+
+def _checked(row: pd.Series, ref: pd.Series | None, prev: pd.Series | None, records: list[dict]) -> dict:
+    """``row`` (a step that ran, or None's) against fp32 eager's at its point (``ref``: its losses at
+    every step both kept, its first gradients' worst group) and against the rung before it (``prev``:
+    the step and peak memory, judged beyond the spread or not); NaN or None where either did not run."""
+    out = {"loss_rel_diff": math.nan, "loss_ok": None, "loss_steps": 0, "grad_rel_error": math.nan,
+           "grad_group": None, "grad_ok": None, "delta_ms": math.nan, "delta_pct": math.nan,
+           "delta_peak_gib": math.nan, "delta_spread": None, "delta_low_ms": math.nan, "delta_high_ms": math.nan,
+           "delta_alternates": False}
+    if ref is not None:
+        # every step both kept: the first alone where either record holds no more
+        pairs = list(zip(row["losses"], ref["losses"]))
+        diff = max(abs(a - b) / abs(b) for a, b in pairs)
+        out |= {"loss_rel_diff": diff, "loss_ok": bool(diff <= LOSS_RTOL), "loss_steps": len(pairs)}
+    if errors := row["gradient_rel_error"]:     # none for the reference itself
+        worst = max(errors, key=errors.get)
+        out |= {"grad_rel_error": float(errors[worst]), "grad_group": worst, "grad_ok": bool(errors[worst] <= GRAD_RTOL)}
+    if prev is not None:
+        judged = judge(records[int(row["record"])], records[int(prev["record"])])   # beyond the spread?
+        out |= {"delta_ms": row["median_ms"] - prev["median_ms"], "delta_pct": row["median_ms"] / prev["median_ms"] - 1,
+                "delta_peak_gib": row["peak_gib"] - prev["peak_gib"], "delta_spread": judged.verdict,
+                "delta_low_ms": judged.low, "delta_high_ms": judged.high,
+                # the verdict involves a step that alternates between two times
+                "delta_alternates": row["modes"] is not None or prev["modes"] is not None}
+    # a rung that computes something else is flagged and not ranked; None: nothing could be checked
+    lo, go = out["loss_ok"], out["grad_ok"]
+    out["computes_ok"] = None if lo is None and go is None else (lo is not False and go is not False)
+    return out
 
 
 def _finite(value: float) -> float | None:
@@ -190,67 +220,6 @@ def against(top, other, records: list[dict]) -> Against:
     return Against(str(other["rung"]), bool(other["anchor"]), float(other["median_ms"]), other["modes"],
                    _finite(v.difference),
                    _finite(v.low), _finite(v.high), v.verdict, v.rounds, v.set_aside, v.paired)
-
-
-def _against_reference_and_previous(df: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
-    ref_loss, loss_diff, loss_ok, d_ms, d_pct, d_gib, d_spread, d_low, d_high = [], [], [], [], [], [], [], [], []
-    loss_steps, grad_error, grad_group, grad_ok, d_alternates = [], [], [], [], []
-    by_point = {(str(r["size"]), r["context"], str(r["rung"])): r for _, r in df.iterrows()}
-    for _, row in df.iterrows():
-        point = (str(row["size"]), row["context"])
-        ref = by_point.get((*point, REFERENCE))
-        ref_ok = ref is not None and ref["status"] == "ok"
-        ref_loss.append(ref["loss"] if ref_ok else math.nan)
-        if row["status"] == "ok" and ref_ok:
-            # every step both kept: the first alone where either record holds no more
-            pairs = list(zip(row["losses"], ref["losses"]))
-            diff = max(abs(a - b) / abs(b) for a, b in pairs)
-            loss_diff.append(diff)
-            loss_ok.append(bool(diff <= LOSS_RTOL))
-            loss_steps.append(len(pairs))
-        else:
-            loss_diff.append(math.nan)
-            loss_ok.append(None)            # not checked: this rung or fp32 eager did not run
-            loss_steps.append(0)
-        errors = row["gradient_rel_error"]
-        if row["status"] == "ok" and errors:
-            worst = max(errors, key=errors.get)
-            grad_error.append(float(errors[worst]))
-            grad_group.append(worst)
-            grad_ok.append(bool(errors[worst] <= GRAD_RTOL))
-        else:                               # the reference itself, or no fp32 eager at the point
-            grad_error.append(math.nan)
-            grad_group.append(None)
-            grad_ok.append(None)
-        before = rungs.previous(str(row["rung"]))
-        prev = by_point.get((*point, before)) if before else None
-        if row["status"] == "ok" and prev is not None and prev["status"] == "ok":
-            d_ms.append(row["median_ms"] - prev["median_ms"])
-            d_pct.append(row["median_ms"] / prev["median_ms"] - 1)
-            d_gib.append(row["peak_gib"] - prev["peak_gib"])
-            judged = judge(records[int(row["record"])], records[int(prev["record"])])   # beyond the spread?
-            d_spread.append(judged.verdict)
-            d_low.append(judged.low)
-            d_high.append(judged.high)
-            d_alternates.append(row["modes"] is not None or prev["modes"] is not None)
-        else:
-            d_ms.append(math.nan)
-            d_pct.append(math.nan)
-            d_gib.append(math.nan)
-            d_spread.append(None)
-            d_low.append(math.nan)
-            d_high.append(math.nan)
-            d_alternates.append(False)
-    df = df.copy()
-    df["fp32_loss"], df["loss_rel_diff"], df["loss_ok"] = ref_loss, loss_diff, loss_ok
-    df["loss_steps"], df["grad_rel_error"], df["grad_group"], df["grad_ok"] = loss_steps, grad_error, grad_group, grad_ok
-    # a rung that computes something else is flagged and not ranked; None: nothing could be checked
-    df["computes_ok"] = [None if lo is None and go is None else (lo is not False and go is not False)
-                         for lo, go in zip(loss_ok, grad_ok)]
-    df["delta_ms"], df["delta_pct"], df["delta_peak_gib"], df["delta_spread"] = d_ms, d_pct, d_gib, d_spread
-    df["delta_low_ms"], df["delta_high_ms"] = d_low, d_high
-    df["delta_alternates"] = d_alternates        # the verdict involves a step that alternates between two times
-    return df
 
 
 def _num(value: float, fmt: str) -> str:
@@ -517,7 +486,6 @@ class MfuJudged:
     goal's MFU allows (``goal_ms``), by ``spread.judge_rounds`` (a ratio at most 1 is an MFU at least
     the goal's); the MFU and its interval follow from that ratio's."""
     goal_ms: float
-    difference: Unread[float | None]
     low: float | None
     high: Unread[float | None]
     rounds: int
@@ -535,7 +503,7 @@ def mfu_judged(record: dict, flops: float, peak_flops: float | None, target: flo
     per_round = round_samples(record)
     judged = judge_rounds(per_round, [[goal_ms]] * len(per_round), ratio=True)
     low, high = _finite(judged.low), _finite(judged.high)
-    return MfuJudged(goal_ms, _finite(judged.difference), low, high, judged.rounds, judged.set_aside,
+    return MfuJudged(goal_ms, low, high, judged.rounds, judged.set_aside,
                      None if math.isnan(judged.difference) else target / judged.difference,
                      target / high if high else None, target / low if low else None)
 
@@ -556,7 +524,6 @@ class Goal:
     mfu: MfuJudged | None
     mfu_part: str | None
     outcome: str
-    met: Unread[bool]
 
 
 def goal_check(df: pd.DataFrame, records: list[dict], points: list[Point], size: str, context: int,
@@ -575,7 +542,7 @@ def goal_check(df: pd.DataFrame, records: list[dict], points: list[Point], size:
     outcome = (NOT_MEASURED if not parts else HOLDS if HOLDS in parts
                else MISSED if all(p == MISSED for p in parts) else NOT_SETTLED)
     return Goal(size, context, ratio_target, mfu_target, None if point is None else points.index(point), ratio_part,
-                mfu, mfu_part, outcome, outcome == HOLDS)
+                mfu, mfu_part, outcome)
 
 
 @dataclass(frozen=True)
@@ -724,17 +691,7 @@ def checks(df: pd.DataFrame) -> Checks:
 
 
 @dataclass(frozen=True)
-class Statuses:
-    ok: int
-    oom: int
-    skipped: int
-    error: int
-
-
-@dataclass(frozen=True)
 class E1Summary(Summary):
-    records: int
-    statuses: Statuses
     ladder: list[Adds]
     anchors: list[Adds]
     batch: int | None
@@ -794,13 +751,12 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
     floor = optimizer_floor(gap_, records)
     n_planned, missing = not_measured(list(planned), list(read))
     best_anchor = goal_point.best_anchor.rung if goal_point and goal_point.best_anchor else None
-    comparison = kernel_comparison(list(profiles), gap_, floor, goal_mfu, best_anchor)
-    if comparison is not None and comparison.anchor is not None:
-        comparison = dataclasses.replace(comparison, anchor=dataclasses.replace(
-            comparison.anchor, goal_pair_unsettled=goal_pair_unsettled(goal, goal_point, comparison)))
+    judged = goal_point.top_vs_anchor if goal_point else None
+    unsettled = ((goal_size, goal_context, goal_point.top_rung.rung, judged.rung)
+                 if judged and judged.verdict in (WITHIN, NOT_SETTLED) else None)
+    comparison = kernel_comparison(list(profiles), gap_, floor, goal_mfu, best_anchor, unsettled)
     return E1Summary(
-        provenance=run_provenance(records), records=len(records),
-        statuses=Statuses(*(int((df["status"] == s).sum()) for s in ("ok", "oom", "skipped", "error"))),
+        provenance=run_provenance(records),
         ladder=[Adds(r.name, adds_as_run(r, records)) for r in rungs.LADDER],
         anchors=[Adds(r.name, r.adds) for r in rungs.ANCHORS],
         batch=first.get("batch"), warmup=first.get("warmup"), steps=first.get("steps"), rounds=first.get("rounds"),
@@ -879,36 +835,44 @@ class Profile:
     where not attributable), its kernels a step and those tied to no op, whether its step was replayed
     from CUDA graphs; the kernels' busy time under the profiler and the step timed without it in the
     same process (CUDA only), two measurements: how far apart and which is longer, not a share. For a
-    profile that did not run, its status."""
+    profile that did not run, its status alone."""
     rung: str
     size: str
     context: int
     status: str
-    reason: Unread[str]
-    unit: str | None
-    kinds_ms: dict[str, float | None] | None
-    kernels: float | None
-    unattributed: float | None
     graphed: bool
-    busy_ms: float | None
-    step_ms: float | None
-    busy_apart_ms: float | None
-    busy_exceeds_step: bool | None
+    unit: str | None = None
+    kinds_ms: dict[str, float | None] | None = None
+    kernels: float | None = None
+    unattributed: float | None = None
+    busy_ms: float | None = None
+    step_ms: float | None = None
+    busy_vs_step: Apart | None = None
 
 
 def profile_summary(profiles: list[dict]) -> list[Profile]:
     out = []
     for r in profiles:
         p, m = r["params"], r["metrics"]
+        which = (p["rung"], p["size"], p["context"], r["status"], bool(p.get("cuda_graphs")))
         if r["status"] != "ok":
-            out.append(Profile(p["rung"], p["size"], p["context"], r["status"], r.get("reason") or "",
-                               None, None, None, None, bool(p.get("cuda_graphs")), None, None, None, None))
+            out.append(Profile(*which))
             continue
         busy, step = m.get("busy_ms"), m["step"]["median"]
-        out.append(Profile(p["rung"], p["size"], p["context"], "ok", "", m["unit"], kinds_ms(m), kernels_per_step(m),
-                           m["unattributed_per_step"], bool(p.get("cuda_graphs")), busy, step,
-                           None if busy is None else abs(busy - step), None if busy is None else busy > step))
+        out.append(Profile(*which, m["unit"], kinds_ms(m), kernels_per_step(m), m["unattributed_per_step"], busy, step,
+                           None if busy is None else apart_by(busy - step)))
     return out
+
+
+@dataclass(frozen=True)
+class Apart:
+    """Two times set side by side, as the section words them: how far apart, and whether the first is longer."""
+    ms: float
+    more: bool
+
+
+def apart_by(delta: float) -> Apart:
+    return Apart(abs(delta), delta > 0)
 
 
 @dataclass(frozen=True)
@@ -918,26 +882,20 @@ class KernelsApart:
     the processes' own variation, which the largest must clear twice to stand out. Profiles of two
     commits were made in two sittings, maybe on two lent machines: their differences then also hold
     the machines' (``apart``). Where either side's casts are not attributable, the kinds that may hold
-    them are compared as one (``casts_merged``, ``comparable``). Each difference is also given as a
-    size and a direction, as the section words it."""
+    them are compared as one (``casts_merged``, ``comparable``). ``goal_pair_unsettled``: the pair is
+    the goal point's top rung and best anchor, whose steps the ladder's own job did not tell apart."""
     rung: str
     casts_merged: bool
     delta_ms: Unread[dict[str, float]]
     largest: str
+    largest_by: Apart
     others_max_abs_ms: float
     largest_stands_out: bool
-    busy_delta_ms: float | None
-    step_delta_ms: Unread[float]
+    busy: Apart | None
+    step: Apart
     commits: list[str]
     apart: bool
-    largest_abs_ms: float
-    largest_direction: str
-    busy_abs_ms: float | None
-    busy_direction: str | None
-    step_abs_ms: float
-    step_direction: str
-    # the goal point's top rung and best anchor, whose steps the ladder's own job did not tell apart
-    goal_pair_unsettled: bool | None = None
+    goal_pair_unsettled: bool
 
 
 @dataclass(frozen=True)
@@ -963,18 +921,11 @@ class KernelComparison:
     rung of the ladder): the GEMM kernels' rate on the projections' closed-form FLOPs against the
     card's peak, the goal's ``Bound`` and ours against an anchor there, kind by kind."""
     rung: str
-    size: Unread[str]
-    context: Unread[int]
-    gemm_ms: Unread[float | None]
     gemm_tflops: float | None
     gemm_share_of_peak: float | None
     peak: str
     anchor: KernelsApart | None
     bound: Bound | None
-
-
-def _direction(delta: float, more: str, less: str) -> str:
-    return more if delta > 0 else less
 
 
 # A kernel a cast op launched is, by its name, a copy: elementwise, or other (a memcpy). Where a
@@ -995,7 +946,7 @@ def comparable(ours: dict[str, float | None], theirs: dict[str, float | None]) -
     return merged(ours), merged(theirs), True
 
 
-def kernels_apart(ours: dict, anchor: dict) -> KernelsApart:
+def kernels_apart(ours: dict, anchor: dict, goal_pair_unsettled: bool = False) -> KernelsApart:
     m, a = ours["metrics"], anchor["metrics"]
     mine, theirs, casts_merged = comparable(kinds_ms(m), kinds_ms(a))
     delta = {k: mine[k] - theirs[k] for k in mine if k in theirs}
@@ -1005,18 +956,17 @@ def kernels_apart(ours: dict, anchor: dict) -> KernelsApart:
     step = m["step"]["median"] - a["step"]["median"]
     commits = [ours["provenance"].get("commit") or "unknown", anchor["provenance"].get("commit") or "unknown"]
     return KernelsApart(
-        anchor["params"]["rung"], casts_merged, delta, largest, others, abs(delta[largest]) >= 2 * others, busy, step, commits,
-        ours["provenance"].get("commit") != anchor["provenance"].get("commit"),
-        abs(delta[largest]), _direction(delta[largest], "more", "less"),
-        None if busy is None else abs(busy), None if busy is None else _direction(busy, "longer", "shorter"),
-        abs(step), _direction(step, "longer", "shorter"))
+        anchor["params"]["rung"], casts_merged, delta, largest, apart_by(delta[largest]), others,
+        abs(delta[largest]) >= 2 * others, None if busy is None else apart_by(busy), apart_by(step), commits,
+        ours["provenance"].get("commit") != anchor["provenance"].get("commit"), goal_pair_unsettled)
 
 
 def kernel_comparison(profiles: list[dict], gap_: Gap | None, floor: OptimizerFloor | None, goal_mfu: float,
-                      best_anchor: str | None = None) -> KernelComparison | None:
+                      best_anchor: str | None = None, unsettled: tuple | None = None) -> KernelComparison | None:
     """The ``KernelComparison``: ours against ``best_anchor``'s profile where it was profiled, else the
     first anchor profiled there. The optimizer's floor (of the gap's rung) is used only where the
-    gap is of the profiled rung and point."""
+    gap is of the profiled rung and point. ``unsettled``: the goal point's (size, context, top rung,
+    best anchor) where the ladder's job did not tell the two steps apart."""
     ok = [r for r in profiles if r["status"] == "ok"]
     rungs_profiled = [r for r in ok if not r["params"]["anchor"]]
     ours = next((r for r in rungs_profiled if gap_ is not None and (r["params"]["rung"], r["params"]["size"],
@@ -1048,23 +998,11 @@ def kernel_comparison(profiles: list[dict], gap_: Gap | None, floor: OptimizerFl
     anchors = [r for r in ok if r["params"]["anchor"]
                and (r["params"]["size"], r["params"]["context"]) == (p["size"], p["context"])]
     anchor = next((r for r in anchors if r["params"]["rung"] == best_anchor), anchors[0] if anchors else None)
+    pair = anchor is not None and unsettled == (p["size"], p["context"], p["rung"], anchor["params"]["rung"])
     return KernelComparison(
-        p["rung"], p["size"], p["context"], gemm_ms,
-        flops["projections"] / (gemm_ms / 1e3) / 1e12 if gemm_ms else None,
+        p["rung"], flops["projections"] / (gemm_ms / 1e3) / 1e12 if gemm_ms else None,
         utilisation(flops["projections"], gemm_ms / 1e3, card.flops) if gemm_ms else None, card.basis,
-        kernels_apart(ours, anchor) if anchor is not None else None, bound)
-
-
-def goal_pair_unsettled(goal: Goal, point: Point | None, comparison: KernelComparison | None) -> bool:
-    """Whether the profiled pair is the goal point's (``point``) top rung and best anchor, whose steps
-    the ladder's own job did not tell apart (within the spread, or not settled)."""
-    if not (point and point.best_anchor and point.top_rung and point.top_vs_anchor
-            and comparison and comparison.anchor):
-        return False
-    pair = (point.top_rung.rung, point.best_anchor.rung)
-    return ((goal.size, goal.context) == (comparison.size, comparison.context)
-            and pair == (comparison.rung, comparison.anchor.rung)
-            and point.top_vs_anchor.verdict in (WITHIN, NOT_SETTLED))
+        kernels_apart(ours, anchor, pair) if anchor is not None else None, bound)
 
 
 def not_measured(planned: list[str], read: list[str]) -> tuple[int, list[str]]:
