@@ -83,16 +83,13 @@ from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge, 
 from cs336_systems.report.two_modes import RULE, Rule, TwoModes, two_modes
 from cs336_systems.training_step import rungs
 
-LOSS_RTOL = 5e-4          # a rung's losses against fp32 eager's (the module's doc says why)
-# What set LOSS_RTOL, measured once on the CPU from tiny to 2.7B: bf16 rounding moved the first loss
-# by at most this much, attention without its causal mask by this range; on an H200 (lab/e1-checks)
-# the bf16 rungs' losses after two updates moved by at most LOSS_BF16_GPU_MAX.
+# The tolerances of a rung's losses and first gradients against fp32 eager's, and what set them (the
+# module's doc): bf16 rounding's largest error (on the CPU, on an H200), attention without its mask's range.
+LOSS_RTOL = 5e-4
 LOSS_BF16_CPU_MAX = 5e-5
 LOSS_BF16_GPU_MAX = 2.8e-5
 LOSS_UNMASKED = (9e-4, 6e-3)
-GRAD_RTOL = 0.1           # a rung's first gradients against fp32 eager's, per parameter group
-# What set GRAD_RTOL: the bf16 rungs' worst group on an H200 (lab/e1-checks), and every group's
-# error under attention without its causal mask on the CPU (tiny, small).
+GRAD_RTOL = 0.1
 GRAD_BF16_GPU_MAX = 0.015
 GRAD_UNMASKED = (0.48, 1.2)
 # What the judge's interval holds: spread.MULTIPLIER keeps an A/A pair inside it in 95 % of jobs.
@@ -226,8 +223,8 @@ def _num(value: float, fmt: str) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, fmt)
 
 
-# The judge's verdict on a step time, as a reader says it.
-VERDICT_WORDS = {"lower": "faster", "higher": "slower", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}
+# The judge's verdict on a step time, as a reader says it (the others read as they are).
+VERDICT_WORDS = {"lower": "faster", "higher": "slower"}
 
 
 def _step_cell(r) -> str:
@@ -805,28 +802,36 @@ def profile_table(profiles: list[dict]) -> pd.DataFrame:
     rows = []
     for r in profiles:
         p, m = r["params"], r["metrics"]
-        point = f"{p['size']} ctx {p['context']}"
+
+        def row(kind: str, per_step: str, ms, share: str) -> dict:
+            return {"point": f"{p['size']} ctx {p['context']}", "rung": p["rung"], "kind": kind,
+                    "per step": per_step, "ms per step": ms, "share of kernel time": share}
         if r["status"] != "ok":
-            rows.append({"point": point, "rung": p["rung"], "kind": r["status"].upper(),
-                         "per step": "", "ms per step": None, "share of kernel time": r.get("reason") or ""})
+            rows.append(row(r["status"].upper(), "", None, r.get("reason") or ""))
             continue
         for kind, ms in kinds_ms(m).items():
-            if ms is None:
-                rows.append({"point": point, "rung": p["rung"], "kind": kind, "per step": "",
-                             "ms per step": "", "share of kernel time": "not attributable"})
-                continue
-            rows.append({"point": point, "rung": p["rung"], "kind": kind,
-                         "per step": f"{m['kinds'][kind]['count']:.0f}", "ms per step": round(ms, 2),
-                         "share of kernel time": f"{100 * ms / m['time_ms']:.1f} %" if m["time_ms"] else ""})
+            rows.append(row(kind, "", "", "not attributable") if ms is None else
+                        row(kind, f"{m['kinds'][kind]['count']:.0f}", round(ms, 2),
+                            f"{100 * ms / m['time_ms']:.1f} %" if m["time_ms"] else ""))
         busy = m.get("busy_ms")
-        rows.append({"point": point, "rung": p["rung"], "kind": "all (busy: kernels' union)",
-                     "per step": f"{kernels_per_step(m):.0f}",
-                     "ms per step": round(busy if busy is not None else m["time_ms"], 2),
-                     "share of kernel time": f"busy under the profiler; the step without it {m['step']['median']:.1f} ms"
-                     if busy is not None else m["unit"]})
+        rows.append(row("all (busy: kernels' union)", f"{kernels_per_step(m):.0f}",
+                        round(busy if busy is not None else m["time_ms"], 2),
+                        f"busy under the profiler; the step without it {m['step']['median']:.1f} ms"
+                        if busy is not None else m["unit"]))
     if not rows:
         return pd.DataFrame({"(no rows)": ["no step of this run was profiled"]})
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Apart:
+    """Two times set side by side, as the section words them: how far apart, and whether the first is longer."""
+    ms: float
+    more: bool
+
+
+def apart_by(delta: float) -> Apart:
+    return Apart(abs(delta), delta > 0)
 
 
 @dataclass(frozen=True)
@@ -862,17 +867,6 @@ def profile_summary(profiles: list[dict]) -> list[Profile]:
         out.append(Profile(*which, m["unit"], kinds_ms(m), kernels_per_step(m), m["unattributed_per_step"], busy, step,
                            None if busy is None else apart_by(busy - step)))
     return out
-
-
-@dataclass(frozen=True)
-class Apart:
-    """Two times set side by side, as the section words them: how far apart, and whether the first is longer."""
-    ms: float
-    more: bool
-
-
-def apart_by(delta: float) -> Apart:
-    return Apart(abs(delta), delta > 0)
 
 
 @dataclass(frozen=True)
