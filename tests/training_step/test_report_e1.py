@@ -306,27 +306,27 @@ def test_grid_points_without_a_record_are_named_as_not_measured(tmp_path):
     best = _ms_at(0.60)
     summary, text = build(tmp_path, in_one_job(ladder(best, anchor_ms=1.05 * best)),
                           planned=("records/xl_ctx2048_fp32.json", "records/xl_ctx2048_bf16.json"))
-    assert summary["not_measured"] == ["xl_ctx2048_fp32", "xl_ctx2048_bf16"]
-    assert summary["planned"] == len(ladder(best, anchor_ms=best)) + 2
-    assert f"Not measured in this run: 2 of the grid's {summary['planned']} points (xl_ctx2048_fp32, xl_ctx2048_bf16)" in text
-    assert summary["missing"] == {"rungs": [], "points": ["xl_ctx2048_fp32", "xl_ctx2048_bf16"]}
+    planned = len(ladder(best, anchor_ms=best)) + 2
+    assert summary["missing"] == {"planned": planned, "count": 2, "rungs": [], "points": ["xl_ctx2048_fp32", "xl_ctx2048_bf16"]}
+    assert f"Not measured in this run: 2 of the grid's {planned} points (xl_ctx2048_fp32, xl_ctx2048_bf16)" in text
 
 
 def test_a_rung_the_run_has_no_point_of_is_named_once_not_point_by_point():
     planned = [f"r/{size}_ctx{c}_{rung}.json" for size in ("xl", "2.7B") for c in (512, 1024)
                for rung in ("fp32", "bf16-weights", "anchor-liger")]
-    missing = [p.split("/")[1][:-5] for p in planned if "fp32" not in p]
-    missing.remove("xl_ctx512_anchor-liger")        # the run has one point of anchor-liger
-    assert _json(e1.missing_briefly, planned, missing) == {
+    # the run has the fp32 points and one point of anchor-liger
+    read = [p for p in planned if "fp32" in p or "xl_ctx512_anchor-liger" in p]
+    assert _json(e1.missing, planned, read) == {
+        "planned": 12, "count": 7,
         "points": ["xl_ctx1024_anchor-liger", "2.7B_ctx512_anchor-liger", "2.7B_ctx1024_anchor-liger"],
         "rungs": ["bf16-weights"]}
-    assert _json(e1.missing_briefly, planned, []) == {"points": [], "rungs": []}
+    assert _json(e1.missing, planned, planned) == {"planned": 12, "count": 0, "points": [], "rungs": []}
 
 
 def test_a_run_with_every_point_says_nothing_is_missing(tmp_path):
     best = _ms_at(0.60)
     summary, text = build(tmp_path, in_one_job(ladder(best, anchor_ms=1.05 * best)))
-    assert summary["not_measured"] == [] and "Not measured in this run" not in text
+    assert summary["missing"]["count"] == 0 and "Not measured in this run" not in text
 
 
 def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():

@@ -125,7 +125,8 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         card = peak(r["provenance"].get("gpu"), "bf16")
         median = _nan(step.get("median"))
         rows.append({
-            "size": p["size"], "context": int(p["context"]), "batch": int(p["batch"]), "rung": p["rung"],
+            "size": p["size"], "context": int(p["context"]), "label": f"{p['size']} ctx {int(p['context'])}",
+            "batch": int(p["batch"]), "rung": p["rung"],
             "anchor": bool(p["anchor"]), "status": r["status"], "note": r.get("reason") or r.get("message") or "",
             "median_ms": median, "std_ms": _nan(step.get("std")),
             "min_ms": _nan(step.get("min")), "max_ms": _nan(step.get("max")), "n": int(step.get("n") or 0),
@@ -326,9 +327,8 @@ class Step:
 
 
 def _step(r) -> Step:
-    return Step(str(r["rung"]), float(r["median_ms"]), None if math.isnan(r["mfu"]) else float(r["mfu"]),
-                {phase: None if math.isnan(r[f"{phase}_ms"]) else float(r[f"{phase}_ms"]) for phase in PHASES},
-                r["modes"])
+    return Step(str(r["rung"]), float(r["median_ms"]), _finite(r["mfu"]),
+                {phase: _finite(r[f"{phase}_ms"]) for phase in PHASES}, r["modes"])
 
 
 def _rankable(part: pd.DataFrame) -> pd.DataFrame:
@@ -389,7 +389,7 @@ def points_summary(df: pd.DataFrame, records: list[dict], elsewhere: tuple[str, 
             against(top, r, records) for _, r in _rankable(part).iterrows()
             if str(r["rung"]) != str(top["rung"]) and (r["anchor"] or str(r["rung"]) in elsewhere)]
         out.append(Point(
-            str(size), int(context), f"{size} ctx {int(context)}", int(part["batch"].iloc[0]),
+            str(size), int(context), part["label"].iloc[0], int(part["batch"].iloc[0]),
             [str(r["rung"]) for _, r in part.iterrows() if r["status"] != "skipped"],
             _step(top) if top is not None else None, _step(anchor) if anchor is not None else None,
             float(ref["median_ms"].iloc[0] / top["median_ms"]) if len(ref) and top is not None else None,
@@ -411,13 +411,13 @@ class Alternating:
 
 def alternating(df: pd.DataFrame) -> list[Alternating]:
     ran = df[(df["status"] == "ok") & df["modes"].notna()]
-    return [Alternating(f"{r['size']} ctx {int(r['context'])}", str(r["rung"]), float(r["median_ms"]), int(r["n"]),
-                        r["modes"]) for _, r in ran.iterrows()]
+    return [Alternating(r["label"], str(r["rung"]), float(r["median_ms"]), int(r["n"]), r["modes"])
+            for _, r in ran.iterrows()]
 
 
 @dataclass(frozen=True)
 class Points:
-    """Some points, and some rungs: those the points lack (``missing_briefly``) or have (``scope``)."""
+    """Some points, and the rungs of the ladder they have (``scope``)."""
     points: list[str]
     rungs: list[str]
 
@@ -720,9 +720,7 @@ class E1Summary(Summary):
     goal: Goal
     gap: Gap | None
     optimizer_floor: OptimizerFloor | None
-    planned: int
-    not_measured: list[str]
-    missing: Points
+    missing: Missing
     profiles: list[Profile]
     kernel_comparison: KernelComparison | None
 
@@ -746,7 +744,6 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
     goal_point = None if goal.point is None else points[goal.point]
     gap_ = gap(goal_point)
     floor = optimizer_floor(gap_, records)
-    n_planned, missing = not_measured(list(planned), list(read))
     best_anchor = goal_point.best_anchor.rung if goal_point and goal_point.best_anchor else None
     judged = goal_point.top_vs_anchor if goal_point else None
     unsettled = ((goal_size, goal_context, goal_point.top_rung.rung, judged.rung)
@@ -769,8 +766,8 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         compared_points=len(compared), faster_than_anchor_at=where("lower"), slower_than_anchor_at=where("higher"),
         within_anchor_at=where(WITHIN), not_settled_anchor_at=where(NOT_SETTLED),
         alternating_anchor_at=[p.label for p in compared if p.top_rung.modes or p.best_anchor.modes],
-        goal=goal, gap=gap_, optimizer_floor=floor, planned=n_planned, not_measured=missing,
-        missing=missing_briefly(list(planned), missing), profiles=profile_summary(list(profiles)),
+        goal=goal, gap=gap_, optimizer_floor=floor,
+        missing=missing(list(planned), list(read)), profiles=profile_summary(list(profiles)),
         kernel_comparison=comparison)
 
 
@@ -999,38 +996,41 @@ def kernel_comparison(profiles: list[dict], gap_: Gap | None, floor: OptimizerFl
         kernels_apart(ours, anchor, pair) if anchor is not None else None, bound)
 
 
-def not_measured(planned: list[str], read: list[str]) -> tuple[int, list[str]]:
-    """How many points the grid names, and those among them the run has no record of, by name
-    (``<size>_ctx<context>_<rung>``)."""
-    have = {Path(r).stem for r in read}
-    names = [Path(p).stem for p in planned]
-    return len(names), [n for n in names if n not in have]
-
-
 def _rung_of(name: str) -> str | None:
     """The rung of a point's name ``<size>_ctx<context>_<rung>`` (None for another name)."""
     parts = name.split("_", 2)
     return parts[2] if len(parts) == 3 and parts[1].startswith("ctx") else None
 
 
-def missing_briefly(planned: list[str], missing: list[str]) -> Points:
-    """The points a run lacks, named briefly: the rungs it has no point of at all (a rung added after
-    the run), then the other points by name."""
+@dataclass(frozen=True)
+class Missing:
+    """The points the config's grid names (``planned`` of them) that the run has no record of
+    (``count``), named briefly: the rungs it has no point of at all (a rung added after the run),
+    then the other points by name."""
+    planned: int
+    count: int
+    points: list[str]
+    rungs: list[str]
+
+
+def missing(planned: list[str], read: list[str]) -> Missing:
+    """``planned``: the records the grid names, ``read``: those the run has (``<size>_ctx<context>_<rung>``)."""
+    names = [Path(p).stem for p in planned]
+    lacking = [n for n in names if n not in {Path(r).stem for r in read}]
     by_rung: dict[str, list[str]] = {}
-    for name in (Path(p).stem for p in planned):
+    for name in names:
         if (rung := _rung_of(name)) is not None:
             by_rung.setdefault(rung, []).append(name)
-    lacking = set(missing)
-    whole = [rung for rung, names in by_rung.items() if lacking.issuperset(names)]
-    return Points([n for n in missing if _rung_of(n) not in whole], whole)
+    whole = [rung for rung, of in by_rung.items() if set(lacking).issuperset(of)]
+    return Missing(len(names), len(lacking), [n for n in lacking if _rung_of(n) not in whole], whole)
 
 
 def apart(df: pd.DataFrame) -> list[str]:
     """The points whose steps that ran come from more than one job, or from none: the section words
     every comparison at a point as its entrants' turns in one job (``training_step.ladder``)."""
     ran = df[df["status"] == "ok"]
-    jobs = ran.groupby(["size", "context"], observed=True)["job"].agg(lambda j: (j.nunique(), j.isna().any()))
-    return [f"{size} ctx {context}" for (size, context), (n, none) in jobs.items() if n > 1 or none]
+    jobs = ran.groupby("label", sort=False)["job"].agg(lambda j: (j.nunique(), j.isna().any()))
+    return [label for label, (n, none) in jobs.items() if n > 1 or none]
 
 
 def main(argv=None) -> int:
