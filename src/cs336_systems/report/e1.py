@@ -138,7 +138,8 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "peak_basis": card.basis, "peak_flops": card.flops,
             "peak_gib": _nan(m.get("peak_memory_bytes")) / GIB, "loss": _nan(m.get("loss")),
             "losses": m["losses"] if ok else [],      # of each warm-up step (training_step.check)
-            "gradient_rel_error": m.get("gradient_rel_error"), "job": (m.get("turns") or {}).get("job"), "record": index,
+            "gradient_rel_error": m.get("gradient_rel_error"), "job": (m.get("turns") or {}).get("job"),
+            "record": index,
         })
     df = pd.DataFrame(rows)
     if df.empty:
@@ -175,10 +176,12 @@ def _checked(row: pd.Series, ref: pd.Series | None, prev: pd.Series | None, reco
         out |= {"loss_rel_diff": diff, "loss_ok": bool(diff <= LOSS_RTOL), "loss_steps": len(pairs)}
     if errors := row["gradient_rel_error"]:     # none for the reference itself
         worst = max(errors, key=errors.get)
-        out |= {"grad_rel_error": float(errors[worst]), "grad_group": worst, "grad_ok": bool(errors[worst] <= GRAD_RTOL)}
+        out |= {"grad_rel_error": float(errors[worst]), "grad_group": worst,
+                "grad_ok": bool(errors[worst] <= GRAD_RTOL)}
     if prev is not None:
         judged = judge(records[int(row["record"])], records[int(prev["record"])])   # beyond the spread?
-        out |= {"delta_ms": row["median_ms"] - prev["median_ms"], "delta_pct": row["median_ms"] / prev["median_ms"] - 1,
+        out |= {"delta_ms": row["median_ms"] - prev["median_ms"],
+                "delta_pct": row["median_ms"] / prev["median_ms"] - 1,
                 "delta_peak_gib": row["peak_gib"] - prev["peak_gib"], "delta_spread": judged.verdict,
                 "delta_low_ms": judged.low, "delta_high_ms": judged.high,
                 # the verdict involves a step that alternates between two times
@@ -796,22 +799,22 @@ def profile_table(profiles: list[dict]) -> pd.DataFrame:
     the kernels' time, and the kernels' busy time under the profiler beside the step timed without it
     (CUDA only: two measurements, so no share of one in the other); one row saying why where no
     profile ran."""
+    def row(p: dict, kind: str, per_step: str, ms, share: str) -> dict:
+        return {"point": f"{p['size']} ctx {p['context']}", "rung": p["rung"], "kind": kind,
+                "per step": per_step, "ms per step": ms, "share of kernel time": share}
+
     rows = []
     for r in profiles:
         p, m = r["params"], r["metrics"]
-
-        def row(kind: str, per_step: str, ms, share: str) -> dict:
-            return {"point": f"{p['size']} ctx {p['context']}", "rung": p["rung"], "kind": kind,
-                    "per step": per_step, "ms per step": ms, "share of kernel time": share}
         if r["status"] != "ok":
-            rows.append(row(r["status"].upper(), "", None, r.get("reason") or ""))
+            rows.append(row(p, r["status"].upper(), "", None, r.get("reason") or ""))
             continue
         for kind, ms in kinds_ms(m).items():
-            rows.append(row(kind, "", "", "not attributable") if ms is None else
-                        row(kind, f"{m['kinds'][kind]['count']:.0f}", round(ms, 2),
+            rows.append(row(p, kind, "", "", "not attributable") if ms is None else
+                        row(p, kind, f"{m['kinds'][kind]['count']:.0f}", round(ms, 2),
                             f"{100 * ms / m['time_ms']:.1f} %" if m["time_ms"] else ""))
         busy = m.get("busy_ms")
-        rows.append(row("all (busy: kernels' union)", f"{kernels_per_step(m):.0f}",
+        rows.append(row(p, "all (busy: kernels' union)", f"{kernels_per_step(m):.0f}",
                         round(busy if busy is not None else m["time_ms"], 2),
                         f"busy under the profiler; the step without it {m['step']['median']:.1f} ms"
                         if busy is not None else m["unit"]))
@@ -861,8 +864,8 @@ def profile_summary(profiles: list[dict]) -> list[Profile]:
             out.append(Profile(*which))
             continue
         busy, step = m.get("busy_ms"), m["step"]["median"]
-        out.append(Profile(*which, m["unit"], kinds_ms(m), kernels_per_step(m), m["unattributed_per_step"], busy, step,
-                           None if busy is None else apart_by(busy - step)))
+        out.append(Profile(*which, m["unit"], kinds_ms(m), kernels_per_step(m), m["unattributed_per_step"],
+                           busy, step, None if busy is None else apart_by(busy - step)))
     return out
 
 
@@ -873,8 +876,9 @@ class KernelsApart:
     the processes' own variation, which the largest must clear twice to stand out. Profiles of two
     commits were made in two sittings, maybe on two lent machines: their differences then also hold
     the machines' (``apart``). Where either side's casts are not attributable, the kinds that may hold
-    them are compared as one (``casts_merged``, ``comparable``). ``goal_pair_unsettled``: the pair is
-    the goal point's top rung and best anchor, whose steps the ladder's own job did not tell apart."""
+    them are compared as one (``casts_merged``, ``comparable``). The largest kind's difference, the
+    kernels' busy time's and the step's, ours against theirs, as ``Apart``. ``goal_pair_unsettled``: the
+    pair is the goal point's top rung and best anchor, whose steps the ladder's own job did not tell apart."""
     rung: str
     casts_merged: bool
     delta_ms: Unread[dict[str, float]]
