@@ -290,19 +290,16 @@ def plot_ladder(df: pd.DataFrame, path: Path) -> None:
     for ax in axes.flat[len(points):]:
         ax.axis("off")
     for ax, (size, context) in zip(axes.flat, points):
-        part = df[(df["size"].astype(str) == size) & (df["context"] == context)]
-        labels, heights, colours, low, high, modes = [], [], [], [], [], []
-        for i, (_, r) in enumerate(part.iterrows()):
-            ok = r["status"] == "ok"
-            labels.append(str(r["rung"]) + ("" if ok else f"\n({r['status']})"))
-            heights.append(r["median_ms"] if ok else math.nan)
-            colours.append("C1" if r["anchor"] else "C0")
-            low.append(r["median_ms"] - r["min_ms"] if ok else 0.0)
-            high.append(r["max_ms"] - r["median_ms"] if ok else 0.0)
-            if ok and r["modes"] is not None:
-                modes += [(i, r["modes"].low_ms), (i, r["modes"].high_ms)]
+        part = df[df["label"] == f"{size} ctx {context}"]
+        # a record that did not run has no time (NaN): no bar, no whiskers, its status on the axis
+        labels = [rung if status == "ok" else f"{rung}\n({status})"
+                  for rung, status in zip(part["rung"], part["status"])]
+        heights = list(part["median_ms"])
+        low = list((part["median_ms"] - part["min_ms"]).fillna(0.0))
+        high = list((part["max_ms"] - part["median_ms"]).fillna(0.0))
+        modes = [(i, ms) for i, m in enumerate(part["modes"]) if m is not None for ms in (m.low_ms, m.high_ms)]
         x = range(len(labels))
-        bars = ax.bar(x, heights, color=colours, yerr=[low, high], capsize=2)
+        bars = ax.bar(x, heights, color=["C1" if a else "C0" for a in part["anchor"]], yerr=[low, high], capsize=2)
         if modes:
             ax.scatter(*zip(*modes), marker="x", color="black", s=14, zorder=3)
         # Log time: fp32 eager's step is ~10x the others', and a linear axis flattens the few-percent
