@@ -105,6 +105,11 @@ def goal_point(summary: dict) -> dict:
     return summary["points"][summary["goal"]["point"]]
 
 
+def vs_anchor(point: dict) -> dict:
+    """A point's top rung against its best anchor, as the summary holds it: an index into its ``against``."""
+    return point["against"][point["top_vs_anchor"]]
+
+
 # A few per mille of noise, the same in every job: each turn's factor, round by round.
 NOISE = [1.0, 1.002, 0.998, 1.001, 0.999, 1.003, 0.997, 1.0, 1.002, 0.998]
 # ±1 %: wider than a 0.2 % difference, so the judge cannot tell it apart
@@ -120,7 +125,7 @@ def test_the_goal_holds_by_mfu_where_its_interval_clears_the_target(tmp_path):
     goal = summary["goal"]
     assert goal_point(summary)["top_rung"]["rung"] == "fused-adamw"
     assert (goal["ratio_part"], goal["mfu_part"], goal["outcome"]) == ("missed", "holds", "holds")
-    ratio = goal_point(summary)["top_vs_anchor"]
+    ratio = vs_anchor(goal_point(summary))
     assert ratio["low"] > 0.85 and ratio["difference"] == pytest.approx(1 / 1.05, rel=0.01)
     # the MFU per round: 60 % at the median, the interval within the noise of it, both ends above the target
     assert goal["mfu"]["mfu"] == pytest.approx(0.60, rel=0.005)
@@ -152,7 +157,7 @@ def test_the_goal_missed_is_said_plainly_with_each_part(tmp_path):
     goal = summary["goal"]
     assert (goal["ratio_part"], goal["mfu_part"], goal["outcome"]) == ("missed", "missed", "missed")
     assert goal_point(summary)["top_rung"]["rung"] == "fused-adamw"
-    ratio = goal_point(summary)["top_vs_anchor"]
+    ratio = vs_anchor(goal_point(summary))
     assert goal["mfu"]["mfu_high"] < 0.55 and ratio["low"] > 1
     assert "**is missed**" in text and "**holds**" not in text
     assert "slower beyond the spread" in text and "45.0 % MFU" in text
@@ -171,7 +176,7 @@ def test_a_ratio_whose_interval_holds_the_target_leaves_the_goal_not_settled(tmp
     wobble = [1.0, 1.03, 0.97, 1.02, 0.98, 1.03, 0.97, 1.01, 0.99, 1.0]
     summary, text = build(tmp_path, in_one_job(ladder(best, anchor_ms=best / 0.85)[:-1], {"fused-adamw": wobble}))
     goal = summary["goal"]
-    ratio = goal_point(summary)["top_vs_anchor"]
+    ratio = vs_anchor(goal_point(summary))
     assert ratio["low"] < 0.85 < ratio["high"] and ratio["verdict"] == "lower"
     assert (goal["ratio_part"], goal["mfu_part"], goal["outcome"]) == ("not settled", "missed", "not settled")
     assert "**is not settled by these records**" in text and "is not settled (the interval holds 0.85)" in text
@@ -182,7 +187,7 @@ def test_records_of_four_rounds_settle_nothing_and_say_so(tmp_path):
     best = _ms_at(0.60)
     summary, text = build(tmp_path, in_one_job(ladder(best, anchor_ms=1.3 * best)[:-1], rounds=4))
     goal = summary["goal"]
-    ratio = goal_point(summary)["top_vs_anchor"]
+    ratio = vs_anchor(goal_point(summary))
     assert ratio["verdict"] == "not settled" and ratio["low"] is None and ratio["rounds"] == 4
     assert (goal["ratio_part"], goal["mfu_part"], goal["outcome"]) == ("not settled",) * 3
     assert "not settled: 4 rounds, fewer than the 5 the judge needs" in text
@@ -213,7 +218,7 @@ def test_a_paired_difference_settles_what_round_to_round_drift_would_hide(tmp_pa
     best = _ms_at(0.55)
     drift = [1.0, 1.1, 0.9, 1.05, 0.95, 1.1, 0.9, 1.0, 1.05, 0.95]
     summary, text = build(tmp_path, in_one_job(ladder(best, anchor_ms=best / 0.99)[:-1], drift=drift))
-    judged = goal_point(summary)["top_vs_anchor"]
+    judged = vs_anchor(goal_point(summary))
     assert judged["paired"] and judged["rounds"] == 10 and judged["verdict"] == "lower"
     assert judged["difference"] == pytest.approx(0.99) and judged["high"] < 1
     assert summary["jobs"] == 1
@@ -249,7 +254,7 @@ def test_a_point_with_only_the_five_entrants_sets_the_top_rung_against_them(tmp_
     for name, theirs in (("cuda-graphs", 0.9), ("anchor-sdpa-flash", 1.0), ("anchor-sdpa-cudnn", 1.1), ("anchor-liger", 1.2)):
         assert against[name]["difference"] == pytest.approx(0.8 / theirs, rel=0.005), name
         assert against[name]["verdict"] == "lower" and against[name]["low"] < 0.8 / theirs < against[name]["high"]
-    assert xl["top_vs_anchor"] == against["anchor-sdpa-flash"]
+    assert vs_anchor(xl) == against["anchor-sdpa-flash"]
     assert summary["partial_points"] == [{"points": ["xl ctx 512"], "rungs": ["cuda-graphs", "adamw-in-backward"]}]
     assert "at xl ctx 512 the run measured cuda-graphs and adamw-in-backward beside the anchors" in text
     assert "| xl ctx 512 | adamw-in-backward | cuda-graphs | 80.0 | 90.0 | 0.889 |" in text

@@ -363,7 +363,8 @@ class NotRun:
 class Point:
     """One size x context: the top rung, the best anchor (the lowest median step: a choice, not a
     verdict), the top rung's speed-up over fp32 eager, the top rung against each ``--elsewhere`` rung
-    and each anchor that ran there (``against``) and against the best anchor (``top_vs_anchor``)."""
+    and each anchor that ran there (``against``), the best anchor's entry there by its index
+    (``top_vs_anchor``: ``vs_anchor``)."""
     size: Unread[str]
     context: Unread[int]
     label: str
@@ -373,8 +374,12 @@ class Point:
     best_anchor: Step | None
     speedup_over_fp32: float | None
     against: list[Against]
-    top_vs_anchor: Against | None
+    top_vs_anchor: int | None
     not_ok: Unread[list[NotRun]]
+
+    def vs_anchor(self) -> Against | None:
+        """The top rung against the best anchor."""
+        return None if self.top_vs_anchor is None else self.against[self.top_vs_anchor]
 
 
 def points_summary(df: pd.DataFrame, records: list[dict], elsewhere: tuple[str, ...] = ()) -> list[Point]:
@@ -388,12 +393,13 @@ def points_summary(df: pd.DataFrame, records: list[dict], elsewhere: tuple[str, 
         others = [] if top is None else [
             against(top, r, records) for _, r in _rankable(part).iterrows()
             if str(r["rung"]) != str(top["rung"]) and (r["anchor"] or str(r["rung"]) in elsewhere)]
+        best = next((i for i, a in enumerate(others) if anchor is not None and a.rung == str(anchor["rung"])), None)
         out.append(Point(
             str(size), int(context), part["label"].iloc[0], int(part["batch"].iloc[0]),
             [str(r["rung"]) for _, r in part.iterrows() if r["status"] != "skipped"],
             _step(top) if top is not None else None, _step(anchor) if anchor is not None else None,
             float(ref["median_ms"].iloc[0] / top["median_ms"]) if len(ref) and top is not None else None,
-            others, next((a for a in others if anchor is not None and a.rung == str(anchor["rung"])), None),
+            others, best,
             [NotRun(str(r["rung"]), r["status"], r["note"]) for _, r in part[part["status"] != "ok"].iterrows()]))
     return out
 
@@ -528,7 +534,7 @@ def goal_check(df: pd.DataFrame, records: list[dict], points: list[Point], size:
     point = next((p for p in points if p.size == size and p.context == context), None)
     ratio = ratio_part = mfu = mfu_part = None
     if point is not None and point.top_rung is not None:
-        ratio = point.top_vs_anchor
+        ratio = point.vs_anchor()
         ratio_part = _part(ratio.low, ratio.high, ratio_target) if ratio else None
         row = df[(df["size"].astype(str) == size) & (df["context"] == context)
                  & (df["rung"].astype(str) == point.top_rung.rung)].iloc[0]
@@ -736,16 +742,16 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
     points = points_summary(df, records, elsewhere)
     goal = goal_check(df, records, points, goal_size, goal_context, goal_ratio, goal_mfu)
     first = records[0]["params"] if records else {}
-    compared = [p for p in points if p.top_vs_anchor]
+    compared = [p for p in points if p.top_vs_anchor is not None]
 
     def where(kind: str) -> list[str]:
-        return [p.label for p in compared if p.top_vs_anchor.verdict == kind]
+        return [p.label for p in compared if p.vs_anchor().verdict == kind]
 
     goal_point = None if goal.point is None else points[goal.point]
     gap_ = gap(goal_point)
     floor = optimizer_floor(gap_, records)
     best_anchor = goal_point.best_anchor.rung if goal_point and goal_point.best_anchor else None
-    judged = goal_point.top_vs_anchor if goal_point else None
+    judged = goal_point.vs_anchor() if goal_point else None
     unsettled = ((goal_size, goal_context, goal_point.top_rung.rung, judged.rung)
                  if judged and judged.verdict in (WITHIN, NOT_SETTLED) else None)
     comparison = kernel_comparison(list(profiles), gap_, floor, goal_mfu, best_anchor, unsettled)
