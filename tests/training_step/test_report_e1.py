@@ -228,6 +228,23 @@ def test_a_paired_difference_settles_what_round_to_round_drift_would_hide(tmp_pa
     assert summary["goal"]["mfu_part"] == "not settled"
 
 
+def test_a_paired_verdict_the_host_could_turn_around_is_not_settled_in_the_headline(tmp_path):
+    """Ours 1 % below the anchor in every round, but ours bound by its host (the host queued 95 % of
+    its step) and the anchor by its GPU: another process's host could turn it around, so the judge
+    keeps the interval and calls it not settled, and the headline says so, never "within the spread"."""
+    best = _ms_at(0.55)
+    records = in_one_job(ladder(best, anchor_ms=best / 0.99)[:-1], drift=NOISE)
+    for r in records:
+        if r["status"] == "ok":
+            r["metrics"]["host_share"] = {"step": 0.95 if r["params"]["rung"] == "fused-adamw" else 0.3}
+    summary, text = build(tmp_path, records)
+    judged = vs_anchor(goal_point(summary))
+    assert judged["verdict"] == "not settled" and judged["low"] is not None
+    headline = text.split("**Answer.**")[1].split("\n\n")[0]
+    assert "not settled, as another process's host could turn it around" in headline
+    assert "within the spread" not in headline
+
+
 def _elsewhere(size: str, context: int, ms: float, top="adamw-in-backward", top_status="ok") -> list[dict]:
     """A point away from the goal: the top rung, cuda-graphs and the three anchors, in one job of its own."""
     return in_one_job([record(top, top_status, ms=0.8 * ms if top_status == "ok" else None, size=size, context=context,
