@@ -245,6 +245,21 @@ def test_a_paired_verdict_the_host_could_turn_around_is_not_settled_in_the_headl
     assert "within the spread" not in headline
 
 
+def test_the_speed_up_over_fp32_eager_is_the_judge_s_per_round_ratio_and_claimed_only_where_settled(tmp_path):
+    """fp32 eager four times the top rung's step: the headline's speed-up is the judge's median of
+    per-round ratios, "faster" where its interval clears 1; in four rounds the judge has no
+    interval, so the same ratio is said not settled."""
+    best = _ms_at(0.55)
+    summary, text = build(tmp_path / "ten", in_one_job(ladder(best, anchor_ms=best / 0.99)[:-1], drift=NOISE))
+    s = goal_point(summary)["speedup_over_fp32"]
+    assert s["times"] == pytest.approx(4.0) and s["verdict"] == "higher" and s["low"] > 1 and s["rounds"] == 10
+    assert "4.00× faster than fp32 eager per round" in text
+    summary, text = build(tmp_path / "four", in_one_job(ladder(best, anchor_ms=best / 0.99)[:-1], rounds=4))
+    s = goal_point(summary)["speedup_over_fp32"]
+    assert s["verdict"] == "not settled" and s["low"] is None
+    assert "4.00× fp32 eager's speed per round, not settled" in text and "faster than fp32 eager" not in text
+
+
 def _elsewhere(size: str, context: int, ms: float, top="adamw-in-backward", top_status="ok") -> list[dict]:
     """A point away from the goal: the top rung, cuda-graphs and the three anchors, in one job of its own."""
     return in_one_job([record(top, top_status, ms=0.8 * ms if top_status == "ok" else None, size=size, context=context,

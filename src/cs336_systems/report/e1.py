@@ -223,6 +223,23 @@ def against(top, other, records: list[dict]) -> Against:
                    _finite(v.low), _finite(v.high), v.verdict, v.rounds, v.set_aside, v.paired)
 
 
+@dataclass(frozen=True)
+class Speedup:
+    """fp32 eager's step over the top rung's, per round of their job (``spread.judge``): how many
+    times faster the top rung is, with the interval and verdict ("higher": fp32 eager slower beyond
+    the spread, so the top rung faster; a ratio of medians would claim a speed-up no judge had seen)."""
+    times: float | None
+    low: Unread[float | None]       # the interval and rounds the details' ladder table shows per rung
+    high: Unread[float | None]
+    verdict: str
+    rounds: Unread[int]
+
+
+def speedup(top, reference, records: list[dict]) -> Speedup:
+    v = judge(records[int(reference["record"])], records[int(top["record"])], ratio=True)
+    return Speedup(_finite(v.difference), _finite(v.low), _finite(v.high), v.verdict, v.rounds)
+
+
 def _num(value: float, fmt: str) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, fmt)
 
@@ -372,7 +389,7 @@ class Point:
     measured: Unread[list[str]]         # what the point measured: a skipped rung was not (an OOM was)
     top_rung: Step | None
     best_anchor: Step | None
-    speedup_over_fp32: float | None
+    speedup_over_fp32: Speedup | None
     against: list[Against]
     top_vs_anchor: int | None
     not_ok: Unread[list[NotRun]]
@@ -398,7 +415,7 @@ def points_summary(df: pd.DataFrame, records: list[dict], elsewhere: tuple[str, 
             str(size), int(context), part["label"].iloc[0], int(part["batch"].iloc[0]),
             [str(r["rung"]) for _, r in part.iterrows() if r["status"] != "skipped"],
             _step(top) if top is not None else None, _step(anchor) if anchor is not None else None,
-            float(ref["median_ms"].iloc[0] / top["median_ms"]) if len(ref) and top is not None else None,
+            speedup(top, ref.iloc[0], records) if len(ref) and top is not None and top["rung"] != REFERENCE else None,
             others, best,
             [NotRun(str(r["rung"]), r["status"], r["note"]) for _, r in part[part["status"] != "ok"].iterrows()]))
     return out
