@@ -181,6 +181,11 @@ class LargestPeak:
 SAME = 0.01     # memory readings within 1 % of each other count as the same
 
 
+def lower_higher(ratio: pd.Series) -> tuple[int, int]:
+    """At how many points compiled ÷ eager (``ratio``) is lower, and at how many higher, beyond ``SAME``."""
+    return int((ratio < 1 - SAME).sum()), int((ratio > 1 + SAME).sum())
+
+
 @dataclass(frozen=True)
 class ModePeak:
     """``1 − compiled ÷ eager`` peak over the sizes of one mode, and at how many compiled's is lower or
@@ -208,12 +213,12 @@ def peak_memory(df: pd.DataFrame) -> PeakMemory | None:
     both = _both_ok(df).dropna(subset=["eager_peak_GiB", "compiled_peak_GiB"])
     by_mode = {}
     for mode, part in both.groupby("mode", observed=True):
-        cut = 1 - part["compiled_peak_GiB"] / part["eager_peak_GiB"]
+        ratio = part["compiled_peak_GiB"] / part["eager_peak_GiB"]
         largest = part.loc[part["eager_peak_GiB"].idxmax()]
-        lower = int((cut > SAME).sum())
-        by_mode[str(mode)] = ModePeak(float(cut.min()), float(cut.max()), int(len(cut)), lower,
-                                      int((cut < -SAME).sum()), lower == len(cut), LargestPeak(
-            str(largest["size"]), float(largest["eager_peak_GiB"]), float(largest["compiled_peak_GiB"])))
+        lower, higher = lower_higher(ratio)
+        by_mode[str(mode)] = ModePeak(float(1 - ratio.max()), float(1 - ratio.min()), int(len(ratio)), lower, higher,
+                                      lower == len(ratio), LargestPeak(str(largest["size"]),
+                                      float(largest["eager_peak_GiB"]), float(largest["compiled_peak_GiB"])))
     if not by_mode:
         return None
     with_backward = [m for m in by_mode if m != "forward"]
