@@ -36,25 +36,21 @@ def _mib(value: int | float | None) -> float | None:
 
 def peak_table(records: list[dict], precision: str) -> pd.DataFrame:
     """One row per context, one column per mode: the peak of live tensors (MiB), or the status."""
-    chosen = [r for r in records if r["params"]["precision"] == precision]
-    contexts = sorted({r["params"]["context"] for r in chosen})
-    modes = [m for m in MODE_ORDER if any(r["params"]["mode"] == m for r in chosen)]
+    chosen = {}
+    for r in records:
+        if r["params"]["precision"] == precision:
+            chosen.setdefault((r["params"]["context"], r["params"]["mode"]), r)
+    modes = [m for m in MODE_ORDER if any(mode == m for _, mode in chosen)]
     rows = []
-    for context in contexts:
+    for context in sorted({context for context, _ in chosen}):
         row = {"context": context}
         for mode in modes:
-            match = [r for r in chosen if r["params"]["context"] == context and r["params"]["mode"] == mode]
-            if not match:
-                cell = ""
-            elif match[0]["status"] == "ok":
-                cell = f"{_mib(match[0]['metrics']['peak']['bytes']):,.1f}"
-            else:
-                cell = match[0]["status"].upper()
-            row[f"{MODE_TITLES[mode]} peak (MiB)"] = cell
-        before = [r for r in chosen if r["params"]["context"] == context and r["status"] == "ok"
-                  and r["params"]["mode"] == "train-step"]
-        if before:
-            row["train step: live before it (MiB)"] = f"{_mib(before[0]['metrics']['initial_bytes']):,.1f}"
+            r = chosen.get((context, mode), {"status": ""})
+            row[f"{MODE_TITLES[mode]} peak (MiB)"] = (f"{_mib(r['metrics']['peak']['bytes']):,.1f}" if r["status"] == "ok"
+                                                      else r["status"].upper())
+        train = chosen.get((context, "train-step"))
+        if train and train["status"] == "ok":
+            row["train step: live before it (MiB)"] = f"{_mib(train['metrics']['initial_bytes']):,.1f}"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -110,6 +106,11 @@ KEPT, GRADIENTS, LEFT, ADDED = "kept by forward", "gradients", "left", "added"
 GRADIENTS_MATCH = 0.01      # what backward leaves within 1 % of one fp32 copy of the parameters is the gradients
 
 
+def _matches(mib: float, copies_mib: float) -> bool:
+    """``mib`` is ``copies_mib`` (fp32 copies of the parameters) to ``GRADIENTS_MATCH``."""
+    return abs(mib - copies_mib) <= GRADIENTS_MATCH * copies_mib
+
+
 @dataclass(frozen=True)
 class Part:
     what: str
@@ -147,8 +148,7 @@ def peak_parts(initial_mib: float, peak_phase: str | None, phases: list[Phase], 
     phase = at[peak_phase]
     left = phase.start_mib - initial_mib
     what = (KEPT if peak_phase == "backward" else
-            GRADIENTS if peak_phase == "optimizer" and abs(left - gradients_mib) <= GRADIENTS_MATCH * gradients_mib
-            else LEFT)
+            GRADIENTS if peak_phase == "optimizer" and _matches(left, gradients_mib) else LEFT)
     parts = [Part(ADDED, phase.peak_mib - phase.start_mib)]
     if phase is not phases[0]:          # the first phase starts from what was live before the step
         parts.append(Part(what, left))
@@ -211,8 +211,7 @@ def train_peaks(steps: list[Step], size: str) -> TrainPeaks | None:
     if not sides:
         return None
     grads = gradient_mib(size)
-    return TrainPeaks(sides, grads, all(abs(s.left_mib - grads) <= GRADIENTS_MATCH * grads for s in sides),
-                      on_smaller)
+    return TrainPeaks(sides, grads, all(_matches(s.left_mib, grads) for s in sides), on_smaller)
 
 
 @dataclass(frozen=True)
@@ -275,12 +274,10 @@ def precision_ratios(records: list[dict]) -> list[Ratio]:
     """(c) against (b): bf16 peak over fp32 peak, per mode and context where both ran."""
     peaks = {(r["params"]["mode"], r["params"]["context"], r["params"]["precision"]): r["metrics"]["peak"]["bytes"]
              for r in records if r["status"] == "ok"}
-    out = []
-    for (mode, context, precision), fp32 in sorted(peaks.items(), key=lambda kv: (MODE_ORDER.index(kv[0][0]), kv[0][1])):
-        bf16 = peaks.get((mode, context, "bf16"))
-        if precision == "fp32" and bf16 is not None:
-            out.append(Ratio(mode, context, bf16 / fp32))
-    return out
+    order = lambda point: (MODE_ORDER.index(point[0][0]), point[0][1])
+    return [Ratio(mode, context, peaks[(mode, context, "bf16")] / fp32)
+            for (mode, context, precision), fp32 in sorted(peaks.items(), key=order)
+            if precision == "fp32" and (mode, context, "bf16") in peaks]
 
 
 @dataclass(frozen=True)
@@ -321,7 +318,7 @@ def answer(phases: list[Step], ratios: list[Ratio], top: list[dict], copy_mib: f
     copies = before / copy_mib if before is not None and copy_mib else None
     return Answer(sorted({p.context for p in fp32}), span(train), span(by_mode["forward"]),
                   gib(before) if before is not None else None, copies,
-                  copies is not None and abs(copies - 3) <= 3 * GRADIENTS_MATCH,
+                  copies is not None and _matches(copies, 3),
                   [min(r.ratio for r in ratios), max(r.ratio for r in ratios)] if ratios else None, _largest(top))
 
 
