@@ -92,6 +92,13 @@ def allocator_state(message: str | None) -> dict[str, float]:
     return state
 
 
+def needed_at_least(alloc: dict[str, float]) -> float:
+    """What the failing pass needed at least: what tensors held at the failure plus the request that
+    failed (NaN where the message lacks either)."""
+    return alloc["allocated_MiB"] + alloc["requested_MiB"] if {"allocated_MiB", "requested_MiB"} <= set(alloc) \
+        else math.nan
+
+
 ARITHMETIC = "arithmetic"          # the closed form's peak alone exceeds the card
 OVER_CARD = "over the card"        # what tensors held at the failure plus the request exceed the card
 NOT_SETTLED = "not settled"        # neither: the records do not show why
@@ -110,7 +117,7 @@ def oom_cause(closed_form_peak_MiB: float, alloc: dict[str, float], closed_form_
         return NOT_SETTLED
     if closed_form_holds and closed_form_peak_MiB > capacity:       # False for a NaN closed form
         return ARITHMETIC
-    if {"allocated_MiB", "requested_MiB"} <= set(alloc) and alloc["allocated_MiB"] + alloc["requested_MiB"] > capacity:
+    if needed_at_least(alloc) > capacity:          # False for a NaN
         return OVER_CARD
     return NOT_SETTLED
 
@@ -181,8 +188,7 @@ def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[OutOfMem
         alloc = allocator_state(messages.get((row["d"], row["seq"], row["compiled"])))
         during, known = failed_pass(row, alloc)
         closed = row["predicted_forward_peak_MiB" if during == "forward" else "predicted_backward_peak_MiB"]
-        needed = alloc["allocated_MiB"] + alloc["requested_MiB"] if {"allocated_MiB", "requested_MiB"} <= set(alloc) \
-            else math.nan
+        needed = needed_at_least(alloc)
         square = square_MiB(row)
         undercounts = needed > (closed + 4 * vector_MiB(row)) * (1 + UNDERCOUNT) and square > 0
         points.append(OutOfMemory(
