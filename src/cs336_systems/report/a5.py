@@ -281,14 +281,6 @@ def precision_ratios(records: list[dict]) -> list[Ratio]:
 
 
 @dataclass(frozen=True)
-class Largest:
-    """The largest size among the top allocations: how many blocks of it, and the operations that made them."""
-    mib: float
-    blocks: int
-    made_by: list[str]
-
-
-@dataclass(frozen=True)
 class Answer:
     contexts: list[int]
     train_peak_gib: list[float] | None
@@ -299,14 +291,12 @@ class Answer:
     live_before_copies: float | None
     live_before_is_state: bool
     bf16_ratio: list[float] | None
-    largest: Largest | None
 
 
-def answer(phases: list[Step], ratios: list[Ratio], top: list[dict], copy_mib: float | None = None) -> Answer | None:
+def answer(phases: list[Step], ratios: list[Ratio], copy_mib: float | None = None) -> Answer | None:
     """What the section opens with, from the rows it tabulates: fp32's peaks over the contexts (the full
     training step, what was live before it, in ``copy_mib``'s — one fp32 copy of the parameters — where
-    given, the forward pass), bf16's peak against fp32's at the same points, and the largest
-    allocations at the recorded peak."""
+    given, the forward pass), and bf16's peak against fp32's at the same points."""
     fp32 = [p for p in phases if p.precision == "fp32"]
     if not fp32:
         return None
@@ -319,15 +309,24 @@ def answer(phases: list[Step], ratios: list[Ratio], top: list[dict], copy_mib: f
     return Answer(sorted({p.context for p in fp32}), span(train), span(by_mode["forward"]),
                   gib(before) if before is not None else None, copies,
                   copies is not None and _matches(copies, 3),
-                  [min(r.ratio for r in ratios), max(r.ratio for r in ratios)] if ratios else None, _largest(top))
+                  [min(r.ratio for r in ratios), max(r.ratio for r in ratios)] if ratios else None)
 
 
-def _largest(top: list[dict]) -> Largest | None:
+@dataclass(frozen=True)
+class Largest:
+    """The largest size among the top allocations (the first, as they come sorted): how many blocks of
+    it, and the operations that made them. The answer and part (e) both word it."""
+    mib: float
+    blocks: int
+    made_by: list[str]
+
+
+def largest(top: list[dict]) -> Largest | None:
     if not top:
         return None
     size = max(a["size_bytes"] for a in top)
     same = [a for a in top if a["size_bytes"] == size]
-    return Largest(size / 2**20, sum(a["count"] for a in same),
+    return Largest(size / MIB, sum(a["count"] for a in same),
                    list(dict.fromkeys(a["op"] or a["node"] or a["frame"] or "unknown" for a in same)))
 
 
@@ -337,13 +336,6 @@ class Allocation:
     frame: str | None
     op: str | None
     node: str | None
-
-
-@dataclass(frozen=True)
-class LargestAllocation:
-    """The largest of the top allocations, as the section words it: its size and whether it recurs."""
-    size_mib: float
-    several: bool
 
 
 @dataclass(frozen=True)
@@ -369,7 +361,7 @@ class A5Summary(Summary):
     top_context: int | None
     top_precision: str | None
     top_allocations: list[Allocation]
-    largest_allocation: LargestAllocation | None
+    largest: Largest | None
     allocator_check: AllocatorCheck | None
     bf16_vs_fp32: list[Ratio]
     timelines: list[Timeline]
@@ -405,11 +397,11 @@ def summarize(records: list[dict], timelines: list[Timeline], top_record: dict |
         top_context=top_record["params"]["context"] if top_record else None,
         top_precision=top_record["params"]["precision"] if top_record else None,
         top_allocations=[Allocation(a["count"], a["frame"], a["op"], a["node"]) for a in top],
-        largest_allocation=LargestAllocation(top[0]["size_bytes"] / 1048576, top[0]["count"] > 1) if top else None,
+        largest=largest(top),
         allocator_check=allocator_check(records),
         bf16_vs_fp32=ratios,
         timelines=timelines,
-        answer=answer(phases, ratios, top, gradient_mib(first["size"])),
+        answer=answer(phases, ratios, gradient_mib(first["size"])),
         train_peaks=train_peaks(phases, first["size"]),
     )
 
