@@ -21,7 +21,7 @@ import pandas as pd
 from cs336_systems.report import b2_whole_model as whole
 from cs336_systems.report import contract
 from cs336_systems.report.b1 import OutOfMemory, frame, out_of_memory_points
-from cs336_systems.report.b2_whole_model import SAME, Range, WholeModel, lower_higher, spread
+from cs336_systems.report.b2_whole_model import SAME, Compared, Range, WholeModel, compared, spread
 from cs336_systems.report.common import load_record_lists, load_records, plt, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge
@@ -53,37 +53,18 @@ def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
 
 
 @dataclass(frozen=True)
-class MemoryRatio:
-    """Compiled ÷ eager over the points both ran: its range, whether it is the same at every one, and
-    at how many compiled's is lower or higher (beyond ``SAME``; ``all_lower``: at every one). Memory
-    readings repeat exactly from run to run, so one reading a side settles which is lower."""
-    min: float
-    max: float
-    points: int
-    same: bool
-    lower: int
-    higher: int
-    all_lower: bool
-
-
-@dataclass(frozen=True)
 class Memory:
-    held_for_backward: MemoryRatio | None
-    forward_peak: MemoryRatio | None
-    backward_peak: MemoryRatio | None
+    held_for_backward: Compared | None
+    forward_peak: Compared | None
+    backward_peak: Compared | None
 
 
 def memory_findings(both: pd.DataFrame) -> Memory:
-    """What the prose may say about memory, from the rows where both ran (``both``): whether the memory
-    held for backward is the same, and how the forward and backward peaks compare (when the records
-    have peaks), each as the compiled ÷ eager range."""
-    def ratio(column: str) -> MemoryRatio | None:
+    """What the prose may say about memory, from the rows where both ran (``both``): the memory held for
+    backward, and the forward and backward peaks (when the records have peaks), compiled ÷ eager."""
+    def ratio(column: str) -> Compared | None:
         r = (both[f"compiled_{column}"].astype(float) / both[f"eager_{column}"].astype(float)).dropna()
-        if not len(r):
-            return None
-        lower, higher = lower_higher(r)
-        return MemoryRatio(float(r.min()), float(r.max()), int(len(r)), bool(((r - 1).abs() <= SAME).all()),
-                           lower, higher, lower == len(r))
+        return compared(r) if len(r) else None
 
     return Memory(ratio("MiB"), ratio("forward_peak_MiB"), ratio("backward_peak_MiB"))
 

@@ -181,21 +181,31 @@ class LargestPeak:
 SAME = 0.01     # memory readings within 1 % of each other count as the same
 
 
-def lower_higher(ratio: pd.Series) -> tuple[int, int]:
-    """At how many points compiled ÷ eager (``ratio``) is lower, and at how many higher, beyond ``SAME``."""
-    return int((ratio < 1 - SAME).sum()), int((ratio > 1 + SAME).sum())
-
-
 @dataclass(frozen=True)
-class ModePeak:
-    """``1 − compiled ÷ eager`` peak over the sizes of one mode, and at how many compiled's is lower or
-    higher (beyond ``SAME``; ``all_lower``: at every one)."""
+class Compared:
+    """Compiled ÷ eager memory over the points both ran: the range the words quote, at how many points
+    compiled's is lower or higher (beyond ``SAME``), and what that comes to (``outcome``): "lower" at
+    every one, "same" at every one, else "mixed". Memory readings repeat exactly from run to run, so one
+    reading a side settles which is lower."""
     min: float
     max: float
     points: int
     lower: int
     higher: int
-    all_lower: bool
+    outcome: str
+
+
+def compared(ratio: pd.Series, quoted: pd.Series | None = None) -> Compared:
+    """``ratio`` (compiled ÷ eager) judged against ``SAME``; the range is ``quoted``'s (default: the ratio's)."""
+    quoted = ratio if quoted is None else quoted
+    lower, higher = int((ratio < 1 - SAME).sum()), int((ratio > 1 + SAME).sum())
+    outcome = "lower" if lower == len(ratio) else "same" if not lower and not higher else "mixed"
+    return Compared(float(quoted.min()), float(quoted.max()), int(len(ratio)), lower, higher, outcome)
+
+
+@dataclass(frozen=True)
+class ModePeak(Compared):
+    """One mode's peaks over the sizes, quoted as ``1 − compiled ÷ eager``, with the largest model's."""
     largest: LargestPeak
 
 
@@ -215,10 +225,8 @@ def peak_memory(df: pd.DataFrame) -> PeakMemory | None:
     for mode, part in both.groupby("mode", observed=True):
         ratio = part["compiled_peak_GiB"] / part["eager_peak_GiB"]
         largest = part.loc[part["eager_peak_GiB"].idxmax()]
-        lower, higher = lower_higher(ratio)
-        by_mode[str(mode)] = ModePeak(float(1 - ratio.max()), float(1 - ratio.min()), int(len(ratio)), lower, higher,
-                                      lower == len(ratio), LargestPeak(str(largest["size"]),
-                                      float(largest["eager_peak_GiB"]), float(largest["compiled_peak_GiB"])))
+        by_mode[str(mode)] = ModePeak(**vars(compared(ratio, 1 - ratio)), largest=LargestPeak(
+            str(largest["size"]), float(largest["eager_peak_GiB"]), float(largest["compiled_peak_GiB"])))
     if not by_mode:
         return None
     with_backward = [m for m in by_mode if m != "forward"]
