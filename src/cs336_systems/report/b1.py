@@ -165,6 +165,9 @@ class OutOfMemory:
     failed_during_known: str | None
     cause: str
     free_and_reserved_cover: bool
+    # whether what it needed at least, and the closed form's peak, fit the card (where the message gives its capacity)
+    needed_fits: bool
+    closed_form_fits: bool
     undercount: Undercount | None
 
 
@@ -191,11 +194,13 @@ def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[OutOfMem
         needed = needed_at_least(alloc)
         square = square_MiB(row)
         undercounts = needed > (closed + 4 * vector_MiB(row)) * (1 + UNDERCOUNT) and square > 0
+        capacity = alloc.get("capacity_MiB", math.nan)         # NaN: neither fits
         points.append(OutOfMemory(
             "compiled" if row["compiled"] else "eager", int(row["d"]), int(row["seq"]),
             _num(row["predicted_forward_peak_MiB"]), _num(row["predicted_backward_peak_MiB"]), alloc, _num(needed),
             during, known, oom_cause(row["predicted_backward_peak_MiB"], alloc, closed_form_holds=not row["compiled"]),
             free_and_reserved_cover(alloc),
+            bool(needed <= capacity), bool(row["predicted_backward_peak_MiB"] <= capacity),
             Undercount(float(closed), float((needed - closed) / square), float(needed / row["predicted_saved_MiB"]))
             if undercounts else None))
     return points
@@ -298,30 +303,9 @@ def limits(df: pd.DataFrame) -> dict[str, Limits]:
     return found
 
 
-@dataclass(frozen=True)
-class SmallestOom:
-    d: int
-    seq: int
-    predicted_backward_peak_MiB: float | None
-    allocator: dict[str, float]
-    needed_at_least_MiB: float | None
-    cause: str
-    free_and_reserved_cover: bool
-    needed_fits: bool
-    closed_form_fits: bool
-
-
-def smallest_oom(eager_ooms: list[OutOfMemory]) -> SmallestOom | None:
-    """The shortest (then narrowest) case where eager ran out, and whether what it needed at least,
-    and the closed form's peak, fit the card (where the allocator's message gives its capacity)."""
-    if not eager_ooms:
-        return None
-    s = min(eager_ooms, key=lambda p: (p.seq, p.d))
-    capacity = s.allocator.get("capacity_MiB")
-    return SmallestOom(s.d, s.seq, s.predicted_backward_peak_MiB, s.allocator, s.needed_at_least_MiB, s.cause,
-                       s.free_and_reserved_cover,
-                       s.needed_at_least_MiB is not None and capacity is not None and s.needed_at_least_MiB <= capacity,
-                       capacity is not None and s.predicted_backward_peak_MiB <= capacity)
+def smallest_oom(eager_ooms: list[OutOfMemory]) -> OutOfMemory | None:
+    """The shortest (then narrowest) point where eager ran out."""
+    return min(eager_ooms, key=lambda p: (p.seq, p.d), default=None)
 
 
 @dataclass(frozen=True)
@@ -347,7 +331,7 @@ class B1Summary(Summary):
     in_turns: int
     rounds: list[int]
     limits: dict[str, Limits]
-    smallest_oom: SmallestOom | None
+    smallest_oom: OutOfMemory | None
     out_of_memory: list[OutOfMemory]
     undercounts: Undercounts | None
     before_backward: BeforeBackward | None
