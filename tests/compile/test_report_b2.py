@@ -405,7 +405,7 @@ def test_whole_model_memory_and_the_uncompiled_optimizer(tmp_path, seed, turns):
     assert ("these records do not settle whether it differs at small, medium, large" in flat) is not turns
     assert ("Forward and backward are faster compiled at every point." in flat) is turns
     # each size is its own process: how the speed-up moves with size is not settled either way
-    assert w["size_trend"]["train-step"]["trend"] == "not settled"
+    assert w["size_trend"]["train-step"]["outcome"] == "not settled"
     assert "which these records do not settle: one process a size measures no spread across processes" in flat
 
 

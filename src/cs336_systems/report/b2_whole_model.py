@@ -292,7 +292,10 @@ class AtSize:
 
 @dataclass(frozen=True)
 class SizeTrend:
-    trend: str
+    """``outcome``: "falls" or "grows" where every step between sizes does (``spread.trend_of``), else
+    the largest model's speed-up against the smallest's (the judge's verdict, which the words also read
+    on its own)."""
+    outcome: str
     largest_against_smallest: str
     first: AtSize
     last: AtSize
@@ -312,8 +315,8 @@ def size_trend(df: pd.DataFrame) -> dict[str, SizeTrend]:
         speedups = [float(s) for s in part["step_speedup"]]
         steps = [judge_processes([later], [earlier], ratio=True) for earlier, later in zip(speedups, speedups[1:])]
         ends = [AtSize(str(part.iloc[i]["size"]), speedups[i]) for i in (0, -1)]
-        found[str(mode)] = SizeTrend(trend_of(steps), judge_processes([speedups[-1]], [speedups[0]], ratio=True).verdict,
-                                     ends[0], ends[1])
+        trend, ends_verdict = trend_of(steps), judge_processes([speedups[-1]], [speedups[0]], ratio=True).verdict
+        found[str(mode)] = SizeTrend(trend if trend in ("falls", "grows") else ends_verdict, ends_verdict, *ends)
     return found
 
 
