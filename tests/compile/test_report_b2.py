@@ -179,7 +179,7 @@ def test_part_a_says_what_the_memory_data_show(tmp_path, compiled_peak_mib, lowe
                     "--out-dir", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     mem = summary["memory"]
-    assert mem["held_for_backward"]["same"] and mem["backward_peak"]["lower"] == (2 if lower else 0)
+    assert mem["held_for_backward"]["outcome"] == "same" and mem["backward_peak"]["lower"] == (2 if lower else 0)
     assert mem["backward_peak"]["max"] == pytest.approx(compiled_peak_mib / 10)
     assert summary["fits_only_compiled"] == [{"d": 16, "seq": 8192, "eager_failed_during": "backward",
                                               "eager_failed_during_known": "recorded", "eager_held_MiB": None,
@@ -405,7 +405,7 @@ def test_whole_model_memory_and_the_uncompiled_optimizer(tmp_path, seed, turns):
     assert ("these records do not settle whether it differs at small, medium, large" in flat) is not turns
     assert ("Forward and backward are faster compiled at every point." in flat) is turns
     # each size is its own process: how the speed-up moves with size is not settled either way
-    assert w["size_trend"]["train-step"]["trend"] == "not settled"
+    assert w["size_trend"]["train-step"]["outcome"] == "not settled"
     assert "which these records do not settle: one process a size measures no spread across processes" in flat
 
 

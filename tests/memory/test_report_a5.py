@@ -258,16 +258,16 @@ def test_the_answer_is_read_off_the_rows_it_summarises():
     top = [{"size_bytes": 2**27, "count": 32, "op": "matmul", "node": None, "frame": "m.py:1"},
            {"size_bytes": 2**27, "count": 32, "op": "exp", "node": None, "frame": "m.py:2"},
            {"size_bytes": 2**20, "count": 99, "op": "add", "node": None, "frame": "m.py:3"}]
-    a = a5.answer(phases, ratios, top)
+    a = a5.answer(phases, ratios)
     assert a.train_peak_gib == [50.0, 70.0] and a.forward_peak_gib == [12.0, 14.0]
     assert a.live_before_gib == 30.0 and a.contexts == [128, 512] and a.bf16_ratio == [0.93, 1.02]
-    assert a.largest == a5.Largest(128.0, 64, ["matmul", "exp"])
-    assert a5.answer([p for p in phases if p.precision == "bf16"], [], []) is None
+    assert a5.largest(top) == a5.Largest(128.0, 64, ["matmul", "exp"])
+    assert a5.answer([p for p in phases if p.precision == "bf16"], []) is None
     # what was live before is named the training state only where it is three copies of the parameters
     assert not a.live_before_is_state and a.live_before_copies is None
-    named = a5.answer(phases, ratios, top, copy_mib=10 * mib)
+    named = a5.answer(phases, ratios, copy_mib=10 * mib)
     assert named.live_before_copies == pytest.approx(3.0) and named.live_before_is_state
-    assert not a5.answer(phases, ratios, top, copy_mib=8 * mib).live_before_is_state      # 3.75 copies
+    assert not a5.answer(phases, ratios, copy_mib=8 * mib).live_before_is_state      # 3.75 copies
 
 
 def test_a_band_is_named_by_the_operations_that_allocated_at_its_code_site():

@@ -36,25 +36,21 @@ def _mib(value: int | float | None) -> float | None:
 
 def peak_table(records: list[dict], precision: str) -> pd.DataFrame:
     """One row per context, one column per mode: the peak of live tensors (MiB), or the status."""
-    chosen = [r for r in records if r["params"]["precision"] == precision]
-    contexts = sorted({r["params"]["context"] for r in chosen})
-    modes = [m for m in MODE_ORDER if any(r["params"]["mode"] == m for r in chosen)]
+    chosen = {}
+    for r in records:
+        if r["params"]["precision"] == precision:
+            chosen.setdefault((r["params"]["context"], r["params"]["mode"]), r)
+    modes = [m for m in MODE_ORDER if any(mode == m for _, mode in chosen)]
     rows = []
-    for context in contexts:
+    for context in sorted({context for context, _ in chosen}):
         row = {"context": context}
         for mode in modes:
-            match = [r for r in chosen if r["params"]["context"] == context and r["params"]["mode"] == mode]
-            if not match:
-                cell = ""
-            elif match[0]["status"] == "ok":
-                cell = f"{_mib(match[0]['metrics']['peak']['bytes']):,.1f}"
-            else:
-                cell = match[0]["status"].upper()
-            row[f"{MODE_TITLES[mode]} peak (MiB)"] = cell
-        before = [r for r in chosen if r["params"]["context"] == context and r["status"] == "ok"
-                  and r["params"]["mode"] == "train-step"]
-        if before:
-            row["train step: live before it (MiB)"] = f"{_mib(before[0]['metrics']['initial_bytes']):,.1f}"
+            r = chosen.get((context, mode), {"status": ""})
+            row[f"{MODE_TITLES[mode]} peak (MiB)"] = (f"{_mib(r['metrics']['peak']['bytes']):,.1f}" if r["status"] == "ok"
+                                                      else r["status"].upper())
+        train = chosen.get((context, "train-step"))
+        if train and train["status"] == "ok":
+            row["train step: live before it (MiB)"] = f"{_mib(train['metrics']['initial_bytes']):,.1f}"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -110,6 +106,11 @@ KEPT, GRADIENTS, LEFT, ADDED = "kept by forward", "gradients", "left", "added"
 GRADIENTS_MATCH = 0.01      # what backward leaves within 1 % of one fp32 copy of the parameters is the gradients
 
 
+def _matches(mib: float, copies_mib: float) -> bool:
+    """``mib`` is ``copies_mib`` (fp32 copies of the parameters) to ``GRADIENTS_MATCH``."""
+    return abs(mib - copies_mib) <= GRADIENTS_MATCH * copies_mib
+
+
 @dataclass(frozen=True)
 class Part:
     what: str
@@ -147,8 +148,7 @@ def peak_parts(initial_mib: float, peak_phase: str | None, phases: list[Phase], 
     phase = at[peak_phase]
     left = phase.start_mib - initial_mib
     what = (KEPT if peak_phase == "backward" else
-            GRADIENTS if peak_phase == "optimizer" and abs(left - gradients_mib) <= GRADIENTS_MATCH * gradients_mib
-            else LEFT)
+            GRADIENTS if peak_phase == "optimizer" and _matches(left, gradients_mib) else LEFT)
     parts = [Part(ADDED, phase.peak_mib - phase.start_mib)]
     if phase is not phases[0]:          # the first phase starts from what was live before the step
         parts.append(Part(what, left))
@@ -211,8 +211,7 @@ def train_peaks(steps: list[Step], size: str) -> TrainPeaks | None:
     if not sides:
         return None
     grads = gradient_mib(size)
-    return TrainPeaks(sides, grads, all(abs(s.left_mib - grads) <= GRADIENTS_MATCH * grads for s in sides),
-                      on_smaller)
+    return TrainPeaks(sides, grads, all(_matches(s.left_mib, grads) for s in sides), on_smaller)
 
 
 @dataclass(frozen=True)
@@ -275,20 +274,10 @@ def precision_ratios(records: list[dict]) -> list[Ratio]:
     """(c) against (b): bf16 peak over fp32 peak, per mode and context where both ran."""
     peaks = {(r["params"]["mode"], r["params"]["context"], r["params"]["precision"]): r["metrics"]["peak"]["bytes"]
              for r in records if r["status"] == "ok"}
-    out = []
-    for (mode, context, precision), fp32 in sorted(peaks.items(), key=lambda kv: (MODE_ORDER.index(kv[0][0]), kv[0][1])):
-        bf16 = peaks.get((mode, context, "bf16"))
-        if precision == "fp32" and bf16 is not None:
-            out.append(Ratio(mode, context, bf16 / fp32))
-    return out
-
-
-@dataclass(frozen=True)
-class Largest:
-    """The largest size among the top allocations: how many blocks of it, and the operations that made them."""
-    mib: float
-    blocks: int
-    made_by: list[str]
+    order = lambda point: (MODE_ORDER.index(point[0][0]), point[0][1])
+    return [Ratio(mode, context, peaks[(mode, context, "bf16")] / fp32)
+            for (mode, context, precision), fp32 in sorted(peaks.items(), key=order)
+            if precision == "fp32" and (mode, context, "bf16") in peaks]
 
 
 @dataclass(frozen=True)
@@ -302,14 +291,12 @@ class Answer:
     live_before_copies: float | None
     live_before_is_state: bool
     bf16_ratio: list[float] | None
-    largest: Largest | None
 
 
-def answer(phases: list[Step], ratios: list[Ratio], top: list[dict], copy_mib: float | None = None) -> Answer | None:
+def answer(phases: list[Step], ratios: list[Ratio], copy_mib: float | None = None) -> Answer | None:
     """What the section opens with, from the rows it tabulates: fp32's peaks over the contexts (the full
     training step, what was live before it, in ``copy_mib``'s — one fp32 copy of the parameters — where
-    given, the forward pass), bf16's peak against fp32's at the same points, and the largest
-    allocations at the recorded peak."""
+    given, the forward pass), and bf16's peak against fp32's at the same points."""
     fp32 = [p for p in phases if p.precision == "fp32"]
     if not fp32:
         return None
@@ -321,16 +308,25 @@ def answer(phases: list[Step], ratios: list[Ratio], top: list[dict], copy_mib: f
     copies = before / copy_mib if before is not None and copy_mib else None
     return Answer(sorted({p.context for p in fp32}), span(train), span(by_mode["forward"]),
                   gib(before) if before is not None else None, copies,
-                  copies is not None and abs(copies - 3) <= 3 * GRADIENTS_MATCH,
-                  [min(r.ratio for r in ratios), max(r.ratio for r in ratios)] if ratios else None, _largest(top))
+                  copies is not None and _matches(copies, 3),
+                  [min(r.ratio for r in ratios), max(r.ratio for r in ratios)] if ratios else None)
 
 
-def _largest(top: list[dict]) -> Largest | None:
+@dataclass(frozen=True)
+class Largest:
+    """The largest size among the top allocations (the first, as they come sorted): how many blocks of
+    it, and the operations that made them. The answer and part (e) both word it."""
+    mib: float
+    blocks: int
+    made_by: list[str]
+
+
+def largest(top: list[dict]) -> Largest | None:
     if not top:
         return None
     size = max(a["size_bytes"] for a in top)
     same = [a for a in top if a["size_bytes"] == size]
-    return Largest(size / 2**20, sum(a["count"] for a in same),
+    return Largest(size / MIB, sum(a["count"] for a in same),
                    list(dict.fromkeys(a["op"] or a["node"] or a["frame"] or "unknown" for a in same)))
 
 
@@ -340,13 +336,6 @@ class Allocation:
     frame: str | None
     op: str | None
     node: str | None
-
-
-@dataclass(frozen=True)
-class LargestAllocation:
-    """The largest of the top allocations, as the section words it: its size and whether it recurs."""
-    size_mib: float
-    several: bool
 
 
 @dataclass(frozen=True)
@@ -372,7 +361,7 @@ class A5Summary(Summary):
     top_context: int | None
     top_precision: str | None
     top_allocations: list[Allocation]
-    largest_allocation: LargestAllocation | None
+    largest: Largest | None
     allocator_check: AllocatorCheck | None
     bf16_vs_fp32: list[Ratio]
     timelines: list[Timeline]
@@ -408,11 +397,11 @@ def summarize(records: list[dict], timelines: list[Timeline], top_record: dict |
         top_context=top_record["params"]["context"] if top_record else None,
         top_precision=top_record["params"]["precision"] if top_record else None,
         top_allocations=[Allocation(a["count"], a["frame"], a["op"], a["node"]) for a in top],
-        largest_allocation=LargestAllocation(top[0]["size_bytes"] / 1048576, top[0]["count"] > 1) if top else None,
+        largest=largest(top),
         allocator_check=allocator_check(records),
         bf16_vs_fp32=ratios,
         timelines=timelines,
-        answer=answer(phases, ratios, top, gradient_mib(first["size"])),
+        answer=answer(phases, ratios, gradient_mib(first["size"])),
         train_peaks=train_peaks(phases, first["size"]),
     )
 

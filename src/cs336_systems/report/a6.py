@@ -175,14 +175,6 @@ class A6Summary(Summary):
 CONTRACTS = {"A6": A6Summary}
 
 
-def step_change(a: dict, b: dict):
-    """Group size ``a``'s step against the next one's, ``b``: the judge's verdict on b's step
-    (``spread.judge``): paired per round where one job measured both, else not settled (two
-    processes, one a side, measure nothing of how much processes differ)."""
-    v = judge(b, a, "step")
-    return v, StepChange(int(a["params"]["group"]), int(b["params"]["group"]), v.verdict)
-
-
 def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summary:
     size = _size(workload)
     T, B, N = workload["context"], workload["batch"], size.num_layers
@@ -196,11 +188,15 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
         k, peak = grouped["k"].astype(float), grouped["peak_gib"]
         slope = float(((k - k.mean()) * (peak - peak.mean())).sum() / ((k - k.mean()) ** 2).sum())
     timed = df[(df["status"] == "ok") & (df["k"] >= 1)]["step_ms"].dropna()
-    # how the step time moves with k, each step judged by step_change (the recomputed FLOPs do not)
+    # how the step time moves with k (the recomputed FLOPs do not): each group size's step against the
+    # next one's by the judge, paired per round where one job measured both, else not settled (two
+    # processes, one a side, measure nothing of how much processes differ)
     by_k = sorted((r for r in records if r["status"] == "ok" and r["params"]["group"] >= 1 and r["metrics"].get("step")),
                   key=lambda r: r["params"]["group"])
-    judged = [step_change(a, b) for a, b in zip(by_k, by_k[1:])]
-    verdicts, step_steps = [v for v, _ in judged], [x for _, x in judged]
+    pairs = list(zip(by_k, by_k[1:]))
+    verdicts = [judge(b, a, "step") for a, b in pairs]
+    step_steps = [StepChange(int(a["params"]["group"]), int(b["params"]["group"]), v.verdict)
+                  for (a, b), v in zip(pairs, verdicts)]
     return A6Summary(
         provenance=run_provenance(records),
         peak_slope_gib_per_block=slope,

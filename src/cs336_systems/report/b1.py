@@ -92,6 +92,13 @@ def allocator_state(message: str | None) -> dict[str, float]:
     return state
 
 
+def needed_at_least(alloc: dict[str, float]) -> float:
+    """What the failing pass needed at least: what tensors held at the failure plus the request that
+    failed (NaN where the message lacks either)."""
+    return alloc["allocated_MiB"] + alloc["requested_MiB"] if {"allocated_MiB", "requested_MiB"} <= set(alloc) \
+        else math.nan
+
+
 ARITHMETIC = "arithmetic"          # the closed form's peak alone exceeds the card
 OVER_CARD = "over the card"        # what tensors held at the failure plus the request exceed the card
 NOT_SETTLED = "not settled"        # neither: the records do not show why
@@ -110,7 +117,7 @@ def oom_cause(closed_form_peak_MiB: float, alloc: dict[str, float], closed_form_
         return NOT_SETTLED
     if closed_form_holds and closed_form_peak_MiB > capacity:       # False for a NaN closed form
         return ARITHMETIC
-    if {"allocated_MiB", "requested_MiB"} <= set(alloc) and alloc["allocated_MiB"] + alloc["requested_MiB"] > capacity:
+    if needed_at_least(alloc) > capacity:          # False for a NaN
         return OVER_CARD
     return NOT_SETTLED
 
@@ -158,6 +165,9 @@ class OutOfMemory:
     failed_during_known: str | None
     cause: str
     free_and_reserved_cover: bool
+    # whether what it needed at least, and the closed form's peak, fit the card (where the message gives its capacity)
+    needed_fits: bool
+    closed_form_fits: bool
     undercount: Undercount | None
 
 
@@ -181,15 +191,16 @@ def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[OutOfMem
         alloc = allocator_state(messages.get((row["d"], row["seq"], row["compiled"])))
         during, known = failed_pass(row, alloc)
         closed = row["predicted_forward_peak_MiB" if during == "forward" else "predicted_backward_peak_MiB"]
-        needed = alloc["allocated_MiB"] + alloc["requested_MiB"] if {"allocated_MiB", "requested_MiB"} <= set(alloc) \
-            else math.nan
+        needed = needed_at_least(alloc)
         square = square_MiB(row)
         undercounts = needed > (closed + 4 * vector_MiB(row)) * (1 + UNDERCOUNT) and square > 0
+        capacity = alloc.get("capacity_MiB", math.nan)         # NaN: neither fits
         points.append(OutOfMemory(
             "compiled" if row["compiled"] else "eager", int(row["d"]), int(row["seq"]),
             _num(row["predicted_forward_peak_MiB"]), _num(row["predicted_backward_peak_MiB"]), alloc, _num(needed),
             during, known, oom_cause(row["predicted_backward_peak_MiB"], alloc, closed_form_holds=not row["compiled"]),
             free_and_reserved_cover(alloc),
+            bool(needed <= capacity), bool(row["predicted_backward_peak_MiB"] <= capacity),
             Undercount(float(closed), float((needed - closed) / square), float(needed / row["predicted_saved_MiB"]))
             if undercounts else None))
     return points
@@ -292,30 +303,9 @@ def limits(df: pd.DataFrame) -> dict[str, Limits]:
     return found
 
 
-@dataclass(frozen=True)
-class SmallestOom:
-    d: int
-    seq: int
-    predicted_backward_peak_MiB: float | None
-    allocator: dict[str, float]
-    needed_at_least_MiB: float | None
-    cause: str
-    free_and_reserved_cover: bool
-    needed_fits: bool
-    closed_form_fits: bool
-
-
-def smallest_oom(eager_ooms: list[OutOfMemory]) -> SmallestOom | None:
-    """The shortest (then narrowest) case where eager ran out, and whether what it needed at least,
-    and the closed form's peak, fit the card (where the allocator's message gives its capacity)."""
-    if not eager_ooms:
-        return None
-    s = min(eager_ooms, key=lambda p: (p.seq, p.d))
-    capacity = s.allocator.get("capacity_MiB")
-    return SmallestOom(s.d, s.seq, s.predicted_backward_peak_MiB, s.allocator, s.needed_at_least_MiB, s.cause,
-                       s.free_and_reserved_cover,
-                       s.needed_at_least_MiB is not None and capacity is not None and s.needed_at_least_MiB <= capacity,
-                       capacity is not None and s.predicted_backward_peak_MiB <= capacity)
+def smallest_oom(eager_ooms: list[OutOfMemory]) -> OutOfMemory | None:
+    """The shortest (then narrowest) point where eager ran out."""
+    return min(eager_ooms, key=lambda p: (p.seq, p.d), default=None)
 
 
 @dataclass(frozen=True)
@@ -341,7 +331,7 @@ class B1Summary(Summary):
     in_turns: int
     rounds: list[int]
     limits: dict[str, Limits]
-    smallest_oom: SmallestOom | None
+    smallest_oom: OutOfMemory | None
     out_of_memory: list[OutOfMemory]
     undercounts: Undercounts | None
     before_backward: BeforeBackward | None

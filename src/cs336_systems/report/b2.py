@@ -20,96 +20,75 @@ import pandas as pd
 
 from cs336_systems.report import b2_whole_model as whole
 from cs336_systems.report import contract
-from cs336_systems.report.b1 import frame, out_of_memory_points
-from cs336_systems.report.b2_whole_model import SAME, Range, WholeModel, spread
+from cs336_systems.report.b1 import OutOfMemory, frame, out_of_memory_points
+from cs336_systems.report.b2_whole_model import SAME, Compared, Range, WholeModel, compared, spread
 from cs336_systems.report.common import load_record_lists, load_records, plt, run_provenance, save_figure, write_table
-from cs336_systems.report.contract import Summary
+from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge
 
 PHASES = ("forward_ms", "backward_ms")
 
 
+# each variant's columns in the side-by-side table, from B1's frame
+SIDE = {"status": "status", "forward_ms": "forward_ms", "backward_ms": "backward_ms",
+        "measured_before_backward_MiB": "MiB", "backward_peak_MiB": "backward_peak_MiB",
+        "forward_peak_MiB": "forward_peak_MiB", "failed_during": "failed_during"}
+
+
 def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (d, seq) measured both ways: eager and compiled times, eager ÷ compiled, memory."""
-    eager = df[~df["compiled"]].set_index(["d", "seq"])
-    compiled = df[df["compiled"]].set_index(["d", "seq"])
+    """One row per (d, seq) measured either way: eager and compiled times, eager ÷ compiled, memory."""
+    variants = {name: df[df["compiled"] == compiled].set_index(["d", "seq"])
+                for name, compiled in (("eager", False), ("compiled", True))}
     rows = []
-    for key in sorted(set(eager.index) | set(compiled.index)):
-        e = eager.loc[key] if key in eager.index else None
-        c = compiled.loc[key] if key in compiled.index else None
-        row = {"d": key[0], "seq": key[1],
-               "eager_status": None if e is None else e["status"], "compiled_status": None if c is None else c["status"]}
+    for key in sorted(set(variants["eager"].index) | set(variants["compiled"].index)):
+        row = {"d": key[0], "seq": key[1]}
+        for name, part in variants.items():
+            point = part.loc[key] if key in part.index else None
+            row |= {f"{name}_{to}": None if point is None else point[column] for column, to in SIDE.items()}
+        both_ok = row["eager_status"] == row["compiled_status"] == "ok"
         for phase in PHASES:
-            row[f"eager_{phase}"] = None if e is None else e[phase]
-            row[f"compiled_{phase}"] = None if c is None else c[phase]
-            both_ok = e is not None and c is not None and e["status"] == c["status"] == "ok"
-            row[f"{phase[:-3]}_speedup"] = e[phase] / c[phase] if both_ok else None
-        for name, part in (("eager", e), ("compiled", c)):
-            row[f"{name}_MiB"] = None if part is None else part["measured_before_backward_MiB"]
-            row[f"{name}_backward_peak_MiB"] = None if part is None else part["backward_peak_MiB"]
-            row[f"{name}_forward_peak_MiB"] = None if part is None else part["forward_peak_MiB"]
-            row[f"{name}_failed_during"] = None if part is None else part["failed_during"]
+            row[f"{phase[:-3]}_speedup"] = row[f"eager_{phase}"] / row[f"compiled_{phase}"] if both_ok else None
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 @dataclass(frozen=True)
-class MemoryRatio:
-    """Compiled ÷ eager over the points both ran: its range, whether it is the same at every one, and
-    at how many compiled's is lower or higher (beyond ``SAME``; ``all_lower``: at every one). Memory
-    readings repeat exactly from run to run, so one reading a side settles which is lower."""
-    min: float
-    max: float
-    points: int
-    same: bool
-    lower: int
-    higher: int
-    all_lower: bool
-
-
-@dataclass(frozen=True)
 class Memory:
-    held_for_backward: MemoryRatio | None
-    forward_peak: MemoryRatio | None
-    backward_peak: MemoryRatio | None
+    held_for_backward: Compared | None
+    forward_peak: Compared | None
+    backward_peak: Compared | None
 
 
-def memory_findings(table: pd.DataFrame) -> Memory:
-    """What the prose may say about memory, from the rows where both ran: whether the memory held
-    for backward is the same, and how the forward and backward peaks compare (when the records
-    have peaks), each as the compiled ÷ eager range."""
-    both = table[(table["eager_status"] == "ok") & (table["compiled_status"] == "ok")]
-
-    def ratio(column: str) -> MemoryRatio | None:
+def memory_findings(both: pd.DataFrame) -> Memory:
+    """What the prose may say about memory, from the rows where both ran (``both``): the memory held for
+    backward, and the forward and backward peaks (when the records have peaks), compiled ÷ eager."""
+    def ratio(column: str) -> Compared | None:
         r = (both[f"compiled_{column}"].astype(float) / both[f"eager_{column}"].astype(float)).dropna()
-        if not len(r):
-            return None
-        lower = int((r < 1 - SAME).sum())
-        return MemoryRatio(float(r.min()), float(r.max()), int(len(r)), bool(((r - 1).abs() <= SAME).all()),
-                           lower, int((r > 1 + SAME).sum()), lower == len(r))
+        return compared(r) if len(r) else None
 
     return Memory(ratio("MiB"), ratio("forward_peak_MiB"), ratio("backward_peak_MiB"))
 
 
 @dataclass(frozen=True)
 class OnlyCompiled:
-    """A point where eager ran out of memory and compiled ran."""
+    """A point where eager ran out of memory and compiled ran. The pass eager failed in, and how that
+    is known, the section words through ``only_compiled``'s ``only_compiled_passes`` and ``_pass_known``."""
     d: int
     seq: int
-    eager_failed_during: str | None
-    eager_failed_during_known: str | None
+    eager_failed_during: Unread[str | None]
+    eager_failed_during_known: Unread[str | None]
     eager_held_MiB: float | None
     eager_needed_at_least_MiB: float | None
     predicted_forward_peak_MiB: float | None
     compiled_backward_peak_MiB: float | None
 
 
-def fits_only_compiled(table: pd.DataFrame, records: list[dict]) -> list[OnlyCompiled]:
+def fits_only_compiled(table: pd.DataFrame, ooms: list[OutOfMemory]) -> list[OnlyCompiled]:
     """The points where eager ran out of memory and compiled ran: the pass eager failed in, recorded
     or inferred from the allocator's message by B1's rule (``b1.failed_pass``), what tensors held then
     and what the failing pass needed at least (held plus the request), and the compiled backward
     peak where the record has it."""
-    eager_oom = {(p.d, p.seq): p for p in out_of_memory_points(frame(records), records) if p.variant == "eager"}
+    eager_oom = {(p.d, p.seq): p for p in ooms if p.variant == "eager"}
     found = []
     for r in table[(table["eager_status"] == "oom") & (table["compiled_status"] == "ok")].itertuples():
         oom = eager_oom.get((r.d, r.seq))
@@ -119,19 +98,6 @@ def fits_only_compiled(table: pd.DataFrame, records: list[dict]) -> list[OnlyCom
             oom and oom.predicted_forward_peak_MiB,
             None if pd.isna(r.compiled_backward_peak_MiB) else float(r.compiled_backward_peak_MiB)))
     return found
-
-
-def verdicts(table: pd.DataFrame, records: list[dict], phase: str = "forward") -> pd.DataFrame:
-    """Per point both ran: compiled against eager in ``phase`` by ``spread.judge`` — "higher" where
-    compiled is slower, "lower" where faster, ``WITHIN`` neither, ``NOT_SETTLED`` where the records
-    cannot say (fewer rounds than the judge needs, or each variant from its own process: B1's rows
-    from before they took turns) — and whether the two were ``paired`` in one job's turns."""
-    by_key = {(r["params"]["d"], r["params"]["seq"], r["params"]["compiled"]): r for r in records if r["status"] == "ok"}
-    rows = []
-    for r in table[(table["eager_status"] == "ok") & (table["compiled_status"] == "ok")].itertuples():
-        verdict = judge(by_key[(r.d, r.seq, True)], by_key[(r.d, r.seq, False)], phase)
-        rows.append({"d": r.d, "seq": r.seq, "verdict": verdict.verdict, "paired": verdict.paired})
-    return pd.DataFrame(rows, columns=["d", "seq", "verdict", "paired"])
 
 
 @dataclass(frozen=True)
@@ -169,30 +135,34 @@ class AtLongest:
     eager_MiB_known: bool
 
 
-def summarize(table: pd.DataFrame, records: list[dict]) -> dict:
-    """Part (a)'s fields of the summary."""
-    longest_both = table.dropna(subset=["forward_speedup"]).sort_values(["seq", "d"]).tail(1)
-    judged = table.merge(verdicts(table, records), on=["d", "seq"])
-    losses = judged[judged["verdict"] == "higher"]
-    wins = judged[judged["verdict"] == "lower"]
-    unsettled = judged["verdict"] == NOT_SETTLED
-    at = None if longest_both.empty else longest_both.iloc[0]
+def summarize(table: pd.DataFrame, df: pd.DataFrame, records: list[dict]) -> dict:
+    """Part (a)'s fields of the summary. Per point both ran, compiled's forward against eager's by
+    ``spread.judge``: "higher" where compiled is slower, "lower" where faster, ``WITHIN`` neither,
+    ``NOT_SETTLED`` where the records cannot say (fewer rounds than the judge needs, or each variant
+    from its own process: B1's rows from before they took turns)."""
+    by_key = {(r["params"]["d"], r["params"]["seq"], r["params"]["compiled"]): r for r in records if r["status"] == "ok"}
+    both = table[(table["eager_status"] == "ok") & (table["compiled_status"] == "ok")]
+    judged = [judge(by_key[(r.d, r.seq, True)], by_key[(r.d, r.seq, False)], "forward") for r in both.itertuples()]
+    said = pd.Series([v.verdict for v in judged], index=both.index, dtype=object)
+    paired = pd.Series([v.paired for v in judged], index=both.index, dtype=bool)
+    losses, wins, unsettled = both[said == "higher"], both[said == "lower"], said == NOT_SETTLED
+    at = both.dropna(subset=["forward_speedup"]).sort_values(["seq", "d"]).tail(1)
+    at = None if at.empty else at.iloc[0]
     return {
-        "memory": memory_findings(table),
+        "memory": memory_findings(both),
         "forward_judged": ForwardJudged(
-            int(len(judged)), int(judged["paired"].sum()), int(len(judged) - judged["paired"].sum()),
-            int((judged["verdict"] == WITHIN).sum()), int(len(losses)), int(len(wins)), int(unsettled.sum()),
-            int((unsettled & judged["paired"].astype(bool)).sum()), MIN_ROUNDS),
+            len(both), int(paired.sum()), int(len(both) - paired.sum()), int((said == WITHIN).sum()), len(losses),
+            len(wins), int(unsettled.sum()), int((unsettled & paired).sum()), MIN_ROUNDS),
         "forward_losses": ForwardLosses(
             sorted(int(s) for s in losses["seq"].unique()),
             [float(1e3 * (r.compiled_forward_ms - r.eager_forward_ms)) for r in losses.itertuples()],
-            bool(len(losses)) and bool(len(wins)) and int(losses["seq"].max()) < int(wins["seq"].min()))
+            bool(len(wins)) and int(losses["seq"].max()) < int(wins["seq"].min()))
         if len(losses) else None,
         "speedup": {phase[:-3]: spread(table[f"{phase[:-3]}_speedup"]) for phase in PHASES},
         "at_longest": None if at is None else AtLongest(
             int(at["d"]), int(at["seq"]), float(at["forward_speedup"]), float(at["backward_speedup"]),
-            float(at["eager_MiB"]), float(at["compiled_MiB"]), bool(at["eager_MiB"] == at["eager_MiB"])),
-        **only_compiled(fits_only_compiled(table, records)),
+            float(at["eager_MiB"]), float(at["compiled_MiB"]), bool(not pd.isna(at["eager_MiB"]))),
+        **only_compiled(fits_only_compiled(table, out_of_memory_points(df, records))),
     }
 
 
@@ -208,8 +178,7 @@ def only_compiled(points: list[OnlyCompiled]) -> dict:
     return {"fits_only_compiled": points,
             "only_compiled_memory": (None if not pairs or any(None in pair for pair in pairs) else
                                      "lower" if all(c < e for c, e in pairs) else "not lower"),
-            "only_compiled_pass_known": ("recorded" if how == {"recorded"} and len(known) == len(points) else
-                                         "inferred" if how == {"inferred"} and len(known) == len(points) else
+            "only_compiled_pass_known": (how.pop() if len(how) == 1 and len(known) == len(points) else
                                          "some" if known else None),
             # recorded ones first, then inferred, each pass once (the order the section names them in)
             "only_compiled_passes": list(dict.fromkeys(
@@ -291,10 +260,11 @@ def attention_part(rows: list[dict], out_dir: Path) -> dict:
         plot_attention(None, out_dir / "attention.png")
         return {"attention_points": 0, "memory": None, "forward_judged": None, "forward_losses": None,
                 "speedup": None, "at_longest": None, **only_compiled([])}
-    table = side_by_side(frame(rows))
+    df = frame(rows)
+    table = side_by_side(df)
     write_table(table[A_COLUMNS].round(3), out_dir)
     plot_attention(table, out_dir / "attention.png")
-    return {"attention_points": len(table), **summarize(table, rows)}
+    return {"attention_points": len(table), **summarize(table, df, rows)}
 
 
 def whole_model_part(records: list[dict], out_dir: Path) -> WholeModel | None:

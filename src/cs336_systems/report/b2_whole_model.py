@@ -182,15 +182,30 @@ SAME = 0.01     # memory readings within 1 % of each other count as the same
 
 
 @dataclass(frozen=True)
-class ModePeak:
-    """``1 − compiled ÷ eager`` peak over the sizes of one mode, and at how many compiled's is lower or
-    higher (beyond ``SAME``; ``all_lower``: at every one)."""
+class Compared:
+    """Compiled ÷ eager memory over the points both ran: the range the words quote, at how many points
+    compiled's is lower or higher (beyond ``SAME``), and what that comes to (``outcome``): "lower" at
+    every one, "same" at every one, else "mixed". Memory readings repeat exactly from run to run, so one
+    reading a side settles which is lower."""
     min: float
     max: float
     points: int
     lower: int
     higher: int
-    all_lower: bool
+    outcome: str
+
+
+def compared(ratio: pd.Series, quoted: pd.Series | None = None) -> Compared:
+    """``ratio`` (compiled ÷ eager) judged against ``SAME``; the range is ``quoted``'s (default: the ratio's)."""
+    quoted = ratio if quoted is None else quoted
+    lower, higher = int((ratio < 1 - SAME).sum()), int((ratio > 1 + SAME).sum())
+    outcome = "lower" if lower == len(ratio) else "same" if not lower and not higher else "mixed"
+    return Compared(float(quoted.min()), float(quoted.max()), int(len(ratio)), lower, higher, outcome)
+
+
+@dataclass(frozen=True)
+class ModePeak(Compared):
+    """One mode's peaks over the sizes, quoted as ``1 − compiled ÷ eager``, with the largest model's."""
     largest: LargestPeak
 
 
@@ -208,11 +223,9 @@ def peak_memory(df: pd.DataFrame) -> PeakMemory | None:
     both = _both_ok(df).dropna(subset=["eager_peak_GiB", "compiled_peak_GiB"])
     by_mode = {}
     for mode, part in both.groupby("mode", observed=True):
-        cut = 1 - part["compiled_peak_GiB"] / part["eager_peak_GiB"]
+        ratio = part["compiled_peak_GiB"] / part["eager_peak_GiB"]
         largest = part.loc[part["eager_peak_GiB"].idxmax()]
-        lower = int((cut > SAME).sum())
-        by_mode[str(mode)] = ModePeak(float(cut.min()), float(cut.max()), int(len(cut)), lower,
-                                      int((cut < -SAME).sum()), lower == len(cut), LargestPeak(
+        by_mode[str(mode)] = ModePeak(**vars(compared(ratio, 1 - ratio)), largest=LargestPeak(
             str(largest["size"]), float(largest["eager_peak_GiB"]), float(largest["compiled_peak_GiB"])))
     if not by_mode:
         return None
@@ -279,7 +292,10 @@ class AtSize:
 
 @dataclass(frozen=True)
 class SizeTrend:
-    trend: str
+    """``outcome``: "falls" or "grows" where every step between sizes does (``spread.trend_of``), else
+    the largest model's speed-up against the smallest's (the judge's verdict, which the words also read
+    on its own)."""
+    outcome: str
     largest_against_smallest: str
     first: AtSize
     last: AtSize
@@ -299,8 +315,8 @@ def size_trend(df: pd.DataFrame) -> dict[str, SizeTrend]:
         speedups = [float(s) for s in part["step_speedup"]]
         steps = [judge_processes([later], [earlier], ratio=True) for earlier, later in zip(speedups, speedups[1:])]
         ends = [AtSize(str(part.iloc[i]["size"]), speedups[i]) for i in (0, -1)]
-        found[str(mode)] = SizeTrend(trend_of(steps), judge_processes([speedups[-1]], [speedups[0]], ratio=True).verdict,
-                                     ends[0], ends[1])
+        trend, ends_verdict = trend_of(steps), judge_processes([speedups[-1]], [speedups[0]], ratio=True).verdict
+        found[str(mode)] = SizeTrend(trend if trend in ("falls", "grows") else ends_verdict, ends_verdict, *ends)
     return found
 
 
