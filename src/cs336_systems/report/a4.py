@@ -37,8 +37,7 @@ from cs336_systems.report import contract
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_table)
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import (NOT_SETTLED, WITHIN, Estimate, Verdict, judge, judge_rounds, round_samples,
-                                         same_job, trend_of)
+from cs336_systems.report.spread import NOT_SETTLED, WITHIN, judge, judge_rounds, round_samples, same_job, trend_of
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
@@ -46,12 +45,6 @@ TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-back
 LAUNCH_BOUND_BUSY = 0.5
 PAIRED, SEPARATE = "paired", "separate processes"    # how a bf16/fp32 verdict was judged
 BF16_IS = {"higher": "faster", "lower": "slower", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}   # by its speedup
-
-
-def speedup(bf16: dict, fp32: dict, phase: str) -> Verdict:
-    """The judge's verdict on bf16's speedup in ``phase`` (fp32's time over bf16's, against 1):
-    per round where one job timed both, else not settled."""
-    return judge(fp32, bf16, phase, ratio=True)
 
 
 def series_name(mode: str, phase: str) -> str:
@@ -140,37 +133,30 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
     for size in sizes:
         for context in contexts:
             for mode, phase in TIMED:
-                cells = {}
-                for precision in ("fp32", "bf16"):
-                    r = by_point.get((size, context, mode, precision))
-                    if r is None:
-                        cells[precision] = (None, math.nan, math.nan, 0)
-                    elif r["status"] != "ok":
-                        cells[precision] = (r["status"], math.nan, math.nan, 0)
-                    else:
-                        timed = r["metrics"][phase]
-                        n = timed.get("n") or len(timed.get("samples") or ())
-                        cells[precision] = ("ok", timed["mean"], timed.get("std", math.nan), n)
-                if all(c[0] is None for c in cells.values()):
+                recs = {p: by_point.get((size, context, mode, p)) for p in ("fp32", "bf16")}
+                if all(r is None for r in recs.values()):
                     continue
-                recs = [by_point.get((size, context, mode, p)) for p in ("fp32", "bf16")]
-                both_ok = all(r is not None and r["status"] == "ok" for r in recs)
-                v = speedup(recs[1], recs[0], phase) if both_ok else None
-                (_, fp32, fp32_std, fp32_n), (_, bf16, bf16_std, bf16_n) = cells["fp32"], cells["bf16"]
-                both = fp32_n > 0 and bf16_n > 0 and v is not None
-                rows.append({"size": size, "context": context, "mode": mode, "phase": phase,
-                             "fp32_status": cells["fp32"][0], "bf16_status": cells["bf16"][0],
-                             "fp32_ms": fp32, "fp32_std_ms": fp32_std, "fp32_n": fp32_n,
-                             "bf16_ms": bf16, "bf16_std_ms": bf16_std, "bf16_n": bf16_n,
-                             "speedup": fp32 / bf16,
-                             # First-order spread of the ratio of two independent means' samples.
-                             "speedup_std": fp32 / bf16 * math.hypot(fp32_std / fp32, bf16_std / bf16),
-                             # the judge's interval of the speedup (nan where not settled) and its rounds
-                             "speedup_low": v.low if both else math.nan, "speedup_high": v.high if both else math.nan,
-                             "rounds": v.rounds if both and v.paired else 0,
-                             # bf16 against fp32 by the judge: "slower", "faster", WITHIN or NOT_SETTLED
-                             "bf16_is": BF16_IS[v.verdict] if both else "",
-                             "judged": (PAIRED if v.paired else SEPARATE) if both else ""})
+                row = {"size": size, "context": context, "mode": mode, "phase": phase}
+                for p, r in recs.items():
+                    timed = r["metrics"][phase] if r is not None and r["status"] == "ok" else {}
+                    row.update({f"{p}_status": r and r["status"], f"{p}_ms": timed.get("mean", math.nan),
+                                f"{p}_std_ms": timed.get("std", math.nan),
+                                f"{p}_n": timed.get("n") or len(timed.get("samples") or ())})
+                fp32, bf16 = row["fp32_ms"], row["bf16_ms"]
+                # the judge's verdict on bf16's speedup (fp32's time over bf16's, against 1): per round
+                # where one job timed both, else not settled
+                both = row["fp32_n"] > 0 and row["bf16_n"] > 0          # both ran, with samples
+                v = judge(recs["fp32"], recs["bf16"], phase, ratio=True) if both else None
+                rows.append(row | {
+                    "speedup": fp32 / bf16,
+                    # First-order spread of the ratio of two independent means' samples.
+                    "speedup_std": fp32 / bf16 * math.hypot(row["fp32_std_ms"] / fp32, row["bf16_std_ms"] / bf16),
+                    # the judge's interval of the speedup (nan where not settled) and its rounds
+                    "speedup_low": v.low if both else math.nan, "speedup_high": v.high if both else math.nan,
+                    "rounds": v.rounds if both and v.paired else 0,
+                    # bf16 against fp32 by the judge: "slower", "faster", WITHIN or NOT_SETTLED
+                    "bf16_is": BF16_IS[v.verdict] if both else "",
+                    "judged": (PAIRED if v.paired else SEPARATE) if both else ""})
     return pd.DataFrame(rows)
 
 
@@ -279,8 +265,8 @@ def kernel_summary(records: list[dict]) -> dict | None:
     if not records:
         return None
     first = records[0]
-    out = {"point": {k: first["params"].get(k) for k in ("size", "context", "mode", "batch", "device")},
-           "device": first["provenance"].get("gpu") or "CPU", "provenance": run_provenance(records),
+    out = {"point": {k: first["params"].get(k) for k in ("size", "context", "mode", "batch")},
+           "device": first["provenance"].get("gpu") or "CPU",
            "not_ok": [f"{r['params']['precision']}: {r['status']} ({r.get('reason') or r.get('message')})"
                       for r in records if r["status"] != "ok"], "precisions": {}}
     for r in records:
@@ -289,22 +275,20 @@ def kernel_summary(records: list[dict]) -> dict | None:
         m = r["metrics"]
         out["unit"] = m["unit"]
         out["precisions"][r["params"]["precision"]] = {
-            "kernels": statistics.fmean(m["count_per_step"]), "same_count_every_step": len(set(m["count_per_step"])) == 1,
+            "kernels": statistics.fmean(m["count_per_step"]),
             "kinds": m["kinds"], "time_ms": m["time_ms"], "busy_ms": m["busy_ms"], "busy_share": m["busy_share"],
-            "busy": Estimate.from_samples(statistics.fmean(m["busy_ms_per_step"]), statistics.stdev(m["busy_ms_per_step"])
-                                          if len(m["busy_ms_per_step"]) > 1 else math.nan, len(m["busy_ms_per_step"])).__dict__
-            if m.get("busy_ms_per_step") else None,
-            "step_ms": m["step"]["mean"], "step_std_ms": m["step"]["std"], "step": Estimate.of(m["step"]).__dict__,
-            "unattributed": m.get("unattributed_per_step", 0.0), "top": m["rows"][:8]}
+            # the GPU's busy time per profiled step (a GPU profile only)
+            "busy_mean_ms": statistics.fmean(m["busy_ms_per_step"]) if m.get("busy_ms_per_step") else None,
+            "step_ms": m["step"]["mean"], "step_std_ms": m["step"]["std"]}
     fp32, bf16 = out["precisions"].get("fp32"), out["precisions"].get("bf16")
     if fp32 and bf16:
-        on_gpu = fp32["busy"] is not None and bf16["busy"] is not None
+        on_gpu = fp32["busy_mean_ms"] is not None and bf16["busy_mean_ms"] is not None
         recs = {r["params"]["precision"]: r for r in records if r["status"] == "ok"}
         step = judge(recs["bf16"], recs["fp32"], "step")
         step_is = step.verdict
         # the two profiles ran one after the other, not in turns: one profile a side, which the judge
         # does not settle (no spread measured between profiles)
-        busy_is = judge([bf16["busy"]["mean"]], [fp32["busy"]["mean"]]).verdict if on_gpu else None
+        busy_is = judge([bf16["busy_mean_ms"]], [fp32["busy_mean_ms"]]).verdict if on_gpu else None
         out["compare"] = {
             "extra_kernels": bf16["kernels"] - fp32["kernels"],
             "extra_casts": bf16["kinds"]["cast"]["count"] - fp32["kinds"]["cast"]["count"],
@@ -318,8 +302,8 @@ def kernel_summary(records: list[dict]) -> dict | None:
             "bf16_step_is": {"higher": "slower", "lower": "faster"}.get(step_is, step_is),
             "step_judged": PAIRED if step.paired else SEPARATE,
             "rounds": step.rounds if step.paired else None,
-            # bf16's step minus fp32's (ms) and its interval, nan where not settled
-            "step_difference_ms": step.difference, "step_low_ms": step.low, "step_high_ms": step.high,
+            # the interval of bf16's step minus fp32's (ms), nan where not settled
+            "step_low_ms": step.low, "step_high_ms": step.high,
             "bf16_busy_is": {"higher": "longer", "lower": "shorter"}.get(busy_is, busy_is) if on_gpu else None,
             "launch_bound": {p: e["busy_share"] < LAUNCH_BOUND_BUSY for p, e in out["precisions"].items()} if on_gpu else None,
             # The slowdown is not kernel time when bf16's step is slower beyond the spread while its
@@ -409,7 +393,6 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "speedups": speedups,
         "speedup_trend": trend_by_series,
         # Claims the prose makes only when the records bear them out, each by report.spread's test.
-        "timing_sizes": int(ok["size"].nunique()) if len(ok) else 0,
         "several_timing_sizes": bool(len(ok)) and ok["size"].nunique() > 1,
         "speedup_grows_with_size": bool(trend_by_series) and all(t["verdict"] == "grows" for t in trend_by_series.values()),
         "bf16_slower": _rows_where(ok, "slower"),
