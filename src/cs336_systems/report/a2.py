@@ -173,14 +173,14 @@ def a_findings(a: pd.DataFrame) -> dict:
     slower, within, unsettled = [], [], []
     processes = dict(tuple(a.groupby("point", sort=False)))      # a row per process (record) of a point
     means = a.groupby("point", sort=False).mean(numeric_only=True)
-    points = pd.DataFrame({"point": means.index, "size": [p.split(" ctx ")[0] for p in means.index],
-                           "context": [int(p.split(" ctx ")[1]) for p in means.index]})
+    sizes, contexts = _size_context(pd.Series(means.index))
+    points = pd.DataFrame({"point": means.index, "size": sizes.values, "context": contexts.values})
     for size, part in points.groupby("size", sort=False):
-        part = part.sort_values("context")
-        for short_point, long_point in zip(part["point"], part["point"].iloc[1:]):
-            short, long = means.loc[short_point], means.loc[long_point]
-            v = judge(list(processes[short_point]["python_forward_ms"]), list(processes[long_point]["python_forward_ms"]))
-            pair = {"size": size, "short": int(short_point.split(" ctx ")[1]), "long": int(long_point.split(" ctx ")[1]),
+        part = list(part.sort_values("context").itertuples())
+        for lo, hi in zip(part, part[1:]):
+            short, long = means.loc[lo.point], means.loc[hi.point]
+            v = judge(list(processes[lo.point]["python_forward_ms"]), list(processes[hi.point]["python_forward_ms"]))
+            pair = {"size": size, "short": int(lo.context), "long": int(hi.context),
                     "short_ms": float(short["python_forward_ms"]), "long_ms": float(long["python_forward_ms"])}
             details = {
                 "short_kernel_ms": float(short["kernel_ms"]), "long_kernel_ms": float(long["kernel_ms"]),
@@ -360,10 +360,7 @@ def d_findings(d: pd.DataFrame, growth: list[dict]) -> dict | None:
         out["train"] = {"gemm_drop": drop, "gemm_drop_points": [100 * drop[0], 100 * drop[1]],
                         "mostly_optimizer": largest_gain.get("optimizer", 0) > len(growth) / 2,
                         "optimizer_falls_for_every_size": len(falls) == int(g_sizes.nunique()),
-                        "optimizer_gain": [float(g["optimizer"].min()), float(g["optimizer"].max())],
-                        "largest_gain": largest_gain,
-                        "points": len(growth), "optimizer_falls_with_context": falls,
-                        "sizes": int(g_sizes.nunique())}
+                        "largest_gain": largest_gain, "points": len(growth)}
     return out
 
 
@@ -432,7 +429,7 @@ def e_findings(e: pd.DataFrame) -> dict | None:
     its kernels' work more than the gaps between their launches) and their medians over all points."""
     if not len(e):
         return None
-    sizes, contexts = e["point"].str.split(" ctx ").str[0], e["point"].str.split(" ctx ").str[1].astype(int)
+    sizes, contexts = _size_context(e["point"])
     longest = e.loc[contexts.groupby(sizes, sort=False).idxmax()]
     pick = lambda df, col: [float(df[col].min()), float(df[col].max())]  # noqa: E731
     vs_final = pick(longest, "per_flop_vs_final")
@@ -488,7 +485,7 @@ def plot_shares(d: pd.DataFrame, path: Path, unit: str) -> None:
 def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for c in out.columns:
-        if c.endswith("share") or c.endswith("_share") or c in ("share_of_forward", "gpu_busy"):
+        if c.endswith("share") or c in ("share_of_forward", "gpu_busy"):
             out[c] = [f"{100 * v:.1f} %" if isinstance(v, float) and not math.isnan(v) else "" for v in out[c]]
         elif out[c].dtype.kind == "f":
             out[c] = [f"{v:.4g}" if not math.isnan(v) else "" for v in out[c]]
@@ -508,7 +505,6 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
                            "gemm_forward": float(part.loc["forward", "GEMM_share"]),
                            "gemm_train": float(part.loc["train-step", "GEMM_share"])})
     records_list = lambda df: df.to_dict(orient="records") if len(df) else []  # noqa: E731
-    e = tables["e"]
     return {
         "provenance": run_provenance(records),
         "sources": sources, "table_units": units, "mixed_sources": len(sources) > 1,
@@ -526,8 +522,8 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "a": records_list(tables["a"]),
         "a_findings": a_findings(tables["a"]), "host_bound_below": HOST_BOUND,
         "b_findings": b_findings(tables["b"]), "c_findings": c_findings(records),
-        "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth), "e": records_list(e),
-        "e_findings": e_findings(e),
+        "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth),
+        "e": records_list(tables["e"]), "e_findings": e_findings(tables["e"]),
     }
 
 
