@@ -400,8 +400,8 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "provenance": run_provenance(records + warmup_records),
         "points": len(df), "ok": int(len(ok)),
         "not_ok": [f"{r['size']} ctx {r['context']} {r['mode']} {r['precision']}: {r['status']}" for _, r in failed.iterrows()],
-        "fp32_forward_backward": {f"{r['size']}@{r['context']}": {"forward": r["forward_mean"],
-                                                                  "backward": r["backward_mean"]} for _, r in fb.iterrows()},
+        "fp32_forward_backward": {f"{r['size']}@{r['context']}": {ph: r[f"{ph}_mean"] for ph in ("forward", "backward")}
+                                  for _, r in fb.iterrows()},
         "fp32_forward_backward_rows": fb_rows(fb),
         "cv_median": float(cv.median()) if len(cv) else None,
         "cv_max": float(cv.max()) if len(cv) else None,
