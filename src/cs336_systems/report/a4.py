@@ -34,6 +34,7 @@ import pandas as pd
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.report import contract
+from cs336_systems.report.a1 import LAUNCH_BOUND_BUSY, PAIRED, SEPARATE
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_table)
 from cs336_systems.report.contract import Summary, Unread
@@ -41,9 +42,6 @@ from cs336_systems.report.spread import NOT_SETTLED, WITHIN, judge, judge_rounds
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
-# A step whose kernels keep the GPU busy less than this share of it waits on launches most of the time.
-LAUNCH_BOUND_BUSY = 0.5
-PAIRED, SEPARATE = "paired", "separate processes"    # how a bf16/fp32 verdict was judged
 BF16_IS = {"higher": "faster", "lower": "slower", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}   # by its speedup
 
 
@@ -205,6 +203,10 @@ def plot_speedup(df: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
+# The steps of a trend that are no rise beyond the spread, in the order its table cell names them.
+NOT_RISING = (NOT_SETTLED, WITHIN, "lower")
+
+
 def speedup_trends(ok: pd.DataFrame) -> dict[str, dict]:
     """Per series (context, mode, phase): the speedup at each size and, size to size, the judge's
     verdict on the step; ``verdict`` is ``spread.trend_of`` them. Each size's speedup comes from a job
@@ -216,9 +218,12 @@ def speedup_trends(ok: pd.DataFrame) -> dict[str, dict]:
             continue
         speedups, sizes = list(part["speedup"]), list(part["size"])
         steps = [judge([b], [a], ratio=True) for a, b in zip(speedups, speedups[1:])]
+        not_rising = {direction: [f"{a} → {b}" for a, b, v in zip(sizes, sizes[1:], steps) if v.verdict == direction]
+                      for direction in NOT_RISING}
         out[f"{series_name(mode, phase)}, context {context}"] = {
             "sizes": sizes, "speedups": speedups,
             "steps": [{"from": a, "to": b, "direction": v.verdict} for a, b, v in zip(sizes, sizes[1:], steps)],
+            "not_rising": {direction: named for direction, named in not_rising.items() if named},
             "verdict": trend_of(steps)}
     return out
 
@@ -231,28 +236,28 @@ def _rows_where(ok: pd.DataFrame, bf16_is: str) -> list[dict]:
             for r in (ok.to_dict("records") if len(ok) else []) if r["bf16_is"] == bf16_is]
 
 
-def backward_vs_forward(records: list[dict]) -> dict[str, str]:
-    """Per size and context: the judge's verdict on backward's speedup against forward's in the same
-    forward+backward steps. Both come from the same rounds, so each round gives one ratio of the two
-    speedups (``spread.judge_rounds`` of the derived per-round series); where fp32 and bf16 ran in
-    separate jobs there are no such rounds: not settled."""
+def backward_vs_forward(records: list[dict]) -> dict[str, list[str]] | None:
+    """The points ("small ctx 512") by the judge's verdict on backward's speedup against forward's
+    in the same forward+backward steps (None: no such point). Both come from the same rounds, so
+    each round gives one ratio of the two speedups (``spread.judge_rounds`` of the derived
+    per-round series); where fp32 and bf16 ran in separate jobs there are no such rounds: not settled."""
     by_point = {(r["params"]["size"], r["params"]["context"], r["params"]["precision"]): r for r in records
                 if r["params"].get("mode") == "forward-backward" and r["status"] == "ok"}
     order = list(MODEL_SIZES)
     points = sorted({(s, c) for s, c, _ in by_point}, key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[1]))
-    out = {}
+    out = {verdict: [] for verdict in ("higher", "lower", WITHIN, NOT_SETTLED)}
     for size, context in points:
         fp32, bf16 = by_point.get((size, context, "fp32")), by_point.get((size, context, "bf16"))
         if fp32 is None or bf16 is None or not {"forward", "backward"} <= set(fp32["metrics"]):
             continue
-        if not same_job(fp32, bf16):
-            out[f"{size} ctx {context}"] = NOT_SETTLED
-            continue
-        per_round = {phase: [[statistics.median(a) / statistics.median(b)]
-                             for a, b in zip(round_samples(fp32, phase), round_samples(bf16, phase))]
-                     for phase in ("forward", "backward")}
-        out[f"{size} ctx {context}"] = judge_rounds(per_round["backward"], per_round["forward"], ratio=True).verdict
-    return out
+        verdict = NOT_SETTLED
+        if same_job(fp32, bf16):
+            per_round = {phase: [[statistics.median(a) / statistics.median(b)]
+                                 for a, b in zip(round_samples(fp32, phase), round_samples(bf16, phase))]
+                         for phase in ("forward", "backward")}
+            verdict = judge_rounds(per_round["backward"], per_round["forward"], ratio=True).verdict
+        out[verdict].append(f"{size} ctx {context}")
+    return out if any(out.values()) else None
 
 
 # --- one A1 point's kernels per step, fp32 beside bf16 -----------------------------------------
@@ -379,6 +384,11 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
     median = {phase: float(pd.Series(v).median()) for phase, v in by_phase.items()}
     skipped = [f"{d} {t}: {e['status']} ({e['reason']})" for d, per in dtypes.items() for t, e in per.items()
                if e["status"] != "ok"]
+    rules = dtype_rules(dtype_records)
+    # the parts of the question this run answers, in the answer's order: layer norm where its first
+    # device measured bf16, autocast's dtypes, bf16's speedup
+    answered = [part for part, measured in (("layernorm", focus and next(iter(focus.values())).get("bf16")),
+                                            ("dtypes", rules), ("speedup", trend_by_series)) if measured]
     return {
         "provenance": run_provenance(dtype_records + timing_records + list(kernel_records)),
         "timing_provenance": run_provenance(timing_records) if timing_records else None,
@@ -386,7 +396,8 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "dtypes_not_ok": skipped,
         "layernorm": layernorm,
         "layernorm_focus": focus,
-        "dtype_rules": dtype_rules(dtype_records),
+        "dtype_rules": rules,
+        "answered": answered,
         "timing_grid": timing_grid(timing_records),
         "layernorm_autocast_output": [f"{device} {dtype}: {e['stages']['LayerNorm output']}" for device, per in dtypes.items()
                                       for dtype, e in per.items() if e["status"] == "ok"],
@@ -515,7 +526,8 @@ class Trend:
     sizes: list[str]
     speedups: list[float]
     verdict: str
-    steps: list[TrendStep] | None
+    steps: Unread[list[TrendStep] | None]        # each step's verdict, as tests read them
+    not_rising: dict[str, list[str]]             # direction -> the steps ("small → medium") that took it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -579,6 +591,7 @@ class A4Summary(Summary):
     dtypes: Unread[dict[str, Any]]          # device -> dtype -> what the toy model's stages ran in (the table's)
     dtypes_not_ok: list[str] | None
     dtype_rules: list[DtypeRule] | None
+    answered: list[str]           # "layernorm", "dtypes", "speedup": the parts measured, in the answer's order
     layernorm_shape: list[int] | None
     layernorm_focus: dict[str, Focus | None] | None
     layernorm_autocast_output: list[str] | None
@@ -600,7 +613,7 @@ class A4Summary(Summary):
     bf16_slower: list[Slower] | None
     bf16_within_spread: list[Where] | None
     bf16_not_settled: list[Where]
-    backward_vs_forward: dict[str, str] | None
+    backward_vs_forward: dict[str, list[str]] | None      # verdict -> the points that have it
     kernels: Kernels | None
 
 
