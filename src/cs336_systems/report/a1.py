@@ -169,9 +169,9 @@ BF16_IS = {"higher": "slower", "lower": "faster", WITHIN: WITHIN, NOT_SETTLED: N
 
 
 def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
-    """Per grid point timed in both precisions: the judge's verdict on the bf16 step (and each phase)
-    against the fp32 one (``verdict``), its difference and interval in ms, and how it was judged:
-    paired over one job's rounds, or not settled between separate processes."""
+    """Per grid point timed in both precisions: the judge's verdict on the bf16 step against the
+    fp32 one (``verdict``), its interval in ms, and how it was judged: paired over one job's rounds,
+    or not settled between separate processes (``not_settled_why``: the judge's reason)."""
     ok = df[df["status"] == "ok"]
     records = by_point(list(records))
     out = []
@@ -180,16 +180,13 @@ def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
         if "fp32" in by and "bf16" in by:
             fp32, bf16 = by["fp32"], by["bf16"]
             v = verdict(bf16, fp32, records)
-            phases = {phase: BF16_IS[verdict(bf16, fp32, records, phase).verdict]
-                      for phase in ("forward", "backward", "optimizer") if not math.isnan(bf16[f"{phase}_mean"])}
             out.append({"size": str(size), "context": int(context), "mode": str(mode),
                         "fp32_ms": fp32["step_mean"], "fp32_std_ms": fp32["step_std"],
                         "bf16_ms": bf16["step_mean"], "bf16_std_ms": bf16["step_std"],
                         "bf16_is": BF16_IS[v.verdict], "judged": PAIRED if v.paired else SEPARATE,
-                        "not_settled_why": v.reason,
-                        "how": how_judged(v), "rounds": v.rounds if v.paired else None,
-                        # bf16's step minus fp32's (median per round) and its interval; nan where not settled
-                        "difference_ms": v.difference, "low_ms": v.low, "high_ms": v.high, "phases": phases,
+                        "not_settled_why": v.reason, "how": how_judged(v),
+                        # the interval of bf16's step minus fp32's (median per round); nan where not settled
+                        "low_ms": v.low, "high_ms": v.high,
                         "bound_by": {"fp32": fp32["bound_by"], "bf16": bf16["bound_by"]}})
     return out
 
@@ -343,6 +340,21 @@ def warm_processes(rows: list[dict]) -> list[dict]:
     return out
 
 
+def warm_order(warm: list[dict]) -> str | None:
+    """What the answer says of the warm processes' order by warm-up count (``warm_processes``): "falls"
+    where at some size each longer warm-up is faster beyond the spread, else "one process each" or
+    "not settled" where some size's order is not settled, else "no order"; None without them."""
+    if not warm:
+        return None
+    orders = {w["order"] for w in warm}
+    if "falls" in orders:
+        return "falls"
+    if NOT_SETTLED not in orders:
+        return "no order"
+    one_each = any(w["one_process_each"] for w in warm if w["order"] == NOT_SETTLED)
+    return "one process each" if one_each else NOT_SETTLED
+
+
 def fb_rows(fb: pd.DataFrame) -> list[dict]:
     """fp32 forward+backward points as the prose's table reads them: size, context, forward,
     backward and step means (ms) and backward / forward, in the table's order."""
@@ -453,6 +465,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "warmup": warmups,
         "warm_processes": warm,
         "warm_spread_max": max((w["spread"] for w in warm), default=None),
+        "warm_order": warm_order(warm),
         # without warm-up, the first timed step slower than every later one at every size
         "cold_first_slowest": all(w["first_slowest"] for w in warmups if w["warmup"] == 0),
         "warmup_point": warmup_point(warmup_records),
@@ -650,7 +663,7 @@ class A1Summary(Summary):
     bf16_faster_count: int
     bf16_slower: list[Bf16Slower] | None
     bf16_within_spread: list[Bf16At] | None
-    bf16_not_settled: list[Any]
+    bf16_not_settled: list[Bf16At]
     bf16_too_few_rounds: int
     bf16_host_bound: int
     bf16_none_settled: bool
@@ -661,6 +674,7 @@ class A1Summary(Summary):
     warmup: list[Warmup] | None
     warm_processes: list[WarmProcess] | None
     warm_spread_max: float | None
+    warm_order: str | None
     cold_first_slowest: bool
 
 
