@@ -30,6 +30,7 @@ from cs336_systems.profiling.flops import attention_flops
 from cs336_systems.profiling.ranges import ATTENTION_RANGES as ATTENTION
 from cs336_systems.profiling.ranges import FINAL, MODE_PHASES, PHASE_RANGES, SCORES, SOFTMAX
 from cs336_systems.report import contract
+from cs336_systems.report.a1 import LAUNCH_BOUND_BUSY
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import NOT_SETTLED, WITHIN, Estimate, judge
@@ -94,9 +95,6 @@ def failed_points(records: list[dict]) -> list[dict]:
             if m["status"] != "ok":
                 out.append({"point": _point(r), "mode": mode, "status": m["status"], "message": m.get("message") or ""})
     return out
-
-
-HOST_BOUND = 0.5     # (a): a forward whose kernels keep the GPU busy for less than this share of it
 
 
 def a1_forward(a1_records: list[dict]) -> dict[tuple, dict]:
@@ -166,10 +164,11 @@ def a_findings(a: pd.DataFrame) -> dict:
     host issued kernels at a slower pace in the shorter point's process (``slower_issue``: more
     wall time per kernel launched), which is no property of the workload when the two launched
     about as many kernels. NVTX against A1's timing of the same point is judged the same way."""
-    if not len(a):
+    if not len(a):      # no forward ran: nothing measured, nothing compared
         return {"host_bound": [], "slower_shorter": [], "shorter_within_spread": [], "shorter_not_settled": [],
-                "a1_compared": 0, "a1_not_settled": 0, "markers_cost": None}
-    host = a[a["gpu_busy"] < HOST_BOUND]
+                "a1_compared": 0, "a1_outside_spread": [], "a1_not_settled": 0, "markers_cost": None,
+                "busy_range": None, "nvtx_over_a1_range": None}
+    host = a[a["gpu_busy"] < LAUNCH_BOUND_BUSY]     # the GPU idle most of the forward, waiting on the host
     slower, within, unsettled = [], [], []
     processes = dict(tuple(a.groupby("point", sort=False)))      # a row per process (record) of a point
     means = a.groupby("point", sort=False).mean(numeric_only=True)
@@ -520,7 +519,7 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "steps": records[0]["params"]["steps"] if records else None,
         "share_threshold": SHARE_THRESHOLD,
         "a": records_list(tables["a"]),
-        "a_findings": a_findings(tables["a"]), "host_bound_below": HOST_BOUND,
+        "a_findings": a_findings(tables["a"]), "host_bound_below": LAUNCH_BOUND_BUSY,
         "b_findings": b_findings(tables["b"]), "c_findings": c_findings(records),
         "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth),
         "e": records_list(tables["e"]), "e_findings": e_findings(tables["e"]),
@@ -605,7 +604,7 @@ class NamedPoints:
 @dataclass(frozen=True, kw_only=True)
 class AFindings:
     """(a): the NVTX ranges against A1's timings, and what the kernels say of the short contexts."""
-    busy_range: list[float]
+    busy_range: list[float] | None
     host_bound: list[HostBound] | None
     nvtx_over_a1_range: list[float] | None
     markers_cost: float | None
