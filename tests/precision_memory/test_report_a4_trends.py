@@ -127,8 +127,8 @@ def test_bf16_against_fp32_is_the_judge_s_per_round_speedup(tmp_path, rng):
         per = {ph: [[statistics.median(f[ph]) / statistics.median(b[ph])]
                     for f, b in zip(records[f"{size}_fp32"]["metrics"]["rounds"], records[f"{size}_bf16"]["metrics"]["rounds"])]
                for ph in ("forward", "backward")}
-        assert s["backward_vs_forward"][f"{size} ctx 512"] == judge_rounds(per["backward"], per["forward"], ratio=True).verdict
-    assert s["backward_vs_forward"]["medium ctx 512"] == "higher"
+        assert f"{size} ctx 512" in s["backward_vs_forward"][judge_rounds(per["backward"], per["forward"], ratio=True).verdict]
+    assert "medium ctx 512" in s["backward_vs_forward"]["higher"]
     assert "backward gains more at medium ctx 512" in text
 
 
@@ -151,7 +151,7 @@ def test_precisions_in_separate_processes_are_not_settled(tmp_path, rng):
     timing = timing_records(tmp_path, rng, {"small": steady(125.0)}, one_job=False)
     s, text = report(tmp_path, timing)
     assert s["bf16_slower"] == [] and len(s["bf16_not_settled"]) == 2 and s["timing_none_settled"]
-    assert s["timing_separate_processes"] == 2 and s["backward_vs_forward"] == {"small ctx 512": NOT_SETTLED}
+    assert s["timing_separate_processes"] == 2 and s["backward_vs_forward"] == {"higher": [], "lower": [], WITHIN: [], NOT_SETTLED: ["small ctx 512"]}
     assert "No row is settled" in text and "so these rows are not\nsettled (2 rows)" in text
     assert "not settled at small ctx 512" in text
 

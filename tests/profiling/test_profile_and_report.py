@@ -8,7 +8,7 @@ import pytest
 
 from cs336_systems.profiling import profile
 from cs336_systems.profiling.torch_tables import Event, range_table, range_totals
-from cs336_systems.report import a2, writeup
+from cs336_systems.report import a2, contract, writeup
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
@@ -157,6 +157,19 @@ def test_report_on_records_with_an_oom(record, tmp_path):
     # the section renders from a CPU profile and opens with its answer, right after the run line
     text = writeup.Renderer("md", tmp_path / "w.md", TEMPLATES).section("A2", tmp_path / "out" / "summary.json")
     assert text.split("\n\n")[2].startswith("**Answer.**"), text[:600]
+
+
+def test_report_where_no_forward_ran(record, tmp_path):
+    """Every point out of memory: (a)'s table is empty, and the summary still fits its contract (no
+    busy range, nothing compared) instead of failing to fill it."""
+    dead = copy.deepcopy(record)
+    dead.update(status="oom", message="OOM", metrics={"modes": {m: {"status": "oom", "message": "OOM"} for m in profile.MODE_PHASES}})
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(dead))
+    assert a2.main(["--records", str(path), "--out-dir", str(tmp_path / "out")]) == 0
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert s["a"] == [] and s["a_findings"]["busy_range"] is None and s["a_findings"]["a1_compared"] == 0
+    contract.check("A2", s)
 
 
 @pytest.mark.parametrize("argv, message", [

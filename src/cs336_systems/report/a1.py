@@ -87,13 +87,13 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     return df.sort_values(["size", "mode", "precision", "context", "warmup"]).reset_index(drop=True)
 
 
+def _key(point) -> tuple:
+    """(size, context, mode, precision) of a record's params or of a ``records_frame`` row."""
+    return tuple(str(point[k]) if k != "context" else int(point[k]) for k in KEY)
+
+
 def by_point(records: list[dict]) -> dict[tuple, dict]:
-    """Records by (size, context, mode, precision), the key ``records_frame``'s rows carry."""
-    return {tuple(str(r["params"][k]) if k != "context" else int(r["params"][k]) for k in KEY): r for r in records}
-
-
-def _key(row) -> tuple:
-    return tuple(str(row[k]) if k != "context" else int(row[k]) for k in KEY)
+    return {_key(r["params"]): r for r in records}
 
 
 def verdict(a_row, b_row, records: dict[tuple, dict] | None, phase: str = "step") -> Verdict:
@@ -127,21 +127,25 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list
       that is slower settles nothing (a launch-bound step grows too), so None otherwise, and
       ``flat_not_settled`` True where the judge could not settle the comparison at all;
     - ``bound_by``: the table's words for the two."""
-    df = df.copy()
     records = by_point(list(records))
     busy = {(str(b["size"]), int(b["context"]), b["mode"], int(b["batch"])): b for b in profiles}
-    shares, launch, flat, evidence, bound_by, profiled, flat_evidence, unsettled = [], [], [], [], [], [], [], []
-    for _, row in df.iterrows():
-        share, is_launch, is_flat, why, words, flat_why, is_unsettled = math.nan, None, None, "", "", "", False
+
+    def bound(row) -> dict:
+        out = {"busy_share": math.nan, "launch_bound": None, "flat_in_work": None, "bound_evidence": "",
+               "bound_by": "", "a2_profile": None, "flat_evidence": "", "flat_not_settled": False}
         b = busy.get((str(row["size"]), int(row["context"]), str(row["mode"]), int(row["batch"])))
         if row["status"] == "ok" and b is not None and row["precision"] == "fp32" and row["step_mean"] > 0:
             # A2's kernel time against A1's own step: A2's step, under the profiler, is longer
             share = b["kernel_ms"] / row["step_mean"]
-            is_launch = True if share * HOST_SWING < LAUNCH_BOUND_BUSY else (
+            launch = True if share * HOST_SWING < LAUNCH_BOUND_BUSY else (
                 False if share / HOST_SWING >= LAUNCH_BOUND_BUSY else None)
-            why = (f"A2 profile: {b['kernels']} kernels, {b['kernel_ms']:.1f} ms of kernel time, "
-                   f"{100 * share:.0f} % of this step's {row['step_mean']:.1f} ms (another process)")
-            words = {True: "launches: ", False: "", None: "not settled: "}[is_launch] + f"kernels {100 * share:.0f} % of step"
+            out.update(busy_share=share, launch_bound=launch,
+                       a2_profile={"kernels": int(b["kernels"]), "kernel_ms": float(b["kernel_ms"])},
+                       bound_evidence=(f"A2 profile: {b['kernels']} kernels, {b['kernel_ms']:.1f} ms of kernel "
+                                       f"time, {100 * share:.0f} % of this step's {row['step_mean']:.1f} ms "
+                                       "(another process)"),
+                       bound_by={True: "launches: ", False: "", None: "not settled: "}[launch]
+                       + f"kernels {100 * share:.0f} % of step")
         bigger = df[(df["size"] == row["size"]) & (df["mode"] == row["mode"]) & (df["precision"] == row["precision"])
                     & (df["status"] == "ok") & (df["flops"] >= MORE_WORK * row["flops"])]
         if row["status"] == "ok" and len(bigger):
@@ -149,34 +153,25 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list
             nxt = bigger.sort_values("flops").iloc[0]
             v = verdict(nxt, row, records)
             if v.verdict in ("lower", WITHIN):
-                is_flat = True
-                flat_why = (f"{nxt['flops'] / row['flops']:.1f}× the FLOPs at context {nxt['context']} "
-                            + ("run faster" if v.verdict == "lower" else "run no slower (within the spread)")
-                            + f", {how_judged(v)}")
-                why = f"{why}; {flat_why}" if why else flat_why
-                words = words or "flat in work"
-            is_unsettled = v.verdict == NOT_SETTLED
-        shares.append(share)
-        profiled.append({"kernels": int(b["kernels"]), "kernel_ms": float(b["kernel_ms"])} if share == share else None)
-        flat_evidence.append(flat_why)
-        launch.append(is_launch)
-        flat.append(is_flat)
-        unsettled.append(is_unsettled)
-        evidence.append(why)
-        bound_by.append(words)
-    df["busy_share"], df["launch_bound"], df["flat_in_work"] = shares, launch, flat
-    df["bound_evidence"], df["bound_by"] = evidence, bound_by
-    df["a2_profile"], df["flat_evidence"], df["flat_not_settled"] = profiled, flat_evidence, unsettled
-    return df
+                why = (f"{nxt['flops'] / row['flops']:.1f}× the FLOPs at context {nxt['context']} "
+                       + ("run faster" if v.verdict == "lower" else "run no slower (within the spread)")
+                       + f", {how_judged(v)}")
+                out.update(flat_in_work=True, flat_evidence=why, bound_by=out["bound_by"] or "flat in work",
+                           bound_evidence=f"{out['bound_evidence']}; {why}" if out["bound_evidence"] else why)
+            out["flat_not_settled"] = v.verdict == NOT_SETTLED
+        return out
+
+    columns = [bound(row) for _, row in df.iterrows()]
+    return df.assign(**{key: [c[key] for c in columns] for key in columns[0]})
 
 
 BF16_IS = {"higher": "slower", "lower": "faster", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}
 
 
 def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
-    """Per grid point timed in both precisions: the judge's verdict on the bf16 step (and each phase)
-    against the fp32 one (``verdict``), its difference and interval in ms, and how it was judged:
-    paired over one job's rounds, or not settled between separate processes."""
+    """Per grid point timed in both precisions: the judge's verdict on the bf16 step against the
+    fp32 one (``verdict``), its interval in ms, and how it was judged: paired over one job's rounds,
+    or not settled between separate processes (``not_settled_why``: the judge's reason)."""
     ok = df[df["status"] == "ok"]
     records = by_point(list(records))
     out = []
@@ -185,16 +180,13 @@ def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
         if "fp32" in by and "bf16" in by:
             fp32, bf16 = by["fp32"], by["bf16"]
             v = verdict(bf16, fp32, records)
-            phases = {phase: BF16_IS[verdict(bf16, fp32, records, phase).verdict]
-                      for phase in ("forward", "backward", "optimizer") if not math.isnan(bf16[f"{phase}_mean"])}
             out.append({"size": str(size), "context": int(context), "mode": str(mode),
                         "fp32_ms": fp32["step_mean"], "fp32_std_ms": fp32["step_std"],
                         "bf16_ms": bf16["step_mean"], "bf16_std_ms": bf16["step_std"],
                         "bf16_is": BF16_IS[v.verdict], "judged": PAIRED if v.paired else SEPARATE,
-                        "not_settled_why": v.reason,
-                        "how": how_judged(v), "rounds": v.rounds if v.paired else None,
-                        # bf16's step minus fp32's (median per round) and its interval; nan where not settled
-                        "difference_ms": v.difference, "low_ms": v.low, "high_ms": v.high, "phases": phases,
+                        "not_settled_why": v.reason, "how": how_judged(v),
+                        # the interval of bf16's step minus fp32's (median per round); nan where not settled
+                        "low_ms": v.low, "high_ms": v.high,
                         "bound_by": {"fp32": fp32["bound_by"], "bf16": bf16["bound_by"]}})
     return out
 
@@ -348,6 +340,21 @@ def warm_processes(rows: list[dict]) -> list[dict]:
     return out
 
 
+def warm_order(warm: list[dict]) -> str | None:
+    """What the answer says of the warm processes' order by warm-up count (``warm_processes``): "falls"
+    where at some size each longer warm-up is faster beyond the spread, else "one process each" or
+    "not settled" where some size's order is not settled, else "no order"; None without them."""
+    if not warm:
+        return None
+    orders = {w["order"] for w in warm}
+    if "falls" in orders:
+        return "falls"
+    if NOT_SETTLED not in orders:
+        return "no order"
+    one_each = any(w["one_process_each"] for w in warm if w["order"] == NOT_SETTLED)
+    return "one process each" if one_each else NOT_SETTLED
+
+
 def fb_rows(fb: pd.DataFrame) -> list[dict]:
     """fp32 forward+backward points as the prose's table reads them: size, context, forward,
     backward and step means (ms) and backward / forward, in the table's order."""
@@ -359,27 +366,21 @@ def fb_rows(fb: pd.DataFrame) -> list[dict]:
 
 def _point(row) -> dict:
     return {"size": str(row["size"]), "context": int(row["context"]), "mode": str(row["mode"]),
-            "precision": str(row["precision"]), "mfu": None if math.isnan(row["mfu"]) else float(row["mfu"]),
-            "tflops": float(row["tflops"])}
+            "precision": str(row["precision"]), "mfu": None if math.isnan(row["mfu"]) else float(row["mfu"])}
+
+
+def phase_cv(part: pd.DataFrame) -> pd.Series:
+    """The spread as coefficient of variation (std / mean) of every timed phase of every point."""
+    return pd.concat([part[f"{ph}_std"] / part[f"{ph}_mean"] for ph in ("forward", "backward", "optimizer")]).dropna()
 
 
 def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict]) -> dict:
     """The numbers the A1 section quotes."""
     ok = df[df["status"] == "ok"]
     fb = ok[(ok["mode"] == "forward-backward") & (ok["precision"] == "fp32")]
-    # Spread as coefficient of variation (std / mean) of every timed phase of every point.
-    cv = pd.concat([ok[f"{phase}_std"] / ok[f"{phase}_mean"] for phase in ("forward", "backward", "optimizer")]).dropna()
+    cv = phase_cv(ok)
     worst = ok.loc[cv.idxmax()] if len(cv) else None
-    timed = {
-        f"{row['size']}@{row['context']}": {"forward": row["forward_mean"], "backward": row["backward_mean"]}
-        for _, row in fb.iterrows()
-    }
     failed = df[df["status"] != "ok"]
-    cv_by_precision = {
-        precision: float(pd.concat([part[f"{ph}_std"] / part[f"{ph}_mean"] for ph in ("forward", "backward", "optimizer")]
-                                   ).dropna().median())
-        for precision, part in ok.groupby("precision", observed=True)
-    }
     # How forward time grows from the shortest to the longest context, per size (fp32 forward mode).
     fwd = ok[(ok["mode"] == "forward") & (ok["precision"] == "fp32")]
     growth = {}
@@ -400,6 +401,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
     flat = ok[ok["flat_in_work"] == True]       # noqa: E712
     comparisons = bf16_against_fp32(df, records)
     warmups = warmup_summary(warmup_records)
+    warm = warm_processes(warmups)
     # The spread where the step's time is not set by its work against where it is (coefficient of
     # variation of the step); the prose says "larger where flat" only if the medians say so.
     step_cv = ok["step_std"] / ok["step_mean"]
@@ -410,13 +412,14 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "provenance": run_provenance(records + warmup_records),
         "points": len(df), "ok": int(len(ok)),
         "not_ok": [f"{r['size']} ctx {r['context']} {r['mode']} {r['precision']}: {r['status']}" for _, r in failed.iterrows()],
-        "fp32_forward_backward": timed,
+        "fp32_forward_backward": {f"{r['size']}@{r['context']}": {ph: r[f"{ph}_mean"] for ph in ("forward", "backward")}
+                                  for _, r in fb.iterrows()},
         "fp32_forward_backward_rows": fb_rows(fb),
         "cv_median": float(cv.median()) if len(cv) else None,
         "cv_max": float(cv.max()) if len(cv) else None,
         "cv_max_point": f"{worst['size']} ctx {worst['context']} {worst['mode']} {worst['precision']}" if worst is not None else None,
         "backward_over_forward_median": float((fb["backward_mean"] / fb["forward_mean"]).median()) if len(fb) else None,
-        "cv_by_precision": cv_by_precision,
+        "cv_by_precision": {p: float(phase_cv(part).median()) for p, part in ok.groupby("precision", observed=True)},
         "forward_growth": growth,
         "forward_grows_less_than_work": [size for size, g in growth.items() if g["ratio"] < g["flops_ratio"]],
         "mfu_peaks": sorted(set(ok["peak_basis"])),
@@ -445,7 +448,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "bf16_compared": len(comparisons),
         # pairs from one job's rounds, and pairs from separate processes (not settled)
         "bf16_paired": sum(c["judged"] == PAIRED for c in comparisons),
-        "bf16_all_paired": sum(c["judged"] == PAIRED for c in comparisons) == len(comparisons),
+        "bf16_all_paired": all(c["judged"] == PAIRED for c in comparisons),
         "bf16_separate_processes": sum(c["judged"] == SEPARATE for c in comparisons),
         # paired pairs the judge could not settle: fewer rounds than it needs, or one side bound by
         # the host and the other not, by less than the host's speed moves between processes
@@ -455,13 +458,14 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "bf16_none_settled": bool(comparisons) and all(c["bf16_is"] == NOT_SETTLED for c in comparisons),
         "min_rounds": MIN_ROUNDS,
         # points with a step up in work whose comparison the judge could not settle (another job)
-        "flat_not_settled": int(ok["flat_not_settled"].sum()) if "flat_not_settled" in ok else 0,
+        "flat_not_settled": int(ok["flat_not_settled"].sum()),
         # the grid's design: one job per size, its points in turns (else a process per point)
         "grouped": bool(len(df)) and bool(df["job"].notna().all()),
         "rounds": int(records[0]["params"]["rounds"]) if records and "rounds" in records[0]["params"] else None,
         "warmup": warmups,
-        "warm_processes": warm_processes(warmups),
-        "warm_spread_max": max((w["spread"] for w in warm_processes(warmups)), default=None),
+        "warm_processes": warm,
+        "warm_spread_max": max((w["spread"] for w in warm), default=None),
+        "warm_order": warm_order(warm),
         # without warm-up, the first timed step slower than every later one at every size
         "cold_first_slowest": all(w["first_slowest"] for w in warmups if w["warmup"] == 0),
         "warmup_point": warmup_point(warmup_records),
@@ -659,7 +663,7 @@ class A1Summary(Summary):
     bf16_faster_count: int
     bf16_slower: list[Bf16Slower] | None
     bf16_within_spread: list[Bf16At] | None
-    bf16_not_settled: list[Any]
+    bf16_not_settled: list[Bf16At]
     bf16_too_few_rounds: int
     bf16_host_bound: int
     bf16_none_settled: bool
@@ -670,6 +674,7 @@ class A1Summary(Summary):
     warmup: list[Warmup] | None
     warm_processes: list[WarmProcess] | None
     warm_spread_max: float | None
+    warm_order: str | None
     cold_first_slowest: bool
 
 

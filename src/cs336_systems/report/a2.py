@@ -30,6 +30,7 @@ from cs336_systems.profiling.flops import attention_flops
 from cs336_systems.profiling.ranges import ATTENTION_RANGES as ATTENTION
 from cs336_systems.profiling.ranges import FINAL, MODE_PHASES, PHASE_RANGES, SCORES, SOFTMAX
 from cs336_systems.report import contract
+from cs336_systems.report.a1 import LAUNCH_BOUND_BUSY
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import NOT_SETTLED, WITHIN, Estimate, judge
@@ -94,9 +95,6 @@ def failed_points(records: list[dict]) -> list[dict]:
             if m["status"] != "ok":
                 out.append({"point": _point(r), "mode": mode, "status": m["status"], "message": m.get("message") or ""})
     return out
-
-
-HOST_BOUND = 0.5     # (a): a forward whose kernels keep the GPU busy for less than this share of it
 
 
 def a1_forward(a1_records: list[dict]) -> dict[tuple, dict]:
@@ -166,21 +164,22 @@ def a_findings(a: pd.DataFrame) -> dict:
     host issued kernels at a slower pace in the shorter point's process (``slower_issue``: more
     wall time per kernel launched), which is no property of the workload when the two launched
     about as many kernels. NVTX against A1's timing of the same point is judged the same way."""
-    if not len(a):
+    if not len(a):      # no forward ran: nothing measured, nothing compared
         return {"host_bound": [], "slower_shorter": [], "shorter_within_spread": [], "shorter_not_settled": [],
-                "a1_compared": 0, "a1_not_settled": 0, "markers_cost": None}
-    host = a[a["gpu_busy"] < HOST_BOUND]
+                "a1_compared": 0, "a1_outside_spread": [], "a1_not_settled": 0, "markers_cost": None,
+                "busy_range": None, "nvtx_over_a1_range": None}
+    host = a[a["gpu_busy"] < LAUNCH_BOUND_BUSY]     # the GPU idle most of the forward, waiting on the host
     slower, within, unsettled = [], [], []
     processes = dict(tuple(a.groupby("point", sort=False)))      # a row per process (record) of a point
     means = a.groupby("point", sort=False).mean(numeric_only=True)
-    points = pd.DataFrame({"point": means.index, "size": [p.split(" ctx ")[0] for p in means.index],
-                           "context": [int(p.split(" ctx ")[1]) for p in means.index]})
+    sizes, contexts = _size_context(pd.Series(means.index))
+    points = pd.DataFrame({"point": means.index, "size": sizes.values, "context": contexts.values})
     for size, part in points.groupby("size", sort=False):
-        part = part.sort_values("context")
-        for short_point, long_point in zip(part["point"], part["point"].iloc[1:]):
-            short, long = means.loc[short_point], means.loc[long_point]
-            v = judge(list(processes[short_point]["python_forward_ms"]), list(processes[long_point]["python_forward_ms"]))
-            pair = {"size": size, "short": int(short_point.split(" ctx ")[1]), "long": int(long_point.split(" ctx ")[1]),
+        part = list(part.sort_values("context").itertuples())
+        for lo, hi in zip(part, part[1:]):
+            short, long = means.loc[lo.point], means.loc[hi.point]
+            v = judge(list(processes[lo.point]["python_forward_ms"]), list(processes[hi.point]["python_forward_ms"]))
+            pair = {"size": size, "short": int(lo.context), "long": int(hi.context),
                     "short_ms": float(short["python_forward_ms"]), "long_ms": float(long["python_forward_ms"])}
             details = {
                 "short_kernel_ms": float(short["kernel_ms"]), "long_kernel_ms": float(long["kernel_ms"]),
@@ -360,10 +359,7 @@ def d_findings(d: pd.DataFrame, growth: list[dict]) -> dict | None:
         out["train"] = {"gemm_drop": drop, "gemm_drop_points": [100 * drop[0], 100 * drop[1]],
                         "mostly_optimizer": largest_gain.get("optimizer", 0) > len(growth) / 2,
                         "optimizer_falls_for_every_size": len(falls) == int(g_sizes.nunique()),
-                        "optimizer_gain": [float(g["optimizer"].min()), float(g["optimizer"].max())],
-                        "largest_gain": largest_gain,
-                        "points": len(growth), "optimizer_falls_with_context": falls,
-                        "sizes": int(g_sizes.nunique())}
+                        "largest_gain": largest_gain, "points": len(growth)}
     return out
 
 
@@ -432,7 +428,7 @@ def e_findings(e: pd.DataFrame) -> dict | None:
     its kernels' work more than the gaps between their launches) and their medians over all points."""
     if not len(e):
         return None
-    sizes, contexts = e["point"].str.split(" ctx ").str[0], e["point"].str.split(" ctx ").str[1].astype(int)
+    sizes, contexts = _size_context(e["point"])
     longest = e.loc[contexts.groupby(sizes, sort=False).idxmax()]
     pick = lambda df, col: [float(df[col].min()), float(df[col].max())]  # noqa: E731
     vs_final = pick(longest, "per_flop_vs_final")
@@ -488,7 +484,7 @@ def plot_shares(d: pd.DataFrame, path: Path, unit: str) -> None:
 def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for c in out.columns:
-        if c.endswith("share") or c.endswith("_share") or c in ("share_of_forward", "gpu_busy"):
+        if c.endswith("share") or c in ("share_of_forward", "gpu_busy"):
             out[c] = [f"{100 * v:.1f} %" if isinstance(v, float) and not math.isnan(v) else "" for v in out[c]]
         elif out[c].dtype.kind == "f":
             out[c] = [f"{v:.4g}" if not math.isnan(v) else "" for v in out[c]]
@@ -508,7 +504,6 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
                            "gemm_forward": float(part.loc["forward", "GEMM_share"]),
                            "gemm_train": float(part.loc["train-step", "GEMM_share"])})
     records_list = lambda df: df.to_dict(orient="records") if len(df) else []  # noqa: E731
-    e = tables["e"]
     return {
         "provenance": run_provenance(records),
         "sources": sources, "table_units": units, "mixed_sources": len(sources) > 1,
@@ -524,10 +519,10 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "steps": records[0]["params"]["steps"] if records else None,
         "share_threshold": SHARE_THRESHOLD,
         "a": records_list(tables["a"]),
-        "a_findings": a_findings(tables["a"]), "host_bound_below": HOST_BOUND,
+        "a_findings": a_findings(tables["a"]), "host_bound_below": LAUNCH_BOUND_BUSY,
         "b_findings": b_findings(tables["b"]), "c_findings": c_findings(records),
-        "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth), "e": records_list(e),
-        "e_findings": e_findings(e),
+        "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth),
+        "e": records_list(tables["e"]), "e_findings": e_findings(tables["e"]),
     }
 
 
@@ -609,7 +604,7 @@ class NamedPoints:
 @dataclass(frozen=True, kw_only=True)
 class AFindings:
     """(a): the NVTX ranges against A1's timings, and what the kernels say of the short contexts."""
-    busy_range: list[float]
+    busy_range: list[float] | None
     host_bound: list[HostBound] | None
     nvtx_over_a1_range: list[float] | None
     markers_cost: float | None

@@ -34,24 +34,15 @@ import pandas as pd
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.report import contract
+from cs336_systems.report.a1 import LAUNCH_BOUND_BUSY, PAIRED, SEPARATE
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_table)
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import (NOT_SETTLED, WITHIN, Estimate, Verdict, judge, judge_rounds, round_samples,
-                                         same_job, trend_of)
+from cs336_systems.report.spread import NOT_SETTLED, WITHIN, judge, judge_rounds, round_samples, same_job, trend_of
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
-# A step whose kernels keep the GPU busy less than this share of it waits on launches most of the time.
-LAUNCH_BOUND_BUSY = 0.5
-PAIRED, SEPARATE = "paired", "separate processes"    # how a bf16/fp32 verdict was judged
 BF16_IS = {"higher": "faster", "lower": "slower", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}   # by its speedup
-
-
-def speedup(bf16: dict, fp32: dict, phase: str) -> Verdict:
-    """The judge's verdict on bf16's speedup in ``phase`` (fp32's time over bf16's, against 1):
-    per round where one job timed both, else not settled."""
-    return judge(fp32, bf16, phase, ratio=True)
 
 
 def series_name(mode: str, phase: str) -> str:
@@ -140,37 +131,30 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
     for size in sizes:
         for context in contexts:
             for mode, phase in TIMED:
-                cells = {}
-                for precision in ("fp32", "bf16"):
-                    r = by_point.get((size, context, mode, precision))
-                    if r is None:
-                        cells[precision] = (None, math.nan, math.nan, 0)
-                    elif r["status"] != "ok":
-                        cells[precision] = (r["status"], math.nan, math.nan, 0)
-                    else:
-                        timed = r["metrics"][phase]
-                        n = timed.get("n") or len(timed.get("samples") or ())
-                        cells[precision] = ("ok", timed["mean"], timed.get("std", math.nan), n)
-                if all(c[0] is None for c in cells.values()):
+                recs = {p: by_point.get((size, context, mode, p)) for p in ("fp32", "bf16")}
+                if all(r is None for r in recs.values()):
                     continue
-                recs = [by_point.get((size, context, mode, p)) for p in ("fp32", "bf16")]
-                both_ok = all(r is not None and r["status"] == "ok" for r in recs)
-                v = speedup(recs[1], recs[0], phase) if both_ok else None
-                (_, fp32, fp32_std, fp32_n), (_, bf16, bf16_std, bf16_n) = cells["fp32"], cells["bf16"]
-                both = fp32_n > 0 and bf16_n > 0 and v is not None
-                rows.append({"size": size, "context": context, "mode": mode, "phase": phase,
-                             "fp32_status": cells["fp32"][0], "bf16_status": cells["bf16"][0],
-                             "fp32_ms": fp32, "fp32_std_ms": fp32_std, "fp32_n": fp32_n,
-                             "bf16_ms": bf16, "bf16_std_ms": bf16_std, "bf16_n": bf16_n,
-                             "speedup": fp32 / bf16,
-                             # First-order spread of the ratio of two independent means' samples.
-                             "speedup_std": fp32 / bf16 * math.hypot(fp32_std / fp32, bf16_std / bf16),
-                             # the judge's interval of the speedup (nan where not settled) and its rounds
-                             "speedup_low": v.low if both else math.nan, "speedup_high": v.high if both else math.nan,
-                             "rounds": v.rounds if both and v.paired else 0,
-                             # bf16 against fp32 by the judge: "slower", "faster", WITHIN or NOT_SETTLED
-                             "bf16_is": BF16_IS[v.verdict] if both else "",
-                             "judged": (PAIRED if v.paired else SEPARATE) if both else ""})
+                row = {"size": size, "context": context, "mode": mode, "phase": phase}
+                for p, r in recs.items():
+                    timed = r["metrics"][phase] if r is not None and r["status"] == "ok" else {}
+                    row.update({f"{p}_status": r and r["status"], f"{p}_ms": timed.get("mean", math.nan),
+                                f"{p}_std_ms": timed.get("std", math.nan),
+                                f"{p}_n": timed.get("n") or len(timed.get("samples") or ())})
+                fp32, bf16 = row["fp32_ms"], row["bf16_ms"]
+                # the judge's verdict on bf16's speedup (fp32's time over bf16's, against 1): per round
+                # where one job timed both, else not settled
+                both = row["fp32_n"] > 0 and row["bf16_n"] > 0          # both ran, with samples
+                v = judge(recs["fp32"], recs["bf16"], phase, ratio=True) if both else None
+                rows.append(row | {
+                    "speedup": fp32 / bf16,
+                    # First-order spread of the ratio of two independent means' samples.
+                    "speedup_std": fp32 / bf16 * math.hypot(row["fp32_std_ms"] / fp32, row["bf16_std_ms"] / bf16),
+                    # the judge's interval of the speedup (nan where not settled) and its rounds
+                    "speedup_low": v.low if both else math.nan, "speedup_high": v.high if both else math.nan,
+                    "rounds": v.rounds if both and v.paired else 0,
+                    # bf16 against fp32 by the judge: "slower", "faster", WITHIN or NOT_SETTLED
+                    "bf16_is": BF16_IS[v.verdict] if both else "",
+                    "judged": (PAIRED if v.paired else SEPARATE) if both else ""})
     return pd.DataFrame(rows)
 
 
@@ -219,6 +203,10 @@ def plot_speedup(df: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
+# The steps of a trend that are no rise beyond the spread, in the order its table cell names them.
+NOT_RISING = (NOT_SETTLED, WITHIN, "lower")
+
+
 def speedup_trends(ok: pd.DataFrame) -> dict[str, dict]:
     """Per series (context, mode, phase): the speedup at each size and, size to size, the judge's
     verdict on the step; ``verdict`` is ``spread.trend_of`` them. Each size's speedup comes from a job
@@ -230,9 +218,12 @@ def speedup_trends(ok: pd.DataFrame) -> dict[str, dict]:
             continue
         speedups, sizes = list(part["speedup"]), list(part["size"])
         steps = [judge([b], [a], ratio=True) for a, b in zip(speedups, speedups[1:])]
+        not_rising = {direction: [f"{a} → {b}" for a, b, v in zip(sizes, sizes[1:], steps) if v.verdict == direction]
+                      for direction in NOT_RISING}
         out[f"{series_name(mode, phase)}, context {context}"] = {
             "sizes": sizes, "speedups": speedups,
             "steps": [{"from": a, "to": b, "direction": v.verdict} for a, b, v in zip(sizes, sizes[1:], steps)],
+            "not_rising": {direction: named for direction, named in not_rising.items() if named},
             "verdict": trend_of(steps)}
     return out
 
@@ -245,28 +236,28 @@ def _rows_where(ok: pd.DataFrame, bf16_is: str) -> list[dict]:
             for r in (ok.to_dict("records") if len(ok) else []) if r["bf16_is"] == bf16_is]
 
 
-def backward_vs_forward(records: list[dict]) -> dict[str, str]:
-    """Per size and context: the judge's verdict on backward's speedup against forward's in the same
-    forward+backward steps. Both come from the same rounds, so each round gives one ratio of the two
-    speedups (``spread.judge_rounds`` of the derived per-round series); where fp32 and bf16 ran in
-    separate jobs there are no such rounds: not settled."""
+def backward_vs_forward(records: list[dict]) -> dict[str, list[str]] | None:
+    """The points ("small ctx 512") by the judge's verdict on backward's speedup against forward's
+    in the same forward+backward steps (None: no such point). Both come from the same rounds, so
+    each round gives one ratio of the two speedups (``spread.judge_rounds`` of the derived
+    per-round series); where fp32 and bf16 ran in separate jobs there are no such rounds: not settled."""
     by_point = {(r["params"]["size"], r["params"]["context"], r["params"]["precision"]): r for r in records
                 if r["params"].get("mode") == "forward-backward" and r["status"] == "ok"}
     order = list(MODEL_SIZES)
     points = sorted({(s, c) for s, c, _ in by_point}, key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[1]))
-    out = {}
+    out = {verdict: [] for verdict in ("higher", "lower", WITHIN, NOT_SETTLED)}
     for size, context in points:
         fp32, bf16 = by_point.get((size, context, "fp32")), by_point.get((size, context, "bf16"))
         if fp32 is None or bf16 is None or not {"forward", "backward"} <= set(fp32["metrics"]):
             continue
-        if not same_job(fp32, bf16):
-            out[f"{size} ctx {context}"] = NOT_SETTLED
-            continue
-        per_round = {phase: [[statistics.median(a) / statistics.median(b)]
-                             for a, b in zip(round_samples(fp32, phase), round_samples(bf16, phase))]
-                     for phase in ("forward", "backward")}
-        out[f"{size} ctx {context}"] = judge_rounds(per_round["backward"], per_round["forward"], ratio=True).verdict
-    return out
+        verdict = NOT_SETTLED
+        if same_job(fp32, bf16):
+            per_round = {phase: [[statistics.median(a) / statistics.median(b)]
+                                 for a, b in zip(round_samples(fp32, phase), round_samples(bf16, phase))]
+                         for phase in ("forward", "backward")}
+            verdict = judge_rounds(per_round["backward"], per_round["forward"], ratio=True).verdict
+        out[verdict].append(f"{size} ctx {context}")
+    return out if any(out.values()) else None
 
 
 # --- one A1 point's kernels per step, fp32 beside bf16 -----------------------------------------
@@ -279,8 +270,8 @@ def kernel_summary(records: list[dict]) -> dict | None:
     if not records:
         return None
     first = records[0]
-    out = {"point": {k: first["params"].get(k) for k in ("size", "context", "mode", "batch", "device")},
-           "device": first["provenance"].get("gpu") or "CPU", "provenance": run_provenance(records),
+    out = {"point": {k: first["params"].get(k) for k in ("size", "context", "mode", "batch")},
+           "device": first["provenance"].get("gpu") or "CPU",
            "not_ok": [f"{r['params']['precision']}: {r['status']} ({r.get('reason') or r.get('message')})"
                       for r in records if r["status"] != "ok"], "precisions": {}}
     for r in records:
@@ -289,22 +280,20 @@ def kernel_summary(records: list[dict]) -> dict | None:
         m = r["metrics"]
         out["unit"] = m["unit"]
         out["precisions"][r["params"]["precision"]] = {
-            "kernels": statistics.fmean(m["count_per_step"]), "same_count_every_step": len(set(m["count_per_step"])) == 1,
+            "kernels": statistics.fmean(m["count_per_step"]),
             "kinds": m["kinds"], "time_ms": m["time_ms"], "busy_ms": m["busy_ms"], "busy_share": m["busy_share"],
-            "busy": Estimate.from_samples(statistics.fmean(m["busy_ms_per_step"]), statistics.stdev(m["busy_ms_per_step"])
-                                          if len(m["busy_ms_per_step"]) > 1 else math.nan, len(m["busy_ms_per_step"])).__dict__
-            if m.get("busy_ms_per_step") else None,
-            "step_ms": m["step"]["mean"], "step_std_ms": m["step"]["std"], "step": Estimate.of(m["step"]).__dict__,
-            "unattributed": m.get("unattributed_per_step", 0.0), "top": m["rows"][:8]}
+            # the GPU's busy time per profiled step (a GPU profile only)
+            "busy_mean_ms": statistics.fmean(m["busy_ms_per_step"]) if m.get("busy_ms_per_step") else None,
+            "step_ms": m["step"]["mean"], "step_std_ms": m["step"]["std"]}
     fp32, bf16 = out["precisions"].get("fp32"), out["precisions"].get("bf16")
     if fp32 and bf16:
-        on_gpu = fp32["busy"] is not None and bf16["busy"] is not None
+        on_gpu = fp32["busy_mean_ms"] is not None and bf16["busy_mean_ms"] is not None
         recs = {r["params"]["precision"]: r for r in records if r["status"] == "ok"}
         step = judge(recs["bf16"], recs["fp32"], "step")
         step_is = step.verdict
         # the two profiles ran one after the other, not in turns: one profile a side, which the judge
         # does not settle (no spread measured between profiles)
-        busy_is = judge([bf16["busy"]["mean"]], [fp32["busy"]["mean"]]).verdict if on_gpu else None
+        busy_is = judge([bf16["busy_mean_ms"]], [fp32["busy_mean_ms"]]).verdict if on_gpu else None
         out["compare"] = {
             "extra_kernels": bf16["kernels"] - fp32["kernels"],
             "extra_casts": bf16["kinds"]["cast"]["count"] - fp32["kinds"]["cast"]["count"],
@@ -318,8 +307,8 @@ def kernel_summary(records: list[dict]) -> dict | None:
             "bf16_step_is": {"higher": "slower", "lower": "faster"}.get(step_is, step_is),
             "step_judged": PAIRED if step.paired else SEPARATE,
             "rounds": step.rounds if step.paired else None,
-            # bf16's step minus fp32's (ms) and its interval, nan where not settled
-            "step_difference_ms": step.difference, "step_low_ms": step.low, "step_high_ms": step.high,
+            # the interval of bf16's step minus fp32's (ms), nan where not settled
+            "step_low_ms": step.low, "step_high_ms": step.high,
             "bf16_busy_is": {"higher": "longer", "lower": "shorter"}.get(busy_is, busy_is) if on_gpu else None,
             "launch_bound": {p: e["busy_share"] < LAUNCH_BOUND_BUSY for p, e in out["precisions"].items()} if on_gpu else None,
             # The slowdown is not kernel time when bf16's step is slower beyond the spread while its
@@ -395,6 +384,11 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
     median = {phase: float(pd.Series(v).median()) for phase, v in by_phase.items()}
     skipped = [f"{d} {t}: {e['status']} ({e['reason']})" for d, per in dtypes.items() for t, e in per.items()
                if e["status"] != "ok"]
+    rules = dtype_rules(dtype_records)
+    # the parts of the question this run answers, in the answer's order: layer norm where its first
+    # device measured bf16, autocast's dtypes, bf16's speedup
+    answered = [part for part, measured in (("layernorm", focus and next(iter(focus.values())).get("bf16")),
+                                            ("dtypes", rules), ("speedup", trend_by_series)) if measured]
     return {
         "provenance": run_provenance(dtype_records + timing_records + list(kernel_records)),
         "timing_provenance": run_provenance(timing_records) if timing_records else None,
@@ -402,14 +396,14 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "dtypes_not_ok": skipped,
         "layernorm": layernorm,
         "layernorm_focus": focus,
-        "dtype_rules": dtype_rules(dtype_records),
+        "dtype_rules": rules,
+        "answered": answered,
         "timing_grid": timing_grid(timing_records),
         "layernorm_autocast_output": [f"{device} {dtype}: {e['stages']['LayerNorm output']}" for device, per in dtypes.items()
                                       for dtype, e in per.items() if e["status"] == "ok"],
         "speedups": speedups,
         "speedup_trend": trend_by_series,
         # Claims the prose makes only when the records bear them out, each by report.spread's test.
-        "timing_sizes": int(ok["size"].nunique()) if len(ok) else 0,
         "several_timing_sizes": bool(len(ok)) and ok["size"].nunique() > 1,
         "speedup_grows_with_size": bool(trend_by_series) and all(t["verdict"] == "grows" for t in trend_by_series.values()),
         "bf16_slower": _rows_where(ok, "slower"),
@@ -532,7 +526,8 @@ class Trend:
     sizes: list[str]
     speedups: list[float]
     verdict: str
-    steps: list[TrendStep] | None
+    steps: Unread[list[TrendStep] | None]        # each step's verdict, as tests read them
+    not_rising: dict[str, list[str]]             # direction -> the steps ("small → medium") that took it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -596,6 +591,7 @@ class A4Summary(Summary):
     dtypes: Unread[dict[str, Any]]          # device -> dtype -> what the toy model's stages ran in (the table's)
     dtypes_not_ok: list[str] | None
     dtype_rules: list[DtypeRule] | None
+    answered: list[str]           # "layernorm", "dtypes", "speedup": the parts measured, in the answer's order
     layernorm_shape: list[int] | None
     layernorm_focus: dict[str, Focus | None] | None
     layernorm_autocast_output: list[str] | None
@@ -617,7 +613,7 @@ class A4Summary(Summary):
     bf16_slower: list[Slower] | None
     bf16_within_spread: list[Where] | None
     bf16_not_settled: list[Where]
-    backward_vs_forward: dict[str, str] | None
+    backward_vs_forward: dict[str, list[str]] | None      # verdict -> the points that have it
     kernels: Kernels | None
 
 
