@@ -208,9 +208,9 @@ def test_a4_report_and_section(tmp_path):
     assert math.isclose(speedups["medium ctx 512 forward only (no_grad)"], 3 ** 0.5)
     assert math.isclose(speedups["small ctx 512 backward of forward+backward"], 1.0)
     assert not any(key.startswith("xl ctx 512") and "forward+backward" in key for key in speedups)
-    # precisions in separate processes (no rounds): backward against forward is not settled, nor any trend
+    # precisions in separate processes (no rounds): backward against forward is not settled
     assert [v for v, points in summary["backward_vs_forward"].items() if points] == [NOT_SETTLED]
-    assert not summary["speedup_grows_with_size"] and summary["timing_not_ok"] and summary["timing_none_settled"]
+    assert summary["timing_not_ok"] and summary["timing_none_settled"]
     assert summary["kernels"] is None and "not measured in this run" in (out / "kernels.md").read_text()
     with open(out / "table.csv") as f:
         table = {row["stage"]: row for row in csv.DictReader(f)}

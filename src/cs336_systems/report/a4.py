@@ -8,14 +8,14 @@ error of layer norm in fp16 / bf16 against float64), ``timing.*`` (forward and b
 bf16 autocast, per size), ``speedup.png``, ``kernels.*`` (one A1 point's kernels per step by kind,
 fp32 beside bf16; a note where this run has no such record) and ``summary.json``.
 
-Every "faster", "slower" and "grows" the summary hands the prose is the judge's (``spread.judge``);
+Every "faster" and "slower" the summary hands the prose is the judge's (``spread.judge``);
 anything it does not decide is reported as within the spread or not settled. bf16 against fp32 at
 one point is *paired* where one job timed both in turns (A1's group jobs, A4's kernel job): the
 speedup fp32 / bf16 per round, its interval from the rounds' spread (``judge(fp32, bf16, phase,
 ratio=True)``). Records of separate processes (runs measured before those jobs) are not settled:
 processes differ by more than one process's own spread, which one process a side does not measure.
-Speedups of different sizes come from different jobs, one a size, so a step from one size to the
-next is not settled either (``spread.judge_processes`` of one speedup a side); backward's speedup
+Speedups of different sizes come from different jobs, one a size, so how the speedup moves with
+size is not settled by any record, and no verdict is taken on it (``speedup_trends``); backward's speedup
 against forward's, from the same rounds, is judged per round (``spread.judge_rounds``).
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from cs336_systems.report.a1 import LAUNCH_BOUND_BUSY, PAIRED, SEPARATE
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_table)
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import NOT_SETTLED, WITHIN, judge, judge_rounds, round_samples, same_job, trend_of
+from cs336_systems.report.spread import NOT_SETTLED, WITHIN, judge, judge_rounds, round_samples, same_job
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
@@ -203,29 +203,15 @@ def plot_speedup(df: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-# The steps of a trend that are no rise beyond the spread, in the order its table cell names them.
-NOT_RISING = (NOT_SETTLED, WITHIN, "lower")
-
-
 def speedup_trends(ok: pd.DataFrame) -> dict[str, dict]:
-    """Per series (context, mode, phase): the speedup at each size and, size to size, the judge's
-    verdict on the step; ``verdict`` is ``spread.trend_of`` them. Each size's speedup comes from a job
-    of its own, one speedup a size: a step compares two jobs with nothing to measure how much a
-    speedup moves between jobs, so it is not settled (``judge`` of one speedup a side)."""
-    out = {}
-    for (context, mode, phase), part in (ok.groupby(["context", "mode", "phase"], sort=False) if len(ok) else []):
-        if part["size"].nunique() < 2:
-            continue
-        speedups, sizes = list(part["speedup"]), list(part["size"])
-        steps = [judge([b], [a], ratio=True) for a, b in zip(speedups, speedups[1:])]
-        not_rising = {direction: [f"{a} → {b}" for a, b, v in zip(sizes, sizes[1:], steps) if v.verdict == direction]
-                      for direction in NOT_RISING}
-        out[f"{series_name(mode, phase)}, context {context}"] = {
-            "sizes": sizes, "speedups": speedups,
-            "steps": [{"from": a, "to": b, "direction": v.verdict} for a, b, v in zip(sizes, sizes[1:], steps)],
-            "not_rising": {direction: named for direction, named in not_rising.items() if named},
-            "verdict": trend_of(steps)}
-    return out
+    """Per series (context, mode, phase) timed at two sizes or more: the speedup at each size. Each
+    size's speedup comes from a job of its own, one speedup a size, so how it moves from one size to
+    the next compares two jobs with nothing to measure how much a speedup moves between jobs: no
+    judge settles it, and the section says so rather than reading a trend off the numbers."""
+    return {f"{series_name(mode, phase)}, context {context}": {"sizes": list(part["size"]),
+                                                               "speedups": list(part["speedup"])}
+            for (context, mode, phase), part in (ok.groupby(["context", "mode", "phase"], sort=False) if len(ok) else [])
+            if part["size"].nunique() > 1}
 
 
 def _rows_where(ok: pd.DataFrame, bf16_is: str) -> list[dict]:
@@ -404,8 +390,6 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "speedups": speedups,
         "speedup_trend": trend_by_series,
         # Claims the prose makes only when the records bear them out, each by report.spread's test.
-        "several_timing_sizes": bool(len(ok)) and ok["size"].nunique() > 1,
-        "speedup_grows_with_size": bool(trend_by_series) and all(t["verdict"] == "grows" for t in trend_by_series.values()),
         "bf16_slower": _rows_where(ok, "slower"),
         "bf16_within_spread": _rows_where(ok, WITHIN),
         "bf16_not_settled": _rows_where(ok, NOT_SETTLED),
@@ -423,8 +407,6 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         # rows whose fp32 and bf16 took turns in one job, and rows from separate processes (not settled)
         "timing_paired": int((ok["judged"] == PAIRED).sum()) if len(ok) else 0,
         "timing_separate_processes": int((ok["judged"] == SEPARATE).sum()) if len(ok) else 0,
-        # a step from one size to the next compares two jobs: none is settled
-        "speedup_steps_settled": sum(st["direction"] != NOT_SETTLED for t in trend_by_series.values() for st in t["steps"]),
         "kernels": kernel_summary(list(kernel_records)),
         "launch_bound_busy": LAUNCH_BOUND_BUSY,
     }
@@ -514,20 +496,10 @@ class Slower(Where):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrendStep:
-    from_: str
-    to: str
-    direction: str
-
-
-@dataclass(frozen=True, kw_only=True)
 class Trend:
-    """One series' bf16 speed-up across model sizes and how it moves (``spread.trend_of``)."""
+    """One series' bf16 speed-up at each model size (each size a job of its own: ``speedup_trends``)."""
     sizes: list[str]
     speedups: list[float]
-    verdict: str
-    steps: Unread[list[TrendStep] | None]        # each step's verdict, as tests read them
-    not_rising: dict[str, list[str]]             # direction -> the steps ("small → medium") that took it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -604,12 +576,9 @@ class A4Summary(Summary):
     timing_paired: int | None
     timing_separate_processes: int
     timing_none_settled: bool
-    several_timing_sizes: bool
     speedups: Unread[dict[str, float]]      # series -> fp32 over bf16 (the timing table's)
     median_speedup_by_phase: dict[str, float] | None
     speedup_trend: dict[str, Trend] | None
-    speedup_grows_with_size: bool | None
-    speedup_steps_settled: int
     bf16_slower: list[Slower] | None
     bf16_within_spread: list[Where] | None
     bf16_not_settled: list[Where]
