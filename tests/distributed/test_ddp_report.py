@@ -104,7 +104,7 @@ def test_each_deliverable_writes_its_own_folder_and_section(run, ident, tmp_path
     table = pd.read_csv(folder / "table.csv")
     expected = [(v, p) for p in PRECISIONS for v in ddp.reads(ident, CHOSEN) if ident != "C8" or ddp_rows.is_bucket_size(v)]
     if ident == "C11":
-        expected = [(v, p) for v, p in expected if v in ddp.MEMORY_VARIANTS]
+        expected = [(v, p) for v, p in expected if v in c12.MEMORY_VARIANTS]
     assert list(zip(table["variant"], table["precision"])) == expected
     if ident not in ("C7", "C8", "C11", "C12"):     # the sections that quote rows per precision
         assert summary["first_precision"] == "fp32" and list(summary["by_precision"]) == ["bf16"]

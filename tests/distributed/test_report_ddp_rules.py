@@ -154,7 +154,6 @@ def test_the_per_call_cost_is_recovered_from_naive_against_flat(seed):
     assert found["o_ms"] == pytest.approx(o_ms, rel=1e-9)
     # no spread: the bounds close on the same number
     assert found["o_low_ms"] == pytest.approx(o_ms, rel=1e-9) and found["o_high_ms"] == pytest.approx(o_ms, rel=1e-9)
-    assert found["c1_o_ms"] == 0.09
 
 
 def test_the_per_call_bounds_hold_the_true_cost_under_spread(seed):
@@ -345,12 +344,12 @@ def test_fsdp_s_longer_forward_is_said_to_be_paid_back_only_where_each_phase_and
     fsdp_steps = [s | {"optimizer_ms": s["optimizer_ms"] - optimizer_saves}
                   for s in _wobbled([s | {"forward_ms": s["forward_ms"] + 30} for s in ddp_steps], "forward_ms", 1.0)]
     ddp_rec, fsdp_rec = _record("overlap", ddp_steps), _record("fsdp", fsdp_steps)
-    found = ddp.phases_against(fsdp_rec, ddp_rec)
+    found = c12.phases_against(fsdp_rec, ddp_rec)
     forward, step = found["phases_vs_ddp"]["forward_ms"], ddp_rows.record_difference(fsdp_rec, ddp_rec)
     assert forward["sign"] == 1 and forward["ms"] == pytest.approx(30.0, abs=1.0)
     assert step["verdict"] == (spread.WITHIN if optimizer_saves else "higher")
     assert found["optimizer_offsets_forward"] is offsets
-    assert ddp.phases_against(None, ddp_rec) == {"phases_vs_ddp": None, "optimizer_offsets_forward": False}
+    assert c12.phases_against(None, ddp_rec) == {"phases_vs_ddp": None, "optimizer_offsets_forward": False}
 
 
 # --- a fitted optimum is claimed only where the data carry it ------------------------------------

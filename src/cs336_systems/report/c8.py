@@ -9,7 +9,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -23,8 +23,11 @@ from cs336_systems.report.ddp_rows import (BUCKETED, OTHER_COMPUTE_NOTE, PHASES,
                                            Opening, Spread, WaitingStep, by_variant, compute_precision, is_bucket_size,
                                            memory_bandwidth, no_rows, pass_ms, per_call_bound, per_call_cost,
                                            phase_spread, record_difference, round_differences, same_computation,
-                                           Setup, step_spread, trace_label, versus)
+                                           step_spread, trace_label, versus)
 from cs336_systems.report.ddp_traces import QUIET_TRACE, compute_gaps, where_time_goes
+
+if TYPE_CHECKING:
+    from cs336_systems.report.ddp import Section
 
 # The overhead model follows the measured waits where every bucket size's wait lies within this
 # factor of its prediction; the waits are flat where they span less than this share of their median.
@@ -134,9 +137,7 @@ def overheads(records: list[dict]) -> dict[str, dict]:
         verdict = None
         if best and anchor:
             verdict = compare_overheads_paired(found[best], found["torch-ddp"], base) if paired else spread.NOT_SETTLED
-        steps = step_spread(base)
-        out[precision] = {"baseline_ms": steps[0], "baseline_range_ms": [steps[1], steps[2]], "rows": rows,
-                          "no_baseline": no_baseline,
+        out[precision] = {"baseline_ms": base["metrics"]["step_ms"], "rows": rows, "no_baseline": no_baseline,
                           "best": best, "verdict": verdict, "paired": paired,
                           # PyTorch DDP's interval reaches zero: no overhead of it to set ours against
                           "anchor_reaches_zero": bool(anchor and anchor["verdict"] in (spread.WITHIN, "lower")),
@@ -148,7 +149,7 @@ def overhead_of(record: dict, base: dict) -> dict:
     """A variant's overhead: its step less the baseline's (``record_difference``: judged per round in
     one job, else not settled), and the difference as % of the baseline's step."""
     found = record_difference(record, base)
-    return found | {"pct": 100 * found["ms"] / step_spread(base)[0]}
+    return found | {"pct": 100 * found["ms"] / base["metrics"]["step_ms"]}
 
 
 def compare_overheads_paired(ours: dict, anchor: dict, base: dict) -> str:
@@ -381,8 +382,7 @@ def plot_phases(table: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict, out: Path,
-                  per_call: dict[str, dict], found_overheads: dict[str, dict], steps: list[dict]):
+def bucket_model(s: "Section", found_overheads: dict[str, dict], steps: list[dict]):
     """C8: the bucketed rows with the overhead model's prediction, its figure, and its summary (None
     without C1's fit). w is C1's fit for the same backend and world size; s the bytes the bucketed
     variants send (every gradient, in the dtype they communicate); o, where naive and flat ran, the
@@ -392,12 +392,11 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
     passes over the gradients after backward take, which the model leaves out. ``overhead_fit`` fits
     the model to the bucket sizes' overheads (``found_overheads``, what ``overheads`` gave), and
     ``measured_pass`` is the per-call cost with the passes as the rungs (``steps``: ``ladder``'s)
-    measure them, where o is the records'."""
-    fit = c1["fits"].get(f"{setup['backend']}_x{setup['world_size']}")
-    # One precision: s is the bytes of fp32 gradients, and a bf16 step's backward and waits are another
-    # workload's (the first precision's rows, as per_call is the first precision's)
-    first = variants.DEFAULT_PRECISION if (table["precision"] == variants.DEFAULT_PRECISION).any() \
-        else (table["precision"].iloc[0] if len(table) else variants.DEFAULT_PRECISION)
+    measure them, where o is the records'.
+
+    One precision, the first: s is the bytes of fp32 gradients, and a bf16 step's backward and waits
+    are another workload's (as ``per_call`` is the first precision's)."""
+    records, table, first, fit = s.records, s.table, s.first, s.fit
     bucketed = table[(table["status"] == "ok") & table["variant"].map(is_bucket_size)].copy()
     # the model's columns in every run, empty where there is no model (no C1 fit, nothing sent)
     for column in ("predicted_ms", "predicted_c1_ms", "after_backward_pass_ms"):
@@ -409,7 +408,7 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
     if fit and fit["w_GBps"] and fit["o_ms"] > 0 and sent and sent[0]["metrics"].get("parameter_count"):
         element_bytes = variants.lookup(sent[0]["params"]["variant"]).gradient_bytes
         grad_bytes = sent[0]["metrics"]["parameter_count"] * element_bytes
-        paid = next(iter(per_call.values()), None)
+        paid = next(iter(s.per_call.values()), None)
         o_ms, source = (paid["o_ms"], "records") if paid and paid["o_ms"] > 0 else (fit["o_ms"], "C1")
         o_s, c1_o_s, w = o_ms / 1e3, fit["o_ms"] / 1e3, fit["w_GBps"] * 1e9
         bucketed["predicted_ms"] = [overhead_model(n, grad_bytes, o_s, w) * 1e3 for n in bucketed["buckets"]]
@@ -432,12 +431,11 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
                          "memory_GBps": bandwidth / 1e9 if bandwidth else None}
         model_summary |= spans_of(model_summary)
         # Fitted to the overheads of the first precision, where the run paired them with a baseline.
-        precision = variants.precision_of(sent[0])
-        points = overhead_points(records, found_overheads.get(precision, {}), precision)
+        points = overhead_points(records, found_overheads.get(first, {}), first)
         model_summary |= model_against_waits(list(ones["predicted_ms"]), list(ones["comm_wait_ms"]))
         model_summary["overhead_fit"] = fit_overheads(points, grad_bytes, w) if points else None
-        model_summary["overhead_fit_precision"] = precision
-        measured = measured_pass(steps, precision, paid) if source == "records" else None
+        model_summary["overhead_fit_precision"] = first
+        measured = measured_pass(steps, first, paid) if source == "records" else None
         if measured:
             # the bucket sizes' passes at the measured pass can reach the shortest of their waits: then
             # the records leave nothing of the waits for the calls
@@ -446,7 +444,7 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
         plot_bucket_model(ones, grad_bytes, o_s, w, ax, c1_o_s=c1_o_s, source=source, pass_ms=model_summary["pass_ms"])
     else:
         ax.text(0.5, 0.5, "no C1 fit for this backend and world size", ha="center", transform=ax.transAxes)
-    save_figure(fig, out / "overhead_model.png")
+    save_figure(fig, s.out / "overhead_model.png")
     return bucketed, model_summary
 
 
@@ -531,13 +529,13 @@ def quoted(rows: dict[str, dict | None]) -> dict:
                        and not is_bucket_size(v)]}
 
 
-def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first: str, setup: dict, c1: dict,
-         per_call: dict[str, dict], traces: dict[str, list[dict]], traced: list[str], out: Path) -> tuple[pd.DataFrame, dict]:
+def part(s: "Section") -> tuple[pd.DataFrame, dict]:
     """C8's tables and figures, and its summary keys. Every variant side by side (the bucket sizes "vs
     the others"), the overhead of each in each precision, then the bucket sizes with the overhead
     model's prediction as the main table."""
-    write_table(table.round(3), out, stem="variants")
-    plot_phases(table, out / "phases.png")
+    records, precisions, traces, traced, out = s.records, s.precisions, s.traces, s.traced, s.out
+    write_table(s.table.round(3), out, stem="variants")
+    plot_phases(s.table, out / "phases.png")
     found = overheads(records)
     over = overhead_table(records, found)
     # Every table the registry declares is written, one saying why where there are no rows.
@@ -548,7 +546,7 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
     write_table(pd.DataFrame(accuracy) if accuracy else no_rows("no variant recorded its bf16 gradients' error"),
                 out, stem="accuracy")
     steps = ladder(records)
-    bucketed, model = bucket_model(records, table, setup, c1, out, per_call, found, steps)
+    bucketed, model = bucket_model(s, found, steps)
     # What the traces show is left: the compute lane's idle time in one step of each traced
     # variant of C8's and of PyTorch DDP's.
     gaps = {label: compute_gaps(traces[label]) for p in precisions for v in traced
@@ -560,8 +558,8 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
                       "has_overhead_table": over is not None, "accuracy": accuracy,
                       "accuracy_worst": worst_accuracy(accuracy), "compute_gaps": gaps,
                       "kernel_time": kinds, "ladder": steps,
-                      "against_overlap": bucketed_against_overlap(records).get(first),
-                      "best_bucket_size": best_bucket_size(records, first),
+                      "against_overlap": bucketed_against_overlap(records).get(s.first),
+                      "best_bucket_size": best_bucket_size(records, s.first),
                       "casts_on_side_stream": casts_on_side_stream(records), "across_nodes": across_nodes(records)}
 
 
@@ -746,7 +744,6 @@ class BestBucketSize:
 
 @dataclass(frozen=True, kw_only=True)
 class C8Summary(Opening):
-    setup: Setup
     table_view: list[str]
     paired: dict[str, bool] | None
     others: dict[str, WaitingStep | None]

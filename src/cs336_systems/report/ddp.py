@@ -38,7 +38,6 @@ from cs336_systems.report.ddp_rows import (ByPrecision, Difference, Opening, Row
                                            WaitingRow, WaitingStep)
 
 SECTIONS = tuple(deliverables.reported_by("cs336_systems.report.ddp"))
-MEMORY_VARIANTS = deliverables.get("C11").variants
 
 # The variants (registry names; bucketed-<MB> is every bucket size) whose records each deliverable's
 # report reads, and whether it reads their traces and C1's fit: the registry says. None: every
@@ -110,7 +109,7 @@ COMPARED = {"C3": (("torch-ddp", "naive"),), "C4": (("flat", "naive"),),
 @dataclass
 class Section:
     """What a section's part works from: the records and their table, the rows per precision, the
-    setup, C1's summary, the traces (keyed by ``trace_label``) and the summary built so far."""
+    setup, C1's summary and its fit for this backend and world size, the traces (keyed by ``trace_label``) and the summary built so far."""
     ident: str
     records: list[dict]
     table: pd.DataFrame
@@ -119,6 +118,7 @@ class Section:
     first: str
     setup: dict
     c1: dict | None
+    fit: dict | None
     per_call: dict[str, dict]
     traces: dict[str, list[dict]]
     traced: list[str]
@@ -178,45 +178,20 @@ def memory_readings(memory: list[dict]) -> dict:
 
 def _c11(s: Section) -> tuple[pd.DataFrame, dict]:
     """The table every precision's memory rows; the summary (which the section reads by variant) the first's."""
-    memory = memory_rows(s.records, MEMORY_VARIANTS)
+    memory = memory_rows(s.records, c12.MEMORY_VARIANTS)
     table = pd.DataFrame(memory) if memory else no_rows("no variant recorded its memory")
     first = [m for m in memory if m["precision"] == s.first]
     return table, {"memory": {m["variant"]: m for m in first}} | memory_readings(first)
 
 
-# FSDP's step against DDP's (overlap), phase by phase.
-C12_PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms")
-
-
-def phases_against(fsdp: dict | None, ddp: dict | None) -> dict:
-    """C12: FSDP's record against DDP's phase by phase (``record_difference``, None where either is
-    missing), and whether they support the one reading C12 gives: a longer forward paid back by a
-    shorter optimizer phase (each judged so), the steps judged the same within the spread."""
-    if fsdp is None or ddp is None:
-        return {"phases_vs_ddp": None, "optimizer_offsets_forward": False}
-    phases = {p: record_difference(fsdp, ddp, p) for p in C12_PHASES}
-    step = record_difference(fsdp, ddp)
-    forward, optimizer = phases["forward_ms"], phases["optimizer_ms"]
-    offsets = bool(step and forward and optimizer and step["verdict"] == spread.WITHIN and forward["sign"] == 1
-                   and optimizer["sign"] == -1)
-    return {"phases_vs_ddp": phases, "optimizer_offsets_forward": offsets}
-
-
 def _c12(s: Section) -> tuple[pd.DataFrame, dict]:
     drawn = _timelines(s, fsdp=True)
-    memory = [m for m in memory_rows(s.records, MEMORY_VARIANTS) if m["precision"] == s.first]
-    found = by_variant(s.records).get(s.first, {})
-    return s.table, drawn | phases_against(found.get("fsdp"), found.get("overlap")) | c12.part(
-        s.records, s.rows, s.setup, s.c1, s.traces, s.traced, drawn["traced"], drawn["compute_gaps"], memory)
-
-
-def _c8(s: Section) -> tuple[pd.DataFrame, dict]:
-    return c8.part(s.records, s.table, s.precisions, s.first, s.setup, s.c1, s.per_call, s.traces, s.traced, s.out)
+    return s.table, drawn | c12.part(s, drawn["traced"], drawn["compute_gaps"])
 
 
 # What a section adds to the opening every section has: its table (the opening's, or its own) and
 # more summary keys.
-PARTS = {"C6": _c6, "C7": _c7, "C8": _c8, "C10": _c10, "C11": _c11, "C12": _c12}
+PARTS = {"C6": _c6, "C7": _c7, "C8": c8.part, "C10": _c10, "C11": _c11, "C12": _c12}
 
 
 def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced: list[str],
@@ -265,7 +240,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         summary["table_view"] = TABLE_VIEW[ident]
     table_out = table
     if ident in PARTS:
-        table_out, more = PARTS[ident](Section(ident, records, table, rows, precisions, first, setup, c1, per_call,
+        table_out, more = PARTS[ident](Section(ident, records, table, rows, precisions, first, setup, c1, fit, per_call,
                                                traces, traced, out, summary))
         summary |= more
     write_table(table_out.round(3), out)
@@ -302,7 +277,6 @@ def main(argv=None) -> int:
 # mapping ``build`` assembles; the blocks several sections share are ddp_rows', C8's and C12's their own.
 @dataclass(frozen=True, kw_only=True)
 class C2Summary(Opening):
-    setup: Setup
     naive: Row | None
     naive_calls: int
     gradient_tensors: int
@@ -311,7 +285,6 @@ class C2Summary(Opening):
 
 @dataclass(frozen=True, kw_only=True)
 class C3Summary(Opening):
-    setup: Setup
     table_view: list[str]
     baseline: Row | None
     naive: Row | None
@@ -337,7 +310,6 @@ class PerCall:
 
 @dataclass(frozen=True, kw_only=True)
 class C4Summary(Opening):
-    setup: Setup
     table_view: list[str]
     naive: Row | None
     flat: Row | None
@@ -348,14 +320,12 @@ class C4Summary(Opening):
 
 @dataclass(frozen=True, kw_only=True)
 class C5Summary(Opening):
-    setup: Setup
     overlap: Row | None
     by_precision: ByPrecision
 
 
 @dataclass(frozen=True, kw_only=True)
 class C6Summary(Opening):
-    setup: Setup
     table_view: list[str]
     baseline: Row | None
     naive: Row | None
@@ -380,7 +350,6 @@ class Bucketed:
 
 @dataclass(frozen=True, kw_only=True)
 class C7Summary(Opening):
-    setup: Setup
     table_view: list[str]
     bucketed: list[Bucketed] | None        # most buckets first
     several_sizes: bool
@@ -397,7 +366,6 @@ class ShardedMinusOverlap:
 
 @dataclass(frozen=True, kw_only=True)
 class C10Summary(Opening):
-    setup: Setup
     table_view: list[str]
     overlap: Row | None
     sharded: Row | None
