@@ -82,6 +82,10 @@ def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
     return out
 
 
+# The variants that replicate the whole model, which the bucket sizes stand against.
+REPLICATING = ("naive", "flat", "overlap", "torch-ddp")
+
+
 def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     """C8: the bucket size with the shortest median step in ``precision``, and its step against the
     other replicating variants' (``versus``): naive, flat, overlap and PyTorch's DDP."""
@@ -89,7 +93,7 @@ def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     if not sizes:
         return None
     best = min(sizes, key=lambda v: sizes[v]["metrics"]["step_ms"])
-    others = ("naive", "flat", "overlap", "torch-ddp")
+    others = REPLICATING
     against = versus(records, [(best, o) for o in others], precision).get(best, {})
     # the variants the judge has it shorter than, and by how much: the least and the most
     shorter = {o: x for o, x in against.items() if x and x["sign"] < 0}
@@ -524,7 +528,7 @@ def ladder(records: list[dict]) -> list[dict]:
 def quoted(rows: dict[str, dict | None]) -> dict:
     """The rows C8's opening quotes: the replicating variants the bucket sizes stand against, and the
     rungs past PyTorch's DDP that ran."""
-    return {"others": {v: rows.get(v) for v in ("naive", "flat", "overlap", "torch-ddp")},
+    return {"others": {v: rows.get(v) for v in REPLICATING},
             "beyond": [r for v, r in rows.items() if r and variants.lookup(v).deliverable == "C8"
                        and not is_bucket_size(v)]}
 
@@ -547,13 +551,13 @@ def part(s: "Section") -> tuple[pd.DataFrame, dict]:
                 out, stem="accuracy")
     steps = ladder(records)
     bucketed, model = bucket_model(s, found, steps)
-    # What the traces show is left: the compute lane's idle time in one step of each traced
-    # variant of C8's and of PyTorch DDP's.
-    gaps = {label: compute_gaps(traces[label]) for p in precisions for v in traced
-            if (label := trace_label(v, p)) in traces and (variants.lookup(v).deliverable == "C8" or v == "torch-ddp")}
-    # Where a traced step's GPU time goes, naive's beside as the reference of the matmuls.
-    kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced
-                                     if variants.lookup(v).deliverable == "C8" or v in ("torch-ddp", QUIET_TRACE)])
+    # The traced variants of C8's and PyTorch DDP's: what the traces show is left (the compute lane's
+    # idle time in one step of each), and where a traced step's GPU time goes, naive's beside as the
+    # reference of the matmuls.
+    shown = [v for v in traced if variants.lookup(v).deliverable == "C8" or v == "torch-ddp"]
+    gaps = {label: compute_gaps(traces[label]) for p in precisions for v in shown
+            if (label := trace_label(v, p)) in traces}
+    kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced if v in shown or v == QUIET_TRACE])
     return bucketed, {"bucketed": bucketed.to_dict("records"), "model": model, "overheads": found,
                       "has_overhead_table": over is not None, "accuracy": accuracy,
                       "accuracy_worst": worst_accuracy(accuracy), "compute_gaps": gaps,

@@ -87,7 +87,7 @@ QUOTED = {
     "C4": _named(naive="naive", flat="flat"),
     "C5": _named(overlap="overlap"),
     "C6": _named(naive="naive", flat="flat", overlap="overlap", torch_ddp="torch-ddp"),
-    "C7": lambda rows: {"bucketed": [r for v, r in rows.items() if is_bucket_size(v) and r]},
+    "C7": _named(),                 # its bucket sizes, sorted, are its part's (_c7)
     "C8": c8.quoted,
     "C10": _named(overlap="overlap", sharded="overlap-sharded"),
     "C11": _named(),
@@ -109,8 +109,8 @@ COMPARED = {"C3": (("torch-ddp", "naive"),), "C4": (("flat", "naive"),),
 @dataclass
 class Section:
     """What a section's part works from: the records and their table, the rows per precision, the
-    setup, C1's summary and its fit for this backend and world size, the traces (keyed by ``trace_label``) and the summary built so far."""
-    ident: str
+    setup, C1's summary and its fit for this backend and world size, and the traces (keyed by
+    ``trace_label``)."""
     records: list[dict]
     table: pd.DataFrame
     rows: dict[str, dict[str, dict | None]]
@@ -123,7 +123,6 @@ class Section:
     traces: dict[str, list[dict]]
     traced: list[str]
     out: Path
-    summary: dict
 
 
 def _timelines(s: Section, fsdp: bool) -> dict:
@@ -240,8 +239,8 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         summary["table_view"] = TABLE_VIEW[ident]
     table_out = table
     if ident in PARTS:
-        table_out, more = PARTS[ident](Section(ident, records, table, rows, precisions, first, setup, c1, fit, per_call,
-                                               traces, traced, out, summary))
+        table_out, more = PARTS[ident](Section(records, table, rows, precisions, first, setup, c1, fit, per_call,
+                                               traces, traced, out))
         summary |= more
     write_table(table_out.round(3), out)
     return contract.fill(CONTRACTS[ident], summary, f"{ident}'s summary")
