@@ -367,10 +367,10 @@ def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward
     from cs336_systems.models import get_size
 
     setup = {"size": "xl", "world_size": 2, "backend": "nccl"}
-    c1 = {"fits": {"nccl_x2": {"o_ms": 0.1, "w_GBps": 300.0}}}
+    fit = {"o_ms": 0.1, "w_GBps": 300.0}      # C1's for nccl over 2 ranks
     rows = {"fp32": {"fsdp-bf16": {"forward_ms": fsdp_forward_ms}, "no-comm": {"forward_ms": 240.0}},
             "bf16": {"no-comm": {"forward_ms": 80.0}}}
-    (found,) = c12.fsdp_forward(rows, setup, c1)
+    (found,) = c12.fsdp_forward(rows, setup, fit)
     size = get_size("xl")
     assert found["gathers"] == size.num_layers * 7 + 2 == 338
     # bf16 weights, each rank receiving half of each: P bytes; at 300 GB/s of bus bandwidth (N = 2)
@@ -384,7 +384,7 @@ def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward
     (alone,) = c12.fsdp_forward({"fp32": {"fsdp-bf16": {"forward_ms": 213.0}}}, setup, None)
     assert "bound_ms" not in alone and "beyond_transfers" not in alone and alone["baseline_forward_ms"] is None
     # bf16 at its own batch: its quiet forward is another workload's, and the fp32 run's fsdp-bf16 has none
-    (other,) = c12.fsdp_forward(rows, setup | {"global_batch": 8, "other_batches": {"bf16": 32}}, c1)
+    (other,) = c12.fsdp_forward(rows, setup | {"global_batch": 8, "other_batches": {"bf16": 32}}, fit)
     assert other["baseline_forward_ms"] is None and other["baseline_other_batch"] and "excess_ms" not in other
 
 
@@ -535,10 +535,7 @@ def test_c11_reads_memory_that_moved_over_the_step_and_what_pytorch_ddp_holds_be
     assert out["moved_after_step"] == ["overlap"] and not out["torch_ddp_extra"]["is_gradients"]
     # ours holding more, or no after-step reading at all
     assert memory_readings([row("overlap", 5.0, None), row("torch-ddp", 4.0, None)]) == {
-        "memory_checked": False, "moved_after_step": [], "torch_ddp_extra": None, "sharded_minus_overlap_ms": None}
-    # the sharded step against overlap's, as their medians stand
-    sharded = [row("overlap", 3.0, 3.0) | {"step_ms": 250.0}, row("overlap-sharded", 2.0, 2.0) | {"step_ms": 262.5}]
-    assert memory_readings(sharded)["sharded_minus_overlap_ms"] == pytest.approx(12.5)
+        "memory_checked": False, "moved_after_step": [], "torch_ddp_extra": None}
 
 
 def test_c8_s_worst_accuracy_is_each_measure_s_largest_over_the_rows_that_have_it():

@@ -31,7 +31,7 @@ MEMORY_VARIANTS = deliverables.get("C11").variants
 QUIET_FORWARD = (variants.BASELINE, "overlap", "naive", "flat")
 
 
-def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
+def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
                  records: dict[tuple[str, str], dict] | None = None) -> list[dict]:
     """C12: what an FSDP forward's time is made of, as far as the records settle it. Per FSDP row:
     its forward against a forward that communicates nothing in the precision its matmuls run in
@@ -45,7 +45,6 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
     transfers; the text says so, and no more."""
     size = get_size(setup["size"])
     gathers = transformer_parameter_tensors(size)["matrices"]      # FSDP gathers each Linear and Embedding weight
-    fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
     n = setup["world_size"]
     records = records or {}
     # a forward of another batch is another workload: a precision may run its own (config's
@@ -233,7 +232,7 @@ def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     by_point = {(v, p): r for p, found in ran.items() for v, r in found.items()}
     points = {label: (v, p) for p in rows for v in s.traced if (label := trace_label(v, p)) in s.traces}
     untraced = {label: untraced_idle(gaps.get(label), rows[p].get(v)) for label, (v, p) in points.items()}
-    forward_rows = fsdp_forward(rows, setup, s.c1, by_point)
+    forward_rows = fsdp_forward(rows, setup, s.fit, by_point)
     for label, idle in untraced.items():
         # idle longer than the fp32 step's transfers can take: the waits are not only for bytes
         bound = next((f.get("step_bound_ms") for f in forward_rows or ()

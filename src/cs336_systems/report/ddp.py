@@ -109,7 +109,7 @@ COMPARED = {"C3": (("torch-ddp", "naive"),), "C4": (("flat", "naive"),),
 @dataclass
 class Section:
     """What a section's part works from: the records and their table, the rows per precision, the
-    setup, C1's summary and its fit for this backend and world size, and the traces (keyed by
+    setup, C1's fit for this backend and world size, and the traces (keyed by
     ``trace_label``)."""
     records: list[dict]
     table: pd.DataFrame
@@ -117,7 +117,6 @@ class Section:
     precisions: list[str]
     first: str
     setup: dict
-    c1: dict | None
     fit: dict | None
     per_call: dict[str, dict]
     traces: dict[str, list[dict]]
@@ -169,10 +168,7 @@ def memory_readings(memory: list[dict]) -> dict:
     if torch_ddp and ours and torch_ddp["before_step_GiB"] > ours["before_step_GiB"]:
         gib = torch_ddp["before_step_GiB"] - ours["before_step_GiB"]
         extra = {"GiB": gib, "is_gradients": abs(gib / ours["gradients_GiB"] - 1) < GRADIENTS_MATCH}
-    sharded = rows.get("overlap-sharded")
-    return {"memory_checked": bool(both), "moved_after_step": moved, "torch_ddp_extra": extra,
-            # the sharded step less the unsharded (overlap) one, as the rows' medians stand
-            "sharded_minus_overlap_ms": sharded["step_ms"] - ours["step_ms"] if sharded and ours else None}
+    return {"memory_checked": bool(both), "moved_after_step": moved, "torch_ddp_extra": extra}
 
 
 def _c11(s: Section) -> tuple[pd.DataFrame, dict]:
@@ -239,7 +235,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         summary["table_view"] = TABLE_VIEW[ident]
     table_out = table
     if ident in PARTS:
-        table_out, more = PARTS[ident](Section(records, table, rows, precisions, first, setup, c1, fit, per_call,
+        table_out, more = PARTS[ident](Section(records, table, rows, precisions, first, setup, fit, per_call,
                                                traces, traced, out))
         summary |= more
     write_table(table_out.round(3), out)
@@ -399,7 +395,6 @@ class C11Summary(Summary):
     memory_checked: bool
     moved_after_step: list[str]
     torch_ddp_extra: TorchDdpExtra | None
-    sharded_minus_overlap_ms: float | None
     versus: Versus
 
 
