@@ -277,7 +277,7 @@ def _job(rng: random.Random, shifts: dict[str, float], wobble: dict[str, float],
     (9.0, 13.0, 0.25, "less"),                  # below 13, above its half
     (20.0, 13.0, 0.25, "more"),
     (13.0, 13.0, 2.0, spread.WITHIN),           # the same overhead, rounds scattering by ±2 each side
-    (0.0, 0.0, 1.0, spread.WITHIN),             # PyTorch DDP costs nothing beyond the spread
+    (0.0, 0.0, 1.0, "anchor at zero"),          # PyTorch DDP costs nothing beyond the spread
 ])
 def test_an_overhead_is_judged_against_pytorch_ddp_s_only_as_far_as_the_rounds_carry_it(seed, ours, anchor, wobble,
                                                                                          verdict, tmp_path):
@@ -288,7 +288,6 @@ def test_an_overhead_is_judged_against_pytorch_ddp_s_only_as_far_as_the_rounds_c
     records = [_steps_record(v, "bf16", r) for v, r in rounds.items()]
     found = c8.overheads(records)["bf16"]
     assert found["best"] == "bucketed-view-25" and found["verdict"] == verdict and found["paired"]
-    assert found["anchor_reaches_zero"] is (anchor == 0.0)
     row = found["rows"]["bucketed-view-25"]
     judged = spread.judge(records[1], records[0])
     assert row["ms"] == pytest.approx(ours, abs=wobble) and row["verdict"] == judged.verdict
@@ -296,7 +295,7 @@ def test_an_overhead_is_judged_against_pytorch_ddp_s_only_as_far_as_the_rounds_c
     contract.write(tmp_path / "summary.json", ddp.build("C8", records, {}, [], {"fits": {}}, tmp_path))
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C8", tmp_path / "summary.json")
     assert ("halves PyTorch DDP's overhead" in text) == (verdict == "halves")
-    assert ("do not settle" in text) == (verdict == spread.WITHIN)
+    assert ("do not settle" in text) == (verdict in (spread.WITHIN, "anchor at zero"))
     assert ("is not above zero beyond the spread" in text) == (anchor == 0.0)
     assert (tmp_path / "overhead.png").stat().st_size > 0
     table = pd.read_csv(tmp_path / "overhead.csv")

@@ -48,10 +48,13 @@ def model_against_waits(predicted: list[float], measured: list[float]) -> dict:
 
 def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
     """Per precision: the bucket sizes' waits after backward against overlap's (``record_difference``,
-    by variant; ``settled`` where the judge settled every one), and what the passes over the gradients
-    after backward (``AFTER_BACKWARD_PASSES``) account for: the least time the bucket sizes' extra
-    pass takes at the card's memory bandwidth, against the least and the most of the extra wait (the
-    ends of the intervals, None where not settled)."""
+    by variant; ``longer``: "every" size's is longer, "not every", or "not settled" where the judge
+    did not settle every one), and what the passes over the gradients after backward
+    (``AFTER_BACKWARD_PASSES``) account for: the least time the bucket sizes' extra pass takes at the
+    card's memory bandwidth, against the least and the most of the extra wait (the ends of the
+    intervals, None where not settled). ``extra_pass``: the pass "fits" in the least of the extra
+    wait (it can be all of it), lies "within" its interval, "exceeds" it, or is "not settled"; None
+    where the card has no datasheet bandwidth to price it."""
     out = {}
     bandwidth = memory_bandwidth(records)
     for precision, found in by_variant(records).items():
@@ -68,16 +71,18 @@ def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
         settled = all(w["verdict"] != spread.NOT_SETTLED for w in waits.values())
         low = min(w["low_ms"] for w in waits.values()) if settled else None
         high = max(w["high_ms"] for w in waits.values()) if settled else None
+        longer = ("every" if all(w["sign"] > 0 for w in waits.values()) else "not every" if settled
+                  else "not settled")
+        # the extra pass can be the whole difference only where it fits in the least of it, and
+        # some of it where it fits in the most
+        extra_pass = (None if extra is None else "not settled" if not settled else "fits" if extra <= low
+                      else "within" if extra <= high else "exceeds")
         out[precision] = {
             "overlap_wait_ms": mine[0], "waits": waits,
             "bucketed_wait_range_ms": [min(r["metrics"]["comm_wait_ms"] for r in sizes.values()),
                                        max(r["metrics"]["comm_wait_ms"] for r in sizes.values())],
-            "every_size_longer": all(w["sign"] > 0 for w in waits.values()), "settled": settled,
-            "extra_low_ms": low, "extra_high_ms": high, "extra_pass_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
-            # the extra pass can be the whole difference only where it fits in the least of it, and
-            # some of it where it fits in the most
-            "pass_fits": extra is not None and settled and extra <= low,
-            "pass_within_extra": extra is not None and settled and extra <= high,
+            "longer": longer, "extra_low_ms": low, "extra_high_ms": high, "extra_pass_ms": extra,
+            "memory_GBps": bandwidth / 1e9 if bandwidth else None, "extra_pass": extra_pass,
             "pass_share_of_extra": extra / high if extra is not None and high else None}
     return out
 
@@ -119,8 +124,9 @@ def overheads(records: list[dict]) -> dict[str, dict]:
     """Per precision: every variant's overhead (``overhead_of``: judged against the baseline of its
     own job), the best contender (smallest median overhead) and what the data says of it against
     PyTorch DDP's: ``compare_overheads_paired`` where the contender, PyTorch DDP and the baseline took
-    turns in one job (``paired``), else not settled. ``anchor_reaches_zero``: PyTorch DDP's own
-    overhead is not above zero beyond the spread. A variant that computes otherwise than the baseline
+    turns in one job (``paired``), else not settled; "anchor at zero" in place of within the spread
+    where PyTorch DDP's own overhead is not above zero beyond it (no overhead of it to set ours
+    against). A variant that computes otherwise than the baseline
     (``ddp_rows.same_computation``) has no overhead: its step less the baseline's is not what
     communication costs; ``no_baseline`` names those, with the precision they compute in.
     Precisions without an ok baseline are left out."""
@@ -141,10 +147,10 @@ def overheads(records: list[dict]) -> dict[str, dict]:
         verdict = None
         if best and anchor:
             verdict = compare_overheads_paired(found[best], found["torch-ddp"], base) if paired else spread.NOT_SETTLED
+            if verdict == spread.WITHIN and anchor["verdict"] in (spread.WITHIN, "lower"):
+                verdict = "anchor at zero"
         out[precision] = {"baseline_ms": base["metrics"]["step_ms"], "rows": rows, "no_baseline": no_baseline,
                           "best": best, "verdict": verdict, "paired": paired,
-                          # PyTorch DDP's interval reaches zero: no overhead of it to set ours against
-                          "anchor_reaches_zero": bool(anchor and anchor["verdict"] in (spread.WITHIN, "lower")),
                           "ratio": contenders[best]["ms"] / anchor["ms"] if best and anchor and anchor["ms"] > 0 else None}
     return out
 
@@ -575,7 +581,6 @@ class Overhead:
     no_baseline: dict[str, str]
     best: str | None
     verdict: str | None             # null where PyTorch DDP or every contender is missing
-    anchor_reaches_zero: bool
     ratio: float | None
 
 
@@ -721,14 +726,12 @@ class AgainstOverlap:
     """``bucketed_against_overlap``: every bucket size's wait after backward against overlap's."""
     overlap_wait_ms: float
     bucketed_wait_range_ms: list[float]
-    every_size_longer: bool
-    settled: bool
+    longer: str                     # "every", "not every", "not settled"
     extra_low_ms: float | None
     extra_high_ms: float | None
     extra_pass_ms: float | None
     memory_GBps: float | None
-    pass_fits: bool
-    pass_within_extra: bool
+    extra_pass: str | None          # "fits", "within", "exceeds", "not settled"; null: not priced
     pass_share_of_extra: float | None
 
 
