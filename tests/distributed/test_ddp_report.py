@@ -478,7 +478,7 @@ def test_the_overhead_model_is_fitted_to_whole_overheads():
                 "verdict": spread.NOT_SETTLED, "rounds_ms": [ms]}
     points = [point(n, c + n * o_ms + s / (n * w) * 1e3) for n in counts]
     fit = c8.fit_overheads(points, s, w)
-    assert fit["c_ms"] == pytest.approx(c) and fit["o_ms"] == pytest.approx(o_ms) and fit["max_residual_ms"] < 1e-9
+    assert fit["c_ms"] == pytest.approx(c) and fit["o_ms"] == pytest.approx(o_ms) and max(map(abs, fit["residuals_ms"])) < 1e-9
     assert fit["optimum"]["n_buckets"] == pytest.approx(math.sqrt(s / (w * o_ms / 1e3)))
     assert fit["optimum"]["overhead_ms"] == pytest.approx(c + 2 * math.sqrt(s * o_ms / 1e3 / w) * 1e3)
     assert fit["optimum"]["fixed_share"] == pytest.approx(c / fit["optimum"]["overhead_ms"])   # what the text may call "most"

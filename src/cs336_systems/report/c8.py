@@ -18,7 +18,6 @@ from cs336_systems.accounting.data_parallel import AFTER_BACKWARD_PASSES, optima
 from cs336_systems.distributed import variants
 from cs336_systems.report import spread
 from cs336_systems.report.common import save_figure, write_table
-from cs336_systems.report.contract import Unread
 from cs336_systems.report.ddp_rows import (BUCKETED, OTHER_COMPUTE_NOTE, PHASES, WAITS_IN_BACKWARD, Difference, Named,
                                            Opening, Spread, WaitingStep, by_variant, compute_precision, is_bucket_size,
                                            memory_bandwidth, no_rows, pass_ms, per_call_bound, per_call_cost,
@@ -284,7 +283,6 @@ def fit_overheads(points: list[dict], grad_bytes: float, w_Bps: float) -> dict |
     settled = all(p["verdict"] != spread.NOT_SETTLED for p in points)
     found = {"c_ms": intercept, "o_ms": slope, "points": len(points), "degrees_of_freedom": len(points) - 2,
              "buckets": [int(p["buckets"]) for p in points], "residuals_ms": residuals,
-             "max_residual_ms": max(abs(r) for r in residuals),
              # a fitted overhead (the point's less its residual) inside the range of the point's rounds
              "within_rounds": sum(1 for p, r, span in zip(points, residuals, ranges)
                                   if span and span[0] <= p["ms"] - r <= span[1]) if widths else None,
@@ -660,7 +658,6 @@ class OverheadFit:
     degrees_of_freedom: int
     buckets: list[int]
     residuals_ms: list[float]
-    max_residual_ms: Unread[float]          # the words give each residual; tests read the largest
     within_rounds: int | None
     round_widths_ms: list[float] | None
     overhead_range_ms: list[float]
