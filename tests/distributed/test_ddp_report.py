@@ -104,7 +104,7 @@ def test_each_deliverable_writes_its_own_folder_and_section(run, ident, tmp_path
     table = pd.read_csv(folder / "table.csv")
     expected = [(v, p) for p in PRECISIONS for v in ddp.reads(ident, CHOSEN) if ident != "C8" or ddp_rows.is_bucket_size(v)]
     if ident == "C11":
-        expected = [(v, p) for v, p in expected if v in ddp.MEMORY_VARIANTS]
+        expected = [(v, p) for v, p in expected if v in c12.MEMORY_VARIANTS]
     assert list(zip(table["variant"], table["precision"])) == expected
     if ident not in ("C7", "C8", "C11", "C12"):     # the sections that quote rows per precision
         assert summary["first_precision"] == "fp32" and list(summary["by_precision"]) == ["bf16"]
@@ -277,7 +277,7 @@ def _job(rng: random.Random, shifts: dict[str, float], wobble: dict[str, float],
     (9.0, 13.0, 0.25, "less"),                  # below 13, above its half
     (20.0, 13.0, 0.25, "more"),
     (13.0, 13.0, 2.0, spread.WITHIN),           # the same overhead, rounds scattering by ±2 each side
-    (0.0, 0.0, 1.0, spread.WITHIN),             # PyTorch DDP costs nothing beyond the spread
+    (0.0, 0.0, 1.0, "anchor at zero"),          # PyTorch DDP costs nothing beyond the spread
 ])
 def test_an_overhead_is_judged_against_pytorch_ddp_s_only_as_far_as_the_rounds_carry_it(seed, ours, anchor, wobble,
                                                                                          verdict, tmp_path):
@@ -288,7 +288,6 @@ def test_an_overhead_is_judged_against_pytorch_ddp_s_only_as_far_as_the_rounds_c
     records = [_steps_record(v, "bf16", r) for v, r in rounds.items()]
     found = c8.overheads(records)["bf16"]
     assert found["best"] == "bucketed-view-25" and found["verdict"] == verdict and found["paired"]
-    assert found["anchor_reaches_zero"] is (anchor == 0.0)
     row = found["rows"]["bucketed-view-25"]
     judged = spread.judge(records[1], records[0])
     assert row["ms"] == pytest.approx(ours, abs=wobble) and row["verdict"] == judged.verdict
@@ -296,7 +295,7 @@ def test_an_overhead_is_judged_against_pytorch_ddp_s_only_as_far_as_the_rounds_c
     contract.write(tmp_path / "summary.json", ddp.build("C8", records, {}, [], {"fits": {}}, tmp_path))
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C8", tmp_path / "summary.json")
     assert ("halves PyTorch DDP's overhead" in text) == (verdict == "halves")
-    assert ("do not settle" in text) == (verdict == spread.WITHIN)
+    assert ("do not settle" in text) == (verdict in (spread.WITHIN, "anchor at zero"))
     assert ("is not above zero beyond the spread" in text) == (anchor == 0.0)
     assert (tmp_path / "overhead.png").stat().st_size > 0
     table = pd.read_csv(tmp_path / "overhead.csv")
@@ -367,10 +366,10 @@ def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward
     from cs336_systems.models import get_size
 
     setup = {"size": "xl", "world_size": 2, "backend": "nccl"}
-    c1 = {"fits": {"nccl_x2": {"o_ms": 0.1, "w_GBps": 300.0}}}
+    fit = {"o_ms": 0.1, "w_GBps": 300.0}      # C1's for nccl over 2 ranks
     rows = {"fp32": {"fsdp-bf16": {"forward_ms": fsdp_forward_ms}, "no-comm": {"forward_ms": 240.0}},
             "bf16": {"no-comm": {"forward_ms": 80.0}}}
-    (found,) = c12.fsdp_forward(rows, setup, c1)
+    (found,) = c12.fsdp_forward(rows, setup, fit)
     size = get_size("xl")
     assert found["gathers"] == size.num_layers * 7 + 2 == 338
     # bf16 weights, each rank receiving half of each: P bytes; at 300 GB/s of bus bandwidth (N = 2)
@@ -384,7 +383,7 @@ def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward
     (alone,) = c12.fsdp_forward({"fp32": {"fsdp-bf16": {"forward_ms": 213.0}}}, setup, None)
     assert "bound_ms" not in alone and "beyond_transfers" not in alone and alone["baseline_forward_ms"] is None
     # bf16 at its own batch: its quiet forward is another workload's, and the fp32 run's fsdp-bf16 has none
-    (other,) = c12.fsdp_forward(rows, setup | {"global_batch": 8, "other_batches": {"bf16": 32}}, c1)
+    (other,) = c12.fsdp_forward(rows, setup | {"global_batch": 8, "other_batches": {"bf16": 32}}, fit)
     assert other["baseline_forward_ms"] is None and other["baseline_other_batch"] and "excess_ms" not in other
 
 
@@ -479,7 +478,7 @@ def test_the_overhead_model_is_fitted_to_whole_overheads():
                 "verdict": spread.NOT_SETTLED, "rounds_ms": [ms]}
     points = [point(n, c + n * o_ms + s / (n * w) * 1e3) for n in counts]
     fit = c8.fit_overheads(points, s, w)
-    assert fit["c_ms"] == pytest.approx(c) and fit["o_ms"] == pytest.approx(o_ms) and fit["max_residual_ms"] < 1e-9
+    assert fit["c_ms"] == pytest.approx(c) and fit["o_ms"] == pytest.approx(o_ms) and max(map(abs, fit["residuals_ms"])) < 1e-9
     assert fit["optimum"]["n_buckets"] == pytest.approx(math.sqrt(s / (w * o_ms / 1e3)))
     assert fit["optimum"]["overhead_ms"] == pytest.approx(c + 2 * math.sqrt(s * o_ms / 1e3 / w) * 1e3)
     assert fit["optimum"]["fixed_share"] == pytest.approx(c / fit["optimum"]["overhead_ms"])   # what the text may call "most"
@@ -535,10 +534,7 @@ def test_c11_reads_memory_that_moved_over_the_step_and_what_pytorch_ddp_holds_be
     assert out["moved_after_step"] == ["overlap"] and not out["torch_ddp_extra"]["is_gradients"]
     # ours holding more, or no after-step reading at all
     assert memory_readings([row("overlap", 5.0, None), row("torch-ddp", 4.0, None)]) == {
-        "memory_checked": False, "moved_after_step": [], "torch_ddp_extra": None, "sharded_minus_overlap_ms": None}
-    # the sharded step against overlap's, as their medians stand
-    sharded = [row("overlap", 3.0, 3.0) | {"step_ms": 250.0}, row("overlap-sharded", 2.0, 2.0) | {"step_ms": 262.5}]
-    assert memory_readings(sharded)["sharded_minus_overlap_ms"] == pytest.approx(12.5)
+        "memory_checked": False, "moved_after_step": [], "torch_ddp_extra": None}
 
 
 def test_c8_s_worst_accuracy_is_each_measure_s_largest_over_the_rows_that_have_it():

@@ -154,7 +154,6 @@ def test_the_per_call_cost_is_recovered_from_naive_against_flat(seed):
     assert found["o_ms"] == pytest.approx(o_ms, rel=1e-9)
     # no spread: the bounds close on the same number
     assert found["o_low_ms"] == pytest.approx(o_ms, rel=1e-9) and found["o_high_ms"] == pytest.approx(o_ms, rel=1e-9)
-    assert found["c1_o_ms"] == 0.09
 
 
 def test_the_per_call_bounds_hold_the_true_cost_under_spread(seed):
@@ -211,7 +210,7 @@ def test_bucketing_s_longer_wait_is_set_against_its_extra_pass(seed, tmp_path, e
     sizes = [_record(f"bucketed-{mb}", _steps(rng, 243, 500, 5.3 + extra_ms, 45, jitter=0.1), buckets=n)
              for mb, n in ((1, 434), (1000, 8))]
     found = c8.bucketed_against_overlap([overlap, *sizes])["fp32"]
-    assert found["every_size_longer"] is longer and found["settled"]
+    assert found["longer"] == ("every" if longer else "not every")
     for r in sizes:
         judged = _judged(r, overlap, "comm_wait_ms")
         x = found["waits"][r["params"]["variant"]]
@@ -221,7 +220,7 @@ def test_bucketing_s_longer_wait_is_set_against_its_extra_pass(seed, tmp_path, e
     assert found["extra_low_ms"] == min(x["low_ms"] for x in found["waits"].values())
     # one more read-and-write pass over every fp32 gradient, at the H200's datasheet bandwidth
     assert found["extra_pass_ms"] == pytest.approx(2 * 2_000_000_000 * 4 / H200_Bps * 1e3)
-    assert found["pass_fits"] is (found["extra_pass_ms"] <= found["extra_low_ms"])
+    assert (found["extra_pass"] == "fits") is (found["extra_pass_ms"] <= found["extra_low_ms"])
     text = _section("C8", ddp.build("C8", [overlap, *sizes], {}, [], {"fits": {}}, tmp_path), tmp_path)
     assert ("Every bucket size waits longer after backward than overlap" in text) is longer
     assert ("Not every bucket size waits longer" in text) is (not longer)
@@ -229,8 +228,8 @@ def test_bucketing_s_longer_wait_is_set_against_its_extra_pass(seed, tmp_path, e
     short = [_record(r["params"]["variant"], r["metrics"]["steps"][:6], rounds=3, buckets=r["metrics"]["buckets"])
              for r in (overlap, *sizes)]
     found = c8.bucketed_against_overlap(short)["fp32"]
-    assert not found["settled"] and not found["every_size_longer"] and found["extra_low_ms"] is None
-    assert not found["pass_fits"] and not found["pass_within_extra"]
+    assert found["longer"] == "not settled" and found["extra_low_ms"] is None
+    assert found["extra_pass"] == "not settled"
     text = _section("C8", ddp.build("C8", short, {}, [], {"fits": {}}, tmp_path), tmp_path)
     assert "Whether every bucket size waits longer after backward than overlap is not settled" in text
     assert "Every bucket size waits longer" not in text and "Not every bucket size" not in text
@@ -283,7 +282,7 @@ def test_an_fsdp_forward_without_a_baseline_is_set_against_ddp_s_forward(seed):
                      "overlap": {"forward_ms": overlap["metrics"]["forward_ms"]}}}
     records = {("fsdp", "fp32"): fsdp, ("overlap", "fp32"): overlap}
     setup = {"size": "xl", "world_size": 2, "backend": "nccl"}
-    (found,) = c12.fsdp_forward(rows, setup, {"fits": {"nccl_x2": {"o_ms": 0.09, "w_GBps": 330.0}}}, records)
+    (found,) = c12.fsdp_forward(rows, setup, {"o_ms": 0.09, "w_GBps": 330.0}, records)   # C1's fit
     assert found["baseline_variant"] == "overlap"
     assert found["excess_ms"] == pytest.approx(fsdp["metrics"]["forward_ms"] - overlap["metrics"]["forward_ms"])
     judged = _judged(fsdp, overlap, "forward_ms")
@@ -345,12 +344,12 @@ def test_fsdp_s_longer_forward_is_said_to_be_paid_back_only_where_each_phase_and
     fsdp_steps = [s | {"optimizer_ms": s["optimizer_ms"] - optimizer_saves}
                   for s in _wobbled([s | {"forward_ms": s["forward_ms"] + 30} for s in ddp_steps], "forward_ms", 1.0)]
     ddp_rec, fsdp_rec = _record("overlap", ddp_steps), _record("fsdp", fsdp_steps)
-    found = ddp.phases_against(fsdp_rec, ddp_rec)
+    found = c12.phases_against(fsdp_rec, ddp_rec)
     forward, step = found["phases_vs_ddp"]["forward_ms"], ddp_rows.record_difference(fsdp_rec, ddp_rec)
     assert forward["sign"] == 1 and forward["ms"] == pytest.approx(30.0, abs=1.0)
     assert step["verdict"] == (spread.WITHIN if optimizer_saves else "higher")
     assert found["optimizer_offsets_forward"] is offsets
-    assert ddp.phases_against(None, ddp_rec) == {"phases_vs_ddp": None, "optimizer_offsets_forward": False}
+    assert c12.phases_against(None, ddp_rec) == {"phases_vs_ddp": None, "optimizer_offsets_forward": False}
 
 
 # --- a fitted optimum is claimed only where the data carry it ------------------------------------
@@ -395,7 +394,7 @@ def test_a_fitted_optimum_is_claimed_only_where_the_points_are_settled_and_it_be
     inside = sum(min(p["rounds_ms"]) <= p["ms"] - r <= max(p["rounds_ms"]) for p, r in zip(points, fit["residuals_ms"]))
     assert fit["within_rounds"] == inside
     if lower:                           # h200's shape misses the model by over 1 ms somewhere: not every point
-        assert fit["max_residual_ms"] > 1.0 and inside < 4
+        assert max(map(abs, fit["residuals_ms"])) > 1.0 and inside < 4
     text = _section("C8", ddp.build("C8", records, {}, [], C1, tmp_path), tmp_path)
     assert "Two parameters fitted to 4 points leave 2 degrees of freedom" in text
     assert ("The fit does not locate a better bucket count than the measured ones" in text) is (not located)

@@ -5,23 +5,33 @@ records settle it, and the memory it saves, predicted (``accounting.data_paralle
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cs336_systems import deliverables
 
 from cs336_systems.accounting.data_parallel import bus_bandwidth, training_state_per_rank
 from cs336_systems.accounting.parallelism import all_gather_bytes
 from cs336_systems.accounting.transformer import transformer_parameter_tensors
 from cs336_systems.distributed import variants
 from cs336_systems.models import get_size
+from cs336_systems.report import spread
 from cs336_systems.report.contract import Summary
-from cs336_systems.report.ddp_rows import (GIB, Setup, Spread, Step, Versus, WaitingStep, by_variant,
-                                           compute_precision, record_difference, trace_label)
+from cs336_systems.report.ddp_rows import (GIB, PHASES, Setup, Spread, Step, Versus, WaitingStep, by_variant,
+                                           compute_precision, memory_rows, record_difference, trace_label)
 from cs336_systems.report.ddp_traces import untraced_idle
+
+if TYPE_CHECKING:
+    from cs336_systems.report.ddp import Section
+
+# The variants whose memory C11 and C12 read (the registry's).
+MEMORY_VARIANTS = deliverables.get("C11").variants
 
 # The variants whose forward communicates nothing (they all-reduce gradients only): each one's
 # forward is the same computation as the baseline's, so where the run has no baseline it stands in.
 QUIET_FORWARD = (variants.BASELINE, "overlap", "naive", "flat")
 
 
-def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
+def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
                  records: dict[tuple[str, str], dict] | None = None) -> list[dict]:
     """C12: what an FSDP forward's time is made of, as far as the records settle it. Per FSDP row:
     its forward against a forward that communicates nothing in the precision its matmuls run in
@@ -35,7 +45,6 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, c1: dict | None,
     transfers; the text says so, and no more."""
     size = get_size(setup["size"])
     gathers = transformer_parameter_tensors(size)["matrices"]      # FSDP gathers each Linear and Embedding weight
-    fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
     n = setup["world_size"]
     records = records or {}
     # a forward of another batch is another workload: a precision may run its own (config's
@@ -195,19 +204,35 @@ class C12Summary(Summary):
     gap_rows: list[str]
 
 
-def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: dict, c1: dict | None,
-         traces: dict[str, list[dict]], traced: list[str], drawn: list[str], gaps: dict[str, dict | None],
-         memory: list[dict]) -> dict:
-    """C12's summary keys: the memory rows (``memory``, the first precision's), the state FSDP is
-    predicted to save and what it saves, what its forward is made of, how much of each traced
-    step's idle compute lane (``gaps``) the untraced step holds, and which traces' gaps the section
-    tabulates: the drawn FSDP ones (``gap_labels``; a traced variant that ran out of memory or
-    failed has no trace, so no gaps), and DDP (overlap)'s as their reference (``gap_rows``)."""
+def phases_against(fsdp: dict | None, ddp: dict | None) -> dict:
+    """FSDP's record against DDP's phase by phase (``record_difference``, None where either is
+    missing), and whether they support the one reading C12 gives: a longer forward paid back by a
+    shorter optimizer phase (each judged so), the steps judged the same within the spread."""
+    if fsdp is None or ddp is None:
+        return {"phases_vs_ddp": None, "optimizer_offsets_forward": False}
+    phases = {p: record_difference(fsdp, ddp, p) for p in PHASES}
+    step = record_difference(fsdp, ddp)
+    forward, optimizer = phases["forward_ms"], phases["optimizer_ms"]
+    offsets = bool(step and forward and optimizer and step["verdict"] == spread.WITHIN and forward["sign"] == 1
+                   and optimizer["sign"] == -1)
+    return {"phases_vs_ddp": phases, "optimizer_offsets_forward": offsets}
+
+
+def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
+    """C12's summary keys: FSDP's phases against DDP's (``phases_against``), the memory rows
+    (``memory``, the first precision's), the state FSDP is predicted to save and what it saves, what
+    its forward is made of, how much of each traced step's idle compute lane (``gaps``) the untraced
+    step holds, and which traces' gaps the section tabulates: the drawn FSDP ones (``gap_labels``; a
+    traced variant that ran out of memory or failed has no trace, so no gaps), and DDP (overlap)'s as
+    their reference (``gap_rows``)."""
+    rows, setup = s.rows, s.setup
     predicted = predicted_state_GiB(setup)
-    by_point = {(v, p): r for p, found in by_variant(records).items() for v, r in found.items()}
-    points = {label: (v, p) for p in rows for v in traced if (label := trace_label(v, p)) in traces}
+    memory = [m for m in memory_rows(s.records, MEMORY_VARIANTS) if m["precision"] == s.first]
+    ran = by_variant(s.records)
+    by_point = {(v, p): r for p, found in ran.items() for v, r in found.items()}
+    points = {label: (v, p) for p in rows for v in s.traced if (label := trace_label(v, p)) in s.traces}
     untraced = {label: untraced_idle(gaps.get(label), rows[p].get(v)) for label, (v, p) in points.items()}
-    forward_rows = fsdp_forward(rows, setup, c1, by_point)
+    forward_rows = fsdp_forward(rows, setup, s.fit, by_point)
     for label, idle in untraced.items():
         # idle longer than the fp32 step's transfers can take: the waits are not only for bytes
         bound = next((f.get("step_bound_ms") for f in forward_rows or ()
@@ -220,6 +245,8 @@ def part(records: list[dict], rows: dict[str, dict[str, dict | None]], setup: di
     with_gaps = {label for label, found in gaps.items() if found}
     gap_labels = [label for label in drawn if label in with_gaps]
     reference = ["overlap"] if untraced.get("overlap") and "overlap" in with_gaps else []
-    return {"memory": {m["variant"]: m for m in memory}, "predicted_state_GiB": predicted, "fsdp_forward": forward_rows,
-            "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced, "gap_labels": gap_labels,
-            "gap_rows": gap_labels + reference}
+    first = ran.get(s.first, {})
+    return phases_against(first.get("fsdp"), first.get("overlap")) | {
+        "memory": {m["variant"]: m for m in memory}, "predicted_state_GiB": predicted, "fsdp_forward": forward_rows,
+        "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced, "gap_labels": gap_labels,
+        "gap_rows": gap_labels + reference}

@@ -9,7 +9,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -18,13 +18,15 @@ from cs336_systems.accounting.data_parallel import AFTER_BACKWARD_PASSES, optima
 from cs336_systems.distributed import variants
 from cs336_systems.report import spread
 from cs336_systems.report.common import save_figure, write_table
-from cs336_systems.report.contract import Unread
 from cs336_systems.report.ddp_rows import (BUCKETED, OTHER_COMPUTE_NOTE, PHASES, WAITS_IN_BACKWARD, Difference, Named,
                                            Opening, Spread, WaitingStep, by_variant, compute_precision, is_bucket_size,
                                            memory_bandwidth, no_rows, pass_ms, per_call_bound, per_call_cost,
                                            phase_spread, record_difference, round_differences, same_computation,
-                                           Setup, step_spread, trace_label, versus)
+                                           step_spread, trace_label, versus)
 from cs336_systems.report.ddp_traces import QUIET_TRACE, compute_gaps, where_time_goes
+
+if TYPE_CHECKING:
+    from cs336_systems.report.ddp import Section
 
 # The overhead model follows the measured waits where every bucket size's wait lies within this
 # factor of its prediction; the waits are flat where they span less than this share of their median.
@@ -45,10 +47,13 @@ def model_against_waits(predicted: list[float], measured: list[float]) -> dict:
 
 def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
     """Per precision: the bucket sizes' waits after backward against overlap's (``record_difference``,
-    by variant; ``settled`` where the judge settled every one), and what the passes over the gradients
-    after backward (``AFTER_BACKWARD_PASSES``) account for: the least time the bucket sizes' extra
-    pass takes at the card's memory bandwidth, against the least and the most of the extra wait (the
-    ends of the intervals, None where not settled)."""
+    by variant; ``longer``: "every" size's is longer, "not every", or "not settled" where the judge
+    did not settle every one), and what the passes over the gradients after backward
+    (``AFTER_BACKWARD_PASSES``) account for: the least time the bucket sizes' extra pass takes at the
+    card's memory bandwidth, against the least and the most of the extra wait (the ends of the
+    intervals, None where not settled). ``extra_pass``: the pass "fits" in the least of the extra
+    wait (it can be all of it), lies "within" its interval, "exceeds" it, or is "not settled"; None
+    where the card has no datasheet bandwidth to price it."""
     out = {}
     bandwidth = memory_bandwidth(records)
     for precision, found in by_variant(records).items():
@@ -65,18 +70,24 @@ def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
         settled = all(w["verdict"] != spread.NOT_SETTLED for w in waits.values())
         low = min(w["low_ms"] for w in waits.values()) if settled else None
         high = max(w["high_ms"] for w in waits.values()) if settled else None
+        longer = ("every" if all(w["sign"] > 0 for w in waits.values()) else "not every" if settled
+                  else "not settled")
+        # the extra pass can be the whole difference only where it fits in the least of it, and
+        # some of it where it fits in the most
+        extra_pass = (None if extra is None else "not settled" if not settled else "fits" if extra <= low
+                      else "within" if extra <= high else "exceeds")
         out[precision] = {
             "overlap_wait_ms": mine[0], "waits": waits,
             "bucketed_wait_range_ms": [min(r["metrics"]["comm_wait_ms"] for r in sizes.values()),
                                        max(r["metrics"]["comm_wait_ms"] for r in sizes.values())],
-            "every_size_longer": all(w["sign"] > 0 for w in waits.values()), "settled": settled,
-            "extra_low_ms": low, "extra_high_ms": high, "extra_pass_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
-            # the extra pass can be the whole difference only where it fits in the least of it, and
-            # some of it where it fits in the most
-            "pass_fits": extra is not None and settled and extra <= low,
-            "pass_within_extra": extra is not None and settled and extra <= high,
+            "longer": longer, "extra_low_ms": low, "extra_high_ms": high, "extra_pass_ms": extra,
+            "memory_GBps": bandwidth / 1e9 if bandwidth else None, "extra_pass": extra_pass,
             "pass_share_of_extra": extra / high if extra is not None and high else None}
     return out
+
+
+# The variants that replicate the whole model, which the bucket sizes stand against.
+REPLICATING = ("naive", "flat", "overlap", "torch-ddp")
 
 
 def best_bucket_size(records: list[dict], precision: str) -> dict | None:
@@ -86,7 +97,7 @@ def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     if not sizes:
         return None
     best = min(sizes, key=lambda v: sizes[v]["metrics"]["step_ms"])
-    others = ("naive", "flat", "overlap", "torch-ddp")
+    others = REPLICATING
     against = versus(records, [(best, o) for o in others], precision).get(best, {})
     # the variants the judge has it shorter than, and by how much: the least and the most
     shorter = {o: x for o, x in against.items() if x and x["sign"] < 0}
@@ -112,8 +123,9 @@ def overheads(records: list[dict]) -> dict[str, dict]:
     """Per precision: every variant's overhead (``overhead_of``: judged against the baseline of its
     own job), the best contender (smallest median overhead) and what the data says of it against
     PyTorch DDP's: ``compare_overheads_paired`` where the contender, PyTorch DDP and the baseline took
-    turns in one job (``paired``), else not settled. ``anchor_reaches_zero``: PyTorch DDP's own
-    overhead is not above zero beyond the spread. A variant that computes otherwise than the baseline
+    turns in one job (``paired``), else not settled; "anchor at zero" in place of within the spread
+    where PyTorch DDP's own overhead is not above zero beyond it (no overhead of it to set ours
+    against). A variant that computes otherwise than the baseline
     (``ddp_rows.same_computation``) has no overhead: its step less the baseline's is not what
     communication costs; ``no_baseline`` names those, with the precision they compute in.
     Precisions without an ok baseline are left out."""
@@ -134,12 +146,10 @@ def overheads(records: list[dict]) -> dict[str, dict]:
         verdict = None
         if best and anchor:
             verdict = compare_overheads_paired(found[best], found["torch-ddp"], base) if paired else spread.NOT_SETTLED
-        steps = step_spread(base)
-        out[precision] = {"baseline_ms": steps[0], "baseline_range_ms": [steps[1], steps[2]], "rows": rows,
-                          "no_baseline": no_baseline,
+            if verdict == spread.WITHIN and anchor["verdict"] in (spread.WITHIN, "lower"):
+                verdict = "anchor at zero"
+        out[precision] = {"baseline_ms": base["metrics"]["step_ms"], "rows": rows, "no_baseline": no_baseline,
                           "best": best, "verdict": verdict, "paired": paired,
-                          # PyTorch DDP's interval reaches zero: no overhead of it to set ours against
-                          "anchor_reaches_zero": bool(anchor and anchor["verdict"] in (spread.WITHIN, "lower")),
                           "ratio": contenders[best]["ms"] / anchor["ms"] if best and anchor and anchor["ms"] > 0 else None}
     return out
 
@@ -148,7 +158,7 @@ def overhead_of(record: dict, base: dict) -> dict:
     """A variant's overhead: its step less the baseline's (``record_difference``: judged per round in
     one job, else not settled), and the difference as % of the baseline's step."""
     found = record_difference(record, base)
-    return found | {"pct": 100 * found["ms"] / step_spread(base)[0]}
+    return found | {"pct": 100 * found["ms"] / base["metrics"]["step_ms"]}
 
 
 def compare_overheads_paired(ours: dict, anchor: dict, base: dict) -> str:
@@ -273,7 +283,6 @@ def fit_overheads(points: list[dict], grad_bytes: float, w_Bps: float) -> dict |
     settled = all(p["verdict"] != spread.NOT_SETTLED for p in points)
     found = {"c_ms": intercept, "o_ms": slope, "points": len(points), "degrees_of_freedom": len(points) - 2,
              "buckets": [int(p["buckets"]) for p in points], "residuals_ms": residuals,
-             "max_residual_ms": max(abs(r) for r in residuals),
              # a fitted overhead (the point's less its residual) inside the range of the point's rounds
              "within_rounds": sum(1 for p, r, span in zip(points, residuals, ranges)
                                   if span and span[0] <= p["ms"] - r <= span[1]) if widths else None,
@@ -381,8 +390,7 @@ def plot_phases(table: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict, out: Path,
-                  per_call: dict[str, dict], found_overheads: dict[str, dict], steps: list[dict]):
+def bucket_model(s: "Section", found_overheads: dict[str, dict], steps: list[dict]):
     """C8: the bucketed rows with the overhead model's prediction, its figure, and its summary (None
     without C1's fit). w is C1's fit for the same backend and world size; s the bytes the bucketed
     variants send (every gradient, in the dtype they communicate); o, where naive and flat ran, the
@@ -392,12 +400,11 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
     passes over the gradients after backward take, which the model leaves out. ``overhead_fit`` fits
     the model to the bucket sizes' overheads (``found_overheads``, what ``overheads`` gave), and
     ``measured_pass`` is the per-call cost with the passes as the rungs (``steps``: ``ladder``'s)
-    measure them, where o is the records'."""
-    fit = c1["fits"].get(f"{setup['backend']}_x{setup['world_size']}")
-    # One precision: s is the bytes of fp32 gradients, and a bf16 step's backward and waits are another
-    # workload's (the first precision's rows, as per_call is the first precision's)
-    first = variants.DEFAULT_PRECISION if (table["precision"] == variants.DEFAULT_PRECISION).any() \
-        else (table["precision"].iloc[0] if len(table) else variants.DEFAULT_PRECISION)
+    measure them, where o is the records'.
+
+    One precision, the first: s is the bytes of fp32 gradients, and a bf16 step's backward and waits
+    are another workload's (as ``per_call`` is the first precision's)."""
+    records, table, first, fit = s.records, s.table, s.first, s.fit
     bucketed = table[(table["status"] == "ok") & table["variant"].map(is_bucket_size)].copy()
     # the model's columns in every run, empty where there is no model (no C1 fit, nothing sent)
     for column in ("predicted_ms", "predicted_c1_ms", "after_backward_pass_ms"):
@@ -409,7 +416,7 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
     if fit and fit["w_GBps"] and fit["o_ms"] > 0 and sent and sent[0]["metrics"].get("parameter_count"):
         element_bytes = variants.lookup(sent[0]["params"]["variant"]).gradient_bytes
         grad_bytes = sent[0]["metrics"]["parameter_count"] * element_bytes
-        paid = next(iter(per_call.values()), None)
+        paid = next(iter(s.per_call.values()), None)
         o_ms, source = (paid["o_ms"], "records") if paid and paid["o_ms"] > 0 else (fit["o_ms"], "C1")
         o_s, c1_o_s, w = o_ms / 1e3, fit["o_ms"] / 1e3, fit["w_GBps"] * 1e9
         bucketed["predicted_ms"] = [overhead_model(n, grad_bytes, o_s, w) * 1e3 for n in bucketed["buckets"]]
@@ -432,12 +439,11 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
                          "memory_GBps": bandwidth / 1e9 if bandwidth else None}
         model_summary |= spans_of(model_summary)
         # Fitted to the overheads of the first precision, where the run paired them with a baseline.
-        precision = variants.precision_of(sent[0])
-        points = overhead_points(records, found_overheads.get(precision, {}), precision)
+        points = overhead_points(records, found_overheads.get(first, {}), first)
         model_summary |= model_against_waits(list(ones["predicted_ms"]), list(ones["comm_wait_ms"]))
         model_summary["overhead_fit"] = fit_overheads(points, grad_bytes, w) if points else None
-        model_summary["overhead_fit_precision"] = precision
-        measured = measured_pass(steps, precision, paid) if source == "records" else None
+        model_summary["overhead_fit_precision"] = first
+        measured = measured_pass(steps, first, paid) if source == "records" else None
         if measured:
             # the bucket sizes' passes at the measured pass can reach the shortest of their waits: then
             # the records leave nothing of the waits for the calls
@@ -446,7 +452,7 @@ def bucket_model(records: list[dict], table: pd.DataFrame, setup: dict, c1: dict
         plot_bucket_model(ones, grad_bytes, o_s, w, ax, c1_o_s=c1_o_s, source=source, pass_ms=model_summary["pass_ms"])
     else:
         ax.text(0.5, 0.5, "no C1 fit for this backend and world size", ha="center", transform=ax.transAxes)
-    save_figure(fig, out / "overhead_model.png")
+    save_figure(fig, s.out / "overhead_model.png")
     return bucketed, model_summary
 
 
@@ -526,18 +532,18 @@ def ladder(records: list[dict]) -> list[dict]:
 def quoted(rows: dict[str, dict | None]) -> dict:
     """The rows C8's opening quotes: the replicating variants the bucket sizes stand against, and the
     rungs past PyTorch's DDP that ran."""
-    return {"others": {v: rows.get(v) for v in ("naive", "flat", "overlap", "torch-ddp")},
+    return {"others": {v: rows.get(v) for v in REPLICATING},
             "beyond": [r for v, r in rows.items() if r and variants.lookup(v).deliverable == "C8"
                        and not is_bucket_size(v)]}
 
 
-def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first: str, setup: dict, c1: dict,
-         per_call: dict[str, dict], traces: dict[str, list[dict]], traced: list[str], out: Path) -> tuple[pd.DataFrame, dict]:
+def part(s: "Section") -> tuple[pd.DataFrame, dict]:
     """C8's tables and figures, and its summary keys. Every variant side by side (the bucket sizes "vs
     the others"), the overhead of each in each precision, then the bucket sizes with the overhead
     model's prediction as the main table."""
-    write_table(table.round(3), out, stem="variants")
-    plot_phases(table, out / "phases.png")
+    records, precisions, traces, traced, out = s.records, s.precisions, s.traces, s.traced, s.out
+    write_table(s.table.round(3), out, stem="variants")
+    plot_phases(s.table, out / "phases.png")
     found = overheads(records)
     over = overhead_table(records, found)
     # Every table the registry declares is written, one saying why where there are no rows.
@@ -548,20 +554,20 @@ def part(records: list[dict], table: pd.DataFrame, precisions: list[str], first:
     write_table(pd.DataFrame(accuracy) if accuracy else no_rows("no variant recorded its bf16 gradients' error"),
                 out, stem="accuracy")
     steps = ladder(records)
-    bucketed, model = bucket_model(records, table, setup, c1, out, per_call, found, steps)
-    # What the traces show is left: the compute lane's idle time in one step of each traced
-    # variant of C8's and of PyTorch DDP's.
-    gaps = {label: compute_gaps(traces[label]) for p in precisions for v in traced
-            if (label := trace_label(v, p)) in traces and (variants.lookup(v).deliverable == "C8" or v == "torch-ddp")}
-    # Where a traced step's GPU time goes, naive's beside as the reference of the matmuls.
-    kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced
-                                     if variants.lookup(v).deliverable == "C8" or v in ("torch-ddp", QUIET_TRACE)])
+    bucketed, model = bucket_model(s, found, steps)
+    # The traced variants of C8's and PyTorch DDP's: what the traces show is left (the compute lane's
+    # idle time in one step of each), and where a traced step's GPU time goes, naive's beside as the
+    # reference of the matmuls.
+    shown = [v for v in traced if variants.lookup(v).deliverable == "C8" or v == "torch-ddp"]
+    gaps = {label: compute_gaps(traces[label]) for p in precisions for v in shown
+            if (label := trace_label(v, p)) in traces}
+    kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced if v in shown or v == QUIET_TRACE])
     return bucketed, {"bucketed": bucketed.to_dict("records"), "model": model, "overheads": found,
                       "has_overhead_table": over is not None, "accuracy": accuracy,
                       "accuracy_worst": worst_accuracy(accuracy), "compute_gaps": gaps,
                       "kernel_time": kinds, "ladder": steps,
-                      "against_overlap": bucketed_against_overlap(records).get(first),
-                      "best_bucket_size": best_bucket_size(records, first),
+                      "against_overlap": bucketed_against_overlap(records).get(s.first),
+                      "best_bucket_size": best_bucket_size(records, s.first),
                       "casts_on_side_stream": casts_on_side_stream(records), "across_nodes": across_nodes(records)}
 
 
@@ -573,7 +579,6 @@ class Overhead:
     no_baseline: dict[str, str]
     best: str | None
     verdict: str | None             # null where PyTorch DDP or every contender is missing
-    anchor_reaches_zero: bool
     ratio: float | None
 
 
@@ -653,7 +658,6 @@ class OverheadFit:
     degrees_of_freedom: int
     buckets: list[int]
     residuals_ms: list[float]
-    max_residual_ms: Unread[float]          # the words give each residual; tests read the largest
     within_rounds: int | None
     round_widths_ms: list[float] | None
     overhead_range_ms: list[float]
@@ -719,14 +723,12 @@ class AgainstOverlap:
     """``bucketed_against_overlap``: every bucket size's wait after backward against overlap's."""
     overlap_wait_ms: float
     bucketed_wait_range_ms: list[float]
-    every_size_longer: bool
-    settled: bool
+    longer: str                     # "every", "not every", "not settled"
     extra_low_ms: float | None
     extra_high_ms: float | None
     extra_pass_ms: float | None
     memory_GBps: float | None
-    pass_fits: bool
-    pass_within_extra: bool
+    extra_pass: str | None          # "fits", "within", "exceeds", "not settled"; null: not priced
     pass_share_of_extra: float | None
 
 
@@ -746,7 +748,6 @@ class BestBucketSize:
 
 @dataclass(frozen=True, kw_only=True)
 class C8Summary(Opening):
-    setup: Setup
     table_view: list[str]
     paired: dict[str, bool] | None
     others: dict[str, WaitingStep | None]

@@ -38,7 +38,6 @@ from cs336_systems.report.ddp_rows import (ByPrecision, Difference, Opening, Row
                                            WaitingRow, WaitingStep)
 
 SECTIONS = tuple(deliverables.reported_by("cs336_systems.report.ddp"))
-MEMORY_VARIANTS = deliverables.get("C11").variants
 
 # The variants (registry names; bucketed-<MB> is every bucket size) whose records each deliverable's
 # report reads, and whether it reads their traces and C1's fit: the registry says. None: every
@@ -70,15 +69,13 @@ def _c7(s: "Section") -> tuple[pd.DataFrame, dict]:
 
 
 def _c10(s: "Section") -> tuple[pd.DataFrame, dict]:
-    """C10: the sharded step's median less overlap's (the first precision's), and the sharded
-    optimizer phase against overlap's as the judge has it (``record_difference``)."""
+    """C10: the sharded optimizer phase against overlap's (the first precision's) as the judge has it
+    (``record_difference``)."""
     sharded, overlap = s.rows[s.first].get("overlap-sharded"), s.rows[s.first].get("overlap")
     if not sharded or not overlap:
-        return s.table, {"sharded_minus_overlap": None}
+        return s.table, {"sharded_optimizer": None}
     found = by_variant(s.records)[s.first]
-    return s.table, {"sharded_minus_overlap": {
-        "step_ms": sharded["step_ms"] - overlap["step_ms"],
-        "optimizer": record_difference(found["overlap-sharded"], found["overlap"], "optimizer_ms")}}
+    return s.table, {"sharded_optimizer": record_difference(found["overlap-sharded"], found["overlap"], "optimizer_ms")}
 
 
 # The rows each section quotes, from one precision's rows (variant -> row, None where it did not run).
@@ -88,7 +85,7 @@ QUOTED = {
     "C4": _named(naive="naive", flat="flat"),
     "C5": _named(overlap="overlap"),
     "C6": _named(naive="naive", flat="flat", overlap="overlap", torch_ddp="torch-ddp"),
-    "C7": lambda rows: {"bucketed": [r for v, r in rows.items() if is_bucket_size(v) and r]},
+    "C7": _named(),                 # its bucket sizes, sorted, are its part's (_c7)
     "C8": c8.quoted,
     "C10": _named(overlap="overlap", sharded="overlap-sharded"),
     "C11": _named(),
@@ -110,20 +107,19 @@ COMPARED = {"C3": (("torch-ddp", "naive"),), "C4": (("flat", "naive"),),
 @dataclass
 class Section:
     """What a section's part works from: the records and their table, the rows per precision, the
-    setup, C1's summary, the traces (keyed by ``trace_label``) and the summary built so far."""
-    ident: str
+    setup, C1's fit for this backend and world size, and the traces (keyed by
+    ``trace_label``)."""
     records: list[dict]
     table: pd.DataFrame
     rows: dict[str, dict[str, dict | None]]
     precisions: list[str]
     first: str
     setup: dict
-    c1: dict | None
+    fit: dict | None
     per_call: dict[str, dict]
     traces: dict[str, list[dict]]
     traced: list[str]
     out: Path
-    summary: dict
 
 
 def _timelines(s: Section, fsdp: bool) -> dict:
@@ -170,53 +166,25 @@ def memory_readings(memory: list[dict]) -> dict:
     if torch_ddp and ours and torch_ddp["before_step_GiB"] > ours["before_step_GiB"]:
         gib = torch_ddp["before_step_GiB"] - ours["before_step_GiB"]
         extra = {"GiB": gib, "is_gradients": abs(gib / ours["gradients_GiB"] - 1) < GRADIENTS_MATCH}
-    sharded = rows.get("overlap-sharded")
-    return {"memory_checked": bool(both), "moved_after_step": moved, "torch_ddp_extra": extra,
-            # the sharded step less the unsharded (overlap) one, as the rows' medians stand
-            "sharded_minus_overlap_ms": sharded["step_ms"] - ours["step_ms"] if sharded and ours else None}
+    return {"memory_checked": bool(both), "moved_after_step": moved, "torch_ddp_extra": extra}
 
 
 def _c11(s: Section) -> tuple[pd.DataFrame, dict]:
     """The table every precision's memory rows; the summary (which the section reads by variant) the first's."""
-    memory = memory_rows(s.records, MEMORY_VARIANTS)
+    memory = memory_rows(s.records, c12.MEMORY_VARIANTS)
     table = pd.DataFrame(memory) if memory else no_rows("no variant recorded its memory")
     first = [m for m in memory if m["precision"] == s.first]
     return table, {"memory": {m["variant"]: m for m in first}} | memory_readings(first)
 
 
-# FSDP's step against DDP's (overlap), phase by phase.
-C12_PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms")
-
-
-def phases_against(fsdp: dict | None, ddp: dict | None) -> dict:
-    """C12: FSDP's record against DDP's phase by phase (``record_difference``, None where either is
-    missing), and whether they support the one reading C12 gives: a longer forward paid back by a
-    shorter optimizer phase (each judged so), the steps judged the same within the spread."""
-    if fsdp is None or ddp is None:
-        return {"phases_vs_ddp": None, "optimizer_offsets_forward": False}
-    phases = {p: record_difference(fsdp, ddp, p) for p in C12_PHASES}
-    step = record_difference(fsdp, ddp)
-    forward, optimizer = phases["forward_ms"], phases["optimizer_ms"]
-    offsets = bool(step and forward and optimizer and step["verdict"] == spread.WITHIN and forward["sign"] == 1
-                   and optimizer["sign"] == -1)
-    return {"phases_vs_ddp": phases, "optimizer_offsets_forward": offsets}
-
-
 def _c12(s: Section) -> tuple[pd.DataFrame, dict]:
     drawn = _timelines(s, fsdp=True)
-    memory = [m for m in memory_rows(s.records, MEMORY_VARIANTS) if m["precision"] == s.first]
-    found = by_variant(s.records).get(s.first, {})
-    return s.table, drawn | phases_against(found.get("fsdp"), found.get("overlap")) | c12.part(
-        s.records, s.rows, s.setup, s.c1, s.traces, s.traced, drawn["traced"], drawn["compute_gaps"], memory)
-
-
-def _c8(s: Section) -> tuple[pd.DataFrame, dict]:
-    return c8.part(s.records, s.table, s.precisions, s.first, s.setup, s.c1, s.per_call, s.traces, s.traced, s.out)
+    return s.table, drawn | c12.part(s, drawn["traced"], drawn["compute_gaps"])
 
 
 # What a section adds to the opening every section has: its table (the opening's, or its own) and
 # more summary keys.
-PARTS = {"C6": _c6, "C7": _c7, "C8": _c8, "C10": _c10, "C11": _c11, "C12": _c12}
+PARTS = {"C6": _c6, "C7": _c7, "C8": c8.part, "C10": _c10, "C11": _c11, "C12": _c12}
 
 
 def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced: list[str],
@@ -265,8 +233,8 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
         summary["table_view"] = TABLE_VIEW[ident]
     table_out = table
     if ident in PARTS:
-        table_out, more = PARTS[ident](Section(ident, records, table, rows, precisions, first, setup, c1, per_call,
-                                               traces, traced, out, summary))
+        table_out, more = PARTS[ident](Section(records, table, rows, precisions, first, setup, fit, per_call,
+                                               traces, traced, out))
         summary |= more
     write_table(table_out.round(3), out)
     return contract.fill(CONTRACTS[ident], summary, f"{ident}'s summary")
@@ -302,7 +270,6 @@ def main(argv=None) -> int:
 # mapping ``build`` assembles; the blocks several sections share are ddp_rows', C8's and C12's their own.
 @dataclass(frozen=True, kw_only=True)
 class C2Summary(Opening):
-    setup: Setup
     naive: Row | None
     naive_calls: int
     gradient_tensors: int
@@ -311,7 +278,6 @@ class C2Summary(Opening):
 
 @dataclass(frozen=True, kw_only=True)
 class C3Summary(Opening):
-    setup: Setup
     table_view: list[str]
     baseline: Row | None
     naive: Row | None
@@ -337,7 +303,6 @@ class PerCall:
 
 @dataclass(frozen=True, kw_only=True)
 class C4Summary(Opening):
-    setup: Setup
     table_view: list[str]
     naive: Row | None
     flat: Row | None
@@ -348,14 +313,12 @@ class C4Summary(Opening):
 
 @dataclass(frozen=True, kw_only=True)
 class C5Summary(Opening):
-    setup: Setup
     overlap: Row | None
     by_precision: ByPrecision
 
 
 @dataclass(frozen=True, kw_only=True)
 class C6Summary(Opening):
-    setup: Setup
     table_view: list[str]
     baseline: Row | None
     naive: Row | None
@@ -380,7 +343,6 @@ class Bucketed:
 
 @dataclass(frozen=True, kw_only=True)
 class C7Summary(Opening):
-    setup: Setup
     table_view: list[str]
     bucketed: list[Bucketed] | None        # most buckets first
     several_sizes: bool
@@ -390,18 +352,11 @@ class C7Summary(Opening):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShardedMinusOverlap:
-    step_ms: float
-    optimizer: Difference | None
-
-
-@dataclass(frozen=True, kw_only=True)
 class C10Summary(Opening):
-    setup: Setup
     table_view: list[str]
     overlap: Row | None
     sharded: Row | None
-    sharded_minus_overlap: ShardedMinusOverlap | None
+    sharded_optimizer: Difference | None    # its optimizer phase against overlap's
     versus: Versus
     by_precision: ByPrecision
 
@@ -432,7 +387,6 @@ class C11Summary(Summary):
     memory_checked: bool
     moved_after_step: list[str]
     torch_ddp_extra: TorchDdpExtra | None
-    sharded_minus_overlap_ms: float | None
     versus: Versus
 
 

@@ -27,13 +27,8 @@ from cs336_systems.report import spread
 from cs336_systems.report.contract import Summary, Unread
 
 GIB = 2**30
-
-
 PHASES = ("forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms")
-
-
 BUCKETED = deliverables.BUCKET_SIZES
-
 
 # PyTorch's DDP waits for its buckets inside backward (its reducer's hooks finish every all-reduce
 # before backward returns), so the phase after backward reads ~0 for it: its communication costs
@@ -121,15 +116,6 @@ def with_overhead(table: pd.DataFrame, records: list[dict] | None = None) -> pd.
     return out
 
 
-def step_spread(record: dict) -> tuple[float, float, float] | None:
-    """(median, fastest, slowest) of rank 0's timed steps, ms; None for a record that is not ok."""
-    if record["status"] != "ok":
-        return None
-    times = [s["step_ms"] for s in record["metrics"].get("steps") or [] if s.get("step_ms") is not None]
-    median = record["metrics"]["step_ms"]
-    return (median, min(times, default=median), max(times, default=median))
-
-
 def phase_spread(record: dict, phase: str) -> tuple[float, float, float] | None:
     """(median, fastest, slowest) of one phase over rank 0's timed steps, ms; None for a record that
     is not ok or has no such phase."""
@@ -138,6 +124,11 @@ def phase_spread(record: dict, phase: str) -> tuple[float, float, float] | None:
     times = [s[phase] for s in record["metrics"].get("steps") or [] if s.get(phase) is not None]
     median = record["metrics"][phase]
     return (median, min(times, default=median), max(times, default=median))
+
+
+def step_spread(record: dict) -> tuple[float, float, float] | None:
+    """(median, fastest, slowest) of rank 0's timed steps, ms; None for a record that is not ok."""
+    return phase_spread(record, "step_ms")
 
 
 def with_less(d: dict) -> dict:
@@ -277,8 +268,8 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
     ``mostly_assumed`` where that is more than half.
     With C1's fit, ``o_high_ms``: the most naive's calls can cost each, its slowest wait less its
     bytes at C1's bandwidth and its own division pass. A CPU run (no memory bandwidth) counts no
-    passes. ``one_pass_ms``, ``slowest_wait_ms`` and ``send_ms`` let a report recompute o and its
-    bound with a pass measured otherwise (``per_call_cost``, ``per_call_bound``)."""
+    passes. ``slowest_wait_ms`` and ``send_ms`` let a report recompute o and its bound with a pass
+    measured otherwise (``per_call_cost``, ``per_call_bound``)."""
     out = {}
     bandwidth = memory_bandwidth(records)
     for precision, found in by_variant(records).items():
@@ -291,19 +282,17 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
         one = data_parallel.one_pass_ms(grad_bytes, bandwidth) if bandwidth else 0.0
         extra = FLAT_EXTRA_PASSES * one
         numerator = waits["ms"] + extra
-        found_here = {"calls": calls, "grad_MB": grad_bytes / 1e6, "grad_GB": grad_bytes / 1e6 / 1000, "waits": waits,
-                      "one_pass_ms": one, "extra_passes_ms": extra, "memory_GBps": bandwidth / 1e9 if bandwidth else None,
-                      "o_ms": per_call_cost(waits["ms"], one, calls),
-                      "o_low_ms": None if waits["low_ms"] is None else per_call_cost(waits["low_ms"], one, calls),
-                      "assumed_share": extra / numerator if extra > 0 and numerator > 0 else None,
-                      # most of o is the passes priced, not measured: the words say o rests on them
-                      "mostly_assumed": extra > 0 and numerator > 0 and extra / numerator > 0.5,
-                      "o_high_ms": None, "c1_o_ms": fit["o_ms"] if fit else None,
-                      "slowest_wait_ms": phase_spread(naive, "comm_wait_ms")[2], "send_ms": None}
-        if fit and fit.get("w_GBps"):
-            found_here["send_ms"] = grad_bytes / (fit["w_GBps"] * 1e9) * 1e3
-            found_here["o_high_ms"] = per_call_bound(found_here["slowest_wait_ms"], found_here["send_ms"], one, calls)
-        out[precision] = found_here
+        share = extra / numerator if extra > 0 and numerator > 0 else None
+        slowest = phase_spread(naive, "comm_wait_ms")[2]
+        send = grad_bytes / (fit["w_GBps"] * 1e9) * 1e3 if fit and fit.get("w_GBps") else None
+        out[precision] = {"calls": calls, "grad_GB": grad_bytes / 1e6 / 1000, "waits": waits, "extra_passes_ms": extra,
+                          "memory_GBps": bandwidth / 1e9 if bandwidth else None,
+                          "o_ms": per_call_cost(waits["ms"], one, calls),
+                          "o_low_ms": None if waits["low_ms"] is None else per_call_cost(waits["low_ms"], one, calls),
+                          # most of o is the passes priced, not measured: the words say o rests on them
+                          "assumed_share": share, "mostly_assumed": share is not None and share > 0.5,
+                          "o_high_ms": None if send is None else per_call_bound(slowest, send, one, calls),
+                          "slowest_wait_ms": slowest, "send_ms": send}
     return out
 
 
@@ -495,12 +484,13 @@ class Setup:
 
 @dataclass(frozen=True, kw_only=True)
 class Opening(Summary):
-    """What every step-table section opens with: the precisions and which one its rows are, and each
-    precision's global batch where they differ (``global_batches``)."""
+    """What every step-table section opens with: the precisions and which one its rows are, each
+    precision's global batch where they differ (``global_batches``), and the setup line."""
     precisions: list[str]
     first_precision: str
     only_fp32: bool
     global_batches: dict[str, int] | None
+    setup: Setup
 
 
 # precision -> variant -> row (null where the variant did not run in that precision)
