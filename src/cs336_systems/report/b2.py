@@ -21,7 +21,7 @@ import pandas as pd
 from cs336_systems.report import b2_whole_model as whole
 from cs336_systems.report import contract
 from cs336_systems.report.b1 import OutOfMemory, frame, out_of_memory_points
-from cs336_systems.report.b2_whole_model import SAME, Compared, Range, WholeModel, compared, spread
+from cs336_systems.report.b2_whole_model import Compared, Range, WholeModel, compared, spread
 from cs336_systems.report.common import load_record_lists, load_records, plt, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge

@@ -17,8 +17,7 @@ import pandas as pd
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.report.common import save_figure
-from cs336_systems.report.spread import (NOT_SETTLED, WITHIN, Verdict, judge, judge_processes, same_job,
-                                         trend_of)
+from cs336_systems.report.spread import NOT_SETTLED, WITHIN, Verdict, judge, same_job
 
 PHASES = ("forward", "backward", "optimizer", "step")
 DISPLAY_COLUMNS = ["size", "mode", "eager step (ms)", "compiled step (ms)", "step ×", "forward ×", "backward ×",
@@ -292,31 +291,22 @@ class AtSize:
 
 @dataclass(frozen=True)
 class SizeTrend:
-    """``outcome``: "falls" or "grows" where every step between sizes does (``spread.trend_of``), else
-    the largest model's speed-up against the smallest's (the judge's verdict, which the words also read
-    on its own)."""
-    outcome: str
-    largest_against_smallest: str
+    """A mode's step speed-up at its smallest and its largest model (``size_trend``)."""
     first: AtSize
     last: AtSize
 
 
 def size_trend(df: pd.DataFrame) -> dict[str, SizeTrend]:
-    """Per mode, how the step speed-up moves from the smallest model to the largest: ``spread.trend_of``
-    the judge's verdict on each step between sizes, and the largest model's speed-up against the
-    smallest's, with both ends. Each size is its own job, so each speed-up is one process's; the
-    judge compares them across processes (``judge_processes``), which with one process a size is
-    ``NOT_SETTLED``: nothing measures how far two processes' speed-ups differ by chance."""
+    """Per mode, the step speed-up at the smallest model and at the largest. Each size is its own
+    job, one speed-up a size: nothing measures how far two processes' speed-ups differ by chance, so
+    no judge can settle how the speed-up moves with size, and the section says so rather than
+    reading a trend off the two numbers."""
     found = {}
     for mode, part in _both_ok(df).groupby("mode", observed=True):
         part = part.sort_values("size")
-        if len(part) < 2:
-            continue
-        speedups = [float(s) for s in part["step_speedup"]]
-        steps = [judge_processes([later], [earlier], ratio=True) for earlier, later in zip(speedups, speedups[1:])]
-        ends = [AtSize(str(part.iloc[i]["size"]), speedups[i]) for i in (0, -1)]
-        trend, ends_verdict = trend_of(steps), judge_processes([speedups[-1]], [speedups[0]], ratio=True).verdict
-        found[str(mode)] = SizeTrend(trend if trend in ("falls", "grows") else ends_verdict, ends_verdict, *ends)
+        if len(part) > 1:
+            found[str(mode)] = SizeTrend(*(AtSize(str(part.iloc[i]["size"]), float(part.iloc[i]["step_speedup"]))
+                                           for i in (0, -1)))
     return found
 
 
