@@ -84,6 +84,8 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
                 if "bound_ms" in found:
                     found["beyond_transfers"] = found["excess_ms"] > found["bound_ms"]
                     found["beyond_bytes"] = found["excess_ms"] > found["transfer_ms"]
+                    found["call_ms"] = max(fit["o_ms"], 0.0)
+                    found["call_needed_ms"] = (found["excess_ms"] - found["transfer_ms"]) / gathers if gathers else None
             out.append(found)
     return out
 
@@ -135,6 +137,8 @@ class FsdpForward:
     excess: Spread | None = None
     excess_ms: float | None = None
     transfer_ms: float | None = None
+    call_ms: float | None = None        # C1's per-call cost o, which isolated all-reduces measured
+    call_needed_ms: float | None = None  # what each gather must cost for the calls to make up the excess beyond the bytes
     bound_ms: float | None = None
     step_bound_ms: float | None = None
     beyond_transfers: bool | None = None
