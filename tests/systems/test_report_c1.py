@@ -73,6 +73,24 @@ def test_the_section_opens_with_both_back_ends_at_the_largest_size(tmp_path):
     assert alone["headline"] is None
 
 
+@pytest.mark.parametrize("gloo_ms, beyond", [(0.5, True), (0.004, False)])
+def test_gloo_against_nccl_is_a_verdict_only_beyond_what_two_processes_differ_by(tmp_path, gloo_ms, beyond):
+    """Each back end is its own process: Gloo's time over NCCL's is said as a difference only beyond
+    spread.HOST_SWING (167x is; 1.33x is not, and is said to be two processes' medians)."""
+    from pathlib import Path
+
+    from cs336_systems.report.spread import HOST_SWING
+    from cs336_systems.report.writeup import Renderer
+
+    rows = [_row(b, 2, s, ms * s, 0.1, 2) for b, ms in (("nccl", 0.003), ("gloo", gloo_ms)) for s in (1, 10, 1000)]
+    h = _run(tmp_path, rows)["headline"]
+    assert h["beyond_processes"] is beyond and h["host_swing"] == HOST_SWING
+    templates = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+    text = " ".join(Renderer("md", tmp_path / "w" / "w.md", templates).section("C1", tmp_path / "out" / "summary.json").split())
+    assert (f"two processes, beyond the {HOST_SWING}× two processes of one command differ by" in text) is beyond
+    assert ("by two processes' medians, which these records cannot judge" in text) is not beyond
+
+
 def test_a_row_whose_ranks_ran_on_several_nodes_is_said_to_cross_the_network(tmp_path):
     from pathlib import Path
 

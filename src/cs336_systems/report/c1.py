@@ -17,6 +17,7 @@ import pandas as pd
 from cs336_systems.report import contract
 from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
+from cs336_systems.report.spread import HOST_SWING
 
 MB = 10**6
 
@@ -175,6 +176,10 @@ class Headline:
     world_size: int
     size_mb: float
     gloo_over_nccl: float
+    # Each back end ran in its own process: the ratio is a verdict only beyond the most two processes
+    # of one command differ by (spread.HOST_SWING), which no pair of single processes can measure.
+    host_swing: float
+    beyond_processes: bool
     gloo: BackendAt
     nccl: BackendAt
 
@@ -191,7 +196,9 @@ def headline(largest: pd.DataFrame, fits: dict[str, Fit]) -> Headline | None:
     rows = {r.backend: r for r in ok[ok["world_size"] == world].itertuples()}
     at = {backend: BackendAt(float(r.ms), float(r.busbw_GBps), fit.o_ms if (fit := fits.get(f"{backend}_x{world}")) else None)
           for backend, r in rows.items()}
-    return Headline(world, float(rows["nccl"].size_mb), float(rows["gloo"].ms / rows["nccl"].ms), at["gloo"], at["nccl"])
+    ratio = float(rows["gloo"].ms / rows["nccl"].ms)
+    return Headline(world, float(rows["nccl"].size_mb), ratio, HOST_SWING, not 1 / HOST_SWING <= ratio <= HOST_SWING,
+                    at["gloo"], at["nccl"])
 
 
 @dataclass(frozen=True)
