@@ -22,7 +22,7 @@ from cs336_systems.memory.activation_model import (block_input_bytes, block_save
                                                    predicted_peak)
 from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report import contract
-from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
+from cs336_systems.report.common import cell, load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import FEW_ROUNDS, HOST, MIN_ROUNDS, NOT_SETTLED, judge, trend_of
 
@@ -69,21 +69,18 @@ def rows_frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _num(value: float, digits: int = 2) -> str:
-    return "" if value is None or math.isnan(value) else f"{value:.{digits}f}"
-
 
 def display_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "group size k": [("0 (none)" if k == 0 else str(k)) for k in df["k"]],
         "status": [s.upper() if s != "ok" else "ok" for s in df["status"]],
-        "step (ms)": [_num(v, 1) + (f" ± {s:.1f}" if _num(v) and not math.isnan(s) else "")
+        "step (ms)": [cell(v, ".1f") + (f" ± {s:.1f}" if cell(v) and not math.isnan(s) else "")
                       for v, s in zip(df["step_ms"], df["step_std_ms"])],
-        "before step (GiB)": [_num(v) for v in df["baseline_gib"]],
-        "weights + grads (GiB)": [_num(v) for v in df["weights_grads_gib"]],
-        "peak (GiB)": [_num(v) for v in df["peak_gib"]],
-        "predicted peak (GiB)": [_num(v) for v in df["predicted_peak_gib"]],
-        "(N/k)·a + k·A (GiB)": [_num(v) for v in df["activation_model_gib"]],
+        "before step (GiB)": [cell(v) for v in df["baseline_gib"]],
+        "weights + grads (GiB)": [cell(v) for v in df["weights_grads_gib"]],
+        "peak (GiB)": [cell(v) for v in df["peak_gib"]],
+        "predicted peak (GiB)": [cell(v) for v in df["predicted_peak_gib"]],
+        "(N/k)·a + k·A (GiB)": [cell(v) for v in df["activation_model_gib"]],
     })
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.models import MODES as MODE_ORDER
-from cs336_systems.report.common import save_figure
+from cs336_systems.report.common import cell, save_figure
 from cs336_systems.report.spread import NOT_SETTLED, WITHIN, Verdict, judge, same_job
 
 PHASES = ("forward", "backward", "optimizer", "step")
@@ -74,9 +74,6 @@ def _time(row: pd.Series, variant: str) -> str:
     return f"{row[f'{variant}_step_ms']:.2f} ± {row[f'{variant}_step_std_ms']:.2f}"
 
 
-def _num(value: float, digits: int = 2) -> str:
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
 
 def display_table(df: pd.DataFrame) -> pd.DataFrame:
     """The table people read: step times (mean ± std ms), speed-ups (eager ÷ compiled), compile
@@ -86,10 +83,10 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
     out["compiled step (ms)"] = [_time(row, "compiled") for _, row in df.iterrows()]
     for phase, label in (("step", "step ×"), ("forward", "forward ×"), ("backward", "backward ×"),
                          ("optimizer", "optimizer ×")):
-        out[label] = [_num(v) for v in df[f"{phase}_speedup"]]
-    out["compile (s)"] = [_num(v, 1) for v in df["compile_s"]]
-    out["eager peak (GiB)"] = [_num(v) for v in df["eager_peak_GiB"]]
-    out["compiled peak (GiB)"] = [_num(v) for v in df["compiled_peak_GiB"]]
+        out[label] = [cell(v) for v in df[f"{phase}_speedup"]]
+    out["compile (s)"] = [cell(v, ".1f") for v in df["compile_s"]]
+    out["eager peak (GiB)"] = [cell(v) for v in df["eager_peak_GiB"]]
+    out["compiled peak (GiB)"] = [cell(v) for v in df["compiled_peak_GiB"]]
     out["loss |Δ|"] = ["" if math.isnan(v) else f"{v:.1e}" for v in df["loss_abs_diff"]]
     return out[DISPLAY_COLUMNS]
 

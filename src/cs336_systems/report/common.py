@@ -1,6 +1,7 @@
 """What every report step shares: reading records, provenance of a run, saving outputs."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -102,6 +103,12 @@ def rows_report_args(module: str, doc: str, argv=None, rows_help: str = "JSON li
         return load_record_lists(args.rows), args.out_dir
     except (OSError, ValueError) as exc:
         p.error(str(exc))
+
+
+def cell(value: float | None, fmt: str = ".2f") -> str:
+    """A number as a table cell written by hand (``format(value, fmt)``), empty where there is none
+    (None or NaN: a point that did not run)."""
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, fmt)
 
 
 def write_table(df: pd.DataFrame, out_dir: Path, stem: str = "table") -> None:

@@ -77,7 +77,7 @@ from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
 from cs336_systems.profiling.flops import model_step_flops, model_step_flops_parts
 from cs336_systems.profiling.mfu import peak, utilisation
 from cs336_systems.report import contract
-from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
+from cs336_systems.report.common import cell, load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge, judge_rounds, round_samples
 from cs336_systems.report.two_modes import RULE, Rule, TwoModes, two_modes
@@ -240,9 +240,6 @@ def speedup(top, reference, records: list[dict]) -> Speedup:
     return Speedup(_finite(v.difference), _finite(v.low), _finite(v.high), v.verdict, v.rounds)
 
 
-def _num(value: float, fmt: str) -> str:
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, fmt)
-
 
 # The judge's verdict on a step time, as a reader says it (the others read as they are).
 VERDICT_WORDS = {"lower": "faster", "higher": "slower"}
@@ -263,7 +260,7 @@ def _at_each_mode(r, at_median: float, of_ms, fmt: str) -> str:
         return ""
     if (modes := r["modes"]) is not None:
         return f"{format(of_ms(modes.low_ms), fmt)} / {format(of_ms(modes.high_ms), fmt)}"
-    return _num(at_median, fmt)
+    return cell(at_median, fmt)
 
 
 def display_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -272,8 +269,8 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
         "size": df["size"].astype(str), "context": df["context"], "rung": df["rung"].astype(str),
         "step (ms)": [_step_cell(r) for _, r in df.iterrows()],
         "min–max (ms)": [f"{r['min_ms']:.2f}–{r['max_ms']:.2f}" if r["status"] == "ok" else "" for _, r in df.iterrows()],
-        "Δ vs rung before (ms)": [_num(v, "+.2f") for v in df["delta_ms"]],
-        "Δ (%)": [_num(100 * v, "+.1f") for v in df["delta_pct"]],
+        "Δ vs rung before (ms)": [cell(v, "+.2f") for v in df["delta_ms"]],
+        "Δ (%)": [cell(100 * v, "+.1f") for v in df["delta_pct"]],
         "Δ interval (ms)": [f"{lo:+.2f} to {hi:+.2f}" if not math.isnan(lo) else "" for lo, hi in
                             zip(df["delta_low_ms"], df["delta_high_ms"])],
         "Δ verdict": [VERDICT_WORDS.get(v, v) + (" (a step alternates between two times)" if alternates else "")
@@ -282,13 +279,13 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
                      for _, r in df.iterrows()],
         "MFU": [_at_each_mode(r, 100 * r["mfu"], lambda ms, r=r: 100 * utilisation(r["flops"], ms / 1e3, r["peak_flops"]),
                               ".1f") + (" %" if not math.isnan(r["mfu"]) else "") for _, r in df.iterrows()],
-        "peak (GiB)": [_num(v, ".2f") for v in df["peak_gib"]],
-        "Δ peak (GiB)": [_num(v, "+.2f") for v in df["delta_peak_gib"]],
-        "first loss": [_num(v, ".4f") for v in df["loss"]],
-        "vs fp32 losses": [_num(100 * v, ".4f") + (" %" if not math.isnan(v) else "") + (" (out)" if ok is False else "")
+        "peak (GiB)": [cell(v, ".2f") for v in df["peak_gib"]],
+        "Δ peak (GiB)": [cell(v, "+.2f") for v in df["delta_peak_gib"]],
+        "first loss": [cell(v, ".4f") for v in df["loss"]],
+        "vs fp32 losses": [cell(100 * v, ".4f") + (" %" if not math.isnan(v) else "") + (" (out)" if ok is False else "")
                            + (f" ({n} steps)" if n > 1 else "") for v, ok, n in zip(df["loss_rel_diff"], df["loss_ok"], df["loss_steps"])],
         # a row with no gradient check (fp32 itself, a rung that did not run) has no group: NaN in the frame
-        "vs fp32 gradients": [_num(100 * v, ".2f") + (f" % ({group})" if isinstance(group, str) and group else "")
+        "vs fp32 gradients": [cell(100 * v, ".2f") + (f" % ({group})" if isinstance(group, str) and group else "")
                               + (" (out)" if ok is False else "")
                               for v, group, ok in zip(df["grad_rel_error"], df["grad_group"], df["grad_ok"])],
         "note": [n if len(n) <= 120 else n[:117] + "..." for n in df["note"]],
