@@ -7,7 +7,8 @@ import random
 import pytest
 
 from cs336_systems.report.spread import (APART, FEW_ROUNDS, HOST, HOST_BOUND, HOST_SWING, MAX_TABLED_ROUNDS, MIN_ROUNDS,
-                                         MULTIPLIER, NOT_SETTLED, WITHIN, host_bound, host_moves, judge, judge_processes,
+                                         MULTIPLIER, NOT_SETTLED, WITHIN, as_time, host_bound, host_moves, judge,
+                                         judge_processes,
                                          judge_rounds, set_aside, trend_of)
 
 DISTURBANCE = 10.0
@@ -206,3 +207,12 @@ def test_a_trend_is_every_step_judged():
     assert trend_of([V("higher"), V("lower")]) == "mixed"
     assert trend_of([V("higher"), V(WITHIN)]) == NOT_SETTLED
     assert trend_of([]) == NOT_SETTLED
+
+
+def test_a_verdict_on_a_time_reads_as_faster_or_slower():
+    """bf16's step judged against fp32's: a lower time is faster; the undecided verdicts read as they are."""
+    rng = random.Random(3)
+    fp32 = [100 + rng.gauss(0, 0.5) for _ in range(20)]
+    assert as_time(judge([0.8 * t for t in fp32], fp32).verdict) == "faster"
+    assert as_time(judge([1.2 * t for t in fp32], fp32).verdict) == "slower"
+    assert as_time(WITHIN) == WITHIN and as_time(NOT_SETTLED) == NOT_SETTLED

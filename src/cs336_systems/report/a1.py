@@ -44,8 +44,8 @@ from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict, judge,
-                                         judge_processes, trend_of)
+from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict, as_time,
+                                         judge, judge_processes, trend_of)
 
 PHASES = ("forward", "backward", "optimizer", "step")
 PAIRED, SEPARATE = "paired", "separate processes"    # how a comparison was judged (see the module's doc)
@@ -165,7 +165,6 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list
     return df.assign(**{key: [c[key] for c in columns] for key in columns[0]})
 
 
-BF16_IS = {"higher": "slower", "lower": "faster", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}
 
 
 def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
@@ -183,7 +182,7 @@ def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
             out.append({"size": str(size), "context": int(context), "mode": str(mode),
                         "fp32_ms": fp32["step_mean"], "fp32_std_ms": fp32["step_std"],
                         "bf16_ms": bf16["step_mean"], "bf16_std_ms": bf16["step_std"],
-                        "bf16_is": BF16_IS[v.verdict], "judged": PAIRED if v.paired else SEPARATE,
+                        "bf16_is": as_time(v.verdict), "judged": PAIRED if v.paired else SEPARATE,
                         "not_settled_why": v.reason, "how": how_judged(v),
                         # the interval of bf16's step minus fp32's (median per round); nan where not settled
                         "low_ms": v.low, "high_ms": v.high,

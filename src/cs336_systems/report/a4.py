@@ -38,7 +38,7 @@ from cs336_systems.report.a1 import LAUNCH_BOUND_BUSY, PAIRED, SEPARATE
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_table)
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import NOT_SETTLED, WITHIN, judge, judge_rounds, round_samples, same_job
+from cs336_systems.report.spread import NOT_SETTLED, WITHIN, as_time, judge, judge_rounds, round_samples, same_job
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
@@ -290,7 +290,7 @@ def kernel_summary(records: list[dict]) -> dict | None:
             "net_kernels": abs(bf16["kernels"] - fp32["kernels"]),
             "cast_ms": {p: e["kinds"]["cast"]["ms"] for p, e in out["precisions"].items()},
             "gemm_ms": {p: e["kinds"]["GEMM"]["ms"] for p, e in out["precisions"].items()},
-            "bf16_step_is": {"higher": "slower", "lower": "faster"}.get(step_is, step_is),
+            "bf16_step_is": as_time(step_is),
             "step_judged": PAIRED if step.paired else SEPARATE,
             "rounds": step.rounds if step.paired else None,
             # the interval of bf16's step minus fp32's (ms), nan where not settled

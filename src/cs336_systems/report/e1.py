@@ -79,7 +79,7 @@ from cs336_systems.profiling.mfu import peak, utilisation
 from cs336_systems.report import contract
 from cs336_systems.report.common import cell, load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge, judge_rounds, round_samples
+from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, as_time, judge, judge_rounds, round_samples
 from cs336_systems.report.two_modes import RULE, Rule, TwoModes, two_modes
 from cs336_systems.training_step import rungs
 
@@ -241,8 +241,6 @@ def speedup(top, reference, records: list[dict]) -> Speedup:
 
 
 
-# The judge's verdict on a step time, as a reader says it (the others read as they are).
-VERDICT_WORDS = {"lower": "faster", "higher": "slower"}
 
 
 def _step_cell(r) -> str:
@@ -273,7 +271,7 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
         "Δ (%)": [cell(100 * v, "+.1f") for v in df["delta_pct"]],
         "Δ interval (ms)": [f"{lo:+.2f} to {hi:+.2f}" if not math.isnan(lo) else "" for lo, hi in
                             zip(df["delta_low_ms"], df["delta_high_ms"])],
-        "Δ verdict": [VERDICT_WORDS.get(v, v) + (" (a step alternates between two times)" if alternates else "")
+        "Δ verdict": [as_time(v) + (" (a step alternates between two times)" if alternates else "")
                       if isinstance(v, str) else "" for v, alternates in zip(df["delta_spread"], df["delta_alternates"])],
         "tokens/s": [_at_each_mode(r, r["tokens_per_s"], lambda ms, r=r: r["batch"] * r["context"] / (ms / 1e3), ",.0f")
                      for _, r in df.iterrows()],

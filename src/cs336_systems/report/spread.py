@@ -32,6 +32,13 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 WITHIN = "within the spread"
+# A verdict on a time, as a reader says it: a lower time is faster (the other verdicts read as they are).
+AS_TIME = {"lower": "faster", "higher": "slower"}
+
+
+def as_time(verdict: str) -> str:
+    """``verdict`` on a time (a step, a phase) in a reader's words: "faster", "slower", or as it is."""
+    return AS_TIME.get(verdict, verdict)
 
 
 @dataclass(frozen=True)

@@ -288,6 +288,7 @@ class Renderer:
         self.env.filters["gb"] = lambda v, digits=2: f"{v / 1e9:,.{digits}f} GB"
         self.env.filters["tflop"] = lambda v, digits=3: f"{v / 1e12:,.{digits}f} TFLOP"
         self.env.filters["sci"] = _sci
+        self.env.filters["as_time"] = spread.as_time      # a verdict on a time: "faster", "slower", ...
         # a setting as it was given: a whole number without decimals (1,000), else three significant digits (0.5)
         self.env.filters["setting"] = _setting
         self.env.filters["billion"] = lambda v, digits=1: f"{v / 1e9:,.{digits}f} billion"
