@@ -275,7 +275,7 @@ class B3Summary(Summary):
     near_factor: float
     ragged: bool | None
     lse_better: list[str]
-    ran: WhatRan | None
+    ran: WhatRan
 
 
 @dataclass(frozen=True)
@@ -285,7 +285,7 @@ class B4Summary(Summary):
     accounting: dict[str, BackwardCost]
     tuner: list[TunerChoice]
     tuned_elsewhere: list[str]
-    ran: WhatRan | None
+    ran: WhatRan
     # the section points at B3's table instead of repeating it where the timed calls ran the same as the
     # checked ones
     ran_as_b3: bool
