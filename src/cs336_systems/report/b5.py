@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.attention.flash_record import commit_of
 from cs336_systems.report import contract
 from cs336_systems.report.b5_figures import TflopsPlot, plot_speedup, plot_tflops
 from cs336_systems.report.b5_grid import (CUDNN, EAGER_GOAL_RATIO, FLASH, FLASH_GOAL_MIN_SEQ, KEYS, OTHERS, OURS,
@@ -26,7 +27,7 @@ from cs336_systems.report.b5_losses import (FLAT_FACTOR, FLAT_SPAN, GapTrend, Lo
 from cs336_systems.report.common import load_record_lists, run_provenance, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS
-from cs336_systems.report.what_ran import WhatRan, ran_commits, tuned_elsewhere, what_ran
+from cs336_systems.report.what_ran import WhatRan, tuned_elsewhere, what_ran
 
 @dataclass(frozen=True)
 class At:
@@ -141,7 +142,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops
         flash_eager_goal=eager_goal(df, FLASH, EAGER_GOAL_RATIO, dtypes=["bf16"], min_seq=FLASH_GOAL_MIN_SEQ),
         bf16_gap_trend=gap_trend(df), flat_factor=FLAT_FACTOR, flat_span=FLAT_SPAN, flat_work=FLAT_SPAN ** 2,
         timing_check=timing_check(df), ours_splits=ours_splits(ours), ours_ran=what_ran(ours),
-        ours_commits=ran_commits(ours),
+        ours_commits=sorted({commit_of(r)[:10] for r in ours}),
         leaderboard_ran=what_ran([r for r in records if r.get("id") == "B5-leaderboard"
                                   and r["params"].get("impl") == OURS], facts=("path", "order", "backward")),
         ours_first_oom_seq=_first_oom(df, OURS), max_seq=int(df["seq"].max()), leaderboard=board_ms,
