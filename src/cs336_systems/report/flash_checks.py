@@ -1,7 +1,7 @@
 """B3 / B4 report, from the one checks record ``attention.check`` writes: B3, the error tables of our
 FlashAttention Functions against float64; B4, the two backward paths timed side by side, with what
-each computes and moves (``backward_accounting``). Both say what the Triton kernels ran (``report.what_ran``). Each run of it writes one
-deliverable's folder.
+each computes and moves (``backward_accounting``). Both say what the Triton kernels ran
+(``report.what_ran``). Each run of it writes one deliverable's folder.
 
     python -m cs336_systems.report.flash_checks B3 --records results/RUN/B3/records/checks.json --out-dir DIR
 """
@@ -285,15 +285,14 @@ def by_function(record: dict) -> tuple:
     return record["params"]["function"], record["params"]["dtype"]
 
 
-def same_table(ran: WhatRan | None, other: WhatRan | None) -> bool:
+def same_table(ran: WhatRan, other: WhatRan) -> bool:
     """Whether two ``what_ran`` summaries tabulate the same: the same facts, values and sources
-    (whether the records say them), tiles and differences from the tree, whatever the number of records behind each and the lengths they
-    ran at (B3 checks at one length, B4 times at another, with the same tiles)."""
-    def shown(r: WhatRan | None) -> tuple:
-        if r is None:
-            return ()
+    (whether the records say them), tiles and differences from the tree, whatever the number of
+    records behind each and the lengths they ran at (B3 checks at one length, B4 times at another,
+    with the same tiles)."""
+    def shown(r: WhatRan) -> tuple:
         return ([(f.fact, f.label, f.values, f.source) for f in r.facts],
-                [dataclasses.replace(t, seqs="") for t in r.tiles or []], r.tiles_vary_with_length, r.tree)
+                [dataclasses.replace(t, seqs="") for t in r.tiles], r.tiles_vary_with_length, r.tree)
     return shown(ran) == shown(other)
 
 

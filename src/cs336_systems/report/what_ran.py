@@ -51,10 +51,10 @@ class TreeDifferences:
 @dataclass(frozen=True, kw_only=True)
 class WhatRan:
     """What our kernels ran in a set of records (``what_ran``), as B3, B4 and B5 word it."""
-    records: int | None
+    records: int
     facts: list[Fact]
-    tiles: list[TileRow] | None
-    tiles_vary_with_length: bool | None
+    tiles: list[TileRow]
+    tiles_vary_with_length: bool
     tree: TreeDifferences | None
     several_lengths: bool
 
