@@ -172,6 +172,11 @@ def _grid_files(tmp_path):
     return rows
 
 
+def test_the_implementations_the_section_names_are_the_benchmarks():
+    from cs336_systems.attention.backends import BENCH_IMPLS
+    assert {b5_grid.OURS, b5_grid.PLAIN, b5_grid.FLASH, b5_grid.CUDNN} <= set(BENCH_IMPLS)
+
+
 def test_report_ratios_and_tables(tmp_path):
     rows = _grid_files(tmp_path)
     board = tmp_path / "board.json"
@@ -384,7 +389,7 @@ def test_graph_time_judges_a_pair_only_where_both_sides_have_it():
     records = [_timed("ours", 1024, 0.20, graph=0.02), _timed("sdpa-flash", 1024, 0.05, graph=0.03),
                _timed("ours", 4096, 0.30, graph=0.25), _timed("sdpa-flash", 4096, 0.20, graph_status="error")]
     df = b5_grid.grid_frame(records)
-    pair = b5_grid.judged(df, "ours", "sdpa-flash").set_index("seq")
+    pair = b5_grid.judged(df, "sdpa-flash").set_index("seq")
     assert pair.loc[1024, "timing"] == "graph" and pair.loc[1024, "t"] == 0.02
     assert pair.loc[4096, "timing"] == "do_bench" and pair.loc[4096, "t_other"] == 0.20
     goal = _json(b5_losses.losses, df, "sdpa-flash", dtypes=["bf16"], min_seq=1024)
@@ -518,7 +523,7 @@ def test_the_section_opens_with_its_answer_and_tabulates_the_losses(tmp_path, se
     # The verdicts, counted independently of the report's: every pair moves with one drift, so the
     # judge calls the sign of the difference, and equal times (the floor of short points) within.
     df = b5_grid.grid_frame([r for rows in _grid(random.Random(seed), commit=commit).values() for r in rows])
-    pair = b5_grid.judged(df, "ours", "plain")
+    pair = b5_grid.judged(df, "plain")
     lost, ties = pair[pair["t"] > pair["t_other"]], int((pair["t"] == pair["t_other"]).sum())
     answer = next(p for p in body if p.startswith("**Answer.** "))[len("**Answer.** "):]
     assert answer.startswith(f"Ours is faster than plain PyTorch attention at {L['points'] - L['lost'] - ties}, within "
@@ -641,7 +646,7 @@ def test_graph_time_pairs_on_the_rounds_of_graph_time():
     time judges, on its own rounds."""
     ours = _in_turns(_timed("ours", 1024, 0.05, graph=0.020), [0.05] * 8, graph_rounds=[0.021, 0.020, 0.022] * 3)
     plain = _in_turns(_timed("plain", 1024, 0.04, graph=0.030), [0.04] * 8, graph_rounds=[0.030, 0.031, 0.030] * 3)
-    row = b5_grid.judged(b5_grid.grid_frame([ours, plain]), "ours", "plain").iloc[0]
+    row = b5_grid.judged(b5_grid.grid_frame([ours, plain]), "plain").iloc[0]
     assert row["timing"] == "graph" and row["paired"] and row["verdict"] == "lower"
 
 

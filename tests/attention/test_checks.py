@@ -240,11 +240,12 @@ def test_an_error_ratio_near_the_line_is_not_decided(ratio, verdict, words, tmp_
     assert worst.verdict == verdict and worst.quantity == "dq"
     from cs336_systems.report import contract
     from cs336_systems.report.common import run_provenance
+    from cs336_systems.report.what_ran import what_ran
     path = tmp_path / "B3" / "summary.json"
     contract.write(path, flash_checks.B3Summary(
         provenance=run_provenance([make_record("B3", {"function": "triton"}, "ok", {})]), shape=[1, 24, 16],
         worst_ratio={"fp32": worst}, same_order=3.0, near_factor=flash_checks.NEAR, ragged=None,
-        lse_better=[], ran=None))
+        lse_better=[], ran=what_ran([])))
     pd.DataFrame([row]).to_csv(tmp_path / "B3" / "table.csv", index=False)
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("B3", path)
     assert f"in fp32 {ratio:.2f}× (triton-pytorch-backward's dq, causal: " in text and words in text

@@ -278,14 +278,15 @@ def test_the_page_is_one_file(tmp_path):
 
 @pytest.mark.parametrize("spans", [None, {}, {"forward": 4096}, {"forward": 2048, "backward": 8192}])
 def test_the_ran_table_says_split_launches_with_or_without_spans(tmp_path, spans):
-    """B3 and B4 call ran_table without B5's split spans; records that ran split launches (the
+    """B3 and B4 call ran_tables without B5's split spans; records that ran split launches (the
     H200's checks do) must still render, and the spans given are the ones said."""
     facts = [{"fact": "splits", "label": "split launches", "values": ["split"], "source": "the records"},
              {"fact": "order", "label": "causal tile order", "values": ["the longest causal tiles issued first"],
               "source": "the records"}]
     env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
-    macro = env.get_template("sections/_flash.md.j2").module.ran_table
-    text = str(macro({"facts": facts}) if spans is None else macro({"facts": facts}, spans))
+    macro = env.get_template("sections/_flash.md.j2").module.ran_tables
+    ran = {"facts": facts, "tiles": [], "tree": None}
+    text = str(macro(ran, ["dtype", "d"]) if spans is None else macro(ran, ["dtype", "d"], SP=spans))
     assert "| split launches | a tile's work over several programs, then a combine kernel" in text
     assert "causal tile order | the longest causal tiles issued first" in text
     for key, said in (("forward", "the forward's keys up to N = "), ("backward", "the backward's tiles up to N = ")):

@@ -16,21 +16,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from cs336_systems.attention.flash_record import commit_of
 from cs336_systems.report import contract
 from cs336_systems.report.b5_figures import TflopsPlot, plot_speedup, plot_tflops
-from cs336_systems.report.b5_grid import (EAGER_GOAL_RATIO, FLASH_GOAL_MIN_SEQ, KEYS, OTHERS, EagerGoal, LeaderboardTiming,
-                                          eager_goal, grid_frame, judged, leaderboard_frame, leaderboard_timing,
-                                          ours_splits, table_view, wide_table)
+from cs336_systems.report.b5_grid import (CUDNN, EAGER_GOAL_RATIO, FLASH, FLASH_GOAL_MIN_SEQ, KEYS, OTHERS, OURS,
+                                          PLAIN, EagerGoal, LeaderboardTiming, eager_goal, grid_frame, judged,
+                                          leaderboard_frame, leaderboard_timing, ours_splits, table_view, wide_table)
 from cs336_systems.report.b5_losses import (FLAT_FACTOR, FLAT_SPAN, GapTrend, Losses, OutOfMemory, TimingCheck,
                                             gap_trend, losses, oom_groups, timing_check)
 from cs336_systems.report.common import load_record_lists, run_provenance, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import MIN_ROUNDS
-from cs336_systems.report.what_ran import WhatRan, ran_commits, tuned_elsewhere, what_ran
-
-# The leaderboard's anchor, and the back end B5's small-shape goal is set against.
-CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
-
+from cs336_systems.report.what_ran import WhatRan, tuned_elsewhere, what_ran
 
 @dataclass(frozen=True)
 class At:
@@ -57,7 +54,7 @@ class Ratio:
 def ratios(df: pd.DataFrame) -> dict[str, Ratio]:
     out = {}
     for other in OTHERS:
-        pair = judged(df, "ours", other)
+        pair = judged(df, other)
         r = (pair["t_other"] / pair["t"]).set_axis(pd.MultiIndex.from_frame(pair[KEYS])).sort_index()
         if len(r):
             graphed = int((pair["timing"] == "graph").sum())
@@ -115,41 +112,45 @@ def _over(times: dict, a: str, b: str) -> float | None:
     return times[a] / times[b] if times.get(a) and times.get(b) else None
 
 
+def _first_oom(df: pd.DataFrame, impl: str) -> int | None:
+    oom = df[(df["impl"] == impl) & (df["status"] == "oom")]
+    return int(oom["seq"].min()) if len(oom) else None
+
+
 def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops_plot: TflopsPlot,
               shown: list[str]) -> B5Summary:
     ok = df[df["status"] == "ok"]
-    plain_oom = df[(df["impl"] == "plain") & (df["status"] == "oom")]
-    ours_oom = df[(df["impl"] == "ours") & (df["status"] == "oom")]
+    ours = [r for r in records if r.get("id") == "B5" and r["params"].get("impl") == OURS]
+    # the leaderboard's times, per pass and implementation (None: it did not run)
     by_pass = {which: {row["impl"]: (None if math.isnan(row["ms"]) else row["ms"]) for _, row in part.iterrows()}
                for which, part in board.groupby("pass")} if len(board) else {}
     board_ms = by_pass.get("forward-backward", {})
-    flash_over_ours = _over(board_ms, FLASH, "ours")
-    board_failed = {f'{r["params"]["impl"]} ({r["params"]["pass"]})': " ".join(f"{r['status']}: {r.get('message', r.get('reason', ''))}".split())[:160]
+    split = {which: by_pass[which] for which in ("forward", "backward") if which in by_pass}
+    split_over_cudnn = {which: _over(times, OURS, CUDNN) for which, times in split.items()}
+    flash_over_ours = _over(board_ms, FLASH, OURS)
+    board_failed = {f'{r["params"]["impl"]} ({r["params"]["pass"]})':
+                    " ".join(f"{r['status']}: {r.get('message', r.get('reason', ''))}".split())[:160]
                     for r in records if r["id"] == "B5-leaderboard" and r["status"] not in ("ok", "skipped")}
-    split_over_cudnn = {which: _over(by_pass.get(which, {}), "ours", CUDNN) for which in ("forward", "backward")}
     return B5Summary(
         provenance=run_provenance(records),
-        tuned_elsewhere=tuned_elsewhere([r for r in records if r["params"].get("impl") == "ours"]),
+        tuned_elsewhere=tuned_elsewhere([r for r in records if r["params"].get("impl") == OURS]),
         points=int(len(df)), ok=int(len(ok)), statuses=df["status"].value_counts().to_dict(),
         rounds=sorted({len(r) for r in ok["rounds_ms"] if r}), min_rounds=MIN_ROUNDS, ratios=ratios(df),
-        plain_first_oom_seq=int(plain_oom["seq"].min()) if len(plain_oom) else None,
-        plain_oom=oom_groups(df, "plain"), losses_vs_plain=losses(df, "plain"),
+        plain_first_oom_seq=_first_oom(df, PLAIN), plain_oom=oom_groups(df, PLAIN), losses_vs_plain=losses(df, PLAIN),
         flash_goal=losses(df, FLASH, dtypes=["bf16"], min_seq=FLASH_GOAL_MIN_SEQ),
         flash_goal_min_seq=FLASH_GOAL_MIN_SEQ,
         flash_eager_goal=eager_goal(df, FLASH, EAGER_GOAL_RATIO, dtypes=["bf16"], min_seq=FLASH_GOAL_MIN_SEQ),
         bf16_gap_trend=gap_trend(df), flat_factor=FLAT_FACTOR, flat_span=FLAT_SPAN, flat_work=FLAT_SPAN ** 2,
-        timing_check=timing_check(df), ours_splits=ours_splits(records),
-        ours_ran=what_ran(ours := [r for r in records if r.get("id") == "B5" and r["params"].get("impl") == "ours"]),
-        ours_commits=ran_commits(ours),
+        timing_check=timing_check(df), ours_splits=ours_splits(ours), ours_ran=what_ran(ours),
+        ours_commits=sorted({commit_of(r)[:10] for r in ours}),
         leaderboard_ran=what_ran([r for r in records if r.get("id") == "B5-leaderboard"
-                                  and r["params"].get("impl") == "ours"], facts=("path", "order", "backward")),
-        ours_first_oom_seq=int(ours_oom["seq"].min()) if len(ours_oom) else None,
-        max_seq=int(df["seq"].max()), leaderboard=board_ms,
-        leaderboard_split={which: by_pass[which] for which in ("forward", "backward") if which in by_pass},
+                                  and r["params"].get("impl") == OURS], facts=("path", "order", "backward")),
+        ours_first_oom_seq=_first_oom(df, OURS), max_seq=int(df["seq"].max()), leaderboard=board_ms,
+        leaderboard_split=split,
         leaderboard_split_over_cudnn={k: v for k, v in split_over_cudnn.items() if v is not None},
         leaderboard_failed=board_failed, leaderboard_timing=leaderboard_timing(records),
         leaderboard_shape=board["shape"].iloc[0] if len(board) else None,
-        ours_over_cudnn=_over(board_ms, "ours", CUDNN), flash_over_ours=flash_over_ours,
+        ours_over_cudnn=_over(board_ms, OURS, CUDNN), flash_over_ours=flash_over_ours,
         ours_over_flash=1 / flash_over_ours if flash_over_ours else None, tflops_plot=tflops_plot, table_view=shown)
 
 

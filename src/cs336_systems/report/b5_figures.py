@@ -9,25 +9,25 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.profiling.mfu import attention_peak
-from cs336_systems.report.b5_grid import PASSES, judged
+from cs336_systems.report.b5_grid import OURS, PASSES, PLAIN, judged
 from cs336_systems.report.common import save_figure
 from cs336_systems.report.contract import Unread
 from cs336_systems.report.what_ran import peak_cell, peak_words
 
 
-def plot_speedup(df: pd.DataFrame, path: Path, baseline: str = "plain") -> None:
+def plot_speedup(df: pd.DataFrame, path: Path, baseline: str = PLAIN) -> None:
     """Heat maps of baseline time / our time (the timing that judges each point: graph time where
     both have it), per dtype (rows) and pass (columns); grey = not measured. The cells' numbers are
     set at the size of the axis labels: the page shows the figure about 1,100 px wide."""
     dtypes = sorted(df["dtype"].unique())
     fig, axes = plt.subplots(len(dtypes), len(PASSES), figsize=(4.2 * len(PASSES), 3.2 * len(dtypes)), squeeze=False)
     fig.subplots_adjust(hspace=0.75, wspace=0.3)
-    pair = judged(df, "ours", baseline)
+    pair = judged(df, baseline)
     ratio = dict(zip(zip(pair["dtype"], pair["pass"], pair["d"], pair["seq"]), pair["t_other"] / pair["t"]))
+    seqs, ds = sorted(df["seq"].unique()), sorted(df["d"].unique())
     for row, dtype in enumerate(dtypes):
         for col, which in enumerate(PASSES):
             ax = axes[row][col]
-            seqs, ds = sorted(df["seq"].unique()), sorted(df["d"].unique())
             grid = np.array([[ratio.get((dtype, which, d, s), np.nan) for s in seqs] for d in ds], dtype=float)
             image = ax.imshow(np.log2(grid), cmap="RdYlGn", vmin=-4, vmax=4, aspect="auto")
             for i in range(len(ds)):
@@ -82,7 +82,7 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
     shown = ok[(ok["dtype"] == dtype) & ok["d"].isin(ds)]
     # One card and a 16-bit dtype: every implementation's products run on its tensor cores, one peak.
     gpus = set(shown["gpu"].dropna())
-    top = attention_peak(gpus.pop(), "ours", dtype, None) if len(gpus) == 1 and dtype != "fp32" else None
+    top = attention_peak(gpus.pop(), OURS, dtype, None) if len(gpus) == 1 and dtype != "fp32" else None
     for row, which in zip(axes, PASSES):
         for ax, d in zip(row, ds):
             for impl, part in shown[(shown["d"] == d) & (shown["pass"] == which)].groupby("impl"):

@@ -18,9 +18,13 @@ from cs336_systems.attention.flash_record import ran
 from cs336_systems.report.spread import NOT_SETTLED, Verdict, judge, round_samples
 
 PASSES = ("forward", "backward", "forward-backward")
-# What ours is set against: every implementation the benchmark knows (attention.backends.BENCH_IMPLS),
-# in the order of their names; one a run did not measure has no pairs and is left out where it is used.
-OTHERS = tuple(sorted(name for name in BENCH_IMPLS if name != "ours"))
+# The implementations the section names (attention.backends.BENCH_IMPLS; a test holds them there): ours;
+# plain attention, which ours is judged against throughout; SDPA's flash back end, the small-shape
+# goal's; cuDNN, the leaderboard's anchor.
+OURS, PLAIN, FLASH, CUDNN = "ours", "plain", "sdpa-flash", "sdpa-cudnn"
+# What ours is set against: every other implementation the benchmark knows, in the order of their
+# names; one a run did not measure has no pairs and is left out where it is used.
+OTHERS = tuple(sorted(name for name in BENCH_IMPLS if name != OURS))
 # The small-shape goal the B5 section judges: ours no slower than SDPA's flash back end at every bf16
 # point from this sequence length on.
 FLASH_GOAL_MIN_SEQ = 1024
@@ -59,10 +63,8 @@ def eager_goal(df: pd.DataFrame, other: str, ratio: float, dtypes=None, min_seq:
     over other's, judged per point (``spread.judge`` of the two records' rounds, as a ratio): within
     ``ratio`` where the whole interval lies at or below it, beyond it where the whole interval lies
     above, else not settled (too few rounds)."""
-    both = judged(df, "ours", other, timing="do_bench")
-    both = both[(both["seq"] >= min_seq) & both["ms"].notna() & both["ms_other"].notna()]
-    if dtypes is not None:
-        both = both[both["dtype"].isin(dtypes)]
+    both = scope(judged(df, other, timing="do_bench"), dtypes, min_seq)
+    both = both[both["ms"].notna() & both["ms_other"].notna()]
     if both.empty:
         return EagerGoal(0, 0, 0, 0, True, ratio, None)
     verdicts = [_verdict(row, ratio=True) for _, row in both.iterrows()]
@@ -86,8 +88,7 @@ def grid_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         m = r["metrics"]
-        what = ran(r) if r["params"]["impl"] == "ours" else {"facts": {}}
-        facts = what["facts"]
+        facts = ran(r)["facts"] if r["params"]["impl"] == OURS else {}
         programs = [n for k in PASS_KERNELS[r["params"]["pass"]] if (n := (facts.get("programs") or {}).get(k))]
         graph_ok = m.get("graph_status") == "ok"
         rows.append({**{k: r["params"][k] for k in ("impl", "dtype", "d", "seq", "pass")}, "status": r["status"],
@@ -112,11 +113,11 @@ FRAME_COLUMNS = ["impl", "dtype", "d", "seq", "pass", "status", "ms", "tflops", 
 KEYS = ["dtype", "d", "seq", "pass"]
 
 
-def judged(df: pd.DataFrame, impl: str, other: str, timing: str | None = None) -> pd.DataFrame:
-    """The points both ran, one row each, ``impl``'s columns plain and ``other``'s suffixed
-    ``_other``, with the timing that judges the pair: ``timing`` "graph" where both have a graph
-    time, else "do_bench"; ``t`` and ``t_other`` the two times in it; and ``verdict``, the judge's
-    (``spread.judge`` of the two records' rounds in that timing): ``impl`` slower ("higher"), faster
+def judged(df: pd.DataFrame, other: str, timing: str | None = None) -> pd.DataFrame:
+    """The points ours and ``other`` both ran, one row each, ours' columns plain and ``other``'s
+    suffixed ``_other``, with the timing that judges the pair: ``timing`` "graph" where both have a
+    graph time, else "do_bench"; ``t`` and ``t_other`` the two times in it; and ``verdict``, the judge's
+    (``spread.judge`` of the two records' rounds in that timing): ours slower ("higher"), faster
     ("lower"), neither (``WITHIN``), or ``NOT_SETTLED`` — measured each in its own process (records
     from before B5's rows took turns), which carries no spread across processes, or in fewer
     rounds than the judge needs. ``paired``: measured in one job's turns.
@@ -124,13 +125,19 @@ def judged(df: pd.DataFrame, impl: str, other: str, timing: str | None = None) -
     ``timing="do_bench"`` judges every pair on do_bench's time (the host's launch included: what an
     eager training loop pays) even where both have a graph time."""
     ok = df[df["status"] == "ok"]
-    both = ok[ok["impl"] == impl].merge(ok[ok["impl"] == other], on=KEYS, suffixes=("", "_other"))
+    both = ok[ok["impl"] == OURS].merge(ok[ok["impl"] == other], on=KEYS, suffixes=("", "_other"))
     graph = both["graph_ms"].notna() & both["graph_ms_other"].notna() & (timing != "do_bench")
     both = both.assign(timing=np.where(graph, "graph", "do_bench"),
                        t=np.where(graph, both["graph_ms"], both["ms"]),
                        t_other=np.where(graph, both["graph_ms_other"], both["ms_other"]))
     verdicts = [_verdict(row) for _, row in both.iterrows()]
     return both.assign(verdict=[v.verdict for v in verdicts], paired=[v.paired for v in verdicts])
+
+
+def scope(pair: pd.DataFrame, dtypes: list[str] | None = None, min_seq: int = 0) -> pd.DataFrame:
+    """The rows of ``pair`` (``judged``'s) in ``dtypes`` (None: every dtype) from length ``min_seq`` on."""
+    pair = pair[pair["seq"] >= min_seq]
+    return pair if dtypes is None else pair[pair["dtype"].isin(dtypes)]
 
 
 def _verdict(row: pd.Series, ratio: bool = False) -> Verdict:
@@ -153,7 +160,7 @@ def table_view(wide: pd.DataFrame) -> list[str]:
     """The wide table's columns a writeup shows: the point, our time (do_bench's, and the graph's where
     the run has one) and each ratio other ÷ ours in the timing that judges the point; the others'
     times stay in the CSV."""
-    return [c for c in [*KEYS, "ours", "ours graph", *(f"{o} / ours" for o in OTHERS)]
+    return [c for c in [*KEYS, OURS, f"{OURS} graph", *(f"{o} / {OURS}" for o in OTHERS)]
             if c in wide.columns]
 
 
@@ -165,15 +172,15 @@ def wide_table(df: pd.DataFrame) -> pd.DataFrame:
     df = df.assign(cell=[f"{ms:.3f}" if s == "ok" else s.upper() for ms, s in zip(df["ms"], df["status"])])
     wide = df.pivot_table(index=KEYS, columns="impl", values="cell", aggfunc="first")
     if df["graph_ms"].notna().any():
-        graph = df[df["status"] == "ok"].assign(
-            cell=[f"{ms:.3f}" if not math.isnan(ms) else (s or "").upper()
-                  for ms, s in zip(*(df[df["status"] == "ok"][c] for c in ("graph_ms", "graph_status")))])
-        for impl, cells in graph.pivot_table(index=KEYS, columns="impl", values="cell", aggfunc="first").items():
+        ok = df[df["status"] == "ok"]
+        ok = ok.assign(cell=[f"{ms:.3f}" if not math.isnan(ms) else (s or "").upper()
+                             for ms, s in zip(ok["graph_ms"], ok["graph_status"])])
+        for impl, cells in ok.pivot_table(index=KEYS, columns="impl", values="cell", aggfunc="first").items():
             wide[f"{impl} graph"] = cells
     for other in OTHERS:
-        pair = judged(df, "ours", other).set_index(KEYS)
+        pair = judged(df, other).set_index(KEYS)
         if len(pair):
-            wide[f"{other} / ours"] = pd.Series(
+            wide[f"{other} / {OURS}"] = pd.Series(
                 [f"{b / a:.2f}" + (" g" if t == "graph" else "") for a, b, t in zip(pair["t"], pair["t_other"], pair["timing"])],
                 index=pair.index)
     wide = wide.reset_index()
@@ -187,7 +194,7 @@ def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
              "ms": r["metrics"].get("ms", math.nan), "tflops": r["metrics"].get("tflops", math.nan),
              "shape": "x".join(str(r["params"][k]) for k in ("batch", "seq", "d"))} for r in records]
     df = pd.DataFrame(rows)
-    cudnn = df[df["impl"] == "sdpa-cudnn"].set_index("pass")["ms"]
+    cudnn = df[df["impl"] == CUDNN].set_index("pass")["ms"]
     if len(cudnn):
         df["vs cuDNN"] = df["ms"] / df["pass"].map(cudnn)
     return df
@@ -221,15 +228,13 @@ def leaderboard_timing(records: list[dict]) -> LeaderboardTiming:
     return LeaderboardTiming(total, split, total is not None and total == split)
 
 
-def ours_splits(records: list[dict]) -> dict:
-    """Whether our records' launches split a tile's work at any point (the forward's key split, the
-    backward's split of either kernel), as ``flash_record.ran`` gives it, and the longest length
+def ours_splits(ours: list[dict]) -> dict:
+    """Whether our grid records' launches split a tile's work at any point (the forward's key split,
+    the backward's split of either kernel), as ``flash_record.ran`` gives it, and the longest length
     where each was used, so that the writeup describes the kernels these records ran rather than
     the present code."""
     longest = {"forward": None, "backward": None}
-    for r in records:
-        if r.get("id") != "B5" or r["params"].get("impl") != "ours":
-            continue
+    for r in ours:
         facts = ran(r)["facts"]
         seq = r["params"].get("seq")
         used = {"forward": (facts.get("splits") or 1) > 1,

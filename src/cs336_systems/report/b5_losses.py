@@ -6,7 +6,9 @@ too few programs, and out-of-memory groups. Where a point has both timings, do_b
 """
 from __future__ import annotations
 
+import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import pandas as pd
@@ -14,7 +16,7 @@ import pandas as pd
 from cs336_systems.accounting import memory_traffic
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.profiling.mfu import attention_peak
-from cs336_systems.report.b5_grid import judged
+from cs336_systems.report.b5_grid import OURS, PLAIN, judged, scope
 from cs336_systems.report.contract import Unread
 from cs336_systems.report.spread import NOT_SETTLED, WITHIN
 from cs336_systems.report.what_ran import peak_cell, peak_words
@@ -184,40 +186,35 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> Losse
     ok = df[df["status"] == "ok"]
     flat = {"do_bench": flat_points(ok),
             "graph": flat_points(ok.assign(ms=ok["graph_ms"]).dropna(subset=["ms"]))}
-    both = judged(df, "ours", other)
-    both = both[both["seq"] >= min_seq]
-    if dtypes is not None:
-        both = both[both["dtype"].isin(dtypes)]
+    both = scope(judged(df, other), dtypes, min_seq)
     lost = both[both["verdict"] == "higher"].sort_values(["dtype", "d", "pass", "timing", "seq"])
-    runs: list[tuple[tuple, list[LostPoint]]] = []       # consecutive points of one key, in the sorted order
-    dtypes_lost = []
+    points = []             # (its group's key, the point), in the sorted order
     for _, row in lost.iterrows():
-        is_flat = ("ours", row["dtype"], row["d"], row["pass"], int(row["seq"])) in flat[row["timing"]]
-        key = (row["dtype"], int(row["d"]), row["pass"], row["timing"], bool(is_flat))
-        if not runs or runs[-1][0] != key:
-            runs.append((key, []))
-        runs[-1][1].append(_diagnose(row, other, bool(is_flat)))
-        dtypes_lost.append(row["dtype"])
-    groups = [LostGroup(*key, [p.seq for p in pts], [min(p.ours_ms for p in pts), max(p.ours_ms for p in pts)],
-                        [min(p.other_ms for p in pts), max(p.other_ms for p in pts)],
-                        max(pts, key=lambda p: p.ours_ms / p.other_ms))
-              for key, pts in runs]
-    points = [p for _, pts in runs for p in pts]
-    work_set = [p for p in points if not p.flat]
-    shares = [p.ours_of_peak for p in work_set if p.ours_of_peak is not None]
-    eager = judged(df, "ours", other, timing="do_bench")
-    eager = eager[(eager["seq"] >= min_seq) & (eager["dtype"].isin(dtypes) if dtypes is not None else True)]
+        is_flat = (OURS, row["dtype"], row["d"], row["pass"], int(row["seq"])) in flat[row["timing"]]
+        points.append(((row["dtype"], int(row["d"]), row["pass"], row["timing"], is_flat),
+                       _diagnose(row, other, is_flat)))
+    # a group is a run of consecutive points of one key
+    groups = [_group(key, [p for _, p in run]) for key, run in itertools.groupby(points, key=lambda kp: kp[0])]
+    work = [g for g in groups if not g.flat]
+    shares = [p.ours_of_peak for _, p in points if not p.flat and p.ours_of_peak is not None]
+    verdict, eager = both["verdict"], scope(judged(df, other, timing="do_bench"), dtypes, min_seq)
     by_graph = int((both["timing"] == "graph").sum())
-    verdict = both["verdict"]
     return Losses(
-        int(len(both)), int(len(lost)), by_graph, by_graph == len(both), int((eager["verdict"] == "higher").sum()),
-        int(both["paired"].sum()), int((verdict == WITHIN).sum()), int((verdict == "lower").sum()),
-        int((verdict != NOT_SETTLED).sum()), int((verdict == NOT_SETTLED).sum()), groups, len(groups) > FOLD_GROUPS,
-        sum(1 for g in groups if not g.flat and not g.worst.grid_explains),
-        {dtype: dtypes_lost.count(dtype) for dtype in sorted(set(dtypes_lost))}, len(points) - len(work_set),
-        sum(1 for g in groups if not g.flat), max(shares) if shares else None,
-        sum(1 for g in groups if g.worst.grid_explains),
-        any(p.programs is not None and p.sms is None for p in points))
+        points=int(len(both)), lost=int(len(lost)), by_graph=by_graph, all_by_graph=by_graph == len(both),
+        lost_in_do_bench=int((eager["verdict"] == "higher").sum()), paired=int(both["paired"].sum()),
+        within=int((verdict == WITHIN).sum()), won=int((verdict == "lower").sum()),
+        settled=int((verdict != NOT_SETTLED).sum()), not_settled=int((verdict == NOT_SETTLED).sum()),
+        groups=groups, fold=len(groups) > FOLD_GROUPS, unexplained=sum(not g.worst.grid_explains for g in work),
+        by_dtype=dict(sorted(Counter(lost["dtype"]).items())), flat_lost=sum(p.flat for _, p in points),
+        work_groups=len(work), max_of_peak=max(shares) if shares else None,
+        grid_explained=sum(1 for g in groups if g.worst.grid_explains),
+        sms_missing=any(p.programs is not None and p.sms is None for _, p in points))
+
+
+def _group(key: tuple, points: list[LostPoint]) -> LostGroup:
+    ours, other = [p.ours_ms for p in points], [p.other_ms for p in points]
+    return LostGroup(*key, [p.seq for p in points], [min(ours), max(ours)], [min(other), max(other)],
+                     max(points, key=lambda p: p.ours_ms / p.other_ms))
 
 
 def _none(value: float) -> float | None:
@@ -225,7 +222,7 @@ def _none(value: float) -> float | None:
 
 
 def _diagnose(row: pd.Series, other: str, flat: bool) -> LostPoint:
-    ours_peak = attention_peak(row["gpu"], "ours", row["dtype"], row["fp32_products"])
+    ours_peak = attention_peak(row["gpu"], OURS, row["dtype"], row["fp32_products"])
     other_peak = attention_peak(row["gpu_other"], other, row["dtype"], row["fp32_products_other"])
     name, flops = peak_words(ours_peak), ours_peak.flops if ours_peak else math.nan
     other_flops = other_peak.flops if other_peak else math.nan
@@ -276,7 +273,7 @@ class GapTrend:
 
 
 def gap_trend(df: pd.DataFrame, dtype: str = "bf16") -> GapTrend:
-    pair = judged(df, "ours", "plain")
+    pair = judged(df, PLAIN)
     pair = pair[pair["dtype"] == dtype]
     series = widening = rising = falls = at_top = 0
     lows = []

@@ -1,7 +1,7 @@
 """B3 / B4 report, from the one checks record ``attention.check`` writes: B3, the error tables of our
 FlashAttention Functions against float64; B4, the two backward paths timed side by side, with what
-each computes and moves (``backward_accounting``). Both say what the Triton kernels ran (``report.what_ran``). Each run of it writes one
-deliverable's folder.
+each computes and moves (``backward_accounting``). Both say what the Triton kernels ran
+(``report.what_ran``). Each run of it writes one deliverable's folder.
 
     python -m cs336_systems.report.flash_checks B3 --records results/RUN/B3/records/checks.json --out-dir DIR
 """
@@ -125,17 +125,6 @@ class Speedup:
     slowdown: float
 
 
-def backward_speedup(times: pd.DataFrame) -> dict[str, Speedup]:
-    """Per dtype: the compiled PyTorch backward's time ÷ the Triton backward's."""
-    ok = times[times["status"] == "ok"].set_index(["dtype", "function"])["backward_ms"]
-    out = {}
-    for dtype in sorted({d for d, _ in ok.index}):
-        if (dtype, "triton") in ok.index and (dtype, "triton-pytorch-backward") in ok.index:
-            ours, theirs = float(ok[(dtype, "triton")]), float(ok[(dtype, "triton-pytorch-backward")])
-            out[dtype] = Speedup(ours, theirs, theirs / ours, ours / theirs)
-    return out
-
-
 # Products of N x N x d (or N x d x N) per backward: the Triton dK/dV and dQ kernels each recompute S
 # and dP (seven); the fused backward computes them once (five), as does the PyTorch backward.
 TRITON_PRODUCTS = {"dkdv+dq": 7, "fused": 5}
@@ -143,7 +132,6 @@ PYTORCH_PRODUCTS = 5
 # N x N fp32 matrices the compiled PyTorch backward passes between its matmuls (S, P, dP, dS): each
 # written once and read at least once, whatever the compiler fuses around the library matmuls.
 PYTORCH_MATRIX_PASSES = 8
-# The peak of an fp32 matmul by PyTorch's float32 matmul precision, and its name.
 
 
 @dataclass(frozen=True)
@@ -174,67 +162,66 @@ class BackwardCost:
 
 
 def backward_accounting(records: list[dict]) -> dict[str, BackwardCost]:
-    """Per dtype, what each timed backward at B4's shape computes and moves, against its time and
-    the card's datasheet rates (``accounting.hardware``), as far as ``flash_record.ran`` says what
-    ran: FLOPs (the Triton kernels over the causal half of the tiles, the compiled PyTorch backward
-    over whole N x N matrices), each one's achieved rate and share of the peak of the units its
-    products ran on, and the PyTorch backward's floor: its matmuls at that peak plus its N x N
-    intermediates at the memory bandwidth. ``faster_than_floor``: the Triton backward took less
-    than the PyTorch one's floor, so the work it skips explains its lead; ``slower_by_rate``: the
-    Triton backward did fewer FLOPs yet took longer, at a lower rate."""
+    """Per dtype where both backwards were timed, what each computes and moves (``backward_cost``)."""
     ok = {(r["params"]["dtype"], r["params"]["function"]): r for r in records
           if r["params"].get("kind") == "time" and r["status"] == "ok"}
-    out = {}
-    for dtype in sorted({dtype for dtype, _ in ok}):
-        tri, pyt = ok.get((dtype, "triton")), ok.get((dtype, "triton-pytorch-backward"))
-        if tri is None or pyt is None:
-            continue
-        batch, n, d = tri["params"]["shape"]
-        gpu = (tri.get("provenance") or {}).get("gpu")
-        card = BY_DEVICE_NAME.get(gpu or "")
-        facts_t, facts_p = ran(tri)["facts"], ran(pyt)["facts"]
-        products = TRITON_PRODUCTS.get(facts_t.get("backward"))
-        entry = {"triton_ms": tri["metrics"]["backward_ms"], "pytorch_ms": pyt["metrics"]["backward_ms"],
-                 "triton_products": products, "pytorch_products": PYTORCH_PRODUCTS,
-                 "triton_flops": products * batch * n * n * d if products else None,
-                 "pytorch_flops": PYTORCH_PRODUCTS * 2 * batch * n * n * d,
-                 "pytorch_precision": facts_p.get("float32_matmul_precision"),
-                 "triton_mode": facts_t.get("products") if dtype == "fp32" else None}
-        out[dtype] = BackwardCost(**entry, **_rates(entry, batch * n * n, facts_p.get("backward_arithmetic") == "fp32",
-                                                    gpu, card, dtype, facts_t.get("products")))
-    return out
+    return {dtype: backward_cost(ok[(dtype, "triton")], ok[(dtype, "triton-pytorch-backward")])
+            for dtype in sorted({dtype for dtype, _ in ok})
+            if (dtype, "triton") in ok and (dtype, "triton-pytorch-backward") in ok}
 
 
-def _rates(e: dict, n2: int, fp32: bool, gpu: str | None, card, dtype: str, products: str | None) -> dict:
-    """Achieved rates, peak shares and the PyTorch backward's floor of one accounting entry: ``n2``
-    the batch's N x N elements, ``fp32`` whether the PyTorch backward's arithmetic was fp32."""
-    rates = {"triton_tflops": e["triton_flops"] / e["triton_ms"] / 1e9 if e["triton_flops"] else None,
-             "pytorch_tflops": e["pytorch_flops"] / e["pytorch_ms"] / 1e9}
-    top = attention_peak(gpu, "ours", dtype, products) if products or dtype != "fp32" else None
-    known = top is not None and rates["triton_tflops"] is not None
-    rates.update(triton_peak=peak_words(top) if known else None,
-                 triton_of_peak=rates["triton_tflops"] * 1e12 / top.flops if known else None)
+def backward_speedup(accounting: dict[str, BackwardCost]) -> dict[str, Speedup]:
+    return {dtype: Speedup(float(a.triton_ms), float(a.pytorch_ms), a.pytorch_ms / a.triton_ms,
+                           a.triton_ms / a.pytorch_ms) for dtype, a in accounting.items()}
+
+
+def backward_cost(tri: dict, pyt: dict) -> BackwardCost:
+    """What the Triton backward (record ``tri``) and the compiled PyTorch one (``pyt``) timed at B4's
+    shape compute and move, against their times and the card's datasheet rates
+    (``accounting.hardware``), as far as ``flash_record.ran`` says what ran: FLOPs (the Triton kernels
+    over the causal half of the tiles, the compiled PyTorch backward over whole N x N matrices), each
+    one's achieved rate and share of the peak of the units its products ran on, and the PyTorch
+    backward's floor: its matmuls at that peak plus its N x N intermediates at the memory bandwidth.
+    ``faster_than_floor``: the Triton backward took less than the PyTorch one's floor, so the work it
+    skips explains its lead; ``slower_by_rate``: the Triton backward did fewer FLOPs yet took longer,
+    at a lower rate."""
+    dtype, (batch, n, d) = tri["params"]["dtype"], tri["params"]["shape"]
+    gpu = (tri.get("provenance") or {}).get("gpu")
+    card = BY_DEVICE_NAME.get(gpu or "")
+    facts_t, facts_p = ran(tri)["facts"], ran(pyt)["facts"]
+    triton_ms, pytorch_ms = tri["metrics"]["backward_ms"], pyt["metrics"]["backward_ms"]
+    products = TRITON_PRODUCTS.get(facts_t.get("backward"))
+    triton_flops = products * batch * n * n * d if products else None
+    pytorch_flops = PYTORCH_PRODUCTS * 2 * batch * n * n * d
+    triton_tflops = triton_flops / triton_ms / 1e9 if triton_flops else None
+    pytorch_tflops = pytorch_flops / pytorch_ms / 1e9
+    mode = facts_t.get("products")
+    top = attention_peak(gpu, "ours", dtype, mode) if mode or dtype != "fp32" else None
+    known = top is not None and triton_tflops is not None
     # the PyTorch backward's fp32 matmuls run in what its float32 matmul precision says (profiling.mfu)
-    unit = FP32_MATMUL.get(e["pytorch_precision"]) if fp32 else None
+    precision, fp32 = facts_p.get("float32_matmul_precision"), facts_p.get("backward_arithmetic") == "fp32"
+    unit = FP32_MATMUL.get(precision) if fp32 else None
     flops_peak = getattr(card, f"{unit}_flops") if card is not None and unit else None
-    matrix_bytes = PYTORCH_MATRIX_PASSES * n2 * 4 if fp32 else None
-    rates.update(
-        pytorch_peak=PEAK_WORDS.get(unit),
-        pytorch_of_peak=rates["pytorch_tflops"] * 1e12 / flops_peak if flops_peak else None,
-        pytorch_matrix_bytes=matrix_bytes,
-        pytorch_flops_floor_ms=e["pytorch_flops"] / flops_peak * 1e3 if flops_peak else None,
-        pytorch_bytes_floor_ms=(matrix_bytes / card.hbm_bandwidth * 1e3
-                                if matrix_bytes and card is not None and card.hbm_bandwidth else None))
-    floors = [rates["pytorch_flops_floor_ms"], rates["pytorch_bytes_floor_ms"]]
-    rates["pytorch_floor_ms"] = sum(f for f in floors if f is not None) if any(f is not None for f in floors) else None
-    rates["faster_than_floor"] = (rates["pytorch_floor_ms"] is not None and e["triton_ms"] < rates["pytorch_floor_ms"])
-    # ours against the PyTorch backward: its FLOPs and its rate, each as a ratio
-    rates["flops_ratio"] = e["triton_flops"] / e["pytorch_flops"] if e["triton_flops"] else None
-    rates["rate_ratio"] = rates["triton_tflops"] / rates["pytorch_tflops"] if rates["triton_tflops"] else None
-    rates["slower_by_rate"] = bool(e["triton_flops"] and e["triton_ms"] > e["pytorch_ms"]
-                                   and e["triton_flops"] < e["pytorch_flops"]
-                                   and rates["triton_tflops"] < rates["pytorch_tflops"])
-    return rates
+    matrix_bytes = PYTORCH_MATRIX_PASSES * batch * n * n * 4 if fp32 else None
+    flops_floor = pytorch_flops / flops_peak * 1e3 if flops_peak else None
+    bytes_floor = (matrix_bytes / card.hbm_bandwidth * 1e3
+                   if matrix_bytes and card is not None and card.hbm_bandwidth else None)
+    floors = [f for f in (flops_floor, bytes_floor) if f is not None]
+    floor = sum(floors) if floors else None
+    return BackwardCost(
+        triton_ms=triton_ms, pytorch_ms=pytorch_ms, triton_products=products, pytorch_products=PYTORCH_PRODUCTS,
+        triton_flops=triton_flops, pytorch_flops=pytorch_flops, pytorch_precision=precision,
+        triton_mode=mode if dtype == "fp32" else None, triton_tflops=triton_tflops, pytorch_tflops=pytorch_tflops,
+        triton_peak=peak_words(top) if known else None,
+        triton_of_peak=triton_tflops * 1e12 / top.flops if known else None,
+        pytorch_peak=PEAK_WORDS.get(unit), pytorch_of_peak=pytorch_tflops * 1e12 / flops_peak if flops_peak else None,
+        pytorch_matrix_bytes=matrix_bytes, pytorch_flops_floor_ms=flops_floor, pytorch_bytes_floor_ms=bytes_floor,
+        pytorch_floor_ms=floor, faster_than_floor=floor is not None and triton_ms < floor,
+        # ours against the PyTorch backward: its FLOPs and its rate, each as a ratio
+        flops_ratio=triton_flops / pytorch_flops if triton_flops else None,
+        rate_ratio=triton_tflops / pytorch_tflops if triton_tflops else None,
+        slower_by_rate=bool(triton_flops and triton_ms > pytorch_ms and triton_flops < pytorch_flops
+                            and triton_tflops < pytorch_tflops))
 
 
 @dataclass(frozen=True)
@@ -275,7 +262,7 @@ class B3Summary(Summary):
     near_factor: float
     ragged: bool | None
     lse_better: list[str]
-    ran: WhatRan | None
+    ran: WhatRan
 
 
 @dataclass(frozen=True)
@@ -285,7 +272,7 @@ class B4Summary(Summary):
     accounting: dict[str, BackwardCost]
     tuner: list[TunerChoice]
     tuned_elsewhere: list[str]
-    ran: WhatRan | None
+    ran: WhatRan
     # the section points at B3's table instead of repeating it where the timed calls ran the same as the
     # checked ones
     ran_as_b3: bool
@@ -298,15 +285,14 @@ def by_function(record: dict) -> tuple:
     return record["params"]["function"], record["params"]["dtype"]
 
 
-def same_table(ran: WhatRan | None, other: WhatRan | None) -> bool:
+def same_table(ran: WhatRan, other: WhatRan) -> bool:
     """Whether two ``what_ran`` summaries tabulate the same: the same facts, values and sources
-    (whether the records say them), tiles and differences from the tree, whatever the number of records behind each and the lengths they
-    ran at (B3 checks at one length, B4 times at another, with the same tiles)."""
-    def shown(r: WhatRan | None) -> tuple:
-        if r is None:
-            return ()
+    (whether the records say them), tiles and differences from the tree, whatever the number of
+    records behind each and the lengths they ran at (B3 checks at one length, B4 times at another,
+    with the same tiles)."""
+    def shown(r: WhatRan) -> tuple:
         return ([(f.fact, f.label, f.values, f.source) for f in r.facts],
-                [dataclasses.replace(t, seqs="") for t in r.tiles or []], r.tiles_vary_with_length, r.tree)
+                [dataclasses.replace(t, seqs="") for t in r.tiles], r.tiles_vary_with_length, r.tree)
     return shown(ran) == shown(other)
 
 
@@ -337,12 +323,11 @@ def main(argv=None) -> int:
             ran=ran_in("error")))
     else:
         write_table(times, args.out_dir)
-        ran = ran_in("time")
+        ran, accounting = ran_in("time"), backward_accounting(records)
         contract.write(args.out_dir / "summary.json", B4Summary(
             provenance=run_provenance(records), shape=time_records[0]["params"]["shape"] if time_records else None,
-            backward=backward_speedup(times) if len(times) else {},
-            accounting=backward_accounting(records), tuner=tuner_choices(), tuned_elsewhere=tuned_elsewhere(triton),
-            ran=ran, ran_as_b3=same_table(ran, ran_in("error"))))
+            backward=backward_speedup(accounting), accounting=accounting, tuner=tuner_choices(),
+            tuned_elsewhere=tuned_elsewhere(triton), ran=ran, ran_as_b3=same_table(ran, ran_in("error"))))
     print(f"{args.deliverable} report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
     return 0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
-from cs336_systems.attention.flash_record import TREE, commit_of, ran, shape_of
+from cs336_systems.attention.flash_record import TREE, ran, shape_of
 from cs336_systems.profiling.mfu import AttentionPeak
 from cs336_systems.report.contract import Unread
 
@@ -51,10 +51,10 @@ class TreeDifferences:
 @dataclass(frozen=True, kw_only=True)
 class WhatRan:
     """What our kernels ran in a set of records (``what_ran``), as B3, B4 and B5 word it."""
-    records: int | None
+    records: int
     facts: list[Fact]
-    tiles: list[TileRow] | None
-    tiles_vary_with_length: bool | None
+    tiles: list[TileRow]
+    tiles_vary_with_length: bool
     tree: TreeDifferences | None
     several_lengths: bool
 
@@ -77,6 +77,14 @@ PHRASES = {
              "compiled": "plain launches under torch.compile",
              "compiled-plan": "the cached per-shape plan, called from the compiled graph through the custom op", "pytorch": "PyTorch tiles (no Triton)"},
 }
+
+# The facts of ``tree_differences`` in a few words.
+SHORT = {"order": {"label": "causal tile order", "longest-first": "longest first", "index": "index order"},
+         "tiles_from": {"label": "tile choice", "fixed": "fixed per dtype and head dimension", "tuned": "the tuner's",
+                        "default": "defaults", "interpreter": "the interpreter's"},
+         "products": {"label": "fp32 products", "ieee": "IEEE FMA", "tf32x3": "3xTF32"},
+         "delta": {"label": "where D = rowsum(dO ∘ O) is computed", "pytorch": "in PyTorch", "triton": "in a Triton kernel"},
+         "backward": {"label": "backward kernels", "dkdv+dq": "dK/dV then dQ", "fused": "fused, dQ added atomically"}}
 
 
 # The peaks of ``profiling.mfu.attention_peak`` (by their ``unit``) in the writeup's sentences, and as
@@ -150,17 +158,12 @@ def tile_rows(resolved: list[tuple[dict, dict]], key=by_dtype_and_d) -> list[Til
     """One row per (``key``, tile set): the lengths it ran at and each kernel's tiles."""
     rows: dict = {}
     for record, what in resolved:
-        tiles = what["facts"].get("tiles")
-        if not tiles:
-            continue
-        cells = tuple(_tile(tiles.get(k)) for k in ("forward", "dkdv", "dq"))
-        rows.setdefault((*key(record), cells), set()).add(shape_seq(record))
-    out = []
-    for (*k, cells), seqs in sorted(rows.items(), key=lambda item: (item[0][:-1], min(item[1]))):
-        seqs = sorted(seqs)
-        out.append(TileRow(key=list(k), seqs=f"{seqs[0]}" if len(seqs) == 1 else f"{seqs[0]}–{seqs[-1]}",
-                           forward=cells[0], dkdv=cells[1], dq=cells[2]))
-    return out
+        if tiles := what["facts"].get("tiles"):
+            cells = tuple(_tile(tiles.get(k)) for k in ("forward", "dkdv", "dq"))
+            rows.setdefault((*key(record), cells), set()).add(shape_seq(record))
+    ordered = sorted(rows.items(), key=lambda item: (item[0][:-1], min(item[1])))    # by key, then length
+    return [TileRow(key=list(k), seqs=f"{min(seqs)}" if len(seqs) == 1 else f"{min(seqs)}–{max(seqs)}",
+                    forward=forward, dkdv=dkdv, dq=dq) for (*k, (forward, dkdv, dq)), seqs in ordered]
 
 
 def tree_differences(resolved: list[tuple[dict, dict]]) -> TreeDifferences | None:
@@ -171,35 +174,25 @@ def tree_differences(resolved: list[tuple[dict, dict]]) -> TreeDifferences | Non
     None where the records and their commits say none of these facts."""
     seen: dict[str, set] = {}
     for record, what in resolved:
-        facts = what["facts"]
+        card = BY_DEVICE_NAME.get((record.get("provenance") or {}).get("gpu") or "")
+        moot = set() if shape_of(record)["causal"] else {"order"}
+        if record["params"].get("dtype") != "fp32" or card is None or card.tf32_flops is None:
+            moot.add("products")
         for name in TREE:
-            value = facts.get(name)
-            card = BY_DEVICE_NAME.get((record.get("provenance") or {}).get("gpu") or "")
-            if value is None or (name == "products" and (record["params"].get("dtype") != "fp32" or card is None
-                                                         or card.tf32_flops is None)):
-                continue
-            if (name == "order" and not shape_of(record)["causal"]) or value == "compiled-pytorch":
-                continue                    # no order without the mask; the PyTorch backward by choice
-            seen.setdefault(name, set()).add(value)
+            # the compiled PyTorch backward is a choice of the Function, not a kernel of the tree's
+            value = what["facts"].get(name)
+            if value is not None and value != "compiled-pytorch" and name not in moot:
+                seen.setdefault(name, set()).add(value)
     if not seen:
         return None
-    out = []
-    for name, values in ((name, seen[name]) for name in TREE if name in seen):
+    compared, out = [name for name in TREE if name in seen], []
+    for name in compared:
         tree = TREE[name] if isinstance(TREE[name], tuple) else (TREE[name],)
-        if values - set(tree):
+        if other := seen[name] - set(tree):
             words = SHORT[name]
-            out.append(Differs(fact=name, label=words["label"], ran=sorted(words.get(v, v) for v in values - set(tree)),
+            out.append(Differs(fact=name, label=words["label"], ran=sorted(words.get(v, v) for v in other),
                                tree=[words.get(v, v) for v in tree]))
-    return TreeDifferences(compared=[SHORT[name]["label"] for name in TREE if name in seen], differs=out)
-
-
-# The facts of ``tree_differences`` in a few words.
-SHORT = {"order": {"label": "causal tile order", "longest-first": "longest first", "index": "index order"},
-         "tiles_from": {"label": "tile choice", "fixed": "fixed per dtype and head dimension", "tuned": "the tuner's",
-                        "default": "defaults", "interpreter": "the interpreter's"},
-         "products": {"label": "fp32 products", "ieee": "IEEE FMA", "tf32x3": "3xTF32"},
-         "delta": {"label": "where D = rowsum(dO ∘ O) is computed", "pytorch": "in PyTorch", "triton": "in a Triton kernel"},
-         "backward": {"label": "backward kernels", "dkdv+dq": "dK/dV then dQ", "fused": "fused, dQ added atomically"}}
+    return TreeDifferences(compared=[SHORT[name]["label"] for name in compared], differs=out)
 
 
 def tuned_entry(dtype: str | None, d: int) -> str | None:
@@ -249,9 +242,3 @@ def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) 
     return WhatRan(records=len(records), facts=rows, tiles=tiles,
                    tiles_vary_with_length=len({tuple(t.key) for t in tiles}) < len(tiles),
                    tree=tree_differences(resolved), several_lengths=len({shape_seq(r) for r in records}) > 1)
-
-
-def ran_commits(records: list[dict]) -> list[str]:
-    """The commits whose kernels ran in ``records``, as the writeup names them (without resolving
-    every record's facts again, which ``what_ran`` does)."""
-    return sorted({commit_of(r)[:10] for r in records})
