@@ -170,6 +170,10 @@ def test_report_where_no_forward_ran(record, tmp_path):
     s = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert s["a"] == [] and s["a_findings"]["busy_range"] is None and s["a_findings"]["a1_compared"] == 0
     contract.check("A2", s)
+    # and the section renders, saying that (a) has no rows, rather than stopping the writeup
+    templates = Path(__file__).resolve().parents[2] / "writeup" / "templates"
+    text = writeup.Renderer("md", tmp_path / "w" / "w.md", templates).section("A2", tmp_path / "out" / "summary.json")
+    assert "*No rows in this run: `table_a.csv` is empty.*" in text
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -307,6 +307,9 @@ class Renderer:
         csv_path = folder / f"{name}.csv"
         df = pd.read_csv(csv_path, keep_default_na=False)
         width = len(df.columns)
+        if columns is not None and df.empty:
+            # a report writes a table with no rows as one placeholder column: no view of it can show its columns
+            return f"*No rows in this run: `{name}.csv` is empty.*"
         if columns is not None:
             missing = [c for c in columns if c not in df.columns]
             if missing:
