@@ -283,14 +283,18 @@ class _Walker:
 
 
 def imported_macros(tree: nodes.Template) -> dict:
-    out = {}
+    """The macros a section imports, by the names it gives them, and the other macros of the files
+    it imports them from, by their own names: an imported macro may call its file's others (the
+    section's own macros, added after these, win a clash)."""
+    siblings, out = {}, {}
     for imp in tree.find_all(nodes.FromImport):
         other = ENV.parse((TEMPLATES / imp.template.value).read_text())
         defined = {m.name: m for m in other.find_all(nodes.Macro)}
+        siblings.update(defined)
         for name in imp.names:
             name, alias = (name, name) if isinstance(name, str) else name
             out[alias] = defined[name]
-    return out
+    return {**siblings, **out}
 
 
 def reads(ident: str) -> Reads:
