@@ -487,7 +487,7 @@ def test_the_overhead_model_is_fitted_to_whole_overheads():
     assert fit["optimum"]["fixed_share"] == pytest.approx(c / fit["optimum"]["overhead_ms"])   # what the text may call "most"
     assert c8.fit_overheads(points[:2] + [points[1]], s, w) is None
     flat = c8.fit_overheads([point(n, 30.0 - n * 0.001 + s / (n * w) * 1e3) for n in counts], s, w)
-    assert flat["o_ms"] < 0 and flat["optimum"] is None and not flat["located"]
+    assert flat["o_ms"] < 0 and flat["optimum"] is None and flat["not_located"] is None
 
 
 def _round_record(variant: str, rounds: list[list[float]], job: str = "job1") -> dict:
