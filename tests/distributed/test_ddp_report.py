@@ -594,9 +594,9 @@ def test_c12_sets_a_traced_step_s_idle_time_against_ddp_s_only_where_it_computes
     DDP's is no reference for it."""
     folder = _report(run, "C12", traced=("overlap", "fsdp", "fsdp-bf16"))
     idle = json.loads((folder / "summary.json").read_text())["untraced_idle"]
-    assert {label: u["computes_as_reference"] for label, u in idle.items() if u} == {
-        "overlap": True, "fsdp": True, "fsdp-bf16": False, "overlap (bf16)": False, "fsdp (bf16)": False,
-        "fsdp-bf16 (bf16)": False}
+    assert {label: u["reference"] for label, u in idle.items() if u} == {
+        "overlap": "same compute", "fsdp": "same compute", "fsdp-bf16": "other compute",
+        "overlap (bf16)": "other compute", "fsdp (bf16)": "other compute", "fsdp-bf16 (bf16)": "other compute"}
     # the traced steps' idle time the profiler's (the sentence that names DDP's), each
     summary = json.loads((folder / "summary.json").read_text())
     for u in summary["untraced_idle"].values():
@@ -606,5 +606,6 @@ def test_c12_sets_a_traced_step_s_idle_time_against_ddp_s_only_where_it_computes
     said = {part.split(":")[0]: part for part in text.split("\n\n") if "idle time is the profiler's" in part}
     assert set(said) == set(summary["gap_labels"]) == {"fsdp", "fsdp-bf16", "fsdp (bf16)", "fsdp-bf16 (bf16)"}
     for label, part in said.items():
-        assert ("against DDP's" in part) is idle[label]["computes_as_reference"], part
-        assert ("is an fp32 step's: no reference for a step computing in bf16" in part) is (not idle[label]["computes_as_reference"])
+        same = idle[label]["reference"] == "same compute"
+        assert ("against DDP's" in part) is same, part
+        assert ("is an fp32 step's: no reference for a step computing in bf16" in part) is (not same)
