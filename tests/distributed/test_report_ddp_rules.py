@@ -93,6 +93,7 @@ def test_pytorch_ddp_waits_inside_backward_and_is_never_shown_waiting_nothing(se
     assert found["shorter_than"] == sorted(v for v, x in verdicts.items() if x == "lower")
     assert found["longer_than"] == sorted(v for v, x in verdicts.items() if x == "higher")
     assert found["within_some"] is (spread.WITHIN in verdicts.values()) and found["unsettled_some"] is False
+    assert found["step_verdict"] == ("beyond" if found["shorter_than"] or found["longer_than"] else spread.WITHIN)
 
     # its row carries no wait and says where the wait is
     table = ddp_rows.step_table(records).set_index("variant")
@@ -113,6 +114,7 @@ def test_pytorch_ddp_waits_inside_backward_and_is_never_shown_waiting_nothing(se
     found = ddp_rows.backward_waits(short)["fp32"]["torch-ddp"]
     assert found["excess"]["verdict"] == spread.NOT_SETTLED and found["excess"]["low_ms"] is None
     assert found["longest"] is False and found["unsettled_some"] and not (found["shorter_than"] or found["longer_than"])
+    assert found["step_verdict"] == spread.NOT_SETTLED
     text = _section("C6", ddp.build("C6", short, {}, [], {"fits": {}}, tmp_path), tmp_path)
     assert f"not settled against {found['reference']}'s" in text and "fewer rounds than the judge needs" in text
     assert "that is where its communication costs" not in text and "against the others' is not settled" in text
