@@ -544,6 +544,12 @@ def quoted(rows: dict[str, dict | None]) -> dict:
                        and not is_bucket_size(v)]}
 
 
+# The columns of the bucket sizes' table C8 shows (where it has rows; else its note, whole): their
+# steps and waits beside the model's predictions.
+BUCKETED_VIEW = ["variant", "precision", "status", "buckets", "comm_wait_ms", "step_ms", "step_range_ms",
+                 "overhead_ms", "predicted_ms", "predicted_c1_ms", "after_backward_pass_ms"]
+
+
 def part(s: "Section") -> tuple[pd.DataFrame, dict]:
     """C8's tables and figures, and its summary keys. Every variant side by side (the bucket sizes "vs
     the others"), the overhead of each in each precision, then the bucket sizes with the overhead
@@ -569,7 +575,7 @@ def part(s: "Section") -> tuple[pd.DataFrame, dict]:
     gaps = {label: compute_gaps(traces[label]) for p in precisions for v in shown
             if (label := trace_label(v, p)) in traces}
     kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced if v in shown or v == QUIET_TRACE])
-    return bucketed, {"bucketed": bucketed.to_dict("records"), "model": model, "overheads": found,
+    return bucketed, {"bucketed_view": BUCKETED_VIEW if len(bucketed) else None, "model": model, "overheads": found,
                       "has_overhead_table": over is not None, "accuracy": accuracy,
                       "accuracy_worst": worst_accuracy(accuracy), "compute_gaps": gaps,
                       "kernel_time": kinds, "ladder": steps,
@@ -757,7 +763,7 @@ class C8Summary(Opening):
     others: dict[str, WaitingStep | None]
     beyond: list[Named]
     per_call: PerCallBound | None
-    bucketed: list[dict[str, Any]]
+    bucketed_view: list[str] | None
     model: OverheadModel | None
     overheads: dict[str, Overhead]
     has_overhead_table: bool | None
