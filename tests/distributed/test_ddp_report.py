@@ -378,13 +378,13 @@ def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward
     assert found["latency_ms"] == pytest.approx(33.8)
     assert found["baseline_precision"] == "bf16" and found["baseline_forward_ms"] == 80.0
     assert found["excess_ms"] == pytest.approx(fsdp_forward_ms - 80.0)
-    assert found["beyond_transfers"] is beyond
+    assert (found["excess_reading"] == "beyond transfers") is beyond
     # what each of the 338 calls must cost for them to make up the excess beyond the bytes
     assert found["call_ms"] == 0.1
     assert found["call_needed_ms"] == pytest.approx((fsdp_forward_ms - 80.0 - found["transfer_ms"]) / 338)
     # no baseline of the compute precision, no verdict; no C1 fit, no bound
     (alone,) = c12.fsdp_forward({"fp32": {"fsdp-bf16": {"forward_ms": 213.0}}}, setup, None)
-    assert "bound_ms" not in alone and "beyond_transfers" not in alone and alone["baseline_forward_ms"] is None
+    assert "bound_ms" not in alone and "excess_reading" not in alone and alone["baseline_forward_ms"] is None
     # bf16 at its own batch: its quiet forward is another workload's, and the fp32 run's fsdp-bf16 has none
     (other,) = c12.fsdp_forward(rows, setup | {"global_batch": 8, "other_batches": {"bf16": 32}}, fit)
     assert other["baseline_forward_ms"] is None and other["baseline_other_batch"] and "excess_ms" not in other

@@ -41,8 +41,9 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
     (fsdp-bf16 against a bf16 run's baseline). And the most the weight transfers can take: every
     Linear and Embedding weight all-gathered once (each rank receives (N − 1)/N of it) at C1's bus
     bandwidth for this back end and world size, plus C1's per-call cost (one call timed alone, the
-    most a call costs) per gather as if none overlapped. An excess beyond that bound is not the
-    transfers; the text says so, and no more."""
+    most a call costs) per gather as if none overlapped. ``excess_reading``, where both are known:
+    the excess is "beyond transfers" (beyond that bound: not the transfers; the text says so, and no
+    more), "beyond bytes" (beyond the bytes alone, within the bound) or "within bytes"."""
     size = get_size(setup["size"])
     gathers = transformer_parameter_tensors(size)["matrices"]      # FSDP gathers each Linear and Embedding weight
     n = setup["world_size"]
@@ -79,8 +80,9 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
                 if mine and theirs and (excess := record_difference(mine, theirs, "forward_ms")) is not None:
                     found["excess"] = excess
                 if "bound_ms" in found:
-                    found["beyond_transfers"] = found["excess_ms"] > found["bound_ms"]
-                    found["beyond_bytes"] = found["excess_ms"] > found["transfer_ms"]
+                    found["excess_reading"] = ("beyond transfers" if found["excess_ms"] > found["bound_ms"]
+                                               else "beyond bytes" if found["excess_ms"] > found["transfer_ms"]
+                                               else "within bytes")
                     found["call_ms"] = max(fit["o_ms"], 0.0)
                     found["call_needed_ms"] = (found["excess_ms"] - found["transfer_ms"]) / gathers if gathers else None
             out.append(found)
@@ -137,8 +139,7 @@ class FsdpForward:
     call_ms: float | None = None        # C1's per-call cost o, which isolated all-reduces measured
     call_needed_ms: float | None = None  # what each gather must cost for the calls to make up the excess beyond the bytes
     bound_ms: float | None = None
-    beyond_transfers: bool | None = None
-    beyond_bytes: bool | None = None
+    excess_reading: str | None = None   # "beyond transfers", "beyond bytes", "within bytes"
 
 
 @dataclass(frozen=True, kw_only=True)
