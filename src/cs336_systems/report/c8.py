@@ -43,8 +43,8 @@ def model_against_waits(predicted: list[float], measured: list[float]) -> dict:
     follows = bool(pairs) and all(1 / FOLLOWS_WITHIN <= m / p <= FOLLOWS_WITHIN for p, m in pairs)
     flat = bool(measured) and (max(measured) - min(measured)) < FLAT_SHARE * statistics.median(measured)
     change = max(p for p, _ in pairs) / min(p for p, _ in pairs) if pairs else None
-    return {"against_waits": "follows" if follows else "flat" if flat else "off", "follows_within": FOLLOWS_WITHIN,
-            "flat_share": FLAT_SHARE, "predicted_change": change}
+    return {"against_waits": "follows" if follows else "flat" if flat else "off",
+            "follows_within": FOLLOWS_WITHIN, "flat_share": FLAT_SHARE, "predicted_change": change}
 
 
 def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
@@ -127,9 +127,10 @@ def overheads(records: list[dict]) -> dict[str, dict]:
     PyTorch DDP's: ``compare_overheads_paired`` where the contender, PyTorch DDP and the baseline took
     turns in one job (``paired``), else not settled; "anchor at zero" in place of within the spread
     where PyTorch DDP's own overhead is not above zero beyond it (no overhead of it to set ours
-    against); "no torch-ddp" or "no contender" where one side did not run. A variant that computes otherwise than the baseline
-    (``ddp_rows.same_computation``) has no overhead: its step less the baseline's is not what
-    communication costs; ``no_baseline`` names those, with the precision they compute in.
+    against); "no torch-ddp" or "no contender" where one side did not run. A variant that computes
+    otherwise than the baseline (``ddp_rows.same_computation``) has no overhead: its step less the
+    baseline's is not what communication costs; ``no_baseline`` names those, with the precision they
+    compute in.
     Precisions without an ok baseline are left out."""
     out = {}
     for precision, found in by_variant(records).items():
@@ -575,8 +576,8 @@ def part(s: "Section") -> tuple[pd.DataFrame, dict]:
     gaps = {label: compute_gaps(traces[label]) for p in precisions for v in shown
             if (label := trace_label(v, p)) in traces}
     kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced if v in shown or v == QUIET_TRACE])
-    return bucketed, {"bucketed_view": BUCKETED_VIEW if len(bucketed) else None, "model": model, "overheads": found,
-                      "has_overhead_table": over is not None, "accuracy": accuracy,
+    return bucketed, {"bucketed_view": BUCKETED_VIEW if len(bucketed) else None, "model": model,
+                      "overheads": found, "has_overhead_table": over is not None, "accuracy": accuracy,
                       "accuracy_worst": worst_accuracy(accuracy), "compute_gaps": gaps,
                       "kernel_time": kinds, "ladder": steps,
                       "against_overlap": bucketed_against_overlap(records).get(s.first),
