@@ -378,13 +378,13 @@ def test_an_fsdp_forward_is_set_against_what_its_transfers_can_take(fsdp_forward
     assert found["latency_ms"] == pytest.approx(33.8)
     assert found["baseline_precision"] == "bf16" and found["baseline_forward_ms"] == 80.0
     assert found["excess_ms"] == pytest.approx(fsdp_forward_ms - 80.0)
-    assert found["beyond_transfers"] is beyond
+    assert (found["excess_reading"] == "beyond transfers") is beyond
     # what each of the 338 calls must cost for them to make up the excess beyond the bytes
     assert found["call_ms"] == 0.1
     assert found["call_needed_ms"] == pytest.approx((fsdp_forward_ms - 80.0 - found["transfer_ms"]) / 338)
     # no baseline of the compute precision, no verdict; no C1 fit, no bound
     (alone,) = c12.fsdp_forward({"fp32": {"fsdp-bf16": {"forward_ms": 213.0}}}, setup, None)
-    assert "bound_ms" not in alone and "beyond_transfers" not in alone and alone["baseline_forward_ms"] is None
+    assert "bound_ms" not in alone and "excess_reading" not in alone and alone["baseline_forward_ms"] is None
     # bf16 at its own batch: its quiet forward is another workload's, and the fp32 run's fsdp-bf16 has none
     (other,) = c12.fsdp_forward(rows, setup | {"global_batch": 8, "other_batches": {"bf16": 32}}, fit)
     assert other["baseline_forward_ms"] is None and other["baseline_other_batch"] and "excess_ms" not in other
@@ -487,7 +487,7 @@ def test_the_overhead_model_is_fitted_to_whole_overheads():
     assert fit["optimum"]["fixed_share"] == pytest.approx(c / fit["optimum"]["overhead_ms"])   # what the text may call "most"
     assert c8.fit_overheads(points[:2] + [points[1]], s, w) is None
     flat = c8.fit_overheads([point(n, 30.0 - n * 0.001 + s / (n * w) * 1e3) for n in counts], s, w)
-    assert flat["o_ms"] < 0 and flat["optimum"] is None and not flat["located"]
+    assert flat["o_ms"] < 0 and flat["optimum"] is None and flat["not_located"] is None
 
 
 def _round_record(variant: str, rounds: list[list[float]], job: str = "job1") -> dict:
@@ -594,9 +594,9 @@ def test_c12_sets_a_traced_step_s_idle_time_against_ddp_s_only_where_it_computes
     DDP's is no reference for it."""
     folder = _report(run, "C12", traced=("overlap", "fsdp", "fsdp-bf16"))
     idle = json.loads((folder / "summary.json").read_text())["untraced_idle"]
-    assert {label: u["computes_as_reference"] for label, u in idle.items() if u} == {
-        "overlap": True, "fsdp": True, "fsdp-bf16": False, "overlap (bf16)": False, "fsdp (bf16)": False,
-        "fsdp-bf16 (bf16)": False}
+    assert {label: u["reference"] for label, u in idle.items() if u} == {
+        "overlap": "same compute", "fsdp": "same compute", "fsdp-bf16": "other compute",
+        "overlap (bf16)": "other compute", "fsdp (bf16)": "other compute", "fsdp-bf16 (bf16)": "other compute"}
     # the traced steps' idle time the profiler's (the sentence that names DDP's), each
     summary = json.loads((folder / "summary.json").read_text())
     for u in summary["untraced_idle"].values():
@@ -606,5 +606,6 @@ def test_c12_sets_a_traced_step_s_idle_time_against_ddp_s_only_where_it_computes
     said = {part.split(":")[0]: part for part in text.split("\n\n") if "idle time is the profiler's" in part}
     assert set(said) == set(summary["gap_labels"]) == {"fsdp", "fsdp-bf16", "fsdp (bf16)", "fsdp-bf16 (bf16)"}
     for label, part in said.items():
-        assert ("against DDP's" in part) is idle[label]["computes_as_reference"], part
-        assert ("is an fp32 step's: no reference for a step computing in bf16" in part) is (not idle[label]["computes_as_reference"])
+        same = idle[label]["reference"] == "same compute"
+        assert ("against DDP's" in part) is same, part
+        assert ("is an fp32 step's: no reference for a step computing in bf16" in part) is (not same)

@@ -41,8 +41,9 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
     (fsdp-bf16 against a bf16 run's baseline). And the most the weight transfers can take: every
     Linear and Embedding weight all-gathered once (each rank receives (N − 1)/N of it) at C1's bus
     bandwidth for this back end and world size, plus C1's per-call cost (one call timed alone, the
-    most a call costs) per gather as if none overlapped. An excess beyond that bound is not the
-    transfers; the text says so, and no more."""
+    most a call costs) per gather as if none overlapped. ``excess_reading``, where both are known:
+    the excess is "beyond transfers" (beyond that bound: not the transfers; the text says so, and no
+    more), "beyond bytes" (beyond the bytes alone, within the bound) or "within bytes"."""
     size = get_size(setup["size"])
     gathers = transformer_parameter_tensors(size)["matrices"]      # FSDP gathers each Linear and Embedding weight
     n = setup["world_size"]
@@ -73,17 +74,15 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
                 found["transfer_ms"] = found["gathered_GB"] / busbw * 1e3
                 found["latency_ms"] = gathers * max(fit["o_ms"], 0.0)
                 found["bound_ms"] = found["transfer_ms"] + found["latency_ms"]
-                # a step moves each weight three times: gathered for forward, again for backward, and
-                # its gradient reduce-scattered (the same bytes each way)
-                found["step_bound_ms"] = 3 * found["bound_ms"]
             if base:
                 found["excess_ms"] = row["forward_ms"] - base["forward_ms"]
                 mine, theirs = records.get((variant, precision)), records.get((base_variant, compute))
                 if mine and theirs and (excess := record_difference(mine, theirs, "forward_ms")) is not None:
                     found["excess"] = excess
                 if "bound_ms" in found:
-                    found["beyond_transfers"] = found["excess_ms"] > found["bound_ms"]
-                    found["beyond_bytes"] = found["excess_ms"] > found["transfer_ms"]
+                    found["excess_reading"] = ("beyond transfers" if found["excess_ms"] > found["bound_ms"]
+                                               else "beyond bytes" if found["excess_ms"] > found["transfer_ms"]
+                                               else "within bytes")
                     found["call_ms"] = max(fit["o_ms"], 0.0)
                     found["call_needed_ms"] = (found["excess_ms"] - found["transfer_ms"]) / gathers if gathers else None
             out.append(found)
@@ -140,9 +139,7 @@ class FsdpForward:
     call_ms: float | None = None        # C1's per-call cost o, which isolated all-reduces measured
     call_needed_ms: float | None = None  # what each gather must cost for the calls to make up the excess beyond the bytes
     bound_ms: float | None = None
-    step_bound_ms: float | None = None
-    beyond_transfers: bool | None = None
-    beyond_bytes: bool | None = None
+    excess_reading: str | None = None   # "beyond transfers", "beyond bytes", "within bytes"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,8 +172,9 @@ class UntracedIdle:
     idle_share: float
     traced_idle_ms: float
     mostly_profiler: bool | None
+    transfers_ms: float | None      # the most the fp32 step's transfers can take
     beyond_transfers: bool
-    computes_as_reference: bool
+    reference: str | None           # DDP (overlap)'s idle time: "same compute", "other compute"; null: none ran
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,14 +236,18 @@ def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     untraced = {label: untraced_idle(gaps.get(label), rows[p].get(v)) for label, (v, p) in points.items()}
     forward_rows = fsdp_forward(rows, setup, s.fit, by_point)
     for label, idle in untraced.items():
-        # idle longer than the fp32 step's transfers can take: the waits are not only for bytes
-        bound = next((f.get("step_bound_ms") for f in forward_rows or ()
-                      if f["variant"] == label and f["precision"] == "fp32"), None)
-        if idle is not None:
-            idle["beyond_transfers"] = bound is not None and idle["idle_ms"] > bound
-            # DDP (overlap, fp32)'s idle time is a reference only for a step that computes in fp32 too:
-            # a bf16 step's kernels are shorter, so less of each transfer hides behind them
-            idle["computes_as_reference"] = compute_precision(*points[label]) == variants.DEFAULT_PRECISION
+        if idle is None:
+            continue
+        # idle longer than the fp32 step's transfers can take: the waits are not only for bytes. A step
+        # moves each weight three times: gathered for forward, again for backward, and its gradient
+        # reduce-scattered (the same bytes each way)
+        bound = next((3 * f["bound_ms"] for f in forward_rows or ()
+                      if f["variant"] == label and f["precision"] == "fp32" and "bound_ms" in f), None)
+        idle["transfers_ms"], idle["beyond_transfers"] = bound, bound is not None and idle["idle_ms"] > bound
+        # DDP (overlap, fp32)'s idle time is a reference only for a step that computes in fp32 too:
+        # a bf16 step's kernels are shorter, so less of each transfer hides behind them
+        same = compute_precision(*points[label]) == variants.DEFAULT_PRECISION
+        idle["reference"] = None if not untraced.get("overlap") else "same compute" if same else "other compute"
     with_gaps = {label for label, found in gaps.items() if found}
     gap_labels = [label for label in drawn if label in with_gaps]
     reference = ["overlap"] if untraced.get("overlap") and "overlap" in with_gaps else []

@@ -35,14 +35,16 @@ FLAT_SHARE = 0.10
 
 
 def model_against_waits(predicted: list[float], measured: list[float]) -> dict:
-    """Whether the overhead model follows the measured waits after backward, bucket size by bucket
-    size (``FOLLOWS_WITHIN``), and whether the waits stay flat across the sizes (``FLAT_SHARE``)."""
+    """How the overhead model stands against the measured waits after backward (``against_waits``):
+    it "follows" them where every bucket size's wait lies within ``FOLLOWS_WITHIN`` of its
+    prediction; else the waits are "flat" where they stay within ``FLAT_SHARE`` of their median
+    across the sizes, and the model is "off" where they are not."""
     pairs = [(p, m) for p, m in zip(predicted, measured) if p > 0 and m > 0]
     follows = bool(pairs) and all(1 / FOLLOWS_WITHIN <= m / p <= FOLLOWS_WITHIN for p, m in pairs)
     flat = bool(measured) and (max(measured) - min(measured)) < FLAT_SHARE * statistics.median(measured)
     change = max(p for p, _ in pairs) / min(p for p, _ in pairs) if pairs else None
-    return {"follows_waits": follows, "waits_flat": flat, "follows_within": FOLLOWS_WITHIN, "flat_share": FLAT_SHARE,
-            "predicted_change": change}
+    return {"against_waits": "follows" if follows else "flat" if flat else "off",
+            "follows_within": FOLLOWS_WITHIN, "flat_share": FLAT_SHARE, "predicted_change": change}
 
 
 def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
@@ -125,9 +127,10 @@ def overheads(records: list[dict]) -> dict[str, dict]:
     PyTorch DDP's: ``compare_overheads_paired`` where the contender, PyTorch DDP and the baseline took
     turns in one job (``paired``), else not settled; "anchor at zero" in place of within the spread
     where PyTorch DDP's own overhead is not above zero beyond it (no overhead of it to set ours
-    against). A variant that computes otherwise than the baseline
-    (``ddp_rows.same_computation``) has no overhead: its step less the baseline's is not what
-    communication costs; ``no_baseline`` names those, with the precision they compute in.
+    against); "no torch-ddp" or "no contender" where one side did not run. A variant that computes
+    otherwise than the baseline (``ddp_rows.same_computation``) has no overhead: its step less the
+    baseline's is not what communication costs; ``no_baseline`` names those, with the precision they
+    compute in.
     Precisions without an ok baseline are left out."""
     out = {}
     for precision, found in by_variant(records).items():
@@ -143,8 +146,9 @@ def overheads(records: list[dict]) -> dict[str, dict]:
         best = min(contenders, key=lambda v: contenders[v]["ms"], default=None)
         paired = bool(best and anchor and contenders[best]["paired"] and anchor["paired"]
                       and spread.same_job(found[best], found["torch-ddp"]))
-        verdict = None
-        if best and anchor:
+        if not anchor or not best:
+            verdict = "no torch-ddp" if not anchor else "no contender"
+        else:
             verdict = compare_overheads_paired(found[best], found["torch-ddp"], base) if paired else spread.NOT_SETTLED
             if verdict == spread.WITHIN and anchor["verdict"] in (spread.WITHIN, "lower"):
                 verdict = "anchor at zero"
@@ -267,8 +271,11 @@ def fit_overheads(points: list[dict], grad_bytes: float, w_Bps: float) -> dict |
     and widest range). The optimum is ``located`` only where the judge settled every point the fit
     rests on and the optimum's overhead lies below the whole interval of the best measured one
     (``best``); else the fit does not locate a better bucket count than the measured ones, and
-    ``points_settled`` and ``measured_lower`` (the best measured overhead at or below the optimum's)
-    say why. None with fewer than three distinct bucket counts (two points fit any line)."""
+    ``not_located`` says why: "unsettled" (not every point is settled), "lower" (the best measured
+    overhead is at or below the optimum's), "within" (neither, so the optimum's overhead lies within
+    the best measured one's interval). It is empty where the optimum is located, None where the fit
+    has no optimum (o not positive). None with fewer than three distinct bucket counts (two points
+    fit any line)."""
     if len({p["buckets"] for p in points}) < 3:
         return None
     xs = [float(p["buckets"]) for p in points]
@@ -288,19 +295,20 @@ def fit_overheads(points: list[dict], grad_bytes: float, w_Bps: float) -> dict |
                                   if span and span[0] <= p["ms"] - r <= span[1]) if widths else None,
              "round_widths_ms": [min(widths), max(widths)] if widths else None,
              "overhead_range_ms": [min(p["ms"] for p in points), max(p["ms"] for p in points)],
-             "points_settled": settled,
              "best": {"variant": best["variant"], "buckets": int(best["buckets"]), "ms": best["ms"],
                       "low_ms": best["low_ms"], "high_ms": best["high_ms"],
                       "rounds_ms": [min(best["rounds_ms"]), max(best["rounds_ms"])] if best["rounds_ms"] else None},
-             "optimum": None, "located": False, "measured_lower": False}
+             "optimum": None, "not_located": None}
     if slope > 0:
         optimum = optimal_buckets(grad_bytes, slope / 1e3, w_Bps)
         total = optimum["overhead_ms"] + intercept
         share = intercept / total if total > 0 else None
         found["optimum"] = optimum | {"overhead_ms": total, "fixed_share": share,
                                       "mostly_fixed": share is not None and share > 0.5}
-        found["measured_lower"] = best["ms"] <= total
-        found["located"] = settled and best["low_ms"] is not None and total < best["low_ms"]
+        lower = best["ms"] <= total
+        located = settled and best["low_ms"] is not None and total < best["low_ms"]
+        why = [reason for reason, holds in (("unsettled", not settled), ("lower", lower)) if holds]
+        found["not_located"] = [] if located else why or ["within"]
     return found
 
 
@@ -537,6 +545,12 @@ def quoted(rows: dict[str, dict | None]) -> dict:
                        and not is_bucket_size(v)]}
 
 
+# The columns of the bucket sizes' table C8 shows (where it has rows; else its note, whole): their
+# steps and waits beside the model's predictions.
+BUCKETED_VIEW = ["variant", "precision", "status", "buckets", "comm_wait_ms", "step_ms", "step_range_ms",
+                 "overhead_ms", "predicted_ms", "predicted_c1_ms", "after_backward_pass_ms"]
+
+
 def part(s: "Section") -> tuple[pd.DataFrame, dict]:
     """C8's tables and figures, and its summary keys. Every variant side by side (the bucket sizes "vs
     the others"), the overhead of each in each precision, then the bucket sizes with the overhead
@@ -562,8 +576,8 @@ def part(s: "Section") -> tuple[pd.DataFrame, dict]:
     gaps = {label: compute_gaps(traces[label]) for p in precisions for v in shown
             if (label := trace_label(v, p)) in traces}
     kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced if v in shown or v == QUIET_TRACE])
-    return bucketed, {"bucketed": bucketed.to_dict("records"), "model": model, "overheads": found,
-                      "has_overhead_table": over is not None, "accuracy": accuracy,
+    return bucketed, {"bucketed_view": BUCKETED_VIEW if len(bucketed) else None, "model": model,
+                      "overheads": found, "has_overhead_table": over is not None, "accuracy": accuracy,
                       "accuracy_worst": worst_accuracy(accuracy), "compute_gaps": gaps,
                       "kernel_time": kinds, "ladder": steps,
                       "against_overlap": bucketed_against_overlap(records).get(s.first),
@@ -578,7 +592,7 @@ class Overhead:
     rows: dict[str, Spread]
     no_baseline: dict[str, str]
     best: str | None
-    verdict: str | None             # null where PyTorch DDP or every contender is missing
+    verdict: str        # compare_overheads_paired's, "anchor at zero", "no torch-ddp", "no contender"
     ratio: float | None
 
 
@@ -661,11 +675,9 @@ class OverheadFit:
     within_rounds: int | None
     round_widths_ms: list[float] | None
     overhead_range_ms: list[float]
-    points_settled: bool
     best: BestMeasured
     optimum: FittedOptimum | None
-    located: bool
-    measured_lower: bool
+    not_located: list[str] | None   # "unsettled", "lower", "within"; empty: located
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -708,8 +720,7 @@ class OverheadModel:
     backward_dwarfs_send: bool
     pass_share_of_waits: list[float] | None
     waits_beyond_pass_ms: list[float] | None
-    follows_waits: bool
-    waits_flat: bool
+    against_waits: str              # "follows", "flat", "off"
     follows_within: float
     flat_share: float
     predicted_change: float | None
@@ -753,7 +764,7 @@ class C8Summary(Opening):
     others: dict[str, WaitingStep | None]
     beyond: list[Named]
     per_call: PerCallBound | None
-    bucketed: list[dict[str, Any]]
+    bucketed_view: list[str] | None
     model: OverheadModel | None
     overheads: dict[str, Overhead]
     has_overhead_table: bool | None

@@ -186,7 +186,9 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
     longer than every other's); and its step against every other variant's that runs the same
     computation (``record_difference``, keyed by variant; the baseline's is the overhead, and a
     variant that is not ``same_computation`` computes otherwise), with the variants it is judged
-    shorter and longer than, and whether against some it is within the spread or not settled."""
+    shorter and longer than, and whether against some it is within the spread or not settled;
+    ``step_verdict``, what its step sentence leads with: "beyond" the spread (against any), else
+    ``spread.NOT_SETTLED`` (against some), else ``spread.WITHIN``; None with no other step."""
     out: dict[str, dict[str, dict]] = {}
     for precision, found in by_variant(records).items():
         backward = {v: phase_spread(r, "backward_ms") for v, r in found.items()}
@@ -201,6 +203,9 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
                          if v != variant and backward[v]]
             steps = {v: d for v, r in found.items() if v not in (variant, variants.BASELINE)
                      and same_computation(v, precision) and (d := record_difference(found[variant], r)) is not None}
+            verdicts = {d["verdict"] for d in steps.values()}
+            lead = ("beyond" if any(d["sign"] for d in steps.values()) else spread.NOT_SETTLED
+                    if spread.NOT_SETTLED in verdicts else spread.WITHIN if spread.WITHIN in verdicts else None)
             out.setdefault(precision, {})[variant] = {
                 "backward_ms": mine[0], "reference": reference,
                 "reference_backward_ms": backward[reference][0] if reference else None,
@@ -210,8 +215,8 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
                 # its step against the others' as judged, by name (sorted), and whether any is undecided
                 "shorter_than": sorted(v for v, d in steps.items() if d["sign"] < 0),
                 "longer_than": sorted(v for v, d in steps.items() if d["sign"] > 0),
-                "within_some": any(d["verdict"] == spread.WITHIN for d in steps.values()),
-                "unsettled_some": any(d["verdict"] == spread.NOT_SETTLED for d in steps.values())}
+                "within_some": spread.WITHIN in verdicts, "unsettled_some": spread.NOT_SETTLED in verdicts,
+                "step_verdict": lead}
     return out
 
 
@@ -425,6 +430,7 @@ class Waits:
     longer_than: list[str]
     within_some: bool
     unsettled_some: bool
+    step_verdict: str | None        # "beyond", "not settled", "within the spread"
 
 
 @dataclass(frozen=True, kw_only=True)
