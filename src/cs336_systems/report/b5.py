@@ -25,7 +25,7 @@ from cs336_systems.report.b5_grid import (CUDNN, EAGER_GOAL_RATIO, FLASH, FLASH_
 from cs336_systems.report.b5_losses import (FLAT_FACTOR, FLAT_SPAN, GapTrend, Losses, OutOfMemory, TimingCheck,
                                             gap_trend, losses, oom_groups, timing_check)
 from cs336_systems.report.common import load_record_lists, run_provenance, write_table
-from cs336_systems.report.contract import Summary, Unread
+from cs336_systems.report.contract import Summary
 from cs336_systems.report.spread import MIN_ROUNDS
 from cs336_systems.report.what_ran import WhatRan, tuned_elsewhere, what_ran
 
@@ -64,6 +64,14 @@ def ratios(df: pd.DataFrame) -> dict[str, Ratio]:
 
 
 @dataclass(frozen=True)
+class SplitPart:
+    """The leaderboard case's forward alone or backward alone, where ours and cuDNN both have a time."""
+    ours: float
+    cudnn: float
+    ours_over_cudnn: float
+
+
+@dataclass(frozen=True)
 class B5Summary(Summary):
     tuned_elsewhere: list[str]
     points: int
@@ -92,14 +100,11 @@ class B5Summary(Summary):
     ours_first_oom_seq: int | None
     max_seq: int
     leaderboard: dict[str, float | None]
-    leaderboard_split: dict[str, dict[str, float | None]]
-    # ours' time over cuDNN's, forward alone and backward alone, where both have one
-    leaderboard_split_over_cudnn: dict[str, float]
+    leaderboard_split: dict[str, SplitPart]
     leaderboard_failed: dict[str, str]
     leaderboard_timing: LeaderboardTiming
     leaderboard_shape: str | None
     ours_over_cudnn: float | None
-    flash_over_ours: Unread[float | None]
     ours_over_flash: float | None
     tflops_plot: TflopsPlot
     table_view: list[str]
@@ -125,9 +130,11 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops
     by_pass = {which: {row["impl"]: (None if math.isnan(row["ms"]) else row["ms"]) for _, row in part.iterrows()}
                for which, part in board.groupby("pass")} if len(board) else {}
     board_ms = by_pass.get("forward-backward", {})
-    split = {which: by_pass[which] for which in ("forward", "backward") if which in by_pass}
-    split_over_cudnn = {which: _over(times, OURS, CUDNN) for which, times in split.items()}
-    flash_over_ours = _over(board_ms, FLASH, OURS)
+    split = {}
+    for which in ("forward", "backward"):
+        times = by_pass.get(which, {})
+        if (ratio := _over(times, OURS, CUDNN)) is not None:
+            split[which] = SplitPart(times[OURS], times[CUDNN], ratio)
     board_failed = {f'{r["params"]["impl"]} ({r["params"]["pass"]})':
                     " ".join(f"{r['status']}: {r.get('message', r.get('reason', ''))}".split())[:160]
                     for r in records if r["id"] == "B5-leaderboard" and r["status"] not in ("ok", "skipped")}
@@ -146,12 +153,9 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops
         leaderboard_ran=what_ran([r for r in records if r.get("id") == "B5-leaderboard"
                                   and r["params"].get("impl") == OURS], facts=("path", "order", "backward")),
         ours_first_oom_seq=_first_oom(df, OURS), max_seq=int(df["seq"].max()), leaderboard=board_ms,
-        leaderboard_split=split,
-        leaderboard_split_over_cudnn={k: v for k, v in split_over_cudnn.items() if v is not None},
-        leaderboard_failed=board_failed, leaderboard_timing=leaderboard_timing(records),
+        leaderboard_split=split, leaderboard_failed=board_failed, leaderboard_timing=leaderboard_timing(records),
         leaderboard_shape=board["shape"].iloc[0] if len(board) else None,
-        ours_over_cudnn=_over(board_ms, OURS, CUDNN), flash_over_ours=flash_over_ours,
-        ours_over_flash=1 / flash_over_ours if flash_over_ours else None, tflops_plot=tflops_plot, table_view=shown)
+        ours_over_cudnn=_over(board_ms, OURS, CUDNN), ours_over_flash=_over(board_ms, OURS, FLASH), tflops_plot=tflops_plot, table_view=shown)
 
 
 def apart(df: pd.DataFrame) -> list[str]:
