@@ -20,7 +20,7 @@ from cs336_systems.attention.flash_record import commit_of
 from cs336_systems.report import contract
 from cs336_systems.report.b5_figures import TflopsPlot, plot_speedup, plot_tflops
 from cs336_systems.report.b5_grid import (CUDNN, EAGER_GOAL_RATIO, FLASH, FLASH_GOAL_MIN_SEQ, KEYS, OTHERS, OURS,
-                                          PLAIN, EagerGoal, LeaderboardTiming, eager_goal, grid_frame, judged,
+                                          PLAIN, EagerGoal, LeaderboardTiming, eager_goal, grid_frame, judged, judged_on,
                                           leaderboard_frame, leaderboard_timing, ours_splits, table_view, wide_table)
 from cs336_systems.report.b5_losses import (FLAT_FACTOR, FLAT_SPAN, GapTrend, Losses, OutOfMemory, TimingCheck,
                                             gap_trend, losses, oom_groups, timing_check)
@@ -48,7 +48,7 @@ class Ratio:
     min_at: At
     points: int
     by_graph: int
-    all_by_graph: bool
+    judged_on: str                  # b5_grid.judged_on
 
 
 def ratios(df: pd.DataFrame) -> dict[str, Ratio]:
@@ -59,7 +59,7 @@ def ratios(df: pd.DataFrame) -> dict[str, Ratio]:
         if len(r):
             graphed = int((pair["timing"] == "graph").sum())
             out[other] = Ratio(float(r.median()), float(r.max()), At(*map(str, r.idxmax())), float(r.min()),
-                               At(*map(str, r.idxmin())), int(len(r)), graphed, graphed == len(r))
+                               At(*map(str, r.idxmin())), int(len(r)), graphed, judged_on(graphed, len(r)))
     return out
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.profiling.mfu import attention_peak
-from cs336_systems.report.b5_grid import OURS, PASSES, PLAIN, judged
+from cs336_systems.report.b5_grid import OURS, PASSES, PLAIN, judged, judged_on
 from cs336_systems.report.common import save_figure
 from cs336_systems.report.contract import Unread
 from cs336_systems.report.what_ran import peak_cell, peak_words
@@ -66,7 +66,7 @@ class TflopsPlot:
     points: int
     peak: str | None
     graph: int
-    all_graph: bool
+    timing: str                     # b5_grid.judged_on
     do_bench: Unread[int]
 
 
@@ -102,5 +102,5 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
                 ax.legend(fontsize=7)
     save_figure(fig, path)
     graph = int((shown["timing"] == "graph").sum())
-    return TflopsPlot(dtype, [int(d) for d in ds], int(len(shown)), peak_words(top), graph, graph == len(shown),
+    return TflopsPlot(dtype, [int(d) for d in ds], int(len(shown)), peak_words(top), graph, judged_on(graph, len(shown)),
                       int((shown["timing"] == "do_bench").sum()))

@@ -16,7 +16,7 @@ import pandas as pd
 from cs336_systems.accounting import memory_traffic
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.profiling.mfu import attention_peak
-from cs336_systems.report.b5_grid import OURS, PLAIN, judged, scope
+from cs336_systems.report.b5_grid import OURS, PLAIN, judged, judged_on, scope
 from cs336_systems.report.contract import Unread
 from cs336_systems.report.spread import NOT_SETTLED, WITHIN
 from cs336_systems.report.what_ran import peak_cell, peak_words
@@ -160,7 +160,7 @@ class Losses:
     points: int
     lost: int
     by_graph: int
-    all_by_graph: bool
+    judged_on: str                  # b5_grid.judged_on
     lost_in_do_bench: int           # the same pairs judged on do_bench's time, launch included
     paired: Unread[int]             # measured in one job's turns, judged per round
     within: int
@@ -200,7 +200,7 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> Losse
     verdict, eager = both["verdict"], scope(judged(df, other, timing="do_bench"), dtypes, min_seq)
     by_graph = int((both["timing"] == "graph").sum())
     return Losses(
-        points=int(len(both)), lost=int(len(lost)), by_graph=by_graph, all_by_graph=by_graph == len(both),
+        points=int(len(both)), lost=int(len(lost)), by_graph=by_graph, judged_on=judged_on(by_graph, len(both)),
         lost_in_do_bench=int((eager["verdict"] == "higher").sum()), paired=int(both["paired"].sum()),
         within=int((verdict == WITHIN).sum()), won=int((verdict == "lower").sum()),
         settled=int((verdict != NOT_SETTLED).sum()), not_settled=int((verdict == NOT_SETTLED).sum()),

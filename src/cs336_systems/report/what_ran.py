@@ -57,6 +57,7 @@ class WhatRan:
     tiles_vary_with_length: bool
     tree: TreeDifferences | None
     several_lengths: bool
+    split: bool                     # some of the records ran split launches
 
 
 FACT_LABELS = {"order": "causal tile order", "tiles": "tiles", "products": "fp32 products", "splits": "split launches",
@@ -241,4 +242,5 @@ def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) 
     tiles = tile_rows(resolved, key)
     return WhatRan(records=len(records), facts=rows, tiles=tiles,
                    tiles_vary_with_length=len({tuple(t.key) for t in tiles}) < len(tiles),
-                   tree=tree_differences(resolved), several_lengths=len({shape_seq(r) for r in records}) > 1)
+                   tree=tree_differences(resolved), several_lengths=len({shape_seq(r) for r in records}) > 1,
+                   split=any(row.fact == "splits" and "split" in row.values for row in rows))
