@@ -117,14 +117,14 @@ def _over(times: dict, a: str, b: str) -> float | None:
     return times[a] / times[b] if times.get(a) and times.get(b) else None
 
 
-def _first_oom(df: pd.DataFrame, impl: str) -> int | None:
-    oom = df[(df["impl"] == impl) & (df["status"] == "oom")]
-    return int(oom["seq"].min()) if len(oom) else None
+def _first_oom(groups: list[OutOfMemory]) -> int | None:
+    """The shortest length at which an implementation ran out of memory (``oom_groups``)."""
+    return min((g.first_seq for g in groups), default=None)
 
 
 def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops_plot: TflopsPlot,
               shown: list[str]) -> B5Summary:
-    ok = df[df["status"] == "ok"]
+    ok, plain_oom = df[df["status"] == "ok"], oom_groups(df, PLAIN)
     ours = [r for r in records if r.get("id") == "B5" and r["params"].get("impl") == OURS]
     # the leaderboard's times, per pass and implementation (None: it did not run)
     by_pass = {which: {row["impl"]: (None if math.isnan(row["ms"]) else row["ms"]) for _, row in part.iterrows()}
@@ -143,7 +143,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops
         tuned_elsewhere=tuned_elsewhere([r for r in records if r["params"].get("impl") == OURS]),
         points=int(len(df)), ok=int(len(ok)), statuses=df["status"].value_counts().to_dict(),
         rounds=sorted({len(r) for r in ok["rounds_ms"] if r}), min_rounds=MIN_ROUNDS, ratios=ratios(df),
-        plain_first_oom_seq=_first_oom(df, PLAIN), plain_oom=oom_groups(df, PLAIN), losses_vs_plain=losses(df, PLAIN),
+        plain_first_oom_seq=_first_oom(plain_oom), plain_oom=plain_oom, losses_vs_plain=losses(df, PLAIN),
         flash_goal=losses(df, FLASH, dtypes=["bf16"], min_seq=FLASH_GOAL_MIN_SEQ),
         flash_goal_min_seq=FLASH_GOAL_MIN_SEQ,
         flash_eager_goal=eager_goal(df, FLASH, EAGER_GOAL_RATIO, dtypes=["bf16"], min_seq=FLASH_GOAL_MIN_SEQ),
@@ -152,7 +152,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops
         ours_commits=sorted({commit_of(r)[:10] for r in ours}),
         leaderboard_ran=what_ran([r for r in records if r.get("id") == "B5-leaderboard"
                                   and r["params"].get("impl") == OURS], facts=("path", "order", "backward")),
-        ours_first_oom_seq=_first_oom(df, OURS), max_seq=int(df["seq"].max()), leaderboard=board_ms,
+        ours_first_oom_seq=_first_oom(oom_groups(df, OURS)), max_seq=int(df["seq"].max()), leaderboard=board_ms,
         leaderboard_split=split, leaderboard_failed=board_failed, leaderboard_timing=leaderboard_timing(records),
         leaderboard_shape=board["shape"].iloc[0] if len(board) else None,
         ours_over_cudnn=_over(board_ms, OURS, CUDNN), ours_over_flash=_over(board_ms, OURS, FLASH), tflops_plot=tflops_plot, table_view=shown)
