@@ -131,8 +131,10 @@ class LostPoint:
     other_peak_short: str | None
     programs: int | None
     sms: int | None
-    short_grid: bool | None
-    grid_explains: bool | None
+    grid_explains: Unread[bool | None]     # counted in Losses (grid_explained, unexplained)
+    # what the table says of a grid too short to fill the GPU: it "explains" the rate, or it is
+    # "short" but alone not the cause; None where the grid fills the GPU or that is not known
+    grid: str | None
     flat: Unread[bool]              # its time is not set by its work (``flat_points``)
 
 
@@ -233,12 +235,14 @@ def _diagnose(row: pd.Series, other: str, flat: bool) -> LostPoint:
     sms = None if programs is None or math.isnan(row["sms"]) else int(row["sms"])
     busy = min(1.0, programs / sms) if sms else None
     of_busy_peak = _none(ours_tflops * 1e12 / (busy * flops)) if busy else None
+    short = busy is not None and busy < 1
+    # without the card's peak the share says nothing
+    explains = None if busy is None or math.isnan(flops) else bool(short and of_busy_peak >= GRID_EXPLAINS)
     return LostPoint(
         int(row["seq"]), float(row["t"]), float(row["t_other"]), float(ours_tflops), float(other_tflops), name,
         _none(ours_tflops * 1e12 / flops), _none(other_tflops * 1e12 / other_flops),
-        peak_cell(ours_peak), peak_cell(other_peak), programs, sms, None if busy is None else busy < 1,
-        # without the card's peak the share says nothing
-        None if busy is None or math.isnan(flops) else bool(busy < 1 and of_busy_peak >= GRID_EXPLAINS), flat)
+        peak_cell(ours_peak), peak_cell(other_peak), programs, sms, explains,
+        "explains" if explains else "short" if explains is not None and short else None, flat)
 
 
 @dataclass(frozen=True)
