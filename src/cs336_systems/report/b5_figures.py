@@ -70,6 +70,10 @@ class TflopsPlot:
     do_bench: Unread[int]
 
 
+# A line's legend: which timing its points are in (b5_grid.judged_on).
+TIMING_LABELS = {"graph": "graph time", "do_bench": "do_bench", "mixed": "graph time where measured, else do_bench"}
+
+
 def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
     """Achieved TFLOP/s over sequence length on log-log axes (the short lengths' rates are a
     thousandth of the long ones'), one panel per pass (rows) and head dimension (columns;
@@ -87,9 +91,7 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
         for ax, d in zip(row, ds):
             for impl, part in shown[(shown["d"] == d) & (shown["pass"] == which)].groupby("impl"):
                 part = part.sort_values("seq")
-                timings = set(part["timing"])
-                label = {frozenset({"graph"}): "graph time", frozenset({"do_bench"}): "do_bench"}.get(
-                    frozenset(timings), "graph time where measured, else do_bench")
+                label = TIMING_LABELS[judged_on(int((part["timing"] == "graph").sum()), len(part))]
                 ax.plot(part["seq"], part["rate"], marker="o", label=f"{impl} ({label})")
             if top and ax.has_data():
                 ax.axhline(top.flops / 1e12, color="grey", linestyle="--", linewidth=1, label=peak_cell(top) + " peak")

@@ -107,8 +107,9 @@ def flat_points(ok: pd.DataFrame) -> set[tuple]:
             if ms[longer] <= ms[seq]:
                 out.add((*key, int(seq)))
         for seq, t in ms.items():
-            pairs = [(ms[shorter], t) for shorter in (seq // FLAT_SPAN,) if shorter in ms and shorter * FLAT_SPAN == seq]
-            pairs += [(t, ms[seq * FLAT_SPAN])] if seq * FLAT_SPAN in ms else []
+            shorter, longer = seq // FLAT_SPAN, seq * FLAT_SPAN
+            pairs = [(ms[shorter], t)] if seq % FLAT_SPAN == 0 and shorter in ms else []
+            pairs += [(t, ms[longer])] if longer in ms else []
             if pairs and all(shorter <= longer < FLAT_FACTOR * shorter for shorter, longer in pairs):
                 out.add((*key, int(seq)))
     return out

@@ -32,11 +32,10 @@ def error_table(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         p = r["params"]
-        row = {"function": p["function"], "dtype": p["dtype"], "causal": p["causal"], "status": r["status"]}
-        for key in QUANTITIES:
-            row[f"{key}_ours"] = r["metrics"]["ours"][key] if r["status"] == "ok" else None
-            row[f"{key}_plain"] = r["metrics"]["plain"][key] if r["status"] == "ok" else None
-        rows.append(row)
+        rows.append({"function": p["function"], "dtype": p["dtype"], "causal": p["causal"],
+                     "status": r["status"],
+                     **{f"{key}_{who}": r["metrics"][who][key] if r["status"] == "ok" else None
+                        for key in QUANTITIES for who in ("ours", "plain")}})
     return pd.DataFrame(rows, columns=["function", "dtype", "causal", "status",
                                        *(f"{key}_{who}" for key in QUANTITIES for who in ("ours", "plain"))])
 
@@ -74,14 +73,10 @@ def worst_ratio(errors: pd.DataFrame) -> dict[str, WorstError]:
     against SAME_ORDER (``error_verdict``)."""
     out = {}
     for dtype, part in errors[errors["status"] == "ok"].groupby("dtype"):
-        worst = None
-        for _, row in part.iterrows():
-            for key in QUANTITIES:
-                ratio = row[f"{key}_ours"] / max(row[f"{key}_plain"], 1e-30)
-                if worst is None or ratio > worst["ratio"]:
-                    worst = {"ratio": float(ratio), "function": row["function"], "causal": bool(row["causal"]),
-                             "quantity": key, "ours": float(row[f"{key}_ours"]), "plain": float(row[f"{key}_plain"])}
-        out[dtype] = WorstError(**worst, verdict=error_verdict(worst["ratio"]))
+        ratio, row, key = max(((row[f"{key}_ours"] / max(row[f"{key}_plain"], 1e-30), row, key)
+                               for _, row in part.iterrows() for key in QUANTITIES), key=lambda t: t[0])
+        out[dtype] = WorstError(float(ratio), row["function"], bool(row["causal"]), key,
+                                float(row[f"{key}_ours"]), float(row[f"{key}_plain"]), error_verdict(ratio))
     return out
 
 
