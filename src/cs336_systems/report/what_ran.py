@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.attention.flash_record import TREE, ran, shape_of
+from cs336_systems.attention.tuned_tiles import TUNED
 from cs336_systems.profiling.mfu import AttentionPeak
 from cs336_systems.report.contract import Unread
 
@@ -200,8 +201,6 @@ def tuned_entry(dtype: str | None, d: int) -> str | None:
     """The entry of ``attention/tuned_tiles.py`` whose tiles a (dtype name, head dimension) takes, by
     ``flash_tiles.tuned_key``'s rule (its own entry, else its padded width's; a test holds the two
     equal), without importing the kernels."""
-    from cs336_systems.attention.tuned_tiles import TUNED
-
     for width in (d, max(16, 1 << (d - 1).bit_length())):
         if f"{dtype}_d{width}" in TUNED:
             return f"{dtype}_d{width}"
@@ -212,8 +211,6 @@ def tuned_elsewhere(records: list[dict]) -> list[str]:
     """The cards on which the tuner chose the tiles that ``records``' shapes take (``tuned_entry``),
     where none of ``records`` ran: those tiles run here untuned for this card (the tuner is not
     re-run per card). Entries for shapes the records do not have say nothing about them."""
-    from cs336_systems.attention.tuned_tiles import TUNED
-
     here = {r["provenance"].get("gpu") for r in records}
     used = {tuned_entry((shape := shape_of(r))["dtype"], shape["d"]) for r in records} - {None}
     return sorted({TUNED[key]["measured"]["gpu"] for key in used} - here) if any(here) else []
