@@ -196,9 +196,10 @@ def test_report_ratios_and_tables(tmp_path):
     assert summary["ratios"]["sdpa-cudnn"]["median"] == pytest.approx(0.5)
     assert summary["plain_first_oom_seq"] == 256 and summary["ours_first_oom_seq"] is None
     assert summary["ours_over_cudnn"] == pytest.approx(5.0 / 4.0)
-    assert summary["flash_over_ours"] == pytest.approx(7.5 / 5.0)
+    assert summary["ours_over_flash"] == pytest.approx(5.0 / 7.5)
     assert summary["leaderboard_split"]["forward"]["ours"] == 1.5
-    assert summary["leaderboard_split"]["backward"]["sdpa-cudnn"] == 2.8
+    assert summary["leaderboard_split"]["backward"]["cudnn"] == 2.8
+    assert summary["leaderboard_split"]["backward"]["ours_over_cudnn"] == pytest.approx(3.5 / 2.8)
     assert summary["leaderboard_timing"] == {"total": {"warmup_ms": 1000.0, "rep_ms": 10000.0},
                                              "split": {"warmup_ms": 100.0, "rep_ms": 1000.0}, "same": False}
     import pandas as pd

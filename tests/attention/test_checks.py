@@ -63,7 +63,9 @@ def test_cli_records_and_reports(tmp_path, inductor_afterwards):
     b4 = json.loads((tmp_path / "B4" / "summary.json").read_text())
     assert b3["shape"] == [1, 24, 16] and set(b3["worst_ratio"]) == {"fp32"}
     timed = {r["params"]["function"]: r["metrics"]["backward_ms"] for r in records if r["params"]["kind"] == "time"}
-    assert b4["backward"]["fp32"]["speedup"] == pytest.approx(timed["triton-pytorch-backward"] / timed["triton"])
+    assert b4["accounting"]["fp32"]["quoted_ratio"] == pytest.approx(
+        timed["triton-pytorch-backward"] / timed["triton"] if b4["accounting"]["fp32"]["faster_than_floor"]
+        else timed["triton"] / timed["triton-pytorch-backward"])
 
 
 def _b1_record(d, seq, compiled, forward_ms, status="ok"):

@@ -285,7 +285,7 @@ def test_the_ran_table_says_split_launches_with_or_without_spans(tmp_path, spans
               "source": "the records"}]
     env = Renderer("md", tmp_path / "w.md", TEMPLATES).env
     macro = env.get_template("sections/_flash.md.j2").module.ran_tables
-    ran = {"facts": facts, "tiles": [], "tree": None}
+    ran = {"facts": facts, "tiles": [], "tree": None, "split": True}
     text = str(macro(ran, ["dtype", "d"]) if spans is None else macro(ran, ["dtype", "d"], SP=spans))
     assert "| split launches | a tile's work over several programs, then a combine kernel" in text
     assert "causal tile order | the longest causal tiles issued first" in text

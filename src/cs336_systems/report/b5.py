@@ -20,12 +20,12 @@ from cs336_systems.attention.flash_record import commit_of
 from cs336_systems.report import contract
 from cs336_systems.report.b5_figures import TflopsPlot, plot_speedup, plot_tflops
 from cs336_systems.report.b5_grid import (CUDNN, EAGER_GOAL_RATIO, FLASH, FLASH_GOAL_MIN_SEQ, KEYS, OTHERS, OURS,
-                                          PLAIN, EagerGoal, LeaderboardTiming, eager_goal, grid_frame, judged,
+                                          PLAIN, EagerGoal, LeaderboardTiming, eager_goal, grid_frame, judged, judged_on,
                                           leaderboard_frame, leaderboard_timing, ours_splits, table_view, wide_table)
 from cs336_systems.report.b5_losses import (FLAT_FACTOR, FLAT_SPAN, GapTrend, Losses, OutOfMemory, TimingCheck,
                                             gap_trend, losses, oom_groups, timing_check)
 from cs336_systems.report.common import load_record_lists, run_provenance, write_table
-from cs336_systems.report.contract import Summary, Unread
+from cs336_systems.report.contract import Summary
 from cs336_systems.report.spread import MIN_ROUNDS
 from cs336_systems.report.what_ran import WhatRan, tuned_elsewhere, what_ran
 
@@ -48,7 +48,7 @@ class Ratio:
     min_at: At
     points: int
     by_graph: int
-    all_by_graph: bool
+    judged_on: str                  # b5_grid.judged_on
 
 
 def ratios(df: pd.DataFrame) -> dict[str, Ratio]:
@@ -59,8 +59,16 @@ def ratios(df: pd.DataFrame) -> dict[str, Ratio]:
         if len(r):
             graphed = int((pair["timing"] == "graph").sum())
             out[other] = Ratio(float(r.median()), float(r.max()), At(*map(str, r.idxmax())), float(r.min()),
-                               At(*map(str, r.idxmin())), int(len(r)), graphed, graphed == len(r))
+                               At(*map(str, r.idxmin())), int(len(r)), graphed, judged_on(graphed, len(r)))
     return out
+
+
+@dataclass(frozen=True)
+class SplitPart:
+    """The leaderboard case's forward alone or backward alone, where ours and cuDNN both have a time."""
+    ours: float
+    cudnn: float
+    ours_over_cudnn: float
 
 
 @dataclass(frozen=True)
@@ -92,14 +100,11 @@ class B5Summary(Summary):
     ours_first_oom_seq: int | None
     max_seq: int
     leaderboard: dict[str, float | None]
-    leaderboard_split: dict[str, dict[str, float | None]]
-    # ours' time over cuDNN's, forward alone and backward alone, where both have one
-    leaderboard_split_over_cudnn: dict[str, float]
+    leaderboard_split: dict[str, SplitPart]
     leaderboard_failed: dict[str, str]
     leaderboard_timing: LeaderboardTiming
     leaderboard_shape: str | None
     ours_over_cudnn: float | None
-    flash_over_ours: Unread[float | None]
     ours_over_flash: float | None
     tflops_plot: TflopsPlot
     table_view: list[str]
@@ -112,22 +117,24 @@ def _over(times: dict, a: str, b: str) -> float | None:
     return times[a] / times[b] if times.get(a) and times.get(b) else None
 
 
-def _first_oom(df: pd.DataFrame, impl: str) -> int | None:
-    oom = df[(df["impl"] == impl) & (df["status"] == "oom")]
-    return int(oom["seq"].min()) if len(oom) else None
+def _first_oom(groups: list[OutOfMemory]) -> int | None:
+    """The shortest length at which an implementation ran out of memory (``oom_groups``)."""
+    return min((g.first_seq for g in groups), default=None)
 
 
 def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops_plot: TflopsPlot,
               shown: list[str]) -> B5Summary:
-    ok = df[df["status"] == "ok"]
+    ok, plain_oom = df[df["status"] == "ok"], oom_groups(df, PLAIN)
     ours = [r for r in records if r.get("id") == "B5" and r["params"].get("impl") == OURS]
     # the leaderboard's times, per pass and implementation (None: it did not run)
     by_pass = {which: {row["impl"]: (None if math.isnan(row["ms"]) else row["ms"]) for _, row in part.iterrows()}
                for which, part in board.groupby("pass")} if len(board) else {}
     board_ms = by_pass.get("forward-backward", {})
-    split = {which: by_pass[which] for which in ("forward", "backward") if which in by_pass}
-    split_over_cudnn = {which: _over(times, OURS, CUDNN) for which, times in split.items()}
-    flash_over_ours = _over(board_ms, FLASH, OURS)
+    split = {}
+    for which in ("forward", "backward"):
+        times = by_pass.get(which, {})
+        if (ratio := _over(times, OURS, CUDNN)) is not None:
+            split[which] = SplitPart(times[OURS], times[CUDNN], ratio)
     board_failed = {f'{r["params"]["impl"]} ({r["params"]["pass"]})':
                     " ".join(f"{r['status']}: {r.get('message', r.get('reason', ''))}".split())[:160]
                     for r in records if r["id"] == "B5-leaderboard" and r["status"] not in ("ok", "skipped")}
@@ -136,7 +143,7 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops
         tuned_elsewhere=tuned_elsewhere([r for r in records if r["params"].get("impl") == OURS]),
         points=int(len(df)), ok=int(len(ok)), statuses=df["status"].value_counts().to_dict(),
         rounds=sorted({len(r) for r in ok["rounds_ms"] if r}), min_rounds=MIN_ROUNDS, ratios=ratios(df),
-        plain_first_oom_seq=_first_oom(df, PLAIN), plain_oom=oom_groups(df, PLAIN), losses_vs_plain=losses(df, PLAIN),
+        plain_first_oom_seq=_first_oom(plain_oom), plain_oom=plain_oom, losses_vs_plain=losses(df, PLAIN),
         flash_goal=losses(df, FLASH, dtypes=["bf16"], min_seq=FLASH_GOAL_MIN_SEQ),
         flash_goal_min_seq=FLASH_GOAL_MIN_SEQ,
         flash_eager_goal=eager_goal(df, FLASH, EAGER_GOAL_RATIO, dtypes=["bf16"], min_seq=FLASH_GOAL_MIN_SEQ),
@@ -145,13 +152,10 @@ def summarize(df: pd.DataFrame, board: pd.DataFrame, records: list[dict], tflops
         ours_commits=sorted({commit_of(r)[:10] for r in ours}),
         leaderboard_ran=what_ran([r for r in records if r.get("id") == "B5-leaderboard"
                                   and r["params"].get("impl") == OURS], facts=("path", "order", "backward")),
-        ours_first_oom_seq=_first_oom(df, OURS), max_seq=int(df["seq"].max()), leaderboard=board_ms,
-        leaderboard_split=split,
-        leaderboard_split_over_cudnn={k: v for k, v in split_over_cudnn.items() if v is not None},
-        leaderboard_failed=board_failed, leaderboard_timing=leaderboard_timing(records),
+        ours_first_oom_seq=_first_oom(oom_groups(df, OURS)), max_seq=int(df["seq"].max()), leaderboard=board_ms,
+        leaderboard_split=split, leaderboard_failed=board_failed, leaderboard_timing=leaderboard_timing(records),
         leaderboard_shape=board["shape"].iloc[0] if len(board) else None,
-        ours_over_cudnn=_over(board_ms, OURS, CUDNN), flash_over_ours=flash_over_ours,
-        ours_over_flash=1 / flash_over_ours if flash_over_ours else None, tflops_plot=tflops_plot, table_view=shown)
+        ours_over_cudnn=_over(board_ms, OURS, CUDNN), ours_over_flash=_over(board_ms, OURS, FLASH), tflops_plot=tflops_plot, table_view=shown)
 
 
 def apart(df: pd.DataFrame) -> list[str]:

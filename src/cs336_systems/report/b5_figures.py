@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from cs336_systems.profiling.mfu import attention_peak
-from cs336_systems.report.b5_grid import OURS, PASSES, PLAIN, judged
+from cs336_systems.report.b5_grid import OURS, PASSES, PLAIN, judged, judged_on
 from cs336_systems.report.common import save_figure
 from cs336_systems.report.contract import Unread
 from cs336_systems.report.what_ran import peak_cell, peak_words
@@ -66,8 +66,12 @@ class TflopsPlot:
     points: int
     peak: str | None
     graph: int
-    all_graph: bool
+    timing: str                     # b5_grid.judged_on
     do_bench: Unread[int]
+
+
+# A line's legend: which timing its points are in (b5_grid.judged_on).
+TIMING_LABELS = {"graph": "graph time", "do_bench": "do_bench", "mixed": "graph time where measured, else do_bench"}
 
 
 def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
@@ -87,9 +91,7 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
         for ax, d in zip(row, ds):
             for impl, part in shown[(shown["d"] == d) & (shown["pass"] == which)].groupby("impl"):
                 part = part.sort_values("seq")
-                timings = set(part["timing"])
-                label = {frozenset({"graph"}): "graph time", frozenset({"do_bench"}): "do_bench"}.get(
-                    frozenset(timings), "graph time where measured, else do_bench")
+                label = TIMING_LABELS[judged_on(int((part["timing"] == "graph").sum()), len(part))]
                 ax.plot(part["seq"], part["rate"], marker="o", label=f"{impl} ({label})")
             if top and ax.has_data():
                 ax.axhline(top.flops / 1e12, color="grey", linestyle="--", linewidth=1, label=peak_cell(top) + " peak")
@@ -102,5 +104,5 @@ def plot_tflops(df: pd.DataFrame, path: Path) -> TflopsPlot:
                 ax.legend(fontsize=7)
     save_figure(fig, path)
     graph = int((shown["timing"] == "graph").sum())
-    return TflopsPlot(dtype, [int(d) for d in ds], int(len(shown)), peak_words(top), graph, graph == len(shown),
+    return TflopsPlot(dtype, [int(d) for d in ds], int(len(shown)), peak_words(top), graph, judged_on(graph, len(shown)),
                       int((shown["timing"] == "do_bench").sum()))

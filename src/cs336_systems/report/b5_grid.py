@@ -134,6 +134,12 @@ def judged(df: pd.DataFrame, other: str, timing: str | None = None) -> pd.DataFr
     return both.assign(verdict=[v.verdict for v in verdicts], paired=[v.paired for v in verdicts])
 
 
+def judged_on(graph: int, points: int) -> str:
+    """Which timing judged ``points`` of which ``graph`` were judged on graph time: "graph" (every
+    one), "mixed" (graph time at some, do_bench's median at the rest) or "do_bench"."""
+    return "graph" if graph == points else "mixed" if graph else "do_bench"
+
+
 def scope(pair: pd.DataFrame, dtypes: list[str] | None = None, min_seq: int = 0) -> pd.DataFrame:
     """The rows of ``pair`` (``judged``'s) in ``dtypes`` (None: every dtype) from length ``min_seq`` on."""
     pair = pair[pair["seq"] >= min_seq]

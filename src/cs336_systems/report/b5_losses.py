@@ -16,7 +16,7 @@ import pandas as pd
 from cs336_systems.accounting import memory_traffic
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.profiling.mfu import attention_peak
-from cs336_systems.report.b5_grid import OURS, PLAIN, judged, scope
+from cs336_systems.report.b5_grid import OURS, PLAIN, judged, judged_on, scope
 from cs336_systems.report.contract import Unread
 from cs336_systems.report.spread import NOT_SETTLED, WITHIN
 from cs336_systems.report.what_ran import peak_cell, peak_words
@@ -107,8 +107,9 @@ def flat_points(ok: pd.DataFrame) -> set[tuple]:
             if ms[longer] <= ms[seq]:
                 out.add((*key, int(seq)))
         for seq, t in ms.items():
-            pairs = [(ms[shorter], t) for shorter in (seq // FLAT_SPAN,) if shorter in ms and shorter * FLAT_SPAN == seq]
-            pairs += [(t, ms[seq * FLAT_SPAN])] if seq * FLAT_SPAN in ms else []
+            shorter, longer = seq // FLAT_SPAN, seq * FLAT_SPAN
+            pairs = [(ms[shorter], t)] if seq % FLAT_SPAN == 0 and shorter in ms else []
+            pairs += [(t, ms[longer])] if longer in ms else []
             if pairs and all(shorter <= longer < FLAT_FACTOR * shorter for shorter, longer in pairs):
                 out.add((*key, int(seq)))
     return out
@@ -131,8 +132,10 @@ class LostPoint:
     other_peak_short: str | None
     programs: int | None
     sms: int | None
-    short_grid: bool | None
-    grid_explains: bool | None
+    grid_explains: Unread[bool | None]     # counted in Losses (grid_explained, unexplained)
+    # what the table says of a grid too short to fill the GPU: it "explains" the rate, or it is
+    # "short" but alone not the cause; None where the grid fills the GPU or that is not known
+    grid: str | None
     flat: Unread[bool]              # its time is not set by its work (``flat_points``)
 
 
@@ -160,7 +163,7 @@ class Losses:
     points: int
     lost: int
     by_graph: int
-    all_by_graph: bool
+    judged_on: str                  # b5_grid.judged_on
     lost_in_do_bench: int           # the same pairs judged on do_bench's time, launch included
     paired: Unread[int]             # measured in one job's turns, judged per round
     within: int
@@ -200,7 +203,7 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> Losse
     verdict, eager = both["verdict"], scope(judged(df, other, timing="do_bench"), dtypes, min_seq)
     by_graph = int((both["timing"] == "graph").sum())
     return Losses(
-        points=int(len(both)), lost=int(len(lost)), by_graph=by_graph, all_by_graph=by_graph == len(both),
+        points=int(len(both)), lost=int(len(lost)), by_graph=by_graph, judged_on=judged_on(by_graph, len(both)),
         lost_in_do_bench=int((eager["verdict"] == "higher").sum()), paired=int(both["paired"].sum()),
         within=int((verdict == WITHIN).sum()), won=int((verdict == "lower").sum()),
         settled=int((verdict != NOT_SETTLED).sum()), not_settled=int((verdict == NOT_SETTLED).sum()),
@@ -233,12 +236,14 @@ def _diagnose(row: pd.Series, other: str, flat: bool) -> LostPoint:
     sms = None if programs is None or math.isnan(row["sms"]) else int(row["sms"])
     busy = min(1.0, programs / sms) if sms else None
     of_busy_peak = _none(ours_tflops * 1e12 / (busy * flops)) if busy else None
+    short = busy is not None and busy < 1
+    # without the card's peak the share says nothing
+    explains = None if busy is None or math.isnan(flops) else bool(short and of_busy_peak >= GRID_EXPLAINS)
     return LostPoint(
         int(row["seq"]), float(row["t"]), float(row["t_other"]), float(ours_tflops), float(other_tflops), name,
         _none(ours_tflops * 1e12 / flops), _none(other_tflops * 1e12 / other_flops),
-        peak_cell(ours_peak), peak_cell(other_peak), programs, sms, None if busy is None else busy < 1,
-        # without the card's peak the share says nothing
-        None if busy is None or math.isnan(flops) else bool(busy < 1 and of_busy_peak >= GRID_EXPLAINS), flat)
+        peak_cell(ours_peak), peak_cell(other_peak), programs, sms, explains,
+        "explains" if explains else "short" if explains is not None and short else None, flat)
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,10 @@ def error_table(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         p = r["params"]
-        row = {"function": p["function"], "dtype": p["dtype"], "causal": p["causal"], "status": r["status"]}
-        for key in QUANTITIES:
-            row[f"{key}_ours"] = r["metrics"]["ours"][key] if r["status"] == "ok" else None
-            row[f"{key}_plain"] = r["metrics"]["plain"][key] if r["status"] == "ok" else None
-        rows.append(row)
+        rows.append({"function": p["function"], "dtype": p["dtype"], "causal": p["causal"],
+                     "status": r["status"],
+                     **{f"{key}_{who}": r["metrics"][who][key] if r["status"] == "ok" else None
+                        for key in QUANTITIES for who in ("ours", "plain")}})
     return pd.DataFrame(rows, columns=["function", "dtype", "causal", "status",
                                        *(f"{key}_{who}" for key in QUANTITIES for who in ("ours", "plain"))])
 
@@ -74,14 +73,10 @@ def worst_ratio(errors: pd.DataFrame) -> dict[str, WorstError]:
     against SAME_ORDER (``error_verdict``)."""
     out = {}
     for dtype, part in errors[errors["status"] == "ok"].groupby("dtype"):
-        worst = None
-        for _, row in part.iterrows():
-            for key in QUANTITIES:
-                ratio = row[f"{key}_ours"] / max(row[f"{key}_plain"], 1e-30)
-                if worst is None or ratio > worst["ratio"]:
-                    worst = {"ratio": float(ratio), "function": row["function"], "causal": bool(row["causal"]),
-                             "quantity": key, "ours": float(row[f"{key}_ours"]), "plain": float(row[f"{key}_plain"])}
-        out[dtype] = WorstError(**worst, verdict=error_verdict(worst["ratio"]))
+        ratio, row, key = max(((row[f"{key}_ours"] / max(row[f"{key}_plain"], 1e-30), row, key)
+                               for _, row in part.iterrows() for key in QUANTITIES), key=lambda t: t[0])
+        out[dtype] = WorstError(float(ratio), row["function"], bool(row["causal"]), key,
+                                float(row[f"{key}_ours"]), float(row[f"{key}_plain"]), error_verdict(ratio))
     return out
 
 
@@ -112,17 +107,6 @@ def time_table(records: list[dict]) -> pd.DataFrame:
              "forward_ms": r["metrics"].get("forward_ms"), "backward_ms": r["metrics"].get("backward_ms")}
             for r in records]
     return pd.DataFrame(rows)
-
-
-@dataclass(frozen=True)
-class Speedup:
-    """The compiled PyTorch backward's time ÷ the Triton backward's (``speedup``) and its inverse
-    (``slowdown``). One median a side gives the judge no interval: whether ours is faster is said
-    from ``BackwardCost.faster_than_floor``, not from these ratios."""
-    triton_ms: float
-    pytorch_ms: float
-    speedup: float
-    slowdown: float
 
 
 # Products of N x N x d (or N x d x N) per backward: the Triton dK/dV and dQ kernels each recompute S
@@ -159,6 +143,9 @@ class BackwardCost:
     flops_ratio: float | None
     rate_ratio: float | None
     slower_by_rate: bool
+    # the answer's ratio of the two times: the PyTorch backward's ÷ ours where ours took less than that
+    # one's floor (so many times faster), else ours ÷ the PyTorch one's (one median a side: not settled)
+    quoted_ratio: float
 
 
 def backward_accounting(records: list[dict]) -> dict[str, BackwardCost]:
@@ -168,11 +155,6 @@ def backward_accounting(records: list[dict]) -> dict[str, BackwardCost]:
     return {dtype: backward_cost(ok[(dtype, "triton")], ok[(dtype, "triton-pytorch-backward")])
             for dtype in sorted({dtype for dtype, _ in ok})
             if (dtype, "triton") in ok and (dtype, "triton-pytorch-backward") in ok}
-
-
-def backward_speedup(accounting: dict[str, BackwardCost]) -> dict[str, Speedup]:
-    return {dtype: Speedup(float(a.triton_ms), float(a.pytorch_ms), a.pytorch_ms / a.triton_ms,
-                           a.triton_ms / a.pytorch_ms) for dtype, a in accounting.items()}
 
 
 def backward_cost(tri: dict, pyt: dict) -> BackwardCost:
@@ -208,6 +190,7 @@ def backward_cost(tri: dict, pyt: dict) -> BackwardCost:
                    if matrix_bytes and card is not None and card.hbm_bandwidth else None)
     floors = [f for f in (flops_floor, bytes_floor) if f is not None]
     floor = sum(floors) if floors else None
+    faster = floor is not None and triton_ms < floor
     return BackwardCost(
         triton_ms=triton_ms, pytorch_ms=pytorch_ms, triton_products=products, pytorch_products=PYTORCH_PRODUCTS,
         triton_flops=triton_flops, pytorch_flops=pytorch_flops, pytorch_precision=precision,
@@ -216,12 +199,13 @@ def backward_cost(tri: dict, pyt: dict) -> BackwardCost:
         triton_of_peak=triton_tflops * 1e12 / top.flops if known else None,
         pytorch_peak=PEAK_WORDS.get(unit), pytorch_of_peak=pytorch_tflops * 1e12 / flops_peak if flops_peak else None,
         pytorch_matrix_bytes=matrix_bytes, pytorch_flops_floor_ms=flops_floor, pytorch_bytes_floor_ms=bytes_floor,
-        pytorch_floor_ms=floor, faster_than_floor=floor is not None and triton_ms < floor,
+        pytorch_floor_ms=floor, faster_than_floor=faster,
         # ours against the PyTorch backward: its FLOPs and its rate, each as a ratio
         flops_ratio=triton_flops / pytorch_flops if triton_flops else None,
         rate_ratio=triton_tflops / pytorch_tflops if triton_tflops else None,
         slower_by_rate=bool(triton_flops and triton_ms > pytorch_ms and triton_flops < pytorch_flops
-                            and triton_tflops < pytorch_tflops))
+                            and triton_tflops < pytorch_tflops),
+        quoted_ratio=pytorch_ms / triton_ms if faster else triton_ms / pytorch_ms)
 
 
 @dataclass(frozen=True)
@@ -268,8 +252,10 @@ class B3Summary(Summary):
 @dataclass(frozen=True)
 class B4Summary(Summary):
     shape: list[int] | None
-    backward: dict[str, Speedup]
+    on_cpu: bool                        # Triton's CPU interpreter: nothing here says anything about speed
     accounting: dict[str, BackwardCost]
+    # the dtypes whose Triton backward took less than the PyTorch backward's floor, with that floor (ms)
+    under_floor: dict[str, float]
     tuner: list[TunerChoice]
     tuned_elsewhere: list[str]
     ran: WhatRan
@@ -323,10 +309,12 @@ def main(argv=None) -> int:
             ran=ran_in("error")))
     else:
         write_table(times, args.out_dir)
-        ran, accounting = ran_in("time"), backward_accounting(records)
+        ran, accounting, provenance = ran_in("time"), backward_accounting(records), run_provenance(records)
         contract.write(args.out_dir / "summary.json", B4Summary(
-            provenance=run_provenance(records), shape=time_records[0]["params"]["shape"] if time_records else None,
-            backward=backward_speedup(accounting), accounting=accounting, tuner=tuner_choices(),
+            provenance=provenance, shape=time_records[0]["params"]["shape"] if time_records else None,
+            on_cpu="CPU only" in provenance.gpus, accounting=accounting,
+            under_floor={dtype: a.pytorch_floor_ms for dtype, a in accounting.items() if a.faster_than_floor},
+            tuner=tuner_choices(),
             tuned_elsewhere=tuned_elsewhere(triton), ran=ran, ran_as_b3=same_table(ran, ran_in("error"))))
     print(f"{args.deliverable} report: {len(errors)} error rows, {len(times)} timing rows", file=sys.stderr)
     return 0

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.attention.flash_record import TREE, ran, shape_of
+from cs336_systems.attention.tuned_tiles import TUNED
 from cs336_systems.profiling.mfu import AttentionPeak
 from cs336_systems.report.contract import Unread
 
@@ -57,6 +58,7 @@ class WhatRan:
     tiles_vary_with_length: bool
     tree: TreeDifferences | None
     several_lengths: bool
+    split: bool                     # some of the records ran split launches
 
 
 FACT_LABELS = {"order": "causal tile order", "tiles": "tiles", "products": "fp32 products", "splits": "split launches",
@@ -199,8 +201,6 @@ def tuned_entry(dtype: str | None, d: int) -> str | None:
     """The entry of ``attention/tuned_tiles.py`` whose tiles a (dtype name, head dimension) takes, by
     ``flash_tiles.tuned_key``'s rule (its own entry, else its padded width's; a test holds the two
     equal), without importing the kernels."""
-    from cs336_systems.attention.tuned_tiles import TUNED
-
     for width in (d, max(16, 1 << (d - 1).bit_length())):
         if f"{dtype}_d{width}" in TUNED:
             return f"{dtype}_d{width}"
@@ -211,8 +211,6 @@ def tuned_elsewhere(records: list[dict]) -> list[str]:
     """The cards on which the tuner chose the tiles that ``records``' shapes take (``tuned_entry``),
     where none of ``records`` ran: those tiles run here untuned for this card (the tuner is not
     re-run per card). Entries for shapes the records do not have say nothing about them."""
-    from cs336_systems.attention.tuned_tiles import TUNED
-
     here = {r["provenance"].get("gpu") for r in records}
     used = {tuned_entry((shape := shape_of(r))["dtype"], shape["d"]) for r in records} - {None}
     return sorted({TUNED[key]["measured"]["gpu"] for key in used} - here) if any(here) else []
@@ -241,4 +239,5 @@ def what_ran(records: list[dict], facts=tuple(FACT_LABELS), key=by_dtype_and_d) 
     tiles = tile_rows(resolved, key)
     return WhatRan(records=len(records), facts=rows, tiles=tiles,
                    tiles_vary_with_length=len({tuple(t.key) for t in tiles}) < len(tiles),
-                   tree=tree_differences(resolved), several_lengths=len({shape_seq(r) for r in records}) > 1)
+                   tree=tree_differences(resolved), several_lengths=len({shape_seq(r) for r in records}) > 1,
+                   split=any(row.fact == "splits" and "split" in row.values for row in rows))
