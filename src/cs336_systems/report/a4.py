@@ -38,7 +38,8 @@ from cs336_systems.report.a1 import LAUNCH_BOUND_BUSY, PAIRED, SEPARATE
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_table)
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import NOT_SETTLED, WITHIN, as_time, judge, judge_rounds, round_samples, same_job
+from cs336_systems.report.spread import (NOT_SETTLED, WITHIN, as_time, judge, judge_rounds, round_differences,
+                                         round_samples, same_job)
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))
@@ -238,8 +239,8 @@ def backward_vs_forward(records: list[dict]) -> dict[str, list[str]] | None:
             continue
         verdict = NOT_SETTLED
         if same_job(fp32, bf16):
-            per_round = {phase: [[statistics.median(a) / statistics.median(b)]
-                                 for a, b in zip(round_samples(fp32, phase), round_samples(bf16, phase))]
+            per_round = {phase: [[r] for r in round_differences(round_samples(fp32, phase), round_samples(bf16, phase),
+                                                                ratio=True)]
                          for phase in ("forward", "backward")}
             verdict = judge_rounds(per_round["backward"], per_round["forward"], ratio=True).verdict
         out[verdict].append(f"{size} ctx {context}")

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cs336_systems import deliverables
-
 from cs336_systems.accounting.data_parallel import bus_bandwidth, training_state_per_rank
 from cs336_systems.accounting.parallelism import all_gather_bytes
 from cs336_systems.accounting.transformer import transformer_parameter_tensors
@@ -72,7 +71,8 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
             if fit and fit.get("w_GBps"):
                 busbw = bus_bandwidth(fit["w_GBps"], n)             # C1's fit is algorithm bandwidth of an all-reduce
                 found["transfer_ms"] = found["gathered_GB"] / busbw * 1e3
-                found["latency_ms"] = gathers * max(fit["o_ms"], 0.0)
+                found["call_ms"] = max(fit["o_ms"], 0.0)      # C1's per-call cost o
+                found["latency_ms"] = gathers * found["call_ms"]
                 found["bound_ms"] = found["transfer_ms"] + found["latency_ms"]
             if base:
                 found["excess_ms"] = row["forward_ms"] - base["forward_ms"]
@@ -83,7 +83,6 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
                     found["excess_reading"] = ("beyond transfers" if found["excess_ms"] > found["bound_ms"]
                                                else "beyond bytes" if found["excess_ms"] > found["transfer_ms"]
                                                else "within bytes")
-                    found["call_ms"] = max(fit["o_ms"], 0.0)
                     found["call_needed_ms"] = (found["excess_ms"] - found["transfer_ms"]) / gathers if gathers else None
             out.append(found)
     return out

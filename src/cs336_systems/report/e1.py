@@ -229,7 +229,7 @@ class Speedup:
     times faster the top rung is, with the interval and verdict ("higher": fp32 eager slower beyond
     the spread, so the top rung faster; a ratio of medians would claim a speed-up no judge had seen)."""
     times: float | None
-    low: Unread[float | None]       # the interval and rounds the details' ladder table shows per rung
+    low: Unread[float | None]       # the interval and rounds behind the verdict, for tests
     high: Unread[float | None]
     verdict: str
     rounds: Unread[int]
@@ -238,9 +238,6 @@ class Speedup:
 def speedup(top, reference, records: list[dict]) -> Speedup:
     v = judge(records[int(reference["record"])], records[int(top["record"])], ratio=True)
     return Speedup(_finite(v.difference), _finite(v.low), _finite(v.high), v.verdict, v.rounds)
-
-
-
 
 
 def _step_cell(r) -> str:
