@@ -3,7 +3,6 @@ report knows only what they say."""
 import json
 import random
 
-import pytest
 import torch
 
 from cs336_systems.attention import bench, check, flash_record

@@ -397,7 +397,6 @@ def test_c6_sets_overlaps_slower_backward_beside_the_shorter_wait(run, tmp_path)
     net step; each difference with its spread (paired per round where one job measured both)."""
     folder = _report(run, "C6")
     summary = json.loads((folder / "summary.json").read_text())
-    naive, overlap = summary["naive"], summary["overlap"]
     wait, backward = summary["wait_saved"], summary["backward_vs_naive"]
     # the judge's differences, overlap's against naive's, from the rounds of their job
     by = {(r["params"]["variant"], variants.precision_of(r)): r for r in map(json.loads, (

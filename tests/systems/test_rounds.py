@@ -197,7 +197,7 @@ def test_each_turn_starts_with_untimed_settling_steps(monkeypatch):
 
     def make(name):
         def step(phase):
-            with phase("forward") as timed:
+            with phase("forward"):
                 seen.append((name, phase.__qualname__))
         return lambda: step
 

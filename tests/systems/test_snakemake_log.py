@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 

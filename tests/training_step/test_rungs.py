@@ -1,5 +1,5 @@
 """The E1 ladder as data: cumulative rungs, named as documented, and the code each one runs."""
-from dataclasses import asdict, fields
+from dataclasses import fields
 
 import pytest
 

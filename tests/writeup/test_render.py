@@ -155,7 +155,7 @@ def test_a_long_table_folds_whole_and_links_its_csv(tmp_path):
     assert base64.b64decode(data) == (folder / "table.csv").read_bytes()
     md = Renderer("md", tmp_path / "writeup" / "r" / "w.md", TEMPLATES).table(folder)
     assert md.startswith("<details><summary>") and md.count("\n| k<") == n
-    assert f"[table.csv](../../results/r/B5/table.csv)" in md
+    assert "[table.csv](../../results/r/B5/table.csv)" in md
 
 
 @pytest.mark.parametrize("fmt", ["md", "html"])
