@@ -8,7 +8,8 @@ those the template tests before reading (``is defined``, ``in``, ``.get``): the 
 of the values it words.
 
 ``logic(ident)`` lists the comparisons and arithmetic in a template's tags, ``figures(ident)`` the
-numbers typed into its prose (the rules are in ``tests/writeup/test_template_lint.py``).
+numbers typed into its prose, ``branches(ident)`` its ``{% if %}`` and ``{% elif %}`` tags (the rules are in
+``tests/writeup/test_template_lint.py``).
 """
 from __future__ import annotations
 
@@ -408,3 +409,9 @@ def figures(name: str) -> list[tuple[int, str]]:
                 continue
             found.append((lineno, token))
     return found
+
+
+def branches(name: str) -> list[tuple[int, str]]:
+    """(line, "if") for each ``{% if %}`` or ``{% elif %}`` tag of a template: a choice of words the
+    template makes from the data (a conditional expression, ``'s' if n != 1``, is not counted)."""
+    return [(node.lineno, "if") for node in parse(name).find_all(nodes.If)]
