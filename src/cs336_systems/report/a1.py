@@ -12,16 +12,12 @@ settled: separate processes differ by more than one process's own spread (the wa
 measures by how much), and one process a side measures nothing of that. The warm-up study's
 processes are judged against the warm processes' own scatter (``spread.judge_processes``).
 
-A point is *launch-bound* when its GPU sits idle most of the step. Two kinds of evidence, the first
-that the run holds wins:
-
-- an A2 profile of the same point in the same run (``--profiles``, fp32 only): A2's kernel time per
-  step fills less than half of *this table's* step time (A1's unprofiled step: A2's own step runs
-  under the profiler and its NVTX ranges, so its length is not A1's);
-- the timings alone: a point of the same size, mode and precision with at least ``MORE_WORK`` times
-  the FLOPs (a longer context) is not slower beyond the spread, so this step's time is not set by
-  its arithmetic. The longest context of a series has no such neighbour, and a neighbour measured
-  in another job cannot be judged against it: not settled.
+A point is *launch-bound* when its GPU sits idle most of the step, as an A2 profile of the same
+point in the same run shows (``--profiles``, fp32 only): A2's kernel time per step fills less than
+half of *this table's* step time (A1's unprofiled step: A2's own step runs under the profiler and its
+NVTX ranges, so its length is not A1's). The timings alone cannot show it: whether a step's time
+follows its work would set it against a longer context's step, and each context and mode is a job
+of its own, which the judge does not compare.
 """
 from __future__ import annotations
 
@@ -50,7 +46,6 @@ from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUND
 PHASES = ("forward", "backward", "optimizer", "step")
 PAIRED, SEPARATE = "paired", "separate processes"    # how a comparison was judged (see the module's doc)
 KEY = ("size", "context", "mode", "precision")
-MORE_WORK = 1.5          # FLOPs ratio of a neighbour whose equal time marks a point launch-bound
 LAUNCH_BOUND_BUSY = 0.5  # GPU busy share under which a profiled step is launch-bound
 
 
@@ -110,29 +105,21 @@ def how_judged(v: Verdict) -> str:
     return f"{PAIRED}, {v.rounds} rounds" if v.paired else SEPARATE
 
 
-def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list[dict] = ()) -> pd.DataFrame:
-    """Add what bounds each point, as far as the run's data says (see the module's doc):
+def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = ()) -> pd.DataFrame:
+    """Add what bounds each point, as far as an A2 profile of the same fp32 point and batch says
+    (``profiles``: ``profiling.busy.profile_busy`` rows; see the module's doc):
 
-    - ``busy_share`` and ``launch_bound`` from an A2 profile of the same fp32 point and batch
-      (``profiles``: ``profiling.busy.profile_busy`` rows): A2's kernel time per step over this
-      row's own (unprofiled) step time. The two come from two processes, and a step that waits on
-      launches moves with its host's speed from one process to another by up to ``HOST_SWING``
+    - ``busy_share`` and ``launch_bound``: A2's kernel time per step over this row's own
+      (unprofiled) step time. The two come from two processes, and a step that waits on launches
+      moves with its host's speed from one process to another by up to ``HOST_SWING``
       (``report.spread``), so the share is settled only beyond that: launch-bound where even a host
       that much faster leaves it under ``LAUNCH_BOUND_BUSY``, not launch-bound where even one that
       much slower leaves it above, None between (``launch_not_settled``) and without a profile;
-    - ``flat_in_work`` from the timings: True when the judge finds a point of the same series with
-      at least ``MORE_WORK`` times the FLOPs not slower beyond the spread (``verdict``: paired where
-      ``records`` show both measured in one job). Its time is then not set by its arithmetic
-      (launches, or kernels too small to fill the GPU: only a profile tells which); a neighbour
-      that is slower settles nothing (a launch-bound step grows too), so None otherwise, and
-      ``flat_not_settled`` True where the judge could not settle the comparison at all;
-    - ``bound_by``: the table's words for the two."""
-    records = by_point(list(records))
+    - ``bound_by``: the table's words for it, empty without a profile."""
     busy = {(str(b["size"]), int(b["context"]), b["mode"], int(b["batch"])): b for b in profiles}
 
     def bound(row) -> dict:
-        out = {"busy_share": math.nan, "launch_bound": None, "flat_in_work": None, "bound_evidence": "",
-               "bound_by": "", "a2_profile": None, "flat_evidence": "", "flat_not_settled": False}
+        out = {"busy_share": math.nan, "launch_bound": None, "bound_by": "", "a2_profile": None}
         b = busy.get((str(row["size"]), int(row["context"]), str(row["mode"]), int(row["batch"])))
         if row["status"] == "ok" and b is not None and row["precision"] == "fp32" and row["step_mean"] > 0:
             # A2's kernel time against A1's own step: A2's step, under the profiler, is longer
@@ -141,24 +128,8 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = (), records: list
                 False if share / HOST_SWING >= LAUNCH_BOUND_BUSY else None)
             out.update(busy_share=share, launch_bound=launch,
                        a2_profile={"kernels": int(b["kernels"]), "kernel_ms": float(b["kernel_ms"])},
-                       bound_evidence=(f"A2 profile: {b['kernels']} kernels, {b['kernel_ms']:.1f} ms of kernel "
-                                       f"time, {100 * share:.0f} % of this step's {row['step_mean']:.1f} ms "
-                                       "(another process)"),
                        bound_by={True: "launches: ", False: "", None: "not settled: "}[launch]
                        + f"kernels {100 * share:.0f} % of step")
-        bigger = df[(df["size"] == row["size"]) & (df["mode"] == row["mode"]) & (df["precision"] == row["precision"])
-                    & (df["status"] == "ok") & (df["flops"] >= MORE_WORK * row["flops"])]
-        if row["status"] == "ok" and len(bigger):
-            # the smallest step up in work: the hardest test of "time grows with work"
-            nxt = bigger.sort_values("flops").iloc[0]
-            v = verdict(nxt, row, records)
-            if v.verdict in ("lower", WITHIN):
-                why = (f"{nxt['flops'] / row['flops']:.1f}× the FLOPs at context {nxt['context']} "
-                       + ("run faster" if v.verdict == "lower" else "run no slower (within the spread)")
-                       + f", {how_judged(v)}")
-                out.update(flat_in_work=True, flat_evidence=why, bound_by=out["bound_by"] or "flat in work",
-                           bound_evidence=f"{out['bound_evidence']}; {why}" if out["bound_evidence"] else why)
-            out["flat_not_settled"] = v.verdict == NOT_SETTLED
         return out
 
     columns = [bound(row) for _, row in df.iterrows()]
@@ -397,16 +368,9 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         best[str(precision)] = {"point": f"{top['size']} ctx {top['context']} {top['mode']}", "mfu": float(top["mfu"]),
                                 "tflops": float(top["tflops"]), "basis": top["peak_basis"]}
     launch = ok[ok["launch_bound"] == True]     # noqa: E712 - None (no profile) is neither
-    flat = ok[ok["flat_in_work"] == True]       # noqa: E712
     comparisons = bf16_against_fp32(df, records)
     warmups = warmup_summary(warmup_records)
     warm = warm_processes(warmups)
-    # The spread where the step's time is not set by its work against where it is (coefficient of
-    # variation of the step); the prose says "larger where flat" only if the medians say so.
-    step_cv = ok["step_std"] / ok["step_mean"]
-    not_flat = ok["flat_in_work"] != True        # noqa: E712
-    cv_flat = float(step_cv[~not_flat].median()) if len(flat) else None
-    cv_rest = float(step_cv[not_flat].median()) if not_flat.any() else None
     return {
         "provenance": run_provenance(records + warmup_records),
         "points": len(df), "ok": int(len(ok)),
@@ -424,22 +388,13 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "mfu_peaks": sorted(set(ok["peak_basis"])),
         "mfu_points": int(len(with_peak)),
         "mfu_best": best,
-        # a row each (the section's table): A2's kernels and kernel time against this step, and the
-        # timing evidence beside it where a point with more work ran no slower
+        # a row each (the section's table): A2's kernels and kernel time against this step
         "launch_bound": [_point(r) | {**r["a2_profile"], "busy_share": float(r["busy_share"]),
-                                      "step_ms": float(r["step_mean"]), "also_flat": r["flat_evidence"]}
+                                      "step_ms": float(r["step_mean"])}
                          for _, r in launch.iterrows()],
         "profiled_points": int(ok["busy_share"].notna().sum()),
         "launch_not_settled": int((ok["busy_share"].notna() & ok["launch_bound"].isna()).sum()),
-        "flat_in_work": [_point(r) | {"evidence": r["bound_evidence"]} for _, r in flat.iterrows()],
-        "flat_in_work_by_precision": {str(p): int((flat["precision"] == p).sum()) for p in ok["precision"].cat.categories},
-        "points_by_precision": {str(p): int((ok["precision"] == p).sum()) for p in ok["precision"].cat.categories},
-        "more_work": MORE_WORK,
         "launch_bound_busy": LAUNCH_BOUND_BUSY,
-        "step_cv_flat": cv_flat,
-        "step_cv_rest": cv_rest,
-        # steps whose time is not set by their arithmetic scatter more than the rest
-        "flat_steps_noisier": cv_flat is not None and cv_rest is not None and cv_flat > cv_rest,
         "bf16_slower": [c for c in comparisons if c["bf16_is"] == "slower"],
         "bf16_within_spread": [c for c in comparisons if c["bf16_is"] == WITHIN],
         "bf16_not_settled": [c for c in comparisons if c["bf16_is"] == NOT_SETTLED],
@@ -456,8 +411,6 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "host_swing": HOST_SWING,
         "bf16_none_settled": bool(comparisons) and all(c["bf16_is"] == NOT_SETTLED for c in comparisons),
         "min_rounds": MIN_ROUNDS,
-        # points with a step up in work whose comparison the judge could not settle (another job)
-        "flat_not_settled": int(ok["flat_not_settled"].sum()),
         # the grid's design: one job per size, its points in turns (else a process per point)
         "grouped": bool(len(df)) and bool(df["job"].notna().all()),
         "rounds": int(records[0]["params"]["rounds"]) if records and "rounds" in records[0]["params"] else None,
@@ -492,8 +445,7 @@ def main(argv=None) -> int:
         warmup_point(warmup_records)
     except ValueError as exc:
         p.error(str(exc))
-    df = mark_launch_bound(records_frame(records), [b for r in load_records(args.profiles) for b in profile_busy(r)],
-                           records)
+    df = mark_launch_bound(records_frame(records), [b for r in load_records(args.profiles) for b in profile_busy(r)])
     write_table(display_table(df, bf16_against_fp32(df, records)), args.out_dir)
     plot_time_vs_context(df, args.out_dir / "time_vs_context.png")
     plot_warmup(warmup_records, args.out_dir / "warmup.png")
@@ -533,14 +485,6 @@ class Bf16Slower(Bf16At):
 
 
 @dataclass(frozen=True, kw_only=True)
-class FlatInWork(At):
-    """A point whose time does not grow with its work, and the evidence for it."""
-    precision: str
-    evidence: str
-    mfu: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
 class LaunchBound(At):
     """A point whose kernels keep the GPU busy for less than ``launch_bound_busy`` of its step."""
     precision: Unread[str]
@@ -548,7 +492,6 @@ class LaunchBound(At):
     kernel_ms: float
     busy_share: float
     step_ms: float
-    also_flat: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -625,7 +568,6 @@ class A1Summary(Summary):
     ok: int
     on_gpu: bool | None
     not_ok: list[str] | None
-    points_by_precision: dict[str, int]
     batch: int
     steps: int
     rounds: int | None
@@ -636,13 +578,6 @@ class A1Summary(Summary):
     cv_median: float | None
     cv_max: float
     cv_max_point: str
-    step_cv_flat: float | None
-    step_cv_rest: float | None
-    flat_steps_noisier: bool
-    more_work: float
-    flat_in_work: list[FlatInWork] | None
-    flat_in_work_by_precision: dict[str, int]
-    flat_not_settled: int
     launch_bound: list[LaunchBound] | None
     launch_bound_busy: float
     profiled_points: int | None
