@@ -614,16 +614,16 @@ def test_a_pair_from_one_job_is_judged_per_round_and_from_two_processes_is_not_s
 
     paired_result, unpaired, short = (_json(b5_losses.losses, b5_grid.grid_frame(rs), "plain")
                                       for rs in (records(True), records(False), records(True, rounds=3)))
-    assert (paired_result["paired"], paired_result["lost"], paired_result["within"]) == (2, 1, 1)
+    assert (paired_result["lost"], paired_result["within"]) == (1, 1)
     assert (paired_result["settled"], paired_result["not_settled"]) == (2, 0)
     assert [g["seqs"] for g in paired_result["groups"]] == [[4096]]
-    assert (unpaired["paired"], unpaired["lost"], unpaired["within"], unpaired["not_settled"]) == (0, 0, 0, 2)
-    assert (short["paired"], short["lost"], short["not_settled"]) == (2, 0, 2)
+    assert (unpaired["lost"], unpaired["within"], unpaired["not_settled"]) == (0, 0, 2)
+    assert (short["lost"], short["not_settled"]) == (0, 2)
     # Records of two different jobs do not pair.
     mixed = records(True)
     mixed[1]["metrics"]["turns"]["job"] = "another-job"
     mixed_result = _json(b5_losses.losses, b5_grid.grid_frame(mixed), "plain")
-    assert (mixed_result["paired"], mixed_result["not_settled"]) == (1, 1)
+    assert (mixed_result["settled"], mixed_result["not_settled"]) == (1, 1)
 
     board = tmp_path / "board.json"
     board.write_text(json.dumps([make_record("B5-leaderboard", {"impl": i, "batch": 2, "seq": 64, "d": 16, "pass": "forward-backward"}, "ok",
@@ -648,7 +648,7 @@ def test_graph_time_pairs_on_the_rounds_of_graph_time():
     ours = _in_turns(_timed("ours", 1024, 0.05, graph=0.020), [0.05] * 8, graph_rounds=[0.021, 0.020, 0.022] * 3)
     plain = _in_turns(_timed("plain", 1024, 0.04, graph=0.030), [0.04] * 8, graph_rounds=[0.030, 0.031, 0.030] * 3)
     row = b5_grid.judged(b5_grid.grid_frame([ours, plain]), "plain").iloc[0]
-    assert row["timing"] == "graph" and row["paired"] and row["verdict"] == "lower"
+    assert row["timing"] == "graph" and row["verdict"] == "lower"
 
 
 def test_tiles_tuned_on_another_card_are_named_for_the_shapes_that_take_them():

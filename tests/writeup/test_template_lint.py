@@ -40,7 +40,7 @@ ALLOWED = {
     "A6": (4, 0, 19),
     # the closed form 2·B·N²
     "B1": (1, 0, 28),
-    "B2": (0, 0, 72),
+    "B2": (0, 0, 70),
     # tile sizes, the mask value, the head dimensions accepted
     "B3": (8, 0, 7),
     # 2N²d per product
@@ -60,7 +60,7 @@ ALLOWED = {
     "C10": (1, 0, 2),
     "C11": (15, 0, 10),
     "C12": (4, 0, 31),
-    "_ddp": (0, 0, 23),
+    "_ddp": (0, 0, 20),
     # ln 10 000 (the vocabulary's size)
     "E1": (2, 0, 79),
     "_flash": (0, 0, 8),

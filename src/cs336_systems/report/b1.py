@@ -17,7 +17,7 @@ import pandas as pd
 
 from cs336_systems.report import contract
 from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_table
-from cs336_systems.report.contract import Summary, Unread
+from cs336_systems.report.contract import Summary
 
 MIB = 2**20
 
@@ -130,21 +130,10 @@ def free_and_reserved_cover(alloc: dict[str, float]) -> bool:
     return None not in (free, unused, requested) and free < requested <= free + unused
 
 
-def failed_pass(row, alloc: dict[str, float]) -> tuple[str | None, str | None]:
-    """The pass a point ran out in, and how it is known: ``recorded`` when the record names it;
-    ``inferred`` (backward) when tensors held more at the failure than forward ever holds. Forward
-    holds at most the closed form's forward peak, plus the upstream gradient and q, k, v's gradients
-    (four (batch, N, d) tensors the benchmark keeps, also through a warm-up's second forward, whose
-    previous graph still holds its P); half an N × N matrix more than that can only be backward's."""
+def failed_pass(row) -> str | None:
+    """The pass a point ran out in, as its record names it; None where the record names none."""
     recorded = row.get("failed_during")
-    if isinstance(recorded, str):
-        return recorded, "recorded"
-    held, square = alloc.get("allocated_MiB"), square_MiB(row)
-    if held is None or not square > 0:
-        return None, None
-    if held > row["predicted_forward_peak_MiB"] + 4 * vector_MiB(row) + square / 2:
-        return "backward", "inferred"
-    return None, None
+    return recorded if isinstance(recorded, str) else None
 
 
 UNDERCOUNT = 0.01       # a lower bound 1 % above the closed form and the benchmark's own tensors shows an undercount
@@ -155,14 +144,11 @@ class OutOfMemory:
     variant: str
     d: int
     seq: int
-    # B2 sets it beside compiled's backward peak where only compiled ran
-    predicted_forward_peak_MiB: Unread[float | None]
     predicted_backward_peak_MiB: float | None
     # the numbers of the allocator's message, those it holds (allocator_state)
     allocator: dict[str, float]
     needed_at_least_MiB: float | None
     failed_during: str | None
-    failed_during_known: str | None
     cause: str
     free_and_reserved_cover: bool
     # whether what it needed at least, and the closed form's peak, fit the card (where the message gives its capacity)
@@ -189,7 +175,7 @@ def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[OutOfMem
     points = []
     for _, row in df[df["status"] == "oom"].sort_values(["compiled", "seq", "d"]).iterrows():
         alloc = allocator_state(messages.get((row["d"], row["seq"], row["compiled"])))
-        during, known = failed_pass(row, alloc)
+        during = failed_pass(row)
         closed = row["predicted_forward_peak_MiB" if during == "forward" else "predicted_backward_peak_MiB"]
         needed = needed_at_least(alloc)
         square = square_MiB(row)
@@ -197,8 +183,8 @@ def out_of_memory_points(df: pd.DataFrame, records: list[dict]) -> list[OutOfMem
         capacity = alloc.get("capacity_MiB", math.nan)         # NaN: neither fits
         points.append(OutOfMemory(
             "compiled" if row["compiled"] else "eager", int(row["d"]), int(row["seq"]),
-            _num(row["predicted_forward_peak_MiB"]), _num(row["predicted_backward_peak_MiB"]), alloc, _num(needed),
-            during, known, oom_cause(row["predicted_backward_peak_MiB"], alloc, closed_form_holds=not row["compiled"]),
+            _num(row["predicted_backward_peak_MiB"]), alloc, _num(needed),
+            during, oom_cause(row["predicted_backward_peak_MiB"], alloc, closed_form_holds=not row["compiled"]),
             free_and_reserved_cover(alloc),
             bool(needed <= capacity), bool(row["predicted_backward_peak_MiB"] <= capacity),
             Undercount(float(closed), float((needed - closed) / square), float(needed / row["predicted_saved_MiB"]))

@@ -71,31 +71,25 @@ def memory_findings(both: pd.DataFrame) -> Memory:
 
 @dataclass(frozen=True)
 class OnlyCompiled:
-    """A point where eager ran out of memory and compiled ran. The pass eager failed in, and how that
-    is known, the section words through ``only_compiled``'s ``only_compiled_passes`` and ``_pass_known``."""
+    """A point where eager ran out of memory and compiled ran. The pass eager failed in the section
+    words through ``only_compiled``'s ``only_compiled_passes`` and ``_pass_known``."""
     d: int
     seq: int
     eager_failed_during: Unread[str | None]
-    eager_failed_during_known: Unread[str | None]
-    eager_held_MiB: float | None
     eager_needed_at_least_MiB: float | None
-    predicted_forward_peak_MiB: float | None
     compiled_backward_peak_MiB: float | None
 
 
 def fits_only_compiled(table: pd.DataFrame, ooms: list[OutOfMemory]) -> list[OnlyCompiled]:
-    """The points where eager ran out of memory and compiled ran: the pass eager failed in, recorded
-    or inferred from the allocator's message by B1's rule (``b1.failed_pass``), what tensors held then
-    and what the failing pass needed at least (held plus the request), and the compiled backward
-    peak where the record has it."""
+    """The points where eager ran out of memory and compiled ran: the pass eager failed in, as its
+    record names it, what the failing pass needed at least (what tensors held plus the request), and
+    the compiled backward peak where the record has it."""
     eager_oom = {(p.d, p.seq): p for p in ooms if p.variant == "eager"}
     found = []
     for r in table[(table["eager_status"] == "oom") & (table["compiled_status"] == "ok")].itertuples():
         oom = eager_oom.get((r.d, r.seq))
         found.append(OnlyCompiled(
-            int(r.d), int(r.seq), oom and oom.failed_during, oom and oom.failed_during_known,
-            oom and oom.allocator.get("allocated_MiB"), oom and oom.needed_at_least_MiB,
-            oom and oom.predicted_forward_peak_MiB,
+            int(r.d), int(r.seq), oom and oom.failed_during, oom and oom.needed_at_least_MiB,
             None if pd.isna(r.compiled_backward_peak_MiB) else float(r.compiled_backward_peak_MiB)))
     return found
 
@@ -169,21 +163,17 @@ def summarize(table: pd.DataFrame, df: pd.DataFrame, records: list[dict]) -> dic
 def only_compiled(points: list[OnlyCompiled]) -> dict:
     """``fits_only_compiled`` and what the section says of them as a whole: compiled's backward peak
     against what eager's failing pass needed at least (``only_compiled_memory``: "lower" at every one,
-    "not lower" at some, None where the records lack either number at some), and how the pass eager
-    failed in is known (recorded by every record, inferred for every one, or some either way: the
-    passes named where known)."""
-    known = [p for p in points if p.eager_failed_during_known in ("recorded", "inferred")]
-    how = {p.eager_failed_during_known for p in known}
+    "not lower" at some, None where the records lack either number at some), and whether every
+    record names the pass eager failed in (``only_compiled_pass_known`` "recorded", the passes named
+    each once; None where some record names none)."""
+    passes = [p.eager_failed_during for p in points]
+    recorded = bool(passes) and None not in passes
     pairs = [(p.compiled_backward_peak_MiB, p.eager_needed_at_least_MiB) for p in points]
     return {"fits_only_compiled": points,
             "only_compiled_memory": (None if not pairs or any(None in pair for pair in pairs) else
                                      "lower" if all(c < e for c, e in pairs) else "not lower"),
-            "only_compiled_pass_known": (how.pop() if len(how) == 1 and len(known) == len(points) else
-                                         "some" if known else None),
-            # recorded ones first, then inferred, each pass once (the order the section names them in)
-            "only_compiled_passes": list(dict.fromkeys(
-                p.eager_failed_during for kind in ("recorded", "inferred") for p in known
-                if p.eager_failed_during_known == kind))}
+            "only_compiled_pass_known": "recorded" if recorded else None,
+            "only_compiled_passes": list(dict.fromkeys(passes)) if recorded else []}
 
 
 @dataclass(frozen=True)
@@ -197,7 +187,7 @@ class B2Summary(Summary):
     fits_only_compiled: list[OnlyCompiled]
     only_compiled_memory: str | None
     only_compiled_pass_known: str | None
-    only_compiled_passes: list[str | None]
+    only_compiled_passes: list[str]
     whole_model: WholeModel | None
 
 

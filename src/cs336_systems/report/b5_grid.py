@@ -83,8 +83,7 @@ def grid_frame(records: list[dict]) -> pd.DataFrame:
     kernels' smallest grid for the pass and the SM count, how fp32 products were computed (ours:
     the kernels' choice; plain: PyTorch's float32 matmul precision), each of ours as
     ``flash_record.ran`` gives it from the record (unknown: NaN / None), and the graph time with its
-    range and what bounds a cold cache's cost (records from before graph timing: NaN, graph status
-    None)."""
+    range and what bounds a cold cache's cost (NaN where the record has no graph time)."""
     rows = []
     for r in records:
         m = r["metrics"]
@@ -118,9 +117,8 @@ def judged(df: pd.DataFrame, other: str, timing: str | None = None) -> pd.DataFr
     suffixed ``_other``, with the timing that judges the pair: ``timing`` "graph" where both have a
     graph time, else "do_bench"; ``t`` and ``t_other`` the two times in it; and ``verdict``, the judge's
     (``spread.judge`` of the two records' rounds in that timing): ours slower ("higher"), faster
-    ("lower"), neither (``WITHIN``), or ``NOT_SETTLED`` — measured each in its own process (records
-    from before B5's rows took turns), which carries no spread across processes, or in fewer
-    rounds than the judge needs. ``paired``: measured in one job's turns.
+    ("lower"), neither (``WITHIN``), or ``NOT_SETTLED``: fewer rounds than the judge needs (or two
+    jobs, whose rows ``b5.main`` refuses).
 
     ``timing="do_bench"`` judges every pair on do_bench's time (the host's launch included: what an
     eager training loop pays) even where both have a graph time."""
@@ -131,7 +129,7 @@ def judged(df: pd.DataFrame, other: str, timing: str | None = None) -> pd.DataFr
                        t=np.where(graph, both["graph_ms"], both["ms"]),
                        t_other=np.where(graph, both["graph_ms_other"], both["ms_other"]))
     verdicts = [_verdict(row) for _, row in both.iterrows()]
-    return both.assign(verdict=[v.verdict for v in verdicts], paired=[v.paired for v in verdicts])
+    return both.assign(verdict=[v.verdict for v in verdicts])
 
 
 def judged_on(graph: int, points: int) -> str:

@@ -165,7 +165,6 @@ class Losses:
     by_graph: int
     judged_on: str                  # b5_grid.judged_on
     lost_in_do_bench: int           # the same pairs judged on do_bench's time, launch included
-    paired: Unread[int]             # measured in one job's turns, judged per round
     within: int
     won: int
     settled: int
@@ -204,7 +203,7 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> Losse
     by_graph = int((both["timing"] == "graph").sum())
     return Losses(
         points=int(len(both)), lost=int(len(lost)), by_graph=by_graph, judged_on=judged_on(by_graph, len(both)),
-        lost_in_do_bench=int((eager["verdict"] == "higher").sum()), paired=int(both["paired"].sum()),
+        lost_in_do_bench=int((eager["verdict"] == "higher").sum()),
         within=int((verdict == WITHIN).sum()), won=int((verdict == "lower").sum()),
         settled=int((verdict != NOT_SETTLED).sum()), not_settled=int((verdict == NOT_SETTLED).sum()),
         groups=groups, fold=len(groups) > FOLD_GROUPS, unexplained=sum(not g.worst.grid_explains for g in work),
@@ -229,7 +228,7 @@ def _diagnose(row: pd.Series, other: str, flat: bool) -> LostPoint:
     other_peak = attention_peak(row["gpu_other"], other, row["dtype"], row["fp32_products_other"])
     name, flops = peak_words(ours_peak), ours_peak.flops if ours_peak else math.nan
     other_flops = other_peak.flops if other_peak else math.nan
-    # Rates in the judging timing; records that predate "flops" judge on do_bench only, whose rate they carry.
+    # Rates in the judging timing: graph time's from the FLOPs, do_bench's the rate the record carries.
     ours_tflops, other_tflops = ((row["flops"] / row["t"] / 1e9, row["flops_other"] / row["t_other"] / 1e9)
                                  if row["timing"] == "graph" else (row["tflops"], row["tflops_other"]))
     programs = None if math.isnan(row["programs"]) else int(row["programs"])

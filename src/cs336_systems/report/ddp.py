@@ -197,11 +197,6 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     precisions = list(dict.fromkeys(table["precision"]))
     first = variants.DEFAULT_PRECISION if variants.DEFAULT_PRECISION in precisions else precisions[0]
     rows = {p: {v: row_of(table, v, p) for v in dict.fromkeys(table["variant"])} for p in precisions}
-    paired = paired_by_precision(records)
-    for p, found in rows.items():           # the writeup says what each overhead was set against
-        for row in found.values():
-            if row:
-                row["overhead_paired"] = paired.get(p, False)
     # Every row that waits inside backward carries what its backward and step are against the others'.
     for p, found in backward_waits(records).items():
         for v, waits in found.items():
@@ -209,10 +204,10 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
                 rows[p][v]["inside_backward"] = waits
     params = records[0]["params"]
     setup = {k: params[k] for k in ("size", "context", "global_batch", "world_size", "backend", "warmup", "steps")}
-    setup["rounds"] = params.get("rounds")          # None: one process per variant, before the rounds
+    setup["rounds"] = params["rounds"]
     # whether the judge can settle anything from these rounds (it decides nothing from fewer)
     setup["min_rounds"] = spread.MIN_ROUNDS
-    setup["judged"] = bool(setup["rounds"]) and setup["rounds"] >= spread.MIN_ROUNDS
+    setup["judged"] = setup["rounds"] >= spread.MIN_ROUNDS
     # A precision may run its own batch (config.yaml's DDP.global_batch says why): the setup line names it.
     setup["other_batches"] = {variants.precision_of(r): r["params"]["global_batch"] for r in records
                               if r["params"]["global_batch"] != setup["global_batch"]}
@@ -221,7 +216,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     by_precision = {p: {"baseline": rows[p].get(variants.BASELINE)} | QUOTED[ident](rows[p]) for p in precisions}
     calls = naive_calls(setup["size"])
     summary = {"provenance": run_provenance(records), "setup": setup, "precisions": precisions,
-               "first_precision": first, "only_fp32": precisions == ["fp32"], "paired": paired,
+               "first_precision": first, "only_fp32": precisions == ["fp32"], "paired": paired_by_precision(records),
                "global_batches": global_batches(records),
                **by_precision[first],
                "by_precision": {p: by_precision[p] for p in precisions if p != first},

@@ -445,7 +445,6 @@ class Row:
     comm_share: float | None
     overhead_ms: float | None = None
     overhead_pct: float | None = None
-    overhead_paired: bool | None = None
     inside_backward: dict[str, Any] | None = None
 
 
@@ -483,7 +482,7 @@ class Setup:
     backend: str
     warmup: int
     steps: int
-    rounds: int | None
+    rounds: int
     min_rounds: int
     judged: bool
 

@@ -87,11 +87,6 @@ KERNEL_KINDS = (("matmul", re.compile(r"gemm|xmma|cutlass|nvjet|cublas", re.IGNO
                 ("copy", re.compile(r"copy|Memcpy", re.IGNORECASE)))
 
 
-# Older traces kept 60 characters of a kernel's name (train_bench.KERNEL_NAME_CHARS now keeps 200):
-# an elementwise kernel's name is cut inside its template there, so its kind cannot be read.
-OLD_NAME_CHARS = 60
-
-
 ANNOTATION = re.compile(r"^(nccl:|DistributedDataParallel\.|Optimizer\.|ProfilerStep|FSDP\.)")
 
 
@@ -111,8 +106,6 @@ def kernel_time(intervals: list[dict]) -> dict[str, float] | None:
                and not ANNOTATION.match(i.get("name", ""))]
     if not kernels or not any(i.get("name", "").startswith(("void ", "nccl", "sm", "Memcpy", "Memset")) for i in kernels):
         return None
-    if max(len(i["name"]) for i in kernels) == OLD_NAME_CHARS:
-        return None         # names cut before the functor that tells a copy from the rest
     for i in kernels:
         ms = (i["end_us"] - i["start_us"]) / 1e3
         if i["lane"] == "communication":

@@ -22,12 +22,12 @@ point the *top rung* — the highest rung of the ladder that ran and computes wh
 computes (``checkpointed`` counted just above the rung it builds on) — against each ``--elsewhere``
 rung and each anchor there.
 
-**Verdicts** all come from the one judge, ``spread.judge``: where both records were measured in one
-job (the rungs and anchors of a point take turns in rounds, ``training_step.ladder``), the paired
-difference per round, the farthest quarter of rounds set aside, "faster"/"slower" only where its
-interval lies wholly on one side of no difference; two records from separate processes, or fewer than
-``spread.MIN_ROUNDS`` rounds, are *not settled*. A rung against the rung before it is judged in ms;
-the top rung against another entrant by the ratio of their steps, per round.
+**Verdicts** all come from the one judge, ``spread.judge``: both records were measured in one job
+(the rungs and anchors of a point take turns in rounds, ``training_step.ladder``; the report refuses a
+point whose steps span jobs, ``apart``), so it takes the paired difference per round, the farthest
+quarter of rounds set aside, "faster"/"slower" only where its interval lies wholly on one side of no
+difference; fewer than ``spread.MIN_ROUNDS`` rounds are *not settled*. A rung against the rung before
+it is judged in ms; the top rung against another entrant by the ratio of their steps, per round.
 
 **The goal** (the issue's, at the goal point): the top rung's step at most ``--goal-ratio`` times the
 best anchor's (``judge(..., ratio=True)``: the median of per-round ratios and its interval), or at
@@ -212,7 +212,6 @@ class Against:
     verdict: str
     rounds: int
     set_aside: int
-    paired: Unread[bool]
 
 
 def against(top, other, records: list[dict]) -> Against:
@@ -220,7 +219,7 @@ def against(top, other, records: list[dict]) -> Against:
     v = judge(records[int(top["record"])], records[int(other["record"])], ratio=True)
     return Against(str(other["rung"]), bool(other["anchor"]), float(other["median_ms"]), other["modes"],
                    _finite(v.difference),
-                   _finite(v.low), _finite(v.high), v.verdict, v.rounds, v.set_aside, v.paired)
+                   _finite(v.low), _finite(v.high), v.verdict, v.rounds, v.set_aside)
 
 
 @dataclass(frozen=True)
