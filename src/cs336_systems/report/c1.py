@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -17,7 +18,7 @@ import pandas as pd
 from cs336_systems.report import contract
 from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import HOST_SWING
+from cs336_systems.report.spread import HOST_SWING, NOT_SETTLED
 
 MB = 10**6
 
@@ -119,24 +120,37 @@ def fit_latency_bandwidth(part: pd.DataFrame) -> Fit | None:
     return Fit(float(intercept * 1e3), float(1 / slope / 1e9) if slope > 0 else None)
 
 
+# How algorithm bandwidth moves with the rank count (``AlgbwByRanks.trend``)
+FALLS, DOES_NOT_FALL = "falls", "does not fall"
+
+
 @dataclass(frozen=True)
 class AlgbwByRanks:
     backend: str
     world_sizes: list[int]
     algbw_GBps: list[float]
-    falls: bool
+    # FALLS, DOES_NOT_FALL or NOT_SETTLED (``algbw_by_ranks``)
+    trend: str
+    host_swing: float
 
 
 def algbw_by_ranks(largest: pd.DataFrame) -> list[AlgbwByRanks]:
     """Per back end, algorithm bandwidth at the largest size against the rank count, and whether it
-    falls at every step (what the ring's 2(n − 1)/n traffic predicts) — checked, not assumed."""
+    falls at every step (what the ring's 2(n − 1)/n traffic predicts) — checked, not assumed. Each
+    rank count is a process group of its own, and two processes of one command differ by up to
+    ``HOST_SWING``, which no pair of single processes can measure: a step falls only where the
+    bandwidth drops by more than that, and one rising by more than that shows the bandwidth does not
+    fall at every step; anything between leaves the trend not settled."""
     out = []
     for backend, part in largest.sort_values("world_size").groupby("backend"):
         if len(part) < 2:
             continue
         bw = part["algbw_GBps"].tolist()
+        steps = list(pairwise(bw))
+        trend = (FALLS if all(a > b * HOST_SWING for a, b in steps) else
+                 DOES_NOT_FALL if any(b > a * HOST_SWING for a, b in steps) else NOT_SETTLED)
         out.append(AlgbwByRanks(backend, [int(w) for w in part["world_size"]], [float(b) for b in bw],
-                                all(b < a for a, b in zip(bw, bw[1:]))))
+                                trend, HOST_SWING))
     return out
 
 

@@ -40,9 +40,12 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
     (fsdp-bf16 against a bf16 run's baseline). And the most the weight transfers can take: every
     Linear and Embedding weight all-gathered once (each rank receives (N − 1)/N of it) at C1's bus
     bandwidth for this back end and world size, plus C1's per-call cost (one call timed alone, the
-    most a call costs) per gather as if none overlapped. ``excess_reading``, where both are known:
-    the excess is "beyond transfers" (beyond that bound: not the transfers; the text says so, and no
-    more), "beyond bytes" (beyond the bytes alone, within the bound) or "within bytes"."""
+    most a call costs) per gather as if none overlapped. Those rates are C1's processes', not this
+    job's, and two processes of one command differ by up to ``spread.HOST_SWING``: the excess is set
+    against either only beyond that. ``excess_reading``, where both are known (``reading``):
+    "beyond transfers" (beyond the bound: not the transfers; the text says so, and no more), "beyond
+    bytes, within transfers", "beyond bytes" (its place against the bound not settled), "within
+    bytes" or ``spread.NOT_SETTLED``."""
     size = get_size(setup["size"])
     gathers = transformer_parameter_tensors(size)["matrices"]      # FSDP gathers each Linear and Embedding weight
     n = setup["world_size"]
@@ -80,12 +83,21 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
                 if mine and theirs and (excess := record_difference(mine, theirs, "forward_ms")) is not None:
                     found["excess"] = excess
                 if "bound_ms" in found:
-                    found["excess_reading"] = ("beyond transfers" if found["excess_ms"] > found["bound_ms"]
-                                               else "beyond bytes" if found["excess_ms"] > found["transfer_ms"]
-                                               else "within bytes")
+                    found["excess_reading"] = reading(found["excess_ms"], found["transfer_ms"], found["bound_ms"])
                     found["call_needed_ms"] = (found["excess_ms"] - found["transfer_ms"]) / gathers if gathers else None
             out.append(found)
     return out
+
+
+def reading(excess_ms: float, transfer_ms: float, bound_ms: float, swing: float = spread.HOST_SWING) -> str:
+    """Where a forward's excess lies against its gathers' bytes at C1's rate (``transfer_ms``) and the
+    most the transfers can take (``bound_ms``). Both come from C1's processes, which may run up to
+    ``swing`` times faster or slower than this job's, so a side is decided only beyond that."""
+    if excess_ms > bound_ms * swing:
+        return "beyond transfers"
+    if excess_ms > transfer_ms * swing:
+        return "beyond bytes, within transfers" if excess_ms * swing < bound_ms else "beyond bytes"
+    return "within bytes" if excess_ms * swing < transfer_ms else spread.NOT_SETTLED
 
 
 def fsdp_saving(memory: list[dict], predicted: dict) -> dict | None:
@@ -138,7 +150,8 @@ class FsdpForward:
     call_ms: float | None = None        # C1's per-call cost o, which isolated all-reduces measured
     call_needed_ms: float | None = None  # what each gather must cost for the calls to make up the excess beyond the bytes
     bound_ms: float | None = None
-    excess_reading: str | None = None   # "beyond transfers", "beyond bytes", "within bytes"
+    excess_reading: str | None = None   # ``reading``'s: "beyond transfers", "beyond bytes", ..., "not settled"
+    host_swing: float = spread.HOST_SWING
 
 
 @dataclass(frozen=True, kw_only=True)
