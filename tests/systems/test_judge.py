@@ -7,9 +7,8 @@ import random
 import pytest
 
 from cs336_systems.report.spread import (APART, FEW_ROUNDS, HOST, HOST_BOUND, HOST_SWING, MAX_TABLED_ROUNDS, MIN_ROUNDS,
-                                         MULTIPLIER, NOT_SETTLED, WITHIN, as_time, host_bound, host_moves, judge,
-                                         judge_processes,
-                                         judge_rounds, set_aside, trend_of)
+                                         MULTIPLIER, NOT_SETTLED, WITHIN, across_processes, as_time, host_bound,
+                                         host_moves, judge, judge_processes, judge_rounds, set_aside, trend_of)
 
 DISTURBANCE = 10.0
 
@@ -216,3 +215,16 @@ def test_a_verdict_on_a_time_reads_as_faster_or_slower():
     assert as_time(judge([0.8 * t for t in fp32], fp32).verdict) == "faster"
     assert as_time(judge([1.2 * t for t in fp32], fp32).verdict) == "slower"
     assert as_time(WITHIN) == WITHIN and as_time(NOT_SETTLED) == NOT_SETTLED
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_numbers_of_two_processes_differ_only_beyond_the_host_swing(seed):
+    """``across_processes``: one number a process, nothing to pair them by; a gap within the swing
+    two processes of one command show is not settled, one beyond it is, either way round."""
+    rng = random.Random(seed)
+    b = rng.uniform(0.1, 100)
+    inside = b * HOST_SWING ** rng.uniform(-0.99, 0.99)
+    beyond = b * HOST_SWING * rng.uniform(1.01, 3)
+    assert across_processes(inside, b) == NOT_SETTLED
+    assert across_processes(beyond, b) == "higher" and across_processes(b, beyond) == "lower"
+    assert across_processes(beyond, b, swing=beyond / b * 1.01) == NOT_SETTLED

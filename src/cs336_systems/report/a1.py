@@ -40,8 +40,8 @@ from cs336_systems.profiling.mfu import achieved, peak, utilisation
 from cs336_systems.report import contract
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict, as_time,
-                                         judge, judge_processes, trend_of)
+from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict,
+                                         across_processes, as_time, judge, judge_processes, trend_of)
 
 PHASES = ("forward", "backward", "optimizer", "step")
 PAIRED, SEPARATE = "paired", "separate processes"    # how a comparison was judged (see the module's doc)
@@ -124,8 +124,7 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = ()) -> pd.DataFra
         if row["status"] == "ok" and b is not None and row["precision"] == "fp32" and row["step_mean"] > 0:
             # A2's kernel time against A1's own step: A2's step, under the profiler, is longer
             share = b["kernel_ms"] / row["step_mean"]
-            launch = True if share * HOST_SWING < LAUNCH_BOUND_BUSY else (
-                False if share / HOST_SWING >= LAUNCH_BOUND_BUSY else None)
+            launch = {"lower": True, "higher": False}.get(across_processes(share, LAUNCH_BOUND_BUSY))
             out.update(busy_share=share, launch_bound=launch,
                        a2_profile={"kernels": int(b["kernels"]), "kernel_ms": float(b["kernel_ms"])},
                        bound_by={True: "launches: ", False: "", None: "not settled: "}[launch]
@@ -384,10 +383,11 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "backward_over_forward_median": float((fb["backward_mean"] / fb["forward_mean"]).median()) if len(fb) else None,
         "cv_by_precision": {p: float(phase_cv(part).median()) for p, part in ok.groupby("precision", observed=True)},
         "forward_growth": growth,
-        # The two contexts are separate jobs, which the judge does not pair: time grows less than the
-        # work only where the gap is beyond what separately timed steps can differ by (HOST_SWING).
-        "forward_grows_less_than_work": [size for size, g in growth.items() if g["ratio"] * HOST_SWING < g["flops_ratio"]],
-        "forward_growth_not_settled": [size for size, g in growth.items() if g["ratio"] * HOST_SWING >= g["flops_ratio"]],
+        # the two contexts are separate jobs, which the judge does not pair
+        "forward_grows_less_than_work": [size for size, g in growth.items()
+                                         if across_processes(g["ratio"], g["flops_ratio"]) == "lower"],
+        "forward_growth_not_settled": [size for size, g in growth.items()
+                                       if across_processes(g["ratio"], g["flops_ratio"]) == NOT_SETTLED],
         "mfu_peaks": sorted(set(ok["peak_basis"])),
         "mfu_points": int(len(with_peak)),
         "mfu_best": best,

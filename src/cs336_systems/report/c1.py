@@ -18,7 +18,7 @@ import pandas as pd
 from cs336_systems.report import contract
 from cs336_systems.report.common import rows_report_args, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import HOST_SWING, NOT_SETTLED
+from cs336_systems.report.spread import HOST_SWING, NOT_SETTLED, across_processes
 
 MB = 10**6
 
@@ -147,8 +147,8 @@ def algbw_by_ranks(largest: pd.DataFrame) -> list[AlgbwByRanks]:
             continue
         bw = part["algbw_GBps"].tolist()
         steps = list(pairwise(bw))
-        trend = (FALLS if all(a > b * HOST_SWING for a, b in steps) else
-                 DOES_NOT_FALL if any(b > a * HOST_SWING for a, b in steps) else NOT_SETTLED)
+        moves = [across_processes(a, b) for a, b in steps]
+        trend = FALLS if all(m == "higher" for m in moves) else DOES_NOT_FALL if "lower" in moves else NOT_SETTLED
         out.append(AlgbwByRanks(backend, [int(w) for w in part["world_size"]], [float(b) for b in bw],
                                 trend, HOST_SWING))
     return out
@@ -211,7 +211,7 @@ def headline(largest: pd.DataFrame, fits: dict[str, Fit]) -> Headline | None:
     at = {backend: BackendAt(float(r.ms), float(r.busbw_GBps), fit.o_ms if (fit := fits.get(f"{backend}_x{world}")) else None)
           for backend, r in rows.items()}
     ratio = float(rows["gloo"].ms / rows["nccl"].ms)
-    return Headline(world, float(rows["nccl"].size_mb), ratio, HOST_SWING, not 1 / HOST_SWING <= ratio <= HOST_SWING,
+    return Headline(world, float(rows["nccl"].size_mb), ratio, HOST_SWING, across_processes(ratio, 1.0) != NOT_SETTLED,
                     at["gloo"], at["nccl"])
 
 

@@ -93,11 +93,12 @@ def reading(excess_ms: float, transfer_ms: float, bound_ms: float, swing: float 
     """Where a forward's excess lies against its gathers' bytes at C1's rate (``transfer_ms``) and the
     most the transfers can take (``bound_ms``). Both come from C1's processes, which may run up to
     ``swing`` times faster or slower than this job's, so a side is decided only beyond that."""
-    if excess_ms > bound_ms * swing:
+    against_bound, against_bytes = (spread.across_processes(excess_ms, x, swing) for x in (bound_ms, transfer_ms))
+    if against_bound == "higher":
         return "beyond transfers"
-    if excess_ms > transfer_ms * swing:
-        return "beyond bytes, within transfers" if excess_ms * swing < bound_ms else "beyond bytes"
-    return "within bytes" if excess_ms * swing < transfer_ms else spread.NOT_SETTLED
+    if against_bytes == "higher":
+        return "beyond bytes, within transfers" if against_bound == "lower" else "beyond bytes"
+    return "within bytes" if against_bytes == "lower" else spread.NOT_SETTLED
 
 
 def fsdp_saving(memory: list[dict], predicted: dict) -> dict | None:

@@ -224,6 +224,18 @@ HOST_BOUND = 0.9
 HOST_SWING = 1.75
 
 
+def across_processes(a: float, b: float, swing: float = HOST_SWING) -> str:
+    """``a`` against ``b`` where each is one process's (or one job's) number and nothing pairs them:
+    "higher" or "lower" only where ``a`` is more than ``swing`` times ``b`` or less than its
+    ``1 / swing``, since two processes of one command differ by up to that; ``NOT_SETTLED`` between.
+    For a time, or a rate made of one."""
+    if a > b * swing:
+        return "higher"
+    if a * swing < b:
+        return "lower"
+    return NOT_SETTLED
+
+
 def host_share(record: dict, phase: str = "step") -> float | None:
     """The median share of ``record``'s ``phase`` the host spent queueing it (``rounds``); None
     where the record has no host times (self-timed turns, older records)."""
