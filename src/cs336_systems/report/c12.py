@@ -45,7 +45,9 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
     against either only beyond that. ``excess_reading``, where both are known (``reading``):
     "beyond transfers" (beyond the bound: not the transfers; the text says so, and no more), "beyond
     bytes, within transfers", "beyond bytes" (its place against the bound not settled), "within
-    bytes" or ``spread.NOT_SETTLED``."""
+    bytes", ``spread.NOT_SETTLED``, or ``EXCESS_OPEN`` where the judge gave the excess no interval.
+    ``excess_ms`` is the judge's difference where the records are at hand, so the table's excess
+    and the words' are one number."""
     size = get_size(setup["size"])
     gathers = transformer_parameter_tensors(size)["matrices"]      # FSDP gathers each Linear and Embedding weight
     n = setup["world_size"]
@@ -78,22 +80,35 @@ def fsdp_forward(rows: dict[str, dict], setup: dict, fit: dict | None,
                 found["latency_ms"] = gathers * found["call_ms"]
                 found["bound_ms"] = found["transfer_ms"] + found["latency_ms"]
             if base:
-                found["excess_ms"] = row["forward_ms"] - base["forward_ms"]
                 mine, theirs = records.get((variant, precision)), records.get((base_variant, compute))
-                if mine and theirs and (excess := record_difference(mine, theirs, "forward_ms")) is not None:
+                excess = record_difference(mine, theirs, "forward_ms") if mine and theirs else None
+                # one excess for the table and the words: the judge's where the records are at hand
+                found["excess_ms"] = excess["ms"] if excess else row["forward_ms"] - base["forward_ms"]
+                if excess:
                     found["excess"] = excess
                 if "bound_ms" in found:
-                    found["excess_reading"] = reading(found["excess_ms"], found["transfer_ms"], found["bound_ms"])
+                    ends = (excess["low_ms"], excess["high_ms"]) if excess else (found["excess_ms"],) * 2
+                    found["excess_reading"] = (EXCESS_OPEN if ends[0] is None
+                                               else reading(*ends, found["transfer_ms"], found["bound_ms"]))
                     found["call_needed_ms"] = (found["excess_ms"] - found["transfer_ms"]) / gathers if gathers else None
             out.append(found)
     return out
 
 
-def reading(excess_ms: float, transfer_ms: float, bound_ms: float, swing: float = spread.HOST_SWING) -> str:
-    """Where a forward's excess lies against its gathers' bytes at C1's rate (``transfer_ms``) and the
-    most the transfers can take (``bound_ms``). Both come from C1's processes, which may run up to
-    ``swing`` times faster or slower than this job's, so a side is decided only beyond that."""
-    against_bound, against_bytes = (spread.across_processes(excess_ms, x, swing) for x in (bound_ms, transfer_ms))
+# the judge left the excess itself open (no interval), so nothing can be set against it
+EXCESS_OPEN = "excess not settled"
+
+
+def reading(low_ms: float, high_ms: float, transfer_ms: float, bound_ms: float, swing: float = spread.HOST_SWING) -> str:
+    """Where a forward's excess, the judge's interval ``low_ms`` to ``high_ms``, lies against its
+    gathers' bytes at C1's rate (``transfer_ms``) and the most the transfers can take (``bound_ms``).
+    Both come from C1's processes, which may run up to ``swing`` times faster or slower than this
+    job's, so a side is decided only where the whole interval lies beyond that."""
+    def side(x: float) -> str:
+        above, below = spread.across_processes(low_ms, x, swing), spread.across_processes(high_ms, x, swing)
+        return "higher" if above == "higher" else "lower" if below == "lower" else spread.NOT_SETTLED
+
+    against_bound, against_bytes = side(bound_ms), side(transfer_ms)
     if against_bound == "higher":
         return "beyond transfers"
     if against_bytes == "higher":
