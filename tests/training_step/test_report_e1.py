@@ -11,8 +11,9 @@ from cs336_systems.models import get_size
 from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.profiling.flops import model_step_flops
 from cs336_systems.records import make_record, write_json_atomic
-from cs336_systems.report import e1, writeup
+from cs336_systems.report import e1, spread, writeup
 from cs336_systems.report.contract import as_json
+from cs336_systems.report.spread import HOST_SWING
 from cs336_systems.training_step import rungs
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
@@ -445,23 +446,28 @@ def _projection_flops() -> float:
 
 
 def test_ours_against_the_anchor_names_the_kernel_kind_where_they_part(tmp_path):
+    """Attention 20 ms against 8 (2.5×, beyond the swing two processes differ by) is where they part;
+    the busy times and steps, 205 against 199 ms and 6 ms apart, are within it: side by side."""
     best = _ms_at(0.45)
     ours = profile_record("fused-adamw", {"GEMM": 120.0, "attention-softmax": 20.0, "elementwise": 40.0,
                                           "optimizer": 30.0}, step_ms=best, busy_ms=205.0)
-    anchor = profile_record("anchor-sdpa-flash", {"GEMM": 119.5, "attention-softmax": 12.0, "elementwise": 40.4,
+    anchor = profile_record("anchor-sdpa-flash", {"GEMM": 119.5, "attention-softmax": 8.0, "elementwise": 40.4,
                                                   "optimizer": 30.0}, step_ms=best - 6.0, busy_ms=199.0)
     summary, text = build(tmp_path, in_one_job(ladder(best, anchor_ms=1.002 * best), {"fused-adamw": WOBBLE}),
                           profiles=(ours, anchor))
     kc = summary["kernel_comparison"]
     assert kc["anchor"]["rung"] == "anchor-sdpa-flash" and kc["anchor"]["largest"] == "attention-softmax"
-    assert kc["anchor"]["delta_ms"]["attention-softmax"] == pytest.approx(8.0)
+    assert kc["anchor"]["delta_ms"]["attention-softmax"] == pytest.approx(12.0)
+    assert kc["anchor"]["largest_by"]["verdict"] == "higher"
     assert kc["anchor"]["others_max_abs_ms"] == pytest.approx(0.5)
     assert kc["gemm_tflops"] == pytest.approx(_projection_flops() / 0.120 / 1e12)
     assert kc["bound"] is None              # the synthetic records name no parameter count: no optimizer floor
     flat = " ".join(text.split())
-    assert ("*fused-adamw*'s attention kernels take 8.0 ms a step more than *anchor-sdpa-flash*'s; "
-            "no other kind differs by more than 0.5 ms. Under the profiler its kernels are busy 6.0 ms longer; its step, "
-            "timed without the profiler in its profiling process, is 6.0 ms longer; the ladder's own job") in flat
+    assert ("*fused-adamw*'s attention kernels take 12.0 ms a step more than *anchor-sdpa-flash*'s; "
+            "no other kind differs by more than 0.5 ms. Under the profiler its kernels are busy 205.0 ms a step against "
+            "*anchor-sdpa-flash*'s 199.0 ms, which these records do not order; its step, timed without the profiler in "
+            f"its profiling process, is {best:.1f} ms against *anchor-sdpa-flash*'s {best - 6.0:.1f} ms, which these "
+            "records do not order; the ladder's own job") in flat
     assert "which step is faster is not settled; the kind of kernel where they part is." in flat
     assert kc["anchor"]["largest_stands_out"]
     # Attention 1.0 ms apart beside GEMMs 0.8 apart: no kind stands out.
@@ -475,6 +481,66 @@ def test_ours_against_the_anchor_names_the_kernel_kind_where_they_part(tmp_path)
     kc = _json(e1.kernel_comparison, [ours, close], None, None, 0.55)
     assert kc["anchor"]["largest"] == "attention-softmax" and not kc["anchor"]["largest_stands_out"]
     assert f"at {_projection_flops() / 0.120 / 1e12:.0f} TFLOP/s" in flat
+
+
+def _ours_against_the_anchor(text: str) -> str:
+    """The section's paragraph on ours against the anchor's profile, on one line."""
+    flat = " ".join(text.split())
+    start = flat.index("**Ours against the anchor, kernel by kernel.**")
+    return flat[start:flat.index("**", flat.index("**", start + 2) + 2)]
+
+
+def test_two_profiling_processes_are_ordered_only_beyond_the_swing(tmp_path):
+    """Claim class: a direction between two processes' numbers. Ours and the anchor's profile are two
+    processes, which nothing pairs: a kind's kernel time, the busy time under the profiler and the step
+    are longer or shorter only beyond ``spread.HOST_SWING``. Within it the section sets the two side by
+    side and says these records do not order them, and a kind whose own gap is within it is not the
+    kind where they part, however far it lies above the others."""
+    within, beyond = random.uniform(1.05, 0.95 * HOST_SWING), random.uniform(1.05 * HOST_SWING, 3.0)
+    step, busy = random.uniform(150.0, 250.0), random.uniform(150.0, 250.0)
+    anchor_longer = random.random() < 0.5
+    kinds = {"GEMM": 120.0, "attention-softmax": 20.0, "elementwise": 40.0, "optimizer": 30.0}
+
+    def pair(factor: float) -> tuple[dict, dict]:
+        """Ours against the anchor: our optimizer kernels ``factor`` times theirs, the only kind apart;
+        the anchor's busy time and step ``factor`` times ours, or ours ``factor`` times the anchor's."""
+        theirs = factor if anchor_longer else 1 / factor
+        return (profile_record("fused-adamw", {**kinds, "optimizer": 30.0 * factor}, step_ms=step, busy_ms=busy),
+                profile_record("anchor-sdpa-flash", kinds, step_ms=step * theirs, busy_ms=busy * theirs))
+
+    best = _ms_at(0.45)
+    summary, text = build(tmp_path / "within", in_one_job(ladder(best, anchor_ms=1.05 * best)), profiles=pair(within))
+    paragraph = _ours_against_the_anchor(text)
+    for word in ("longer", "shorter", "more than *", "less than *", "where they part"):
+        assert word not in paragraph, word
+    theirs = within if anchor_longer else 1 / within
+    assert (f"*fused-adamw*'s optimizer kernels take {30.0 * within:.1f} ms a step against *anchor-sdpa-flash*'s "
+            "30.0 ms, which these records do not order;") in paragraph
+    assert (f"Under the profiler its kernels are busy {busy:.1f} ms a step against *anchor-sdpa-flash*'s "
+            f"{busy * theirs:.1f} ms, which these records do not order; its step, timed without the profiler in its "
+            f"profiling process, is {step:.1f} ms against *anchor-sdpa-flash*'s {step * theirs:.1f} ms, which these "
+            "records do not order") in paragraph
+    assert "These profiles do not single out one kind." in paragraph
+    assert f"two processes of one command differ by up to {HOST_SWING}×" in paragraph
+    apart = summary["kernel_comparison"]["anchor"]
+    assert apart["largest"] == "optimizer" and apart["others_max_abs_ms"] == 0.0
+    assert [apart[k]["verdict"] for k in ("largest_by", "busy", "step")] == [spread.NOT_SETTLED] * 3
+    assert not apart["largest_stands_out"] and apart["swing"] == HOST_SWING
+
+    summary, text = build(tmp_path / "beyond", in_one_job(ladder(best, anchor_ms=1.05 * best)), profiles=pair(beyond))
+    apart = summary["kernel_comparison"]["anchor"]
+    order = "lower" if anchor_longer else "higher"
+    assert [apart[k]["verdict"] for k in ("largest_by", "busy", "step")] == ["higher", order, order]
+    assert apart["largest_stands_out"]
+    paragraph = _ours_against_the_anchor(text)
+    gap = abs(busy - busy * (beyond if anchor_longer else 1 / beyond))
+    steps_gap = abs(step - step * (beyond if anchor_longer else 1 / beyond))
+    word = "shorter" if anchor_longer else "longer"
+    assert (f"optimizer kernels take {30.0 * (beyond - 1):.1f} ms a step more than *anchor-sdpa-flash*'s; "
+            f"no other kind differs by more than 0.0 ms. Under the profiler its kernels are busy {gap:.1f} ms a step "
+            f"{word} than *anchor-sdpa-flash*'s; its step, timed without the profiler in its profiling process, is "
+            f"{steps_gap:.1f} ms {word} than *anchor-sdpa-flash*'s") in paragraph
+    assert "which these records do not order" not in paragraph
 
 
 def test_the_goal_leaves_the_step_it_allows_less_the_gemms_and_the_optimizer_floor():

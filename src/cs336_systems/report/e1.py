@@ -13,7 +13,9 @@ it in every profile (a cast by its launching op, any other kernel by its name); 
 a profile's kernels to no op (a CUDA graph's replay) its casts are not attributable (``kinds_ms``), and
 set against another profile, the kinds that may hold them are compared as one (``comparable``). The
 kernels' busy time under the profiler and the step timed without it are two measurements: the section
-sets them side by side and never divides one by the other.
+sets them side by side and never divides one by the other. Two profiles are two processes, which
+nothing pairs: ours against an anchor's, a kind's kernel time, the busy time or the step is longer or
+shorter only beyond ``spread.HOST_SWING`` (``spread.across_processes``), and else set side by side.
 
 **Scope.** The goal point holds the whole ladder; the grid's other points the rungs E1 measures
 there (``--elsewhere``: the top rung and the one it is set against) and every anchor. The report
@@ -79,7 +81,8 @@ from cs336_systems.profiling.mfu import peak, utilisation
 from cs336_systems.report import contract
 from cs336_systems.report.common import cell, load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, as_time, judge, judge_rounds, round_samples
+from cs336_systems.report.spread import (HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, across_processes, as_time, judge,
+                                         judge_rounds, round_samples)
 from cs336_systems.report.two_modes import RULE, Rule, TwoModes, two_modes
 from cs336_systems.training_step import rungs
 
@@ -881,24 +884,42 @@ def profile_summary(profiles: list[dict]) -> list[Profile]:
 
 
 @dataclass(frozen=True)
+class Across:
+    """Ours against theirs where each number is one profiling process's and nothing pairs them: both
+    numbers, how far apart, and ``verdict``, ``spread.across_processes``'s: "higher" or "lower" only
+    beyond ``spread.HOST_SWING``, else ``NOT_SETTLED``, where the section sets the two side by side."""
+    ours_ms: float
+    theirs_ms: float
+    ms: float
+    verdict: str
+
+
+def across(ours_ms: float, theirs_ms: float) -> Across:
+    return Across(ours_ms, theirs_ms, abs(ours_ms - theirs_ms), across_processes(ours_ms, theirs_ms))
+
+
+@dataclass(frozen=True)
 class KernelsApart:
     """Ours against a profiled anchor at the same point, kernel kind by kind (ms per step, ours less
-    theirs). The other kinds run the same kernels in both (GEMMs, elementwise): what they differ by is
-    the processes' own variation, which the largest must clear twice to stand out. Profiles of two
+    theirs). Each side is one profiling process, so every direction between them is ``Across``'s: a
+    kind's time, the kernels' busy time and the step are ordered only beyond ``swing``, the most two
+    processes of one command differ by. The other kinds run the same kernels in both (GEMMs,
+    elementwise): what they differ by is the processes' own variation, which the largest must clear
+    twice to stand out, and it stands out only where its own direction is settled. Profiles of two
     commits were made in two sittings, maybe on two lent machines: their differences then also hold
     the machines' (``apart``). Where either side's casts are not attributable, the kinds that may hold
-    them are compared as one (``casts_merged``, ``comparable``). The largest kind's difference, the
-    kernels' busy time's and the step's, ours against theirs, as ``Apart``. ``goal_pair_unsettled``: the
-    pair is the goal point's top rung and best anchor, whose steps the ladder's own job did not tell apart."""
+    them are compared as one (``casts_merged``, ``comparable``). ``goal_pair_unsettled``: the pair is
+    the goal point's top rung and best anchor, whose steps the ladder's own job did not tell apart."""
     rung: str
     casts_merged: bool
     delta_ms: Unread[dict[str, float]]
     largest: str
-    largest_by: Apart
+    largest_by: Across
     others_max_abs_ms: float
     largest_stands_out: bool
-    busy: Apart | None
-    step: Apart
+    busy: Across | None
+    step: Across
+    swing: float
     commits: list[str]
     apart: bool
     goal_pair_unsettled: bool
@@ -958,12 +979,13 @@ def kernels_apart(ours: dict, anchor: dict, goal_pair_unsettled: bool = False) -
     delta = {k: mine[k] - theirs[k] for k in mine if k in theirs}
     largest = max(delta, key=lambda k: abs(delta[k]))
     others = max((abs(v) for k, v in delta.items() if k != largest), default=0.0)
-    busy = (m["busy_ms"] - a["busy_ms"]) if m.get("busy_ms") is not None and a.get("busy_ms") is not None else None
-    step = m["step"]["median"] - a["step"]["median"]
+    largest_by = across(mine[largest], theirs[largest])
+    busy = across(m["busy_ms"], a["busy_ms"]) if m.get("busy_ms") is not None and a.get("busy_ms") is not None else None
     commits = [ours["provenance"].get("commit") or "unknown", anchor["provenance"].get("commit") or "unknown"]
     return KernelsApart(
-        anchor["params"]["rung"], casts_merged, delta, largest, apart_by(delta[largest]), others,
-        abs(delta[largest]) >= 2 * others, None if busy is None else apart_by(busy), apart_by(step), commits,
+        anchor["params"]["rung"], casts_merged, delta, largest, largest_by, others,
+        largest_by.verdict != NOT_SETTLED and abs(delta[largest]) >= 2 * others, busy,
+        across(m["step"]["median"], a["step"]["median"]), HOST_SWING, commits,
         ours["provenance"].get("commit") != anchor["provenance"].get("commit"), goal_pair_unsettled)
 
 
