@@ -293,10 +293,15 @@ def test_out_of_memory_is_named_by_dtype_and_pass_and_the_gap_trend_is_counted()
                _point("ours", 4096, 1.0), _point("plain", 4096, 8.0)]
     df = b5_grid.grid_frame(records)
     assert _json(b5_losses.oom_groups, df, "plain") == [{"dtype": "fp32", "pass": "backward", "first_seq": 65536, "ds": [64]}]
-    assert _json(b5_losses.gap_trend, df) == {"series": 1, "widening": 1, "rising_throughout": 1, "first_falls": 0,
-                                "lowest_at": [], "falls_at_top": 0, "widens_everywhere": True}
+    assert _json(b5_losses.gap_trend, df) == {
+        "series": 1, "larger_at_end": _tally(1, 0, 0), "rises_throughout": _tally(1, 0, 0),
+        "first_falls": _tally(0, 1, 0), "lowest_at": [], "ends_below_top": _tally(0, 1, 0), "widens_everywhere": True}
     records[-1] = _point("plain", 4096, 1.5)          # the gap narrows: no widening claimed
-    assert _json(b5_losses.gap_trend, b5_grid.grid_frame(records))["widening"] == 0
+    assert _json(b5_losses.gap_trend, b5_grid.grid_frame(records))["larger_at_end"] == _tally(0, 1, 0)
+
+
+def _tally(holds, fails, open_):
+    return {"holds": holds, "fails": fails, "open": open_}
 
 
 def test_a_gap_that_dips_before_it_widens_is_not_said_to_widen_everywhere():
@@ -308,8 +313,44 @@ def test_a_gap_that_dips_before_it_widens_is_not_said_to_widen_everywhere():
     records += [p for seq, r in top for p in (_point("ours", seq, 1.0, which="backward"),
                                               _point("plain", seq, r, which="backward"))]
     trend = _json(b5_losses.gap_trend, b5_grid.grid_frame(records))
-    assert trend == {"series": 2, "widening": 2, "rising_throughout": 0, "first_falls": 1, "lowest_at": [512],
-                     "falls_at_top": 1, "widens_everywhere": False}
+    assert trend == {"series": 2, "larger_at_end": _tally(2, 0, 0), "rises_throughout": _tally(0, 2, 0),
+                     "first_falls": _tally(1, 1, 0), "lowest_at": [512], "ends_below_top": _tally(1, 1, 0),
+                     "widens_everywhere": False}
+
+
+def test_a_step_between_lengths_whose_intervals_overlap_is_not_settled():
+    """plain ÷ ours by the medians 2.0, 1.6, 2.2, 2.1 along the lengths: by the bare medians larger at the
+    longest than at the shortest, first falling to a low at 256 and ending below its highest. Ours'
+    rounds scatter (seeded noise of ±8 %, plain's steady), so each length's interval is wide: 2.0 and 2.1,
+    2.2 and 2.1 overlap, and only the dip at 256 lies apart from its neighbours. The records settle that
+    it first falls to 256 and does not rise throughout; which end is larger and whether it ends below its
+    highest they leave open."""
+    import random
+
+    rng = random.Random(0)
+    records = []
+    for seq, ratio in ((128, 2.0), (256, 1.6), (512, 2.2), (1024, 2.1)):
+        plain, ours = _point("plain", seq, ratio), _point("ours", seq, 1.0)
+        records += [plain, _in_turns(ours, [1.0 * (1 + rng.uniform(-0.08, 0.08)) for _ in DRIFT])]
+    df = b5_grid.grid_frame(records)
+    # each length's interval on plain ÷ ours (the judge's is on ours ÷ plain)
+    span = {int(row["seq"]): (1 / v.high, 1 / v.low) for _, row in b5_grid.judged(df, "plain").iterrows()
+            for v in [b5_grid.point_verdict(row, ratio=True)]}
+
+    def overlap(a, b):
+        return span[a][0] <= span[b][1] and span[b][0] <= span[a][1]
+    assert overlap(128, 1024) and overlap(512, 1024)
+    assert not any(overlap(256, seq) for seq in (128, 512, 1024))
+    trend = _json(b5_losses.gap_trend, df)
+    assert trend == {"series": 1, "larger_at_end": _tally(0, 0, 1), "rises_throughout": _tally(0, 1, 0),
+                     "first_falls": _tally(1, 0, 0), "lowest_at": [256], "ends_below_top": _tally(0, 0, 1),
+                     "widens_everywhere": False}
+    # the same medians with steady rounds settle every step: larger at the end, ending below its highest
+    steady = b5_grid.grid_frame([_point(impl, seq, ratio if impl == "plain" else 1.0)
+                                 for seq, ratio in ((128, 2.0), (256, 1.6), (512, 2.2), (1024, 2.1))
+                                 for impl in ("plain", "ours")])
+    trend = _json(b5_losses.gap_trend, steady)
+    assert trend["larger_at_end"] == _tally(1, 0, 0) and trend["ends_below_top"] == _tally(1, 0, 0)
 
 
 def test_without_the_cards_peak_the_grid_is_reported_but_not_judged():

@@ -46,7 +46,7 @@ ALLOWED = {
     # 2N²d per product
     "B4": (1, 0, 11),
     # batch 1, "below 1"
-    "B5": (2, 0, 67),
+    "B5": (2, 0, 64),
     # the C family, _ddp and C9: another change is splitting report/ddp.py and rewords them
     "C1": (5, 0, 11),
     "C2": (1, 0, 1),

@@ -67,7 +67,7 @@ def eager_goal(df: pd.DataFrame, other: str, ratio: float, dtypes=None, min_seq:
     both = both[both["ms"].notna() & both["ms_other"].notna()]
     if both.empty:
         return EagerGoal(0, 0, 0, 0, True, ratio, None)
-    verdicts = [_verdict(row, ratio=True) for _, row in both.iterrows()]
+    verdicts = [point_verdict(row, ratio=True) for _, row in both.iterrows()]
     within = sum(v.verdict != NOT_SETTLED and v.high <= ratio for v in verdicts)
     beyond = sum(v.verdict != NOT_SETTLED and v.low > ratio for v in verdicts)
     over = both["ms"] / both["ms_other"]
@@ -128,7 +128,7 @@ def judged(df: pd.DataFrame, other: str, timing: str | None = None) -> pd.DataFr
     both = both.assign(timing=np.where(graph, "graph", "do_bench"),
                        t=np.where(graph, both["graph_ms"], both["ms"]),
                        t_other=np.where(graph, both["graph_ms_other"], both["ms_other"]))
-    verdicts = [_verdict(row) for _, row in both.iterrows()]
+    verdicts = [point_verdict(row) for _, row in both.iterrows()]
     return both.assign(verdict=[v.verdict for v in verdicts])
 
 
@@ -144,7 +144,7 @@ def scope(pair: pd.DataFrame, dtypes: list[str] | None = None, min_seq: int = 0)
     return pair if dtypes is None else pair[pair["dtype"].isin(dtypes)]
 
 
-def _verdict(row: pd.Series, ratio: bool = False) -> Verdict:
+def point_verdict(row: pd.Series, ratio: bool = False) -> Verdict:
     """The judge on one row of ``judged``: its two records' rounds in the judging timing (``ratio``:
     their ratio against 1 instead of their difference)."""
     phase = "graph_ms" if row["timing"] == "graph" else "ms"

@@ -16,7 +16,14 @@ import pandas as pd
 from cs336_systems.accounting import memory_traffic
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
 from cs336_systems.profiling.mfu import attention_peak
-from cs336_systems.report.b5_grid import OURS, PLAIN, judged, judged_on, scope
+from cs336_systems.report.b5_grid import (
+    OURS,
+    PLAIN,
+    judged,
+    judged_on,
+    point_verdict,
+    scope,
+)
 from cs336_systems.report.contract import Unread
 from cs336_systems.report.spread import NOT_SETTLED, WITHIN
 from cs336_systems.report.what_ran import peak_cell, peak_words
@@ -261,38 +268,98 @@ def oom_groups(df: pd.DataFrame, impl: str) -> list[OutOfMemory]:
 
 
 @dataclass(frozen=True)
+class Tally:
+    """One statement about a series, counted over the series: where the records settle that it holds,
+    that it does not (``fails``), and where overlapping intervals leave it open."""
+    holds: int
+    fails: Unread[int]
+    open: int
+
+
+@dataclass(frozen=True)
 class GapTrend:
     """Per (d, pass) series of one dtype, plain's time ÷ ours (in the timing that judges each point)
-    along the lengths both ran: in how many series it is larger at the longest length than at the
-    shortest (``widening``), rises at every longer length (``rising_throughout``), first falls to a
-    lowest point past the shortest length (``first_falls``, with the lengths where those lows are),
-    and ends below its highest (``falls_at_top``). The ends alone hide a dip or a fall between them."""
+    along the lengths both ran, in how many series it is larger at the longest length than at the
+    shortest (``larger_at_end``), rises at every longer length (``rises_throughout``), first falls to
+    its lowest at a length past the shortest (``first_falls``, with the lengths where those lows are)
+    and ends below its highest (``ends_below_top``). The ends alone hide a dip or a fall between them.
+
+    Each length's ratio has the judge's interval over its rounds (``b5_grid.point_verdict``), and two
+    lengths never take turns with each other: one is above another only where the two intervals do
+    not overlap (``_apart``), and a statement resting on a pair that overlaps is open."""
     series: int
-    widening: int
-    rising_throughout: int
-    first_falls: int
+    larger_at_end: Tally
+    rises_throughout: Tally
+    first_falls: Tally
     lowest_at: list[int]
-    falls_at_top: int
+    ends_below_top: Tally
     widens_everywhere: bool
+
+
+@dataclass(frozen=True)
+class _Point:
+    """One length of a series: plain ÷ ours by the two medians, and its interval by the judge (NaN where
+    the judge settles nothing there)."""
+    seq: int
+    ratio: float
+    low: float
+    high: float
+
+
+def _apart(a: _Point, b: _Point) -> str:
+    """``a`` against ``b``: "higher" or "lower" where their intervals do not overlap, else NOT_SETTLED."""
+    return "higher" if a.low > b.high else "lower" if a.high < b.low else NOT_SETTLED
+
+
+def _outcome(holds: bool, fails: bool) -> str:
+    return "holds" if holds else "fails" if fails else "open"
+
+
+def _series_outcomes(points: list[_Point]) -> dict[str, str]:
+    """Each statement's outcome on one series ("holds", "fails" or "open"), and its lowest length by the
+    medians. Larger at the end: the longest length apart above the shortest (below: fails). Rises
+    throughout: every step apart upwards (one apart downwards: fails). First falls to its lowest: the
+    lowest length past the shortest and apart below every other (the shortest apart below every other:
+    fails). Ends below its highest: some length apart above the longest (the longest apart above every
+    other: fails)."""
+    first, last = points[0], points[-1]
+    steps = [_apart(b, a) for a, b in itertools.pairwise(points)]
+    # the lowest length by the medians: it is where the series is lowest only if it lies below every other
+    low = min(points, key=lambda p: p.ratio)
+
+    def below_all(p: _Point) -> bool:
+        return all(_apart(p, q) == "lower" for q in points if q is not p)
+    return {
+        "larger_at_end": _outcome(_apart(last, first) == "higher", _apart(last, first) == "lower"),
+        "rises_throughout": _outcome(all(s == "higher" for s in steps), "lower" in steps),
+        "first_falls": _outcome(low is not first and below_all(low), below_all(first)),
+        "ends_below_top": _outcome(any(_apart(last, q) == "lower" for q in points),
+                                   all(_apart(last, q) == "higher" for q in points if q is not last)),
+        "lowest_at": low.seq,
+    }
 
 
 def gap_trend(df: pd.DataFrame, dtype: str = "bf16") -> GapTrend:
     pair = judged(df, PLAIN)
-    pair = pair[pair["dtype"] == dtype]
-    series = widening = rising = falls = at_top = 0
-    lows = []
-    if len(pair):
-        ratio = (pair["t_other"] / pair["t"]).set_axis(pd.MultiIndex.from_frame(pair[["d", "pass", "seq"]])).sort_index()
-        for _, part in ratio.groupby(level=["d", "pass"]):
-            values = list(part)
-            if len(values) < 2:
-                continue
-            series += 1
-            widening += int(values[-1] > values[0])
-            rising += int(all(b > a for a, b in zip(values, values[1:])))
-            low = values.index(min(values))
-            if low > 0:
-                falls += 1
-                lows.append(int(part.index[low][-1]))
-            at_top += int(values[-1] < max(values))
-    return GapTrend(series, widening, rising, falls, sorted(set(lows)), at_top, rising == series)
+    pair = pair[pair["dtype"] == dtype].sort_values(["d", "pass", "seq"])
+    outcomes = []
+    for _, part in pair.groupby(["d", "pass"]):
+        if len(part) < 2:
+            continue
+        points = []
+        for _, row in part.iterrows():
+            # the judge's interval is ours ÷ plain's; plain ÷ ours is its reciprocal (unbounded above
+            # where the interval reaches down to zero)
+            v = point_verdict(row, ratio=True)
+            low, high = ((1 / v.high, 1 / v.low if v.low > 0 else math.inf) if v.verdict != NOT_SETTLED
+                         else (math.nan, math.nan))
+            points.append(_Point(int(row["seq"]), float(row["t_other"] / row["t"]), low, high))
+        outcomes.append(_series_outcomes(points))
+
+    def tally(statement: str) -> Tally:
+        kinds = Counter(o[statement] for o in outcomes)
+        return Tally(kinds["holds"], kinds["fails"], kinds["open"])
+    rising = tally("rises_throughout")
+    return GapTrend(len(outcomes), tally("larger_at_end"), rising, tally("first_falls"),
+                    sorted({o["lowest_at"] for o in outcomes if o["first_falls"] == "holds"}),
+                    tally("ends_below_top"), rising.holds == len(outcomes))
