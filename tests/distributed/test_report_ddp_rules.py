@@ -552,3 +552,18 @@ def test_an_overhead_is_taken_only_against_a_baseline_of_the_same_computation(se
         r["params"]["global_batch"] = 8
     summary = ddp.build("C8", records, {}, [], {"fits": {}}, tmp_path)
     assert summary.global_batches is None and "different global batches" not in _section("C8", summary, tmp_path)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_traces_show_naive_waiting_only_beyond_the_host_swing(seed):
+    """One traced step a side, no spread: C6 says naive's stream waits where overlap's does not only
+    where its idle time and its longest gap exceed overlap's by more than separate processes differ."""
+    rng = random.Random(seed)
+    swing = spread.HOST_SWING
+    overlap = {"idle_ms": rng.uniform(5, 20), "longest_gap_ms": rng.uniform(0.6, 2.0)}
+    beyond = {"idle_ms": overlap["idle_ms"] * swing * rng.uniform(1.05, 3),
+              "longest_gap_ms": overlap["longest_gap_ms"] * swing * rng.uniform(1.05, 3)}
+    assert ddp.traces_show_naive_waiting(beyond, overlap)
+    for key in beyond:      # either within the swing leaves it unshown
+        within = beyond | {key: overlap[key] * rng.uniform(1.05, 0.95 * swing)}
+        assert not ddp.traces_show_naive_waiting(within, overlap)

@@ -58,6 +58,10 @@ def plot_timelines(traces: dict[str, list[dict]], path: Path) -> None:
     save_figure(fig, path)
 
 
+# A compute-lane gap longer than this (ms) is a wait: longer than any launch's gap between kernels.
+LONG_GAP_MS = 0.5
+
+
 def compute_gaps(intervals: list[dict]) -> dict | None:
     """How long the compute lane sat idle between its first and last kernel (ms), and the longest
     single gap: the time compute waited, e.g. for a weight still being gathered."""
@@ -69,7 +73,7 @@ def compute_gaps(intervals: list[dict]) -> dict | None:
         if start > reach:
             idle += start - reach
             longest = max(longest, start - reach)
-            long_gaps += start - reach > 500      # µs: longer than any launch gap, a real wait
+            long_gaps += start - reach > LONG_GAP_MS * 1e3
         reach = max(reach, end)
     span = reach - spans[0][0]
     return {"span_ms": span / 1e3, "idle_ms": idle / 1e3, "idle_share": idle / span if span > 0 else 0.0,
