@@ -81,33 +81,24 @@ def _listing(found) -> str:
     return "\n".join(f"  line {line}: {what}" for line, what in found)
 
 
+# Each rule: its column in ALLOWED, what finds its cases, how a case is counted, what to do instead.
+RULES = {
+    "typed figures": (0, figures, "typed figures in its prose", "put the number in the summary"),
+    "comparisons and arithmetic": (1, logic, "comparisons or arithmetic in its tags",
+                                   "compute it in the report, put it in the summary"),
+    "branches": (2, branches, "{% if %}/{% elif %} tags", "let the report decide which case holds"),
+}
+
+
+@pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("name", TEMPLATES)
-def test_no_new_typed_figures(name):
-    found = figures(name)
-    allowed = ALLOWED[name[:-len(".md.j2")]][0]
-    assert len(found) <= allowed, f"{name} types {len(found)} figures into its prose, {allowed} allowed:\n{_listing(found)}"
-    assert len(found) == allowed, (f"{name} types {len(found)} figures, fewer than ALLOWED's {allowed}: "
+def test_no_new_cases_of_a_rule(name, rule):
+    column, find, what, instead = RULES[rule]
+    found = find(name)
+    allowed = ALLOWED[name[:-len(".md.j2")]][column]
+    assert len(found) <= allowed, f"{name} has {len(found)} {what}, {allowed} allowed ({instead}):\n{_listing(found)}"
+    assert len(found) == allowed, (f"{name} has {len(found)} {what}, fewer than ALLOWED's {allowed}: "
                                    f"lower its count in tests/writeup/test_template_lint.py\n{_listing(found)}")
-
-
-@pytest.mark.parametrize("name", TEMPLATES)
-def test_no_new_comparisons_or_arithmetic(name):
-    found = logic(name)
-    allowed = ALLOWED[name[:-len(".md.j2")]][1]
-    assert len(found) <= allowed, (f"{name} compares or computes {len(found)} times in its tags, {allowed} allowed "
-                                   f"(compute it in the report, put it in the summary):\n{_listing(found)}")
-    assert len(found) == allowed, (f"{name} compares or computes {len(found)} times, fewer than ALLOWED's {allowed}: "
-                                   f"lower its count in tests/writeup/test_template_lint.py\n{_listing(found)}")
-
-
-@pytest.mark.parametrize("name", TEMPLATES)
-def test_no_new_branches(name):
-    found = branches(name)
-    allowed = ALLOWED[name[:-len(".md.j2")]][2]
-    assert len(found) <= allowed, (f"{name} has {len(found)} {{% if %}}/{{% elif %}} tags, {allowed} allowed "
-                                   f"(let the report decide which case holds):\n{_listing(found)}")
-    assert len(found) == allowed, (f"{name} has {len(found)} {{% if %}}/{{% elif %}} tags, fewer than ALLOWED's "
-                                   f"{allowed}: lower its count in tests/writeup/test_template_lint.py")
 
 
 def test_the_rules_catch_what_they_name(tmp_path, monkeypatch):
