@@ -359,6 +359,8 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
             growth[size] = {"from": int(part["context"].iloc[0]), "to": int(part["context"].iloc[-1]),
                             "ratio": float(part["forward_mean"].iloc[-1] / part["forward_mean"].iloc[0]),
                             "flops_ratio": float(part["flops"].iloc[-1] / part["flops"].iloc[0])}
+    # the two contexts are separate jobs, which the judge does not pair
+    time_against_work = {size: across_processes(g["ratio"], g["flops_ratio"]) for size, g in growth.items()}
     # MFU: the best point of each precision, and how many points have a peak at all.
     with_peak = ok.dropna(subset=["mfu"])
     best = {}
@@ -383,11 +385,8 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "backward_over_forward_median": float((fb["backward_mean"] / fb["forward_mean"]).median()) if len(fb) else None,
         "cv_by_precision": {p: float(phase_cv(part).median()) for p, part in ok.groupby("precision", observed=True)},
         "forward_growth": growth,
-        # the two contexts are separate jobs, which the judge does not pair
-        "forward_grows_less_than_work": [size for size, g in growth.items()
-                                         if across_processes(g["ratio"], g["flops_ratio"]) == "lower"],
-        "forward_growth_not_settled": [size for size, g in growth.items()
-                                       if across_processes(g["ratio"], g["flops_ratio"]) == NOT_SETTLED],
+        "forward_grows_less_than_work": [size for size, v in time_against_work.items() if v == "lower"],
+        "forward_growth_not_settled": [size for size, v in time_against_work.items() if v == NOT_SETTLED],
         "mfu_peaks": sorted(set(ok["peak_basis"])),
         "mfu_points": int(len(with_peak)),
         "mfu_best": best,

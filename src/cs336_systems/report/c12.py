@@ -166,7 +166,7 @@ class FsdpForward:
     call_ms: float | None = None        # C1's per-call cost o, which isolated all-reduces measured
     call_needed_ms: float | None = None  # what each gather must cost for the calls to make up the excess beyond the bytes
     bound_ms: float | None = None
-    excess_reading: str | None = None   # ``reading``'s: "beyond transfers", "beyond bytes", ..., "not settled"
+    excess_reading: str | None = None   # ``reading``'s ("beyond transfers", ..., "not settled") or EXCESS_OPEN
     host_swing: float = spread.HOST_SWING
 
 
