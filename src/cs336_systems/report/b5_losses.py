@@ -25,7 +25,7 @@ from cs336_systems.report.b5_grid import (
     scope,
 )
 from cs336_systems.report.contract import Unread
-from cs336_systems.report.spread import NOT_SETTLED, WITHIN
+from cs336_systems.report.spread import NOT_SETTLED, WITHIN, ranges_apart
 from cs336_systems.report.what_ran import peak_cell, peak_words
 
 
@@ -307,8 +307,7 @@ class _Point:
 
 
 def _apart(a: _Point, b: _Point) -> str:
-    """``a`` against ``b``: "higher" or "lower" where their intervals do not overlap, else NOT_SETTLED."""
-    return "higher" if a.low > b.high else "lower" if a.high < b.low else NOT_SETTLED
+    return ranges_apart((a.low, a.high), (b.low, b.high))
 
 
 def _outcome(holds: bool, fails: bool) -> str:

@@ -82,7 +82,7 @@ from cs336_systems.report import contract
 from cs336_systems.report.common import cell, load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import (HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, across_processes, as_time, judge,
-                                         judge_rounds, round_samples)
+                                         judge_rounds, ranges_apart, round_samples)
 from cs336_systems.report.two_modes import RULE, Rule, TwoModes, two_modes
 from cs336_systems.training_step import rungs
 
@@ -838,14 +838,22 @@ def profile_table(profiles: list[dict]) -> pd.DataFrame:
 
 
 @dataclass(frozen=True)
-class Apart:
-    """Two times set side by side, as the section words them: how far apart, and whether the first is longer."""
-    ms: float
-    more: bool
+class BusyVsStep:
+    """A profiled rung's kernels' busy time a step beside its step timed without the profiler, in one
+    process but not in turns: ``verdict``, ``ranges_apart``'s on the profiled steps' busy times against
+    the timed steps' (``busy``, ``step``: lowest and highest), "higher" or "lower" only where the two
+    ranges do not overlap."""
+    verdict: str
+    busy: list[float]
+    step: list[float]
 
 
-def apart_by(delta: float) -> Apart:
-    return Apart(abs(delta), delta > 0)
+def busy_vs_step(m: dict) -> BusyVsStep | None:
+    busy, step = m.get("busy_ms_per_step"), m["step"].get("samples")
+    if m.get("busy_ms") is None or not busy or not step:
+        return None
+    ranges = [min(busy), max(busy)], [min(step), max(step)]
+    return BusyVsStep(ranges_apart(*ranges), *ranges)
 
 
 @dataclass(frozen=True)
@@ -853,7 +861,7 @@ class Profile:
     """What the section quotes of one profiled rung: ms per step by kind (``kinds_ms``: the casts None
     where not attributable), its kernels a step and those tied to no op, whether its step was replayed
     from CUDA graphs; the kernels' busy time under the profiler and the step timed without it in the
-    same process (CUDA only), two measurements: how far apart and which is longer, not a share. For a
+    same process (CUDA only), two measurements set side by side (``BusyVsStep``), not a share. For a
     profile that did not run, its status alone."""
     rung: str
     size: str
@@ -866,7 +874,7 @@ class Profile:
     unattributed: float | None = None
     busy_ms: float | None = None
     step_ms: float | None = None
-    busy_vs_step: Apart | None = None
+    busy_vs_step: BusyVsStep | None = None
 
 
 def profile_summary(profiles: list[dict]) -> list[Profile]:
@@ -879,7 +887,7 @@ def profile_summary(profiles: list[dict]) -> list[Profile]:
             continue
         busy, step = m.get("busy_ms"), m["step"]["median"]
         out.append(Profile(*which, m["unit"], kinds_ms(m), kernels_per_step(m), m["unattributed_per_step"],
-                           busy, step, None if busy is None else apart_by(busy - step)))
+                           busy, step, busy_vs_step(m)))
     return out
 
 

@@ -236,6 +236,13 @@ def across_processes(a: float, b: float, swing: float = HOST_SWING) -> str:
     return NOT_SETTLED
 
 
+def ranges_apart(a: Sequence[float], b: Sequence[float]) -> str:
+    """``a`` against ``b``, each a (low, high) range of one job whose two sides never took turns (an
+    interval, or the lowest and highest of a side's samples): "higher" or "lower" only where the
+    ranges do not overlap, ``NOT_SETTLED`` where they do."""
+    return "higher" if a[0] > b[1] else "lower" if a[1] < b[0] else NOT_SETTLED
+
+
 def host_share(record: dict, phase: str = "step") -> float | None:
     """The median share of ``record``'s ``phase`` the host spent queueing it (``rounds``); None
     where the record has no host times (self-timed turns, older records)."""
