@@ -600,7 +600,11 @@ def test_c12_sets_a_traced_step_s_idle_time_against_ddp_s_only_where_it_computes
         u["mostly_profiler"] = True
     (folder / "summary.json").write_text(json.dumps(summary))
     text = Renderer("md", tmp_path / "w" / "w.md", TEMPLATES).section("C12", folder / "summary.json")
-    said = {part.split(":")[0]: part for part in text.split("\n\n") if "idle time is the profiler's" in part}
+    parts = text.split("\n\n")
+    answer = next(part for part in parts if "**Answer.**" in part)
+    said = {part.split(":")[0]: part for part in parts if "idle time is the profiler's" in part and part != answer}
+    # the answer words fsdp's idle time as its paragraph below does: one wording
+    assert said["fsdp"].removeprefix("fsdp: ").rstrip(".") in answer
     assert set(said) == set(summary["gap_labels"]) == {"fsdp", "fsdp-bf16", "fsdp (bf16)", "fsdp-bf16 (bf16)"}
     for label, part in said.items():
         same = idle[label]["reference"] == "same compute"

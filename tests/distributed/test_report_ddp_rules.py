@@ -240,18 +240,27 @@ def test_bucketing_s_longer_wait_is_set_against_its_extra_pass(seed, tmp_path, e
 
 # --- C12: the trace's idle time, the forward, the memory saving ----------------------------------
 
-@pytest.mark.parametrize("busy_share, profiler", [(0.99, True), (0.4, False)])
-def test_a_traced_step_s_idle_time_is_held_to_the_timed_step(seed, busy_share, profiler):
+def _timed(median: float, fastest: float, slowest: float) -> dict:
+    """A record whose timed steps have this median and range."""
+    return {"metrics": {"step_ms": median, "steps": [{"step_ms": t} for t in (fastest, median, median, slowest)]}}
+
+
+@pytest.mark.parametrize("busy_share, scatter, profiler", [(0.99, 0.01, True), (0.4, 0.01, False), (0.9, 0.4, None)])
+def test_a_traced_step_s_idle_time_is_held_to_the_timed_steps_across_their_scatter(seed, busy_share, scatter, profiler):
+    """The profiler's share of a trace's idle time is settled only where every timed step agrees: the
+    slowest holds less than half of it (the profiler's), or the fastest half or more (real); a
+    slowest step that would hold more than half leaves it open."""
     rng = random.Random(seed)
     step = rng.uniform(400, 900)
     busy = busy_share * step
     traced_idle = rng.uniform(0.1, 0.3) * step + (step - busy)
     gaps = {"span_ms": busy + traced_idle, "idle_ms": traced_idle, "longest_gap_ms": 1.0, "gaps_over_half_ms": 3}
-    found = ddp_traces.untraced_idle(gaps, {"step_ms": step})
+    found = ddp_traces.untraced_idle(gaps, _timed(step, (1 - scatter) * step, (1 + scatter) * step))
     assert found["busy_ms"] == pytest.approx(busy) and found["idle_ms"] == pytest.approx(step - busy)
+    assert found["idle_slowest_ms"] == pytest.approx((1 + scatter) * step - busy)
     assert found["profiler_ms"] == pytest.approx(traced_idle - (step - busy))
     assert found["mostly_profiler"] is profiler
-    assert ddp_traces.untraced_idle(None, {"step_ms": step}) is None
+    assert ddp_traces.untraced_idle(None, _timed(step, step, step)) is None
 
 
 def _memory(variant, before, peak, rise, gradients):

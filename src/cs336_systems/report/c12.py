@@ -198,8 +198,9 @@ class UntracedIdle:
     step_ms: float
     idle_ms: float
     idle_share: float
+    idle_slowest_ms: float
     traced_idle_ms: float
-    mostly_profiler: bool | None
+    mostly_profiler: bool | None    # over the timed steps' scatter; None: not settled
     transfers_ms: float | None      # the most the fp32 step's transfers can take
     beyond_transfers: bool
     reference: str | None           # DDP (overlap)'s idle time: "same compute", "other compute"; null: none ran
@@ -261,7 +262,7 @@ def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     ran = by_variant(s.records)
     by_point = {(v, p): r for p, found in ran.items() for v, r in found.items()}
     points = {label: (v, p) for p in rows for v in s.traced if (label := trace_label(v, p)) in s.traces}
-    untraced = {label: untraced_idle(gaps.get(label), rows[p].get(v)) for label, (v, p) in points.items()}
+    untraced = {label: untraced_idle(gaps.get(label), by_point.get((v, p))) for label, (v, p) in points.items()}
     forward_rows = fsdp_forward(rows, setup, s.fit, by_point)
     for label, idle in untraced.items():
         if idle is None:

@@ -140,17 +140,22 @@ def where_time_goes(traces: dict[str, list[dict]], chosen: list[tuple[str, str]]
     return out
 
 
-def untraced_idle(gaps: dict | None, row: dict | None) -> dict | None:
-    """How much of a traced step's idle compute lane the untraced step holds. The kernels kept the
-    lane busy for the trace's span less its idle time; if they take as long untraced, the timed step
-    (its median) holds its time less that busy time idle (``idle_ms``; more, where the profiler
-    slowed the kernels themselves); the rest of the trace's idle time is the profiler's
-    (``profiler_ms``). ``mostly_profiler``: the untraced step holds less than half the trace's
-    idle time."""
-    if not gaps or not row or not gaps.get("span_ms"):
+def untraced_idle(gaps: dict | None, record: dict | None) -> dict | None:
+    """How much of a traced step's idle compute lane the timed steps hold. The kernels kept the lane
+    busy for the trace's span less its idle time; if they take as long untraced, a timed step holds
+    its time less that busy time idle (``idle_ms`` by the median step, ``idle_slowest_ms`` by the
+    slowest; more, where the profiler slowed the kernels themselves); the rest of the trace's idle
+    time is the profiler's (``profiler_ms``). ``mostly_profiler``, over the timed steps' scatter:
+    True where even the slowest holds less than half the trace's idle time, False where even the
+    fastest holds half or more, None (not settled) between."""
+    m = record["metrics"] if record else {}
+    if not gaps or not gaps.get("span_ms") or m.get("step_ms") is None:
         return None
     busy = gaps["span_ms"] - gaps["idle_ms"]
-    idle = max(0.0, row["step_ms"] - busy)
+    times = [s["step_ms"] for s in m.get("steps") or () if s.get("step_ms") is not None] or [m["step_ms"]]
+    idle, slowest, fastest = (max(0.0, t - busy) for t in (m["step_ms"], max(times), min(times)))
+    half = gaps["idle_ms"] / 2
     return {"traced_ms": gaps["span_ms"], "traced_idle_ms": gaps["idle_ms"], "busy_ms": busy,
-            "step_ms": row["step_ms"], "idle_ms": idle, "idle_share": idle / row["step_ms"],
-            "profiler_ms": gaps["idle_ms"] - idle, "mostly_profiler": idle < gaps["idle_ms"] / 2}
+            "step_ms": m["step_ms"], "idle_ms": idle, "idle_share": idle / m["step_ms"], "idle_slowest_ms": slowest,
+            "profiler_ms": gaps["idle_ms"] - idle,
+            "mostly_profiler": True if slowest < half else False if fastest >= half else None}
