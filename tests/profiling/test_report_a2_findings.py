@@ -154,6 +154,30 @@ def test_d_gemm_share_rises_with_size_only_where_every_size_step_rises(seed):
     assert found["empty_categories"] == ["attention-softmax"]
     assert found["train"]["largest_gain"] == {"optimizer": 3}
     assert found["train"]["gemm_drop"] == pytest.approx([0.05, 0.2])
+    # one profiled step a point has no spread: the words carry the smallest step of the rise
+    assert found["gemm_by_mode"]["forward"]["smallest_rise_points"] == pytest.approx(
+        100 * min(b - a for a, b in zip(rising, rising[1:])))
+
+
+def test_d_optimizer_share_falls_with_context_by_its_smallest_step(seed):
+    """The optimizer's share in a training step falls with the context for every size; the words get
+    the least it falls from one context to the next, over all sizes."""
+    rng = random.Random(seed)
+    contexts, growth = [128, 256, 512], []
+    falls = {}
+    for size in ("small", "medium"):
+        share = rng.uniform(0.2, 0.3)
+        for i, c in enumerate(contexts):
+            growth.append({"point": f"{size} ctx {c}", "GEMM": -share, "attention-softmax": 0.0, "elementwise": 0.0,
+                           "optimizer": share, "other": 0.0, "gemm_forward": 0.8, "gemm_train": 0.8 - share})
+            step = rng.uniform(0.01, 0.08)
+            falls.setdefault(size, []).append(step) if i < len(contexts) - 1 else None
+            share -= step
+    d = _d_rows({(g["point"].split(" ctx ")[0], int(g["point"].split(" ctx ")[1]), "forward"): (0.8, 0.2, 0.0)
+                 for g in growth})
+    found = a2.d_findings(d, growth)["train"]
+    assert found["optimizer_falls_for_every_size"]
+    assert found["smallest_optimizer_fall_points"] == pytest.approx(100 * min(min(v) for v in falls.values()))
 
 
 def test_d_table_and_figure_leave_out_empty_categories(tmp_path):

@@ -332,33 +332,39 @@ def empty_categories(d: pd.DataFrame) -> list[str]:
 
 def d_findings(d: pd.DataFrame, growth: list[dict]) -> dict | None:
     """(d) in numbers, from one profiled step per point and mode (so no spread: "rises" means the
-    single measurements rise): per mode, the contexts at which the GEMM share rises with model size
-    at every step, and how a training step's shares differ from inference's."""
+    single measurements rise, and the smallest step of a rise or fall is kept for the words to set
+    beside that): per mode, the contexts at which the GEMM share rises with model size at every
+    step, and how a training step's shares differ from inference's."""
     if not len(d):
         return None
     sizes, contexts = _size_context(d["point"])
     by_mode = {}
     for mode, part in d.assign(size=sizes, context=contexts).groupby("mode", sort=False):
-        rising, series = [], {}
+        rising, series, rises = [], {}, []
         for context, rows in part.groupby("context"):
             shares = rows.set_index("size")["GEMM_share"].reindex([s for s in MODEL_SIZES if s in set(rows["size"])])
             series[int(context)] = {"sizes": list(shares.index), "shares": [float(v) for v in shares]}
-            if len(shares) > 1 and all(b > a for a, b in zip(shares, shares.iloc[1:])):
+            steps = [b - a for a, b in zip(shares, shares.iloc[1:])]
+            if steps and min(steps) > 0:
                 rising.append(int(context))
+                rises.append(min(steps))
         by_mode[mode] = {"contexts": sorted(series), "rising_with_size": rising, "series": series,
-                         "rising_at_every_context": len(rising) == len(series)}
+                         "rising_at_every_context": len(rising) == len(series),
+                         "smallest_rise_points": 100 * min(rises) if rises else None}
     out = {"gemm_by_mode": by_mode, "empty_categories": empty_categories(d)}
     if growth:
         g = pd.DataFrame(growth)
         gained = [max(("elementwise", "optimizer", "other"), key=lambda c: row[c]) for row in growth]
         g_sizes, g_contexts = _size_context(g["point"])
-        falls = [size for size, part in g.assign(size=g_sizes, context=g_contexts).groupby("size", sort=False)
-                 if len(part) > 1 and part.sort_values("context")["optimizer"].is_monotonic_decreasing]
+        falls = {size: -part.sort_values("context")["optimizer"].diff().max()
+                 for size, part in g.assign(size=g_sizes, context=g_contexts).groupby("size", sort=False)
+                 if len(part) > 1 and part.sort_values("context")["optimizer"].is_monotonic_decreasing}
         drop = [float((g["gemm_forward"] - g["gemm_train"]).min()), float((g["gemm_forward"] - g["gemm_train"]).max())]
         largest_gain = {c: gained.count(c) for c in dict.fromkeys(gained)}
         out["train"] = {"gemm_drop": drop, "gemm_drop_points": [100 * drop[0], 100 * drop[1]],
                         "mostly_optimizer": largest_gain.get("optimizer", 0) > len(growth) / 2,
                         "optimizer_falls_for_every_size": len(falls) == int(g_sizes.nunique()),
+                        "smallest_optimizer_fall_points": 100 * float(min(falls.values())) if falls else None,
                         "largest_gain": largest_gain, "points": len(growth)}
     return out
 
@@ -658,6 +664,7 @@ class GemmByMode:
     series: dict[str, Series]
     rising_at_every_context: bool
     rising_with_size: list[int] | None
+    smallest_rise_points: float | None      # the least one size gains on the next, over the rising contexts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -667,6 +674,7 @@ class Train:
     largest_gain: dict[str, int]
     mostly_optimizer: bool
     optimizer_falls_for_every_size: bool
+    smallest_optimizer_fall_points: float | None    # the least one context loses to the next, over the sizes where it falls
 
 
 @dataclass(frozen=True, kw_only=True)
