@@ -46,7 +46,8 @@ def record(context, mode, precision, peak=None, status="ok", timeline=None):
                                "events": 2}],
                    "top_allocations": [{"size_bytes": 2**27, "count": 32, "frame": "cs336_basics/model.py:90 softmax",
                                         "op": "exp", "node": None}],
-                   "max_allocated_bytes": peak, "max_reserved_bytes": peak + 2**20}
+                   "max_allocated_bytes": peak, "max_reserved_bytes": peak + 2**20,
+                   "allocated_before_step_bytes": 3 * 2**30}
     r = {"id": "A5", "params": params, "metrics": metrics, "status": status, "provenance": PROVENANCE,
          "timeline": timeline, "artifacts": {"snapshot": None}}
     if status == "oom":
@@ -101,6 +102,33 @@ def test_tables_summary_and_oom(tmp_path, seed):
     assert ratios[("forward", 128)] == pytest.approx(peaks[(128, "forward", "bf16")] / peaks[(128, "forward", "fp32")])
     assert ("train-step", 512) not in ratios
     assert "cs336_basics/model.py:90 softmax" in (out / "top_allocations.md").read_text()
+
+
+@pytest.mark.parametrize("follows", [True, False])
+def test_the_lowest_bf16_ratio_is_set_against_the_step_s_own_part_of_the_fp32_peak(seed, follows):
+    """Autocast can shrink only what lies above what was live before the step; the section says whether
+    the lowest bf16/fp32 ratio is where that part is the largest share of fp32's peak (checked, not
+    assumed), and names the points where bf16's peak is above fp32's by more than ``ABOVE``."""
+    rng = random.Random(seed)
+    before, GIB = 3 * 2**30, 2**30
+    own = {(128, "forward"): rng.uniform(0.1, 0.5), (512, "forward"): rng.uniform(0.6, 1.0),
+           (128, "train-step"): rng.uniform(2, 4), (512, "train-step"): rng.uniform(8, 12)}
+    largest = (512, "train-step")
+    lowest = largest if follows else (128, "forward")
+    ratio = {point: (0.80 if point == lowest else rng.uniform(0.9, 0.99)) for point in own}
+    ratio[(128, "train-step")] = 1 + 2 * a5.ABOVE        # above fp32's where it shows
+    records = []
+    for (context, mode), gib in own.items():
+        fp32 = before + int(gib * GIB)
+        records += [record(context, mode, "fp32", fp32), record(context, mode, "bf16", int(ratio[(context, mode)] * fp32))]
+    for r in records:
+        r["metrics"]["allocated_before_step_bytes"] = before
+    read = a5.ratios_read(a5.precision_ratios(records))
+    assert (read.lowest.context, read.lowest.mode) == lowest
+    assert read.follows is follows
+    assert [(r.context, r.mode) for r in read.above] == [(128, "train-step")]
+    shares = {(r.context, r.mode): r.step_share for r in a5.precision_ratios(records)}
+    assert shares[largest] == pytest.approx(own[largest] * GIB / (before + own[largest] * GIB), rel=1e-6)
 
 
 def test_a_timeline_per_record_and_a_note_where_there_is_none(tmp_path, monkeypatch, seed):
@@ -254,7 +282,7 @@ def test_the_answer_is_read_off_the_rows_it_summarises():
               for c, m, peak in ((128, "forward", 12.0), (512, "forward", 14.0), (128, "train-step", 50.0),
                                  (512, "train-step", 70.0))]
     phases.append(a5.Step(128, "train-step", "bf16", 1.0, 999 * mib, None, [], []))
-    ratios = [a5.Ratio("forward", 128, 0.93), a5.Ratio("forward", 512, 1.02)]
+    ratios = [a5.Ratio("forward", 128, 0.93, 0.01), a5.Ratio("forward", 512, 1.02, 0.04)]
     top = [{"size_bytes": 2**27, "count": 32, "op": "matmul", "node": None, "frame": "m.py:1"},
            {"size_bytes": 2**27, "count": 32, "op": "exp", "node": None, "frame": "m.py:2"},
            {"size_bytes": 2**20, "count": 99, "op": "add", "node": None, "frame": "m.py:3"}]

@@ -268,16 +268,42 @@ class Ratio:
     mode: str
     context: int
     ratio: float
+    # of fp32's peak, the part above what was live before the step: the only part autocast can shrink
+    step_share: float
+
+
+# Memory peaks repeat to the byte, so no spread decides whether bf16's is above fp32's; the words
+# print ratios to two decimals, so "above" starts where they can show it.
+ABOVE = 0.01
 
 
 def precision_ratios(records: list[dict]) -> list[Ratio]:
     """(c) against (b): bf16 peak over fp32 peak, per mode and context where both ran."""
-    peaks = {(r["params"]["mode"], r["params"]["context"], r["params"]["precision"]): r["metrics"]["peak"]["bytes"]
-             for r in records if r["status"] == "ok"}
+    ran = {(r["params"]["mode"], r["params"]["context"], r["params"]["precision"]): r["metrics"]
+           for r in records if r["status"] == "ok"}
     order = lambda point: (MODE_ORDER.index(point[0][0]), point[0][1])
-    return [Ratio(mode, context, peaks[(mode, context, "bf16")] / fp32)
-            for (mode, context, precision), fp32 in sorted(peaks.items(), key=order)
-            if precision == "fp32" and (mode, context, "bf16") in peaks]
+    return [Ratio(mode, context, ran[(mode, context, "bf16")]["peak"]["bytes"] / m["peak"]["bytes"],
+                  1 - m["allocated_before_step_bytes"] / m["peak"]["bytes"])
+            for (mode, context, precision), m in sorted(ran.items(), key=order)
+            if precision == "fp32" and (mode, context, "bf16") in ran]
+
+
+@dataclass(frozen=True)
+class RatiosRead:
+    """What the ratios show, for the words after the mechanism: the lowest ratio, whether it is where
+    the step's own part of fp32's peak is largest (``follows``: the one place autocast can save is
+    largest there), and the points where bf16's peak is above fp32's by more than ``ABOVE``."""
+    lowest: Ratio
+    follows: bool
+    above: list[Ratio]
+
+
+def ratios_read(ratios: list[Ratio]) -> RatiosRead | None:
+    if not ratios:
+        return None
+    lowest = min(ratios, key=lambda r: r.ratio)
+    return RatiosRead(lowest, lowest.step_share == max(r.step_share for r in ratios),
+                      [r for r in ratios if r.ratio > 1 + ABOVE])
 
 
 @dataclass(frozen=True)
@@ -364,6 +390,7 @@ class A5Summary(Summary):
     largest: Largest | None
     allocator_check: AllocatorCheck | None
     bf16_vs_fp32: list[Ratio]
+    bf16_read: RatiosRead | None
     timelines: list[Timeline]
     answer: Answer | None
     train_peaks: TrainPeaks | None
@@ -400,6 +427,7 @@ def summarize(records: list[dict], timelines: list[Timeline], top_record: dict |
         largest=largest(top),
         allocator_check=allocator_check(records),
         bf16_vs_fp32=ratios,
+        bf16_read=ratios_read(ratios),
         timelines=timelines,
         answer=answer(phases, ratios, gradient_mib(first["size"])),
         train_peaks=train_peaks(phases, first["size"]),
