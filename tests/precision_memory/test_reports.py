@@ -230,6 +230,42 @@ def test_a4_report_and_section(tmp_path):
     _render("A4", out / "summary.json", tmp_path)
 
 
+def test_a4_bf16_loses_more_than_fp16_only_where_its_errors_say(seed, tmp_path):
+    """'A variance computed in bf16 loses more than fp16 does' is counted case by case from the two-pass
+    low-precision errors: seeded errors where bf16's is at most fp16's in some cases name those cases
+    and the count, not the bare claim."""
+    rng = random.Random(seed)
+    records = []
+    expected = []
+    for device in ("cuda", "cpu"):
+        rows = ad.layer_norm_errors("cpu", rows=8, width=64)
+        for row in rows:
+            if row["variant"] == a4.LOW_PRECISION_STATISTICS and row["dtype"] == "bf16":
+                fp16 = next(r["rel_error"] for r in rows if r["variant"] == row["variant"] and r["dtype"] == "fp16"
+                            and (r["offset"], r["spread"]) == (row["offset"], row["spread"]))
+                no_worse = rng.random() < 0.5
+                row["rel_error"] = fp16 * (rng.uniform(0.5, 0.99) if no_worse else rng.uniform(1.01, 20))
+                expected += [(device, row["offset"], row["spread"])] if no_worse else []
+        records.append(make_record("A4", {"part": "layernorm", "device": device, "rows": 8, "width": 64}, "ok",
+                                   {"rows": rows}))
+    if not expected:            # at least one case where bf16 loses no more
+        records[0]["metrics"]["rows"] = [dict(r, rel_error=0.0) if r["variant"] == a4.LOW_PRECISION_STATISTICS
+                                         and r["dtype"] == "bf16" else r for r in records[0]["metrics"]["rows"]]
+        expected = [("cuda", r["offset"], r["spread"]) for r in records[0]["metrics"]["rows"]
+                    if r["variant"] == a4.LOW_PRECISION_STATISTICS and r["dtype"] == "bf16"]
+    dtypes = write_json_atomic(tmp_path / "dtypes.json", records)
+    out = tmp_path / "A4"
+    assert a4.main(["--dtypes", str(dtypes), "--out-dir", str(out)]) == 0
+    (found,) = json.loads((out / "summary.json").read_text())["layernorm_bf16_against_fp16"]
+    cases = 2 * len({(r["offset"], r["spread"]) for r in records[0]["metrics"]["rows"]})
+    assert sorted((e["device"], e["offset"], e["spread"]) for e in found["no_worse"]) == sorted(expected)
+    assert (found["cases"], found["worse"], found["every"]) == (cases, cases - len(expected), False)
+    body = " ".join(_render("A4", out / "summary.json", tmp_path).split())
+    assert "a variance computed in bf16 loses more than fp16 does." not in body
+    assert f"loses more than fp16 does at {cases - len(expected)} of the {cases} inputs measured" in body
+    assert body.count(" against fp16's ") == len(expected)
+
+
 def test_a4_report_with_skipped_cuda_and_no_timing(tmp_path):
     out_json = tmp_path / "dtypes.json"
     write_json_atomic(out_json, [

@@ -122,6 +122,37 @@ def layernorm_table(df: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"offset": "mean offset"})
 
 
+LOW_PRECISION_STATISTICS = "formula, two-pass, in low precision"
+
+
+def bf16_against_fp16(df: pd.DataFrame) -> dict | None:
+    """Whether a mean subtraction and a variance computed in bf16 lose more than in fp16: per device
+    and input case, the two-pass formula's error with every intermediate in bf16 against fp16's
+    (exact operations on one input, no spread). How many cases bf16's error is the larger, of how
+    many both dtypes measured, and the cases where it is not, with both errors. A non-finite error
+    counts as the larger, unless fp16's is not finite too (fp16's range, not its precision, failed
+    there). None where no case has both dtypes."""
+    if df.empty:
+        return None
+    part = df[df["variant"] == LOW_PRECISION_STATISTICS]
+    wide = part.pivot_table(index=["device", "offset", "spread"], columns="dtype", values="rel_error",
+                            aggfunc="first", sort=False)
+    if not {"bf16", "fp16"} <= set(wide.columns):
+        return None
+    wide = wide.dropna(subset=["bf16", "fp16"], how="all")
+
+    def larger(a: float, b: float) -> bool:
+        return math.isfinite(b) and (not math.isfinite(a) or a > b)
+
+    def finite(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+    no_worse = [{"device": device, "offset": float(offset), "spread": float(spread_),
+                 "bf16": finite(row["bf16"]), "fp16": finite(row["fp16"])}
+                for (device, offset, spread_), row in wide.iterrows() if not larger(row["bf16"], row["fp16"])]
+    return {"cases": len(wide), "worse": len(wide) - len(no_worse), "every": not no_worse,
+            "no_worse": no_worse}
+
+
 def timing_frame(records: list[dict]) -> pd.DataFrame:
     """One row per size, context, (mode, phase): fp32 and bf16 means and the speedup fp32 / bf16."""
     by_point = {(r["params"]["size"], r["params"]["context"], r["params"]["mode"], r["params"]["precision"]): r
@@ -383,6 +414,8 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "dtypes_not_ok": skipped,
         "layernorm": layernorm,
         "layernorm_focus": focus,
+        # a list of at most one, so that a run without layer-norm records words nothing of it
+        "layernorm_bf16_against_fp16": [c for c in (bf16_against_fp16(ln),) if c],
         "dtype_rules": rules,
         "answered": answered,
         "timing_grid": timing_grid(timing_records),
@@ -545,6 +578,24 @@ class KernelCompare:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NoWorse:
+    """An input case where bf16's two-pass statistics lose no more than fp16's: both errors."""
+    device: str
+    offset: float
+    spread: float
+    bf16: float | None          # None: not finite
+    fp16: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bf16AgainstFp16:
+    cases: int
+    worse: int
+    every: bool
+    no_worse: list[NoWorse]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Kernels:
     device: str
     unit: str
@@ -567,6 +618,8 @@ class A4Summary(Summary):
     answered: list[str]           # "layernorm", "dtypes", "speedup": the parts measured, in the answer's order
     layernorm_shape: list[int] | None
     layernorm_focus: dict[str, Focus | None] | None
+    # whether bf16's statistics lose more than fp16's, case by case (``bf16_against_fp16``)
+    layernorm_bf16_against_fp16: list[Bf16AgainstFp16]
     layernorm_autocast_output: list[str] | None
     timing_provenance: Gpus | None
     timing_grid: TimingGrid | None
