@@ -260,6 +260,25 @@ def test_a_loss_is_flat_only_where_the_time_does_not_follow_the_work():
     assert [(g["seqs"], g["flat"]) for g in groups] == [([256, 1024], False), ([4096], True), ([16384], False)]
 
 
+def test_a_loss_is_flat_by_a_shorter_time_only_where_the_rounds_lie_apart(seed):
+    """Two lengths never take turns: the next longer length 'took less time' only where its rounds'
+    range lies below this one's. Seeded medians where the longer one is lower but the ranges overlap
+    leave the point set by its work; ranges apart make it flat."""
+    import random
+
+    rng = random.Random(seed)
+    base = rng.uniform(0.5, 2.0)
+    # 4096 follows the work from 1024 (16x the work, far beyond FLAT_FACTOR x the time), so only the
+    # next length, 2048, can make 1024 flat
+    for below, flat in ((rng.uniform(0.001, 0.015), False), (rng.uniform(0.06, 0.3), True)):
+        ours = {1024: base, 2048: base * (1 - below), 4096: base * rng.uniform(8, 16)}
+        records = [_point("ours", s, ms) for s, ms in ours.items()] + [_point("plain", s, ms / 2) for s, ms in ours.items()]
+        df = b5_grid.grid_frame(records)
+        assert (("ours", "bf16", 64, "forward", 1024) in b5_losses.flat_points(df)) is flat
+        groups = _json(b5_losses.losses, df, "plain")["groups"]
+        assert groups[0]["seqs"][0] == 1024 and groups[0]["flat"] is flat
+
+
 @pytest.mark.parametrize("programs, explains", [(16, True), (264, False)])
 def test_the_grid_explains_a_slow_point_only_when_too_few_programs_cap_the_rate(programs, explains):
     # 16384 tokens forward in 1.0 ms: 2.2 TFLOP/s, 0.22 % of the bf16 peak. With 16 programs on 132

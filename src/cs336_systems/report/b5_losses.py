@@ -97,27 +97,39 @@ def timing_check(df: pd.DataFrame) -> TimingCheck:
 # A point's time is not set by its work when the time moves by less than FLAT_FACTOR between it and
 # the lengths FLAT_SPAN times shorter and longer (never down), where the series has them (at least one):
 # FLAT_SPAN² times the work for less than FLAT_FACTOR times the time ("flat"); or when the next
-# length measured (more work) took no longer.
+# length measured (more work) took less time. Two lengths never take turns, so each length's time is
+# the range of its rounds, and an order between two lengths holds only where their ranges say so
+# (spread.ranges_apart): "less" where they lie apart, "less than FLAT_FACTOR times" where even the
+# longer's slowest round is, against the shorter's fastest.
 FLAT_FACTOR, FLAT_SPAN = 2.0, 4
 FOLD_GROUPS = 12        # a table of more groups of lost points than this is folded in the section
 # Below this share of the peak a grid with too few programs does not explain the rate by itself.
 GRID_EXPLAINS = 0.5
 
 
-def flat_points(ok: pd.DataFrame) -> set[tuple]:
-    """(impl, dtype, d, pass, seq) of every point whose time is not set by its work (see FLAT_FACTOR)."""
+def time_range(ms: float, rounds: list) -> tuple[float, float]:
+    """A point's time as the lowest and highest of its rounds' samples (the median alone, a range of
+    none, where the record has no rounds)."""
+    samples = [t for r in rounds or () for t in r]
+    return (min(samples), max(samples)) if samples else (ms, ms)
+
+
+def flat_points(ok: pd.DataFrame, rounds: str = "rounds_ms") -> set[tuple]:
+    """(impl, dtype, d, pass, seq) of every point whose time is not set by its work (see FLAT_FACTOR),
+    each length's time the range of its ``rounds`` column's samples (``time_range``)."""
     out = set()
     for key, part in ok.groupby(["impl", "dtype", "d", "pass"]):
-        ms = dict(zip(part["seq"], part["ms"]))
+        ms = {seq: time_range(t, r) for seq, t, r in zip(part["seq"], part["ms"], part[rounds])}
         seqs = sorted(ms)
-        for seq, longer in zip(seqs, seqs[1:]):
-            if ms[longer] <= ms[seq]:
+        for seq, longer in itertools.pairwise(seqs):
+            if ranges_apart(ms[longer], ms[seq]) == "lower":
                 out.add((*key, int(seq)))
         for seq, t in ms.items():
             shorter, longer = seq // FLAT_SPAN, seq * FLAT_SPAN
             pairs = [(ms[shorter], t)] if seq % FLAT_SPAN == 0 and shorter in ms else []
             pairs += [(t, ms[longer])] if longer in ms else []
-            if pairs and all(shorter <= longer < FLAT_FACTOR * shorter for shorter, longer in pairs):
+            if pairs and all(ranges_apart(longer, shorter) != "lower" and longer[1] < FLAT_FACTOR * shorter[0]
+                             for shorter, longer in pairs):
                 out.add((*key, int(seq)))
     return out
 
@@ -194,7 +206,7 @@ def losses(df: pd.DataFrame, other: str, dtypes=None, min_seq: int = 0) -> Losse
     Flatness is tested on the series of the judging timing."""
     ok = df[df["status"] == "ok"]
     flat = {"do_bench": flat_points(ok),
-            "graph": flat_points(ok.assign(ms=ok["graph_ms"]).dropna(subset=["ms"]))}
+            "graph": flat_points(ok.assign(ms=ok["graph_ms"]).dropna(subset=["ms"]), "rounds_graph_ms")}
     both = scope(judged(df, other), dtypes, min_seq)
     lost = both[both["verdict"] == "higher"].sort_values(["dtype", "d", "pass", "timing", "seq"])
     points = []             # (its group's key, the point), in the sorted order
