@@ -212,3 +212,16 @@ def test_the_net_kernel_count_is_split_into_the_kinds_that_moved(tmp_path, rng):
              kernel_record(tmp_path, "bf16", kernels=850, casts=50, busy_ms=5.0, step_ms=16.0)]
     s, text = report(tmp_path, timing, fewer)
     assert "bf16 runs 50 fewer kernels per step than fp32, net of +50 cast, -100 elementwise (" in text
+
+
+@pytest.mark.parametrize("busy_share, idle", [(0.3, True), (0.5, None), (0.7, False)])
+def test_the_gpu_is_called_idle_most_of_the_step_only_over_both_ranges(rng, busy_share, idle):
+    """Busy time under the profiler and the step timed without it never took turns: "idle most of the
+    step" holds only where the longest busy step is under half the fastest timed step (and its
+    opposite only where the shortest is at least half the slowest); a busy time at half the median
+    step, inside the steps' scatter, settles neither."""
+    step_ms = rng.uniform(20.0, 80.0)
+    steps = [step_ms * (1 + rng.uniform(-0.1, 0.1)) for _ in range(10)]
+    busy = [busy_share * step_ms * (1 + rng.uniform(-0.01, 0.01)) for _ in range(10)]
+    assert a4.LAUNCH_BOUND_BUSY == 0.5
+    assert a4.idle_most({"busy_ms_per_step": busy, "step": {"samples": steps}}) is idle

@@ -46,6 +46,17 @@ TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-back
 BF16_IS = {"higher": "faster", "lower": "slower", WITHIN: WITHIN, NOT_SETTLED: NOT_SETTLED}   # by its speedup
 
 
+def idle_most(m: dict) -> bool | None:
+    """Whether the GPU is idle most of the step: its kernels' busy time under the profiler against the
+    step timed without it, two measurements of one process that never took turns, so over both
+    ranges: True where even the longest profiled busy time is under ``LAUNCH_BOUND_BUSY`` of the
+    fastest timed step, False where even the shortest is at or above it of the slowest, else None."""
+    busy, step = m["busy_ms_per_step"], m["step"]["samples"]
+    if max(busy) < LAUNCH_BOUND_BUSY * min(step):
+        return True
+    return False if min(busy) >= LAUNCH_BOUND_BUSY * max(step) else None
+
+
 def series_name(mode: str, phase: str) -> str:
     """How a (mode, phase) pair is named in the plot and the summary."""
     return "forward only (no_grad)" if mode == "forward" else f"{phase} of forward+backward"
@@ -328,7 +339,7 @@ def kernel_summary(records: list[dict]) -> dict | None:
             # the interval of bf16's step minus fp32's (ms), nan where not settled
             "step_low_ms": step.low, "step_high_ms": step.high,
             "bf16_busy_is": {"higher": "longer", "lower": "shorter"}.get(busy_is, busy_is) if on_gpu else None,
-            "launch_bound": {p: e["busy_share"] < LAUNCH_BOUND_BUSY for p, e in out["precisions"].items()} if on_gpu else None,
+            "launch_bound": {p: idle_most(recs[p]["metrics"]) for p in out["precisions"]} if on_gpu else None,
             # The slowdown is not kernel time when bf16's step is slower beyond the spread while its
             # kernels keep the GPU busy no longer than fp32's: the extra time is the GPU idle, and
             # launches are to blame only if bf16 launches more kernels.
