@@ -167,6 +167,28 @@ def test_out_of_memory_points_show_where_the_closed_form_undercounts(tmp_path, s
     assert "| backward | not settled |" in text and "| not known |" in text
 
 
+@pytest.mark.parametrize("fraction, one", [(1.0, True), (0.3, False), (1.6, False)])
+def test_an_undercount_is_called_one_matrix_only_near_one_from_either_side(tmp_path, seed, fraction, one):
+    """"At least one N × N matrix more" and "one more temporary" hold only where the failing pass
+    needed about one matrix beyond the closed form: a third of one, or one and a half, is said as
+    the number it is."""
+    rng = random.Random(seed)
+    d, seq = rng.choice([16, 32, 64, 128]), 2 ** rng.randint(14, 15)
+    acc = attention_memory(BATCH, seq, d)
+    square = acc["backward_peak"] - acc["forward_peak"]
+    request = fraction * square
+    message = _oom_message(2 * acc["backward_peak"], square / 3, request, acc["backward_peak"], square)
+    path = tmp_path / "eager.json"
+    path.write_text(json.dumps([_oom_record(d, seq, message, during="backward")]))
+    assert b1.main(["--rows", str(path), "--out-dir", str(tmp_path / "B1")]) == 0
+    summary = json.loads((tmp_path / "B1" / "summary.json").read_text())
+    assert summary["out_of_memory"][0]["undercount"]["matrices"] == pytest.approx(fraction, rel=1e-2)
+    assert summary["undercounts"]["one_matrix"] is one
+    text = " ".join(_render(tmp_path / "B1").split())
+    assert ("needed at least one N × N matrix more" in text) is one
+    assert ("That is one N × N matrix beyond dP and dS" in text) is one
+
+
 def _ok_record(d, seq, measured, compiled=False, peaks=None):
     params = {"d": d, "seq": seq, "batch": BATCH, "iters": 3, "compiled": compiled, "device": "cuda"}
     metrics = {"forward_ms": 1.0, "backward_ms": 2.0, "memory_before_backward_bytes": measured,

@@ -302,12 +302,18 @@ class Undercounts:
 
 def undercounts(ooms: list[OutOfMemory]) -> Undercounts | None:
     """Over the cases where the closed form undercounts what the failing pass needed: whether every
-    one is about one N x N matrix (below 1.1 of one) and the least it needed beyond the closed form."""
+    one is about one N x N matrix (within ``ONE_MATRIX`` of one, on both sides: the words say "at
+    least one N x N matrix" and name one more temporary) and the least it needed beyond the closed form."""
     short = [p for p in ooms if p.undercount]
     if not short:
         return None
-    return Undercounts(max(p.undercount.matrices for p in short) < 1.1,
+    return Undercounts(all(abs(p.undercount.matrices - 1) < ONE_MATRIX for p in short),
                        min(p.needed_at_least_MiB - p.undercount.closed_form_MiB for p in short))
+
+
+# How far from one whole N x N matrix an undercount may be and still be called one: a tenth, well
+# beyond the allocator's rounding of one matrix and well short of half of one.
+ONE_MATRIX = 0.1
 
 
 @dataclass(frozen=True)
