@@ -266,6 +266,34 @@ def test_a4_bf16_loses_more_than_fp16_only_where_its_errors_say(seed, tmp_path):
     assert body.count(" against fp16's ") == len(expected)
 
 
+@pytest.mark.parametrize("beyond", [False, True])
+def test_a4_kernel_is_within_one_rounding_only_where_its_errors_are(seed, tmp_path, beyond):
+    """'PyTorch's kernel on a low-precision input is off by no more than one rounding of its output' is
+    checked against the unit roundoff (half of torch's machine epsilon for the dtype) at every device and
+    dtype of the quoted case: the CPU's own errors hold it; one error past it does not."""
+    assert a4.UNIT_ROUNDOFF == {"bf16": torch.finfo(torch.bfloat16).eps / 2, "fp16": torch.finfo(torch.float16).eps / 2}
+    rng = random.Random(seed)
+    records = []
+    for device in ("cuda", "cpu"):
+        rows = ad.layer_norm_errors("cpu", rows=8, width=64)
+        records.append(make_record("A4", {"part": "layernorm", "device": device, "rows": 8, "width": 64}, "ok",
+                                   {"rows": rows}))
+    if beyond:
+        device_rows = rng.choice(records)["metrics"]["rows"]
+        dtype = rng.choice(["bf16", "fp16"])
+        top = max(r["offset"] for r in device_rows if r["spread"] == 1.0)
+        for r in device_rows:
+            if (r["variant"], r["dtype"], r["offset"], r["spread"]) == (a4.KERNEL_ON_LOW_PRECISION, dtype, top, 1.0):
+                r["rel_error"] = a4.UNIT_ROUNDOFF[dtype] * rng.uniform(1.5, 4)
+    out = tmp_path / "A4"
+    assert a4.main(["--dtypes", str(write_json_atomic(tmp_path / "dtypes.json", records)), "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["layernorm_kernel_within_one_rounding"] is (not beyond)
+    body = " ".join(_render("A4", out / "summary.json", tmp_path).split())
+    assert ("is off by no more than one rounding of its output" in body) is (not beyond)
+    assert ("more than one rounding at some device or dtype" in body) is beyond
+
+
 def test_a4_report_with_skipped_cuda_and_no_timing(tmp_path):
     out_json = tmp_path / "dtypes.json"
     write_json_atomic(out_json, [

@@ -136,6 +136,22 @@ def layernorm_table(df: pd.DataFrame) -> pd.DataFrame:
 LOW_PRECISION_STATISTICS = "formula, two-pass, in low precision"
 
 
+# The unit roundoff of each low-precision dtype (half its machine epsilon, round to nearest): the
+# most one rounding moves a number, relative to it.
+UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
+KERNEL_ON_LOW_PRECISION = "F.layer_norm on a low-precision input"
+
+
+def kernel_within_one_rounding(focus: dict[str, dict]) -> bool | None:
+    """Whether PyTorch's layer norm on a low-precision input is off by no more than one rounding of its
+    output (``UNIT_ROUNDOFF``) at every device and dtype of the quoted case; None where none measured it."""
+    errors = [(dtype, case[dtype][KERNEL_ON_LOW_PRECISION]["rel_error"]) for case in focus.values()
+              for dtype in UNIT_ROUNDOFF if case.get(dtype) and KERNEL_ON_LOW_PRECISION in case[dtype]]
+    if not errors:
+        return None
+    return all(e is not None and e <= UNIT_ROUNDOFF[dtype] for dtype, e in errors)
+
+
 def bf16_against_fp16(df: pd.DataFrame) -> dict | None:
     """Whether a mean subtraction and a variance computed in bf16 lose more than in fp16: per device
     and input case, the two-pass formula's error with every intermediate in bf16 against fp16's
@@ -425,6 +441,8 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "dtypes_not_ok": skipped,
         "layernorm": layernorm,
         "layernorm_focus": focus,
+        "layernorm_kernel_within_one_rounding": kernel_within_one_rounding(focus),
+        "unit_roundoff": UNIT_ROUNDOFF,
         # a list of at most one, so that a run without layer-norm records words nothing of it
         "layernorm_bf16_against_fp16": [c for c in (bf16_against_fp16(ln),) if c],
         "dtype_rules": rules,
@@ -631,6 +649,8 @@ class A4Summary(Summary):
     layernorm_focus: dict[str, Focus | None] | None
     # whether bf16's statistics lose more than fp16's, case by case (``bf16_against_fp16``)
     layernorm_bf16_against_fp16: list[Bf16AgainstFp16]
+    layernorm_kernel_within_one_rounding: bool | None
+    unit_roundoff: dict[str, float]
     layernorm_autocast_output: list[str] | None
     timing_provenance: Gpus | None
     timing_grid: TimingGrid | None
