@@ -241,3 +241,15 @@ def test_measured_peaks_against_the_closed_form(tmp_path, seed):
 def _render(out_dir: Path) -> str:
     Renderer("html", out_dir.parent / "writeup" / "w.html", TEMPLATES).section("B1", out_dir / "summary.json")
     return Renderer("md", out_dir.parent / "writeup" / "w.md", TEMPLATES).section("B1", out_dir / "summary.json")
+
+
+def test_the_square_term_is_the_larger_from_the_length_the_closed_form_says(seed):
+    """The words name, per head dimension, the length from which the N x N part of what forward saves
+    outweighs q, k, v and the output: checked against ``attention_memory`` itself, one length either side."""
+    rng = random.Random(seed)
+    dims = sorted(rng.sample([16, 32, 64, 128, 256], 3))
+    found = b1.quadratic_from(b1.pd.DataFrame({"d": dims}))
+    assert list(found) == dims
+    for d, n in found.items():
+        vectors = lambda seq: attention_memory(BATCH, seq, d)["saved"] - BATCH * seq * seq * 4
+        assert BATCH * (n + 1) ** 2 * 4 > vectors(n + 1) and BATCH * (n - 1) ** 2 * 4 < vectors(n - 1)

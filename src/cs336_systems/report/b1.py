@@ -328,9 +328,16 @@ class B1Summary(Summary):
     undercounts: Undercounts | None
     before_backward: BeforeBackward | None
     peaks: dict[str, dict[str, PeakCheck]] | None
+    quadratic_from: dict[str, int]      # by head dimension (JSON keys are strings)
 
 
 CONTRACTS = {"B1": B1Summary}
+
+
+def quadratic_from(df: pd.DataFrame) -> dict[int, int]:
+    """Per head dimension d measured, the sequence length from which the N x N part of what forward
+    saves is the larger: ``attention_memory``'s B·N² against its 4·B·N·d, equal at N = 4d."""
+    return {int(d): 4 * int(d) for d in sorted(df["d"].unique())}
 
 
 def summarize(df: pd.DataFrame, records: list[dict]) -> B1Summary:
@@ -341,7 +348,7 @@ def summarize(df: pd.DataFrame, records: list[dict]) -> B1Summary:
         rounds=sorted({r["metrics"]["turns"]["rounds"] for r in records if r["metrics"].get("turns")}),
         limits=limits(df), smallest_oom=smallest_oom([p for p in ooms if p.variant == "eager"]),
         out_of_memory=ooms, undercounts=undercounts(ooms), before_backward=before_backward_check(df),
-        peaks=peaks_check(df))
+        peaks=peaks_check(df), quadratic_from=quadratic_from(df))
 
 
 def main(argv=None) -> int:
