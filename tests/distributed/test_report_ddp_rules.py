@@ -595,3 +595,25 @@ def test_bucketing_is_headed_as_waiting_longer_than_overlap_only_where_the_judge
     text = _section("C8", ddp.build("C8", [overlap, *sizes], {}, [], {"fits": {}}, tmp_path), tmp_path)
     assert ("**Why bucketing waits longer than overlap.**" in text) is (longer == "every")
     assert ("**Bucketing's wait after backward against overlap's.**" in text) is (longer != "every")
+
+
+def test_backward_is_said_to_outlast_the_communication_only_counting_every_bucket_s_call(seed):
+    """"Backward far outlasts sending every gradient once, so the per-call costs do not pile up" is a
+    cause about the calls: it holds only where backward outlasts the bytes and the most buckets' calls
+    at the larger per-call cost together (h200: 502 ms against 25.4 ms of bytes and 434 calls at
+    C1's 61.6 µs, 26.7 ms). The old rule weighed the bytes alone and said it where the calls alone
+    took most of backward."""
+    rng = random.Random(seed)
+    send, buckets = rng.uniform(10, 40), rng.randint(200, 600)
+    backward = rng.uniform(2.5, 4.0) * send                 # over twice the bytes alone
+    model = {"measured_wait_range_ms": [9.3, 9.8], "predicted_range_ms": [2.5, 9.9], "pass_ms": None,
+             "send_all_ms": send, "backward_ms": backward, "bucket_counts": [8, buckets],
+             "o_ms": rng.uniform(0.01, 0.03)}
+    # a per-call cost whose calls take as long as backward less the bytes: they would pile up
+    model["c1_o_ms"] = (backward - send) / buckets * rng.uniform(0.8, 1.5)
+    found = c8.spans_of(model)
+    assert found["backward_dwarfs_send"] is False
+    assert found["calls_ms"] == pytest.approx(buckets * model["c1_o_ms"])
+    # calls cheap enough that backward outlasts bytes and calls together by over twice: said
+    model["c1_o_ms"] = (backward / c8.OUTLASTS - send) / buckets * rng.uniform(0.1, 0.9)
+    assert c8.spans_of(model)["backward_dwarfs_send"] is True

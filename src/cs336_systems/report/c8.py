@@ -355,15 +355,26 @@ def measured_pass(steps: list[dict], precision: str, paid: dict | None) -> dict 
             "bucket_passes_ms": [AFTER_BACKWARD_PASSES[BUCKETED] * x for x in ends]}
 
 
+# Backward "far outlasts" the communication where it takes more than this many times as long: beyond
+# the most two processes differ by (spread.HOST_SWING), as backward is this job's and the bandwidth C1's.
+OUTLASTS = 2.0
+
+
 def spans_of(model: dict) -> dict:
     """What the section says of the model's spans: each range's top over its bottom (the predicted
-    one only where it starts above zero), whether backward takes over twice what sending every
-    gradient once takes (then a bucket is done before the next is ready), and what the pass after the
-    last all-reduce is of the measured waits, and what it leaves of them."""
+    one only where it starts above zero), whether backward takes over ``OUTLASTS`` times what the
+    most buckets' communication takes in all, every gradient sent once and every call paid at the
+    larger of the two per-call costs (``calls_ms``; then a bucket is done before the next is ready,
+    and the calls do not pile up after backward), and what the pass after the last all-reduce is of
+    the measured waits, and what it leaves of them."""
     wait, predicted, work = model["measured_wait_range_ms"], model["predicted_range_ms"], model["pass_ms"]
+    o = max(model["o_ms"], model["c1_o_ms"])
+    calls = max(model["bucket_counts"]) * o
     return {"measured_ratio": wait[1] / wait[0] if wait[0] > 0 else None,
             "predicted_ratio": predicted[1] / predicted[0] if predicted[0] > 0 else None,
-            "backward_dwarfs_send": bool(model["backward_ms"] and model["backward_ms"] > 2 * model["send_all_ms"]),
+            "calls_o_ms": o, "calls_ms": calls,
+            "backward_dwarfs_send": bool(model["backward_ms"]
+                                         and model["backward_ms"] > OUTLASTS * (model["send_all_ms"] + calls)),
             "pass_share_of_waits": None if work is None else [work / wait[1], work / wait[0]],
             "waits_beyond_pass_ms": None if work is None else [wait[0] - work, wait[1] - work]}
 
@@ -717,6 +728,8 @@ class OverheadModel:
     memory_GBps: float | None
     measured_ratio: float | None
     predicted_ratio: float | None
+    calls_o_ms: float               # the larger per-call cost, the records' or C1's
+    calls_ms: float                 # the most buckets' calls at it
     backward_dwarfs_send: bool
     pass_share_of_waits: list[float] | None
     waits_beyond_pass_ms: list[float] | None
