@@ -123,7 +123,8 @@ CONTENDERS_OF = ("C3", "C4", "C6", "C8")
 
 def overheads(records: list[dict]) -> dict[str, dict]:
     """Per precision: every variant's overhead (``overhead_of``: judged against the baseline of its
-    own job), the best contender (smallest median overhead) and what the data says of it against
+    own job), the best contender (smallest median overhead), its step against the next smallest's
+    (``runner_up``, as the judge has it) and what the data says of it against
     PyTorch DDP's: ``compare_overheads_paired`` where the contender, PyTorch DDP and the baseline took
     turns in one job (``paired``), else not settled; "anchor at zero" in place of within the spread
     where PyTorch DDP's own overhead is not above zero beyond it (no overhead of it to set ours
@@ -143,7 +144,12 @@ def overheads(records: list[dict]) -> dict[str, dict]:
         anchor = rows.get("torch-ddp")
         contenders = {v: r for v, r in rows.items() if v != "torch-ddp"
                       and variants.lookup(v).deliverable in CONTENDERS_OF}
-        best = min(contenders, key=lambda v: contenders[v]["ms"], default=None)
+        ranked = sorted(contenders, key=lambda v: contenders[v]["ms"])
+        best = ranked[0] if ranked else None
+        # the smallest median overhead is an order among ours only as far as the judge has it against
+        # the next smallest: the two overheads share the baseline, so their difference is the steps'
+        runner_up = [{"variant": ranked[1], "versus": x} for x in [record_difference(found[best], found[ranked[1]])]
+                     if x is not None] if len(ranked) > 1 else []
         paired = bool(best and anchor and contenders[best]["paired"] and anchor["paired"]
                       and spread.same_job(found[best], found["torch-ddp"]))
         if not anchor or not best:
@@ -153,7 +159,7 @@ def overheads(records: list[dict]) -> dict[str, dict]:
             if verdict == spread.WITHIN and anchor["verdict"] in (spread.WITHIN, "lower"):
                 verdict = "anchor at zero"
         out[precision] = {"baseline_ms": base["metrics"]["step_ms"], "rows": rows, "no_baseline": no_baseline,
-                          "best": best, "verdict": verdict, "paired": paired,
+                          "best": best, "runner_up": runner_up, "verdict": verdict, "paired": paired,
                           "ratio": contenders[best]["ms"] / anchor["ms"] if best and anchor and anchor["ms"] > 0 else None}
     return out
 
@@ -597,12 +603,20 @@ def part(s: "Section") -> tuple[pd.DataFrame, dict]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunnerUp:
+    """The contender with the next smallest median overhead, and the best's step against its (the judge's)."""
+    variant: str
+    versus: Difference
+
+
+@dataclass(frozen=True, kw_only=True)
 class Overhead:
     """``overheads``, one precision: every variant's overhead (its rows), the best and the verdict, and
     the variants without a baseline of their computation (variant -> the precision it computes in)."""
     rows: dict[str, Spread]
     no_baseline: dict[str, str]
     best: str | None
+    runner_up: list[RunnerUp]   # the next smallest and the best's step against its; empty with one contender
     verdict: str        # compare_overheads_paired's, "anchor at zero", "no torch-ddp", "no contender"
     ratio: float | None
 
