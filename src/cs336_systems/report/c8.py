@@ -592,7 +592,8 @@ def part(s: "Section") -> tuple[pd.DataFrame, dict]:
     shown = [v for v in traced if variants.lookup(v).deliverable == "C8" or v == "torch-ddp"]
     gaps = {label: compute_gaps(traces[label]) for p in precisions for v in shown
             if (label := trace_label(v, p)) in traces}
-    kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced if v in shown or v == QUIET_TRACE])
+    kinds = where_time_goes(traces, [(v, p) for p in precisions for v in traced if v in shown or v == QUIET_TRACE],
+                            by_variant(records))
     return bucketed, {"bucketed_view": BUCKETED_VIEW if len(bucketed) else None, "model": model,
                       "overheads": found, "has_overhead_table": over is not None, "accuracy": accuracy,
                       "accuracy_worst": worst_accuracy(accuracy), "compute_gaps": gaps,
@@ -798,7 +799,9 @@ class C8Summary(Opening):
     accuracy: list[dict[str, Any]] | None
     accuracy_worst: AccuracyWorst | None
     compute_gaps: dict[str, dict[str, float]] | None
-    kernel_time: dict[str, dict[str, float]]
+    # ddp_traces.where_time_goes: per traced step, kernel time by kind (ms), the excess over naive's,
+    # the steps' scatter and whether the matmuls' excess is beyond it
+    kernel_time: dict[str, dict[str, float | bool | None]]
     ladder: list[LadderStep]
     against_overlap: AgainstOverlap | None
     best_bucket_size: BestBucketSize | None
