@@ -668,3 +668,30 @@ def test_the_smallest_overhead_of_ours_is_set_against_the_next_smallest_as_the_j
             if said == "shorter than" else f"its step is not settled against that of {runner['variant']}, the next smallest" in text
     else:
         assert f"that of {runner['variant']}, the next smallest" in text
+
+
+def test_the_overhead_model_follows_or_misses_the_waits_only_where_every_round_of_a_size_does(seed):
+    """"The model does not follow the waits" took each size's median wait alone: a size whose median
+    lies beyond twice its prediction while some of its rounds lie within it (or the reverse) does not
+    settle it; only a size whose every round lies beyond does, and the model follows only where every
+    round of every size lies within."""
+    rng = random.Random(seed)
+    predicted = [9.9, 5.1, 3.0, 2.5]
+    factor = c8.FOLLOWS_WITHIN
+    # medians all within the factor, but one size's rounds reach past it
+    measured = [p * rng.uniform(0.8, 1.2) for p in predicted]
+    rounds = [[m * rng.uniform(0.95, 1.0), m, m * rng.uniform(1.0, 1.05)] for m in measured]
+    k = rng.randrange(len(predicted))
+    rounds[k] = [measured[k], predicted[k] * factor * rng.uniform(1.1, 1.5), measured[k]]
+    assert c8.model_against_waits(predicted, measured)["against_waits"] == "follows"        # the medians' rule
+    found = c8.model_against_waits(predicted, measured, rounds)
+    assert found["against_waits"] == spread.NOT_SETTLED and found["misses"] is False
+    # a median beyond the factor whose rounds dip back within it: not settled either
+    measured[k] = predicted[k] * factor * rng.uniform(1.2, 1.6)
+    rounds[k] = [measured[k], measured[k] * rng.uniform(1.0, 1.1), predicted[k] * rng.uniform(1.0, 1.5)]
+    assert c8.model_against_waits(predicted, measured)["against_waits"] in ("flat", "off")
+    assert c8.model_against_waits(predicted, measured, rounds)["against_waits"] == spread.NOT_SETTLED
+    # every round of that size beyond: it misses
+    rounds[k] = [measured[k] * rng.uniform(0.9, 1.0), measured[k], measured[k] * rng.uniform(1.0, 1.1)]
+    found = c8.model_against_waits(predicted, measured, rounds)
+    assert found["against_waits"] in ("flat", "off") and found["misses"] is True

@@ -34,16 +34,25 @@ FOLLOWS_WITHIN = 2.0
 FLAT_SHARE = 0.10
 
 
-def model_against_waits(predicted: list[float], measured: list[float]) -> dict:
+def model_against_waits(predicted: list[float], measured: list[float],
+                        rounds: list[list[float]] | None = None) -> dict:
     """How the overhead model stands against the measured waits after backward (``against_waits``):
     it "follows" them where every bucket size's wait lies within ``FOLLOWS_WITHIN`` of its
-    prediction; else the waits are "flat" where they stay within ``FLAT_SHARE`` of their median
-    across the sizes, and the model is "off" where they are not."""
-    pairs = [(p, m) for p, m in zip(predicted, measured) if p > 0 and m > 0]
-    follows = bool(pairs) and all(1 / FOLLOWS_WITHIN <= m / p <= FOLLOWS_WITHIN for p, m in pairs)
+    prediction, and misses them where some size's lies beyond it; else the waits are "flat" where
+    they stay within ``FLAT_SHARE`` of their median across the sizes, and the model is "off" where
+    they are not. Each size's wait is the range of its rounds (``rounds``: per size, the median wait
+    of each round; its median alone where none): within or beyond only where the whole range is, and
+    "not settled" where some size's range straddles the factor and none lies beyond it. ``misses``:
+    "flat" or "off"."""
+    spans = [(min(r), max(r)) if r else (m, m) for m, r in zip(measured, rounds or [None] * len(measured))]
+    pairs = [(p, lo, hi) for p, (lo, hi) in zip(predicted, spans) if p > 0 and lo > 0]
+    within = [1 / FOLLOWS_WITHIN <= lo / p and hi / p <= FOLLOWS_WITHIN for p, lo, hi in pairs]
+    beyond = [lo / p > FOLLOWS_WITHIN or hi / p < 1 / FOLLOWS_WITHIN for p, lo, hi in pairs]
+    follows = bool(pairs) and all(within)
     flat = bool(measured) and (max(measured) - min(measured)) < FLAT_SHARE * statistics.median(measured)
-    change = max(p for p, _ in pairs) / min(p for p, _ in pairs) if pairs else None
-    return {"against_waits": "follows" if follows else "flat" if flat else "off",
+    change = max(p for p, _, _ in pairs) / min(p for p, _, _ in pairs) if pairs else None
+    verdict = "follows" if follows else ("flat" if flat else "off") if any(beyond) else spread.NOT_SETTLED
+    return {"against_waits": verdict, "misses": verdict in ("flat", "off"),
             "follows_within": FOLLOWS_WITHIN, "flat_share": FLAT_SHARE, "predicted_change": change}
 
 
@@ -465,7 +474,10 @@ def bucket_model(s: "Section", found_overheads: dict[str, dict], steps: list[dic
         model_summary |= spans_of(model_summary)
         # Fitted to the overheads of the first precision, where the run paired them with a baseline.
         points = overhead_points(records, found_overheads.get(first, {}), first)
-        model_summary |= model_against_waits(list(ones["predicted_ms"]), list(ones["comm_wait_ms"]))
+        by_name = {r["params"]["variant"]: r for r in sent}
+        waits_by_round = [[statistics.median(r) for r in spread.round_samples(by_name[v], "comm_wait") if r]
+                          if v in by_name else [] for v in ones["variant"]]
+        model_summary |= model_against_waits(list(ones["predicted_ms"]), list(ones["comm_wait_ms"]), waits_by_round)
         model_summary["overhead_fit"] = fit_overheads(points, grad_bytes, w) if points else None
         model_summary["overhead_fit_precision"] = first
         measured = measured_pass(steps, first, paid) if source == "records" else None
@@ -748,7 +760,8 @@ class OverheadModel:
     backward_dwarfs_send: bool
     pass_share_of_waits: list[float] | None
     waits_beyond_pass_ms: list[float] | None
-    against_waits: str              # "follows", "flat", "off"
+    against_waits: str              # "follows", "flat", "off", "not settled"
+    misses: bool                    # "flat" or "off": some size's rounds all beyond the factor
     follows_within: float
     flat_share: float
     predicted_change: float | None
