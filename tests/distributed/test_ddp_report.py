@@ -610,3 +610,33 @@ def test_c12_sets_a_traced_step_s_idle_time_against_ddp_s_only_where_it_computes
         same = idle[label]["reference"] == "same compute"
         assert ("against DDP's" in part) is same, part
         assert ("is an fp32 step's: no reference for a step computing in bf16" in part) is (not same)
+
+
+def test_a_traced_step_s_extra_matmul_time_is_put_on_the_collectives_only_beyond_the_steps_scatter(seed):
+    """`matmul +` (a traced step's matrix products against naive's traced step) was called what sharing
+    the GPU with the collectives cost them, from one profiled step each: h200's bucketed-ready-1000
+    (bf16) at 5.6 ms, within the 74 ms its timed steps and naive's scatter by. It is that cost only
+    where it exceeds the wider fastest–slowest range of the two variants' timed steps."""
+    rng = random.Random(seed)
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32"
+    quiet_mm, scatter = rng.uniform(500, 600), rng.uniform(2, 8)
+
+    def trace(mm):
+        return [_kernel("compute", gemm, 0, mm), _kernel("communication", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 5.0)]
+
+    def timed(width):
+        base = rng.uniform(780, 820)
+        return {"metrics": {"steps": [{"step_ms": base + x} for x in (0.0, rng.uniform(0, width), width)]}}
+
+    beyond, within = rng.uniform(1.2, 3.0) * scatter, rng.uniform(0.2, 0.9) * scatter
+    traces = {"naive": trace(quiet_mm), "torch-ddp": trace(quiet_mm + beyond), "bucketed-avg-1000": trace(quiet_mm + within)}
+    records = {"fp32": {"naive": timed(scatter), "torch-ddp": timed(0.5 * scatter), "bucketed-avg-1000": timed(0.3 * scatter)}}
+    found = ddp_traces.where_time_goes(traces, [("naive", "fp32"), ("torch-ddp", "fp32"), ("bucketed-avg-1000", "fp32")],
+                                       records)
+    assert found["torch-ddp"]["step_scatter_ms"] == pytest.approx(scatter)
+    assert found["torch-ddp"]["matmul_beyond_scatter"] is True
+    assert found["bucketed-avg-1000"]["matmul_over_quiet_ms"] == pytest.approx(within)
+    assert found["bucketed-avg-1000"]["matmul_beyond_scatter"] is False
+    assert found["naive"]["matmul_beyond_scatter"] is None
+    # without the timed steps nothing is said either way
+    assert ddp_traces.where_time_goes(traces, [("torch-ddp", "fp32")])["torch-ddp"]["matmul_beyond_scatter"] is None

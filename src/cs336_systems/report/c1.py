@@ -178,6 +178,38 @@ def across_nodes(records: list[dict]) -> list[AcrossNodes]:
     return [rows[k] for k in sorted(rows)]
 
 
+# Where a series' calls are bound by their fixed cost (``LatencyBound.kind``)
+UP_TO, NONE, EVERY = "up to", "none", "every"
+
+
+@dataclass(frozen=True)
+class LatencyBound:
+    backend: str
+    # UP_TO: the sizes up to ``largest_mb`` are latency-bound; NONE: not even the smallest size
+    # (``smallest_mb``); EVERY: every size measured (or the time did not grow with the bytes)
+    kind: str
+    largest_mb: float | None
+    smallest_mb: float
+    # the bytes' time by the fit (ms) at ``largest_mb`` (UP_TO) or at ``smallest_mb`` (NONE); None for EVERY
+    bytes_ms: float | None
+
+
+def latency_bound(fit: Fit, sizes_mb: list[float], backend: str) -> LatencyBound:
+    """Which of a series' measured sizes are latency-bound by its fit t = o + bytes / w: those whose
+    fixed cost o is at least the bytes' time bytes / w, so that o is at least half of the call. The
+    bytes' time grows with the size, so they are the sizes up to o·w: a prefix of the sizes, possibly
+    none (Gloo pays so little per call beside its bandwidth that a 1 MB call is mostly bytes), or
+    all of them (also where the time did not grow with the size, ``w`` None)."""
+    sizes = sorted(sizes_mb)
+    bytes_ms = (lambda mb: mb * MB / (fit.w_GBps * 1e9) * 1e3) if fit.w_GBps else (lambda mb: 0.0)
+    bound = [mb for mb in sizes if fit.o_ms >= bytes_ms(mb)]
+    if len(bound) == len(sizes):
+        return LatencyBound(backend, EVERY, sizes[-1], sizes[0], None)
+    if not bound:
+        return LatencyBound(backend, NONE, None, sizes[0], bytes_ms(sizes[0]))
+    return LatencyBound(backend, UP_TO, bound[-1], sizes[0], bytes_ms(bound[-1]))
+
+
 @dataclass(frozen=True)
 class BackendAt:
     ms: float
@@ -196,9 +228,11 @@ class Headline:
     beyond_processes: bool
     gloo: BackendAt
     nccl: BackendAt
+    # NCCL's and Gloo's calls at this world size: which sizes their fixed cost binds
+    latency: list[LatencyBound]
 
 
-def headline(largest: pd.DataFrame, fits: dict[str, Fit]) -> Headline | None:
+def headline(largest: pd.DataFrame, fits: dict[str, Fit], sizes: dict[str, list[float]]) -> Headline | None:
     """The section's opening: at the largest size and the fewest ranks both back ends ran, each
     one's time and bus bandwidth, Gloo's time over NCCL's, and each one's fitted per-call cost;
     None where the two back ends share no world size."""
@@ -211,8 +245,10 @@ def headline(largest: pd.DataFrame, fits: dict[str, Fit]) -> Headline | None:
     at = {backend: BackendAt(float(r.ms), float(r.busbw_GBps), fit.o_ms if (fit := fits.get(f"{backend}_x{world}")) else None)
           for backend, r in rows.items()}
     ratio = float(rows["gloo"].ms / rows["nccl"].ms)
+    latency = [latency_bound(fits[key], sizes[key], backend) for backend in ("nccl", "gloo")
+               if (key := f"{backend}_x{world}") in fits]
     return Headline(world, float(rows["nccl"].size_mb), ratio, HOST_SWING, across_processes(ratio, 1.0) != NOT_SETTLED,
-                    at["gloo"], at["nccl"])
+                    at["gloo"], at["nccl"], latency)
 
 
 @dataclass(frozen=True)
@@ -223,18 +259,22 @@ class FitRow:
     w_GBps: float | None
     largest_ms: float | None
     largest_busbw_GBps: float | None
+    # the size whose bytes take as long as o (o·w, MB): calls below it are latency-bound, above it
+    # bandwidth-bound; None where the time did not grow with the size
+    crossover_mb: float | None
 
 
 def fit_table(fits: dict[str, Fit], largest: pd.DataFrame) -> list[FitRow]:
-    """One row per (back end, world size) with a fit: o, w, and the time and bus bandwidth at the
-    largest size, for the section's table."""
+    """One row per (back end, world size) with a fit: o, w, the size at which the bytes take o, and
+    the time and bus bandwidth at the largest size, for the section's table."""
     at = {f"{r.backend}_x{int(r.world_size)}": r for r in largest.itertuples()}
     out = []
     for key, fit in fits.items():
         backend, _, world = key.partition("_x")
         row = at.get(key)
         out.append(FitRow(backend, int(world), fit.o_ms, fit.w_GBps, float(row.ms) if row is not None else None,
-                          float(row.busbw_GBps) if row is not None else None))
+                          float(row.busbw_GBps) if row is not None else None,
+                          fit.o_ms * fit.w_GBps if fit.w_GBps else None))
     return out
 
 
@@ -283,6 +323,8 @@ def main(argv=None) -> int:
     plot(df, out_dir / "allreduce.png")
     fits = {f"{b}_x{w}": fit for (b, w), part in df.groupby(["backend", "world_size"])
             if (fit := fit_latency_bandwidth(part)) is not None}
+    sizes = {f"{b}_x{w}": [float(x) for x in part.loc[part["status"] == "ok", "size_mb"]]
+             for (b, w), part in df.groupby(["backend", "world_size"])}
     ok = df[df["status"] == "ok"]
     largest = ok[ok["size_mb"] == ok["size_mb"].max()] if len(ok) else ok
     hosts = hosts_by_gpus(df)
@@ -292,7 +334,7 @@ def main(argv=None) -> int:
                  for (b, w), part in df[df["status"] == "skipped"].groupby(["backend", "world_size"])],
         sizes_mb=sorted(float(s) for s in df["size_mb"].unique()), hosts=hosts, several_hosts=len(hosts) > 1,
         across_nodes=across_nodes(records), slower_smaller=slower_smaller(records),
-        algbw_by_ranks=algbw_by_ranks(largest), headline=headline(largest, fits), fit_table=fit_table(fits, largest)))
+        algbw_by_ranks=algbw_by_ranks(largest), headline=headline(largest, fits, sizes), fit_table=fit_table(fits, largest)))
     print(f"C1 report: {len(df)} rows -> {out_dir}", file=sys.stderr)
     return 0
 

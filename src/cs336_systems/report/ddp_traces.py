@@ -120,12 +120,25 @@ def kernel_time(intervals: list[dict]) -> dict[str, float] | None:
     return found
 
 
-def where_time_goes(traces: dict[str, list[dict]], chosen: list[tuple[str, str]]) -> dict[str, dict]:
+def step_scatter(record: dict | None) -> float | None:
+    """The fastest–slowest width of a record's timed steps (ms): how much one step of its turns
+    differs from another; None without a record or its steps."""
+    steps = (record or {}).get("metrics", {}).get("steps") or ()
+    times = [s["step_ms"] for s in steps if s.get("step_ms") is not None]
+    return max(times) - min(times) if times else None
+
+
+def where_time_goes(traces: dict[str, list[dict]], chosen: list[tuple[str, str]],
+                    records: dict[str, dict[str, dict]] | None = None) -> dict[str, dict]:
     """Per traced step of ``chosen`` (variant, precision), keyed by ``trace_label``: its kernel time by kind, and its matmul and
     copy time against naive DDP's traced step of the same precision (``matmul_over_quiet_ms``: what
     sharing the GPU with collectives cost the matrix products, where they are the same products;
     ``copy_over_quiet_ms``: the copies and casts a variant adds). One profiled step each: a look,
-    not a measurement with a spread."""
+    not a measurement with a spread. So the matmuls' excess is that cost only where it exceeds how
+    much one step differs from another (``matmul_beyond_scatter``): the wider of the two variants'
+    fastest–slowest timed steps (``step_scatter_ms``, from ``records``, precision -> variant ->
+    record); None where either has no timed steps, there is no naive trace to set it against, or the
+    step is naive's own."""
     times = {label: kernel_time(traces[label]) for v, p in [*chosen, *((QUIET_TRACE, p) for _, p in chosen)]
              if (label := trace_label(v, p)) in traces}
     out = {}
@@ -135,8 +148,14 @@ def where_time_goes(traces: dict[str, list[dict]], chosen: list[tuple[str, str]]
         if found is None:
             continue
         quiet = times.get(trace_label(QUIET_TRACE, precision))
-        out[label] = found | {"matmul_over_quiet_ms": found["matmul"] - quiet["matmul"] if quiet else None,
-                              "copy_over_quiet_ms": found["copy"] - quiet["copy"] if quiet else None}
+        ran = (records or {}).get(precision, {})
+        widths = [step_scatter(ran.get(v)) for v in (variant, QUIET_TRACE)]
+        scatter = None if None in widths else max(widths)
+        excess = found["matmul"] - quiet["matmul"] if quiet else None
+        judged = excess is not None and scatter is not None and variant != QUIET_TRACE
+        out[label] = found | {"matmul_over_quiet_ms": excess,
+                              "copy_over_quiet_ms": found["copy"] - quiet["copy"] if quiet else None,
+                              "step_scatter_ms": scatter, "matmul_beyond_scatter": excess > scatter if judged else None}
     return out
 
 
