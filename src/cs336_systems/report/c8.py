@@ -107,7 +107,11 @@ def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     sizes = {v: r for v, r in by_variant(records).get(precision, {}).items() if is_bucket_size(v)}
     if not sizes:
         return None
-    best = min(sizes, key=lambda v: sizes[v]["metrics"]["step_ms"])
+    ranked = sorted(sizes, key=lambda v: sizes[v]["metrics"]["step_ms"])
+    best = ranked[0]
+    # the shortest median is a choice, not a verdict: its step against the next shortest's, judged
+    runner_up = [{"variant": ranked[1], "versus": x} for x in [record_difference(sizes[best], sizes[ranked[1]])]
+                 if x] if len(ranked) > 1 else []
     others = REPLICATING
     against = versus(records, [(best, o) for o in others], precision).get(best, {})
     # the variants the judge has it shorter than, and by how much: the least and the most
@@ -116,7 +120,7 @@ def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     # the others by the judge's verdict, for the one sentence that says them all
     called = lambda keep: [o for o in others if against.get(o) and keep(against[o])]
     return {"variant": best, "step_ms": sizes[best]["metrics"]["step_ms"], "buckets": sizes[best]["metrics"].get("buckets"),
-            "versus": against, "shorter_than": [o for o in others if o in shorter],
+            "versus": against, "runner_up": runner_up, "shorter_than": [o for o in others if o in shorter],
             "shorter_by_ms": [min(saved), max(saved)] if saved else None,
             "longer_than": called(lambda x: x["sign"] > 0),
             "same_as": called(lambda x: x["verdict"] == spread.WITHIN),
@@ -790,6 +794,7 @@ class BestBucketSize:
     variant: str
     step_ms: float
     buckets: float | None
+    runner_up: list[RunnerUp]       # the next shortest bucket size, its step judged; empty with one size
     shorter_than: list[str]
     shorter_by_ms: list[float] | None
     longer_than: list[str]
