@@ -46,8 +46,7 @@ def record(context, mode, precision, peak=None, status="ok", timeline=None):
                                "events": 2}],
                    "top_allocations": [{"size_bytes": 2**27, "count": 32, "frame": "cs336_basics/model.py:90 softmax",
                                         "op": "exp", "node": None}],
-                   "max_allocated_bytes": peak, "max_reserved_bytes": peak + 2**20,
-                   "allocated_before_step_bytes": 3 * 2**30}
+                   "max_allocated_bytes": peak, "max_reserved_bytes": peak + 2**20}
     r = {"id": "A5", "params": params, "metrics": metrics, "status": status, "provenance": PROVENANCE,
          "timeline": timeline, "artifacts": {"snapshot": None}}
     if status == "oom":
@@ -122,7 +121,7 @@ def test_the_lowest_bf16_ratio_is_set_against_the_step_s_own_part_of_the_fp32_pe
         fp32 = before + int(gib * GIB)
         records += [record(context, mode, "fp32", fp32), record(context, mode, "bf16", int(ratio[(context, mode)] * fp32))]
     for r in records:
-        r["metrics"]["allocated_before_step_bytes"] = before
+        r["metrics"]["initial_bytes"] = before
     read = a5.ratios_read(a5.precision_ratios(records))
     assert (read.lowest.context, read.lowest.mode) == lowest
     assert read.follows is follows

@@ -283,7 +283,7 @@ def precision_ratios(records: list[dict]) -> list[Ratio]:
            for r in records if r["status"] == "ok"}
     order = lambda point: (MODE_ORDER.index(point[0][0]), point[0][1])
     return [Ratio(mode, context, ran[(mode, context, "bf16")]["peak"]["bytes"] / m["peak"]["bytes"],
-                  1 - m["allocated_before_step_bytes"] / m["peak"]["bytes"])
+                  1 - m["initial_bytes"] / m["peak"]["bytes"])
             for (mode, context, precision), m in sorted(ran.items(), key=order)
             if precision == "fp32" and (mode, context, "bf16") in ran]
 
