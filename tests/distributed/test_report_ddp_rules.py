@@ -285,6 +285,29 @@ def test_the_fsdp_saving_at_the_peak_is_reconciled_only_where_the_gradients_do_n
     assert found["reconciled"] is reconciled
 
 
+def test_the_fsdp_saving_is_reconciled_only_where_each_part_of_the_reading_holds(seed):
+    """The peak saves the saving without the gradients "because the step starts with no gradients and
+    forward and backward then rise by the same amount in both": a start that saves more and a rise
+    that takes it back can land the peak on that saving with neither part true, which the old rule
+    (the peak alone) called reconciled. And the saving before the step is the prediction's only
+    where it is."""
+    rng = random.Random(seed)
+    params, grads, adam = rng.uniform(6, 8), rng.uniform(6, 8), rng.uniform(12, 16)
+    rise = rng.uniform(25, 35)
+    ddp_start, fsdp_start = params + adam, (params + adam) / 2
+    # FSDP holds `off` GiB less at the start (say, buffers it frees) and its rise takes it back
+    off = rng.uniform(0.3, 0.8) * grads / 2
+    memory = [_memory("overlap", ddp_start + grads, ddp_start + rise, rise, grads),
+              _memory("fsdp", fsdp_start + grads / 2, fsdp_start - off + rise + off, rise + off, grads / 2)]
+    saved = (params + adam + grads) / 2
+    found = c12.fsdp_saving(memory, {"replicated": 2 * saved, "fsdp": saved})
+    assert found["peak_GiB"] == pytest.approx(found["without_gradients_GiB"])
+    assert found["reconciled"] is False
+    assert found["before_matches_prediction"] is True
+    wrong = saved * (1 + rng.uniform(0.2, 0.5))
+    assert c12.fsdp_saving(memory, {"replicated": 2 * wrong, "fsdp": wrong})["before_matches_prediction"] is False
+
+
 def test_an_fsdp_forward_without_a_baseline_is_set_against_ddp_s_forward(seed):
     rng = random.Random(seed)
     fsdp = _record("fsdp", _steps(rng, 263, 503, 3.3, 28))

@@ -116,13 +116,22 @@ def reading(low_ms: float, high_ms: float, transfer_ms: float, bound_ms: float, 
     return "within bytes" if against_bytes == "lower" else spread.NOT_SETTLED
 
 
+# How far apart two memory savings (GiB) may lie and still be called one, as a share of the gradients'
+# saving: the smallest part of the training state the reading names
+TOLERANCE = 0.1
+
+
 def fsdp_saving(memory: list[dict], predicted: dict) -> dict | None:
     """C12: the memory FSDP saves against DDP (overlap), predicted and measured at each point, and
     whether the peak's saving is the saving without the gradients. The step starts with no gradients
     (they are set to None), so the memory at its start is its peak less the rise above the start;
     where the two variants rise alike the peak saves what the start saves: parameters and optimizer
-    state, not the gradients FSDP shards. ``reconciled``: the peak's saving is within a tenth of the
-    gradients' saving of the saving before the step less the gradients'."""
+    state, not the gradients FSDP shards. ``reconciled``: each part of that reading holds within a
+    tenth of the gradients' saving (``TOLERANCE``): the start saves the saving before the step less
+    the gradients', the two rises match, and so the peak saves it; the peak alone could match with
+    the other two off by as much the opposite ways. ``before_matches_prediction``: the saving before
+    the step, when every gradient is held, is the predicted saving of the training state within
+    that tolerance."""
     rows = {m["variant"]: m for m in memory}
     fs, ov = rows.get("fsdp"), rows.get("overlap")
     if not fs or not ov:
@@ -131,13 +140,19 @@ def fsdp_saving(memory: list[dict], predicted: dict) -> dict | None:
     gradients = ov["gradients_GiB"] - fs["gradients_GiB"]
     before = ov["before_step_GiB"] - fs["before_step_GiB"]
     peak = ov["peak_GiB"] - fs["peak_GiB"]
-    return {"predicted_GiB": predicted["replicated"] - predicted["fsdp"], "before_step_GiB": before,
-            "start_GiB": start["overlap"] - start["fsdp"], "peak_GiB": peak, "gradients_GiB": gradients,
+    saved_at_start = start["overlap"] - start["fsdp"]
+    rise_difference = ov["activations_peak_GiB"] - fs["activations_peak_GiB"]
+    predicted_saving = predicted["replicated"] - predicted["fsdp"]
+    tolerance = TOLERANCE * gradients
+    return {"predicted_GiB": predicted_saving, "before_step_GiB": before,
+            "start_GiB": saved_at_start, "peak_GiB": peak, "gradients_GiB": gradients,
             "rise_GiB": {"fsdp": fs["activations_peak_GiB"], "overlap": ov["activations_peak_GiB"]},
-            "rise_difference_GiB": ov["activations_peak_GiB"] - fs["activations_peak_GiB"],
+            "rise_difference_GiB": rise_difference,
             "starts_GiB": start,
             "without_gradients_GiB": before - gradients,
-            "reconciled": gradients > 0 and abs(peak - (before - gradients)) <= 0.1 * gradients}
+            "reconciled": gradients > 0 and all(abs(x) <= tolerance for x in (
+                saved_at_start - (before - gradients), rise_difference, peak - (before - gradients))),
+            "before_matches_prediction": gradients > 0 and abs(before - predicted_saving) <= tolerance}
 
 
 def predicted_state_GiB(setup: dict) -> dict:
@@ -183,6 +198,7 @@ class Saving:
     starts_GiB: dict[str, float]
     without_gradients_GiB: float
     reconciled: bool | None
+    before_matches_prediction: bool
 
 
 @dataclass(frozen=True, kw_only=True)
