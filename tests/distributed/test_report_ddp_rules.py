@@ -449,6 +449,19 @@ def test_fsdp_s_longer_forward_is_said_to_be_paid_back_only_where_each_phase_and
     assert c12.phases_against(None, ddp_rec) == {"phases_vs_ddp": None, "optimizer_offsets_forward": False}
 
 
+@pytest.mark.parametrize("rounds, verdict", [(3, spread.NOT_SETTLED), (6, "lower")])
+def test_fsdp_s_sharded_update_is_said_to_shorten_the_optimizer_only_where_the_judge_does(seed, rounds, verdict):
+    """"(each rank updates only its shard of the weights)" stood after every optimizer difference, h200's
+    -21.2 ms not settled (3 rounds) among them, as its cause: the words now follow the judge's verdict."""
+    rng = random.Random(seed)
+    ddp_steps = _steps(rng, 240, 500, 5, 45, n=2 * rounds, jitter=0.2)
+    saves = rng.uniform(15, 25)
+    fsdp_steps = [s | {"optimizer_ms": s["optimizer_ms"] - saves * rng.uniform(0.9, 1.1)} for s in ddp_steps]
+    found = c12.phases_against(_record("fsdp", fsdp_steps, rounds=rounds), _record("overlap", ddp_steps, rounds=rounds))
+    assert c12.optimizer_vs_ddp(found["phases_vs_ddp"]) == verdict
+    assert c12.optimizer_vs_ddp(None) is None
+
+
 # --- a fitted optimum is claimed only where the data carry it ------------------------------------
 
 BUCKET_COUNTS = ((1, 434), (10, 339), (100, 98), (1000, 8))

@@ -241,6 +241,7 @@ class C12Summary(Summary):
     versus: Versus
     phases_vs_ddp: dict[str, Spread | None] | None
     optimizer_offsets_forward: bool
+    optimizer_vs_ddp: str | None            # the judge's verdict on FSDP's optimizer phase against DDP's
     compute_gaps: dict[str, dict[str, float]]
     memory: dict[str, MemoryAt]             # rank 0's memory, the first precision's rows by variant
     predicted_state_GiB: PredictedState
@@ -263,6 +264,14 @@ def phases_against(fsdp: dict | None, ddp: dict | None) -> dict:
     offsets = bool(step and forward and optimizer and step["verdict"] == spread.WITHIN and forward["sign"] == 1
                    and optimizer["sign"] == -1)
     return {"phases_vs_ddp": phases, "optimizer_offsets_forward": offsets}
+
+
+def optimizer_vs_ddp(phases: dict | None) -> str | None:
+    """The judge's verdict on FSDP's optimizer phase against DDP's (``phases_against``'s), None where
+    either lacks it: the words that each rank updates only its shard of the weights say the phase is
+    the shorter only where the judge does."""
+    optimizer = (phases or {}).get("optimizer_ms")
+    return optimizer["verdict"] if optimizer else None
 
 
 def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
@@ -297,7 +306,8 @@ def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     gap_labels = [label for label in drawn if label in with_gaps]
     reference = ["overlap"] if untraced.get("overlap") and "overlap" in with_gaps else []
     first = ran.get(s.first, {})
-    return phases_against(first.get("fsdp"), first.get("overlap")) | {
+    phases = phases_against(first.get("fsdp"), first.get("overlap"))
+    return phases | {"optimizer_vs_ddp": optimizer_vs_ddp(phases["phases_vs_ddp"]),
         "memory": {m["variant"]: m for m in memory}, "predicted_state_GiB": predicted, "fsdp_forward": forward_rows,
         "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced, "gap_labels": gap_labels,
         "gap_rows": gap_labels + reference}
