@@ -462,6 +462,22 @@ def test_fsdp_s_sharded_update_is_said_to_shorten_the_optimizer_only_where_the_j
     assert c12.optimizer_vs_ddp(None) is None
 
 
+@pytest.mark.parametrize("times, verdict", [((1.1, 1.6), spread.NOT_SETTLED), ((2.0, 4.0), "higher"),
+                                             ((0.1, 0.5), "lower")])
+def test_fsdp_s_idle_time_is_set_against_c1_s_transfers_only_beyond_the_host_swing(seed, times, verdict):
+    """The timed step's idle time is this job's, the transfers' bound C1's processes' rates: "more than
+    the step's transfers can take, so the waits are not only for bytes in flight" used to follow from
+    a bare idle > bound; two processes differ by up to HOST_SWING, so it now needs more than that."""
+    rng = random.Random(seed)
+    bound_ms = rng.uniform(20, 200)
+    rows = [{"variant": "fsdp", "precision": "fp32", "bound_ms": bound_ms},
+            {"variant": "fsdp", "precision": "bf16", "bound_ms": 1e-3}]
+    idle_ms = 3 * bound_ms * rng.uniform(*times)
+    transfers, against = c12.idle_against_transfers(idle_ms, "fsdp", rows)
+    assert transfers == pytest.approx(3 * bound_ms) and against == verdict
+    assert c12.idle_against_transfers(idle_ms, "fsdp-bf16", rows) == (None, None)
+
+
 # --- a fitted optimum is claimed only where the data carry it ------------------------------------
 
 BUCKET_COUNTS = ((1, 434), (10, 339), (100, 98), (1000, 8))

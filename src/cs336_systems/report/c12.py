@@ -218,7 +218,8 @@ class UntracedIdle:
     traced_idle_ms: float
     mostly_profiler: bool | None    # over the timed steps' scatter; None: not settled
     transfers_ms: float | None      # the most the fp32 step's transfers can take
-    beyond_transfers: bool
+    against_transfers: str | None   # the idle time against it, beyond the host's swing; null: no bound
+    host_swing: float = spread.HOST_SWING
     reference: str | None           # DDP (overlap)'s idle time: "same compute", "other compute"; null: none ran
 
 
@@ -274,6 +275,18 @@ def optimizer_vs_ddp(phases: dict | None) -> str | None:
     return optimizer["verdict"] if optimizer else None
 
 
+def idle_against_transfers(idle_ms: float, label: str, forward_rows: list[dict]) -> tuple[float | None, str | None]:
+    """The most an fp32 FSDP step's transfers can take (ms) and its timed step's idle time against
+    it: idle longer than that means the waits are not only for bytes. A step moves each weight three
+    times: gathered for forward, again for backward, and its gradient reduce-scattered (the same
+    bytes each way). The bound is C1's processes' rates, the idle time this job's, and two processes
+    differ by up to ``spread.HOST_SWING``: "higher" or "lower" only beyond that
+    (``spread.across_processes``), else ``NOT_SETTLED``; None without a bound."""
+    bound = next((3 * f["bound_ms"] for f in forward_rows or ()
+                  if f["variant"] == label and f["precision"] == "fp32" and "bound_ms" in f), None)
+    return bound, None if bound is None else spread.across_processes(idle_ms, bound)
+
+
 def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     """C12's summary keys: FSDP's phases against DDP's (``phases_against``), the memory rows
     (``memory``, the first precision's), the state FSDP is predicted to save and what it saves, what
@@ -292,12 +305,7 @@ def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     for label, idle in untraced.items():
         if idle is None:
             continue
-        # idle longer than the fp32 step's transfers can take: the waits are not only for bytes. A step
-        # moves each weight three times: gathered for forward, again for backward, and its gradient
-        # reduce-scattered (the same bytes each way)
-        bound = next((3 * f["bound_ms"] for f in forward_rows or ()
-                      if f["variant"] == label and f["precision"] == "fp32" and "bound_ms" in f), None)
-        idle["transfers_ms"], idle["beyond_transfers"] = bound, bound is not None and idle["idle_ms"] > bound
+        idle["transfers_ms"], idle["against_transfers"] = idle_against_transfers(idle["idle_ms"], label, forward_rows)
         # DDP (overlap, fp32)'s idle time is a reference only for a step that computes in fp32 too:
         # a bf16 step's kernels are shorter, so less of each transfer hides behind them
         same = compute_precision(*points[label]) == variants.DEFAULT_PRECISION
