@@ -356,6 +356,17 @@ def fb_rows(fb: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def backward_flops_reading(rows: list[dict]) -> str:
+    """What the FLOPs' ratio says of the points' times (``fb_rows``' ``against_flops``): "departs"
+    where some point's steps all lie to one side of it (the two passes ran their matrix-product
+    FLOPs at two rates there), "holds" where every point's steps hold it, "unchecked" where some
+    point has no per-step times of both phases and none departs."""
+    readings = [r["against_flops"] for r in rows]
+    if any(v in ("higher", "lower") for v in readings):
+        return "departs"
+    return "holds" if readings and all(v == NOT_SETTLED for v in readings) else "unchecked"
+
+
 def backward_against_flops(rows: list[dict]) -> list[dict]:
     """``fb_rows`` grouped by ``against_flops``: the range of the steps' ratios holds the FLOPs' ratio
     (``NOT_SETTLED``), lies above it or below it; per group its points and the lowest and highest
@@ -418,8 +429,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         # the backward's matrix-product FLOPs over the forward's (the closed form: the same at every point)
         "backward_flops_ratio": float(fb["backward_flops_ratio"].median()) if len(fb) else None,
         "backward_against_flops": backward_against_flops(fb_rows(fb)),
-        # some point's steps all lie on one side of that ratio: the matrix products do not set the time there
-        "backward_departs_from_flops": any(r["against_flops"] in ("higher", "lower") for r in fb_rows(fb)),
+        "backward_flops_reading": backward_flops_reading(fb_rows(fb)),
         "cv_median": float(cv.median()) if len(cv) else None,
         "cv_max": float(cv.max()) if len(cv) else None,
         "cv_max_point": f"{worst['size']} ctx {worst['context']} {worst['mode']} {worst['precision']}" if worst is not None else None,
@@ -644,7 +654,7 @@ class A1Summary(Summary):
     backward_over_forward_median: float | None
     backward_flops_ratio: float | None
     backward_against_flops: list[AgainstFlops]
-    backward_departs_from_flops: bool
+    backward_flops_reading: str        # backward_flops_reading's: "departs", "holds" or "unchecked"
     mfu_best: dict[str, MfuBest]
     mfu_peaks: list[str]
     mfu_points: int | None
