@@ -41,7 +41,8 @@ from cs336_systems.report import contract
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict,
-                                         across_processes, as_time, judge, judge_processes, trend_of)
+                                         across_processes, as_time, judge, judge_processes, ranges_apart,
+                                         trend_of)
 
 PHASES = ("forward", "backward", "optimizer", "step")
 PAIRED, SEPARATE = "paired", "separate processes"    # how a comparison was judged (see the module's doc)
@@ -68,6 +69,10 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             else MODEL_SIZES[p["size"]]
         row["flops"] = model_step_flops(size, batch=p["batch"], context=p["context"], mode=p["mode"],
                                         vocab_size=p.get("vocab_size", VOCAB_SIZE))
+        forward_flops = model_step_flops(size, batch=p["batch"], context=p["context"], mode="forward",
+                                         vocab_size=p.get("vocab_size", VOCAB_SIZE))
+        row["backward_flops_ratio"] = row["flops"] / forward_flops - 1 if "backward" in m else math.nan
+        row["backward_ratio_low"], row["backward_ratio_high"] = step_ratio_range(m)
         card = peak(r["provenance"].get("gpu"), p["precision"], p.get("float32_matmul_precision"))
         row["peak_basis"] = card.basis
         ok = r["status"] == "ok" and row["step_mean"] > 0
@@ -80,6 +85,16 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     df["mode"] = pd.Categorical(df["mode"], [m for m in MODE_ORDER if m in set(df["mode"])], ordered=True)
     df["precision"] = pd.Categorical(df["precision"], [p for p in ("fp32", "bf16") if p in set(df["precision"])], ordered=True)
     return df.sort_values(["size", "mode", "precision", "context", "warmup"]).reset_index(drop=True)
+
+
+def step_ratio_range(metrics: dict) -> tuple[float, float]:
+    """The lowest and highest backward / forward of one step over a record's timed steps (the two
+    phases' samples, step by step), nan where the record has no samples of both for every step."""
+    fwd, bwd = ((metrics.get(ph) or {}).get("samples") or () for ph in ("forward", "backward"))
+    if not fwd or len(fwd) != len(bwd) or min(fwd) <= 0:
+        return math.nan, math.nan
+    ratios = [b / f for f, b in zip(fwd, bwd)]
+    return min(ratios), max(ratios)
 
 
 def _key(point) -> tuple:
@@ -326,11 +341,43 @@ def warm_order(warm: list[dict]) -> str | None:
 
 def fb_rows(fb: pd.DataFrame) -> list[dict]:
     """fp32 forward+backward points as the prose's table reads them: size, context, forward,
-    backward and step means (ms) and backward / forward, in the table's order."""
-    return [{"size": str(r["size"]), "context": int(r["context"]), "forward": float(r["forward_mean"]),
-             "backward": float(r["backward_mean"]), "ratio": float(r["backward_mean"] / r["forward_mean"]),
-             "step": float(r["step_mean"])}
-            for _, r in fb.iterrows()]
+    backward and step means (ms) and backward / forward, in the table's order; and that ratio
+    against the backward's matrix-product FLOPs over the forward's (``flops_ratio``, the closed
+    form): ``against_flops`` is ``spread.ranges_apart`` of the range of the point's per-step
+    ratios against it ("higher"/"lower": every step's ratio beyond it; ``NOT_SETTLED``: the range
+    holds it), None where the record has no per-step samples of both phases."""
+    rows = []
+    for _, r in fb.iterrows():
+        low, high, flops = r["backward_ratio_low"], r["backward_ratio_high"], r["backward_flops_ratio"]
+        rows.append({"size": str(r["size"]), "context": int(r["context"]), "forward": float(r["forward_mean"]),
+                     "backward": float(r["backward_mean"]), "ratio": float(r["backward_mean"] / r["forward_mean"]),
+                     "step": float(r["step_mean"]), "flops_ratio": float(flops),
+                     "against_flops": None if math.isnan(low) else ranges_apart((low, high), (flops, flops))})
+    return rows
+
+
+def backward_flops_reading(rows: list[dict]) -> str:
+    """What the FLOPs' ratio says of the points' times (``fb_rows``' ``against_flops``): "departs"
+    where some point's steps all lie to one side of it (the two passes ran their matrix-product
+    FLOPs at two rates there), "holds" where every point's steps hold it, "unchecked" where some
+    point has no per-step times of both phases and none departs."""
+    readings = [r["against_flops"] for r in rows]
+    if any(v in ("higher", "lower") for v in readings):
+        return "departs"
+    return "holds" if readings and all(v == NOT_SETTLED for v in readings) else "unchecked"
+
+
+def backward_against_flops(rows: list[dict]) -> list[dict]:
+    """``fb_rows`` grouped by ``against_flops``: the range of the steps' ratios holds the FLOPs' ratio
+    (``NOT_SETTLED``), lies above it or below it; per group its points and the lowest and highest
+    of their mean ratios, empty groups left out."""
+    out = []
+    for reading in (NOT_SETTLED, "higher", "lower"):
+        group = [r for r in rows if r["against_flops"] == reading]
+        if group:
+            out.append({"reading": reading, "points": [f"{r['size']} ctx {r['context']}" for r in group],
+                        "low": min(r["ratio"] for r in group), "high": max(r["ratio"] for r in group)})
+    return out
 
 
 def _point(row) -> dict:
@@ -379,6 +426,10 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "fp32_forward_backward": {f"{r['size']}@{r['context']}": {ph: r[f"{ph}_mean"] for ph in ("forward", "backward")}
                                   for _, r in fb.iterrows()},
         "fp32_forward_backward_rows": fb_rows(fb),
+        # the backward's matrix-product FLOPs over the forward's (the closed form: the same at every point)
+        "backward_flops_ratio": float(fb["backward_flops_ratio"].median()) if len(fb) else None,
+        "backward_against_flops": backward_against_flops(fb_rows(fb)),
+        "backward_flops_reading": backward_flops_reading(fb_rows(fb)),
         "cv_median": float(cv.median()) if len(cv) else None,
         "cv_max": float(cv.max()) if len(cv) else None,
         "cv_max_point": f"{worst['size']} ctx {worst['context']} {worst['mode']} {worst['precision']}" if worst is not None else None,
@@ -513,6 +564,17 @@ class ForwardBackward:
     backward: float
     step: float
     ratio: float
+    flops_ratio: Unread[float]
+    against_flops: Unread[str | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgainstFlops:
+    """Points whose backward / forward, over their steps' range, holds the FLOPs' ratio, or lies above or below it."""
+    reading: str
+    points: list[str]
+    low: float
+    high: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -590,6 +652,9 @@ class A1Summary(Summary):
     fp32_forward_backward: Unread[dict[str, Any]]     # point -> fp32's forward and backward, as tests read them
     fp32_forward_backward_rows: list[ForwardBackward] | None
     backward_over_forward_median: float | None
+    backward_flops_ratio: float | None
+    backward_against_flops: list[AgainstFlops]
+    backward_flops_reading: str        # backward_flops_reading's: "departs", "holds" or "unchecked"
     mfu_best: dict[str, MfuBest]
     mfu_peaks: list[str]
     mfu_points: int | None

@@ -116,13 +116,22 @@ def reading(low_ms: float, high_ms: float, transfer_ms: float, bound_ms: float, 
     return "within bytes" if against_bytes == "lower" else spread.NOT_SETTLED
 
 
+# How far apart two memory savings (GiB) may lie and still be called one, as a share of the gradients'
+# saving: the smallest part of the training state the reading names
+TOLERANCE = 0.1
+
+
 def fsdp_saving(memory: list[dict], predicted: dict) -> dict | None:
     """C12: the memory FSDP saves against DDP (overlap), predicted and measured at each point, and
     whether the peak's saving is the saving without the gradients. The step starts with no gradients
     (they are set to None), so the memory at its start is its peak less the rise above the start;
     where the two variants rise alike the peak saves what the start saves: parameters and optimizer
-    state, not the gradients FSDP shards. ``reconciled``: the peak's saving is within a tenth of the
-    gradients' saving of the saving before the step less the gradients'."""
+    state, not the gradients FSDP shards. ``reconciled``: each part of that reading holds within a
+    tenth of the gradients' saving (``TOLERANCE``): the start saves the saving before the step less
+    the gradients', the two rises match, and so the peak saves it; the peak alone could match with
+    the other two off by as much the opposite ways. ``before_matches_prediction``: the saving before
+    the step, when every gradient is held, is the predicted saving of the training state within
+    that tolerance."""
     rows = {m["variant"]: m for m in memory}
     fs, ov = rows.get("fsdp"), rows.get("overlap")
     if not fs or not ov:
@@ -131,13 +140,19 @@ def fsdp_saving(memory: list[dict], predicted: dict) -> dict | None:
     gradients = ov["gradients_GiB"] - fs["gradients_GiB"]
     before = ov["before_step_GiB"] - fs["before_step_GiB"]
     peak = ov["peak_GiB"] - fs["peak_GiB"]
-    return {"predicted_GiB": predicted["replicated"] - predicted["fsdp"], "before_step_GiB": before,
-            "start_GiB": start["overlap"] - start["fsdp"], "peak_GiB": peak, "gradients_GiB": gradients,
+    saved_at_start = start["overlap"] - start["fsdp"]
+    rise_difference = ov["activations_peak_GiB"] - fs["activations_peak_GiB"]
+    predicted_saving = predicted["replicated"] - predicted["fsdp"]
+    tolerance = TOLERANCE * gradients
+    return {"predicted_GiB": predicted_saving, "before_step_GiB": before,
+            "start_GiB": saved_at_start, "peak_GiB": peak, "gradients_GiB": gradients,
             "rise_GiB": {"fsdp": fs["activations_peak_GiB"], "overlap": ov["activations_peak_GiB"]},
-            "rise_difference_GiB": ov["activations_peak_GiB"] - fs["activations_peak_GiB"],
+            "rise_difference_GiB": rise_difference,
             "starts_GiB": start,
             "without_gradients_GiB": before - gradients,
-            "reconciled": gradients > 0 and abs(peak - (before - gradients)) <= 0.1 * gradients}
+            "reconciled": gradients > 0 and all(abs(x) <= tolerance for x in (
+                saved_at_start - (before - gradients), rise_difference, peak - (before - gradients))),
+            "before_matches_prediction": gradients > 0 and abs(before - predicted_saving) <= tolerance}
 
 
 def predicted_state_GiB(setup: dict) -> dict:
@@ -183,6 +198,7 @@ class Saving:
     starts_GiB: dict[str, float]
     without_gradients_GiB: float
     reconciled: bool | None
+    before_matches_prediction: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,7 +218,8 @@ class UntracedIdle:
     traced_idle_ms: float
     mostly_profiler: bool | None    # over the timed steps' scatter; None: not settled
     transfers_ms: float | None      # the most the fp32 step's transfers can take
-    beyond_transfers: bool
+    against_transfers: str | None   # the idle time against it, beyond the host's swing; null: no bound
+    host_swing: float = spread.HOST_SWING
     reference: str | None           # DDP (overlap)'s idle time: "same compute", "other compute"; null: none ran
 
 
@@ -225,6 +242,7 @@ class C12Summary(Summary):
     versus: Versus
     phases_vs_ddp: dict[str, Spread | None] | None
     optimizer_offsets_forward: bool
+    optimizer_vs_ddp: str | None            # the judge's verdict on FSDP's optimizer phase against DDP's
     compute_gaps: dict[str, dict[str, float]]
     memory: dict[str, MemoryAt]             # rank 0's memory, the first precision's rows by variant
     predicted_state_GiB: PredictedState
@@ -249,6 +267,26 @@ def phases_against(fsdp: dict | None, ddp: dict | None) -> dict:
     return {"phases_vs_ddp": phases, "optimizer_offsets_forward": offsets}
 
 
+def optimizer_vs_ddp(phases: dict | None) -> str | None:
+    """The judge's verdict on FSDP's optimizer phase against DDP's (``phases_against``'s), None where
+    either lacks it: the words that each rank updates only its shard of the weights say the phase is
+    the shorter only where the judge does."""
+    optimizer = (phases or {}).get("optimizer_ms")
+    return optimizer["verdict"] if optimizer else None
+
+
+def idle_against_transfers(idle_ms: float, label: str, forward_rows: list[dict]) -> tuple[float | None, str | None]:
+    """The most an fp32 FSDP step's transfers can take (ms) and its timed step's idle time against
+    it: idle longer than that means the waits are not only for bytes. A step moves each weight three
+    times: gathered for forward, again for backward, and its gradient reduce-scattered (the same
+    bytes each way). The bound is C1's processes' rates, the idle time this job's, and two processes
+    differ by up to ``spread.HOST_SWING``: "higher" or "lower" only beyond that
+    (``spread.across_processes``), else ``NOT_SETTLED``; None without a bound."""
+    bound = next((3 * f["bound_ms"] for f in forward_rows or ()
+                  if f["variant"] == label and f["precision"] == "fp32" and "bound_ms" in f), None)
+    return bound, None if bound is None else spread.across_processes(idle_ms, bound)
+
+
 def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     """C12's summary keys: FSDP's phases against DDP's (``phases_against``), the memory rows
     (``memory``, the first precision's), the state FSDP is predicted to save and what it saves, what
@@ -267,12 +305,7 @@ def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     for label, idle in untraced.items():
         if idle is None:
             continue
-        # idle longer than the fp32 step's transfers can take: the waits are not only for bytes. A step
-        # moves each weight three times: gathered for forward, again for backward, and its gradient
-        # reduce-scattered (the same bytes each way)
-        bound = next((3 * f["bound_ms"] for f in forward_rows or ()
-                      if f["variant"] == label and f["precision"] == "fp32" and "bound_ms" in f), None)
-        idle["transfers_ms"], idle["beyond_transfers"] = bound, bound is not None and idle["idle_ms"] > bound
+        idle["transfers_ms"], idle["against_transfers"] = idle_against_transfers(idle["idle_ms"], label, forward_rows)
         # DDP (overlap, fp32)'s idle time is a reference only for a step that computes in fp32 too:
         # a bf16 step's kernels are shorter, so less of each transfer hides behind them
         same = compute_precision(*points[label]) == variants.DEFAULT_PRECISION
@@ -281,7 +314,8 @@ def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     gap_labels = [label for label in drawn if label in with_gaps]
     reference = ["overlap"] if untraced.get("overlap") and "overlap" in with_gaps else []
     first = ran.get(s.first, {})
-    return phases_against(first.get("fsdp"), first.get("overlap")) | {
+    phases = phases_against(first.get("fsdp"), first.get("overlap"))
+    return phases | {"optimizer_vs_ddp": optimizer_vs_ddp(phases["phases_vs_ddp"]),
         "memory": {m["variant"]: m for m in memory}, "predicted_state_GiB": predicted, "fsdp_forward": forward_rows,
         "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced, "gap_labels": gap_labels,
         "gap_rows": gap_labels + reference}
