@@ -241,3 +241,32 @@ def test_the_training_step_s_shares_are_worded_only_where_the_summary_has_them(t
     summary["d_findings"]["train"] = None
     (folder / "summary.json").write_text(json.dumps(summary))
     assert "a training step gives" not in renderer.section("A2", folder / "summary.json")
+
+
+@pytest.mark.parametrize("host_bound_longest", [False, True])
+def test_e_longest_contexts_compare_the_work_only_where_their_forward_keeps_the_gpu_busy(seed, host_bound_longest):
+    """The spans at each size's longest context are called the kernels' work only where the forward
+    around them, in the same process, kept the GPU busy above the host-bound line; a host-bound one
+    is named, and without table (a) nothing is said of it."""
+    rng = random.Random(seed)
+    records, slow = [], None
+    for size, heads in (("small", 12), ("medium", 16)):
+        for context in (256, 512):
+            range_ms = rng.uniform(20, 60)
+            busy = rng.uniform(0.55, 0.99)
+            if host_bound_longest and size == "medium" and context == 512:
+                busy, slow = rng.uniform(0.05, 0.45), f"{size} ctx {context}"
+            record = _a2(size, context, range_ms, [(GEMM, "GEMM", busy * range_ms, 40)])
+            record["params"] |= {"num_heads": heads, "d_model": 64 * heads, "precision": "fp32"}
+            record["provenance"] = {"gpu": "NVIDIA H100 80GB HBM3"}
+            record["metrics"]["modes"]["forward"]["gpu_projection"] = [
+                {"range": name, "instances": 2, "proj_ns": 2 * rng.uniform(1e4, 1e6), "gpu_ops": 4}
+                for name in ("computing attention scores", "computing softmax", "final matmul")]
+            records.append(record)
+    a = a2.table_a(records)
+    work = a2.e_findings(a2.table_e(records), a)["longest_work"]
+    longest = a[a["point"].isin(["small ctx 512", "medium ctx 512"])]["gpu_busy"]
+    assert work == [{"busy": [pytest.approx(longest.min()), pytest.approx(longest.max())],
+                     "verdict": "host-bound" if host_bound_longest else "work",
+                     "host_bound": [slow] if host_bound_longest else []}]
+    assert a2.e_findings(a2.table_e(records))["longest_work"] == []

@@ -429,9 +429,27 @@ def table_e(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def e_findings(e: pd.DataFrame) -> dict | None:
-    """(e) in numbers: the per-FLOP ratios at each size's longest context (where a range's span is
-    its kernels' work more than the gaps between their launches) and their medians over all points."""
+def longest_work(longest: list[str], a: pd.DataFrame | None) -> list[dict]:
+    """Whether the spans at each size's longest context are its kernels' work more than the gaps
+    between their launches: the forward around the attention ranges, in the same process (table
+    (a)'s *GPU busy*), kept the GPU busy at least ``LAUNCH_BOUND_BUSY`` of its range at every one
+    ("work"), else "host-bound" at those below it. A span counts the idle gaps between its kernels,
+    so a host-bound forward's spans time the host. One entry, or none where table (a) lacks the
+    busy share of a longest point (nothing then says which the spans time)."""
+    if a is None or not len(a):
+        return []
+    busy = a.groupby("point", sort=False)["gpu_busy"].min()       # the least busy process of a point
+    if any(p not in busy.index or math.isnan(busy[p]) for p in longest):
+        return []
+    shares = [float(busy[p]) for p in longest]
+    host = [p for p, b in zip(longest, shares) if b < LAUNCH_BOUND_BUSY]
+    return [{"busy": [min(shares), max(shares)], "verdict": "host-bound" if host else "work", "host_bound": host}]
+
+
+def e_findings(e: pd.DataFrame, a: pd.DataFrame | None = None) -> dict | None:
+    """(e) in numbers: the per-FLOP ratios at each size's longest context and their medians over all
+    points; whether the longest contexts' spans are their kernels' work more than the gaps between
+    their launches, by the GPU busy share of the forward around them (``a``: table (a), same processes)."""
     if not len(e):
         return None
     sizes, contexts = _size_context(e["point"])
@@ -456,6 +474,7 @@ def e_findings(e: pd.DataFrame) -> dict | None:
             "median_vs_final": float(e["per_flop_vs_final"].median()),
             "median_vs_scores_and_final": float(e["per_flop_vs_scores_and_final"].median()),
             "kernels_per_call": sorted(set(e["kernels_per_call"])), "sources": sorted(set(e["source"])),
+            "longest_work": longest_work(list(longest["point"]), a),
             # memory-bound where, at every longest context, the softmax moves its bytes at over
             # MEMORY_BOUND of the card's bandwidth (None: no card bandwidth known)
             "softmax_hbm_share": pick(longest, "softmax_hbm_share") if longest["softmax_hbm_share"].notna().all() else None,
@@ -528,7 +547,7 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "a_findings": a_findings(tables["a"]), "host_bound_below": LAUNCH_BOUND_BUSY,
         "b_findings": b_findings(tables["b"]), "c_findings": c_findings(records),
         "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth),
-        "e": records_list(tables["e"]), "e_findings": e_findings(tables["e"]),
+        "e": records_list(tables["e"]), "e_findings": e_findings(tables["e"], tables["a"]),
     }
 
 
@@ -705,6 +724,15 @@ class Longest:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LongestWork:
+    """The forward's GPU busy share at each size's longest context (its lowest and highest), and
+    whether every one is above the host-bound line ("work") or which are below it ("host-bound")."""
+    busy: list[float]
+    verdict: str
+    host_bound: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class EFindings:
     """(e): the attention softmax against the matrix products around it."""
     sources: list[str]
@@ -717,6 +745,7 @@ class EFindings:
     longest_scores_over_final: list[float]
     longest_vs_scores_and_final: list[float]
     scores_slower_than_final: bool
+    longest_work: list[LongestWork]
     softmax_passes: int
     softmax_hbm_share: list[float] | None
     memory_bound: bool | None
