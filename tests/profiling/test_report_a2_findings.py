@@ -188,11 +188,9 @@ def test_d_table_and_figure_leave_out_empty_categories(tmp_path):
     assert (tmp_path / "shares.png").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("share, bound", [(0.8, True), (0.3, False)])
-def test_e_softmax_is_called_memory_bound_only_near_the_cards_bandwidth(seed, share, bound):
-    """The prose blames memory traffic only where the softmax's bytes move at over half the card's
-    bandwidth at every size's longest context."""
-    rng = random.Random(seed)
+def _softmax_records(rng, share):
+    """Forward profiles at two sizes and contexts whose softmax, at the longer context, moves its
+    bytes at ``share`` of the H100's bandwidth."""
     records = []
     for size, heads in (("small", 12), ("medium", 16)):
         for context in (256, 512):
@@ -205,10 +203,18 @@ def test_e_softmax_is_called_memory_bound_only_near_the_cards_bandwidth(seed, sh
                             "params": {"size": size, "context": context, "batch": 4, "num_heads": heads,
                                        "d_model": 64 * heads, "precision": "fp32"},
                             "metrics": {"modes": {"forward": forward}}})
+    return records
+
+
+@pytest.mark.parametrize("share, bound", [(0.8, "memory"), (0.3, "below")])
+def test_e_softmax_is_called_memory_bound_only_near_the_cards_bandwidth(seed, share, bound):
+    """The prose blames memory traffic only where the softmax's bytes move at over half the card's
+    bandwidth at every size's longest context."""
+    records = _softmax_records(random.Random(seed), share)
     found = a2.e_findings(a2.table_e(records))
     assert [x["point"] for x in found["longest"]] == ["small ctx 512", "medium ctx 512"]
     assert found["softmax_hbm_share"] == pytest.approx([share, share])
-    assert found["memory_bound"] is bound
+    assert found["memory_bound"] == bound
     # a card without a known bandwidth settles nothing
     for r in records:
         r["provenance"]["gpu"] = "NVIDIA GeForce RTX 4090"
@@ -270,3 +276,26 @@ def test_e_longest_contexts_compare_the_work_only_where_their_forward_keeps_the_
                      "verdict": "host-bound" if host_bound_longest else "work",
                      "host_bound": [slow] if host_bound_longest else []}]
     assert a2.e_findings(a2.table_e(records))["longest_work"] == []
+
+
+def test_e_softmax_is_called_memory_bound_only_where_its_bytes_floor_is_above_its_flops_floor(seed, monkeypatch):
+    """Near the card's bandwidth is not enough to say "not arithmetic": the softmax's bytes at the
+    bandwidth must take longer than its FLOPs at the card's fp32 peak. On a card whose fp32 peak
+    makes the FLOPs' floor the longer one, the prose does not blame memory traffic."""
+    import dataclasses
+
+    from cs336_systems.accounting.hardware import H100_SXM
+
+    rng = random.Random(seed)
+    records = _softmax_records(rng, rng.uniform(0.55, 0.95))
+    found = a2.e_findings(a2.table_e(records))
+    assert found["memory_bound"] == "memory"
+    # 8 fp32 passes (32 bytes a score) at 3.35 TB/s against about 5 FLOPs a score at 67 TFLOP/s
+    assert found["memory_over_arithmetic"][0] > 100
+    # the same bytes on a card whose fp32 peak is under a hundredth of the H100's
+    slow = dataclasses.replace(H100_SXM, fp32_flops=67e12 / rng.uniform(200, 2000))
+    monkeypatch.setitem(a2.BY_DEVICE_NAME, "NVIDIA H100 80GB HBM3", slow)
+    found = a2.e_findings(a2.table_e(records))
+    assert found["softmax_hbm_share"][0] > a2.MEMORY_BOUND
+    assert found["memory_over_arithmetic"][1] < 1
+    assert found["memory_bound"] == "arithmetic"

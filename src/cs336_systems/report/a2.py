@@ -416,6 +416,10 @@ def table_e(records: list[dict]) -> pd.DataFrame:
             * ELEMENT_BYTES.get(p.get("precision", "fp32"), 4)
         card = BY_DEVICE_NAME.get(r.get("provenance", {}).get("gpu") or "")
         bandwidth = softmax_bytes / (t[SOFTMAX] / 1e9) if t[SOFTMAX] else math.nan
+        # the softmax's two floors: its bytes at the card's bandwidth over its FLOPs at the card's
+        # CUDA-core fp32 peak (elementwise work runs on no tensor core); above 1, memory sets the floor
+        floors = ((softmax_bytes / card.hbm_bandwidth) / (flops["softmax"] / card.fp32_flops)
+                  if card and card.hbm_bandwidth and card.fp32_flops else math.nan)
         rows.append({"point": _point(r), "scores_us": t[SCORES] / 1e3, "softmax_us": t[SOFTMAX] / 1e3, "final_matmul_us": t[FINAL] / 1e3,
                      "kernels_per_call": " / ".join(f"{kernels[name]:g}" for name in ATTENTION),
                      "matmul_flops": flops["final_matmul"], "softmax_flops": flops["softmax"],
@@ -425,6 +429,7 @@ def table_e(records: list[dict]) -> pd.DataFrame:
                      "per_flop_vs_scores_and_final": time_both / flops_both,
                      "softmax_gb": softmax_bytes / 1e9, "softmax_tb_per_s": bandwidth / 1e12,
                      "softmax_hbm_share": bandwidth / card.hbm_bandwidth if card and card.hbm_bandwidth else math.nan,
+                     "softmax_memory_over_arithmetic_floor": floors,
                      "source": source})
     return pd.DataFrame(rows)
 
@@ -446,6 +451,20 @@ def longest_work(longest: list[str], a: pd.DataFrame | None) -> list[dict]:
     return [{"busy": [min(shares), max(shares)], "verdict": "host-bound" if host else "work", "host_bound": host}]
 
 
+def memory_bound(longest: pd.DataFrame) -> str | None:
+    """What bounds the softmax at each size's longest context: "memory" where, at every one, its
+    bytes take longer at the card's bandwidth than its FLOPs at the card's fp32 peak and it moves
+    them at over ``MEMORY_BOUND`` of that bandwidth; "arithmetic" where its FLOPs' floor is not
+    below its bytes' somewhere (the bandwidth then is not shown to be the limit); "below" where it
+    moves its bytes at under ``MEMORY_BOUND`` somewhere; None without the card's bandwidth or peak."""
+    share, floors = longest["softmax_hbm_share"], longest["softmax_memory_over_arithmetic_floor"]
+    if share.isna().any() or floors.isna().any():
+        return None
+    if not (floors > 1).all():
+        return "arithmetic"
+    return "memory" if (share > MEMORY_BOUND).all() else "below"
+
+
 def e_findings(e: pd.DataFrame, a: pd.DataFrame | None = None) -> dict | None:
     """(e) in numbers: the per-FLOP ratios at each size's longest context and their medians over all
     points; whether the longest contexts' spans are their kernels' work more than the gaps between
@@ -456,6 +475,8 @@ def e_findings(e: pd.DataFrame, a: pd.DataFrame | None = None) -> dict | None:
     longest = e.loc[contexts.groupby(sizes, sort=False).idxmax()]
     pick = lambda df, col: [float(df[col].min()), float(df[col].max())]  # noqa: E731
     vs_final = pick(longest, "per_flop_vs_final")
+    floors = pick(longest, "softmax_memory_over_arithmetic_floor") \
+        if longest["softmax_memory_over_arithmetic_floor"].notna().all() else None
     scores_over_final = pick(longest.assign(r=longest["scores_us"] / longest["final_matmul_us"]), "r")
     return {"longest": [{"point": r.point, "per_flop_vs_final": float(r.per_flop_vs_final),
                          "softmax_gb": float(r.softmax_gb), "softmax_tb_per_s": float(r.softmax_tb_per_s),
@@ -475,11 +496,8 @@ def e_findings(e: pd.DataFrame, a: pd.DataFrame | None = None) -> dict | None:
             "median_vs_scores_and_final": float(e["per_flop_vs_scores_and_final"].median()),
             "kernels_per_call": sorted(set(e["kernels_per_call"])), "sources": sorted(set(e["source"])),
             "longest_work": longest_work(list(longest["point"]), a),
-            # memory-bound where, at every longest context, the softmax moves its bytes at over
-            # MEMORY_BOUND of the card's bandwidth (None: no card bandwidth known)
             "softmax_hbm_share": pick(longest, "softmax_hbm_share") if longest["softmax_hbm_share"].notna().all() else None,
-            "memory_bound": bool((longest["softmax_hbm_share"] > MEMORY_BOUND).all())
-            if longest["softmax_hbm_share"].notna().all() else None,
+            "memory_over_arithmetic": floors, "memory_bound": memory_bound(longest),
             "softmax_passes": SOFTMAX_PASSES, "memory_bound_share": MEMORY_BOUND}
 
 
@@ -748,7 +766,8 @@ class EFindings:
     longest_work: list[LongestWork]
     softmax_passes: int
     softmax_hbm_share: list[float] | None
-    memory_bound: bool | None
+    memory_over_arithmetic: list[float] | None      # the bytes' floor over the FLOPs' (memory_bound)
+    memory_bound: str | None
     memory_bound_share: float
 
 
