@@ -566,6 +566,39 @@ def test_the_goal_leaves_the_step_it_allows_less_the_gemms_and_the_optimizer_flo
     assert _json(e1.kernel_comparison, [naive], gap_, FLOOR_28_MS, 0.55)["gemm_tflops"] is None
 
 
+@pytest.mark.parametrize("where, verdict", [("straddle", spread.NOT_SETTLED), ("above", "higher"), ("below", "lower")])
+def test_the_goal_needs_kernel_time_cut_only_where_every_profiled_step_was_busy_beyond_its_step(tmp_path, seed, where,
+                                                                                                 verdict):
+    """The kernels' busy time is one process's, measured step by step: it exceeds the goal's step, so
+    that time must go, only where every profiled step was busy longer; a median above the goal with
+    a step below it settles nothing, and one below with every step below leaves the rest in the room."""
+    rng = random.Random(seed)
+    goal_ms = model_step_flops(get_size(SIZE), batch=BATCH, context=CONTEXT, mode="train-step") / (0.55 * BF16_PEAK) * 1e3
+    factors = {"straddle": [rng.uniform(1.01, 1.2) for _ in range(9)] + [rng.uniform(0.85, 0.99)],
+               "above": [rng.uniform(1.01, 1.2) for _ in range(10)],
+               "below": [rng.uniform(0.9, 0.99) for _ in range(10)]}[where]
+    rng.shuffle(factors)
+    samples = [goal_ms * f for f in factors]
+    ours = profile_record("fused-adamw", {"GEMM": 100.0, "attention-softmax": 10.0, "elementwise": 20.0,
+                                          "optimizer": 30.0}, step_ms=goal_ms, busy_ms=sorted(samples)[5])
+    ours["metrics"]["busy_ms_per_step"] = samples
+    bound = _json(e1.kernel_comparison, [ours], gap_at("fused-adamw"), FLOOR_28_MS, goal_mfu=0.55)["bound"]
+    assert bound["cut"] == verdict
+    assert bound["busy"] == pytest.approx([min(samples), max(samples)])
+    assert (bound["cut_share"] > 0) is (where != "below")        # the median's share, said only with a verdict
+    # the section says so: the share to cut only where every profiled step was busy beyond the goal's
+    records = in_one_job(ladder(goal_ms, anchor_ms=1.05 * goal_ms))
+    next(r for r in records if r["params"]["rung"] == "fused-adamw")["metrics"]["parameters"] = 2_700_000_000
+    summary, text = build(tmp_path, records, profiles=(ours,))
+    said = summary["kernel_comparison"]["bound"]
+    assert said["cut"] == verdict
+    assert ("the goal needs" in text) is (verdict == "higher")
+    assert ("these records do not settle" in text) is (verdict == spread.NOT_SETTLED)
+    assert ("within that room" in text) is (verdict == "lower")
+    del ours["metrics"]["busy_ms_per_step"]
+    assert _json(e1.kernel_comparison, [ours], gap_at("fused-adamw"), FLOOR_28_MS, goal_mfu=0.55)["bound"]["cut"] == e1.NOT_KEPT
+
+
 def test_every_row_s_mfu_is_against_the_bf16_peak_and_the_compiled_rung_says_what_it_compiled(tmp_path):
     best = _ms_at(0.40)
     summary, text = build(tmp_path, in_one_job(ladder(best, 1.1 * best)))

@@ -933,11 +933,20 @@ class KernelsApart:
     goal_pair_unsettled: bool
 
 
+# A profile without its busy time per step (``Bound.cut``): nothing to set against the goal's step.
+NOT_KEPT = "not kept"
+
+
 @dataclass(frozen=True)
 class Bound:
     """The step the GEMMs as they run plus the optimizer at its bandwidth floor alone would take, the
     MFU that bounds, and against the step the goal's MFU allows, the room left for every other kernel
-    beside what they take now (``rest_now_ms``) and the share of that which must go."""
+    beside what they take now (``rest_now_ms``: the profiled busy time's median less that bound) and
+    the share of that which must go. Whether any must go is whether the kernels' busy time a step
+    exceeds the goal's step: ``cut``, ``spread.ranges_apart``'s on the profiled steps' busy times
+    (``busy``: lowest and highest) against the goal's step, "higher" only where every profiled step
+    was busy longer, "lower" only where every one was busy shorter, ``NOT_SETTLED`` where they lie
+    on both sides, ``NOT_KEPT`` where the profile kept no busy time per step."""
     ms: float
     mfu: float
     optimizer_floor_ms: float
@@ -947,7 +956,8 @@ class Bound:
     rest_now_ms: float | None
     cut_share: float
     no_room: bool
-    cut_needed: bool
+    cut: str
+    busy: list[float] | None
 
 
 @dataclass(frozen=True)
@@ -1027,10 +1037,15 @@ def kernel_comparison(profiles: list[dict], gap_: Gap | None, floor: OptimizerFl
         room = goal_ms - bound_ms
         # every kernel but the GEMMs, the optimizer's floor counted as the optimizer's share
         rest = (m["busy_ms"] - bound_ms) if m.get("busy_ms") is not None else None
-        # the share of the rest that must go (removed, fused or overlapped) for the goal's step
+        # the share of the rest that must go (removed, fused or overlapped) for the goal's step, at the median
         cut = 1 - max(room, 0) / rest if rest and rest > max(room, 0) else 0.0
+        # whether any must go: the profiled steps' busy times against the goal's step, a bare median
+        # above it being no finding where some profiled steps were busy for less
+        samples = m.get("busy_ms_per_step") or []
+        busy = [min(samples), max(samples)] if samples else None
+        verdict = ranges_apart(busy, [goal_ms, goal_ms]) if busy else NOT_KEPT
         bound = Bound(bound_ms, total / (bound_ms / 1e3) / card.flops, floor.floor_ms, goal_mfu, goal_ms, room,
-                      rest, cut, room <= 0, cut > 0)
+                      rest, cut, room <= 0, verdict, busy)
     anchors = [r for r in ok if r["params"]["anchor"]
                and (r["params"]["size"], r["params"]["context"]) == (p["size"], p["context"])]
     anchor = next((r for r in anchors if r["params"]["rung"] == best_anchor), anchors[0] if anchors else None)
