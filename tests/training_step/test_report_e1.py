@@ -385,6 +385,30 @@ def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
     assert _json(e1.optimizer_floor, dataclasses.replace(gap_, updates_in_backward=True), [record]) is None
 
 
+@pytest.mark.parametrize("excess, verdict", [(0.15, "higher"), (-0.15, "lower"), (0.0, spread.WITHIN)])
+def test_backward_is_set_against_twice_the_forward_per_round_by_the_judge(seed, excess, verdict):
+    """The gap sets the top rung's backward against the matrix products' two times its forward only
+    through the judge, round by round (forward and backward of the same timed steps); a record
+    without phases per round settles nothing."""
+    rng = random.Random(seed)
+    best = _ms_at(0.45)
+    records = in_one_job(ladder(best, anchor_ms=1.05 * best))
+    top = next(r for r in records if r["params"]["rung"] == "fused-adamw")
+    wobble = rng.uniform(0.003, 0.01)      # the rounds' own scatter, either side of the excess by turns
+    for i, turn in enumerate(top["metrics"]["rounds"]):
+        forward = rng.uniform(0.25, 0.35) * turn["step"][0]
+        turn["forward"] = [forward]
+        turn["backward"] = [2 * forward * (1 + excess) * (1 + wobble * (-1) ** i)]
+    df = e1.records_frame(records)
+    point = next(p for p in e1.points_summary(df, records) if (p.size, p.context) == (SIZE, CONTEXT))
+    assert point.top_rung.rung == "fused-adamw"
+    assert e1.gap(point, records).backward_vs_matmul == verdict
+    assert e1.gap(point).backward_vs_matmul == spread.NOT_SETTLED
+    for turn in top["metrics"]["rounds"]:
+        del turn["forward"], turn["backward"]
+    assert e1.gap(point, records).backward_vs_matmul == spread.NOT_SETTLED
+
+
 def _json(report, *args, **kwargs):
     """What one of the E1 report's functions returns, as the summary holds it."""
     return as_json(report(*args, **kwargs))

@@ -572,9 +572,22 @@ class Gap:
     shares: dict[str, float]
     backward_over_forward: float | None
     matmul_backward_over_forward: int
+    # backward against MATMUL_BACKWARD_OVER_FORWARD times the forward, per round (backward_vs_matmul)
+    backward_vs_matmul: str = NOT_SETTLED
 
 
-def gap(point: Point | None) -> Gap | None:
+def backward_vs_matmul(record: dict | None) -> str:
+    """The step's backward against ``MATMUL_BACKWARD_OVER_FORWARD`` times its forward, the judge's
+    verdict on their ratio one round at a time (both phases of the same timed steps: paired);
+    ``NOT_SETTLED`` where the record keeps no phases per round, or too few rounds."""
+    if record is None:
+        return NOT_SETTLED
+    forward, backward = round_samples(record, "forward"), round_samples(record, "backward")
+    times = [[MATMUL_BACKWARD_OVER_FORWARD * f for f in turn] for turn in forward]
+    return judge_rounds(backward, times, ratio=True).verdict
+
+
+def gap(point: Point | None, records: list[dict] = ()) -> Gap | None:
     if point is None or point.top_rung is None:
         return None
     best = point.top_rung
@@ -583,9 +596,12 @@ def gap(point: Point | None) -> Gap | None:
         return None
     total = sum(phases.values())
     rung = rungs.BY_NAME.get(best.rung)
+    record = next((r for r in records if r["status"] == "ok" and (r["params"].get("size"), r["params"].get("context"),
+                                                                   r["params"].get("rung")) == (point.size, point.context, best.rung)), None)
     return Gap(best.rung, point.size, point.context, phases["optimizer"], bool(rung and rung.setup.adamw_in_backward),
                {k: v / total for k, v in phases.items()},
-               phases["backward"] / phases["forward"] if phases["forward"] else None, MATMUL_BACKWARD_OVER_FORWARD)
+               phases["backward"] / phases["forward"] if phases["forward"] else None, MATMUL_BACKWARD_OVER_FORWARD,
+               backward_vs_matmul(record))
 
 
 # The optimizers that make one pass over those bytes (records' ``optimizer``); cs336_basics' AdamW
@@ -759,7 +775,7 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         return [p.label for p in compared if p.vs_anchor().verdict == kind]
 
     goal_point = None if goal.point is None else points[goal.point]
-    gap_ = gap(goal_point)
+    gap_ = gap(goal_point, records)
     floor = optimizer_floor(gap_, records)
     best_anchor = goal_point.best_anchor.rung if goal_point and goal_point.best_anchor else None
     judged = goal_point.vs_anchor() if goal_point else None
