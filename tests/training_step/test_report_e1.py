@@ -717,6 +717,23 @@ def test_a_best_rung_that_updates_in_backward_is_said_to_and_gets_no_optimizer_f
     assert "memory-bound floor" not in text
 
 
+@pytest.mark.parametrize("in_backward", [True, False])
+def test_the_rest_of_the_gap_names_the_updates_only_where_they_ran_inside_backward(tmp_path, seed, in_backward):
+    """Where the top rung's AdamW updates ran inside backward, the gap left to forward and backward
+    holds them too, and the section lists them there; where they ran in their own phase, that
+    phase is said apart and the list leaves them out."""
+    rng = random.Random(seed)
+    best = _ms_at(rng.uniform(0.4, 0.6))
+    records = ladder(best, anchor_ms=rng.uniform(1.02, 1.2) * best)
+    if in_backward:
+        records.append(record("adamw-in-backward", ms=rng.uniform(0.9, 0.98) * best, peak_gib=28))
+        records[-1]["metrics"]["optimizer"] = {"median": 0.0}
+    summary, text = build(tmp_path, in_one_job(records))
+    assert summary["gap"]["updates_in_backward"] is in_backward
+    rest = text[text.index("the gap lies inside forward and backward"):].split(".")[0]
+    assert ("the optimizer's updates beside backward" in rest) is in_backward
+
+
 def test_a_row_without_a_gradient_check_shows_an_empty_cell_not_nan(tmp_path):
     """fp32 (the reference) and a rung that did not run have no gradient error nor group."""
     best = _ms_at(0.60)
