@@ -299,3 +299,22 @@ def test_e_softmax_is_called_memory_bound_only_where_its_bytes_floor_is_above_it
     assert found["softmax_hbm_share"][0] > a2.MEMORY_BOUND
     assert found["memory_over_arithmetic"][1] < 1
     assert found["memory_bound"] == "arithmetic"
+
+
+def test_a_forward_is_host_bound_only_where_its_kernels_leave_the_gpu_idle_against_every_timed_length(seed):
+    """The busy share (the first measured forward's kernels over the range's mean length) is called
+    host-bound only where it lies below the line against the longest and the shortest timed forward
+    alike; a forward whose timed lengths put it on both sides is named as not settled, not as host-bound."""
+    rng = random.Random(seed)
+    range_ms = rng.uniform(40, 80)
+    kernel_ms = rng.uniform(0.3, 0.45) * range_ms               # below half the mean range
+    # one timed forward short enough that the kernels fill more than half of it, the other long
+    short = kernel_ms / rng.uniform(0.55, 0.9)
+    straddle = _a2("medium", 128, range_ms, [(GEMM, "GEMM", kernel_ms, 48)], steps_ms=[short, 2 * range_ms - short])
+    steady = _a2("small", 128, range_ms, [(GEMM, "GEMM", kernel_ms, 48)])
+    found = a2.a_findings(a2.table_a([steady, straddle]))
+    assert [h["point"] for h in found["host_bound"]] == ["small ctx 128"]
+    (unsettled,) = found["host_bound_not_settled"]
+    assert unsettled["point"] == "medium ctx 128"
+    assert unsettled["busy"] == [pytest.approx(kernel_ms / (2 * range_ms - short)), pytest.approx(kernel_ms / short)]
+    assert unsettled["busy"][0] < a2.LAUNCH_BOUND_BUSY < unsettled["busy"][1]
