@@ -188,11 +188,9 @@ def test_d_table_and_figure_leave_out_empty_categories(tmp_path):
     assert (tmp_path / "shares.png").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("share, bound", [(0.8, True), (0.3, False)])
-def test_e_softmax_is_called_memory_bound_only_near_the_cards_bandwidth(seed, share, bound):
-    """The prose blames memory traffic only where the softmax's bytes move at over half the card's
-    bandwidth at every size's longest context."""
-    rng = random.Random(seed)
+def _softmax_records(rng, share):
+    """Forward profiles at two sizes and contexts whose softmax, at the longer context, moves its
+    bytes at ``share`` of the H100's bandwidth."""
     records = []
     for size, heads in (("small", 12), ("medium", 16)):
         for context in (256, 512):
@@ -205,10 +203,18 @@ def test_e_softmax_is_called_memory_bound_only_near_the_cards_bandwidth(seed, sh
                             "params": {"size": size, "context": context, "batch": 4, "num_heads": heads,
                                        "d_model": 64 * heads, "precision": "fp32"},
                             "metrics": {"modes": {"forward": forward}}})
+    return records
+
+
+@pytest.mark.parametrize("share, bound", [(0.8, "memory"), (0.3, "below")])
+def test_e_softmax_is_called_memory_bound_only_near_the_cards_bandwidth(seed, share, bound):
+    """The prose blames memory traffic only where the softmax's bytes move at over half the card's
+    bandwidth at every size's longest context."""
+    records = _softmax_records(random.Random(seed), share)
     found = a2.e_findings(a2.table_e(records))
     assert [x["point"] for x in found["longest"]] == ["small ctx 512", "medium ctx 512"]
     assert found["softmax_hbm_share"] == pytest.approx([share, share])
-    assert found["memory_bound"] is bound
+    assert found["memory_bound"] == bound
     # a card without a known bandwidth settles nothing
     for r in records:
         r["provenance"]["gpu"] = "NVIDIA GeForce RTX 4090"
@@ -241,3 +247,74 @@ def test_the_training_step_s_shares_are_worded_only_where_the_summary_has_them(t
     summary["d_findings"]["train"] = None
     (folder / "summary.json").write_text(json.dumps(summary))
     assert "a training step gives" not in renderer.section("A2", folder / "summary.json")
+
+
+@pytest.mark.parametrize("host_bound_longest", [False, True])
+def test_e_longest_contexts_compare_the_work_only_where_their_forward_keeps_the_gpu_busy(seed, host_bound_longest):
+    """The spans at each size's longest context are called the kernels' work only where the forward
+    around them, in the same process, kept the GPU busy above the host-bound line; a host-bound one
+    is named, and without table (a) nothing is said of it."""
+    rng = random.Random(seed)
+    records, slow = [], None
+    for size, heads in (("small", 12), ("medium", 16)):
+        for context in (256, 512):
+            range_ms = rng.uniform(20, 60)
+            busy = rng.uniform(0.55, 0.99)
+            if host_bound_longest and size == "medium" and context == 512:
+                busy, slow = rng.uniform(0.05, 0.45), f"{size} ctx {context}"
+            record = _a2(size, context, range_ms, [(GEMM, "GEMM", busy * range_ms, 40)])
+            record["params"] |= {"num_heads": heads, "d_model": 64 * heads, "precision": "fp32"}
+            record["provenance"] = {"gpu": "NVIDIA H100 80GB HBM3"}
+            record["metrics"]["modes"]["forward"]["gpu_projection"] = [
+                {"range": name, "instances": 2, "proj_ns": 2 * rng.uniform(1e4, 1e6), "gpu_ops": 4}
+                for name in ("computing attention scores", "computing softmax", "final matmul")]
+            records.append(record)
+    a = a2.table_a(records)
+    work = a2.e_findings(a2.table_e(records), a)["longest_work"]
+    longest = a[a["point"].isin(["small ctx 512", "medium ctx 512"])]["gpu_busy"]
+    assert work == [{"busy": [pytest.approx(longest.min()), pytest.approx(longest.max())],
+                     "verdict": "host-bound" if host_bound_longest else "work",
+                     "host_bound": [slow] if host_bound_longest else []}]
+    assert a2.e_findings(a2.table_e(records))["longest_work"] == []
+
+
+def test_e_softmax_is_called_memory_bound_only_where_its_bytes_floor_is_above_its_flops_floor(seed, monkeypatch):
+    """Near the card's bandwidth is not enough to say "not arithmetic": the softmax's bytes at the
+    bandwidth must take longer than its FLOPs at the card's fp32 peak. On a card whose fp32 peak
+    makes the FLOPs' floor the longer one, the prose does not blame memory traffic."""
+    import dataclasses
+
+    from cs336_systems.accounting.hardware import H100_SXM
+
+    rng = random.Random(seed)
+    records = _softmax_records(rng, rng.uniform(0.55, 0.95))
+    found = a2.e_findings(a2.table_e(records))
+    assert found["memory_bound"] == "memory"
+    # 8 fp32 passes (32 bytes a score) at 3.35 TB/s against about 5 FLOPs a score at 67 TFLOP/s
+    assert found["memory_over_arithmetic"][0] > 100
+    # the same bytes on a card whose fp32 peak is under a hundredth of the H100's
+    slow = dataclasses.replace(H100_SXM, fp32_flops=67e12 / rng.uniform(200, 2000))
+    monkeypatch.setitem(a2.BY_DEVICE_NAME, "NVIDIA H100 80GB HBM3", slow)
+    found = a2.e_findings(a2.table_e(records))
+    assert found["softmax_hbm_share"][0] > a2.MEMORY_BOUND
+    assert found["memory_over_arithmetic"][1] < 1
+    assert found["memory_bound"] == "arithmetic"
+
+
+def test_a_forward_is_host_bound_only_where_its_kernels_leave_the_gpu_idle_against_every_timed_length(seed):
+    """The busy share (the first measured forward's kernels over the range's mean length) is called
+    host-bound only where it lies below the line against the longest and the shortest timed forward
+    alike; a forward whose timed lengths put it on both sides is named as not settled, not as host-bound."""
+    rng = random.Random(seed)
+    range_ms = rng.uniform(40, 80)
+    kernel_ms = rng.uniform(0.3, 0.45) * range_ms               # below half the mean range
+    # one timed forward short enough that the kernels fill more than half of it, the other long
+    short = kernel_ms / rng.uniform(0.55, 0.9)
+    straddle = _a2("medium", 128, range_ms, [(GEMM, "GEMM", kernel_ms, 48)], steps_ms=[short, 2 * range_ms - short])
+    steady = _a2("small", 128, range_ms, [(GEMM, "GEMM", kernel_ms, 48)])
+    found = a2.a_findings(a2.table_a([steady, straddle]))
+    assert [h["point"] for h in found["host_bound"]] == ["small ctx 128"]
+    (unsettled,) = found["host_bound_not_settled"]
+    assert unsettled["point"] == "medium ctx 128"
+    assert unsettled["busy"] == [pytest.approx(kernel_ms / (2 * range_ms - short)), pytest.approx(kernel_ms / short)]
+    assert unsettled["busy"][0] < a2.LAUNCH_BOUND_BUSY < unsettled["busy"][1]

@@ -385,6 +385,30 @@ def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
     assert _json(e1.optimizer_floor, dataclasses.replace(gap_, updates_in_backward=True), [record]) is None
 
 
+@pytest.mark.parametrize("excess, verdict", [(0.15, "higher"), (-0.15, "lower"), (0.0, spread.WITHIN)])
+def test_backward_is_set_against_twice_the_forward_per_round_by_the_judge(seed, excess, verdict):
+    """The gap sets the top rung's backward against the matrix products' two times its forward only
+    through the judge, round by round (forward and backward of the same timed steps); a record
+    without phases per round settles nothing."""
+    rng = random.Random(seed)
+    best = _ms_at(0.45)
+    records = in_one_job(ladder(best, anchor_ms=1.05 * best))
+    top = next(r for r in records if r["params"]["rung"] == "fused-adamw")
+    wobble = rng.uniform(0.003, 0.01)      # the rounds' own scatter, either side of the excess by turns
+    for i, turn in enumerate(top["metrics"]["rounds"]):
+        forward = rng.uniform(0.25, 0.35) * turn["step"][0]
+        turn["forward"] = [forward]
+        turn["backward"] = [2 * forward * (1 + excess) * (1 + wobble * (-1) ** i)]
+    df = e1.records_frame(records)
+    point = next(p for p in e1.points_summary(df, records) if (p.size, p.context) == (SIZE, CONTEXT))
+    assert point.top_rung.rung == "fused-adamw"
+    assert e1.gap(point, records).backward_vs_matmul == verdict
+    assert e1.gap(point).backward_vs_matmul == spread.NOT_SETTLED
+    for turn in top["metrics"]["rounds"]:
+        del turn["forward"], turn["backward"]
+    assert e1.gap(point, records).backward_vs_matmul == spread.NOT_SETTLED
+
+
 def _json(report, *args, **kwargs):
     """What one of the E1 report's functions returns, as the summary holds it."""
     return as_json(report(*args, **kwargs))
@@ -566,6 +590,39 @@ def test_the_goal_leaves_the_step_it_allows_less_the_gemms_and_the_optimizer_flo
     assert _json(e1.kernel_comparison, [naive], gap_, FLOOR_28_MS, 0.55)["gemm_tflops"] is None
 
 
+@pytest.mark.parametrize("where, verdict", [("straddle", spread.NOT_SETTLED), ("above", "higher"), ("below", "lower")])
+def test_the_goal_needs_kernel_time_cut_only_where_every_profiled_step_was_busy_beyond_its_step(tmp_path, seed, where,
+                                                                                                 verdict):
+    """The kernels' busy time is one process's, measured step by step: it exceeds the goal's step, so
+    that time must go, only where every profiled step was busy longer; a median above the goal with
+    a step below it settles nothing, and one below with every step below leaves the rest in the room."""
+    rng = random.Random(seed)
+    goal_ms = model_step_flops(get_size(SIZE), batch=BATCH, context=CONTEXT, mode="train-step") / (0.55 * BF16_PEAK) * 1e3
+    factors = {"straddle": [rng.uniform(1.01, 1.2) for _ in range(9)] + [rng.uniform(0.85, 0.99)],
+               "above": [rng.uniform(1.01, 1.2) for _ in range(10)],
+               "below": [rng.uniform(0.9, 0.99) for _ in range(10)]}[where]
+    rng.shuffle(factors)
+    samples = [goal_ms * f for f in factors]
+    ours = profile_record("fused-adamw", {"GEMM": 100.0, "attention-softmax": 10.0, "elementwise": 20.0,
+                                          "optimizer": 30.0}, step_ms=goal_ms, busy_ms=sorted(samples)[5])
+    ours["metrics"]["busy_ms_per_step"] = samples
+    bound = _json(e1.kernel_comparison, [ours], gap_at("fused-adamw"), FLOOR_28_MS, goal_mfu=0.55)["bound"]
+    assert bound["cut"] == verdict
+    assert bound["busy"] == pytest.approx([min(samples), max(samples)])
+    assert (bound["cut_share"] > 0) is (where != "below")        # the median's share, said only with a verdict
+    # the section says so: the share to cut only where every profiled step was busy beyond the goal's
+    records = in_one_job(ladder(goal_ms, anchor_ms=1.05 * goal_ms))
+    next(r for r in records if r["params"]["rung"] == "fused-adamw")["metrics"]["parameters"] = 2_700_000_000
+    summary, text = build(tmp_path, records, profiles=(ours,))
+    said = summary["kernel_comparison"]["bound"]
+    assert said["cut"] == verdict
+    assert ("the goal needs" in text) is (verdict == "higher")
+    assert ("these records do not settle" in text) is (verdict == spread.NOT_SETTLED)
+    assert ("within that room" in text) is (verdict == "lower")
+    del ours["metrics"]["busy_ms_per_step"]
+    assert _json(e1.kernel_comparison, [ours], gap_at("fused-adamw"), FLOOR_28_MS, goal_mfu=0.55)["bound"]["cut"] == e1.NOT_KEPT
+
+
 def test_every_row_s_mfu_is_against_the_bf16_peak_and_the_compiled_rung_says_what_it_compiled(tmp_path):
     best = _ms_at(0.40)
     summary, text = build(tmp_path, in_one_job(ladder(best, 1.1 * best)))
@@ -658,6 +715,23 @@ def test_a_best_rung_that_updates_in_backward_is_said_to_and_gets_no_optimizer_f
     assert summary["optimizer_floor"] is None
     assert "its updates ran inside backward, on a second stream beside it" in text
     assert "memory-bound floor" not in text
+
+
+@pytest.mark.parametrize("in_backward", [True, False])
+def test_the_rest_of_the_gap_names_the_updates_only_where_they_ran_inside_backward(tmp_path, seed, in_backward):
+    """Where the top rung's AdamW updates ran inside backward, the gap left to forward and backward
+    holds them too, and the section lists them there; where they ran in their own phase, that
+    phase is said apart and the list leaves them out."""
+    rng = random.Random(seed)
+    best = _ms_at(rng.uniform(0.4, 0.6))
+    records = ladder(best, anchor_ms=rng.uniform(1.02, 1.2) * best)
+    if in_backward:
+        records.append(record("adamw-in-backward", ms=rng.uniform(0.9, 0.98) * best, peak_gib=28))
+        records[-1]["metrics"]["optimizer"] = {"median": 0.0}
+    summary, text = build(tmp_path, in_one_job(records))
+    assert summary["gap"]["updates_in_backward"] is in_backward
+    rest = text[text.index("the gap lies inside forward and backward"):].split(".")[0]
+    assert ("the optimizer's updates beside backward" in rest) is in_backward
 
 
 def test_a_row_without_a_gradient_check_shows_an_empty_cell_not_nan(tmp_path):

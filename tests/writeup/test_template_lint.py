@@ -29,7 +29,7 @@ ALLOWED = {
     # steps' FLOPs in the MFU definition ("2 per parameter", "3× that")
     "A1": (2, 0, 44),
     # "near 1" (a ratio that holds by construction), the softmax's 1/√d scale
-    "A2": (2, 0, 50),
+    "A2": (2, 0, 49),
     # the formats' bit counts (bf16's 8 exponent and 7 mantissa bits, fp16's 10 (11))
     "A3": (6, 0, 7),
     # LayerNorm's toy widths, fp16's smallest normal and largest number
@@ -62,7 +62,7 @@ ALLOWED = {
     "C12": (4, 0, 25),
     "_ddp": (0, 0, 20),
     # ln 10 000 (the vocabulary's size)
-    "E1": (2, 0, 78),
+    "E1": (2, 0, 77),
     "_flash": (0, 0, 8),
     # the provenance line's date span (first day against last)
     "_run": (0, 0, 2),

@@ -33,7 +33,7 @@ from cs336_systems.report import contract
 from cs336_systems.report.a1 import LAUNCH_BOUND_BUSY
 from cs336_systems.report.common import load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import NOT_SETTLED, WITHIN, Estimate, judge
+from cs336_systems.report.spread import NOT_SETTLED, WITHIN, Estimate, judge, ranges_apart
 
 SHARE_THRESHOLD = 0.01        # (c): a non-matmul kernel with at least this share of forward time
 # (e): passes our softmax (cs336_basics.model.softmax) makes over the B·H·T² scores: amax reads them;
@@ -128,11 +128,17 @@ def table_a(records: list[dict], a1_records: list[dict] = ()) -> pd.DataFrame:
         p = r["params"]
         other = a1.get((p["size"], p["context"], p["batch"]))
         timer = forward_estimate(m["python_ms"]["forward"])
+        # the first measured forward's kernels over the longest and the shortest timed forward: how far
+        # the busy share moves with the range's length from one measured forward to the next
+        lengths = m["python_ms"]["forward"].get("samples") or []
+        low, high = ((kernel_ms / max(lengths), kernel_ms / min(lengths)) if lengths and min(lengths) > 0
+                     else (math.nan, math.nan))
         rows.append({"point": _point(r), "nvtx_forward_ms": nv_ms, "python_forward_ms": py,
                      "python_forward_se_ms": timer.se,
                      "nvtx_over_python": nv_ms / py, "instances": nv["instances"] if nv else 0,
                      # the kernel table is the first measured forward's; the range's mean is close to it
                      "kernel_ms": kernel_ms, "kernels": count, "gpu_busy": busy["busy_share"] if busy else math.nan,
+                     "gpu_busy_low": low, "gpu_busy_high": high,
                      # two different "per kernel" times: the GPU's time in each kernel, and the
                      # range's wall time per kernel launched (the host's pace where the GPU waits)
                      "kernel_us_per_kernel": 1e3 * kernel_ms / count if count else math.nan,
@@ -165,10 +171,15 @@ def a_findings(a: pd.DataFrame) -> dict:
     wall time per kernel launched), which is no property of the workload when the two launched
     about as many kernels. NVTX against A1's timing of the same point is judged the same way."""
     if not len(a):      # no forward ran: nothing measured, nothing compared
-        return {"host_bound": [], "slower_shorter": [], "shorter_within_spread": [], "shorter_not_settled": [],
+        return {"host_bound": [], "host_bound_not_settled": [], "slower_shorter": [], "shorter_within_spread": [], "shorter_not_settled": [],
                 "a1_compared": 0, "a1_outside_spread": [], "a1_not_settled": 0, "markers_cost": None,
                 "busy_range": None, "nvtx_over_a1_range": None}
-    host = a[a["gpu_busy"] < LAUNCH_BOUND_BUSY]     # the GPU idle most of the forward, waiting on the host
+    # the GPU idle most of the forward, waiting on the host: below the line against every timed forward's
+    # length; a point whose shares lie on both sides of it (or are unknown, its mean share below) is not settled
+    bound = [host_bound_verdict(r) for r in a.itertuples()]
+    host = a[[v == "lower" for v in bound]]
+    host_unsettled = a[[v == NOT_SETTLED and (not math.isnan(r.gpu_busy_low) or r.gpu_busy < LAUNCH_BOUND_BUSY)
+                   for v, r in zip(bound, a.itertuples())]]
     slower, within, unsettled = [], [], []
     processes = dict(tuple(a.groupby("point", sort=False)))      # a row per process (record) of a point
     means = a.groupby("point", sort=False).mean(numeric_only=True)
@@ -205,6 +216,10 @@ def a_findings(a: pd.DataFrame) -> dict:
     return {"host_bound": [{"point": r.point, "gpu_busy": float(r.gpu_busy), "kernels": int(r.kernels),
                             "kernel_us_per_kernel": float(r.kernel_us_per_kernel),
                             "range_us_per_kernel": float(r.range_us_per_kernel)} for r in host.itertuples()],
+            "host_bound_not_settled": [{"point": r.point, "gpu_busy": float(r.gpu_busy),
+                                        "busy": None if math.isnan(r.gpu_busy_low) else [float(r.gpu_busy_low),
+                                                                                         float(r.gpu_busy_high)]}
+                                       for r in host_unsettled.itertuples()],
             "slower_shorter": slower, "shorter_within_spread": within, "shorter_not_settled": unsettled,
             "a1_compared": len(compared),
             "a1_outside_spread": outside,
@@ -215,6 +230,16 @@ def a_findings(a: pd.DataFrame) -> dict:
             "busy_range": [float(a["gpu_busy"].min()), float(a["gpu_busy"].max())],
             "nvtx_over_a1_range": [float(a["nvtx_over_a1"].min()), float(a["nvtx_over_a1"].max())]
             if a["nvtx_over_a1"].notna().any() else None}
+
+
+def host_bound_verdict(row) -> str:
+    """A forward's busy share against ``LAUNCH_BOUND_BUSY`` (``spread.ranges_apart``): "lower"
+    (host-bound) only where its kernels over every timed forward's length are below the line,
+    "higher" only where all are above it, ``NOT_SETTLED`` where they lie on both sides or the
+    timed forwards' lengths were not kept."""
+    if math.isnan(row.gpu_busy_low):
+        return NOT_SETTLED
+    return ranges_apart([row.gpu_busy_low, row.gpu_busy_high], [LAUNCH_BOUND_BUSY, LAUNCH_BOUND_BUSY])
 
 
 def named_briefly(chosen: list[str], among: list[str]) -> dict:
@@ -416,6 +441,10 @@ def table_e(records: list[dict]) -> pd.DataFrame:
             * ELEMENT_BYTES.get(p.get("precision", "fp32"), 4)
         card = BY_DEVICE_NAME.get(r.get("provenance", {}).get("gpu") or "")
         bandwidth = softmax_bytes / (t[SOFTMAX] / 1e9) if t[SOFTMAX] else math.nan
+        # the softmax's two floors: its bytes at the card's bandwidth over its FLOPs at the card's
+        # CUDA-core fp32 peak (elementwise work runs on no tensor core); above 1, memory sets the floor
+        floors = ((softmax_bytes / card.hbm_bandwidth) / (flops["softmax"] / card.fp32_flops)
+                  if card and card.hbm_bandwidth and card.fp32_flops else math.nan)
         rows.append({"point": _point(r), "scores_us": t[SCORES] / 1e3, "softmax_us": t[SOFTMAX] / 1e3, "final_matmul_us": t[FINAL] / 1e3,
                      "kernels_per_call": " / ".join(f"{kernels[name]:g}" for name in ATTENTION),
                      "matmul_flops": flops["final_matmul"], "softmax_flops": flops["softmax"],
@@ -425,19 +454,57 @@ def table_e(records: list[dict]) -> pd.DataFrame:
                      "per_flop_vs_scores_and_final": time_both / flops_both,
                      "softmax_gb": softmax_bytes / 1e9, "softmax_tb_per_s": bandwidth / 1e12,
                      "softmax_hbm_share": bandwidth / card.hbm_bandwidth if card and card.hbm_bandwidth else math.nan,
+                     "softmax_memory_over_arithmetic_floor": floors,
                      "source": source})
     return pd.DataFrame(rows)
 
 
-def e_findings(e: pd.DataFrame) -> dict | None:
-    """(e) in numbers: the per-FLOP ratios at each size's longest context (where a range's span is
-    its kernels' work more than the gaps between their launches) and their medians over all points."""
+def longest_work(longest: list[str], a: pd.DataFrame | None) -> list[dict]:
+    """Whether the spans at each size's longest context are its kernels' work more than the gaps
+    between their launches: the forward around the attention ranges, in the same process (table
+    (a)'s *GPU busy*), kept the GPU busy above ``LAUNCH_BOUND_BUSY`` of its range at every one
+    against every timed forward's length ("work"), "host-bound" at those below it against every one,
+    else ``NOT_SETTLED`` (``host_bound_verdict``). A span counts the idle gaps between its kernels,
+    so a host-bound forward's spans time the host. One entry, or none where table (a) lacks the
+    busy share of a longest point (nothing then says which the spans time)."""
+    if a is None or not len(a):
+        return []
+    rows = {r.point: r for r in a.itertuples()}
+    if any(p not in rows or math.isnan(rows[p].gpu_busy) for p in longest):
+        return []
+    shares = [float(rows[p].gpu_busy) for p in longest]
+    said = [host_bound_verdict(rows[p]) for p in longest]
+    host = [p for p, v in zip(longest, said) if v == "lower"]
+    verdict = "host-bound" if host else "work" if all(v == "higher" for v in said) else NOT_SETTLED
+    return [{"busy": [min(shares), max(shares)], "verdict": verdict, "host_bound": host}]
+
+
+def memory_bound(longest: pd.DataFrame) -> str | None:
+    """What bounds the softmax at each size's longest context: "memory" where, at every one, its
+    bytes take longer at the card's bandwidth than its FLOPs at the card's fp32 peak and it moves
+    them at over ``MEMORY_BOUND`` of that bandwidth; "arithmetic" where its FLOPs' floor is not
+    below its bytes' somewhere (the bandwidth then is not shown to be the limit); "below" where it
+    moves its bytes at under ``MEMORY_BOUND`` somewhere; None without the card's bandwidth or peak."""
+    share, floors = longest["softmax_hbm_share"], longest["softmax_memory_over_arithmetic_floor"]
+    if share.isna().any() or floors.isna().any():
+        return None
+    if not (floors > 1).all():
+        return "arithmetic"
+    return "memory" if (share > MEMORY_BOUND).all() else "below"
+
+
+def e_findings(e: pd.DataFrame, a: pd.DataFrame | None = None) -> dict | None:
+    """(e) in numbers: the per-FLOP ratios at each size's longest context and their medians over all
+    points; whether the longest contexts' spans are their kernels' work more than the gaps between
+    their launches, by the GPU busy share of the forward around them (``a``: table (a), same processes)."""
     if not len(e):
         return None
     sizes, contexts = _size_context(e["point"])
     longest = e.loc[contexts.groupby(sizes, sort=False).idxmax()]
     pick = lambda df, col: [float(df[col].min()), float(df[col].max())]  # noqa: E731
     vs_final = pick(longest, "per_flop_vs_final")
+    floors = pick(longest, "softmax_memory_over_arithmetic_floor") \
+        if longest["softmax_memory_over_arithmetic_floor"].notna().all() else None
     scores_over_final = pick(longest.assign(r=longest["scores_us"] / longest["final_matmul_us"]), "r")
     return {"longest": [{"point": r.point, "per_flop_vs_final": float(r.per_flop_vs_final),
                          "softmax_gb": float(r.softmax_gb), "softmax_tb_per_s": float(r.softmax_tb_per_s),
@@ -456,11 +523,9 @@ def e_findings(e: pd.DataFrame) -> dict | None:
             "median_vs_final": float(e["per_flop_vs_final"].median()),
             "median_vs_scores_and_final": float(e["per_flop_vs_scores_and_final"].median()),
             "kernels_per_call": sorted(set(e["kernels_per_call"])), "sources": sorted(set(e["source"])),
-            # memory-bound where, at every longest context, the softmax moves its bytes at over
-            # MEMORY_BOUND of the card's bandwidth (None: no card bandwidth known)
+            "longest_work": longest_work(list(longest["point"]), a),
             "softmax_hbm_share": pick(longest, "softmax_hbm_share") if longest["softmax_hbm_share"].notna().all() else None,
-            "memory_bound": bool((longest["softmax_hbm_share"] > MEMORY_BOUND).all())
-            if longest["softmax_hbm_share"].notna().all() else None,
+            "memory_over_arithmetic": floors, "memory_bound": memory_bound(longest),
             "softmax_passes": SOFTMAX_PASSES, "memory_bound_share": MEMORY_BOUND}
 
 
@@ -490,7 +555,7 @@ def plot_shares(d: pd.DataFrame, path: Path, unit: str) -> None:
 def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for c in out.columns:
-        if c.endswith("share") or c in ("share_of_forward", "gpu_busy"):
+        if c.endswith("share") or c == "share_of_forward" or c.startswith("gpu_busy"):
             out[c] = [f"{100 * v:.1f} %" if isinstance(v, float) and not math.isnan(v) else "" for v in out[c]]
         elif out[c].dtype.kind == "f":
             out[c] = [f"{v:.4g}" if not math.isnan(v) else "" for v in out[c]]
@@ -528,7 +593,7 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "a_findings": a_findings(tables["a"]), "host_bound_below": LAUNCH_BOUND_BUSY,
         "b_findings": b_findings(tables["b"]), "c_findings": c_findings(records),
         "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth),
-        "e": records_list(tables["e"]), "e_findings": e_findings(tables["e"]),
+        "e": records_list(tables["e"]), "e_findings": e_findings(tables["e"], tables["a"]),
     }
 
 
@@ -574,6 +639,15 @@ class HostBound:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HostBoundNotSettled:
+    """A forward whose busy share (over the mean range) is below the host-bound line but whose kernels
+    over its timed forwards' lengths lie on both sides of it (``busy``; None where not kept)."""
+    point: str
+    gpu_busy: float
+    busy: list[float] | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Shorter:
     """A shorter context against a longer one of the same size, each's range in ms."""
     size: str
@@ -612,6 +686,7 @@ class AFindings:
     """(a): the NVTX ranges against A1's timings, and what the kernels say of the short contexts."""
     busy_range: list[float] | None
     host_bound: list[HostBound] | None
+    host_bound_not_settled: list[HostBoundNotSettled]
     nvtx_over_a1_range: list[float] | None
     markers_cost: float | None
     a1_compared: int | None
@@ -705,6 +780,16 @@ class Longest:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LongestWork:
+    """The forward's GPU busy share at each size's longest context (its lowest and highest), and
+    whether every one is above the host-bound line ("work") or which are below it ("host-bound"),
+    each against every timed forward's length (``host_bound_verdict``); else not settled."""
+    busy: list[float]
+    verdict: str
+    host_bound: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class EFindings:
     """(e): the attention softmax against the matrix products around it."""
     sources: list[str]
@@ -717,9 +802,11 @@ class EFindings:
     longest_scores_over_final: list[float]
     longest_vs_scores_and_final: list[float]
     scores_slower_than_final: bool
+    longest_work: list[LongestWork]
     softmax_passes: int
     softmax_hbm_share: list[float] | None
-    memory_bound: bool | None
+    memory_over_arithmetic: list[float] | None      # the bytes' floor over the FLOPs' (memory_bound)
+    memory_bound: str | None
     memory_bound_share: float
 
 

@@ -572,9 +572,22 @@ class Gap:
     shares: dict[str, float]
     backward_over_forward: float | None
     matmul_backward_over_forward: int
+    # backward against MATMUL_BACKWARD_OVER_FORWARD times the forward, per round (backward_vs_matmul)
+    backward_vs_matmul: str = NOT_SETTLED
 
 
-def gap(point: Point | None) -> Gap | None:
+def backward_vs_matmul(record: dict | None) -> str:
+    """The step's backward against ``MATMUL_BACKWARD_OVER_FORWARD`` times its forward, the judge's
+    verdict on their ratio one round at a time (both phases of the same timed steps: paired);
+    ``NOT_SETTLED`` where the record keeps no phases per round, or too few rounds."""
+    if record is None:
+        return NOT_SETTLED
+    forward, backward = round_samples(record, "forward"), round_samples(record, "backward")
+    times = [[MATMUL_BACKWARD_OVER_FORWARD * f for f in turn] for turn in forward]
+    return judge_rounds(backward, times, ratio=True).verdict
+
+
+def gap(point: Point | None, records: list[dict] = ()) -> Gap | None:
     if point is None or point.top_rung is None:
         return None
     best = point.top_rung
@@ -583,9 +596,12 @@ def gap(point: Point | None) -> Gap | None:
         return None
     total = sum(phases.values())
     rung = rungs.BY_NAME.get(best.rung)
+    record = next((r for r in records if r["status"] == "ok" and (r["params"].get("size"), r["params"].get("context"),
+                                                                   r["params"].get("rung")) == (point.size, point.context, best.rung)), None)
     return Gap(best.rung, point.size, point.context, phases["optimizer"], bool(rung and rung.setup.adamw_in_backward),
                {k: v / total for k, v in phases.items()},
-               phases["backward"] / phases["forward"] if phases["forward"] else None, MATMUL_BACKWARD_OVER_FORWARD)
+               phases["backward"] / phases["forward"] if phases["forward"] else None, MATMUL_BACKWARD_OVER_FORWARD,
+               backward_vs_matmul(record))
 
 
 # The optimizers that make one pass over those bytes (records' ``optimizer``); cs336_basics' AdamW
@@ -759,7 +775,7 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
         return [p.label for p in compared if p.vs_anchor().verdict == kind]
 
     goal_point = None if goal.point is None else points[goal.point]
-    gap_ = gap(goal_point)
+    gap_ = gap(goal_point, records)
     floor = optimizer_floor(gap_, records)
     best_anchor = goal_point.best_anchor.rung if goal_point and goal_point.best_anchor else None
     judged = goal_point.vs_anchor() if goal_point else None
@@ -933,11 +949,20 @@ class KernelsApart:
     goal_pair_unsettled: bool
 
 
+# A profile without its busy time per step (``Bound.cut``): nothing to set against the goal's step.
+NOT_KEPT = "not kept"
+
+
 @dataclass(frozen=True)
 class Bound:
     """The step the GEMMs as they run plus the optimizer at its bandwidth floor alone would take, the
     MFU that bounds, and against the step the goal's MFU allows, the room left for every other kernel
-    beside what they take now (``rest_now_ms``) and the share of that which must go."""
+    beside what they take now (``rest_now_ms``: the profiled busy time's median less that bound) and
+    the share of that which must go. Whether any must go is whether the kernels' busy time a step
+    exceeds the goal's step: ``cut``, ``spread.ranges_apart``'s on the profiled steps' busy times
+    (``busy``: lowest and highest) against the goal's step, "higher" only where every profiled step
+    was busy longer, "lower" only where every one was busy shorter, ``NOT_SETTLED`` where they lie
+    on both sides, ``NOT_KEPT`` where the profile kept no busy time per step."""
     ms: float
     mfu: float
     optimizer_floor_ms: float
@@ -947,7 +972,8 @@ class Bound:
     rest_now_ms: float | None
     cut_share: float
     no_room: bool
-    cut_needed: bool
+    cut: str
+    busy: list[float] | None
 
 
 @dataclass(frozen=True)
@@ -1027,10 +1053,15 @@ def kernel_comparison(profiles: list[dict], gap_: Gap | None, floor: OptimizerFl
         room = goal_ms - bound_ms
         # every kernel but the GEMMs, the optimizer's floor counted as the optimizer's share
         rest = (m["busy_ms"] - bound_ms) if m.get("busy_ms") is not None else None
-        # the share of the rest that must go (removed, fused or overlapped) for the goal's step
+        # the share of the rest that must go (removed, fused or overlapped) for the goal's step, at the median
         cut = 1 - max(room, 0) / rest if rest and rest > max(room, 0) else 0.0
+        # whether any must go: the profiled steps' busy times against the goal's step, a bare median
+        # above it being no finding where some profiled steps were busy for less
+        samples = m.get("busy_ms_per_step") or []
+        busy = [min(samples), max(samples)] if samples else None
+        verdict = ranges_apart(busy, [goal_ms, goal_ms]) if busy else NOT_KEPT
         bound = Bound(bound_ms, total / (bound_ms / 1e3) / card.flops, floor.floor_ms, goal_mfu, goal_ms, room,
-                      rest, cut, room <= 0, cut > 0)
+                      rest, cut, room <= 0, verdict, busy)
     anchors = [r for r in ok if r["params"]["anchor"]
                and (r["params"]["size"], r["params"]["context"]) == (p["size"], p["context"])]
     anchor = next((r for r in anchors if r["params"]["rung"] == best_anchor), anchors[0] if anchors else None)
