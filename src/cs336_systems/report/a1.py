@@ -406,6 +406,7 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
             growth[size] = {"from": int(part["context"].iloc[0]), "to": int(part["context"].iloc[-1]),
                             "ratio": float(part["forward_mean"].iloc[-1] / part["forward_mean"].iloc[0]),
                             "flops_ratio": float(part["flops"].iloc[-1] / part["flops"].iloc[0])}
+    forward_backward = fb_rows(fb)
     # the two contexts are separate jobs, which the judge does not pair
     time_against_work = {size: across_processes(g["ratio"], g["flops_ratio"]) for size, g in growth.items()}
     # MFU: the best point of each precision, and how many points have a peak at all.
@@ -425,11 +426,11 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "not_ok": [f"{r['size']} ctx {r['context']} {r['mode']} {r['precision']}: {r['status']}" for _, r in failed.iterrows()],
         "fp32_forward_backward": {f"{r['size']}@{r['context']}": {ph: r[f"{ph}_mean"] for ph in ("forward", "backward")}
                                   for _, r in fb.iterrows()},
-        "fp32_forward_backward_rows": fb_rows(fb),
+        "fp32_forward_backward_rows": forward_backward,
         # the backward's matrix-product FLOPs over the forward's (the closed form: the same at every point)
         "backward_flops_ratio": float(fb["backward_flops_ratio"].median()) if len(fb) else None,
-        "backward_against_flops": backward_against_flops(fb_rows(fb)),
-        "backward_flops_reading": backward_flops_reading(fb_rows(fb)),
+        "backward_against_flops": backward_against_flops(forward_backward),
+        "backward_flops_reading": backward_flops_reading(forward_backward),
         "cv_median": float(cv.median()) if len(cv) else None,
         "cv_max": float(cv.max()) if len(cv) else None,
         "cv_max_point": f"{worst['size']} ctx {worst['context']} {worst['mode']} {worst['precision']}" if worst is not None else None,

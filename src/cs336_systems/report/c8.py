@@ -101,6 +101,16 @@ def bucketed_against_overlap(records: list[dict]) -> dict[str, dict]:
 REPLICATING = ("naive", "flat", "overlap", "torch-ddp")
 
 
+def next_in_line(ranked: list[str], records: dict[str, dict]) -> list[dict]:
+    """The second of ``ranked`` (variants by median, least first) and the first's step against its,
+    the judge's (``record_difference``): a least median is a choice, not a verdict. Empty with fewer
+    than two, or where the two have no difference to judge."""
+    if len(ranked) < 2:
+        return []
+    versus = record_difference(records[ranked[0]], records[ranked[1]])
+    return [{"variant": ranked[1], "versus": versus}] if versus else []
+
+
 def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     """C8: the bucket size with the shortest median step in ``precision``, and its step against the
     other replicating variants' (``versus``): naive, flat, overlap and PyTorch's DDP."""
@@ -110,8 +120,7 @@ def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     ranked = sorted(sizes, key=lambda v: sizes[v]["metrics"]["step_ms"])
     best = ranked[0]
     # the shortest median is a choice, not a verdict: its step against the next shortest's, judged
-    runner_up = [{"variant": ranked[1], "versus": x} for x in [record_difference(sizes[best], sizes[ranked[1]])]
-                 if x] if len(ranked) > 1 else []
+    runner_up = next_in_line(ranked, sizes)
     others = REPLICATING
     against = versus(records, [(best, o) for o in others], precision).get(best, {})
     # the variants the judge has it shorter than, and by how much: the least and the most
@@ -161,8 +170,7 @@ def overheads(records: list[dict]) -> dict[str, dict]:
         best = ranked[0] if ranked else None
         # the smallest median overhead is an order among ours only as far as the judge has it against
         # the next smallest: the two overheads share the baseline, so their difference is the steps'
-        runner_up = [{"variant": ranked[1], "versus": x} for x in [record_difference(found[best], found[ranked[1]])]
-                     if x is not None] if len(ranked) > 1 else []
+        runner_up = next_in_line(ranked, found)
         paired = bool(best and anchor and contenders[best]["paired"] and anchor["paired"]
                       and spread.same_job(found[best], found["torch-ddp"]))
         if not anchor or not best:

@@ -80,7 +80,7 @@ def step_table(records: list[dict]) -> pd.DataFrame:
             note = "; ".join(filter(None, [OTHER_COMPUTE_NOTE.format(compute_precision(variant, precision)), note]))
         rows.append({"variant": variant, "precision": precision, "status": r["status"],
                      **{phase: m.get(phase) for phase in PHASES},
-                     "step_ms": m.get("step_ms"), "step_range_ms": _step_range(m.get("steps") or []),
+                     "step_ms": m.get("step_ms"), "step_range_ms": _step_range(r),
                      "comm_share": m.get("comm_share"), "buckets": m.get("buckets"),
                      "peak_GiB": memory["peak"] / GIB if "peak" in memory else None,
                      "note": "; ".join(filter(None, [IN_BACKWARD_NOTE if inside else "", note]))})
@@ -301,9 +301,15 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
     return out
 
 
-def _step_range(steps: list[dict]) -> str:
+def step_times(record: dict | None) -> list[float]:
+    """Rank 0's timed steps (ms) of a record, in its turns' order; empty without a record or its steps."""
+    steps = (record or {}).get("metrics", {}).get("steps") or ()
+    return [s["step_ms"] for s in steps if s.get("step_ms") is not None]
+
+
+def _step_range(record: dict) -> str:
     """Fastest–slowest of rank 0's timed steps (ms): the spread beside their median."""
-    times = [s["step_ms"] for s in steps if s.get("step_ms") is not None]
+    times = step_times(record)
     return f"{min(times):.1f}–{max(times):.1f}" if times else ""
 
 

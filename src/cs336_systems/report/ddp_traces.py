@@ -10,7 +10,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from cs336_systems.report.common import save_figure
-from cs336_systems.report.ddp_rows import trace_label
+from cs336_systems.report.ddp_rows import step_times, trace_label
 
 def is_kernel(interval: dict) -> bool:
     """A kernel (or, on the CPU, an operator) — not a ``phase:*`` annotation. The profiler also puts
@@ -123,8 +123,7 @@ def kernel_time(intervals: list[dict]) -> dict[str, float] | None:
 def step_scatter(record: dict | None) -> float | None:
     """The fastest–slowest width of a record's timed steps (ms): how much one step of its turns
     differs from another; None without a record or its steps."""
-    steps = (record or {}).get("metrics", {}).get("steps") or ()
-    times = [s["step_ms"] for s in steps if s.get("step_ms") is not None]
+    times = step_times(record)
     return max(times) - min(times) if times else None
 
 
@@ -171,7 +170,7 @@ def untraced_idle(gaps: dict | None, record: dict | None) -> dict | None:
     if not gaps or not gaps.get("span_ms") or m.get("step_ms") is None:
         return None
     busy = gaps["span_ms"] - gaps["idle_ms"]
-    times = [s["step_ms"] for s in m.get("steps") or () if s.get("step_ms") is not None] or [m["step_ms"]]
+    times = step_times(record) or [m["step_ms"]]
     idle, slowest, fastest = (max(0.0, t - busy) for t in (m["step_ms"], max(times), min(times)))
     half = gaps["idle_ms"] / 2
     return {"traced_ms": gaps["span_ms"], "traced_idle_ms": gaps["idle_ms"], "busy_ms": busy,
