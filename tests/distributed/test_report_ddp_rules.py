@@ -18,6 +18,7 @@ from cs336_systems.report.writeup import Renderer
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 H200_Bps = 4.8e12           # the datasheet memory bandwidth accounting.hardware gives the H200
+H200_LINK_Bps = 450e9       # its NVLink's datasheet rate each way (900 GB/s both ways)
 GIB = 2**30
 
 
@@ -150,33 +151,53 @@ def test_the_per_call_cost_is_recovered_from_naive_against_flat(seed):
     o_ms, w = rng.uniform(0.005, 0.05), rng.uniform(100, 400)
     count = rng.randint(500_000_000, 3_000_000_000)
     naive, flat, calls = _naive_and_flat(rng, o_ms, w, count)
-    found = ddp_rows.paid_per_call([naive, flat], {"o_ms": 0.09, "w_GBps": w})["fp32"]
+    found = ddp_rows.paid_per_call([naive, flat])["fp32"]
     assert found["calls"] == {"naive": calls, "flat": 1} and calls == 48 * 9 + 3 + 1
     assert found["extra_passes_ms"] == pytest.approx(4 * count * 4 / H200_Bps * 1e3)
     assert found["o_ms"] == pytest.approx(o_ms, rel=1e-9)
-    # no spread: the bounds close on the same number
-    assert found["o_low_ms"] == pytest.approx(o_ms, rel=1e-9) and found["o_high_ms"] == pytest.approx(o_ms, rel=1e-9)
+    # no spread: the low bound closes on o; the high one counts against the calls what the bytes took
+    # beyond their least at the link's datasheet rate (2 ranks: a ring moves the payload once each way)
+    assert found["o_low_ms"] == pytest.approx(o_ms, rel=1e-9)
+    beyond = (count * 4 / (w * 1e9) - count * 4 / H200_LINK_Bps) * 1e3
+    assert found["o_high_ms"] == pytest.approx(o_ms + beyond / calls, rel=1e-9) and found["o_high_ms"] >= o_ms
 
 
 def test_the_per_call_bounds_hold_the_true_cost_under_spread(seed):
     rng = random.Random(seed)
     o_ms, w = rng.uniform(0.005, 0.05), rng.uniform(100, 400)
     naive, flat, _ = _naive_and_flat(rng, o_ms, w, 2_000_000_000, jitter=0.3)
-    found = ddp_rows.paid_per_call([naive, flat], {"o_ms": 0.09, "w_GBps": w})["fp32"]
+    found = ddp_rows.paid_per_call([naive, flat])["fp32"]
     # each wait within ±0.3 of its model, so a round's difference within ±0.6 of the true one: the
     # interval's low end is at most that above it; the high bound is naive's slowest wait's
     assert found["o_low_ms"] <= o_ms + 0.6 / 435 and found["o_high_ms"] >= o_ms - 0.3 / 436
     assert found["o_low_ms"] <= found["o_ms"]
     # three rounds: no interval, so no lower bound; the estimate stands
     short = [_record(r["params"]["variant"], r["metrics"]["steps"][:6], rounds=3) for r in (naive, flat)]
-    found = ddp_rows.paid_per_call(short, {"o_ms": 0.09, "w_GBps": w})["fp32"]
+    found = ddp_rows.paid_per_call(short)["fp32"]
     assert found["o_low_ms"] is None and found["waits"]["verdict"] == spread.NOT_SETTLED and found["o_ms"] > 0
+
+
+def test_the_per_call_bound_holds_whatever_another_process_s_bandwidth_says(seed):
+    """Naive's bytes moved at a rate below the link's datasheet one; C1's fit (another process) read a
+    slower link still. A bound that took the bytes at C1's rate would count too much of the wait as
+    bytes and fall below the true per-call cost; at the datasheet's rate it cannot."""
+    rng = random.Random(seed)
+    o_ms, true_GBps = rng.uniform(0.005, 0.05), rng.uniform(250, 440)
+    count = rng.randint(500_000_000, 3_000_000_000)
+    naive, flat, calls = _naive_and_flat(rng, o_ms, true_GBps, count, jitter=0.05)
+    found = ddp_rows.paid_per_call([naive, flat])["fp32"]
+    assert found["link_GBps"] == pytest.approx(H200_LINK_Bps / 1e9)
+    assert found["send_ms"] == pytest.approx(count * 4 / H200_LINK_Bps * 1e3)
+    slowest = max(s["comm_wait_ms"] for s in naive["metrics"]["steps"])
+    expected = (slowest - count * 4 / H200_LINK_Bps * 1e3 - 2 * count * 4 / H200_Bps * 1e3) / calls
+    assert found["o_high_ms"] == pytest.approx(expected, rel=1e-9)
+    assert found["o_high_ms"] >= o_ms
 
 
 def test_without_the_card_s_bandwidth_the_copies_are_not_counted(seed):
     rng = random.Random(seed)
     naive, flat, calls = _naive_and_flat(rng, 0.02, 300, 2_000_000_000, gpu="Some GPU")
-    found = ddp_rows.paid_per_call([naive, flat], None)["fp32"]
+    found = ddp_rows.paid_per_call([naive, flat])["fp32"]
     assert found["memory_GBps"] is None and found["extra_passes_ms"] == 0.0 and found["o_high_ms"] is None
     waits = naive["metrics"]["comm_wait_ms"] - flat["metrics"]["comm_wait_ms"]
     assert found["o_ms"] == pytest.approx(waits / (calls - 1))
@@ -193,7 +214,7 @@ def test_the_overhead_model_says_which_per_call_cost_it_uses(seed, tmp_path, wit
     summary = ddp.build("C8", records, {}, [], c1, tmp_path)
     model, table = summary.model, pd.read_csv(tmp_path / "table.csv")
     s, w = 2_000_000_000 * 4, 330e9
-    o = ddp_rows.paid_per_call(records, c1["fits"]["nccl_x2"])["fp32"]["o_ms"] if with_flat else 0.09
+    o = ddp_rows.paid_per_call(records)["fp32"]["o_ms"] if with_flat else 0.09
     assert model.o_source == ("records" if with_flat else "C1") and model.o_ms == pytest.approx(o)
     assert list(table["predicted_ms"]) == pytest.approx([n * o + s / (n * w) * 1e3 for n in table["buckets"]], rel=1e-3)
     assert list(table["predicted_c1_ms"]) == pytest.approx([n * 0.09 + s / (n * w) * 1e3 for n in table["buckets"]], rel=1e-3)
@@ -547,7 +568,7 @@ def test_the_per_call_cost_says_how_much_of_it_is_the_datasheet_s_pass_and_what_
                _record("bucketed-view-1000", wait(4 + true_pass), buckets=8),
                _record("bucketed-ready-1000", wait(4 + true_pass), buckets=9),
                _record("bucketed-avg-1000", wait(4 + true_pass - 0.5 * floor), buckets=9)]   # saves half a least pass
-    paid = ddp_rows.paid_per_call(records, C1["fits"]["nccl_x2"])["fp32"]
+    paid = ddp_rows.paid_per_call(records)["fp32"]
     waits = paid["waits"]["ms"]
     assert paid["extra_passes_ms"] == pytest.approx(2 * floor)
     assert paid["assumed_share"] == pytest.approx(2 * floor / (waits + 2 * floor))
@@ -558,8 +579,10 @@ def test_the_per_call_cost_says_how_much_of_it_is_the_datasheet_s_pass_and_what_
     assert measured["pass_ms"] == pytest.approx([true_pass, true_pass], abs=0.05)
     assert measured["o_ms"] == pytest.approx([o_ms, o_ms], abs=2e-4)
     assert measured["datasheet_pass_ms"] == pytest.approx(floor)
-    # the bound with the same pass: naive's slowest wait less its bytes and its pass, per call, about o
-    assert measured["o_high_ms"][0] == pytest.approx(o_ms, abs=5e-4) and measured["fits_bound"] == "both"
+    # the bound with the same pass: naive's slowest wait less its bytes at the link's datasheet rate and
+    # its pass, per call: o and what the bytes took beyond their least
+    bound = o_ms + (S / W - S / H200_LINK_Bps) * 1e3 / calls
+    assert measured["o_high_ms"][0] == pytest.approx(bound, abs=5e-4) and measured["fits_bound"] == "both"
     assert measured["bucket_passes_ms"] == pytest.approx([2 * true_pass] * 2, abs=0.1)
     summary = ddp.build("C8", records, {}, [], C1, tmp_path)
     # the bucket size waits its two passes and 4 ms more: the passes do not fill its wait

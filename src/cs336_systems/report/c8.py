@@ -676,10 +676,12 @@ class AcrossNodes:
 
 @dataclass(frozen=True, kw_only=True)
 class PerCallBound:
-    """What naive's calls can cost at most each (``ddp_rows.paid_per_call``'s ``o_high_ms``), and how
-    much of o is flat's extra passes at the datasheet's rate (``assumed_share``, ``mostly_assumed``)."""
+    """What naive's calls can cost at most each (``ddp_rows.paid_per_call``'s ``o_high_ms``, its bytes
+    priced at the card's datasheet link rate ``link_GBps``), and how much of o is flat's extra passes
+    at the datasheet's rate (``assumed_share``, ``mostly_assumed``)."""
     calls: dict[str, int]
     o_high_ms: float | None
+    link_GBps: float | None
     extra_passes_ms: float
     assumed_share: float | None
     mostly_assumed: bool

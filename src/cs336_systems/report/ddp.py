@@ -220,7 +220,7 @@ def build(ident: str, records: list[dict], traces: dict[str, list[dict]], traced
     setup["other_batches"] = {variants.precision_of(r): r["params"]["global_batch"] for r in records
                               if r["params"]["global_batch"] != setup["global_batch"]}
     fit = (c1 or {}).get("fits", {}).get(f"{setup['backend']}_x{setup['world_size']}")
-    per_call = paid_per_call(records, fit)
+    per_call = paid_per_call(records)
     by_precision = {p: {"baseline": rows[p].get(variants.BASELINE)} | QUOTED[ident](rows[p]) for p in precisions}
     calls = naive_calls(setup["size"])
     summary = {"provenance": run_provenance(records), "setup": setup, "precisions": precisions,

@@ -231,12 +231,33 @@ def pass_ms(variant: str, grad_bytes: float, memory_Bps: float | None) -> float 
     return data_parallel.after_backward_pass_ms(variants.lookup(variant).name, grad_bytes, memory_Bps)
 
 
-def memory_bandwidth(records: list[dict]) -> float | None:
-    """The datasheet memory bandwidth (bytes/s) of the card the records ran on; None for a card
-    ``accounting.hardware`` does not list, a CPU run, or records from more than one card."""
+def _card(records: list[dict]):
+    """The card the records ran on (``accounting.hardware``); None for a card it does not list, a CPU
+    run, or records from more than one card."""
     gpus = {r["provenance"].get("gpu") for r in records}
-    card = BY_DEVICE_NAME.get(gpus.pop()) if len(gpus) == 1 else None
+    return BY_DEVICE_NAME.get(gpus.pop()) if len(gpus) == 1 else None
+
+
+def memory_bandwidth(records: list[dict]) -> float | None:
+    """The datasheet memory bandwidth (bytes/s) of the card the records ran on; None where the card
+    is not known (``_card``)."""
+    card = _card(records)
     return card.hbm_bandwidth if card else None
+
+
+def link_bandwidth(records: list[dict]) -> float | None:
+    """The datasheet rate (bytes/s, each way) at which the card the records ran on moves a
+    collective's bytes to another (``accounting.hardware``'s ``link_bandwidth``: NVLink's); None
+    where the card is not known (``_card``)."""
+    card = _card(records)
+    return card.link_bandwidth if card else None
+
+
+def least_send_ms(grad_bytes: float, world_size: int, link_Bps: float) -> float:
+    """The least time a ring all-reduce of ``grad_bytes`` on ``world_size`` ranks can take: each rank
+    moves 2(n − 1)/n of the payload through its link (``data_parallel.bus_bandwidth``), at most at
+    the link's datasheet rate."""
+    return grad_bytes / (link_Bps / data_parallel.bus_bandwidth(1.0, world_size)) * 1e3
 
 
 # The passes over the gradients after backward that flat makes and naive does not (into its buffer
@@ -252,12 +273,14 @@ def per_call_cost(waits_ms: float, one_pass_ms: float, calls: dict[str, int]) ->
 
 
 def per_call_bound(slowest_wait_ms: float, send_ms: float, one_pass_ms: float, calls: dict[str, int]) -> float:
-    """The most naive's calls can cost each: its slowest wait less its bytes at C1's bandwidth
-    (``send_ms``) and its own passes over the gradients (``paid_per_call``)."""
+    """The most naive's calls can cost each: its slowest wait less the least time its bytes can take
+    (``send_ms``: ``least_send_ms``, at the link's datasheet rate) and its own passes over the
+    gradients (``paid_per_call``). Any time the bytes or the passes took beyond their least is
+    counted against the calls, so the bound can only be high, never low."""
     return (slowest_wait_ms - send_ms - NAIVE_PASSES * one_pass_ms) / calls["naive"]
 
 
-def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
+def paid_per_call(records: list[dict]) -> dict[str, dict]:
     """Per precision where naive and flat both ran: the cost of one more all-reduce when calls are
     issued back to back after backward, fitted where it is paid. Naive makes one call per gradient
     tensor plus one to agree on which gradients exist; flat makes one for the same bytes but also
@@ -271,12 +294,15 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
     at peak bandwidth). ``assumed_share``: the share of o's numerator that is those passes at the
     datasheet's rate, not measured (None where no pass is counted or the numerator is not positive);
     ``mostly_assumed`` where that is more than half.
-    With C1's fit, ``o_high_ms``: the most naive's calls can cost each, its slowest wait less its
-    bytes at C1's bandwidth and its own division pass. A CPU run (no memory bandwidth) counts no
-    passes. ``slowest_wait_ms`` and ``send_ms`` let a report recompute o and its bound with a pass
-    measured otherwise (``per_call_cost``, ``per_call_bound``)."""
+    Where the card is known, ``o_high_ms``: the most naive's calls can cost each, its slowest wait
+    less the least time its bytes can take (``send_ms``: a ring all-reduce at the card's datasheet
+    link rate, ``link_GBps``; C1's fitted bandwidth is another process's estimate, and a bound
+    subtracting it could fall below the true cost) and its own division pass at the datasheet's
+    memory rate. A CPU run (no memory bandwidth) counts no passes. ``slowest_wait_ms`` and
+    ``send_ms`` let a report recompute o and its bound with a pass measured otherwise
+    (``per_call_cost``, ``per_call_bound``)."""
     out = {}
-    bandwidth = memory_bandwidth(records)
+    bandwidth, link = memory_bandwidth(records), link_bandwidth(records)
     for precision, found in by_variant(records).items():
         naive, flat = found.get("naive"), found.get("flat")
         if not naive or not flat or not naive["metrics"].get("parameter_count"):
@@ -289,7 +315,7 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
         numerator = waits["ms"] + extra
         share = extra / numerator if extra > 0 and numerator > 0 else None
         slowest = phase_spread(naive, "comm_wait_ms")[2]
-        send = grad_bytes / (fit["w_GBps"] * 1e9) * 1e3 if fit and fit.get("w_GBps") else None
+        send = least_send_ms(grad_bytes, naive["params"]["world_size"], link) if link else None
         out[precision] = {"calls": calls, "grad_GB": grad_bytes / 1e6 / 1000, "waits": waits, "extra_passes_ms": extra,
                           "memory_GBps": bandwidth / 1e9 if bandwidth else None,
                           "o_ms": per_call_cost(waits["ms"], one, calls),
@@ -297,7 +323,7 @@ def paid_per_call(records: list[dict], fit: dict | None) -> dict[str, dict]:
                           # most of o is the passes priced, not measured: the words say o rests on them
                           "assumed_share": share, "mostly_assumed": share is not None and share > 0.5,
                           "o_high_ms": None if send is None else per_call_bound(slowest, send, one, calls),
-                          "slowest_wait_ms": slowest, "send_ms": send}
+                          "slowest_wait_ms": slowest, "send_ms": send, "link_GBps": link / 1e9 if link else None}
     return out
 
 
