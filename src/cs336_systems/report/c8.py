@@ -42,17 +42,20 @@ def model_against_waits(predicted: list[float], measured: list[float],
     they stay within ``FLAT_SHARE`` of their median across the sizes, and the model is "off" where
     they are not. Each size's wait is the range of its rounds (``rounds``: per size, the median wait
     of each round; its median alone where none): within or beyond only where the whole range is, and
-    "not settled" where some size's range straddles the factor and none lies beyond it. ``misses``:
+    "not settled" where some size's range straddles the factor and none lies beyond it. Flat, too,
+    is said of every round, not of the medians alone: the lowest and the highest round of any size
+    (``wait_rounds_range_ms``) lie within ``FLAT_SHARE`` of the sizes' median wait. ``misses``:
     "flat" or "off"."""
     spans = [(min(r), max(r)) if r else (m, m) for m, r in zip(measured, rounds or [None] * len(measured))]
     pairs = [(p, lo, hi) for p, (lo, hi) in zip(predicted, spans) if p > 0 and lo > 0]
     within = [1 / FOLLOWS_WITHIN <= lo / p and hi / p <= FOLLOWS_WITHIN for p, lo, hi in pairs]
     beyond = [lo / p > FOLLOWS_WITHIN or hi / p < 1 / FOLLOWS_WITHIN for p, lo, hi in pairs]
     follows = bool(pairs) and all(within)
-    flat = bool(measured) and (max(measured) - min(measured)) < FLAT_SHARE * statistics.median(measured)
+    reach = [min(lo for lo, _ in spans), max(hi for _, hi in spans)] if spans else None
+    flat = bool(measured) and reach[1] - reach[0] < FLAT_SHARE * statistics.median(measured)
     change = max(p for p, _, _ in pairs) / min(p for p, _, _ in pairs) if pairs else None
     verdict = "follows" if follows else ("flat" if flat else "off") if any(beyond) else spread.NOT_SETTLED
-    return {"against_waits": verdict, "misses": verdict in ("flat", "off"),
+    return {"against_waits": verdict, "misses": verdict in ("flat", "off"), "wait_rounds_range_ms": reach,
             "follows_within": FOLLOWS_WITHIN, "flat_share": FLAT_SHARE, "predicted_change": change}
 
 
@@ -301,8 +304,11 @@ def fit_overheads(points: list[dict], grad_bytes: float, w_Bps: float) -> dict |
     ``not_located`` says why: "unsettled" (not every point is settled), "lower" (the best measured
     overhead is at or below the optimum's), "within" (neither, so the optimum's overhead lies within
     the best measured one's interval). It is empty where the optimum is located, None where the fit
-    has no optimum (o not positive). None with fewer than three distinct bucket counts (two points
-    fit any line)."""
+    has no optimum (o not positive). "lower" and "within" set the optimum's overhead against the best
+    measured one's range (``best``'s ``range_ms``: its interval where the judge settled it, else the
+    range of its per-round differences, ``range_kind``), never against its median alone: "lower"
+    where the whole range lies at or below the optimum's, "within" where the optimum's lies inside it.
+    None with fewer than three distinct bucket counts (two points fit any line)."""
     if len({p["buckets"] for p in points}) < 3:
         return None
     xs = [float(p["buckets"]) for p in points]
@@ -315,6 +321,9 @@ def fit_overheads(points: list[dict], grad_bytes: float, w_Bps: float) -> dict |
     widths = [b - a for a, b in filter(None, ranges)]
     best = min(points, key=lambda p: p["ms"])
     settled = all(p["verdict"] != spread.NOT_SETTLED for p in points)
+    best_range, kind = (([best["low_ms"], best["high_ms"]], "interval") if best["low_ms"] is not None
+                        else ([min(best["rounds_ms"]), max(best["rounds_ms"])], "rounds' range") if best["rounds_ms"]
+                        else (None, None))
     found = {"c_ms": intercept, "o_ms": slope, "points": len(points), "degrees_of_freedom": len(points) - 2,
              "buckets": [int(p["buckets"]) for p in points], "residuals_ms": residuals,
              # a fitted overhead (the point's less its residual) inside the range of the point's rounds
@@ -324,7 +333,8 @@ def fit_overheads(points: list[dict], grad_bytes: float, w_Bps: float) -> dict |
              "overhead_range_ms": [min(p["ms"] for p in points), max(p["ms"] for p in points)],
              "best": {"variant": best["variant"], "buckets": int(best["buckets"]), "ms": best["ms"],
                       "low_ms": best["low_ms"], "high_ms": best["high_ms"],
-                      "rounds_ms": [min(best["rounds_ms"]), max(best["rounds_ms"])] if best["rounds_ms"] else None},
+                      "rounds_ms": [min(best["rounds_ms"]), max(best["rounds_ms"])] if best["rounds_ms"] else None,
+                      "range_ms": best_range, "range_kind": kind},
              "optimum": None, "not_located": None}
     if slope > 0:
         optimum = optimal_buckets(grad_bytes, slope / 1e3, w_Bps)
@@ -332,9 +342,11 @@ def fit_overheads(points: list[dict], grad_bytes: float, w_Bps: float) -> dict |
         share = intercept / total if total > 0 else None
         found["optimum"] = optimum | {"overhead_ms": total, "fixed_share": share,
                                       "mostly_fixed": share is not None and share > 0.5}
-        lower = best["ms"] <= total
+        # the best measured overhead against the optimum's by its whole range, not its median
+        lower = best_range is not None and best_range[1] <= total
+        inside = best_range is not None and best_range[0] <= total < best_range[1]
         located = settled and best["low_ms"] is not None and total < best["low_ms"]
-        why = [reason for reason, holds in (("unsettled", not settled), ("lower", lower)) if holds]
+        why = [reason for reason, holds in (("unsettled", not settled), ("lower", lower), ("within", inside)) if holds]
         found["not_located"] = [] if located else why or ["within"]
     return found
 
@@ -712,6 +724,8 @@ class BestMeasured:
     low_ms: float | None
     high_ms: float | None
     rounds_ms: list[float] | None
+    range_ms: list[float] | None    # its interval where settled, else its rounds' range
+    range_kind: str | None          # "interval", "rounds' range"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -776,6 +790,7 @@ class OverheadModel:
     waits_beyond_pass_ms: list[float] | None
     against_waits: str              # "follows", "flat", "off", "not settled"
     misses: bool                    # "flat" or "off": some size's rounds all beyond the factor
+    wait_rounds_range_ms: list[float] | None    # the lowest and highest round's wait of any size
     follows_within: float
     flat_share: float
     predicted_change: float | None
