@@ -137,7 +137,8 @@ def where_time_goes(traces: dict[str, list[dict]], chosen: list[tuple[str, str]]
     much one step differs from another (``matmul_beyond_scatter``): the wider of the two variants'
     fastest–slowest timed steps (``step_scatter_ms``, from ``records``, precision -> variant ->
     record); None where either has no timed steps, there is no naive trace to set it against, or the
-    step is naive's own."""
+    step is naive's own. The copies' excess is held to the same scatter (``copy_beyond_scatter``):
+    one traced step each cannot tell a smaller one from how much one step differs from another."""
     times = {label: kernel_time(traces[label]) for v, p in [*chosen, *((QUIET_TRACE, p) for _, p in chosen)]
              if (label := trace_label(v, p)) in traces}
     out = {}
@@ -151,10 +152,11 @@ def where_time_goes(traces: dict[str, list[dict]], chosen: list[tuple[str, str]]
         widths = [step_scatter(ran.get(v)) for v in (variant, QUIET_TRACE)]
         scatter = None if None in widths else max(widths)
         excess = found["matmul"] - quiet["matmul"] if quiet else None
+        copies = found["copy"] - quiet["copy"] if quiet else None
         judged = excess is not None and scatter is not None and variant != QUIET_TRACE
-        out[label] = found | {"matmul_over_quiet_ms": excess,
-                              "copy_over_quiet_ms": found["copy"] - quiet["copy"] if quiet else None,
-                              "step_scatter_ms": scatter, "matmul_beyond_scatter": excess > scatter if judged else None}
+        out[label] = found | {"matmul_over_quiet_ms": excess, "copy_over_quiet_ms": copies,
+                              "step_scatter_ms": scatter, "matmul_beyond_scatter": excess > scatter if judged else None,
+                              "copy_beyond_scatter": copies > scatter if judged else None}
     return out
 
 
