@@ -104,7 +104,9 @@ def test_pytorch_ddp_waits_inside_backward_and_is_never_shown_waiting_nothing(se
     for ident in ("C3", "C6", "C8"):
         mine = [r for r in records if r["params"]["variant"] in ddp.reads(ident, list(by))]
         text = _section(ident, ddp.build(ident, mine, {}, [], {"fits": {}}, tmp_path), tmp_path)
-        assert "PyTorch's DDP shows no wait after backward because its reducer waits inside it" in text, ident
+        assert "PyTorch's DDP is built to wait for its all-reduces inside backward" in text, ident
+        # its wait after backward is set against the baseline's by the judge, where the run has one
+        assert ("its wait after\nbackward" in text) is with_baseline, ident
         assert "0.0 % of the step waiting" not in text and "waiting for communication 0.00" not in text, ident
         # each section sets it against the quiet backward among its own records (C3 reads no flat)
         found = ddp_rows.backward_waits(mine)["fp32"]["torch-ddp"]
@@ -120,6 +122,33 @@ def test_pytorch_ddp_waits_inside_backward_and_is_never_shown_waiting_nothing(se
     text = _section("C6", ddp.build("C6", short, {}, [], {"fits": {}}, tmp_path), tmp_path)
     assert f"not settled against {found['reference']}'s" in text and "fewer rounds than the judge needs" in text
     assert "that is where its communication costs" not in text and "against the others' is not settled" in text
+
+
+@pytest.mark.parametrize("left_ms", [0.0, 5.0])
+def test_pytorch_ddp_s_wait_after_backward_is_the_judge_s_not_a_design_s(seed, tmp_path, left_ms):
+    """"PyTorch's DDP shows no wait after backward because its reducer waits inside it" was said of
+    any records: a DDP that still waited 5 ms after backward read the same. Its wait is set against the
+    baseline's (which communicates nothing) by the judge, and the design is worded as the design."""
+    rng = random.Random(seed)
+    records = [_record("no-comm", _steps(rng, 243, 480, 0.0, 45, jitter=0.1)),
+               _record("overlap", _steps(rng, 243, 500, 5.0, 45, jitter=0.1)),
+               _record("torch-ddp", _steps(rng, 245, 512, left_ms, 45, jitter=0.1))]
+    found = ddp_rows.backward_waits(records)["fp32"]["torch-ddp"]
+    by = {r["params"]["variant"]: r for r in records}
+    judged = _judged(by["torch-ddp"], by["no-comm"], "comm_wait_ms")
+    (quiet,) = found["wait_vs_quiet"]
+    assert quiet["quiet"] == "no-comm" and quiet["versus"]["verdict"] == judged.verdict
+    assert quiet["wait_ms"] == by["torch-ddp"]["metrics"]["comm_wait_ms"]
+    if left_ms:                         # 5 ms against ±0.1 a step: called, whatever the seed
+        assert judged.verdict == "higher"
+    text = _section("C8", ddp.build("C8", records, {}, [], {"fits": {}}, tmp_path), tmp_path)
+    assert "shows no wait after backward" not in text
+    assert "PyTorch's DDP is built to wait for its all-reduces inside backward" in text
+    if left_ms:
+        assert f"{judged.difference:.1f} ms longer than no-comm's ({judged.low:.1f} to {judged.high:.1f}), which communicates nothing" in text
+    # without the baseline nothing is set against its wait
+    found = ddp_rows.backward_waits(records[1:])["fp32"]["torch-ddp"]
+    assert found["wait_vs_quiet"] == []
 
 
 def test_pytorch_ddp_without_a_quiet_backward_says_there_is_nothing_to_set_it_against(seed, tmp_path):

@@ -188,7 +188,11 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
     variant that is not ``same_computation`` computes otherwise), with the variants it is judged
     shorter and longer than, and whether against some it is within the spread or not settled;
     ``step_verdict``, what its step sentence leads with: "beyond" the spread (against any), else
-    ``spread.NOT_SETTLED`` (against some), else ``spread.WITHIN``; None with no other step."""
+    ``spread.NOT_SETTLED`` (against some), else ``spread.WITHIN``; None with no other step.
+    ``wait_vs_quiet``: its measured wait after backward against the baseline's, which communicates
+    nothing (``record_difference``), one entry where the run has the baseline, none where not: that
+    it has nothing left to wait for after backward is what its reducer is built to do, and the judge
+    says whether its records show it."""
     out: dict[str, dict[str, dict]] = {}
     for precision, found in by_variant(records).items():
         backward = {v: phase_spread(r, "backward_ms") for v, r in found.items()}
@@ -206,7 +210,11 @@ def backward_waits(records: list[dict]) -> dict[str, dict[str, dict]]:
             verdicts = {d["verdict"] for d in steps.values()}
             lead = ("beyond" if any(d["sign"] for d in steps.values()) else spread.NOT_SETTLED
                     if spread.NOT_SETTLED in verdicts else spread.WITHIN if spread.WITHIN in verdicts else None)
+            base = found.get(variants.BASELINE)
+            wait = record_difference(found[variant], base, "comm_wait_ms") if base else None
             out.setdefault(precision, {})[variant] = {
+                "wait_vs_quiet": [{"quiet": variants.BASELINE, "wait_ms": found[variant]["metrics"]["comm_wait_ms"],
+                                   "versus": wait}] if wait else [],
                 "backward_ms": mine[0], "reference": reference,
                 "reference_backward_ms": backward[reference][0] if reference else None,
                 "excess": record_difference(found[variant], found[reference], "backward_ms") if reference else None,
@@ -452,8 +460,17 @@ class Difference(Spread):
 
 
 @dataclass(frozen=True, kw_only=True)
+class QuietWait:
+    """``backward_waits``' ``wait_vs_quiet``: a variant's wait after backward against ``quiet``'s."""
+    quiet: str
+    wait_ms: float
+    versus: Difference
+
+
+@dataclass(frozen=True, kw_only=True)
 class Waits:
     """A variant's entry of ``backward_waits``: ``reference`` the quiet backward it is held against."""
+    wait_vs_quiet: list[QuietWait]
     backward_ms: float
     reference: str | None
     excess: Difference | None
