@@ -670,3 +670,36 @@ def test_a_traced_step_s_extra_copy_time_is_put_on_the_variant_only_beyond_the_s
     assert found["torch-ddp"]["copy_beyond_scatter"] is False
     assert found["naive"]["copy_beyond_scatter"] is None
     assert ddp_traces.where_time_goes(traces, [("torch-ddp", "fp32")])["torch-ddp"]["copy_beyond_scatter"] is None
+
+
+@pytest.mark.parametrize("longest_over_threshold", [False, True])
+def test_c12_s_wait_threshold_is_checked_against_a_step_without_gathers(seed, tmp_path, longest_over_threshold):
+    """"Gaps of half a millisecond are longer than any launch gap" restated the traces' threshold with
+    no check. DDP (overlap)'s traced step, whose compute waits for no gather, holds only launch gaps:
+    the threshold is longer than them where its longest gap is below it, and the words say which."""
+    rng = random.Random(seed)
+    threshold = ddp_traces.LONG_GAP_MS
+    longest = threshold * (rng.uniform(1.1, 4.0) if longest_over_threshold else rng.uniform(0.05, 0.9))
+    kernels, start = [], 0.0
+    for _ in range(rng.randint(50, 200)):
+        kernels.append(_kernel("compute", "void gemm", start, rng.uniform(0.01, 2.0)))
+        start = kernels[-1]["end_us"] + rng.uniform(0.0, 0.9) * longest * 1e3
+    kernels.append(_kernel("compute", "void gemm", kernels[-1]["end_us"] + longest * 1e3, 1.0))     # the longest gap
+    gaps = ddp_traces.compute_gaps(kernels)
+    assert gaps["longest_gap_ms"] == pytest.approx(longest)
+    found = c12.launch_gaps(gaps)
+    assert found["threshold_ms"] == threshold and found["longest_ms"] == pytest.approx(longest)
+    assert found["reading"] == ("not longer" if longest >= threshold else "longer")
+    assert c12.launch_gaps(None)["reading"] is None
+    # the words: the committed h200 summary with this reading
+    import shutil
+
+    repo = Path(__file__).resolve().parents[2]
+    folder = shutil.copytree(repo / "results" / "h200" / "C12", tmp_path / "C12", ignore=shutil.ignore_patterns("records", "traces"))
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["launch_gaps"] = found
+    (folder / "summary.json").write_text(json.dumps(summary))
+    text = Renderer("md", tmp_path / "w" / "w.md", repo / "writeup" / "templates").section("C12", folder / "summary.json")
+    assert "longer than any launch gap" not in text
+    assert ("the table counts them as waits" in text) is (not longest_over_threshold)
+    assert ("so a gap over it need not be a wait" in text) is longest_over_threshold

@@ -17,7 +17,7 @@ from cs336_systems.report import spread
 from cs336_systems.report.contract import Summary
 from cs336_systems.report.ddp_rows import (GIB, PHASES, Setup, Spread, Step, Versus, WaitingStep, by_variant,
                                            compute_precision, memory_rows, record_difference, trace_label)
-from cs336_systems.report.ddp_traces import untraced_idle
+from cs336_systems.report.ddp_traces import LONG_GAP_MS, untraced_idle
 
 if TYPE_CHECKING:
     from cs336_systems.report.ddp import Section
@@ -231,6 +231,14 @@ class MemoryAt:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LaunchGaps:
+    """``launch_gaps``: the traces' threshold for a wait against a step whose compute waits for no gather."""
+    threshold_ms: float
+    longest_ms: float | None
+    reading: str | None             # "longer", "not longer"; null: no such trace ran
+
+
+@dataclass(frozen=True, kw_only=True)
 class C12Summary(Summary):
     setup: Setup
     first_precision: str                    # the precision of the rows it quotes (fsdp, overlap, memory)
@@ -251,6 +259,7 @@ class C12Summary(Summary):
     untraced_idle: dict[str, UntracedIdle | None]
     gap_labels: list[str]
     gap_rows: list[str]
+    launch_gaps: LaunchGaps
 
 
 def phases_against(fsdp: dict | None, ddp: dict | None) -> dict:
@@ -287,6 +296,17 @@ def idle_against_transfers(idle_ms: float, label: str, forward_rows: list[dict])
     return bound, None if bound is None else spread.across_processes(idle_ms, bound)
 
 
+def launch_gaps(reference: dict | None) -> dict:
+    """Whether the traces' threshold for a wait (``LONG_GAP_MS``) is longer than the gaps of a step
+    whose compute waits for no gather: DDP (overlap)'s traced step (``reference``, its
+    ``compute_gaps``), whose compute lane waits only for its own launches. ``reading``: "longer"
+    where its longest gap is below the threshold, "not longer" where it reaches it (a gap over the
+    threshold need not be a wait), None where no such trace ran (the threshold is then unchecked)."""
+    longest = reference["longest_gap_ms"] if reference else None
+    return {"threshold_ms": LONG_GAP_MS, "longest_ms": longest,
+            "reading": None if longest is None else "longer" if longest < LONG_GAP_MS else "not longer"}
+
+
 def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     """C12's summary keys: FSDP's phases against DDP's (``phases_against``), the memory rows
     (``memory``, the first precision's), the state FSDP is predicted to save and what it saves, what
@@ -318,4 +338,4 @@ def part(s: "Section", drawn: list[str], gaps: dict[str, dict | None]) -> dict:
     return phases | {"optimizer_vs_ddp": optimizer_vs_ddp(phases["phases_vs_ddp"]),
         "memory": {m["variant"]: m for m in memory}, "predicted_state_GiB": predicted, "fsdp_forward": forward_rows,
         "saving": fsdp_saving(memory, predicted), "untraced_idle": untraced, "gap_labels": gap_labels,
-        "gap_rows": gap_labels + reference}
+        "gap_rows": gap_labels + reference, "launch_gaps": launch_gaps(gaps.get("overlap"))}
