@@ -125,6 +125,48 @@ def test_top_kernel_and_non_matmul_summaries():
     assert shares[a2.short_name("gather")][0] == 1
 
 
+def _three_modes(size, context, forward, backward):
+    """An A2 record whose three modes ran: ``forward``/``backward`` map each mode to its passes'
+    kernels {name: ms} (the optimizer's table left out)."""
+    def table(kernels):
+        return [{"name": n, "category": "GEMM", "total_ns": ms * 1e6, "instances": 4}
+                for n, ms in sorted(kernels.items(), key=lambda kv: -kv[1])]
+    modes = {mode: {"status": "ok", "tables": {"forward": table(forward[mode]),
+                                                **({"backward": table(backward[mode])} if mode in backward else {})}}
+             for mode in ("forward", "forward-backward", "train-step")}
+    return {"id": "A2", "status": "ok", "params": {"size": size, "context": context, "batch": 4},
+            "metrics": {"modes": modes}}
+
+
+def test_b_a_top_kernel_counts_only_where_it_is_clear_of_its_runner_up_over_the_modes_repeats(seed):
+    """Whether the forward's top kernel is also the top over forward and backward is a ranking of
+    one profiled pass each: it counts only where, over every mode's repeat of the passes, the top's
+    totals lie apart from the runner-up's; a point where they overlap is too close to call."""
+    rng = random.Random(seed)
+    fwd, bwd = "sm90_xmma_gemm_f32f32_tn_n_kernel", "sm90_xmma_gemm_f32f32_nn_n_kernel"
+    records = []
+    for context, close in ((128, False), (256, True)):
+        base, jitter = rng.uniform(5, 500), rng.uniform(0.002, 0.01)
+        # the forward's top kernel: far ahead in the forward; over both passes level with the backward's
+        # top (close: inside its range over the modes) or clearly behind it
+        spread = [base * (1 + jitter * k) for k in (0, 1)]
+        backward_total = [base * (1 + jitter * rng.uniform(0.2, 0.8)) for _ in range(2)] if close \
+            else [base * (1.5 + jitter * k) for k in (0, 1)]
+        forward = {m: {fwd: spread[0] * 0.3, "other": spread[0] * 0.01} for m in ("forward", "forward-backward", "train-step")}
+        backward = {m: {fwd: spread[i] - spread[0] * 0.3, bwd: backward_total[i]}
+                    for i, m in enumerate(("forward-backward", "train-step"))}
+        records.append(_three_modes("small", context, forward, backward))
+    clear = a2.top_clear(records)
+    assert {p: c["clear"] for p, c in clear.items()} == {"small ctx 128": True, "small ctx 256": False}
+    b = a2.b_findings(a2.table_b(records), clear)
+    # the old count took the one profiled ranking at its word: the close point counted as "differ" too
+    assert b["compared"] == 2 and b["differ"] == 1 and b["same"] == 0
+    assert b["too_close"] == [{"points": ["small ctx 256"]}]
+    assert b["repeats"] == {"forwards": 3, "both": 2}
+    # nothing said of the repeats: no point is clear
+    assert a2.b_findings(a2.table_b(records))["too_close"] == [{"points": ["small ctx 128", "small ctx 256"]}]
+
+
 def _d_rows(shares):
     """table_d rows from {(size, context, mode): (GEMM, elementwise, optimizer)} shares."""
     return a2.pd.DataFrame([{"point": f"{size} ctx {context}", "mode": mode, "step_kernel_ms": 1.0,

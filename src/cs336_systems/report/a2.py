@@ -275,18 +275,65 @@ def table_b(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def b_findings(b: pd.DataFrame) -> dict | None:
+def top_is_clear(tables: list[list[dict]]) -> bool:
+    """Whether the first table's top kernel comes before its runner-up beyond what the profile's own
+    repeats of that work show: ``tables`` are the same phases' kernel tables from each mode that ran
+    them (one process: each mode a fresh model running the same passes), each kernel's totals over
+    them a range, and the order holds only where the two ranges do not overlap
+    (``spread.ranges_apart``). One table measures no spread: not clear."""
+    if len(tables) < 2 or len(tables[0]) < 2:
+        return len(tables) >= 2 and len(tables[0]) == 1
+    top, runner_up = tables[0][0]["name"], tables[0][1]["name"]
+
+    def totals(name: str) -> list[float]:
+        return [sum(r["total_ns"] for r in t if r["name"] == name) for t in tables]
+    a, b = totals(top), totals(runner_up)
+    return ranges_apart([min(a), max(a)], [min(b), max(b)]) == "higher"
+
+
+def top_clear(records: list[dict]) -> dict[str, dict]:
+    """Per point whose forward-backward mode ran: whether its top forward kernel and its top kernel
+    over forward and backward together are both clear of their runners-up (``clear``, by
+    ``top_is_clear``): the forward's over every mode's forward table (``forwards`` of them), forward
+    and backward's over every mode that ran both (``both``)."""
+    out = {}
+    for r in _sorted(records):
+        fb = _ok(r, "forward-backward")
+        if not (fb and fb["tables"].get("forward") and fb["tables"].get("backward")):
+            continue
+        ran = [m for m in (_ok(r, mode) for mode in MODES) if m]
+        forwards = [merged([m["tables"]["forward"]]) for m in ran if m["tables"].get("forward")]
+        both = [merged([m["tables"]["forward"], m["tables"]["backward"]]) for m in (fb, *[x for x in ran if x is not fb])
+                if m["tables"].get("forward") and m["tables"].get("backward")]
+        out[_point(r)] = {"clear": top_is_clear(forwards) and top_is_clear(both),
+                          "forwards": len(forwards), "both": len(both)}
+    return out
+
+
+def b_findings(b: pd.DataFrame, clear: dict[str, dict] | None = None) -> dict | None:
     """(b) in numbers: the top kernel's categories, how often it runs and its share, and where the
-    forward+backward top differs, what that one is."""
+    forward+backward top differs, what that one is. Whether the forward's top is also the top over
+    forward and backward is counted only at the points ``clear`` says both tops are clear of their
+    runners-up (``top_clear``); the others are too close to call (``too_close``), and without
+    ``clear`` every compared point is."""
     if not len(b):
         return None
-    differ = b[b["same_top"] == False]  # noqa: E712 - None (not profiled) is neither
+    clear = clear or {}
+    settled = b["point"].map(lambda p: clear.get(p, {}).get("clear", False))
+    close = [p for p, s, t in zip(b["point"], settled, b["same_top"]) if t is not None and not s]
+    repeats = [clear[p] for p in b["point"] if p in clear]
+    kept = b[settled]
+    differ = kept[kept["same_top"] == False]  # noqa: E712 - None (not profiled) is neither
     layout = lambda name: (re.search(r"_(nn|nt|tn|tt)_", name) or [None, None])[1]  # noqa: E731 - cuBLAS's operand layout tag
     return {"categories": sorted(b["category"].unique()), "points": int(len(b)),
             "calls": [int(b["calls_per_forward"].min()), int(b["calls_per_forward"].max())],
             "share": [float(b["share_of_forward"].min()), float(b["share_of_forward"].max())],
             "differ": int(len(differ)), "compared": int(b["same_top"].notna().sum()),
-            "same": int((b["same_top"] == True).sum()),  # noqa: E712
+            "same": int((kept["same_top"] == True).sum()),  # noqa: E712
+            "too_close": [{"points": close}] if close else [],
+            # the fewest repeats of the passes a compared point's order was judged over
+            "repeats": {"forwards": min(x["forwards"] for x in repeats), "both": min(x["both"] for x in repeats)}
+            if repeats else None,
             "differ_categories": sorted(differ["top_fwd_bwd_category"].dropna().unique())
             if "top_fwd_bwd_category" in differ else [],
             # whether every differing pair names different operand layouts (e.g. forward tn, backward nn/nt)
@@ -591,7 +638,7 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "share_threshold": SHARE_THRESHOLD,
         "a": records_list(tables["a"]),
         "a_findings": a_findings(tables["a"]), "host_bound_below": LAUNCH_BOUND_BUSY,
-        "b_findings": b_findings(tables["b"]), "c_findings": c_findings(records),
+        "b_findings": b_findings(tables["b"], top_clear(records)), "c_findings": c_findings(records),
         "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth),
         "e": records_list(tables["e"]), "e_findings": e_findings(tables["e"], tables["a"]),
     }
@@ -699,8 +746,23 @@ class AFindings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Repeats:
+    """How many modes ran a point's forward pass, and its forward and backward passes (the fewest)."""
+    forwards: int
+    both: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TooClose:
+    """The points where a top kernel's totals over the profile's repeated passes overlap its runner-up's."""
+    points: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class BFindings:
     points: int
+    too_close: list[TooClose]           # one entry, or none where every compared point is clear
+    repeats: Repeats | None
     compared: int | None
     same: int
     differ: int | None
