@@ -125,6 +125,48 @@ def test_top_kernel_and_non_matmul_summaries():
     assert shares[a2.short_name("gather")][0] == 1
 
 
+def _three_modes(size, context, forward, backward):
+    """An A2 record whose three modes ran: ``forward``/``backward`` map each mode to its passes'
+    kernels {name: ms} (the optimizer's table left out)."""
+    def table(kernels):
+        return [{"name": n, "category": "GEMM", "total_ns": ms * 1e6, "instances": 4}
+                for n, ms in sorted(kernels.items(), key=lambda kv: -kv[1])]
+    modes = {mode: {"status": "ok", "tables": {"forward": table(forward[mode]),
+                                                **({"backward": table(backward[mode])} if mode in backward else {})}}
+             for mode in ("forward", "forward-backward", "train-step")}
+    return {"id": "A2", "status": "ok", "params": {"size": size, "context": context, "batch": 4},
+            "metrics": {"modes": modes}}
+
+
+def test_b_a_top_kernel_counts_only_where_it_is_clear_of_its_runner_up_over_the_modes_repeats(seed):
+    """Whether the forward's top kernel is also the top over forward and backward is a ranking of
+    one profiled pass each: it counts only where, over every mode's repeat of the passes, the top's
+    totals lie apart from the runner-up's; a point where they overlap is too close to call."""
+    rng = random.Random(seed)
+    fwd, bwd = "sm90_xmma_gemm_f32f32_tn_n_kernel", "sm90_xmma_gemm_f32f32_nn_n_kernel"
+    records = []
+    for context, close in ((128, False), (256, True)):
+        base, jitter = rng.uniform(5, 500), rng.uniform(0.002, 0.01)
+        # the forward's top kernel: far ahead in the forward; over both passes level with the backward's
+        # top (close: inside its range over the modes) or clearly behind it
+        spread = [base * (1 + jitter * k) for k in (0, 1)]
+        backward_total = [base * (1 + jitter * rng.uniform(0.2, 0.8)) for _ in range(2)] if close \
+            else [base * (1.5 + jitter * k) for k in (0, 1)]
+        forward = {m: {fwd: spread[0] * 0.3, "other": spread[0] * 0.01} for m in ("forward", "forward-backward", "train-step")}
+        backward = {m: {fwd: spread[i] - spread[0] * 0.3, bwd: backward_total[i]}
+                    for i, m in enumerate(("forward-backward", "train-step"))}
+        records.append(_three_modes("small", context, forward, backward))
+    clear = a2.top_clear(records)
+    assert {p: c["clear"] for p, c in clear.items()} == {"small ctx 128": True, "small ctx 256": False}
+    b = a2.b_findings(a2.table_b(records), clear)
+    # the old count took the one profiled ranking at its word: the close point counted as "differ" too
+    assert b["compared"] == 2 and b["differ"] == 1 and b["same"] == 0
+    assert b["too_close"] == [{"points": ["small ctx 256"]}]
+    assert b["repeats"] == {"forwards": 3, "both": 2}
+    # nothing said of the repeats: no point is clear
+    assert a2.b_findings(a2.table_b(records))["too_close"] == [{"points": ["small ctx 128", "small ctx 256"]}]
+
+
 def _d_rows(shares):
     """table_d rows from {(size, context, mode): (GEMM, elementwise, optimizer)} shares."""
     return a2.pd.DataFrame([{"point": f"{size} ctx {context}", "mode": mode, "step_kernel_ms": 1.0,
@@ -290,8 +332,12 @@ def test_e_softmax_is_called_memory_bound_only_where_its_bytes_floor_is_above_it
     records = _softmax_records(rng, rng.uniform(0.55, 0.95))
     found = a2.e_findings(a2.table_e(records))
     assert found["memory_bound"] == "memory"
-    # 8 fp32 passes (32 bytes a score) at 3.35 TB/s against about 5 FLOPs a score at 67 TFLOP/s
-    assert found["memory_over_arithmetic"][0] > 100
+    # 8 fp32 passes (32 bytes a score) at 3.35 TB/s against one exp a score on the special-function
+    # units (67e12 / 16 a second) and the other 4 operations a score one instruction an fp32 lane (67e12 / 2)
+    context = 512
+    per_score_ops = (5 * context - 2) / context
+    expected = (32 / 3.35e12) / (1 / (67e12 / 16) + (per_score_ops - 1) / (67e12 / 2))
+    assert found["memory_over_arithmetic"] == pytest.approx([expected, expected])
     # the same bytes on a card whose fp32 peak is under a hundredth of the H100's
     slow = dataclasses.replace(H100_SXM, fp32_flops=67e12 / rng.uniform(200, 2000))
     monkeypatch.setitem(a2.BY_DEVICE_NAME, "NVIDIA H100 80GB HBM3", slow)
@@ -299,6 +345,46 @@ def test_e_softmax_is_called_memory_bound_only_where_its_bytes_floor_is_above_it
     assert found["softmax_hbm_share"][0] > a2.MEMORY_BOUND
     assert found["memory_over_arithmetic"][1] < 1
     assert found["memory_bound"] == "arithmetic"
+
+
+def test_e_softmax_s_exps_count_at_the_special_function_units_rate_not_the_fp32_peak(seed, monkeypatch):
+    """An exp runs on the special-function units, at an eighth of the fp32 lanes' rate on Hopper, and
+    max, subtract, sum and divide are one instruction a lane each, not half a multiply-add. On a
+    card whose fp32 peak puts the softmax's FLOPs, counted at that peak, below its bytes' time but
+    its arithmetic at those rates above it, the prose does not call it bound by memory."""
+    import dataclasses
+
+    from cs336_systems.accounting.hardware import H100_SXM
+
+    rng = random.Random(seed)
+    records = _softmax_records(rng, rng.uniform(0.55, 0.95))
+    # 32 bytes a score at 3.35 TB/s against about 5 FLOPs a score at the peak: 32 F / (5 * 3.35e12)
+    # above 1; against an exp at F / 16 and 4 instructions at F / 2: 32 F / (24 * 3.35e12) below it
+    lanes = rng.uniform(0.7e12, 2.2e12)
+    slow = dataclasses.replace(H100_SXM, fp32_flops=lanes, special_function_ops=lanes / 16)
+    monkeypatch.setitem(a2.BY_DEVICE_NAME, "NVIDIA H100 80GB HBM3", slow)
+    found = a2.e_findings(a2.table_e(records))
+    assert found["softmax_hbm_share"][0] > a2.MEMORY_BOUND
+    assert found["memory_over_arithmetic"][1] < 1
+    assert found["memory_bound"] == "arithmetic"
+
+
+def test_e_scores_range_s_extra_time_is_set_against_its_passes_bandwidth_floor(seed):
+    """The scores range's time beyond the final matmul's is worded as its scaling and mask passes
+    only beside the least those passes take at the card's bandwidth: "fits" where that floor is
+    inside the extra time at every longest context, "exceeds" where it is longer somewhere."""
+    rng = random.Random(seed)
+    records = _softmax_records(rng, rng.uniform(0.55, 0.95))
+    table = a2.table_e(records)
+    longest = table[table["point"].str.endswith("ctx 512")]
+    # 4 fp32 passes over the B·H·T² scores at 3.35 TB/s, in µs
+    floor_us = [4 * 4 * 4 * heads * 512 ** 2 / 3.35e12 * 1e6 for heads in (12, 16)]
+    share = rng.uniform(0.2, 0.9)
+    table.loc[longest.index, "scores_us"] = [table.at[i, "final_matmul_us"] + f / share for i, f in zip(longest.index, floor_us)]
+    found = a2.e_findings(table)["scores_extra"]
+    assert found["verdict"] == "fits" and found["floor_share"] == pytest.approx([share, share])
+    table.loc[longest.index[0], "scores_us"] = table.at[longest.index[0], "final_matmul_us"] + floor_us[0] * rng.uniform(0.3, 0.9)
+    assert a2.e_findings(table)["scores_extra"]["verdict"] == "exceeds"
 
 
 def test_a_forward_is_host_bound_only_where_its_kernels_leave_the_gpu_idle_against_every_timed_length(seed):

@@ -381,8 +381,10 @@ def test_the_optimizer_floor_is_its_bytes_over_the_card_s_bandwidth():
     assert _json(e1.optimizer_floor, gap_, [{**record, "params": {**record["params"], "optimizer": ours}}]) == floor
     several = {**record["params"], "optimizer": rungs.OUR_ADAMW}
     assert _json(e1.optimizer_floor, gap_, [{**record, "params": several}]) is None
-    # updates that ran inside backward leave the optimizer phase empty: no floor to set it against
-    assert _json(e1.optimizer_floor, dataclasses.replace(gap_, updates_in_backward=True), [record]) is None
+    # updates that ran inside backward move the same bytes: the same floor, but an empty optimizer
+    # phase to set against it
+    inside = _json(e1.optimizer_floor, dataclasses.replace(gap_, updates_in_backward=True), [record])
+    assert inside == {**floor, "over_floor": None, "in_backward": True}
 
 
 @pytest.mark.parametrize("excess, verdict", [(0.15, "higher"), (-0.15, "lower"), (0.0, spread.WITHIN)])
@@ -703,17 +705,28 @@ def test_ours_is_the_gap_s_rung_where_profiled_else_the_highest_and_two_commits_
     assert kc["anchor"]["commits"][0] == (graphs["provenance"].get("commit") or "unknown")
 
 
-def test_a_best_rung_that_updates_in_backward_is_said_to_and_gets_no_optimizer_floor(tmp_path):
-    """Its optimizer phase is empty (the updates ran inside backward): the section says where they ran
-    and sets no empty phase against the AdamW's bandwidth floor."""
-    best = _ms_at(0.60)
-    records = ladder(best, anchor_ms=1.05 * best)
-    records.append(record("adamw-in-backward", ms=0.95 * best, peak_gib=28))
+def test_a_best_rung_that_updates_in_backward_is_said_to_and_gets_its_floor_inside_backward(tmp_path, seed):
+    """Its optimizer phase is empty (the updates ran inside backward): the section says where they ran,
+    sets no empty phase against the AdamW's bandwidth floor, and still gives the floor, which the
+    updates' bytes set whichever phase they run in; the goal's bound counts it beside the GEMMs."""
+    rng = random.Random(seed)
+    best = _ms_at(rng.uniform(0.5, 0.65))
+    records = ladder(best, anchor_ms=rng.uniform(1.02, 1.1) * best)
+    records.append(record("adamw-in-backward", ms=rng.uniform(0.9, 0.98) * best, peak_gib=28))
     records[-1]["metrics"]["optimizer"] = {"median": 0.0}
-    summary, text = build(tmp_path, in_one_job(records))
+    parameters = rng.randint(1_000_000_000, 3_000_000_000)
+    records[-1]["metrics"]["parameters"] = parameters
+    ours = profile_record("adamw-in-backward", {"GEMM": rng.uniform(0.4, 0.6) * best, "attention-softmax": 10.0,
+                                                "elementwise": 20.0, "optimizer": 30.0}, step_ms=best, busy_ms=best)
+    summary, text = build(tmp_path, in_one_job(records), profiles=(ours,))
     assert summary["gap"]["rung"] == "adamw-in-backward" and summary["gap"]["updates_in_backward"]
-    assert summary["optimizer_floor"] is None
+    floor = summary["optimizer_floor"]
+    assert floor["floor_ms"] == pytest.approx(28 * parameters / 3.35e12 * 1e3)
+    assert floor["in_backward"] and floor["over_floor"] is None
+    assert summary["kernel_comparison"]["bound"]["optimizer_floor_ms"] == pytest.approx(floor["floor_ms"])
+    assert summary["kernel_comparison"]["bound"]["in_backward"]
     assert "its updates ran inside backward, on a second stream beside it" in text
+    assert "spent inside backward's time" in text and "its updates counted after the GEMMs" in text
     assert "memory-bound floor" not in text
 
 

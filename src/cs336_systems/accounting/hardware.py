@@ -23,6 +23,15 @@ class Accelerator:
     # Device memory bandwidth, bytes/s (datasheets: H100 SXM5 HBM3 3.35 TB/s, H200 SXM HBM3e 4.8 TB/s);
     # B5 bounds what a cold L2 cache can add to a timed call with it.
     hbm_bandwidth: float | None = None
+    # Special-function operations a second (exp2, reciprocal, log2, sin, cos on the SFUs): the rate
+    # an elementwise exp runs at, far below the fp32 lanes' (``fp32_flops`` counts an FMA as 2).
+    special_function_ops: float | None = None
+
+
+# Per SM per clock on compute capability 9.0 (CUDA C++ Programming Guide, "Arithmetic Instructions",
+# throughput table): 128 fp32 add, multiply or multiply-add results, 16 of exp2, reciprocal, log2,
+# sin or cos. ``fp32_flops`` counts 2 FLOPs a multiply-add, so the SFUs' rate is fp32_flops / 2 / 8.
+HOPPER_FP32_LANES_PER_SFU = 128 / 16
 
 
 # TPU v5p with the numbers C9(c) prescribes. W_ici = 2 * 9e10 B/s is the bandwidth of one ICI mesh
@@ -43,6 +52,7 @@ H100_SXM = Accelerator(
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 989 TFLOP/s dense bf16, "
            "494.5 dense TF32, 67 fp32, NVLink 900 GB/s",
     fp32_flops=67e12, tf32_flops=494.5e12, hbm_bandwidth=3.35e12,
+    special_function_ops=67e12 / 2 / HOPPER_FP32_LANES_PER_SFU,
 )
 
 # H200 SXM (NVIDIA H200 Tensor Core GPU datasheet): the H100's compute and NVLink, 141 GB HBM3e.
@@ -51,6 +61,7 @@ H200_SXM = Accelerator(
     source="NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e, 989 TFLOP/s dense bf16, "
            "494.5 dense TF32, 67 fp32, NVLink 900 GB/s",
     fp32_flops=67e12, tf32_flops=494.5e12, hbm_bandwidth=4.8e12,
+    special_function_ops=67e12 / 2 / HOPPER_FP32_LANES_PER_SFU,
 )
 
 # The card a record ran on, by the name ``torch.cuda.get_device_name`` gave its provenance. The H100

@@ -41,6 +41,10 @@ SHARE_THRESHOLD = 0.01        # (c): a non-matmul kernel with at least this shar
 SOFTMAX_PASSES = 8
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MEMORY_BOUND = 0.5            # (e): a kernel moving bytes at over this share of the card's bandwidth
+# (e): passes the scores range makes over the B·H·T² scores beside its product, at the least: the
+# 1/√d scaling reads and writes them, the masked fill reads and writes them (the T×T mask's own
+# building and inverting, and the fill's reads of it, left out: a floor)
+SCORES_EXTRA_PASSES = 4
 MODES = tuple(MODE_PHASES)
 PHASE_RANGE_NAMES = set(PHASE_RANGES.values())
 
@@ -275,18 +279,65 @@ def table_b(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def b_findings(b: pd.DataFrame) -> dict | None:
+def top_is_clear(tables: list[list[dict]]) -> bool:
+    """Whether the first table's top kernel comes before its runner-up beyond what the profile's own
+    repeats of that work show: ``tables`` are the same phases' kernel tables from each mode that ran
+    them (one process: each mode a fresh model running the same passes), each kernel's totals over
+    them a range, and the order holds only where the two ranges do not overlap
+    (``spread.ranges_apart``). One table measures no spread: not clear."""
+    if len(tables) < 2 or len(tables[0]) < 2:
+        return len(tables) >= 2 and len(tables[0]) == 1
+    top, runner_up = tables[0][0]["name"], tables[0][1]["name"]
+
+    def totals(name: str) -> list[float]:
+        return [sum(r["total_ns"] for r in t if r["name"] == name) for t in tables]
+    a, b = totals(top), totals(runner_up)
+    return ranges_apart([min(a), max(a)], [min(b), max(b)]) == "higher"
+
+
+def top_clear(records: list[dict]) -> dict[str, dict]:
+    """Per point whose forward-backward mode ran: whether its top forward kernel and its top kernel
+    over forward and backward together are both clear of their runners-up (``clear``, by
+    ``top_is_clear``): the forward's over every mode's forward table (``forwards`` of them), forward
+    and backward's over every mode that ran both (``both``)."""
+    out = {}
+    for r in _sorted(records):
+        fb = _ok(r, "forward-backward")
+        if not (fb and fb["tables"].get("forward") and fb["tables"].get("backward")):
+            continue
+        ran = [m for m in (_ok(r, mode) for mode in MODES) if m]
+        forwards = [merged([m["tables"]["forward"]]) for m in ran if m["tables"].get("forward")]
+        both = [merged([m["tables"]["forward"], m["tables"]["backward"]]) for m in (fb, *[x for x in ran if x is not fb])
+                if m["tables"].get("forward") and m["tables"].get("backward")]
+        out[_point(r)] = {"clear": top_is_clear(forwards) and top_is_clear(both),
+                          "forwards": len(forwards), "both": len(both)}
+    return out
+
+
+def b_findings(b: pd.DataFrame, clear: dict[str, dict] | None = None) -> dict | None:
     """(b) in numbers: the top kernel's categories, how often it runs and its share, and where the
-    forward+backward top differs, what that one is."""
+    forward+backward top differs, what that one is. Whether the forward's top is also the top over
+    forward and backward is counted only at the points ``clear`` says both tops are clear of their
+    runners-up (``top_clear``); the others are too close to call (``too_close``), and without
+    ``clear`` every compared point is."""
     if not len(b):
         return None
-    differ = b[b["same_top"] == False]  # noqa: E712 - None (not profiled) is neither
+    clear = clear or {}
+    settled = b["point"].map(lambda p: clear.get(p, {}).get("clear", False))
+    close = [p for p, s, t in zip(b["point"], settled, b["same_top"]) if t is not None and not s]
+    repeats = [clear[p] for p in b["point"] if p in clear]
+    kept = b[settled]
+    differ = kept[kept["same_top"] == False]  # noqa: E712 - None (not profiled) is neither
     layout = lambda name: (re.search(r"_(nn|nt|tn|tt)_", name) or [None, None])[1]  # noqa: E731 - cuBLAS's operand layout tag
     return {"categories": sorted(b["category"].unique()), "points": int(len(b)),
             "calls": [int(b["calls_per_forward"].min()), int(b["calls_per_forward"].max())],
             "share": [float(b["share_of_forward"].min()), float(b["share_of_forward"].max())],
             "differ": int(len(differ)), "compared": int(b["same_top"].notna().sum()),
-            "same": int((b["same_top"] == True).sum()),  # noqa: E712
+            "same": int((kept["same_top"] == True).sum()),  # noqa: E712
+            "too_close": [{"points": close}] if close else [],
+            # the fewest repeats of the passes a compared point's order was judged over
+            "repeats": {"forwards": min(x["forwards"] for x in repeats), "both": min(x["both"] for x in repeats)}
+            if repeats else None,
             "differ_categories": sorted(differ["top_fwd_bwd_category"].dropna().unique())
             if "top_fwd_bwd_category" in differ else [],
             # whether every differing pair names different operand layouts (e.g. forward tn, backward nn/nt)
@@ -437,14 +488,14 @@ def table_e(records: list[dict]) -> pd.DataFrame:
         time_both = t[SOFTMAX] / both if both else math.nan
         flops_final = flops["softmax"] / flops["final_matmul"]
         flops_both = flops["softmax"] / (flops["scores_matmul"] + flops["final_matmul"])
-        softmax_bytes = SOFTMAX_PASSES * p["batch"] * p["num_heads"] * p["context"] ** 2 \
-            * ELEMENT_BYTES.get(p.get("precision", "fp32"), 4)
+        scores = p["batch"] * p["num_heads"] * p["context"] ** 2
+        softmax_bytes = SOFTMAX_PASSES * scores * ELEMENT_BYTES.get(p.get("precision", "fp32"), 4)
         card = BY_DEVICE_NAME.get(r.get("provenance", {}).get("gpu") or "")
         bandwidth = softmax_bytes / (t[SOFTMAX] / 1e9) if t[SOFTMAX] else math.nan
-        # the softmax's two floors: its bytes at the card's bandwidth over its FLOPs at the card's
-        # CUDA-core fp32 peak (elementwise work runs on no tensor core); above 1, memory sets the floor
-        floors = ((softmax_bytes / card.hbm_bandwidth) / (flops["softmax"] / card.fp32_flops)
-                  if card and card.hbm_bandwidth and card.fp32_flops else math.nan)
+        # the softmax's two floors: its bytes at the card's bandwidth over its arithmetic's time
+        # (softmax_arithmetic_s); above 1, memory sets the floor
+        floors = ((softmax_bytes / card.hbm_bandwidth) / softmax_arithmetic_s(flops["softmax"], scores, card)
+                  if card and card.hbm_bandwidth and card.fp32_flops and card.special_function_ops else math.nan)
         rows.append({"point": _point(r), "scores_us": t[SCORES] / 1e3, "softmax_us": t[SOFTMAX] / 1e3, "final_matmul_us": t[FINAL] / 1e3,
                      "kernels_per_call": " / ".join(f"{kernels[name]:g}" for name in ATTENTION),
                      "matmul_flops": flops["final_matmul"], "softmax_flops": flops["softmax"],
@@ -457,6 +508,25 @@ def table_e(records: list[dict]) -> pd.DataFrame:
                      "softmax_memory_over_arithmetic_floor": floors,
                      "source": source})
     return pd.DataFrame(rows)
+
+
+def softmax_arithmetic_s(flops: float, scores: int, card) -> float:
+    """The least time the softmax's arithmetic takes on ``card``: one exp a score on the
+    special-function units (``card.special_function_ops``, an eighth of the fp32 lanes' rate on
+    Hopper), every other operation (max, subtract, sum, divide) one instruction on an fp32 lane
+    (``card.fp32_flops / 2``: the peak counts a multiply-add as 2 FLOPs, and none of these is one).
+    Elementwise work runs on no tensor core."""
+    return scores / card.special_function_ops + (flops - scores) / (card.fp32_flops / 2)
+
+
+def arithmetic_rates(records: list[dict]) -> dict | None:
+    """The two rates ``softmax_arithmetic_s`` counts at, in tera-operations a second, where every
+    record ran on one card the project knows both of; else None."""
+    cards = {BY_DEVICE_NAME.get(r.get("provenance", {}).get("gpu") or "") for r in records}
+    card = cards.pop() if len(cards) == 1 else None
+    if card is None or not card.special_function_ops or not card.fp32_flops:
+        return None
+    return {"exp_tera": card.special_function_ops / 1e12, "lane_tera": card.fp32_flops / 2 / 1e12}
 
 
 def longest_work(longest: list[str], a: pd.DataFrame | None) -> list[dict]:
@@ -479,9 +549,29 @@ def longest_work(longest: list[str], a: pd.DataFrame | None) -> list[dict]:
     return [{"busy": [min(shares), max(shares)], "verdict": verdict, "host_bound": host}]
 
 
+def scores_extra(longest: pd.DataFrame) -> dict | None:
+    """The scores range's time beyond the final matmul's (the same matmul FLOPs) at each size's
+    longest context, against the least its passes over the scores take at the card's bandwidth
+    (``SCORES_EXTRA_PASSES`` passes of the softmax's element size): ``floor_share``, the floor over
+    that extra time (lowest, highest), and ``verdict``: "fits" where the floor is at most the extra
+    time at every point (the passes may be what it holds), "exceeds" where it is longer somewhere
+    (they cannot all be, and the ranges' timing is in doubt). None without the card's bandwidth."""
+    if longest["softmax_hbm_share"].isna().any():
+        return None
+    bandwidth = longest["softmax_tb_per_s"] * 1e12 / longest["softmax_hbm_share"]
+    floor_us = SCORES_EXTRA_PASSES / SOFTMAX_PASSES * longest["softmax_gb"] * 1e9 / bandwidth * 1e6
+    extra_us = longest["scores_us"] - longest["final_matmul_us"]
+    if not (extra_us > 0).all():
+        return None
+    share = floor_us / extra_us
+    return {"passes": SCORES_EXTRA_PASSES, "floor_share": [float(share.min()), float(share.max())],
+            "verdict": "fits" if (share <= 1).all() else "exceeds"}
+
+
 def memory_bound(longest: pd.DataFrame) -> str | None:
     """What bounds the softmax at each size's longest context: "memory" where, at every one, its
-    bytes take longer at the card's bandwidth than its FLOPs at the card's fp32 peak and it moves
+    bytes take longer at the card's bandwidth than its arithmetic at the card's rates
+    (``softmax_arithmetic_s``: its exps on the special-function units) and it moves
     them at over ``MEMORY_BOUND`` of that bandwidth; "arithmetic" where its FLOPs' floor is not
     below its bytes' somewhere (the bandwidth then is not shown to be the limit); "below" where it
     moves its bytes at under ``MEMORY_BOUND`` somewhere; None without the card's bandwidth or peak."""
@@ -520,6 +610,7 @@ def e_findings(e: pd.DataFrame, a: pd.DataFrame | None = None) -> dict | None:
             # the two matmuls do the same FLOPs: the scores range's extra time is its scaling and mask
             "longest_scores_over_final": scores_over_final,
             "scores_slower_than_final": scores_over_final[0] > 1,
+            "scores_extra": scores_extra(longest),
             "median_vs_final": float(e["per_flop_vs_final"].median()),
             "median_vs_scores_and_final": float(e["per_flop_vs_scores_and_final"].median()),
             "kernels_per_call": sorted(set(e["kernels_per_call"])), "sources": sorted(set(e["source"])),
@@ -591,9 +682,10 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "share_threshold": SHARE_THRESHOLD,
         "a": records_list(tables["a"]),
         "a_findings": a_findings(tables["a"]), "host_bound_below": LAUNCH_BOUND_BUSY,
-        "b_findings": b_findings(tables["b"]), "c_findings": c_findings(records),
+        "b_findings": b_findings(tables["b"], top_clear(records)), "c_findings": c_findings(records),
         "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth),
-        "e": records_list(tables["e"]), "e_findings": e_findings(tables["e"], tables["a"]),
+        "e": records_list(tables["e"]),
+        "e_findings": (found := e_findings(tables["e"], tables["a"])) and found | {"rates": arithmetic_rates(records)},
     }
 
 
@@ -699,8 +791,23 @@ class AFindings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Repeats:
+    """How many modes ran a point's forward pass, and its forward and backward passes (the fewest)."""
+    forwards: int
+    both: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TooClose:
+    """The points where a top kernel's totals over the profile's repeated passes overlap its runner-up's."""
+    points: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class BFindings:
     points: int
+    too_close: list[TooClose]           # one entry, or none where every compared point is clear
+    repeats: Repeats | None
     compared: int | None
     same: int
     differ: int | None
@@ -790,6 +897,21 @@ class LongestWork:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScoresExtra:
+    """The scores range's time beyond the final matmul's against its passes' bandwidth floor (``scores_extra``)."""
+    passes: int
+    floor_share: list[float]
+    verdict: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rates:
+    """Tera-operations a second: exps on the special-function units, other operations on the fp32 lanes."""
+    exp_tera: float
+    lane_tera: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class EFindings:
     """(e): the attention softmax against the matrix products around it."""
     sources: list[str]
@@ -805,7 +927,9 @@ class EFindings:
     longest_work: list[LongestWork]
     softmax_passes: int
     softmax_hbm_share: list[float] | None
-    memory_over_arithmetic: list[float] | None      # the bytes' floor over the FLOPs' (memory_bound)
+    memory_over_arithmetic: list[float] | None      # the bytes' floor over the arithmetic's (memory_bound)
+    rates: Rates | None = None                      # what the arithmetic's floor counts at (softmax_arithmetic_s)
+    scores_extra: ScoresExtra | None
     memory_bound: str | None
     memory_bound_share: float
 

@@ -611,20 +611,25 @@ ONE_PASS_ADAMWS = (rungs.FUSED_ADAMW, rungs.TRITON_ADAMW)
 
 @dataclass(frozen=True)
 class OptimizerFloor:
-    """The gap's optimizer phase against the time its bytes take at the card's memory bandwidth."""
+    """The time the gap's AdamW bytes take at the card's memory bandwidth, and its optimizer phase
+    against it (``over_floor``). Where the updates ran inside backward (``in_backward``) they move the
+    same bytes, but the optimizer phase holds none of them: ``over_floor`` is None, and the floor is
+    time spent inside backward's."""
     billions: float
     gigabytes: float
     card: str
     bandwidth_tb_s: float
     floor_ms: float
-    over_floor: float
+    over_floor: float | None
+    in_backward: bool = False
 
 
 def optimizer_floor(gap_: Gap | None, records: list[dict]) -> OptimizerFloor | None:
     """How far from its own limit the part MFU does not count runs (datasheet bandwidth). None where
-    the rung's AdamW is not one pass over its bytes, or where its updates ran inside backward (the
-    optimizer phase is then empty, and what the updates cost is hidden in backward's time)."""
-    if gap_ is None or gap_.updates_in_backward:
+    the rung's AdamW is not one pass over its bytes. Where its updates ran inside backward they move
+    the same bytes, so the floor stands, but the optimizer phase is empty and what the updates cost
+    is hidden in backward's time: no phase to set against it."""
+    if gap_ is None:
         return None
     for r in records:
         p = r["params"]
@@ -637,7 +642,9 @@ def optimizer_floor(gap_: Gap | None, records: list[dict]) -> OptimizerFloor | N
                 return None
             floor_ms = adamw_floor_ms(parameters, card)
             return OptimizerFloor(parameters / 1e9, ADAMW_BYTES_PER_PARAMETER * parameters / 1e9, card.name,
-                                  card.hbm_bandwidth / 1e12, floor_ms, gap_.optimizer_ms / floor_ms)
+                                  card.hbm_bandwidth / 1e12, floor_ms,
+                                  None if gap_.updates_in_backward else gap_.optimizer_ms / floor_ms,
+                                  gap_.updates_in_backward)
     return None
 
 
@@ -974,6 +981,9 @@ class Bound:
     no_room: bool
     cut: str
     busy: list[float] | None
+    # the updates ran beside backward (OptimizerFloor.in_backward): the bound adds their floor to the
+    # GEMMs' time as though the two could not overlap
+    in_backward: bool = False
 
 
 @dataclass(frozen=True)
@@ -1061,7 +1071,7 @@ def kernel_comparison(profiles: list[dict], gap_: Gap | None, floor: OptimizerFl
         busy = [min(samples), max(samples)] if samples else None
         verdict = ranges_apart(busy, [goal_ms, goal_ms]) if busy else NOT_KEPT
         bound = Bound(bound_ms, total / (bound_ms / 1e3) / card.flops, floor.floor_ms, goal_mfu, goal_ms, room,
-                      rest, cut, room <= 0, verdict, busy)
+                      rest, cut, room <= 0, verdict, busy, floor.in_backward)
     anchors = [r for r in ok if r["params"]["anchor"]
                and (r["params"]["size"], r["params"]["context"]) == (p["size"], p["context"])]
     anchor = next((r for r in anchors if r["params"]["rung"] == best_anchor), anchors[0] if anchors else None)
