@@ -82,3 +82,19 @@ def test_the_committed_page_prints_short_and_fits_its_window():
             browser.close()
     wide = [t for t in tables if t["columns"] > MAX_COLUMNS or t["cut"] > 1]
     assert not wide, f"{len(wide)} tables too wide at {WIDTH} px: {wide[:5]}"
+
+
+def tables_glued_to_text(markdown: str) -> list[int]:
+    """Line numbers where a table starts right under a line of text: Markdown readers that need a
+    blank line before a table (GitHub's among them) show such a table as that paragraph's text."""
+    lines = markdown.split("\n")
+    return [i + 1 for i in range(1, len(lines))
+            if lines[i].startswith("|") and lines[i - 1].strip() and not lines[i - 1].startswith("|")]
+
+
+def test_a_table_glued_to_its_paragraph_is_found():
+    assert tables_glued_to_text("Text.\n| a |\n|--|\n\nMore.\n\n| b |\n|--|") == [2]
+
+
+def test_every_table_of_the_committed_page_follows_a_blank_line():
+    assert tables_glued_to_text((ROOT / "writeup" / RUN / "writeup.md").read_text()) == []
