@@ -190,7 +190,7 @@ def test_d_gemm_share_rises_with_size_only_where_every_size_step_rises(seed):
                "elementwise": 0.0, "optimizer": shares[(s, 128, "train-step")][2], "other": 0.0,
                "gemm_forward": shares[(s, 128, "forward")][0], "gemm_train": shares[(s, 128, "train-step")][0]}
               for s in sizes]
-    found = a2.d_findings(d, growth)
+    found = a2.d_findings(d, growth, {g["point"]: 0.001 for g in growth})
     assert found["gemm_by_mode"]["forward"]["rising_with_size"] == [128]
     assert found["gemm_by_mode"]["forward"]["series"][128]["shares"] == pytest.approx(rising)
     assert found["empty_categories"] == ["attention-softmax"]
@@ -199,6 +199,38 @@ def test_d_gemm_share_rises_with_size_only_where_every_size_step_rises(seed):
     # one profiled step a point has no spread: the words carry the smallest step of the rise
     assert found["gemm_by_mode"]["forward"]["smallest_rise_points"] == pytest.approx(
         100 * min(b - a for a, b in zip(rising, rising[1:])))
+
+
+def test_d_the_largest_gain_counts_only_beyond_what_a_share_moves_between_the_modes_repeats(seed):
+    """Which category a training step gains the most share in is one profiled step a mode: a point
+    counts only where the two largest gains lie apart even with every share off by as much as a
+    category's share of the forward moves between the point's modes (each runs the same forward)."""
+    rng = random.Random(seed)
+    wobble = rng.uniform(0.005, 0.02)          # how far the forward's GEMM share moves between the modes
+    records, growth = [], []
+    for context, margin in ((128, 10 * wobble), (256, 6 * wobble)):      # apart beyond 4 × the scatter (2 × wobble)
+        gemm = rng.uniform(0.6, 0.8)
+        def table(share):
+            return [{"name": "gemm_tn", "category": "GEMM", "total_ns": share * 1e6, "instances": 4},
+                    {"name": "mul", "category": "elementwise", "total_ns": (1 - share) * 1e6, "instances": 4}]
+        modes = {mode: {"status": "ok", "tables": {"forward": table(gemm + wobble * k)}}
+                 for k, mode in enumerate(("forward", "forward-backward", "train-step"))}
+        records.append({"id": "A2", "status": "ok", "params": {"size": "small", "context": context, "batch": 4},
+                        "metrics": {"modes": modes}})
+        elementwise = rng.uniform(0.01, 0.03)
+        growth.append({"point": f"small ctx {context}", "GEMM": -(2 * elementwise + margin), "attention-softmax": 0.0,
+                       "elementwise": elementwise, "optimizer": elementwise + margin, "other": 0.0,
+                       "gemm_forward": gemm, "gemm_train": gemm - 2 * elementwise - margin})
+    scatter = a2.share_scatter(records)
+    assert scatter == pytest.approx({g["point"]: 2 * wobble for g in growth})
+    d = _d_rows({("small", c, "forward"): (0.7, 0.3, 0.0) for c in (128, 256)})
+    found = a2.d_findings(d, growth, scatter)["train"]
+    # the old count took each single step's order at its word: optimizer at both points
+    assert found["largest_gain"] == {"optimizer": 1} and found["too_close"] == ["small ctx 256"]
+    assert found["scatter_points"] == pytest.approx([200 * wobble, 200 * wobble])
+    assert not found["mostly_optimizer"]       # 1 of 2 points is not most of them
+    # with nothing measuring a scatter no point is settled
+    assert a2.d_findings(d, growth)["train"]["too_close"] == ["small ctx 128", "small ctx 256"]
 
 
 def test_d_optimizer_share_falls_with_context_by_its_smallest_step(seed):

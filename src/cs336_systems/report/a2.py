@@ -394,6 +394,33 @@ def table_d(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def share_scatter(records: list[dict]) -> dict[str, float]:
+    """Per point, how far one profiled pass's category shares move when the same work runs again:
+    every mode of a point runs the same forward (a fresh model each, one process), so the largest
+    range, over the categories, of a category's share of the forward's kernel time across the
+    modes' forward tables. Points with fewer than two forward tables measure none and are left out."""
+    out = {}
+    for r in _sorted(records):
+        shares = [category_shares(m["tables"]["forward"]) for m in (_ok(r, mode) for mode in MODES)
+                  if m and m["tables"].get("forward")]
+        if len(shares) >= 2:
+            out[_point(r)] = max(max(x[c] for x in shares) - min(x[c] for x in shares) for c in CATEGORIES)
+    return out
+
+
+def largest_gain(row: dict, scatter: float | None) -> str | None:
+    """The category a training step gains the most share in over inference at one point (``row``: a
+    ``summarize`` growth row), where that holds beyond the profile's repeats: each gain is the
+    difference of two shares, so with every share off by up to ``scatter`` it is off by up to twice
+    that, and the largest gain counts only where its range lies above the runner-up's
+    (``spread.ranges_apart``). None where it does not, or where nothing measured a scatter."""
+    first, second = sorted(("elementwise", "optimizer", "other"), key=lambda c: row[c], reverse=True)[:2]
+    if scatter is None:
+        return None
+    first_range, second_range = ([row[c] - 2 * scatter, row[c] + 2 * scatter] for c in (first, second))
+    return first if ranges_apart(first_range, second_range) == "higher" else None
+
+
 def _size_context(point: pd.Series) -> tuple[pd.Series, pd.Series]:
     parts = point.str.split(" ctx ")
     return parts.str[0], parts.str[1].astype(int)
@@ -406,11 +433,13 @@ def empty_categories(d: pd.DataFrame) -> list[str]:
     return [c for c in CATEGORIES if not len(d) or not (d[f"{c}_share"].fillna(0) > 0).any()]
 
 
-def d_findings(d: pd.DataFrame, growth: list[dict]) -> dict | None:
+def d_findings(d: pd.DataFrame, growth: list[dict], scatter: dict[str, float] | None = None) -> dict | None:
     """(d) in numbers, from one profiled step per point and mode (so no spread: "rises" means the
     single measurements rise, and the smallest step of a rise or fall is kept for the words to set
     beside that): per mode, the contexts at which the GEMM share rises with model size at every
-    step, and how a training step's shares differ from inference's."""
+    step, and how a training step's shares differ from inference's: which category gains the most
+    share is counted only at the points where ``largest_gain`` settles it with the point's
+    ``scatter`` (``share_scatter``); the others are ``too_close``."""
     if not len(d):
         return None
     sizes, contexts = _size_context(d["point"])
@@ -430,18 +459,22 @@ def d_findings(d: pd.DataFrame, growth: list[dict]) -> dict | None:
     out = {"gemm_by_mode": by_mode, "empty_categories": empty_categories(d)}
     if growth:
         g = pd.DataFrame(growth)
-        gained = [max(("elementwise", "optimizer", "other"), key=lambda c: row[c]) for row in growth]
+        scatter = scatter or {}
+        gained = [largest_gain(row, scatter.get(row["point"])) for row in growth]
+        measured = [scatter[row["point"]] for row in growth if row["point"] in scatter]
         g_sizes, g_contexts = _size_context(g["point"])
         falls = {size: -part.sort_values("context")["optimizer"].diff().max()
                  for size, part in g.assign(size=g_sizes, context=g_contexts).groupby("size", sort=False)
                  if len(part) > 1 and part.sort_values("context")["optimizer"].is_monotonic_decreasing}
         drop = [float((g["gemm_forward"] - g["gemm_train"]).min()), float((g["gemm_forward"] - g["gemm_train"]).max())]
-        largest_gain = {c: gained.count(c) for c in dict.fromkeys(gained)}
+        most = {c: gained.count(c) for c in dict.fromkeys(gained) if c is not None}
         out["train"] = {"gemm_drop": drop, "gemm_drop_points": [100 * drop[0], 100 * drop[1]],
-                        "mostly_optimizer": largest_gain.get("optimizer", 0) > len(growth) / 2,
+                        "mostly_optimizer": most.get("optimizer", 0) > len(growth) / 2,
+                        "too_close": [row["point"] for row, c in zip(growth, gained) if c is None],
+                        "scatter_points": [100 * min(measured), 100 * max(measured)] if measured else None,
                         "optimizer_falls_for_every_size": len(falls) == int(g_sizes.nunique()),
                         "smallest_optimizer_fall_points": 100 * float(min(falls.values())) if falls else None,
-                        "largest_gain": largest_gain, "points": len(growth)}
+                        "largest_gain": most, "points": len(growth)}
     return out
 
 
@@ -683,7 +716,7 @@ def summarize(records: list[dict], tables: dict[str, pd.DataFrame]) -> dict:
         "a": records_list(tables["a"]),
         "a_findings": a_findings(tables["a"]), "host_bound_below": LAUNCH_BOUND_BUSY,
         "b_findings": b_findings(tables["b"], top_clear(records)), "c_findings": c_findings(records),
-        "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth),
+        "d": records_list(d), "d_growth": growth, "d_findings": d_findings(d, growth, share_scatter(records)),
         "e": records_list(tables["e"]),
         "e_findings": (found := e_findings(tables["e"], tables["a"])) and found | {"rates": arithmetic_rates(records)},
     }
@@ -853,7 +886,9 @@ class GemmByMode:
 class Train:
     points: int
     gemm_drop_points: list[float]
-    largest_gain: dict[str, int]
+    largest_gain: dict[str, int]        # per category, the points where it gains the most beyond the scatter
+    too_close: list[str]                # the points where the two largest gains lie within it
+    scatter_points: list[float] | None  # least and most scatter of a point's shares (percentage points)
     mostly_optimizer: bool
     optimizer_falls_for_every_size: bool
     smallest_optimizer_fall_points: float | None    # the least one context loses to the next, over the sizes where it falls
