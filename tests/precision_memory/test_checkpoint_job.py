@@ -109,7 +109,8 @@ def test_the_report_judges_the_recomputation_s_cost_by_the_paired_difference_per
     assert a6.main(["--records", *map(str, outs), "--out-dir", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     records = [json.loads(p.read_text()) for p in outs]
-    assert summary["step_paired"] and [(x["from"], x["to"]) for x in summary["step_steps"]] == [(1, 2)]
+    assert len({r["metrics"]["turns"]["job"] for r in records}) == 1
+    assert [(x["from"], x["to"]) for x in summary["step_steps"]] == [(1, 2)]
     # whether a CPU's step moves with k is the machine's to say (a loaded host may leave it unsettled),
     # but never for want of rounds
     assert summary["step_rounds"] >= spread.MIN_ROUNDS and summary["step_too_few_rounds"] == 0

@@ -67,34 +67,35 @@ def test_a6_bad_input_is_one_line(argv, message, capsys, tmp_path):
     assert message in err and "Traceback" not in err
 
 
-def _a6_records(tmp_path, ks, oom_ks, size="xl", context=2048, batch=4, levels=None, host_shares=None):
-    """One record per group size ``k``; ``levels`` (k -> the step's ms per round): the group sizes took
-    turns in one job, a drift scaling every size's turn alike in each round; else a process each.
+def _a6_records(tmp_path, ks, oom_ks, size="xl", context=2048, batch=4, levels=None, host_shares=None, job="a6"):
+    """One record per group size ``k``, the group sizes taking turns in one job (``job``) as
+    ``memory.checkpoint_bench`` writes them: ``levels`` (k -> the step's ms per round; by default one
+    level drawn a group size, 10 rounds), a drift scaling every size's turn alike in each round.
     ``host_shares`` (k -> the share of its step the host spent queueing it), where the job timed it."""
     rng = random.Random(random.getrandbits(32))  # the global generator is seeded per test (tests/conftest.py)
     s = get_size(size)
-    drift = [rng.uniform(0.8, 1.2) for _ in range(len(next(iter(levels.values()))))] if levels else []
+    levels = levels or {k: [rng.uniform(500, 900)] * 10 for k in ks}
+    drift = [rng.uniform(0.8, 1.2) for _ in range(len(next(iter(levels.values()))))]
+    turns = {"job": job, "with": [f"group{x}" for x in ks], "rounds": len(drift), "steps": 1, "warmup": 1,
+             "min_turn_ms": 0.0, "settle": 1}
     paths = []
     for k in ks:
         params = {"size": size, "d_model": s.d_model, "d_ff": s.d_ff, "num_layers": s.num_layers,
                   "num_heads": s.num_heads, "context": context, "batch": batch, "group": k,
-                  "mode": "forward-backward", "device": "cuda", "device_total_bytes": 80 * 2**30}
+                  "mode": "forward-backward", "warmup": 1, "rounds": len(drift), "steps": 1, "device": "cuda",
+                  "attention": "naive", "precision": "fp32", "device_total_bytes": 80 * 2**30}
         if k in oom_ks:
-            record = make_record("A6", params, "oom", reason="OutOfMemoryError: CUDA out of memory")
+            record = make_record("A6", params, "oom", {"turns": turns}, reason="OutOfMemoryError: CUDA out of memory")
         else:
             peak = am.predicted_peak(s, context, batch, k, s.parameter_count() * 4)["peak"] * rng.uniform(1.0, 1.1)
+            rounds = [{"step": [ms * d * (1 + 1e-4 * rng.gauss(0, 1))]} for ms, d in zip(levels[k], drift)]
+            steps = [r["step"][0] for r in rounds]
             record = make_record("A6", params, "ok", {
-                "step": _timing(rng.uniform(500, 900)), "peak_memory_bytes": int(peak),
-                "baseline_bytes": s.parameter_count() * 4, "memory_note": None, "groups": math.ceil(48 / k)})
-            if levels:
-                rounds = [{"step": [ms * d * (1 + 1e-4 * rng.gauss(0, 1))]} for ms, d in zip(levels[k], drift)]
-                steps = [r["step"][0] for r in rounds]
-                record["metrics"]["rounds"] = rounds
-                record["metrics"]["step"] = {"mean": sum(steps) / len(steps), "std": 0.0, "n": len(steps), "samples": steps}
+                "step": _from_samples(steps), "rounds": rounds, "turns": turns | {"steps_per_turn": 1, "interleaved": False},
+                "peak_memory_bytes": int(peak), "baseline_bytes": s.parameter_count() * 4, "memory_note": None,
+                "groups": math.ceil(48 / k)})
             if host_shares:
                 record["metrics"]["host_share"] = {"step": host_shares[k]}
-        if levels:
-            record["metrics"]["turns"] = {"job": "a6", "with": [f"group{x}" for x in ks], "rounds": len(drift)}
         paths.append(write_json_atomic(tmp_path / "records" / f"group{k}.json", record))
     return paths
 
@@ -118,13 +119,20 @@ def test_a6_report_with_oom_rows(tmp_path):
     assert table[0]["peak (GiB)"] == "" and table[0]["predicted peak (GiB)"] != ""
     assert table[0]["step (ms)"] == "" and all(re.fullmatch(r"\d+\.\d ± \d+\.\d", row["step (ms)"]) for row in table[1:4])
     assert (out / "peak_vs_group.png").stat().st_size > 1000
-    # step time against k: each group size its own process, so no step is settled, however far apart
-    steps = {(x["from"], x["to"]): x["direction"] for x in summary["step_steps"]}
-    assert list(steps) == [(1, 2), (2, 4)] and set(steps.values()) == {NOT_SETTLED}
-    assert summary["step_trend"] == NOT_SETTLED and not summary["step_paired"] and summary["step_not_settled"] == 2
-    text = _render("A6", out / "summary.json", tmp_path)
-    assert "so these records do not settle whether the step moves with k" in text
-    assert "The step still moves with k" not in text
+    # step time against k: each group size that ran against the next one that did
+    assert [(x["from"], x["to"]) for x in summary["step_steps"]] == [(1, 2), (2, 4)]
+    assert "the group sizes taking turns on one model in one job" in _render("A6", out / "summary.json", tmp_path)
+
+
+def test_a6_report_refuses_group_sizes_of_two_jobs_in_one_line(tmp_path, capsys):
+    """``memory.checkpoint_bench`` times every group size in one job; records of two would give no
+    paired verdict, so the report names the jobs and writes nothing."""
+    paths = _a6_records(tmp_path / "x", [1, 2], set(), job="first") + _a6_records(tmp_path / "y", [4], set(), job="second")
+    with pytest.raises(SystemExit) as info:
+        a6.main(["--records", *map(str, paths), "--out-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    assert "A6 records not measured in one job: jobs first, second" in err and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("rounds", [10, MIN_ROUNDS - 1])
@@ -142,7 +150,7 @@ def test_a6_step_against_k_is_judged_per_round_in_one_job(tmp_path, rounds):
     # the independent reference: the judge on the records' own rounds
     assert steps == {(a, b): judge_rounds(rounds_of(b), rounds_of(a)).verdict for a, b in ((1, 2), (2, 4))}
     text = _render("A6", out / "summary.json", tmp_path)
-    assert summary["step_paired"] and summary["step_rounds"] == rounds
+    assert summary["step_rounds"] == rounds
     if rounds >= MIN_ROUNDS:
         assert steps == {(1, 2): WITHIN, (2, 4): "higher"} and summary["step_not_settled"] == 0
         assert "(k = 2 → 4 slower)" in text

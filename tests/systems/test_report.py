@@ -9,6 +9,7 @@ import re
 import statistics
 
 import pytest
+from a1_records import PHASES, heat
 
 from cs336_systems.precision import accumulation
 from cs336_systems.records import make_record, write_json_atomic
@@ -18,9 +19,8 @@ from cs336_systems.report.writeup import SECTIONS
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
-PHASES = {"forward": ["forward"], "forward-backward": ["forward", "backward"],
-          "train-step": ["forward", "backward", "optimizer"]}
 BATCH, WARMUP, STEPS = 3, 2, 5
+ROUNDS, TURN = 5, 2         # a grid point's rounds and timed steps a turn
 
 
 def _summary(samples):
@@ -28,20 +28,48 @@ def _summary(samples):
             "min": min(samples), "max": max(samples), "n": len(samples), "samples": samples}
 
 
-def a1_record(rng, size, context, mode, precision, *, warmup=WARMUP, status="ok", spread=0.05):
-    params = {"size": size, "context": context, "batch": BATCH, "mode": mode, "warmup": warmup, "steps": STEPS,
-              "precision": precision, "attention": "naive", "device": "cpu"}
-    if status != "ok":
-        return make_record("A1", params, status, reason="OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
-    metrics = {}
+def _phase_samples(rng, mode, n, spread):
+    """``n`` samples of each of ``mode``'s phases about a random centre."""
+    samples = {}
     for phase in PHASES[mode]:
         centre = rng.uniform(1, 50)
         # The optimizer is kept steady, so the largest spread is in forward or backward whatever
         # set of phases the coefficient of variation is taken over.
         s = spread / 10 if phase == "optimizer" else rng.uniform(0.2, 1.0) * spread
-        metrics[phase] = _summary([centre * (1 + s * rng.gauss(0, 1)) for _ in range(STEPS)])
-    step = [sum(metrics[ph]["samples"][i] for ph in PHASES[mode]) for i in range(STEPS)]
-    metrics["step"] = _summary(step)
+        samples[phase] = [centre * (1 + s * rng.gauss(0, 1)) for _ in range(n)]
+    return samples
+
+
+def a1_record(rng, size, context, mode, precision, *, status="ok", spread=0.05):
+    """A grid point alone in its heat (``benchmark --out-dir``): ``ROUNDS`` turns of ``TURN`` steps."""
+    (record,) = heat(size, context, mode, {precision: _rounds(_phase_samples(rng, mode, ROUNDS * TURN, spread))},
+                     batch=BATCH, warmup=WARMUP, oom=(precision,) if status == "oom" else ())
+    if status == "ok":
+        record["metrics"]["peak_memory_bytes"] = rng.randint(1, 8) * 2**30
+    return record
+
+
+def _rounds(samples):
+    """Per-step ``samples`` of each phase, cut into ``ROUNDS`` turns of ``TURN`` steps."""
+    return [{ph: s[i * TURN:(i + 1) * TURN] for ph, s in samples.items()} for i in range(ROUNDS)]
+
+
+def with_samples(record, samples):
+    """``record`` with its phases' per-step ``samples`` (the mode's phases, ``ROUNDS * TURN`` each)
+    in place of its own: summaries, ``step`` and ``rounds`` alike."""
+    p = record["params"]
+    (new,) = heat(p["size"], p["context"], p["mode"], {p["precision"]: _rounds(samples)}, batch=BATCH, warmup=WARMUP,
+                  job=record["metrics"]["turns"]["job"])
+    return new
+
+
+def warmup_record(rng, size, context, mode, precision, *, warmup, spread):
+    """A warm-up study's process (``benchmark --out``): one point, ``STEPS`` timed steps, no turns."""
+    params = {"size": size, "context": context, "batch": BATCH, "mode": mode, "warmup": warmup, "steps": STEPS,
+              "precision": precision, "attention": "naive", "device": "cpu"}
+    samples = _phase_samples(rng, mode, STEPS, spread)
+    metrics = {ph: _summary(s) for ph, s in samples.items()}
+    metrics["step"] = _summary([sum(samples[ph][i] for ph in PHASES[mode]) for i in range(STEPS)])
     metrics["warmup_step_samples"] = [rng.uniform(50, 100) for _ in range(warmup)]
     metrics["peak_memory_bytes"] = rng.randint(1, 8) * 2**30
     metrics["parameters"] = 1234
@@ -59,7 +87,7 @@ def built(tmp_path_factory):
                 precision = rng.choice(["fp32", "bf16"]) if mode != "forward-backward" else "fp32"
                 oom = (size, context, mode) == ("small", 64, "train-step")
                 records.append(a1_record(rng, size, context, mode, precision, status="oom" if oom else "ok"))
-    warmups = [a1_record(rng, "tiny", 16, "forward-backward", "fp32", warmup=w, spread=0.3) for w in (0, 2)]
+    warmups = [warmup_record(rng, "tiny", 16, "forward-backward", "fp32", warmup=w, spread=0.3) for w in (0, 2)]
     paths = []
     for i, r in enumerate(records):
         paths.append(root / "records" / f"r{i}.json")
@@ -146,7 +174,7 @@ def test_a1_summary_numbers(built):
     for point, r in fb.items():
         assert s["fp32_forward_backward"][point]["forward"] == pytest.approx(r["metrics"]["forward"]["mean"])
         assert s["fp32_forward_backward"][point]["backward"] == pytest.approx(r["metrics"]["backward"]["mean"])
-    assert (s["batch"], s["warmup_steps"], s["steps"]) == (BATCH, WARMUP, STEPS)
+    assert (s["batch"], s["warmup_steps"], s["steps"], s["rounds"]) == (BATCH, WARMUP, TURN, ROUNDS)
     assert [(w["size"], w["warmup"]) for w in s["warmup"]] == [("tiny", 0), ("tiny", 2)]
     for w, r in zip(s["warmup"], built["warmups"]):
         samples = r["metrics"]["step"]["samples"]
@@ -169,12 +197,11 @@ def test_time_grows_less_than_work_only_beyond_the_host_swing(seed):
     flops = {(row["size"], row["context"]): row["flops"] for _, row in a1.records_frame(records).iterrows()}
     # tiny's time grows well under the work; small's falls short of it by less than the swing
     shrink = {"tiny": 2.5 * HOST_SWING, "small": 0.8 * HOST_SWING}
-    for r in records:
+    for i, r in enumerate(records):
         size, context = r["params"]["size"], r["params"]["context"]
         work = flops[(size, 64)] / flops[(size, 16)]
         centre = 10.0 * (work / shrink[size] if context == 64 else 1.0)
-        samples = [centre * (1 + 0.01 * rng.gauss(0, 1)) for _ in range(STEPS)]
-        r["metrics"]["forward"] = r["metrics"]["step"] = _summary(samples)
+        records[i] = with_samples(r, {"forward": [centre * (1 + 0.01 * rng.gauss(0, 1)) for _ in range(ROUNDS * TURN)]})
     s = a1.summarize(a1.mark_launch_bound(a1.records_frame(records)), records, [])
     assert s["forward_grows_less_than_work"] == ["tiny"] and s["forward_growth_not_settled"] == ["small"]
     assert s["forward_growth"]["small"]["ratio"] < s["forward_growth"]["small"]["flops_ratio"]
@@ -193,12 +220,11 @@ def test_backward_follows_its_flops_only_where_its_steps_hold_the_ratio(seed):
     factors = {("tiny", 16): lambda i: below, ("tiny", 64): lambda i: above,
                ("small", 16): lambda i: 2 * (1 + (-1) ** i * rng.uniform(0.05, 0.2)),
                ("small", 64): lambda i: 2 * (1 - (-1) ** i * rng.uniform(0.05, 0.2))}
-    for r in records:
+    for j, r in enumerate(records):
         key = (r["params"]["size"], r["params"]["context"])
-        forward = [rng.uniform(5, 50) * (1 + 0.02 * rng.gauss(0, 1)) for _ in range(STEPS)]
+        forward = [rng.uniform(5, 50) * (1 + 0.02 * rng.gauss(0, 1)) for _ in range(ROUNDS * TURN)]
         backward = [f * factors[key](i) * (1 + 0.005 * rng.gauss(0, 1)) for i, f in enumerate(forward)]
-        r["metrics"]["forward"], r["metrics"]["backward"] = _summary(forward), _summary(backward)
-        r["metrics"]["step"] = _summary([f + b for f, b in zip(forward, backward)])
+        records[j] = with_samples(r, {"forward": forward, "backward": backward})
     s = a1.summarize(a1.mark_launch_bound(a1.records_frame(records)), records, [])
     assert s["backward_flops_ratio"] == pytest.approx(2.0)
     groups = {g["reading"]: g["points"] for g in s["backward_against_flops"]}

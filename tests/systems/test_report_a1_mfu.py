@@ -2,7 +2,8 @@
 
 The h200 writeup once had bf16 slower than fp32 at short contexts without a word; these tests build
 such tables and check that the report names every slowdown the judge finds (report.spread.judge), and
-only those: paired within one job's rounds, not settled between separate processes."""
+only those, paired within the rounds of the job both precisions took turns in; a pair from two jobs,
+which the benchmark never writes, stops the report."""
 import json
 import random
 import statistics
@@ -10,33 +11,30 @@ from pathlib import Path
 
 import pytest
 import torch
+from a1_records import heat
 from torch.utils.flop_counter import FlopCounterMode
 
 from cs336_systems.models import get_size
 from cs336_systems.records import make_record, write_json_atomic
 from cs336_systems.report import a1, writeup
-from cs336_systems.report.spread import APART, FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, judge_rounds
+from cs336_systems.report.spread import FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, judge_rounds
 from cs336_systems.workload import build_workload
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
-BATCH, STEPS = 2, 10
+BATCH = 2
 PHASES = {"forward": ["forward"], "forward-backward": ["forward", "backward"]}
 
 
-def _summary(samples):
-    return {"mean": statistics.fmean(samples), "std": statistics.stdev(samples), "n": len(samples), "samples": samples}
+def _split(mode, turn):
+    """A turn's step times split evenly into ``mode``'s phases."""
+    return {phase: [t / len(PHASES[mode]) for t in turn] for phase in PHASES[mode]}
 
 
-def record(rng, context, mode, precision, step_ms, spread_ms, gpu="NVIDIA H200"):
-    """A point whose step takes ``step_ms`` ± about ``spread_ms``; its phases split the step."""
-    params = {"size": "tiny", "context": context, "batch": BATCH, "mode": mode, "warmup": 1, "steps": STEPS,
-              "precision": precision, "attention": "naive", "device": "cuda", "vocab_size": 10_000}
-    steps = [step_ms + spread_ms * rng.gauss(0, 1) for _ in range(STEPS)]
-    shares = [1 / len(PHASES[mode])] * len(PHASES[mode])
-    metrics = {phase: _summary([s * share for s in steps]) for phase, share in zip(PHASES[mode], shares)}
-    metrics["step"] = _summary(steps)
-    r = make_record("A1", params, "ok", metrics)
-    r["provenance"]["gpu"] = gpu
+def record(rng, context, mode, precision, step_ms, spread_ms, gpu="NVIDIA H200", rounds=10):
+    """A point alone in its heat whose step takes ``step_ms`` ± about ``spread_ms``, one step a turn;
+    its phases split the step."""
+    (r,) = heat("tiny", context, mode, {precision: [_split(mode, [step_ms + spread_ms * rng.gauss(0, 1)])
+                                                    for _ in range(rounds)]}, batch=BATCH, gpu=gpu)
     return r
 
 
@@ -55,19 +53,9 @@ def in_turns(rng, job, context, mode, steps_ms, rounds=10, drift=None):
     turns in ``rounds`` rounds of 3 steps; every round moves all of them by one drift (a busy host,
     ``drift`` where given), which the paired difference cancels and each mean's spread does not."""
     drift = drift or [rng.uniform(0.0, 30.0) for _ in range(rounds)]
-    out = []
-    for precision, per_round in steps_ms.items():
-        turns = [[d + per_round[i] + 0.001 * rng.gauss(0, 1) for _ in range(3)] for i, d in enumerate(drift)]
-        r = record(rng, context, mode, precision, 1.0, 0.0)
-        m, share = r["metrics"], 1 / len(PHASES[mode])
-        steps = [t for turn in turns for t in turn]
-        m.update({phase: _summary([t * share for t in steps]) for phase in PHASES[mode]})
-        m["step"] = _summary(steps)
-        m["rounds"] = [{**{phase: [t * share for t in turn] for phase in PHASES[mode]}, "step": turn} for turn in turns]
-        m["turns"] = {"job": job, "with": list(steps_ms), "rounds": rounds, "steps": 3, "warmup": 1}
-        r["params"]["rounds"] = rounds
-        out.append(r)
-    return out
+    return heat("tiny", context, mode, {
+        precision: [_split(mode, [d + per_round[i] + 0.001 * rng.gauss(0, 1) for _ in range(3)]) for i, d in enumerate(drift)]
+        for precision, per_round in steps_ms.items()}, batch=BATCH, job=job, gpu="NVIDIA H200")
 
 
 @pytest.fixture
@@ -83,8 +71,6 @@ def test_bf16_slower_is_named_only_where_the_judge_finds_it(tmp_path, rng):
                                                         "bf16": [45.0 + 10.0 * (-1) ** i for i in range(n)]}),
         # context 32: bf16 10 ms slower in every round: a slowdown the prose must name
         *in_turns(rng, "j32", 32, "forward-backward", {"fp32": [20.0] * n, "bf16": [30.0] * n}),
-        # context 64: as clear, but fp32 and bf16 in separate processes: not settled
-        *(in_turns(rng, f"j64-{p}", 64, "forward-backward", {p: [ms] * n})[0] for p, ms in (("fp32", 20.0), ("bf16", 30.0))),
     ]
     s, text = build(tmp_path, records)
     # the independent reference: the judge on the records' own rounds
@@ -95,15 +81,13 @@ def test_bf16_slower_is_named_only_where_the_judge_finds_it(tmp_path, rng):
         assert expected == {16: WITHIN, 32: "higher"}[context]
     assert [(c["context"], c["bf16_is"]) for c in s["bf16_slower"]] == [(32, "slower")]
     assert [(c["context"], c["bf16_is"]) for c in s["bf16_within_spread"]] == [(16, WITHIN)]
-    assert [(c["context"], c["bf16_is"]) for c in s["bf16_not_settled"]] == [(64, NOT_SETTLED)]
-    assert (s["bf16_paired"], s["bf16_separate_processes"], s["bf16_too_few_rounds"]) == (2, 1, 0)
+    assert s["bf16_not_settled"] == [] and (s["bf16_compared"], s["bf16_too_few_rounds"], s["bf16_host_bound"]) == (2, 0, 0)
     slow = s["bf16_slower"][0]
     assert slow["low_ms"] < 10.0 < slow["high_ms"] and slow["how"] == f"paired, {n} rounds"
     assert f"| tiny | 32 | forward-backward | {slow['bf16_ms']:.2f} ± {slow['bf16_std_ms']:.2f} |" in text
     assert "bf16 is slower at 1:" in text and "1 lie within the spread (tiny ctx 16 forward-backward)" in text
-    why = "1 pair in separate processes, which differ by more than their own spread and are not judged against each other"
-    assert f"1 is not settled ({why}: these records do not say which precision is faster there)" in text
-    assert f"at 1 these records do not settle which is faster ({why})" in text
+    assert "(2 paired per round in one job)" in text and "(each pair timed in turns in one process)" in text
+    assert "not settled" not in text.split("**Where is bf16 slower than fp32?**")[1]
 
 
 def test_mfu_against_a_step_of_known_flops(tmp_path, rng):
@@ -195,39 +179,52 @@ def test_busy_share_is_a2_kernel_time_over_a1s_own_step(tmp_path, rng, kernel_ms
     assert ("could move the share across 50 %: not settled" in flat) is bool(unsettled)
 
 
-@pytest.mark.parametrize("case", ["one job", "two jobs", "too few rounds", "host-bound"])
+@pytest.mark.parametrize("case", ["one job", "too few rounds", "host-bound"])
 def test_bf16_verdict_is_paired_within_one_job_only(tmp_path, rng, case):
     """The same samples: measured in one job over enough rounds the per-round difference decides
-    (slower: every round 0.5 ms apart under a drift of tens of ms); in two jobs, in fewer rounds
-    than the judge needs, or with bf16 waiting on the host where fp32 waits on the GPU, nothing is
-    settled."""
+    (slower: every round 0.5 ms apart under a drift of tens of ms); in fewer rounds than the judge
+    needs, or with bf16 waiting on the host where fp32 waits on the GPU, nothing is settled."""
     n = MIN_ROUNDS - 1 if case == "too few rounds" else 6
     per_round = {"fp32": [0.0] * n, "bf16": [0.5] * n}
-    if case == "two jobs":
-        records = [in_turns(rng, f"j-{p}", 32, "forward-backward", {p: ms}, rounds=n)[0] for p, ms in per_round.items()]
-    else:
-        records = in_turns(rng, "j1", 32, "forward-backward", per_round, rounds=n)
+    records = in_turns(rng, "j1", 32, "forward-backward", per_round, rounds=n)
     if case == "host-bound":
         for r, share in zip(records, (0.5, 0.98)):          # fp32's step the GPU's, bf16's the host's
             r["metrics"]["host_share"] = {"forward": share, "backward": share, "step": share}
     s, text = build(tmp_path, records)
     (c,) = a1.bf16_against_fp32(a1.mark_launch_bound(a1.records_frame(records)), records)
-    assert c["judged"] == ("separate processes" if case == "two jobs" else "paired")
-    assert c["not_settled_why"] == {"one job": "", "two jobs": APART, "too few rounds": FEW_ROUNDS, "host-bound": HOST}[case]
+    assert c["how"] == f"paired, {n} rounds"
+    assert c["not_settled_why"] == {"one job": "", "too few rounds": FEW_ROUNDS, "host-bound": HOST}[case]
     assert c["bf16_is"] == ("slower" if case == "one job" else NOT_SETTLED)
     assert len(s["bf16_slower"]) == (1 if case == "one job" else 0)
-    assert (s["bf16_paired"], s["bf16_separate_processes"]) == ((0, 1) if case == "two jobs" else (1, 0))
+    assert s["bf16_compared"] == 1
     assert s["bf16_too_few_rounds"] == (1 if case == "too few rounds" else 0)
     assert s["bf16_host_bound"] == (1 if case == "host-bound" else 0)
-    assert s["grouped"] is True and s["rounds"] == n
+    assert s["rounds"] == n
     table = (tmp_path / "A1" / "table.md").read_text()
-    assert {"one job": f"slower (paired, {n} rounds)", "two jobs": "not settled (separate processes)",
-            "too few rounds": f"not settled (paired, {n} rounds)", "host-bound": f"not settled (paired, {n} rounds)"}[case] in table
+    assert {"one job": f"slower (paired, {n} rounds)", "too few rounds": f"not settled (paired, {n} rounds)",
+            "host-bound": f"not settled (paired, {n} rounds)"}[case] in table
     assert ("each pair timed in turns in one process" in text) == (case == "one job")
     if case != "one job":
         why = {"too few rounds": f"1 paired over fewer than {MIN_ROUNDS} rounds",
-               "two jobs": "1 pair in separate processes, which differ by more than their own spread and are not judged against each other",
                "host-bound": (f"1 where a step waited on the host, whose speed differs between processes by up to "
                               f"{HOST_SWING}×, enough to turn the verdict around")}[case]
         assert ("These records do not settle whether bf16 autocast is faster or slower than fp32 at the one point\n"
                 f"timed in both precisions: {why}.") in text
+
+
+def test_a_pair_from_two_jobs_stops_the_report_in_one_line(tmp_path, rng, capsys):
+    """The benchmark times a point's precisions in turns in one job; fp32 and bf16 records that name
+    two jobs are no shape it writes, and a verdict between them would be no paired one: the report
+    names the point and both jobs, and writes nothing."""
+    n = MIN_ROUNDS + 1
+    records = [in_turns(rng, f"j-{p}", 32, "forward-backward", {p: [ms] * n}, rounds=n)[0]
+               for p, ms in (("fp32", 0.0), ("bf16", 0.5))]
+    with pytest.raises(ValueError, match="not measured in one job"):
+        a1.bf16_against_fp32(a1.mark_launch_bound(a1.records_frame(records)), records)
+    paths = [write_json_atomic(tmp_path / "r" / f"{i}.json", r) for i, r in enumerate(records)]
+    with pytest.raises(SystemExit) as info:
+        a1.main(["--records", *map(str, paths), "--out-dir", str(tmp_path / "A1")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    assert "tiny 32 forward-backward bf16 in job j-bf16" in err and "tiny 32 forward-backward fp32 in job j-fp32" in err
+    assert not (tmp_path / "A1").exists()

@@ -4,13 +4,13 @@ smoke DAG's writeup."""
 
 from pathlib import Path
 import random
-import statistics
 
 import pytest
+from a1_records import PHASES, heat
 
 from cs336_systems.accounting import study
 from cs336_systems.precision import accumulation
-from cs336_systems.records import make_record, write_json_atomic
+from cs336_systems.records import write_json_atomic
 from cs336_systems.report import a1, a3, c9, writeup
 
 from .browser import check_page, require_browser
@@ -19,24 +19,12 @@ pytestmark = pytest.mark.slow      # starting Chromium takes 6-10 s
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
-PHASES = {"forward": ["forward"], "forward-backward": ["forward", "backward"],
-          "train-step": ["forward", "backward", "optimizer"]}
-
-
-def _timed(samples):
-    return {"mean": statistics.fmean(samples), "std": statistics.stdev(samples), "median": statistics.median(samples),
-            "min": min(samples), "max": max(samples), "n": len(samples), "samples": samples}
-
-
 def a1_record(rng, size, context, mode):
-    params = {"size": size, "context": context, "batch": 2, "mode": mode, "warmup": 1, "steps": 3,
-              "precision": "fp32", "attention": "naive", "device": "cpu"}
-    if (size, context, mode) == ("large", 128, "train-step"):
-        return make_record("A1", params, "oom", reason="OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
-    metrics = {phase: _timed([rng.uniform(1, 50) for _ in range(3)]) for phase in PHASES[mode]}
-    metrics["step"] = _timed([sum(metrics[ph]["samples"][i] for ph in PHASES[mode]) for i in range(3)])
-    metrics.update(warmup_step_samples=[rng.uniform(50, 100)], peak_memory_bytes=2**30, parameters=1234)
-    return make_record("A1", params, "ok", metrics)
+    """An fp32 grid point alone in its heat: 3 rounds of one step (``a1_records.heat``)."""
+    rounds = [{phase: [rng.uniform(1, 50)] for phase in PHASES[mode]} for _ in range(3)]
+    (record,) = heat(size, context, mode, {"fp32": rounds}, batch=2,
+                     oom=("fp32",) if (size, context, mode) == ("large", 128, "train-step") else ())
+    return record
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,12 @@ points), two figures, and the writeup's numbers.
     python -m cs336_systems.report.a1 --records r1.json ... --warmup-records w1.json ... \
         [--profiles A2/records/*.json] --out-dir DIR
 
-Every "slower", "faster" or "grows" handed to the prose is the judge's (``spread.judge``). Two
-records measured in one job (``metrics.turns``: the points of a heat took turns in rounds) are
-judged *paired*, the per-round difference against its spread across rounds; records of separate
-jobs (runs measured before the group jobs, with no ``turns``, or two heats of one size) are not
-settled: separate processes differ by more than one process's own spread (the warm-up study
-measures by how much), and one process a side measures nothing of that. The warm-up study's
-processes are judged against the warm processes' own scatter (``spread.judge_processes``).
+Every "slower", "faster" or "grows" handed to the prose is the judge's (``spread.judge``). A grid
+point's precisions take turns in rounds in one job, its heat (``metrics.turns``), so bf16 against
+fp32 is judged *paired*: the per-round difference against its spread across rounds. A pair whose
+records name two jobs is no shape the benchmark writes, and the report refuses it (two processes
+differ by more than one process's own spread, which the warm-up study measures). The warm-up
+study's processes are judged against the warm processes' own scatter (``spread.judge_processes``).
 
 A point is *launch-bound* when its GPU sits idle most of the step, as an A2 profile of the same
 point in the same run shows (``--profiles``, fp32 only): A2's kernel time per step fills less than
@@ -32,7 +31,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cs336_systems.models import MODEL_SIZES, VOCAB_SIZE, ModelSize
+from cs336_systems.models import MODEL_SIZES, ModelSize
 from cs336_systems.models import MODES as MODE_ORDER
 from cs336_systems.profiling.busy import profile_busy
 from cs336_systems.profiling.flops import model_step_flops
@@ -45,7 +44,6 @@ from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUND
                                          trend_of)
 
 PHASES = ("forward", "backward", "optimizer", "step")
-PAIRED, SEPARATE = "paired", "separate processes"    # how a comparison was judged (see the module's doc)
 KEY = ("size", "context", "mode", "precision")
 LAUNCH_BOUND_BUSY = 0.5  # GPU busy share under which a profiled step is launch-bound
 
@@ -58,19 +56,16 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         p, m = r["params"], r["metrics"]
         row = {k: p[k] for k in ("size", "context", "mode", "precision", "warmup", "steps", "batch")}
         row["status"] = r["status"]
-        row["job"] = (m.get("turns") or {}).get("job")
-        row["rounds"] = (m.get("turns") or {}).get("rounds")
         for phase in PHASES:
             row[f"{phase}_mean"] = m.get(phase, {}).get("mean", math.nan)
             row[f"{phase}_std"] = m.get(phase, {}).get("std", math.nan)
             row[f"{phase}_n"] = m.get(phase, {}).get("n") or len(m.get(phase, {}).get("samples") or ())
         row["peak_gib"] = (m.get("peak_memory_bytes") or math.nan) / 2**30
-        size = ModelSize(*(p[k] for k in ("d_model", "d_ff", "num_layers", "num_heads"))) if "d_model" in p \
-            else MODEL_SIZES[p["size"]]
+        size = ModelSize(*(p[k] for k in ("d_model", "d_ff", "num_layers", "num_heads")))
         row["flops"] = model_step_flops(size, batch=p["batch"], context=p["context"], mode=p["mode"],
-                                        vocab_size=p.get("vocab_size", VOCAB_SIZE))
+                                        vocab_size=p["vocab_size"])
         forward_flops = model_step_flops(size, batch=p["batch"], context=p["context"], mode="forward",
-                                         vocab_size=p.get("vocab_size", VOCAB_SIZE))
+                                         vocab_size=p["vocab_size"])
         row["backward_flops_ratio"] = row["flops"] / forward_flops - 1 if "backward" in m else math.nan
         row["backward_ratio_low"], row["backward_ratio_high"] = step_ratio_range(m)
         card = peak(r["provenance"].get("gpu"), p["precision"], p.get("float32_matmul_precision"))
@@ -106,18 +101,16 @@ def by_point(records: list[dict]) -> dict[tuple, dict]:
     return {_key(r["params"]): r for r in records}
 
 
-def verdict(a_row, b_row, records: dict[tuple, dict] | None, phase: str = "step") -> Verdict:
-    """The judge's verdict on ``a``'s ``phase`` against ``b``'s (``spread.judge`` of their records):
-    paired where one job's rounds hold both, else not settled (also where a record is missing)."""
-    a, b = (records or {}).get(_key(a_row)), (records or {}).get(_key(b_row))
-    if a is None or b is None:
-        return Verdict(math.nan, math.nan, math.nan, NOT_SETTLED, 0, 0, False)
-    return judge(a, b, phase)
-
-
-def how_judged(v: Verdict) -> str:
-    """How the table says a verdict was judged: paired over its rounds, or two separate processes."""
-    return f"{PAIRED}, {v.rounds} rounds" if v.paired else SEPARATE
+def paired_verdict(a: dict, b: dict) -> Verdict:
+    """The judge's verdict on record ``a``'s step against ``b``'s, paired over the rounds of the job
+    both took turns in; a ``ValueError`` where their ``metrics.turns`` name two jobs (see the
+    module's doc)."""
+    v = judge(a, b, "step")
+    if not v.paired:
+        raise ValueError("A1 records of one point not measured in one job: " + ", ".join(
+            f"{' '.join(map(str, _key(r['params'])))} in job {(r['metrics'].get('turns') or {}).get('job')}"
+            for r in (a, b)))
+    return v
 
 
 def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = ()) -> pd.DataFrame:
@@ -152,23 +145,22 @@ def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = ()) -> pd.DataFra
 
 
 
-def bf16_against_fp32(df: pd.DataFrame, records: list[dict] = ()) -> list[dict]:
+def bf16_against_fp32(df: pd.DataFrame, records: list[dict]) -> list[dict]:
     """Per grid point timed in both precisions: the judge's verdict on the bf16 step against the
-    fp32 one (``verdict``), its interval in ms, and how it was judged: paired over one job's rounds,
-    or not settled between separate processes (``not_settled_why``: the judge's reason)."""
+    fp32 one, paired over the rounds of the job they took turns in (``paired_verdict``), its
+    interval in ms and, where it settles nothing, the judge's reason (``not_settled_why``)."""
     ok = df[df["status"] == "ok"]
-    records = by_point(list(records))
+    records = by_point(records)
     out = []
     for (size, context, mode), part in ok.groupby(["size", "context", "mode"], observed=True):
         by = {str(r["precision"]): r for _, r in part.iterrows()}
         if "fp32" in by and "bf16" in by:
             fp32, bf16 = by["fp32"], by["bf16"]
-            v = verdict(bf16, fp32, records)
+            v = paired_verdict(records[_key(bf16)], records[_key(fp32)])
             out.append({"size": str(size), "context": int(context), "mode": str(mode),
                         "fp32_ms": fp32["step_mean"], "fp32_std_ms": fp32["step_std"],
                         "bf16_ms": bf16["step_mean"], "bf16_std_ms": bf16["step_std"],
-                        "bf16_is": as_time(v.verdict), "judged": PAIRED if v.paired else SEPARATE,
-                        "not_settled_why": v.reason, "how": how_judged(v),
+                        "bf16_is": as_time(v.verdict), "not_settled_why": v.reason, "how": f"paired, {v.rounds} rounds",
                         # the interval of bf16's step minus fp32's (median per round); nan where not settled
                         "low_ms": v.low, "high_ms": v.high,
                         "bound_by": {"fp32": fp32["bound_by"], "bf16": bf16["bound_by"]}})
@@ -184,7 +176,7 @@ def _cell(row: pd.Series, phase: str) -> str:
 
 def display_table(df: pd.DataFrame, comparisons: list[dict] = ()) -> pd.DataFrame:
     """The table people read: one row per grid point, 'mean ± std' ms per phase, OOM spelled out;
-    on bf16 rows, the step against fp32's and how that was judged (``bf16_against_fp32``)."""
+    on bf16 rows, the step against fp32's and over how many rounds (``bf16_against_fp32``)."""
     out = df[["size", "context", "mode", "precision"]].astype(str).copy()
     for phase in PHASES:
         out[f"{phase} (ms)"] = [_cell(row, phase) for _, row in df.iterrows()]
@@ -454,20 +446,14 @@ def summarize(df: pd.DataFrame, records: list[dict], warmup_records: list[dict])
         "bf16_not_settled": [c for c in comparisons if c["bf16_is"] == NOT_SETTLED],
         "bf16_faster_count": sum(c["bf16_is"] == "faster" for c in comparisons),
         "bf16_compared": len(comparisons),
-        # pairs from one job's rounds, and pairs from separate processes (not settled)
-        "bf16_paired": sum(c["judged"] == PAIRED for c in comparisons),
-        "bf16_all_paired": all(c["judged"] == PAIRED for c in comparisons),
-        "bf16_separate_processes": sum(c["judged"] == SEPARATE for c in comparisons),
-        # paired pairs the judge could not settle: fewer rounds than it needs, or one side bound by
+        # pairs the judge could not settle: fewer rounds than it needs, or one side bound by
         # the host and the other not, by less than the host's speed moves between processes
         "bf16_too_few_rounds": sum(c["not_settled_why"] == FEW_ROUNDS for c in comparisons),
         "bf16_host_bound": sum(c["not_settled_why"] == HOST for c in comparisons),
         "host_swing": HOST_SWING,
         "bf16_none_settled": bool(comparisons) and all(c["bf16_is"] == NOT_SETTLED for c in comparisons),
         "min_rounds": MIN_ROUNDS,
-        # the grid's design: one job per size, its points in turns (else a process per point)
-        "grouped": bool(len(df)) and bool(df["job"].notna().all()),
-        "rounds": int(records[0]["params"]["rounds"]) if records and "rounds" in records[0]["params"] else None,
+        "rounds": int(records[0]["params"]["rounds"]) if records else None,
         "warmup": warmups,
         "warm_processes": warm,
         "warm_spread_max": max((w["spread"] for w in warm), default=None),
@@ -500,7 +486,11 @@ def main(argv=None) -> int:
     except ValueError as exc:
         p.error(str(exc))
     df = mark_launch_bound(records_frame(records), [b for r in load_records(args.profiles) for b in profile_busy(r)])
-    write_table(display_table(df, bf16_against_fp32(df, records)), args.out_dir)
+    try:
+        comparisons = bf16_against_fp32(df, records)
+    except ValueError as exc:
+        p.error(str(exc))
+    write_table(display_table(df, comparisons), args.out_dir)
     plot_time_vs_context(df, args.out_dir / "time_vs_context.png")
     plot_warmup(warmup_records, args.out_dir / "warmup.png")
     contract.write(args.out_dir / "summary.json", contract.fill(A1Summary, summarize(df, records, warmup_records),
@@ -636,7 +626,6 @@ class A1Summary(Summary):
     batch: int
     steps: int
     rounds: int | None
-    grouped: bool | None
     min_turn_ms: float | None
     most_steps_per_turn: int | None
     cv_by_precision: dict[str, float]
@@ -660,9 +649,6 @@ class A1Summary(Summary):
     mfu_peaks: list[str]
     mfu_points: int | None
     bf16_compared: int | None
-    bf16_paired: int | None
-    bf16_all_paired: bool
-    bf16_separate_processes: int
     bf16_faster_count: int
     bf16_slower: list[Bf16Slower] | None
     bf16_within_spread: list[Bf16At] | None

@@ -34,12 +34,16 @@ import pandas as pd
 from cs336_systems.models import MODEL_SIZES
 from cs336_systems.profiling.step_kernels import KINDS
 from cs336_systems.report import contract
-from cs336_systems.report.a1 import LAUNCH_BOUND_BUSY, PAIRED, SEPARATE
+from cs336_systems.report.a1 import LAUNCH_BOUND_BUSY
 from cs336_systems.report.common import (load_record_lists, load_records, run_provenance, save_figure,
                                          write_table)
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import (NOT_SETTLED, WITHIN, as_time, judge, judge_rounds, round_differences,
                                          round_samples, same_job)
+
+# How a bf16-against-fp32 comparison was judged: over one job's rounds, or between two processes,
+# which the judge does not settle.
+PAIRED, SEPARATE = "paired", "separate processes"
 
 # (A1 mode, phase) pairs the timing table shows: forward alone (no_grad), and both phases of forward+backward.
 TIMED = (("forward", "forward"), ("forward-backward", "forward"), ("forward-backward", "backward"))

@@ -9,6 +9,7 @@ baseline the run measured, and it exists for points that ran out of memory or ra
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report import contract
 from cs336_systems.report.common import cell, load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import FEW_ROUNDS, HOST, MIN_ROUNDS, NOT_SETTLED, judge, trend_of
+from cs336_systems.report.spread import FEW_ROUNDS, HOST, MIN_ROUNDS, NOT_SETTLED, judge, same_job, trend_of
 
 GIB = 2**30
 
@@ -46,6 +47,15 @@ def check_same_workload(records: list[dict]) -> dict:
     if len(points) != 1:
         raise ValueError(f"A6 records mix workloads: {sorted(points)}")
     return dict(zip(keys, points.pop()))
+
+
+def check_one_job(records: list[dict]) -> None:
+    """The group sizes that ran took turns in one job (``metrics.turns``), which pairs each one's step
+    with the next one's; records of two jobs are no shape ``memory.checkpoint_bench`` writes."""
+    ok = [r for r in records if r["status"] == "ok"]
+    jobs = sorted({str((r["metrics"].get("turns") or {}).get("job")) for r in ok})
+    if not all(same_job(a, b) for a, b in itertools.pairwise(ok)):
+        raise ValueError(f"A6 records not measured in one job: jobs {', '.join(jobs)}")
 
 
 def rows_frame(records: list[dict]) -> pd.DataFrame:
@@ -135,10 +145,8 @@ class A6Summary(Summary):
     step_spread_share: float | None
     step_trend: Unread[str | None]
     step_steps: list[StepChange]
-    # the group sizes took turns in one job (a paired verdict per step), or each had a process
-    step_paired: bool
     # steps the judge did not settle, and of those, how many for fewer rounds than it needs and how
-    # many because another process's host could turn the verdict around (the rest: separate processes)
+    # many because another process's host could turn the verdict around
     step_not_settled: int
     step_too_few_rounds: int
     step_host_bound: int
@@ -186,9 +194,8 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
         slope = float(((k - k.mean()) * (peak - peak.mean())).sum() / ((k - k.mean()) ** 2).sum())
     timed = df[(df["status"] == "ok") & (df["k"] >= 1)]["step_ms"].dropna()
     # how the step time moves with k (the recomputed FLOPs do not): each group size's step against the
-    # next one's by the judge, paired per round where one job measured both, else not settled (two
-    # processes, one a side, measure nothing of how much processes differ)
-    by_k = sorted((r for r in records if r["status"] == "ok" and r["params"]["group"] >= 1 and r["metrics"].get("step")),
+    # next one's by the judge, paired per round of the one job the group sizes took turns in
+    by_k = sorted((r for r in records if r["status"] == "ok" and r["params"]["group"] >= 1),
                   key=lambda r: r["params"]["group"])
     pairs = list(zip(by_k, by_k[1:]))
     verdicts = [judge(b, a, "step") for a, b in pairs]
@@ -201,7 +208,6 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
         step_spread_share=float(timed.max() / timed.min() - 1) if len(timed) else None,
         step_trend=trend_of(verdicts) if step_steps else None,
         step_steps=step_steps,
-        step_paired=bool(verdicts) and all(v.paired for v in verdicts),
         step_not_settled=sum(x.direction == NOT_SETTLED for x in step_steps),
         step_too_few_rounds=sum(v.reason == FEW_ROUNDS for v in verdicts),
         step_host_bound=sum(v.reason == HOST for v in verdicts),
@@ -238,6 +244,7 @@ def main(argv=None) -> int:
     try:
         records = load_records(args.records)
         workload = check_same_workload(records)
+        check_one_job(records)
     except (OSError, ValueError, KeyError) as exc:
         p.error(str(exc))
     df = rows_frame(records)
