@@ -16,7 +16,7 @@ from cs336_systems.models import get_size
 from cs336_systems.precision import autocast_dtypes as ad
 from cs336_systems.records import make_record, write_json_atomic
 from cs336_systems.report import a4, a6, writeup
-from cs336_systems.report.spread import MIN_ROUNDS, NOT_SETTLED, WITHIN, judge_rounds
+from cs336_systems.report.spread import HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, judge_rounds
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
@@ -393,4 +393,8 @@ def test_a6_a_step_the_host_could_turn_around_is_worded_as_host_bound_not_as_too
     assert steps[(2, 4)] == NOT_SETTLED and summary["step_host_bound"] == 1 and summary["step_too_few_rounds"] == 0
     text = _render("A6", out / "summary.json", tmp_path)
     assert "fewer than the" not in text
-    assert "At 1 of the steps from one k to the next the step waited on the host" in text
+    assert summary["step_host_share"] == 0.95 and summary["host_swing"] == HOST_SWING
+    # the words say how much of the step the host took, not that the step waited on it: a share
+    # under the judge's host-bound line can be turned around by a slower host too
+    assert ("At 1 of the steps from one k to the next the host spent as much as 95 % of a step issuing its work"
+            in " ".join(text.split()))

@@ -25,7 +25,8 @@ from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report import contract
 from cs336_systems.report.common import cell, load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import FEW_ROUNDS, HOST, MIN_ROUNDS, NOT_SETTLED, judge, same_job, trend_of
+from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, host_share, judge, same_job,
+                                         trend_of)
 
 GIB = 2**30
 
@@ -150,6 +151,10 @@ class A6Summary(Summary):
     step_not_settled: int
     step_too_few_rounds: int
     step_host_bound: int
+    # the most share of a step on either side of those the host spent issuing its work
+    # (spread.host_share), and how far another process's host speed can move (spread.HOST_SWING)
+    step_host_share: float | None
+    host_swing: float
     step_rounds: int | None
     min_rounds: int
     fitting_k: list[int]
@@ -211,6 +216,9 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
         step_not_settled=sum(x.direction == NOT_SETTLED for x in step_steps),
         step_too_few_rounds=sum(v.reason == FEW_ROUNDS for v in verdicts),
         step_host_bound=sum(v.reason == HOST for v in verdicts),
+        step_host_share=max((x for (a, b), v in zip(pairs, verdicts) if v.reason == HOST
+                             for x in (host_share(a), host_share(b)) if x is not None), default=None),
+        host_swing=HOST_SWING,
         step_rounds=min((v.rounds for v in verdicts), default=None),
         min_rounds=MIN_ROUNDS,
         fitting_k=[int(k) for k in ok["k"]],
