@@ -612,64 +612,40 @@ def test_c12_sets_a_traced_step_s_idle_time_against_ddp_s_only_where_it_computes
         assert ("is an fp32 step's: no reference for a step computing in bf16" in part) is (not same)
 
 
-def test_a_traced_step_s_extra_matmul_time_is_put_on_the_collectives_only_beyond_the_steps_scatter(seed):
-    """`matmul +` (a traced step's matrix products against naive's traced step) was called what sharing
-    the GPU with the collectives cost them, from one profiled step each: h200's bucketed-ready-1000
-    (bf16) at 5.6 ms, within the 74 ms its timed steps and naive's scatter by. It is that cost only
-    where it exceeds the wider fastest–slowest range of the two variants' timed steps."""
+@pytest.mark.parametrize("kind, kernel, quiet_range", [
+    ("matmul", "sm90_xmma_gemm_bf16bf16_bf16f32", (500, 600)),
+    ("copy", "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>", (10, 20))])
+def test_a_traced_step_s_extra_kernel_time_is_put_on_the_variant_only_beyond_the_steps_scatter(seed, kind, kernel,
+                                                                                             quiet_range):
+    """`matmul +` and `copies +` (a traced step's matrix products, or its copies and casts, against
+    naive's traced step) were read as what sharing the GPU with the collectives cost the products, or
+    what a variant copies or casts beyond naive, from one profiled step each: h200's
+    bucketed-ready-1000 (bf16) at 5.6 ms of `matmul +` and bucketed-bf16-1000 (bf16) at 12.7 ms of
+    `copies +`, both within the 74 ms their timed steps and naive's scatter by. Either is the variant's
+    only where it exceeds the wider fastest–slowest range of the two variants' timed steps."""
     rng = random.Random(seed)
-    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32"
-    quiet_mm, scatter = rng.uniform(500, 600), rng.uniform(2, 8)
+    quiet, scatter = rng.uniform(*quiet_range), rng.uniform(2, 8)
 
-    def trace(mm):
-        return [_kernel("compute", gemm, 0, mm), _kernel("communication", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 5.0)]
+    def trace(ms):
+        return [_kernel("compute", kernel, 0, ms), _kernel("communication", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 5.0)]
 
     def timed(width):
         base = rng.uniform(780, 820)
         return {"metrics": {"steps": [{"step_ms": base + x} for x in (0.0, rng.uniform(0, width), width)]}}
 
     beyond, within = rng.uniform(1.2, 3.0) * scatter, rng.uniform(0.2, 0.9) * scatter
-    traces = {"naive": trace(quiet_mm), "torch-ddp": trace(quiet_mm + beyond), "bucketed-avg-1000": trace(quiet_mm + within)}
+    traces = {"naive": trace(quiet), "torch-ddp": trace(quiet + beyond), "bucketed-avg-1000": trace(quiet + within)}
     records = {"fp32": {"naive": timed(scatter), "torch-ddp": timed(0.5 * scatter), "bucketed-avg-1000": timed(0.3 * scatter)}}
     found = ddp_traces.where_time_goes(traces, [("naive", "fp32"), ("torch-ddp", "fp32"), ("bucketed-avg-1000", "fp32")],
                                        records)
     assert found["torch-ddp"]["step_scatter_ms"] == pytest.approx(scatter)
-    assert found["torch-ddp"]["matmul_beyond_scatter"] is True
-    assert found["bucketed-avg-1000"]["matmul_over_quiet_ms"] == pytest.approx(within)
-    assert found["bucketed-avg-1000"]["matmul_beyond_scatter"] is False
-    assert found["naive"]["matmul_beyond_scatter"] is None
+    assert found["torch-ddp"][f"{kind}_over_quiet_ms"] == pytest.approx(beyond)
+    assert found["torch-ddp"][f"{kind}_beyond_scatter"] is True
+    assert found["bucketed-avg-1000"][f"{kind}_over_quiet_ms"] == pytest.approx(within)
+    assert found["bucketed-avg-1000"][f"{kind}_beyond_scatter"] is False
+    assert found["naive"][f"{kind}_beyond_scatter"] is None
     # without the timed steps nothing is said either way
-    assert ddp_traces.where_time_goes(traces, [("torch-ddp", "fp32")])["torch-ddp"]["matmul_beyond_scatter"] is None
-
-
-def test_a_traced_step_s_extra_copy_time_is_put_on_the_variant_only_beyond_the_steps_scatter(seed):
-    """`copies +` (a traced step's copies and casts against naive's traced step) was read as what a
-    variant copies or casts beyond naive, from one profiled step each: h200's bucketed-bf16-1000 (bf16)
-    at 12.7 ms, within the 74 ms its timed steps and naive's scatter by. It is only where it exceeds
-    the wider fastest–slowest range of the two variants' timed steps."""
-    rng = random.Random(seed)
-    copy = "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>"
-    quiet_copy, scatter = rng.uniform(10, 20), rng.uniform(2, 8)
-
-    def trace(cp):
-        return [_kernel("compute", copy, 0, cp), _kernel("communication", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 5.0)]
-
-    def timed(width):
-        base = rng.uniform(780, 820)
-        return {"metrics": {"steps": [{"step_ms": base + x} for x in (0.0, rng.uniform(0, width), width)]}}
-
-    beyond, within = rng.uniform(1.2, 3.0) * scatter, rng.uniform(0.2, 0.9) * scatter
-    traces = {"naive": trace(quiet_copy), "bucketed-bf16-1000": trace(quiet_copy + beyond),
-              "torch-ddp": trace(quiet_copy + within)}
-    records = {"fp32": {"naive": timed(scatter), "bucketed-bf16-1000": timed(0.5 * scatter), "torch-ddp": timed(0.3 * scatter)}}
-    found = ddp_traces.where_time_goes(traces, [("naive", "fp32"), ("bucketed-bf16-1000", "fp32"), ("torch-ddp", "fp32")],
-                                       records)
-    assert found["bucketed-bf16-1000"]["copy_over_quiet_ms"] == pytest.approx(beyond)
-    assert found["bucketed-bf16-1000"]["copy_beyond_scatter"] is True
-    assert found["torch-ddp"]["copy_over_quiet_ms"] == pytest.approx(within)
-    assert found["torch-ddp"]["copy_beyond_scatter"] is False
-    assert found["naive"]["copy_beyond_scatter"] is None
-    assert ddp_traces.where_time_goes(traces, [("torch-ddp", "fp32")])["torch-ddp"]["copy_beyond_scatter"] is None
+    assert ddp_traces.where_time_goes(traces, [("torch-ddp", "fp32")])["torch-ddp"][f"{kind}_beyond_scatter"] is None
 
 
 @pytest.mark.parametrize("longest_over_threshold", [False, True])
