@@ -204,21 +204,34 @@ def timing_frame(records: list[dict]) -> pd.DataFrame:
                                 f"{p}_std_ms": timed.get("std", math.nan),
                                 f"{p}_n": timed.get("n") or len(timed.get("samples") or ())})
                 fp32, bf16 = row["fp32_ms"], row["bf16_ms"]
-                # the judge's verdict on bf16's speedup (fp32's time over bf16's, against 1): per round
-                # where one job timed both, else not settled
+                # the judge's verdict on bf16's speedup (fp32's time over bf16's, against 1), per round
+                # of the job A1 timed both in (its grid is a job per size, the precisions taking turns)
                 both = row["fp32_n"] > 0 and row["bf16_n"] > 0          # both ran, with samples
-                v = judge(recs["fp32"], recs["bf16"], phase, ratio=True) if both else None
+                v = _paired(recs["fp32"], recs["bf16"], phase) if both else None
                 rows.append(row | {
                     "speedup": fp32 / bf16,
                     # First-order spread of the ratio of two independent means' samples.
                     "speedup_std": fp32 / bf16 * math.hypot(row["fp32_std_ms"] / fp32, row["bf16_std_ms"] / bf16),
                     # the judge's interval of the speedup (nan where not settled) and its rounds
                     "speedup_low": v.low if both else math.nan, "speedup_high": v.high if both else math.nan,
-                    "rounds": v.rounds if both and v.paired else 0,
+                    "rounds": v.rounds if both else 0,
                     # bf16 against fp32 by the judge: "slower", "faster", WITHIN or NOT_SETTLED
                     "bf16_is": BF16_IS[v.verdict] if both else "",
-                    "judged": (PAIRED if v.paired else SEPARATE) if both else ""})
+                    "judged": PAIRED if both else ""})
     return pd.DataFrame(rows)
+
+
+def _paired(fp32: dict, bf16: dict, phase: str):
+    """The judge's verdict on the speedup of two A1 records of one point, paired over the rounds of
+    the job both took turns in; a ``ValueError`` where their ``metrics.turns`` name two jobs, which
+    A1's benchmark never writes (``report.a1.paired_verdict`` refuses the same)."""
+    v = judge(fp32, bf16, phase, ratio=True)
+    if not v.paired:
+        p = fp32["params"]
+        raise ValueError(f"A1 records of {p['size']} ctx {p['context']} {p['mode']} not measured in one job: "
+                         + ", ".join(f"{r['params']['precision']} in job {(r['metrics'].get('turns') or {}).get('job')}"
+                                     for r in (fp32, bf16)))
+    return v
 
 
 def _mean_std(mean: float, std: float, unit: str = "") -> str:
@@ -471,9 +484,8 @@ def summarize(dtype_records: list[dict], timing_records: list[dict], ln: pd.Data
         "timing_batch": int(timing_records[0]["params"]["batch"]) if timing_records else None,
         "timing_steps": timing_records[0]["params"].get("steps") if timing_records else None,
         "timing_rounds": timing_records[0]["params"].get("rounds") if timing_records else None,
-        # rows whose fp32 and bf16 took turns in one job, and rows from separate processes (not settled)
+        # rows whose fp32 and bf16 both ran and were judged over the rounds of their job
         "timing_paired": int((ok["judged"] == PAIRED).sum()) if len(ok) else 0,
-        "timing_separate_processes": int((ok["judged"] == SEPARATE).sum()) if len(ok) else 0,
         "kernels": kernel_summary(list(kernel_records)),
         "launch_bound_busy": LAUNCH_BOUND_BUSY,
     }
@@ -494,7 +506,10 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as exc:
         p.error(str(exc))
     ln = layernorm_frame(dtype_records)
-    timing = timing_frame(timing_records)
+    try:
+        timing = timing_frame(timing_records)
+    except ValueError as exc:
+        p.error(str(exc))
     write_table(dtype_table(dtype_records), args.out_dir)
     write_table(layernorm_table(ln), args.out_dir, "layernorm")
     write_table(timing_table(timing) if not timing.empty else pd.DataFrame({"note": ["no A1 records given"]}),
@@ -663,7 +678,6 @@ class A4Summary(Summary):
     timing_rounds: int | None
     timing_not_ok: list[str] | None
     timing_paired: int | None
-    timing_separate_processes: int
     timing_none_settled: bool
     speedups: Unread[dict[str, float]]      # series -> fp32 over bf16 (the timing table's)
     median_speedup_by_phase: dict[str, float] | None
