@@ -13,32 +13,48 @@ from cs336_systems.records import make_record
 from cs336_systems.report import b2
 from cs336_systems.report.b2_whole_model import SAME
 from cs336_systems.report.writeup import Renderer
-from cs336_systems.timing import summarize
+from cs336_systems.rounds import Job, Outcome
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "writeup" / "templates"
 
 
-def _variant(step_ms: float) -> dict:
-    samples = {phase: [random.uniform(0.9, 1.1) * step_ms * share for _ in range(4)]
+def _job(name: str, rounds: int) -> Job:
+    """The job of one compile_bench process: eager and compiled take turns, one timed step a turn."""
+    return Job(name, ("eager", "compiled"), rounds, steps=1, warmup=3)
+
+
+def _measured(job: Job, name: str, rounds: list[dict[str, list[float]]], peak_bytes: int = 2**30,
+              first_calls_overhead_seconds: float = 1.0, initial_loss: float = 9.21) -> dict:
+    """A variant as compile_bench records it: ``rounds.Outcome.metrics`` of its turns in ``job`` (each
+    round: phase -> its samples; the step is their sum), and what compile_bench adds to them."""
+    rounds = [r | {"step": [sum(s) for s in zip(*r.values())]} for r in rounds]
+    outcome = Outcome(name, rounds=rounds, warmup_steps=[1.0] * job.warmup, steps_per_turn=job.steps)
+    return {"status": "ok", **outcome.metrics(job), "first_forward_ms": 1.0,
+            "first_calls_overhead_seconds": first_calls_overhead_seconds, "initial_loss": initial_loss,
+            "peak_memory_bytes": peak_bytes}
+
+
+def _variant(rng: random.Random, job: Job, name: str, step_ms: float, **extra) -> dict:
+    rounds = [{phase: [rng.uniform(0.9, 1.1) * step_ms * share]
                for phase, share in (("forward", 0.3), ("backward", 0.6), ("optimizer", 0.1))}
-    metrics = {phase: summarize(s) | {"samples": s} for phase, s in samples.items()}
-    step = [sum(s) for s in zip(*samples.values())]
-    metrics["step"] = summarize(step) | {"samples": step}
-    return {"status": "ok", **metrics, "initial_loss": 9.21, "first_calls_overhead_seconds": 0.02,
-            "peak_memory_bytes": 2**30}
+              for _ in range(job.rounds)]
+    return _measured(job, name, rounds, **extra)
 
 
-def _whole_record(size: str, mode: str, eager_ms: float, compiled_ms: float, eager_status: str = "ok") -> dict:
-    """A record shaped by compile_bench's own functions (speed-ups, loss check), from random samples."""
-    eager = _variant(eager_ms) if eager_status == "ok" else {"status": eager_status, "message": "CUDA out of memory"}
-    compiled = _variant(compiled_ms)
-    compiled["initial_loss"] = 9.21 + 1e-6
-    compiled["first_calls_overhead_seconds"] = random.uniform(5, 30)
+def _whole_record(rng: random.Random, size: str, mode: str, eager_ms: float, compiled_ms: float,
+                  eager_status: str = "ok") -> dict:
+    """A record shaped by compile_bench's own functions (turns, speed-ups, loss check), from random samples."""
+    job = _job(f"{size}-{mode}", len(DRIFT))
+    eager = (_variant(rng, job, "eager", eager_ms) if eager_status == "ok"
+             else {"status": eager_status, "message": "CUDA out of memory"})
+    compiled = _variant(rng, job, "compiled", compiled_ms, initial_loss=9.21 + 1e-6,
+                        first_calls_overhead_seconds=rng.uniform(5, 30))
     variants = {"eager": eager, "compiled": compiled}
     metrics = {"variants": variants, "loss_check": compile_bench.loss_check(eager, compiled),
                "speedup": compile_bench.speedups(eager, compiled), "parameters": 1,
                "compile_seconds": compiled["first_calls_overhead_seconds"], "compiled_graphs": 1}
-    params = {"size": size, "context": 512, "batch": 4, "mode": mode, "compile": "blocks", "warmup": 3, "steps": 4}
+    params = {"size": size, "context": 512, "batch": 4, "mode": mode, "compile": "blocks", "warmup": job.warmup,
+              "steps": job.steps, "rounds": job.rounds}
     return make_record("B2", params, compile_bench.overall_status(variants), metrics)
 
 
@@ -82,9 +98,10 @@ def _render(out_dir: Path) -> str:
     return text
 
 
-def test_whole_model_records_only(tmp_path):
-    records = [_whole_record("small", "forward", 10.0, 5.0), _whole_record("small", "train-step", 30.0, 20.0),
-               _whole_record("xl", "train-step", 0, 90.0, eager_status="oom")]
+def test_whole_model_records_only(tmp_path, seed):
+    rng = random.Random(seed)
+    records = [_whole_record(rng, "small", "forward", 10.0, 5.0), _whole_record(rng, "small", "train-step", 30.0, 20.0),
+               _whole_record(rng, "xl", "train-step", 0, 90.0, eager_status="oom")]
     out = tmp_path / "B2"
     assert b2.main(["--whole-model", *_whole_files(tmp_path, records), "--out-dir", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -118,9 +135,9 @@ def test_b1_rows_only_keeps_part_a(tmp_path):
     assert "runs forward at 2.00× eager's speed" in text and "was not measured in this run" in text
 
 
-def test_both_parts(tmp_path):
+def test_both_parts(tmp_path, seed):
     out = tmp_path / "B2"
-    whole = _whole_files(tmp_path, [_whole_record("medium", "forward-backward", 12.0, 8.0)])
+    whole = _whole_files(tmp_path, [_whole_record(random.Random(seed), "medium", "forward-backward", 12.0, 8.0)])
     assert b2.main(["--rows", *_b1_rows(tmp_path), "--whole-model", *whole, "--out-dir", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["provenance"]["records"] == 3
@@ -317,26 +334,18 @@ def test_part_a_says_what_the_memory_data_show_where_only_compiled_ran(tmp_path,
     assert ("lower at 3 and higher at 1 of the 4 points" in text) is (higher == 1)
 
 
-def _timed(mean: float, jitter: float, n: int = 5) -> list[float]:
-    return [mean * (1 + random.uniform(-jitter, jitter)) for _ in range(n)]
+def _timed(rng: random.Random, mean: float, jitter: float, n: int = 5) -> list[float]:
+    return [mean * (1 + rng.uniform(-jitter, jitter)) for _ in range(n)]
 
 
-def _variant_of(mode, forward_ms, backward_ms, optimizer, peak_bytes, turns=False) -> dict:
-    """A variant from its phase samples (optimizer: a list of samples; a forward times only forward)
-    and its peak; with ``turns``, sample i is round i's of one job (compile_bench's record)."""
+def _variant_of(job: Job, name: str, mode: str, forward_ms, backward_ms, optimizer, peak_bytes) -> dict:
+    """A variant from its phase times (optimizer: one sample a round; a forward times only forward)
+    and its peak, sample i round i's of ``job`` under the round's drift (compile_bench's record)."""
     n = len(optimizer)
-    samples = {"forward": [forward_ms * k for k in DRIFT[:n]] if turns else _timed(forward_ms, 0.01, n)}
+    samples = {"forward": [forward_ms * k for k in DRIFT[:n]]}
     if mode == "train-step":
-        samples |= {"backward": [backward_ms * k for k in DRIFT[:n]] if turns else _timed(backward_ms, 0.01, n),
-                    "optimizer": optimizer}
-    metrics = {phase: summarize(s) | {"samples": s} for phase, s in samples.items()}
-    step = [sum(s) for s in zip(*samples.values())]
-    metrics["step"] = summarize(step) | {"samples": step}
-    if turns:
-        metrics["rounds"] = [{phase: [s[i]] for phase, s in samples.items()} | {"step": [step[i]]} for i in range(n)]
-        metrics["turns"] = {"job": "b2-job", "with": ["eager", "compiled"], "rounds": n, "steps": 1, "warmup": 2}
-    return {"status": "ok", **metrics, "initial_loss": 9.21, "first_calls_overhead_seconds": 1.0,
-            "peak_memory_bytes": peak_bytes}
+        samples |= {"backward": [backward_ms * k for k in DRIFT[:n]], "optimizer": optimizer}
+    return _measured(job, name, [{phase: [s[i]] for phase, s in samples.items()} for i in range(n)], peak_bytes)
 
 
 def _record_of(size: str, mode: str, eager: dict, compiled: dict) -> dict:
@@ -344,7 +353,9 @@ def _record_of(size: str, mode: str, eager: dict, compiled: dict) -> dict:
     metrics = {"variants": variants, "loss_check": compile_bench.loss_check(eager, compiled),
                "speedup": compile_bench.speedups(eager, compiled), "parameters": 1,
                "compile_seconds": 5.0, "compiled_graphs": 1}
-    params = {"size": size, "context": 512, "batch": 4, "mode": mode, "compile": "blocks", "warmup": 3, "steps": 5}
+    turns = eager.get("turns") or compiled.get("turns") or {}
+    params = {"size": size, "context": 512, "batch": 4, "mode": mode, "compile": "blocks",
+              "warmup": turns.get("warmup"), "steps": turns.get("steps"), "rounds": turns.get("rounds")}
     return make_record("B2", params, "ok", metrics)
 
 
@@ -355,12 +366,11 @@ def _differ(a: list[float], b: list[float]) -> str:
     return "slower" if gap > 2 * se else "faster" if gap < -2 * se else "within"
 
 
-@pytest.mark.parametrize("turns", [True, False])
-def test_whole_model_memory_and_the_uncompiled_optimizer(tmp_path, seed, turns):
+def test_whole_model_memory_and_the_uncompiled_optimizer(tmp_path, seed):
     """B2(b) states how much lower compiled peaks are per mode, and the optimizer phase (not compiled)
-    by its range and the judge's verdict per size: where the variants took turns, a compiled
-    optimizer 0.7x or 1.4x eager's in every round is faster or slower, the same samples within the
-    spread; where they did not, nothing is settled."""
+    by its range and the judge's verdict per size, paired over the rounds the variants took turns in:
+    a compiled optimizer 0.7x or 1.4x eager's in every round is faster or slower, the same samples
+    within the spread."""
     rng = random.Random(seed)
     records, cuts, factors = [], {"forward": [], "train-step": []}, {}
     for size in ("small", "medium", "large"):
@@ -368,13 +378,14 @@ def test_whole_model_memory_and_the_uncompiled_optimizer(tmp_path, seed, turns):
             eager_peak = rng.uniform(2, 60) * 2**30
             cut = rng.uniform(0.0, 0.04) if mode == "forward" else rng.uniform(0.1, 0.3)
             cuts[mode].append(cut)
-            eager_opt = _timed(rng.uniform(10, 50), 0.01, n=len(DRIFT))
+            eager_opt = _timed(rng, rng.uniform(10, 50), 0.01, n=len(DRIFT))
             factor = rng.choice([0.7, 1.0, 1.4])
             compiled_opt = eager_opt if factor == 1.0 else [t * factor * rng.uniform(0.99, 1.01) for t in eager_opt]
             if mode == "train-step":
                 factors[size] = factor
-            eager = _variant_of(mode, 20.0, 40.0, eager_opt, eager_peak, turns)
-            compiled = _variant_of(mode, 15.0, 30.0, compiled_opt, eager_peak * (1 - cut), turns)
+            job = _job(f"{size}-{mode}", len(DRIFT))
+            eager = _variant_of(job, "eager", mode, 20.0, 40.0, eager_opt, eager_peak)
+            compiled = _variant_of(job, "compiled", mode, 15.0, 30.0, compiled_opt, eager_peak * (1 - cut))
             records.append(_record_of(size, mode, eager, compiled))
     out = tmp_path / "B2"
     assert b2.main(["--whole-model", *_whole_files(tmp_path, records), "--out-dir", str(out)]) == 0
@@ -389,10 +400,10 @@ def test_whole_model_memory_and_the_uncompiled_optimizer(tmp_path, seed, turns):
     assert (opt["ratio"]["min"], opt["ratio"]["max"]) == (pytest.approx(min(ratios)), pytest.approx(max(ratios)))
     expected = {"compiled_slower": 1.4, "compiled_faster": 0.7, "within": 1.0}
     for key, factor in expected.items():
-        assert opt[key] == ([s for s, f in factors.items() if f == factor] if turns else [])
-    assert opt["not_settled"] == ([] if turns else list(factors))
-    # compiled forward and backward are faster (0.75x) in every round: the judge says so only in turns
-    assert w["forward_and_backward_faster"] is turns
+        assert opt[key] == [s for s, f in factors.items() if f == factor]
+    assert opt["not_settled"] == []
+    # compiled forward and backward are faster (0.75x) in every round: the judge says so
+    assert w["forward_and_backward_faster"] is True
     text = _render(out)
     assert f"yet its ratio ranges\n{min(ratios):.2f}–{max(ratios):.2f}×" in text
     flat = " ".join(text.split())
@@ -400,8 +411,8 @@ def test_whole_model_memory_and_the_uncompiled_optimizer(tmp_path, seed, turns):
             f"{100 * min(cuts['train-step']):.1f} %–{100 * max(cuts['train-step']):.1f} %") in flat
     lower = w["peak_memory"]["by_mode"]["forward"]["lower"]
     assert ("peaks lower than eager at " + ("every one of the 3 sizes," if lower == 3 else f"{lower} of the 3 sizes,")) in flat
-    assert ("these records do not settle whether it differs at small, medium, large" in flat) is not turns
-    assert ("Forward and backward are faster compiled at every point." in flat) is turns
+    assert "these records do not settle whether it differs" not in flat
+    assert "Forward and backward are faster compiled at every point." in flat
     # each size is its own process: how the speed-up moves with size is not settled either way
     assert set(w["size_trend"]["train-step"]) == {"first", "last"}
     assert ("one process a size measures no spread across processes, so these records do not settle how the "
@@ -485,28 +496,47 @@ def test_part_b_judges_the_optimizer_per_round_where_the_variants_took_turns(tmp
     that moves both variants alike: the paired verdict is "slower"; the standard errors of the pooled
     steps, which hold the drift, call it within the spread."""
     drift = [1.0, 1.2, 0.9, 1.1, 0.8]
+    job = _job("b2-job", len(drift))
 
-    def variant(optimizer_ms):
-        rounds = [{"forward": [3.0 * k], "backward": [6.0 * k], "optimizer": [optimizer_ms * k],
-                   "step": [(9.0 + optimizer_ms) * k]} for k in drift]
-        metrics = {phase: summarize([r[phase][0] for r in rounds]) | {"samples": [r[phase][0] for r in rounds]}
-                   for phase in ("forward", "backward", "optimizer", "step")}
-        return {"status": "ok", **metrics, "rounds": rounds, "initial_loss": 9.21,
-                "first_calls_overhead_seconds": 1.0, "peak_memory_bytes": 2**30,
-                "turns": {"job": "b2-job", "with": ["eager", "compiled"], "rounds": 5, "steps": 1, "warmup": 2}}
+    def variant(name, optimizer_ms):
+        return _measured(job, name, [{"forward": [3.0 * k], "backward": [6.0 * k], "optimizer": [optimizer_ms * k]}
+                                     for k in drift])
 
-    eager, compiled = variant(1.0), variant(1.02)
+    eager, compiled = variant("eager", 1.0), variant("compiled", 1.02)
     record = _record_of("small", "train-step", eager, compiled)
     out = tmp_path / "B2"
     assert b2.main(["--whole-model", *_whole_files(tmp_path, [record]), "--out-dir", str(out)]) == 0
     w = json.loads((out / "summary.json").read_text())["whole_model"]
     assert w["optimizer"]["compiled_slower"] == ["small"]
-    assert w["in_turns"] == 1 and w["rounds"] == [5]
+    assert w["rounds"] == [5]
     # the pooled steps, which hold the drift, would call it within their standard errors
     assert _differ(eager["optimizer"]["samples"], compiled["optimizer"]["samples"]) == "within"
     text = " ".join(_render(out).split())
     assert "take turns after their warm-up steps, in 5 rounds" in text
     assert "beyond the spread of the per-round differences the compiled run's optimizer is slower at small" in text
+
+
+@pytest.mark.parametrize("jobs", [("j-eager", "j-compiled"), (None, None)])
+def test_part_b_refuses_variants_not_measured_in_one_job(tmp_path, capsys, seed, jobs):
+    """compile_bench times both variants of a point in one job's turns, so a record whose two variants
+    ran but name two jobs, or none, is no record it writes: the report stops with one line naming
+    the point and the jobs, rather than judge it another way."""
+    rng = random.Random(seed)
+    record = _whole_record(rng, "medium", "train-step", 30.0, 20.0)
+    for name, job in zip(("eager", "compiled"), jobs):
+        variant = record["metrics"]["variants"][name]
+        if job:
+            variant["turns"]["job"] = job
+        else:
+            del variant["turns"], variant["rounds"]
+    other = _whole_record(rng, "small", "train-step", 30.0, 20.0)
+    with pytest.raises(SystemExit) as exc:
+        b2.main(["--whole-model", *_whole_files(tmp_path, [other, record]), "--out-dir", str(tmp_path / "B2")])
+    assert exc.value.code == 2
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert error.endswith(f"B2 whole-model record of medium train-step: eager and compiled not measured in one job: "
+                          f"eager in job {jobs[0]}, compiled in job {jobs[1]}")
+    assert not (tmp_path / "B2" / "summary.json").exists()
 
 
 def test_part_a_figure_draws_each_head_dims_speed_ups_and_peak_ratio(monkeypatch, seed):

@@ -40,7 +40,7 @@ ALLOWED = {
     "A6": (4, 0, 16),
     # the closed form 2·B·N²
     "B1": (1, 0, 28),
-    "B2": (0, 0, 70),
+    "B2": (0, 0, 65),
     # tile sizes, the mask value, the head dimensions accepted
     "B3": (8, 0, 7),
     # 2N²d per product

@@ -1,8 +1,9 @@
 """B2(b) from the compile-bench records: the whole model eager against compiled, per size and mode.
 
-Each record (``python -m cs336_systems.compile_bench``) holds both variants of one grid point timed in
-one process; this module turns them into the table people read, the speed-up figure and the numbers
-the writeup quotes. ``build_report`` in ``cs336_systems.report.b2`` calls it.
+Each record (``python -m cs336_systems.compile_bench``) holds both variants of one grid point, taking
+turns in one job (``metrics.turns``) where both ran; this module turns them into the table people
+read, the speed-up figure and the numbers the writeup quotes. ``build_report`` in
+``cs336_systems.report.b2`` calls it.
 """
 from __future__ import annotations
 
@@ -25,13 +26,22 @@ DISPLAY_COLUMNS = ["size", "mode", "eager step (ms)", "compiled step (ms)", "ste
 
 
 def check_records(records: list[dict]) -> None:
-    """Stop with one line on a record that is not a compile-bench record."""
+    """Stop with one line on a record that is not a compile-bench record, or whose variants both ran
+    but not in one job's turns: compile_bench times every variant that ran in one ``take_turns`` job,
+    so such a pair is no record it writes, and the judge could not pair it."""
     for r in records:
         if r["id"] != "B2" or "variants" not in r["metrics"]:
             raise ValueError(f"not a B2 whole-model record (id {r['id']!r}, params {r['params']})")
         missing = {"size", "mode", "compile", "context", "batch"} - set(r["params"])
         if missing:
             raise ValueError(f"B2 whole-model record lacks params {sorted(missing)}")
+        variants = r["metrics"]["variants"]
+        ran = [variants.get(v) or {} for v in ("eager", "compiled")]
+        if all(v.get("status") == "ok" for v in ran) and not same_job(*({"metrics": v} for v in ran)):
+            raise ValueError(f"B2 whole-model record of {r['params']['size']} {r['params']['mode']}: eager and "
+                             "compiled not measured in one job: " + ", ".join(
+                                 f"{name} in job {(v.get('turns') or {}).get('job')}"
+                                 for name, v in zip(("eager", "compiled"), ran)))
 
 
 def frame(records: list[dict]) -> pd.DataFrame:
@@ -232,10 +242,10 @@ def peak_memory(df: pd.DataFrame) -> PeakMemory | None:
 
 
 def verdict(row: pd.Series, phase: str) -> Verdict:
-    """Eager against compiled in ``phase`` by ``spread.judge``: "higher" where eager is slower,
-    "lower" where faster, ``WITHIN`` neither; ``NOT_SETTLED`` where the variants did not take turns
-    in one job (records from before the turns: one variant timed after the other) or took fewer
-    rounds than the judge needs."""
+    """Eager against compiled in ``phase`` by ``spread.judge``, paired over the rounds of the job both
+    took turns in (``check_records`` refuses a pair from two jobs): "higher" where eager is slower,
+    "lower" where faster, ``WITHIN`` neither; ``NOT_SETTLED`` where they took fewer rounds than the
+    judge needs or the host could turn it around."""
     return judge({"metrics": row["eager_metrics"]}, {"metrics": row["compiled_metrics"]}, phase)
 
 
@@ -246,12 +256,6 @@ def faster_everywhere(df: pd.DataFrame, phases: tuple[str, ...]) -> bool:
     found = [verdict(r, phase).verdict for phase in phases for _, r in rows.iterrows()
              if not math.isnan(r[f"eager_{phase}_ms"]) and not math.isnan(r[f"compiled_{phase}_ms"])]
     return bool(found) and all(v == "higher" for v in found)
-
-
-def in_turns(df: pd.DataFrame) -> int:
-    """How many points' variants took turns in one job."""
-    return sum(bool(same_job({"metrics": r["eager_metrics"]}, {"metrics": r["compiled_metrics"]}))
-               for _, r in _both_ok(df).iterrows())
 
 
 @dataclass(frozen=True)
@@ -324,8 +328,6 @@ class WholeModel:
     batch: int
     points: int
     both_ok: int
-    in_turns: int
-    not_in_turns: int
     rounds: list[int]
     step_speedup: Range | None
     compiled_graphs: list[int]
@@ -345,12 +347,11 @@ class WholeModel:
 
 def summarize(df: pd.DataFrame) -> WholeModel:
     ok = df.dropna(subset=["step_speedup"])
-    turns = in_turns(df)
     checked = df[df["loss_passed"].notna()]
     first = df.iloc[0]
     return WholeModel(
         compile=sorted(set(df["compile"])), context=int(first["context"]), batch=int(first["batch"]),
-        points=len(df), both_ok=len(ok), in_turns=turns, not_in_turns=len(ok) - turns,
+        points=len(df), both_ok=len(ok),
         rounds=sorted({len(r.get("rounds") or []) for r in df["eager_metrics"] if isinstance(r, dict) and r.get("turns")}),
         step_speedup=spread(ok["step_speedup"]),
         compiled_graphs=sorted({int(g) for g in df["compiled_graphs"].dropna()}),
