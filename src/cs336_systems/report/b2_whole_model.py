@@ -2,7 +2,7 @@
 
 Each record (``python -m cs336_systems.compile_bench``) holds both variants of one grid point, taking
 turns in one job (``metrics.turns``) where both ran; this module turns them into the table people
-read, the speed-up figure and the numbers the writeup quotes. ``build_report`` in
+read, the speed-up figure and the numbers the writeup quotes. ``whole_model_part`` in
 ``cs336_systems.report.b2`` calls it.
 """
 from __future__ import annotations
