@@ -134,7 +134,7 @@ def test_a6_report_refuses_group_sizes_of_two_jobs_in_one_line(tmp_path, capsys)
         a6.main(["--records", *map(str, paths), "--out-dir", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert info.value.code == 2 and "Traceback" not in err
-    assert "A6 records not measured in one job: jobs first, second" in err and not (tmp_path / "out").exists()
+    assert "A6 records not measured in one job: k = 1 in job first, k = 2 in job first, k = 4 in job second" in err and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("rounds", [10, MIN_ROUNDS - 1])

@@ -8,7 +8,8 @@ import pytest
 
 from cs336_systems.report.spread import (APART, FEW_ROUNDS, HOST, HOST_BOUND, HOST_SWING, MAX_TABLED_ROUNDS, MIN_ROUNDS,
                                          MULTIPLIER, NOT_SETTLED, WITHIN, across_processes, as_time, host_bound,
-                                         host_moves, judge, judge_processes, judge_rounds, set_aside, trend_of)
+                                         host_moves, judge, judge_processes, judge_rounds, require_one_job, set_aside,
+                                         trend_of)
 
 DISTURBANCE = 10.0
 
@@ -228,3 +229,15 @@ def test_numbers_of_two_processes_differ_only_beyond_the_host_swing(seed):
     assert across_processes(inside, b) == NOT_SETTLED
     assert across_processes(beyond, b) == "higher" and across_processes(b, beyond) == "lower"
     assert across_processes(beyond, b, swing=beyond / b * 1.01) == NOT_SETTLED
+
+
+def test_records_of_two_jobs_are_refused_naming_each_side_s_job():
+    """A comparison a benchmark always makes in one job: records of two are refused, each side named
+    with its job (no turns at all reads as job None); records of one job pass."""
+    def rec(job):
+        return {"metrics": {"turns": {"job": job}} if job else {}}
+    require_one_job({"fp32": rec("a"), "bf16": rec("a"), "fp16": rec("a")}, "X")
+    with pytest.raises(ValueError, match=r"^X at 512 not measured in one job: fp32 in job a, bf16 in job b$"):
+        require_one_job({"fp32": rec("a"), "bf16": rec("b")}, "X at 512")
+    with pytest.raises(ValueError, match=r"eager in job None, compiled in job None$"):
+        require_one_job({"eager": rec(None), "compiled": rec(None)}, "Y")

@@ -226,5 +226,5 @@ def test_a_pair_from_two_jobs_stops_the_report_in_one_line(tmp_path, rng, capsys
         a1.main(["--records", *map(str, paths), "--out-dir", str(tmp_path / "A1")])
     err = capsys.readouterr().err
     assert info.value.code == 2 and "Traceback" not in err
-    assert "tiny 32 forward-backward bf16 in job j-bf16" in err and "tiny 32 forward-backward fp32 in job j-fp32" in err
+    assert "A1 records of tiny ctx 32 forward-backward not measured in one job: bf16 in job j-bf16, fp32 in job j-fp32" in err
     assert not (tmp_path / "A1").exists()

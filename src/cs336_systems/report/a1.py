@@ -41,7 +41,7 @@ from cs336_systems.report.common import load_records, run_provenance, save_figur
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, WITHIN, Verdict,
                                          across_processes, as_time, judge, judge_processes, ranges_apart,
-                                         trend_of)
+                                         require_one_job, trend_of)
 
 PHASES = ("forward", "backward", "optimizer", "step")
 KEY = ("size", "context", "mode", "precision")
@@ -105,12 +105,9 @@ def paired_verdict(a: dict, b: dict) -> Verdict:
     """The judge's verdict on record ``a``'s step against ``b``'s, paired over the rounds of the job
     both took turns in; a ``ValueError`` where their ``metrics.turns`` name two jobs (see the
     module's doc)."""
-    v = judge(a, b, "step")
-    if not v.paired:
-        raise ValueError("A1 records of one point not measured in one job: " + ", ".join(
-            f"{' '.join(map(str, _key(r['params'])))} in job {(r['metrics'].get('turns') or {}).get('job')}"
-            for r in (a, b)))
-    return v
+    size, context, mode, _ = _key(a["params"])
+    require_one_job({r["params"]["precision"]: r for r in (a, b)}, f"A1 records of {size} ctx {context} {mode}")
+    return judge(a, b, "step")
 
 
 def mark_launch_bound(df: pd.DataFrame, profiles: list[dict] = ()) -> pd.DataFrame:

@@ -39,7 +39,7 @@ from cs336_systems.report.common import (load_record_lists, load_records, run_pr
                                          write_table)
 from cs336_systems.report.contract import Summary, Unread
 from cs336_systems.report.spread import (NOT_SETTLED, WITHIN, as_time, judge, judge_rounds, round_differences,
-                                         round_samples, same_job)
+                                         require_one_job, round_samples, same_job)
 
 # How a bf16-against-fp32 comparison was judged: over one job's rounds, or between two processes,
 # which the judge does not settle.
@@ -225,13 +225,9 @@ def _paired(fp32: dict, bf16: dict, phase: str):
     """The judge's verdict on the speedup of two A1 records of one point, paired over the rounds of
     the job both took turns in; a ``ValueError`` where their ``metrics.turns`` name two jobs, which
     A1's benchmark never writes (``report.a1.paired_verdict`` refuses the same)."""
-    v = judge(fp32, bf16, phase, ratio=True)
-    if not v.paired:
-        p = fp32["params"]
-        raise ValueError(f"A1 records of {p['size']} ctx {p['context']} {p['mode']} not measured in one job: "
-                         + ", ".join(f"{r['params']['precision']} in job {(r['metrics'].get('turns') or {}).get('job')}"
-                                     for r in (fp32, bf16)))
-    return v
+    p = fp32["params"]
+    require_one_job({"fp32": fp32, "bf16": bf16}, f"A1 records of {p['size']} ctx {p['context']} {p['mode']}")
+    return judge(fp32, bf16, phase, ratio=True)
 
 
 def _mean_std(mean: float, std: float, unit: str = "") -> str:

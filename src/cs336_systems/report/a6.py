@@ -9,7 +9,6 @@ baseline the run measured, and it exists for points that ran out of memory or ra
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import sys
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report import contract
 from cs336_systems.report.common import cell, load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, host_share, judge, same_job,
+from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, host_share, judge, require_one_job,
                                          trend_of)
 
 GIB = 2**30
@@ -53,10 +52,7 @@ def check_same_workload(records: list[dict]) -> dict:
 def check_one_job(records: list[dict]) -> None:
     """The group sizes that ran took turns in one job (``metrics.turns``), which pairs each one's step
     with the next one's; records of two jobs are no shape ``memory.checkpoint_bench`` writes."""
-    ok = [r for r in records if r["status"] == "ok"]
-    jobs = sorted({str((r["metrics"].get("turns") or {}).get("job")) for r in ok})
-    if not all(same_job(a, b) for a, b in itertools.pairwise(ok)):
-        raise ValueError(f"A6 records not measured in one job: jobs {', '.join(jobs)}")
+    require_one_job({f"k = {r['params']['group']}": r for r in records if r["status"] == "ok"}, "A6 records")
 
 
 def rows_frame(records: list[dict]) -> pd.DataFrame:

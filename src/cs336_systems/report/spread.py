@@ -26,6 +26,7 @@ process's timing, it does not compare two.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from dataclasses import dataclass, replace
@@ -312,6 +313,16 @@ def same_job(a: dict, b: dict) -> bool:
     """Whether two records were measured in one job's interleaved rounds (``metrics.turns.job``)."""
     ta, tb = (r.get("metrics", {}).get("turns") or {} for r in (a, b))
     return bool(ta.get("job")) and ta.get("job") == tb.get("job")
+
+
+def require_one_job(named: dict[str, dict], what: str) -> None:
+    """A ``ValueError`` naming ``what`` and each side's job, where the records ``named`` (side -> record)
+    were not measured in one job's rounds (``same_job``). For the comparisons a benchmark always makes
+    in one job: two jobs there is no shape it writes, so a report refuses them rather than word them."""
+    records = list(named.values())
+    if not all(same_job(a, b) for a, b in itertools.pairwise(records)):
+        raise ValueError(f"{what} not measured in one job: " + ", ".join(
+            f"{name} in job {(r.get('metrics', {}).get('turns') or {}).get('job')}" for name, r in named.items()))
 
 
 def round_samples(record: dict, phase: str = "step") -> list[list[float]]:
