@@ -21,6 +21,7 @@ import pandas as pd
 from cs336_systems import deliverables
 from cs336_systems.accounting import data_parallel
 from cs336_systems.accounting.hardware import BY_DEVICE_NAME
+from cs336_systems.accounting.parallelism import all_reduce_bytes
 from cs336_systems.distributed import variants
 from cs336_systems.models import get_size
 from cs336_systems.report import spread
@@ -263,9 +264,9 @@ def link_bandwidth(records: list[dict]) -> float | None:
 
 def least_send_ms(grad_bytes: float, world_size: int, link_Bps: float) -> float:
     """The least time a ring all-reduce of ``grad_bytes`` on ``world_size`` ranks can take: each rank
-    moves 2(n − 1)/n of the payload through its link (``data_parallel.bus_bandwidth``), at most at
+    moves 2(n − 1)/n of the payload through its link (``parallelism.all_reduce_bytes``), at most at
     the link's datasheet rate."""
-    return grad_bytes / (link_Bps / data_parallel.bus_bandwidth(1.0, world_size)) * 1e3
+    return all_reduce_bytes(grad_bytes, world_size) / link_Bps * 1e3
 
 
 # The passes over the gradients after backward that flat makes and naive does not (into its buffer
