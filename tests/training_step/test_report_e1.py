@@ -196,6 +196,9 @@ def test_records_of_four_rounds_settle_nothing_and_say_so(tmp_path):
     assert all(b["faster_at"] == b["slower_at"] == 0 for b in summary["bought"])
     assert {b["rung"]: b["not_settled_at"] for b in summary["bought"]}["bf16"] == 1
     assert "not settled" in (tmp_path / "E1" / "table.md").read_text()
+    assert summary["bought_verdicts"] == ["not settled"]
+    assert ("Of the rungs, each set against the one before it, the judge does not settle *bf16*, *flash*, "
+            "*compiled*, *fused-adamw*.") in text
 
 
 def test_a_change_inside_the_rounds_own_scatter_is_within_the_spread(tmp_path):
@@ -211,6 +214,21 @@ def test_a_change_inside_the_rounds_own_scatter_is_within_the_spread(tmp_path):
             bought["fused-adamw"]["within_spread_at"], bought["fused-adamw"]["not_settled_at"]) == (0, 0, 1, 0)
     assert (bought["bf16"]["faster_at"], bought["bf16"]["within_spread_at"]) == (1, 0)
     assert "| fused-adamw | 1 | 0.0 (+0.0 %) | 0 | 0 | 1 | 0 | +0.00 |" in text
+    assert summary["bought_verdicts"] == ["lower", "within the spread"]
+    assert ("the step beyond the spread (*bf16* -50.0 %, *flash* -35.0 %, *compiled* -23.1 %); "
+            "1 changes it within the spread (*fused-adamw*).") in text
+
+
+def test_the_answer_names_each_verdict_a_rung_got_in_one_clause_in_a_fixed_order(tmp_path):
+    """A rung slower than the one before it in every round gets the answer's "lengthens" clause, after
+    the faster rungs' clause and with the step it changes called "it"; no clause for a verdict no rung got."""
+    best = _ms_at(0.45)
+    records = [r if r["params"]["rung"] != "compiled" else record("compiled", ms=best, peak_gib=28)
+               for r in ladder(best, anchor_ms=1.05 * best)[:-1]]
+    summary, text = build(tmp_path, in_one_job(records, {"fused-adamw": [1.3, 1.31, 1.29, 1.3, 1.3] * 2}))
+    assert summary["bought_verdicts"] == ["lower", "higher"]
+    assert "1 lengthens it beyond the spread (*fused-adamw*)." in text
+    assert "within the spread (" not in text and "does not settle" not in text
 
 
 def test_a_paired_difference_settles_what_round_to_round_drift_would_hide(tmp_path):

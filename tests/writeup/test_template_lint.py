@@ -62,7 +62,7 @@ ALLOWED = {
     "C12": (4, 0, 25),
     "_ddp": (0, 0, 20),
     # ln 10 000 (the vocabulary's size)
-    "E1": (2, 0, 77),
+    "E1": (2, 0, 73),
     "_flash": (0, 0, 8),
     # the provenance line's date span (first day against last)
     "_run": (0, 0, 2),

@@ -486,6 +486,16 @@ def bought(df: pd.DataFrame) -> list[Bought]:
     return out
 
 
+# The verdicts against the rung before, in the order the answer names the rungs that got them.
+BOUGHT_ORDER = ("lower", WITHIN, "higher", NOT_SETTLED)
+
+
+def bought_verdicts(rows: list[Bought]) -> list[str]:
+    """The verdicts of ``BOUGHT_ORDER`` some rung got at some point, in that order."""
+    counts = {"lower": "faster_at", WITHIN: "within_spread_at", "higher": "slower_at", NOT_SETTLED: "not_settled_at"}
+    return [v for v in BOUGHT_ORDER if any(getattr(b, counts[v]) for b in rows)]
+
+
 def _part(low: float | None, high: float | None, target: float) -> str:
     """A goal's part from a judged ratio that must be at most ``target``: ``HOLDS`` where the whole
     interval is, ``MISSED`` where none of it is, else ``NOT_SETTLED`` (also where no interval was measured)."""
@@ -750,6 +760,7 @@ class E1Summary(Summary):
     two_modes_rule: Rule
     partial_points: list[Points]
     bought: list[Bought]
+    bought_verdicts: list[str]
     # the top rung against the best anchor, point by point, by the judge's verdict
     compared_points: int
     faster_than_anchor_at: list[str]
@@ -789,6 +800,7 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
     unsettled = ((goal_size, goal_context, goal_point.top_rung.rung, judged.rung)
                  if judged and judged.verdict in (WITHIN, NOT_SETTLED) else None)
     comparison = kernel_comparison(list(profiles), gap_, floor, goal_mfu, best_anchor, unsettled)
+    rows = bought(df)
     return E1Summary(
         provenance=run_provenance(records),
         ladder=[Adds(r.name, adds_as_run(r, records)) for r in rungs.LADDER],
@@ -802,7 +814,7 @@ def summarize(df: pd.DataFrame, records: list[dict], goal_size: str, goal_contex
                                   if p["params"].get("checkpointed") and p["status"] == "ok"}),
         peaks=sorted(set(df[df["status"] == "ok"]["peak_basis"])),
         checks=checks(df), points=points, alternating=alternating(df), two_modes_rule=RULE,
-        partial_points=scope(points, goal_size, goal_context), bought=bought(df),
+        partial_points=scope(points, goal_size, goal_context), bought=rows, bought_verdicts=bought_verdicts(rows),
         compared_points=len(compared), faster_than_anchor_at=where("lower"), slower_than_anchor_at=where("higher"),
         within_anchor_at=where(WITHIN), not_settled_anchor_at=where(NOT_SETTLED),
         alternating_anchor_at=[p.label for p in compared if p.top_rung.modes or p.best_anchor.modes],
