@@ -147,7 +147,7 @@ class A6Summary(Summary):
     step_not_settled: int
     step_too_few_rounds: int
     step_host_bound: int
-    # the most share of a step on either side of those the host spent issuing its work
+    # the most share of a step on either side of those that passed before the host returned from queueing it
     # (spread.host_share), and how far another process's host speed can move (spread.HOST_SWING)
     step_host_share: float | None
     host_swing: float

@@ -215,8 +215,10 @@ def judge(a: dict | Sequence[float], b: dict | Sequence[float], phase: str = "st
     return judge_processes(list(a), list(b), ratio=ratio)
 
 
-# A phase the host queued for at least this share of its time is bound by the host (PhaseTimer.host):
-# the GPU waited on Python's launches, and its own time is unknown below the step's.
+# A phase the host queued for at least this share of its time is taken as bound by the host
+# (PhaseTimer.host): the GPU waited on Python's launches, and its own time is unknown below the step's.
+# The host's time holds its waits for room in the launch queue too, so a GPU-bound phase of many
+# kernels can pass the line: the cautious reading, which leaves a verdict unsettled rather than wrong.
 HOST_BOUND = 0.9
 # How far a host-bound step's time moved between two processes of one command on one H200, with the
 # same code and configuration: A1 small's host-bound points by 0.58x to 1.60x from one run to the
