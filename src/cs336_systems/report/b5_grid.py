@@ -2,8 +2,9 @@
 median (``ms``, L2 flushed before each call, host launch time included where the host is slower than
 the flush) and the CUDA-graph time (``graph_ms``: GPU time only; see ``attention.bench``). A
 comparison is judged by ``spread.judge`` on the rounds of graph time where both sides have it, else
-of do_bench's median, and says which; records that did not take turns in one row job (or took fewer
-rounds than the judge needs) settle nothing. Also the leaderboard case's frame and timings.
+of do_bench's median, and says which; a pair that took fewer rounds than the judge needs settles
+nothing (records that did not take turns in one row job ``b5.main`` refuses). Also the leaderboard
+case's frame and timings.
 """
 from __future__ import annotations
 

@@ -107,11 +107,11 @@ FOLD_GROUPS = 12        # a table of more groups of lost points than this is fol
 GRID_EXPLAINS = 0.5
 
 
-def time_range(ms: float, rounds: list) -> tuple[float, float]:
-    """A point's time as the lowest and highest of its rounds' samples (the median alone, a range of
-    none, where the record has no rounds)."""
-    samples = [t for r in rounds or () for t in r]
-    return (min(samples), max(samples)) if samples else (ms, ms)
+def time_range(rounds: list) -> tuple[float, float]:
+    """A point's time as the lowest and highest of its rounds' samples (every B5 record took turns:
+    ``b5.main`` refuses one that did not)."""
+    samples = [t for r in rounds for t in r]
+    return min(samples), max(samples)
 
 
 def flat_points(ok: pd.DataFrame, rounds: str = "rounds_ms") -> set[tuple]:
@@ -119,7 +119,7 @@ def flat_points(ok: pd.DataFrame, rounds: str = "rounds_ms") -> set[tuple]:
     each length's time the range of its ``rounds`` column's samples (``time_range``)."""
     out = set()
     for key, part in ok.groupby(["impl", "dtype", "d", "pass"]):
-        ms = {seq: time_range(t, r) for seq, t, r in zip(part["seq"], part["ms"], part[rounds])}
+        ms = {seq: time_range(r) for seq, r in zip(part["seq"], part[rounds])}
         seqs = sorted(ms)
         for seq, longer in itertools.pairwise(seqs):
             if ranges_apart(ms[longer], ms[seq]) == "lower":
