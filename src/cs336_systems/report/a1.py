@@ -59,7 +59,6 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         for phase in PHASES:
             row[f"{phase}_mean"] = m.get(phase, {}).get("mean", math.nan)
             row[f"{phase}_std"] = m.get(phase, {}).get("std", math.nan)
-            row[f"{phase}_n"] = m.get(phase, {}).get("n") or len(m.get(phase, {}).get("samples") or ())
         row["peak_gib"] = (m.get("peak_memory_bytes") or math.nan) / 2**30
         size = ModelSize(*(p[k] for k in ("d_model", "d_ff", "num_layers", "num_heads")))
         row["flops"] = model_step_flops(size, batch=p["batch"], context=p["context"], mode=p["mode"],
