@@ -101,7 +101,7 @@ def grid_frame(records: list[dict]) -> pd.DataFrame:
                      "graph_status": m.get("graph_status"), "graph_reason": m.get("graph_reason"),
                      **{k: (m[k] if graph_ok and m.get(k) is not None else math.nan)
                         for k in ("graph_ms", "graph_ms_min", "graph_ms_max", "resident_bytes", "l2_bytes")},
-                     # the job whose turns measured it (None: a record of its own process) and its rounds
+                     # the job whose turns measured it (None: a record that took no turns, which b5.main refuses) and its rounds
                      "job": (m.get("turns") or {}).get("job"),
                      "rounds_ms": round_samples(r, "ms"), "rounds_graph_ms": round_samples(r, "graph_ms")})
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
