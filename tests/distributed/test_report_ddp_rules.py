@@ -457,7 +457,7 @@ def _wobbled(steps: list[dict], phase: str, by: float, per: int = 2) -> list[dic
     return [s | {phase: s[phase] + (by if (i // per) % 2 == 0 else -by)} for i, s in enumerate(steps)]
 
 
-def test_the_fastest_bucket_size_names_what_it_beats_beyond_the_spread_and_by_how_much(seed):
+def test_the_fastest_bucket_size_names_what_it_beats_beyond_the_spread_and_by_how_much(seed, tmp_path):
     rng = random.Random(seed)
     best_steps = _steps(rng, 243, 482, 2.5, 45)
     records = [_record("naive", _steps(rng, 243, 480, 40, 45)), _record("flat", _steps(rng, 243, 480, 30, 45)),
@@ -478,6 +478,11 @@ def test_the_fastest_bucket_size_names_what_it_beats_beyond_the_spread_and_by_ho
     (runner_up,) = best["runner_up"]
     assert runner_up["variant"] == "bucketed-100"
     assert runner_up["versus"] == ddp_rows.record_difference(records[-1], records[-2])
+    # the headline names each verdict some variant got, once, in its order, and no other
+    assert best["by_verdict"] == [{"verdict": "shorter", "variants": beaten}, {"verdict": "same", "variants": ["torch-ddp"]}]
+    text = " ".join(_section("C8", ddp.build("C8", records, {}, [], {"fits": {}}, tmp_path), tmp_path).split())
+    assert (f"{best['step_ms']:.2f} ms, shorter than naive's, flat's and overlap's beyond the spread across rounds, "
+            "the same as PyTorch DDP's within it; against bucketed-100") in text
 
 
 @pytest.mark.parametrize("optimizer_saves, offsets", [(30.0, True), (0.0, False)])

@@ -131,12 +131,14 @@ def best_bucket_size(records: list[dict], precision: str) -> dict | None:
     saved = [x["less"]["ms"] for x in shorter.values()]
     # the others by the judge's verdict, for the one sentence that says them all
     called = lambda keep: [o for o in others if against.get(o) and keep(against[o])]
+    by_verdict = {"shorter": [o for o in others if o in shorter],
+                  "same": called(lambda x: x["verdict"] == spread.WITHIN),
+                  "longer": called(lambda x: x["sign"] > 0),
+                  "not settled": called(lambda x: x["verdict"] == spread.NOT_SETTLED)}
     return {"variant": best, "step_ms": sizes[best]["metrics"]["step_ms"], "buckets": sizes[best]["metrics"].get("buckets"),
-            "versus": against, "runner_up": runner_up, "shorter_than": [o for o in others if o in shorter],
+            "versus": against, "runner_up": runner_up, "shorter_than": by_verdict["shorter"],
+            "by_verdict": [{"verdict": k, "variants": variants} for k, variants in by_verdict.items() if variants],
             "shorter_by_ms": [min(saved), max(saved)] if saved else None,
-            "longer_than": called(lambda x: x["sign"] > 0),
-            "same_as": called(lambda x: x["verdict"] == spread.WITHIN),
-            "unsettled_against": called(lambda x: x["verdict"] == spread.NOT_SETTLED),
             "not_shorter_than": {o: x for o, x in against.items() if o not in shorter}}
 
 
@@ -814,6 +816,13 @@ class AgainstOverlap:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Verdicted:
+    """The variants the judge gives one verdict."""
+    verdict: str
+    variants: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class BestBucketSize:
     """``best_bucket_size``: the bucket size with the shortest step and its step against the others'."""
     variant: str
@@ -822,9 +831,9 @@ class BestBucketSize:
     runner_up: list[RunnerUp]       # the next shortest bucket size, its step judged; empty with one size
     shorter_than: list[str]
     shorter_by_ms: list[float] | None
-    longer_than: list[str]
-    same_as: list[str]              # within the spread
-    unsettled_against: list[str]
+    # the other variants by the judge's verdict on the best size's step against theirs ("shorter",
+    # "same" (within the spread), "longer", "not settled"), in that order, each verdict some variant got
+    by_verdict: list[Verdicted]
     not_shorter_than: dict[str, Difference | None]
 
 
