@@ -98,6 +98,7 @@ def _a6_records(tmp_path, ks, oom_ks, size="xl", context=2048, batch=4, levels=N
                 "groups": math.ceil(48 / k)})
             if host_shares:
                 record["metrics"]["host_share"] = {"step": host_shares[k]}
+                record["metrics"]["host_ms_per_round"] = [{"step": [host_shares[k] * t]} for t in steps]
         paths.append(write_json_atomic(tmp_path / "records" / f"group{k}.json", record))
     return paths
 
@@ -399,3 +400,8 @@ def test_a6_a_step_the_host_could_turn_around_is_worded_as_host_bound_not_as_too
     assert ("At 1 of the steps from one k to the next the host returned from queueing a step only after as much "
             "as 95 % of it") in said
     assert "waits for room in CUDA's launch queue" in said and "issuing its work" not in said
+    # what the GPU still had queued when the host returned: the least over both sides' timed steps
+    records = [json.loads(p.read_text()) for p in paths[1:]]
+    least = min((1 - host) * t for r, host in zip(records, (0.95, 0.5)) for t in r["metrics"]["step"]["samples"])
+    assert summary["step_least_drain_ms"] == pytest.approx(least)
+    assert f"the GPU still had at least {least:.0f} ms of a step's work queued when the host returned" in said

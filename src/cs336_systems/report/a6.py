@@ -24,8 +24,8 @@ from cs336_systems.models import VOCAB_SIZE, ModelSize
 from cs336_systems.report import contract
 from cs336_systems.report.common import cell, load_records, run_provenance, save_figure, write_table
 from cs336_systems.report.contract import Summary, Unread
-from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, host_share, judge, require_one_job,
-                                         trend_of)
+from cs336_systems.report.spread import (FEW_ROUNDS, HOST, HOST_SWING, MIN_ROUNDS, NOT_SETTLED, host_share, judge,
+                                         least_drain_ms, require_one_job, trend_of)
 
 GIB = 2**30
 
@@ -150,6 +150,8 @@ class A6Summary(Summary):
     # the most share of a step on either side of those that passed before the host returned from queueing it
     # (spread.host_share), and how far another process's host speed can move (spread.HOST_SWING)
     step_host_share: float | None
+    # of those sides, the least work the GPU still had queued when the host returned (spread.least_drain_ms)
+    step_least_drain_ms: float | None
     host_swing: float
     step_rounds: int | None
     min_rounds: int
@@ -214,6 +216,8 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
         step_host_bound=sum(v.reason == HOST for v in verdicts),
         step_host_share=max((x for (a, b), v in zip(pairs, verdicts) if v.reason == HOST
                              for x in (host_share(a), host_share(b)) if x is not None), default=None),
+        step_least_drain_ms=min((x for (a, b), v in zip(pairs, verdicts) if v.reason == HOST
+                                 for x in (least_drain_ms(a), least_drain_ms(b)) if x is not None), default=None),
         host_swing=HOST_SWING,
         step_rounds=min((v.rounds for v in verdicts), default=None),
         min_rounds=MIN_ROUNDS,

@@ -252,6 +252,18 @@ def host_share(record: dict, phase: str = "step") -> float | None:
     return (record.get("metrics", {}).get("host_share") or {}).get(phase)
 
 
+def least_drain_ms(record: dict, phase: str = "step") -> float | None:
+    """The least time, over ``record``'s timed ``phase``s, between the host's return from queueing one
+    and its end (``rounds``' samples against ``host_ms_per_round``): the work the GPU still had queued
+    when the host was done. A phase the host bounds leaves next to none (the GPU keeps up with each
+    launch); one the GPU bounds leaves what is queued. None where the record has no host times."""
+    host = record.get("metrics", {}).get("host_ms_per_round")
+    if not host:
+        return None
+    return min(t - h for timed, queued in zip(round_samples(record, phase), (r.get(phase, []) for r in host))
+               for t, h in zip(timed, queued))
+
+
 def host_bound(record: dict, phase: str = "step") -> bool | None:
     """Whether ``record``'s ``phase`` was bound by the host (its host share at least ``HOST_BOUND``)."""
     share = host_share(record, phase)
