@@ -255,8 +255,9 @@ def host_share(record: dict, phase: str = "step") -> float | None:
 def least_drain_ms(record: dict, phase: str = "step") -> float | None:
     """The least time, over ``record``'s timed ``phase``s, between the host's return from queueing one
     and its end (``rounds``' samples against ``host_ms_per_round``): the work the GPU still had queued
-    when the host was done. A phase the host bounds leaves next to none (the GPU keeps up with each
-    launch); one the GPU bounds leaves what is queued. None where the record has no host times."""
+    when the host was done. A phase the host bounds leaves little more than its last kernel (the GPU
+    keeps up with each launch); one the GPU bounds leaves what is queued. None where the record has no
+    host times."""
     host = record.get("metrics", {}).get("host_ms_per_round")
     if not host:
         return None
