@@ -204,6 +204,8 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
     verdicts = [judge(b, a, "step") for a, b in pairs]
     step_steps = [StepChange(int(a["params"]["group"]), int(b["params"]["group"]), v.verdict)
                   for (a, b), v in zip(pairs, verdicts)]
+    # both sides of every step the host could turn around
+    host_sides = [r for pair, v in zip(pairs, verdicts) if v.reason == HOST for r in pair]
     return A6Summary(
         provenance=run_provenance(records),
         peak_slope_gib_per_block=slope,
@@ -214,10 +216,8 @@ def summarize(df: pd.DataFrame, records: list[dict], workload: dict) -> A6Summar
         step_not_settled=sum(x.direction == NOT_SETTLED for x in step_steps),
         step_too_few_rounds=sum(v.reason == FEW_ROUNDS for v in verdicts),
         step_host_bound=sum(v.reason == HOST for v in verdicts),
-        step_host_share=max((x for (a, b), v in zip(pairs, verdicts) if v.reason == HOST
-                             for x in (host_share(a), host_share(b)) if x is not None), default=None),
-        step_least_drain_ms=min((x for (a, b), v in zip(pairs, verdicts) if v.reason == HOST
-                                 for x in (least_drain_ms(a), least_drain_ms(b)) if x is not None), default=None),
+        step_host_share=max((x for r in host_sides if (x := host_share(r)) is not None), default=None),
+        step_least_drain_ms=min((x for r in host_sides if (x := least_drain_ms(r)) is not None), default=None),
         host_swing=HOST_SWING,
         step_rounds=min((v.rounds for v in verdicts), default=None),
         min_rounds=MIN_ROUNDS,

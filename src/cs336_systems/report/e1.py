@@ -486,14 +486,14 @@ def bought(df: pd.DataFrame) -> list[Bought]:
     return out
 
 
-# The verdicts against the rung before, in the order the answer names the rungs that got them.
-BOUGHT_ORDER = ("lower", WITHIN, "higher", NOT_SETTLED)
+# The verdicts against the rung before, in the order the answer names the rungs that got them, each
+# with the ``Bought`` field that counts it.
+BOUGHT_AT = {"lower": "faster_at", WITHIN: "within_spread_at", "higher": "slower_at", NOT_SETTLED: "not_settled_at"}
 
 
 def bought_verdicts(rows: list[Bought]) -> list[str]:
-    """The verdicts of ``BOUGHT_ORDER`` some rung got at some point, in that order."""
-    counts = {"lower": "faster_at", WITHIN: "within_spread_at", "higher": "slower_at", NOT_SETTLED: "not_settled_at"}
-    return [v for v in BOUGHT_ORDER if any(getattr(b, counts[v]) for b in rows)]
+    """The verdicts of ``BOUGHT_AT`` some rung got at some point, in its order."""
+    return [v for v, at in BOUGHT_AT.items() if any(getattr(b, at) for b in rows)]
 
 
 def _part(low: float | None, high: float | None, target: float) -> str:
